@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Byte-size units. The reference's `*_gb` fields mean GiB and `*_mb` mean MiB.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace ddo {
+inline namespace v0 {
+
+inline constexpr std::uint64_t kib = 1024ull;
+inline constexpr std::uint64_t mib = 1024ull * kib;
+inline constexpr std::uint64_t gib = 1024ull * mib;
+
+/// @brief GiB (as the reference's `*_gb` fields give them) to bytes, rounding down; negative or
+/// NaN inputs give 0, values past the range of uint64 saturate.
+[[nodiscard]] inline std::uint64_t gib_to_bytes(double gb) noexcept {
+  if (!(gb > 0.0)) return 0;
+  const long double bytes = static_cast<long double>(gb) * static_cast<long double>(gib);
+  if (bytes >= static_cast<long double>(std::numeric_limits<std::uint64_t>::max()))
+    return std::numeric_limits<std::uint64_t>::max();
+  return static_cast<std::uint64_t>(bytes);
+}
+
+/// @brief Bytes to GiB, for printing and for the `*_gb` fields.
+[[nodiscard]] inline double bytes_to_gib(std::uint64_t bytes) noexcept {
+  return static_cast<double>(bytes) / static_cast<double>(gib);
+}
+
+/// @brief Rounds @p value up to a multiple of @p alignment (alignment > 0).
+[[nodiscard]] constexpr std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) noexcept {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace v0
+}  // namespace ddo

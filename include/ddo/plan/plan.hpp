@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::offload_plan: where every weight lives and why, per execution group.
+///
+/// Produced by the planners (plan/planner.hpp), consumed by the runtime. The runtime reads only
+/// what is declared here: placements, groups in execution order, and the budgets.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Where a weight lives between uses.
+/// gpu_resident: uploaded once at setup, never streamed (always-resident, small tensors, budget
+/// winners, modules not eligible for the dynamic runtime). The others are streamed per use from
+/// page-locked host memory, pageable host memory (staged through pinned buffers) or its file.
+enum class placement { gpu_resident, pinned_host, pageable_host, file };
+
+inline constexpr std::size_t placement_count = 4;
+
+[[nodiscard]] constexpr std::string_view to_string(placement p) noexcept {
+  switch (p) {
+    case placement::gpu_resident: return "gpu_resident";
+    case placement::pinned_host: return "pinned_host";
+    case placement::pageable_host: return "pageable_host";
+    case placement::file: return "file";
+  }
+  return "?";
+}
+
+/// @brief The decision for one weight (index i of the weight table is decisions[i]).
+struct weight_decision {
+  placement where = placement::gpu_resident;
+  std::size_t group = 0;  ///< index into offload_plan::groups
+  /// Which rule or selector put it there, e.g. "always_resident_pattern '.*norm.*'",
+  /// "small_tensor <= 1048576 B", "resident_budget spread", "pin_budget spread", "not pinned".
+  std::string reason;
+};
+
+/// @brief One execution group: the weights used together, in execution order.
+struct plan_group {
+  std::string name;                         ///< e.g. "transformer_blocks.3" or "<before>"
+  std::vector<std::size_t> weights;         ///< weight-table indices, in table order
+  std::array<std::uint64_t, placement_count> bytes_by_placement{};  ///< indexed by placement
+  [[nodiscard]] std::uint64_t bytes(placement p) const noexcept {
+    return bytes_by_placement[static_cast<std::size_t>(p)];
+  }
+  /// Bytes that must be on the device while the group runs but are not resident.
+  [[nodiscard]] std::uint64_t streamed_bytes() const noexcept {
+    return bytes(placement::pinned_host) + bytes(placement::pageable_host) + bytes(placement::file);
+  }
+};
+
+/// @brief The budgets a plan was made under (bytes), and where each came from.
+struct plan_budgets {
+  std::uint64_t resident_budget_bytes = 0;  ///< device bytes allowed for resident weights
+  std::string resident_budget_source;       ///< "explicit", "balanced", "profile", "full_pin_zero_resident", "none"
+  std::uint64_t pin_budget_bytes = 0;       ///< host bytes allowed to be page-locked
+  std::string pin_budget_source;            ///< "explicit", "ratio", "auto", "full_pin", "disabled", ...
+  std::uint64_t free_vram_bytes = 0;        ///< as seen or stated at planning time
+  std::uint64_t available_ram_bytes = 0;    ///< usable system RAM at planning time
+  bool full_pin_zero_resident = false;      ///< the reference's full-pin zero-resident rule fired
+};
+
+/// @brief The complete plan of one model component.
+struct offload_plan {
+  std::vector<weight_decision> decisions;  ///< one per weight-table entry
+  std::vector<plan_group> groups;          ///< in execution order
+  plan_budgets budgets;
+
+  [[nodiscard]] std::uint64_t total_bytes(placement p) const noexcept {
+    std::uint64_t total = 0;
+    for (const auto& g : groups) total += g.bytes(p);
+    return total;
+  }
+  /// Largest per-group streamed bytes: what one slot of the transport ring must hold.
+  [[nodiscard]] std::uint64_t largest_streamed_group_bytes() const noexcept {
+    std::uint64_t largest = 0;
+    for (const auto& g : groups) largest = largest < g.streamed_bytes() ? g.streamed_bytes() : largest;
+    return largest;
+  }
+};
+
+}  // namespace v0
+}  // namespace ddo
