@@ -33,6 +33,11 @@ enum class budget_policy { off, balanced };
 /// @brief "" keeps the library default; mmap and pread are the explicit overrides.
 enum class safetensors_backend { library_default, mmap, pread };
 
+/// @brief Which transport moves non-resident weights (`--ddo-backend`, `DDO_BACKEND`).
+/// auto_select ("auto") follows execution_mode: vmm_runtime gives vmm, anything else linear;
+/// resolution replaces it with the concrete backend. host_sim stands host memory in for the device.
+enum class offload_backend { auto_select, linear, vmm, nvme, host_sim };
+
 /// @brief The configuration of one offloaded module (a model component).
 struct dynamic_offload_config {
   // --- general table -------------------------------------------------------------------------
@@ -92,6 +97,11 @@ struct dynamic_offload_config {
   double vmm_host_cache_gb = 0.0;
   /// Register (pin) the CPU source weights of the legacy VMM route (not CPU pinning).
   bool vmm_pin_source_weights = false;
+
+  // --- ddo additions -------------------------------------------------------------------------
+  /// The transport (`--ddo-backend`); `--ddo-backend vmm --ddo-preset auto` selects
+  /// vmm_fast_runtime. Resolution turns auto_select into the concrete backend.
+  offload_backend backend = offload_backend::auto_select;
 
   friend bool operator==(const dynamic_offload_config&, const dynamic_offload_config&) = default;
 };
