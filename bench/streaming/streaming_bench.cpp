@@ -1,0 +1,757 @@
+// SPDX-License-Identifier: Apache-2.0
+// The streaming benchmark: a synthetic Flux-sized transformer (24 blocks, hidden 3072, MLP 12288,
+// bf16, 16 tensors per block, ~5.4 GB) run step after step while its weights stream from host
+// memory, at an image-sized (copy-bound) and a video-sized (compute-bound) token count.
+//
+// Every figure is a ratio measured in this run: a variant's step time over
+//   bound = max(C, W / B)
+// where C is the step time with every weight resident, W the bytes the variant streams per step
+// and B the raw pinned host→device bandwidth measured here. Pageable variants are judged against
+// W / (pageable staging throughput measured here) as well.
+//
+// Variants: everything resident (C); a hand-written 3-slot ring (one pinned buffer per block, one
+// copy per block, event ordering only: the bar ddo is judged against); naive synchronous copy then
+// compute (pageable and pinned sources). ddo's variants are added when the runtime exists.
+//
+// Output: a Markdown table on stdout and, with --json FILE, the same numbers as JSON.
+// Exit status: 0 ok, 1 failure, 77 no GPU (skipped).
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "runner/synthetic_forward.hpp"
+
+namespace {
+
+using ddo::runner::gpu_synthetic_forward;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct options {
+  int blocks = 24;
+  std::int64_t hidden = 3072;
+  std::int64_t mlp = 12288;
+  std::vector<std::int64_t> tokens = {4608, 32768};
+  int steps = 7;   // measured steps (median taken)
+  int warmup = 2;  // steps run before measuring
+  std::string json_path;
+  std::string only;  // comma-separated variant names to run (empty: all)
+  unsigned threads = 0;
+  std::string command;
+};
+
+[[noreturn]] void usage_exit(const std::string& message) {
+  std::fprintf(stderr,
+               "streaming_bench: %s\n"
+               "usage: streaming_bench [--blocks N] [--hidden H] [--mlp M] [--tokens T[,T...]]\n"
+               "                       [--steps N] [--warmup N] [--only NAME[,NAME...]]\n"
+               "                       [--json FILE] [--quick]\n",
+               message.c_str());
+  std::exit(2);
+}
+
+std::vector<std::int64_t> parse_list(const std::string& text) {
+  std::vector<std::int64_t> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      values.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      usage_exit("not a number: '" + item + "' in '" + text + "'");
+    }
+  }
+  return values;
+}
+
+options parse_options(int argc, char** argv) {
+  options opt;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) opt.command += ' ';
+    opt.command += argv[i];
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_exit(arg + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() -> std::int64_t {
+      const std::string v = value();
+      try {
+        return std::stoll(v);
+      } catch (const std::exception&) {
+        usage_exit(arg + " needs a number, got '" + v + "'");
+      }
+    };
+    if (arg == "--blocks") opt.blocks = static_cast<int>(number());
+    else if (arg == "--hidden") opt.hidden = number();
+    else if (arg == "--mlp") opt.mlp = number();
+    else if (arg == "--tokens") opt.tokens = parse_list(value());
+    else if (arg == "--steps") opt.steps = static_cast<int>(number());
+    else if (arg == "--warmup") opt.warmup = static_cast<int>(number());
+    else if (arg == "--json") opt.json_path = value();
+    else if (arg == "--only") opt.only = value();
+    else if (arg == "--threads") opt.threads = static_cast<unsigned>(number());
+    else if (arg == "--quick") {
+      opt.blocks = 4;
+      opt.hidden = 1024;
+      opt.mlp = 4096;
+      opt.tokens = {1024};
+      opt.steps = 3;
+      opt.warmup = 1;
+    } else if (arg == "--help" || arg == "-h") {
+      usage_exit("help");
+    } else {
+      usage_exit("unknown argument '" + arg + "'");
+    }
+  }
+  if (opt.blocks < 1 || opt.hidden < 128 || opt.mlp < 1 || opt.tokens.empty() || opt.steps < 1 ||
+      opt.warmup < 1)
+    usage_exit("need --blocks >= 1, --hidden >= 128, --mlp >= 1, --steps >= 1, --warmup >= 1");
+  if (opt.threads == 0) opt.threads = std::max(1u, std::thread::hardware_concurrency());
+  return opt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small CUDA owners (the bench's own; ddo's are not used so the baselines stay independent)
+
+struct device_buffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  explicit device_buffer(std::size_t n) : bytes(n) { DDO_CUDA_TRY(cudaMalloc(&ptr, n)); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() { DDO_CUDA_TRY_NOTHROW(cudaFree(ptr)); }
+  [[nodiscard]] std::byte* data() const { return static_cast<std::byte*>(ptr); }
+};
+
+struct pinned_buffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  explicit pinned_buffer(std::size_t n) : bytes(n) {
+    DDO_CUDA_TRY(cudaHostAlloc(&ptr, n, cudaHostAllocDefault));
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  ~pinned_buffer() { DDO_CUDA_TRY_NOTHROW(cudaFreeHost(ptr)); }
+  [[nodiscard]] std::byte* data() const { return static_cast<std::byte*>(ptr); }
+};
+
+/// Page-locks existing host memory for its lifetime (what the ring baseline pins).
+struct host_registration {
+  void* ptr = nullptr;
+  explicit host_registration(void* p, std::size_t n) : ptr(p) {
+    DDO_CUDA_TRY(cudaHostRegister(p, n, cudaHostRegisterDefault));
+  }
+  host_registration(const host_registration&) = delete;
+  host_registration& operator=(const host_registration&) = delete;
+  ~host_registration() { DDO_CUDA_TRY_NOTHROW(cudaHostUnregister(ptr)); }
+};
+
+struct stream_owner {
+  cudaStream_t stream = nullptr;
+  stream_owner() { DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  stream_owner(const stream_owner&) = delete;
+  stream_owner& operator=(const stream_owner&) = delete;
+  ~stream_owner() { DDO_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream)); }
+};
+
+struct event_owner {
+  cudaEvent_t event = nullptr;
+  explicit event_owner(bool timing = true) {
+    DDO_CUDA_TRY(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  event_owner(const event_owner&) = delete;
+  event_owner& operator=(const event_owner&) = delete;
+  event_owner(event_owner&& other) noexcept : event(std::exchange(other.event, nullptr)) {}
+  ~event_owner() {
+    if (event) DDO_CUDA_TRY_NOTHROW(cudaEventDestroy(event));
+  }
+};
+
+float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  DDO_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Samples device memory in use (cudaMemGetInfo) on its own thread, every 2 ms, so a variant's
+/// peak includes whatever its setup and steps allocated, not only what it says it allocated.
+class memory_sampler {
+ public:
+  memory_sampler() {
+    std::size_t free = 0, total = 0;
+    DDO_CUDA_TRY(cudaMemGetInfo(&free, &total));
+    baseline_used_ = total - free;
+    peak_used_ = baseline_used_;
+    thread_ = std::thread([this] {
+      (void)cudaSetDevice(0);
+      while (!stop_.load(std::memory_order_relaxed)) {
+        sample();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  memory_sampler(const memory_sampler&) = delete;
+  memory_sampler& operator=(const memory_sampler&) = delete;
+  ~memory_sampler() { stop(); }
+  void stop() {
+    if (thread_.joinable()) {
+      stop_ = true;
+      thread_.join();
+      sample();
+    }
+  }
+  void sample() {
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      const std::uint64_t used = total - free;
+      std::uint64_t seen = peak_used_.load();
+      while (used > seen && !peak_used_.compare_exchange_weak(seen, used)) {
+      }
+    }
+  }
+  /// Peak bytes in use above what was in use when the sampler started.
+  [[nodiscard]] std::uint64_t peak_above_baseline() const {
+    return peak_used_.load() > baseline_used_ ? peak_used_.load() - baseline_used_ : 0;
+  }
+
+ private:
+  std::uint64_t baseline_used_ = 0;
+  std::atomic<std::uint64_t> peak_used_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The model: weights built directly in host memory, block after block, never zeros.
+
+struct tensor_desc {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::uint64_t bytes = 0;
+  std::uint64_t offset = 0;  // within the block
+  bool is_linear = false;
+};
+
+struct linear_op {
+  std::size_t tensor = 0;  // index into model::tensors (per block)
+  std::int64_t out = 0, in = 0;
+};
+
+struct model {
+  int blocks = 0;
+  std::int64_t hidden = 0, mlp = 0;
+  std::vector<tensor_desc> tensors;  // of one block
+  std::vector<linear_op> ops;        // the GEMMs of one block, in execution order
+  std::uint64_t block_bytes = 0;
+  std::uint64_t block_stride = 0;    // block_bytes rounded up to 2 MiB (page-aligned blocks)
+  std::byte* host = nullptr;         // blocks × block_stride bytes, pageable
+  std::vector<float> alpha;          // per block × op: GEMM scales
+  std::uint64_t total_bytes() const { return block_bytes * static_cast<std::uint64_t>(blocks); }
+  std::byte* block(int b) const { return host + block_stride * static_cast<std::uint64_t>(b); }
+};
+
+struct host_memory_deleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+
+/// Fills [p, p+bytes) with random bf16 values of magnitude 2^-7 .. 2^-5 and random sign (about
+/// the scale of a trained 3072-wide layer), in parallel. splitmix64 per 64-bit word: fast enough
+/// that the first touch of the pages, not the generator, sets the pace.
+void fill_random_bf16(std::byte* p, std::size_t bytes, std::uint64_t seed, unsigned threads) {
+  const std::size_t words = bytes / 8;
+  auto* w = reinterpret_cast<std::uint64_t*>(p);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([=] {
+      const std::size_t begin = words * t / threads, end = words * (t + 1) / threads;
+      std::uint64_t state = seed ^ (0x9e3779b97f4a7c15ull * (t + 1));
+      for (std::size_t i = begin; i < end; ++i) {
+        std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        // Per 16-bit lane: keep sign and 7 mantissa bits random, exponent 120 or 121.
+        const std::uint64_t lanes = (z & 0x807f807f807f807full) |
+                                    (0x3c003c003c003c00ull) |  // exponent 120 << 7
+                                    ((z >> 7) & 0x0080008000800080ull);  // +1 on exponent bit 0
+        w[i] = lanes;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (std::size_t i = words * 8; i < bytes; ++i) p[i] = std::byte{0x3c};
+}
+
+model build_model(const options& opt, std::unique_ptr<std::byte, host_memory_deleter>& storage) {
+  model m;
+  m.blocks = opt.blocks;
+  m.hidden = opt.hidden;
+  m.mlp = opt.mlp;
+  const std::int64_t h = opt.hidden, f = opt.mlp, head = 128;
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, bool linear) {
+    tensor_desc t;
+    t.name = std::move(name);
+    std::uint64_t elements = 1;
+    for (auto d : shape) elements *= static_cast<std::uint64_t>(d);
+    t.bytes = elements * 2;
+    t.shape = std::move(shape);
+    t.offset = m.block_bytes;
+    t.is_linear = linear;
+    m.block_bytes += ddo::round_up(t.bytes, 256);
+    m.tensors.push_back(std::move(t));
+    return m.tensors.size() - 1;
+  };
+  // 16 tensors per block, as a Flux/DiT block with biases and QK norms.
+  const auto q = add("attn.to_q.weight", {h, h}, true);
+  add("attn.to_q.bias", {h}, false);
+  const auto k = add("attn.to_k.weight", {h, h}, true);
+  add("attn.to_k.bias", {h}, false);
+  const auto v = add("attn.to_v.weight", {h, h}, true);
+  add("attn.to_v.bias", {h}, false);
+  const auto o = add("attn.to_out.0.weight", {h, h}, true);
+  add("attn.to_out.0.bias", {h}, false);
+  add("attn.norm_q.weight", {head}, false);
+  add("attn.norm_k.weight", {head}, false);
+  const auto up = add("ff.net.0.proj.weight", {f, h}, true);
+  add("ff.net.0.proj.bias", {f}, false);
+  const auto down = add("ff.net.2.weight", {h, f}, true);
+  add("ff.net.2.bias", {h}, false);
+  add("norm1.weight", {h}, false);
+  add("norm2.weight", {h}, false);
+  m.ops = {{q, h, h}, {k, h, h}, {v, h, h}, {o, h, h}, {up, f, h}, {down, h, f}};
+  m.block_stride = ddo::round_up(m.block_bytes, 2 * ddo::mib);
+  const std::size_t total = m.block_stride * static_cast<std::size_t>(m.blocks);
+  storage.reset(static_cast<std::byte*>(std::aligned_alloc(2 * ddo::mib, total)));
+  if (!storage) {
+    throw ddo::out_of_memory("host", total, 0,
+                             "streaming_bench: cannot allocate " + std::to_string(total) +
+                                 " bytes of host memory for the model");
+  }
+  m.host = storage.get();
+  fill_random_bf16(m.host, total, 0x0dd0'5eedull, opt.threads);
+  for (int b = 0; b < m.blocks; ++b)
+    for (const auto& op : m.ops)
+      m.alpha.push_back(ddo::runner::variance_preserving_alpha(
+          m.block(b) + m.tensors[op.tensor].offset, ddo::dtype::bf16, op.out, op.in));
+  return m;
+}
+
+/// Enqueues block @p b's GEMMs on the forward's stream, its weights at @p device_block.
+void compute_block(gpu_synthetic_forward& fwd, const model& m, int b, const std::byte* device_block) {
+  for (std::size_t i = 0; i < m.ops.size(); ++i) {
+    const auto& op = m.ops[i];
+    fwd.linear(device_block + m.tensors[op.tensor].offset, op.out, op.in,
+               m.alpha[static_cast<std::size_t>(b) * m.ops.size() + i]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bandwidths, measured in this run
+
+struct bandwidths {
+  double pinned_h2d = 0;      // B, bytes/s
+  double pageable_h2d = 0;    // a direct cudaMemcpyAsync from pageable memory
+  double pageable_staging = 0;  // pageable → pinned (CPU memcpy) → device, double-buffered
+};
+
+bandwidths measure_bandwidths(const model& m) {
+  bandwidths result;
+  const std::size_t chunk = 256 * ddo::mib;
+  device_buffer dev(chunk);
+  stream_owner s;
+  event_owner a, b;
+  {  // pinned: 256 MiB copies, median of 8 after one warm-up
+    pinned_buffer src(chunk);
+    fill_random_bf16(src.data(), chunk, 7, 4);
+    std::vector<double> rates;
+    for (int i = 0; i < 9; ++i) {
+      DDO_CUDA_TRY(cudaEventRecord(a.event, s.stream));
+      DDO_CUDA_TRY(cudaMemcpyAsync(dev.ptr, src.ptr, chunk, cudaMemcpyHostToDevice, s.stream));
+      DDO_CUDA_TRY(cudaEventRecord(b.event, s.stream));
+      DDO_CUDA_TRY(cudaEventSynchronize(b.event));
+      if (i > 0) rates.push_back(static_cast<double>(chunk) / (elapsed_ms(a.event, b.event) * 1e-3));
+    }
+    result.pinned_h2d = median(rates);
+  }
+  // The model's own pageable memory is the source for the pageable measurements: it is touched,
+  // not registered, and larger than any cache.
+  const std::size_t span = std::min<std::size_t>(m.block_stride * static_cast<std::size_t>(m.blocks),
+                                                 2 * ddo::gib);
+  {  // pageable, direct
+    std::vector<double> rates;
+    for (std::size_t off = 0; off + chunk <= span; off += chunk) {
+      DDO_CUDA_TRY(cudaEventRecord(a.event, s.stream));
+      DDO_CUDA_TRY(cudaMemcpyAsync(dev.ptr, m.host + off, chunk, cudaMemcpyHostToDevice, s.stream));
+      DDO_CUDA_TRY(cudaEventRecord(b.event, s.stream));
+      DDO_CUDA_TRY(cudaEventSynchronize(b.event));
+      rates.push_back(static_cast<double>(chunk) / (elapsed_ms(a.event, b.event) * 1e-3));
+    }
+    result.pageable_h2d = median(rates);
+  }
+  {  // pageable staged through two pinned 64 MiB buffers: one host thread copies while the DMA
+     // engine uploads the other buffer. This is the plain hand-written staging loop.
+    const std::size_t stage = 64 * ddo::mib;
+    pinned_buffer staging0(stage), staging1(stage);
+    std::byte* staging[2] = {staging0.data(), staging1.data()};
+    event_owner done[2] = {event_owner(false), event_owner(false)};
+    DDO_CUDA_TRY(cudaEventRecord(done[0].event, s.stream));
+    DDO_CUDA_TRY(cudaEventRecord(done[1].event, s.stream));
+    DDO_CUDA_TRY(cudaStreamSynchronize(s.stream));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t moved = 0;
+    for (std::size_t off = 0, i = 0; off + stage <= span; off += stage, ++i) {
+      const std::size_t k = i % 2;
+      DDO_CUDA_TRY(cudaEventSynchronize(done[k].event));  // the staging buffer is free again
+      std::memcpy(staging[k], m.host + off, stage);
+      DDO_CUDA_TRY(cudaMemcpyAsync(dev.data() + (i % 4) * stage, staging[k], stage,
+                                   cudaMemcpyHostToDevice, s.stream));
+      DDO_CUDA_TRY(cudaEventRecord(done[k].event, s.stream));
+      moved += stage;
+    }
+    DDO_CUDA_TRY(cudaStreamSynchronize(s.stream));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.pageable_staging = static_cast<double>(moved) / seconds;
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Variants
+
+struct variant_result {
+  std::string name;
+  std::string description;
+  std::vector<double> step_ms;  // measured steps
+  double ms = 0;                // median
+  std::uint64_t streamed_bytes = 0;  // per step
+  std::uint64_t resident_bytes = 0;
+  std::uint64_t peak_device_bytes = 0;
+  std::uint64_t pinned_host_bytes = 0;
+  double bound_ms = 0;
+  double ratio = 0;
+  std::string bound_kind;   // "compute", "pinned copy", "pageable staging"
+  double target = 0;        // ratio target, 0 = none
+  std::string note;
+};
+
+/// Runs warmup + steps of @p enqueue_step (which enqueues one step; the harness records an event
+/// on the compute stream after each) and returns the median of the measured intervals between
+/// step ends: steady-state step time, including any prefetch that wraps into the next step.
+std::vector<double> time_steps(const options& opt, cudaStream_t compute,
+                               const std::function<void(int)>& enqueue_step) {
+  const int total = opt.warmup + opt.steps;
+  std::vector<event_owner> ends;
+  ends.reserve(static_cast<std::size_t>(total));
+  for (int i = 0; i < total; ++i) ends.emplace_back(true);
+  for (int i = 0; i < total; ++i) {
+    enqueue_step(i);
+    DDO_CUDA_TRY(cudaEventRecord(ends[static_cast<std::size_t>(i)].event, compute));
+  }
+  DDO_CUDA_TRY(cudaStreamSynchronize(compute));
+  DDO_CUDA_TRY(cudaDeviceSynchronize());
+  std::vector<double> ms;
+  for (int i = opt.warmup; i < total; ++i)
+    ms.push_back(elapsed_ms(ends[static_cast<std::size_t>(i - 1)].event,
+                            ends[static_cast<std::size_t>(i)].event));
+  return ms;
+}
+
+variant_result run_resident(const options& opt, const model& m, std::int64_t tokens) {
+  variant_result r;
+  r.name = "resident";
+  r.description = "every weight on the device (C)";
+  memory_sampler mem;
+  {
+    device_buffer weights(m.block_stride * static_cast<std::size_t>(m.blocks));
+    // Setup, not timed: one synchronous upload from pageable memory.
+    DDO_CUDA_TRY(cudaMemcpy(weights.ptr, m.host, weights.bytes, cudaMemcpyHostToDevice));
+    stream_owner compute;
+    gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
+    r.step_ms = time_steps(opt, compute.stream, [&](int) {
+      for (int b = 0; b < m.blocks; ++b)
+        compute_block(fwd, m, b, weights.data() + m.block_stride * static_cast<std::size_t>(b));
+    });
+  }
+  mem.stop();
+  r.resident_bytes = m.total_bytes();
+  r.peak_device_bytes = mem.peak_above_baseline();
+  return r;
+}
+
+/// The bar: a plain ring of 3 device slots, one pinned buffer (a registered block) and one copy
+/// per block on a copy stream, the compute stream waiting on the copy's event and the copy into a
+/// slot waiting on the event recorded after the compute that last read it. Prefetch runs two
+/// blocks ahead and wraps into the next step. No host synchronisation anywhere in a step.
+variant_result run_ring(const options& opt, const model& m, std::int64_t tokens) {
+  constexpr int slots = 3;
+  variant_result r;
+  r.name = "ring_baseline";
+  r.description = "hand-written 3-slot ring, pinned, one copy per block";
+  memory_sampler mem;
+  {
+    std::vector<std::unique_ptr<host_registration>> pins;
+    for (int b = 0; b < m.blocks; ++b)
+      pins.push_back(std::make_unique<host_registration>(m.block(b), m.block_bytes));
+    r.pinned_host_bytes = m.total_bytes();
+    std::vector<std::unique_ptr<device_buffer>> slot;
+    for (int i = 0; i < slots; ++i) slot.push_back(std::make_unique<device_buffer>(m.block_bytes));
+    std::vector<event_owner> copied, consumed;
+    for (int i = 0; i < slots; ++i) {
+      copied.emplace_back(false);
+      consumed.emplace_back(false);
+    }
+    stream_owner compute, copy;
+    gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
+    long issued = 0;  // global block index (across steps) of the next copy to issue
+    auto issue = [&](long g) {
+      const int s = static_cast<int>(g % slots);
+      const int b = static_cast<int>(g % m.blocks);
+      if (g >= slots) DDO_CUDA_TRY(cudaStreamWaitEvent(copy.stream, consumed[s].event, 0));
+      DDO_CUDA_TRY(cudaMemcpyAsync(slot[s]->ptr, m.block(b), m.block_bytes,
+                                   cudaMemcpyHostToDevice, copy.stream));
+      DDO_CUDA_TRY(cudaEventRecord(copied[s].event, copy.stream));
+    };
+    r.step_ms = time_steps(opt, compute.stream, [&](int step) {
+      for (int b = 0; b < m.blocks; ++b) {
+        const long g = static_cast<long>(step) * m.blocks + b;
+        // Keep slots-1 blocks in flight ahead of the one computed: the copy for g+2 reuses the
+        // slot of g-1, whose consumer event was recorded in the previous iteration.
+        while (issued <= g + slots - 1) issue(issued++);
+        const int s = static_cast<int>(g % slots);
+        DDO_CUDA_TRY(cudaStreamWaitEvent(compute.stream, copied[s].event, 0));
+        compute_block(fwd, m, b, slot[s]->data());
+        DDO_CUDA_TRY(cudaEventRecord(consumed[s].event, compute.stream));
+      }
+    });
+    DDO_CUDA_TRY(cudaStreamSynchronize(copy.stream));
+  }
+  mem.stop();
+  r.streamed_bytes = m.total_bytes();
+  r.peak_device_bytes = mem.peak_above_baseline();
+  return r;
+}
+
+/// What an engine without ddo does: copy a block synchronously, compute it, wait, next block.
+variant_result run_naive(const options& opt, const model& m, std::int64_t tokens, bool pinned) {
+  variant_result r;
+  r.name = pinned ? "naive_sync_pinned" : "naive_sync_pageable";
+  r.description = std::string("synchronous per-block copy then compute, ") +
+                  (pinned ? "pinned source" : "pageable source");
+  memory_sampler mem;
+  {
+    std::vector<std::unique_ptr<host_registration>> pins;
+    if (pinned) {
+      for (int b = 0; b < m.blocks; ++b)
+        pins.push_back(std::make_unique<host_registration>(m.block(b), m.block_bytes));
+      r.pinned_host_bytes = m.total_bytes();
+    }
+    device_buffer block(m.block_bytes);
+    stream_owner compute;
+    gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
+    r.step_ms = time_steps(opt, compute.stream, [&](int) {
+      for (int b = 0; b < m.blocks; ++b) {
+        DDO_CUDA_TRY(cudaMemcpyAsync(block.ptr, m.block(b), m.block_bytes, cudaMemcpyHostToDevice,
+                                     compute.stream));
+        compute_block(fwd, m, b, block.data());
+        // The buffer is reused by the next block: the engine waits for the compute to finish.
+        DDO_CUDA_TRY(cudaStreamSynchronize(compute.stream));
+      }
+    });
+  }
+  mem.stop();
+  r.streamed_bytes = m.total_bytes();
+  r.peak_device_bytes = mem.peak_above_baseline();
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reporting
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1e9);
+  return buf;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out;
+}
+
+struct token_run {
+  std::int64_t tokens = 0;
+  double compute_ms = 0;
+  std::vector<variant_result> variants;
+};
+
+void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
+  r.ms = median(r.step_ms);
+  const double copy_ms = static_cast<double>(r.streamed_bytes) / bw.pinned_h2d * 1e3;
+  r.bound_ms = std::max(compute_ms, copy_ms);
+  r.bound_kind = r.streamed_bytes == 0 ? "compute" : compute_ms >= copy_ms ? "compute" : "pinned copy";
+  r.ratio = r.bound_ms > 0 ? r.ms / r.bound_ms : 0;
+}
+
+void print_table(const options& opt, const std::string& device, const model& m,
+                 const bandwidths& bw, const std::vector<token_run>& runs) {
+  std::printf("\n## streaming_bench on %s\n\n", device.c_str());
+  std::printf("model: %d blocks, hidden %lld, MLP %lld, bf16, %zu tensors/block, %s GB of weights\n",
+              m.blocks, static_cast<long long>(m.hidden), static_cast<long long>(m.mlp),
+              m.tensors.size(), gb(static_cast<double>(m.total_bytes())).c_str());
+  std::printf("measured here: pinned H2D B = %.1f GB/s, pageable H2D %.1f GB/s, pageable staging "
+              "%.1f GB/s\n",
+              bw.pinned_h2d / 1e9, bw.pageable_h2d / 1e9, bw.pageable_staging / 1e9);
+  std::printf("steps: median of %d after %d warm-up; command: %s\n", opt.steps, opt.warmup,
+              opt.command.c_str());
+  for (const auto& run : runs) {
+    std::printf("\n### %lld tokens (C = %.1f ms, W/B = %.1f ms)\n\n",
+                static_cast<long long>(run.tokens), run.compute_ms,
+                static_cast<double>(m.total_bytes()) / bw.pinned_h2d * 1e3);
+    std::printf("| variant | ms/step | bound ms | x bound | target | GB/s | streamed GB | "
+                "peak device GB | pinned host GB |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const auto& v : run.variants) {
+      char target[32] = "-";
+      if (v.target > 0)
+        std::snprintf(target, sizeof target, "%s%.2f", v.ratio <= v.target ? "<=" : "FAIL >", v.target);
+      const double gbps = v.streamed_bytes ? static_cast<double>(v.streamed_bytes) / (v.ms * 1e-3) / 1e9 : 0;
+      std::printf("| %s | %.1f | %.1f | %.3f | %s | %.1f | %s | %s | %s |\n", v.name.c_str(), v.ms,
+                  v.bound_ms, v.ratio, target, gbps, gb(static_cast<double>(v.streamed_bytes)).c_str(),
+                  gb(static_cast<double>(v.peak_device_bytes)).c_str(),
+                  gb(static_cast<double>(v.pinned_host_bytes)).c_str());
+    }
+  }
+  std::printf("\n");
+}
+
+void write_json(const options& opt, const std::string& device, const model& m, const bandwidths& bw,
+                const std::vector<token_run>& runs) {
+  std::ofstream out(opt.json_path);
+  if (!out) throw ddo::io_error(opt.json_path, errno, "streaming_bench: cannot write " + opt.json_path);
+  out << "{\n  \"bench\": \"streaming\",\n  \"device\": \"" << json_escape(device) << "\",\n"
+      << "  \"command\": \"" << json_escape(opt.command) << "\",\n"
+      << "  \"model\": {\"blocks\": " << m.blocks << ", \"hidden\": " << m.hidden
+      << ", \"mlp\": " << m.mlp << ", \"dtype\": \"bf16\", \"tensors_per_block\": "
+      << m.tensors.size() << ", \"weight_bytes\": " << m.total_bytes() << "},\n"
+      << "  \"steps\": " << opt.steps << ", \"warmup\": " << opt.warmup << ",\n"
+      << "  \"bandwidth_gbps\": {\"pinned_h2d\": " << bw.pinned_h2d / 1e9
+      << ", \"pageable_h2d\": " << bw.pageable_h2d / 1e9
+      << ", \"pageable_staging\": " << bw.pageable_staging / 1e9 << "},\n  \"runs\": [\n";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& run = runs[i];
+    out << "    {\"tokens\": " << run.tokens << ", \"compute_ms\": " << run.compute_ms
+        << ", \"variants\": [\n";
+    for (std::size_t j = 0; j < run.variants.size(); ++j) {
+      const auto& v = run.variants[j];
+      out << "      {\"name\": \"" << v.name << "\", \"description\": \"" << json_escape(v.description)
+          << "\", \"ms_per_step\": " << v.ms << ", \"bound_ms\": " << v.bound_ms
+          << ", \"ratio\": " << v.ratio << ", \"bound_kind\": \"" << v.bound_kind
+          << "\", \"target\": " << v.target << ", \"pass\": "
+          << (v.target <= 0 || v.ratio <= v.target ? "true" : "false")
+          << ", \"streamed_bytes\": " << v.streamed_bytes
+          << ", \"resident_bytes\": " << v.resident_bytes
+          << ", \"effective_gbps\": "
+          << (v.streamed_bytes ? static_cast<double>(v.streamed_bytes) / (v.ms * 1e-3) / 1e9 : 0.0)
+          << ", \"peak_device_bytes\": " << v.peak_device_bytes
+          << ", \"pinned_host_bytes\": " << v.pinned_host_bytes << ", \"note\": \""
+          << json_escape(v.note) << "\", \"steps_ms\": [";
+      for (std::size_t s = 0; s < v.step_ms.size(); ++s) out << (s ? ", " : "") << v.step_ms[s];
+      out << "]}" << (j + 1 < run.variants.size() ? "," : "") << "\n";
+    }
+    out << "    ]}" << (i + 1 < runs.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+}
+
+bool wanted(const options& opt, const std::string& name) {
+  if (opt.only.empty() || name == "resident") return true;  // C is always needed
+  std::stringstream stream(opt.only);
+  std::string item;
+  while (std::getline(stream, item, ','))
+    if (item == name) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options opt = parse_options(argc, argv);
+  const auto gpu = ddo::runner::probe_gpu(0);
+  if (!gpu.available) {
+    std::printf("streaming_bench: skipped: %s\n", gpu.reason.c_str());
+    return 77;
+  }
+  try {
+    DDO_CUDA_TRY(cudaSetDevice(0));
+    std::unique_ptr<std::byte, host_memory_deleter> storage;
+    const auto t0 = std::chrono::steady_clock::now();
+    const model m = build_model(opt, storage);
+    std::fprintf(stderr, "streaming_bench: %s GB of random bf16 weights built in %.1f s\n",
+                 gb(static_cast<double>(m.total_bytes())).c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const bandwidths bw = measure_bandwidths(m);
+    std::fprintf(stderr, "streaming_bench: pinned %.1f GB/s, pageable %.1f GB/s, staging %.1f GB/s\n",
+                 bw.pinned_h2d / 1e9, bw.pageable_h2d / 1e9, bw.pageable_staging / 1e9);
+    std::vector<token_run> runs;
+    for (const auto tokens : opt.tokens) {
+      token_run run;
+      run.tokens = tokens;
+      auto add = [&](variant_result r, double target) {
+        r.target = target;
+        finish(r, run.compute_ms, bw);
+        std::fprintf(stderr, "streaming_bench: %lld tokens, %-26s %8.1f ms/step  %.3fx bound\n",
+                     static_cast<long long>(tokens), r.name.c_str(), r.ms, r.ratio);
+        run.variants.push_back(std::move(r));
+      };
+      {
+        variant_result r = run_resident(opt, m, tokens);
+        run.compute_ms = median(r.step_ms);
+        add(std::move(r), 0);
+      }
+      if (wanted(opt, "ring_baseline")) add(run_ring(opt, m, tokens), 1.05);
+      if (wanted(opt, "naive_sync_pinned")) add(run_naive(opt, m, tokens, true), 0);
+      if (wanted(opt, "naive_sync_pageable")) add(run_naive(opt, m, tokens, false), 0);
+      runs.push_back(std::move(run));
+    }
+    print_table(opt, gpu.name, m, bw, runs);
+    if (!opt.json_path.empty()) write_json(opt, gpu.name, m, bw, runs);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "streaming_bench: error: %s\n", e.what());
+    return 1;
+  }
+}

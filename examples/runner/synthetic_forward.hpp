@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The synthetic compute of ddo-run and the streaming benchmark: one GEMM per linear
+/// weight over a [tokens, hidden] activation.
+///
+/// On a GPU every 2-D weight `[out, in]` (row-major, as safetensors stores a linear layer) becomes
+/// one cuBLAS GEMM `Y[tokens, out] = alpha * X[tokens, in] * W^T` in the weight's dtype (bf16,
+/// fp16 or fp32) with fp32 accumulation; the activation ping-pongs between two buffers sized for
+/// the largest dimension. Without a GPU a small CPU stand-in does the same product in float on a
+/// few tokens, reading every byte of the weight, so the host_sim transport's data is really used.
+///
+/// This is example code (not part of the library): it lives under examples/runner/ and is
+/// included by examples/ddo_run.cpp and bench/streaming/streaming_bench.cpp.
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/model/dtype.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace runner {
+
+/// @brief What probing for a GPU found: a usable device (name, memory) or the reason there is none.
+struct gpu_probe_result {
+  bool available = false;   ///< a device could be selected and its properties read
+  int device = 0;           ///< the device ordinal probed
+  std::string name;         ///< e.g. "NVIDIA H200"
+  std::uint64_t total_memory_bytes = 0;
+  std::string reason;       ///< when !available: what CUDA said, for a person at a terminal
+};
+
+/// @brief Looks for CUDA device @p device without throwing: a machine without a GPU (or without a
+/// driver) gives `available == false` and a reason naming the CUDA error.
+[[nodiscard]] inline gpu_probe_result probe_gpu(int device = 0) {
+  gpu_probe_result result;
+  result.device = device;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    const char* name = cudaGetErrorName(status);
+    const char* text = cudaGetErrorString(status);
+    result.reason = std::string("no GPU found: cudaGetDeviceCount returned ") +
+                    (name ? name : "unknown") + " (" + (text ? text : "") + ")";
+    return result;
+  }
+  if (count <= device) {
+    result.reason = "no GPU found: CUDA sees " + std::to_string(count) + " device(s), device " +
+                    std::to_string(device) + " was asked for";
+    return result;
+  }
+  cudaDeviceProp prop{};
+  const cudaError_t prop_status = cudaGetDeviceProperties(&prop, device);
+  if (prop_status != cudaSuccess) {
+    (void)cudaGetLastError();
+    result.reason = std::string("GPU ") + std::to_string(device) +
+                    " unusable: cudaGetDeviceProperties returned " +
+                    cudaGetErrorName(prop_status);
+    return result;
+  }
+  result.available = true;
+  result.name = prop.name;
+  result.total_memory_bytes = prop.totalGlobalMem;
+  return result;
+}
+
+namespace detail {
+
+[[noreturn]] inline void throw_cublas_error(cublasStatus_t status, const char* call,
+                                            const char* file, int line) {
+  const char* name = cublasGetStatusName(status);
+  const char* text = cublasGetStatusString(status);
+  std::string what = std::string("cuBLAS call failed: ") + call + " returned " +
+                     (name ? name : "unknown") + " (" + (text ? text : "") + ") at " + file + ":" +
+                     std::to_string(line);
+  if (status == CUBLAS_STATUS_NOT_INITIALIZED)
+    what += "; is a GPU present and is the CUDA driver loaded?";
+  throw cuda_error(static_cast<int>(status), name ? name : "cublasStatus_t", call, file, line,
+                   what);
+}
+
+/// bf16 → float: the upper 16 bits of an IEEE float.
+[[nodiscard]] inline float bf16_to_float(std::uint16_t bits) noexcept {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+/// float → bf16, round to nearest even (NaN stays NaN).
+[[nodiscard]] inline std::uint16_t float_to_bf16(float value) noexcept {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
+  const std::uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>((bits + rounding) >> 16);
+}
+
+/// IEEE half → float (denormals, infinities and NaN included).
+[[nodiscard]] inline float f16_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1fu;
+  std::uint32_t mantissa = h & 0x3ffu;
+  std::uint32_t bits = 0;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // denormal: normalise
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400u) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+  } else if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+/// float → IEEE half, round to nearest (used only to fill fp16 activations with random data).
+[[nodiscard]] inline std::uint16_t float_to_f16(float value) noexcept {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const int exponent = static_cast<int>((bits >> 23) & 0xffu) - 127 + 15;
+  const std::uint32_t mantissa = bits & 0x7fffffu;
+  if (exponent <= 0) return sign;  // tiny values flush to zero: fine for random fill data
+  if (exponent >= 0x1f) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  return static_cast<std::uint16_t>(sign | (exponent << 10) | ((mantissa + 0x1000u) >> 13));
+}
+
+}  // namespace detail
+
+/// Runs a cuBLAS call and throws ddo::cuda_error naming it (and its status) when it fails.
+#define DDO_RUNNER_CUBLAS_TRY(call)                                                    \
+  do {                                                                                 \
+    const ::cublasStatus_t ddo_cublas_status_ = (call);                                \
+    if (ddo_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                   \
+      ::ddo::runner::detail::throw_cublas_error(ddo_cublas_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+/// @brief Element of a weight as float (bf16, fp16, fp32 supported; others read as 0).
+[[nodiscard]] inline float element_as_float(const std::byte* data, dtype type,
+                                            std::size_t index) noexcept {
+  switch (type) {
+    case dtype::bf16: {
+      std::uint16_t bits;
+      std::memcpy(&bits, data + 2 * index, 2);
+      return detail::bf16_to_float(bits);
+    }
+    case dtype::f16: {
+      std::uint16_t bits;
+      std::memcpy(&bits, data + 2 * index, 2);
+      return detail::f16_to_float(bits);
+    }
+    case dtype::f32: {
+      float value;
+      std::memcpy(&value, data + 4 * index, 4);
+      return value;
+    }
+    default: return 0.0f;
+  }
+}
+
+/// @brief Whether the synthetic compute can multiply by a weight of this dtype.
+[[nodiscard]] constexpr bool is_supported_compute_dtype(dtype type) noexcept {
+  return type == dtype::bf16 || type == dtype::f16 || type == dtype::f32;
+}
+
+/// @brief The GEMM scale that keeps the activation's magnitude steady through many layers:
+/// 1 / (sqrt(in) * rms(W)), with rms estimated from up to @p samples evenly spaced elements.
+/// Without it a chain of hundreds of random layers overflows to inf or underflows to zero, and
+/// both would make the GEMMs' timing unrepresentative (zeros run measurably faster).
+[[nodiscard]] inline float variance_preserving_alpha(const std::byte* host_weight, dtype type,
+                                                     std::int64_t out, std::int64_t in,
+                                                     std::size_t samples = 4096) {
+  const auto count = static_cast<std::size_t>(out) * static_cast<std::size_t>(in);
+  if (count == 0 || host_weight == nullptr) return 1.0f;
+  const std::size_t n = std::min(count, samples);
+  const std::size_t stride = count / n;
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = element_as_float(host_weight, type, i * stride);
+    if (std::isfinite(v)) sum += v * v;
+  }
+  const double rms = std::sqrt(sum / static_cast<double>(n));
+  if (!(rms > 0.0)) return 1.0f;
+  return static_cast<float>(1.0 / (std::sqrt(static_cast<double>(in)) * rms));
+}
+
+/// @brief One linear layer of the synthetic forward: a 2-D weight `[out, in]`.
+struct linear_layer {
+  std::size_t weight_index = 0;  ///< index in the weight table (for looking up its device pointer)
+  std::int64_t out = 0;
+  std::int64_t in = 0;
+  dtype type = dtype::bf16;
+  float alpha = 1.0f;            ///< GEMM scale (see variance_preserving_alpha)
+};
+
+/// @brief Owns a cuBLAS handle bound to one stream; throws ddo::cuda_error (with the cuBLAS status
+/// name) when creation fails, e.g. because no GPU is present.
+class cublas_handle {
+ public:
+  /// @brief Creates the handle and binds it to @p stream.
+  explicit cublas_handle(cudaStream_t stream) {
+    DDO_RUNNER_CUBLAS_TRY(cublasCreate(&handle_));
+    const cublasStatus_t status = cublasSetStream(handle_, stream);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(handle_);
+      detail::throw_cublas_error(status, "cublasSetStream(handle_, stream)", __FILE__, __LINE__);
+    }
+  }
+  cublas_handle(const cublas_handle&) = delete;
+  cublas_handle& operator=(const cublas_handle&) = delete;
+  ~cublas_handle() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  /// @brief The raw handle.
+  [[nodiscard]] cublasHandle_t get() const noexcept { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+/// @brief The GPU synthetic forward: ping-pong activations and one GEMM per linear weight.
+/// Everything is enqueued on the stream given at construction; nothing synchronises the host.
+class gpu_synthetic_forward {
+ public:
+  /// @brief Allocates two activation buffers of @p tokens × @p max_dim elements of @p type,
+  /// fills them with random data (never zeros) and creates the cuBLAS handle on @p stream.
+  /// @throws ddo::cuda_error when CUDA or cuBLAS fail; ddo::usage_error for an unsupported dtype.
+  gpu_synthetic_forward(std::int64_t tokens, std::int64_t max_dim, dtype type, cudaStream_t stream,
+                        std::uint64_t seed = 0x5eed)
+      : tokens_(tokens), max_dim_(max_dim), type_(type), stream_(stream), cublas_(stream) {
+    DDO_EXPECTS(is_supported_compute_dtype(type),
+                "synthetic forward: dtype " + std::string(to_string(type)) +
+                    " is not supported (bf16, F16 and F32 are)");
+    DDO_EXPECTS(tokens > 0 && max_dim > 0, "synthetic forward: tokens and hidden must be > 0");
+    const std::size_t elements = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(max_dim);
+    bytes_per_buffer_ = elements * size_of(type);
+    std::vector<std::byte> host(bytes_per_buffer_);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::size_t i = 0; i < elements; ++i) {
+      const float v = normal(rng);
+      if (type == dtype::f32) {
+        std::memcpy(host.data() + 4 * i, &v, 4);
+      } else {
+        const std::uint16_t bits =
+            type == dtype::bf16 ? detail::float_to_bf16(v) : detail::float_to_f16(v);
+        std::memcpy(host.data() + 2 * i, &bits, 2);
+      }
+    }
+    for (auto& buffer : buffers_) {
+      DDO_CUDA_TRY(cudaMalloc(&buffer, bytes_per_buffer_));
+      // Synchronous on purpose: setup, before any timed work, from pageable memory.
+      DDO_CUDA_TRY(cudaMemcpy(buffer, host.data(), bytes_per_buffer_, cudaMemcpyHostToDevice));
+    }
+  }
+  gpu_synthetic_forward(const gpu_synthetic_forward&) = delete;
+  gpu_synthetic_forward& operator=(const gpu_synthetic_forward&) = delete;
+  ~gpu_synthetic_forward() {
+    for (auto* buffer : buffers_)
+      if (buffer != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(buffer));
+  }
+
+  /// @brief Enqueues `Y[tokens, out] = alpha * X[tokens, in] * W^T` on the stream, where
+  /// @p weight_device is the `[out, in]` row-major weight on the device; X is the current
+  /// activation, Y becomes the next. Dimensions larger than max_dim are refused.
+  void linear(const void* weight_device, std::int64_t out, std::int64_t in, float alpha = 1.0f) {
+    DDO_EXPECTS(out <= max_dim_ && in <= max_dim_,
+                "synthetic forward: layer [" + std::to_string(out) + ", " + std::to_string(in) +
+                    "] exceeds the activation width " + std::to_string(max_dim_));
+    const float beta = 0.0f;
+    const cudaDataType_t t = cuda_type();
+    // Row-major X[tokens, in] is column-major X^T (in × tokens); row-major W[out, in] is
+    // column-major W^T (in × out). Column-major Y^T (out × tokens) = (W^T)^T · X^T.
+    DDO_RUNNER_CUBLAS_TRY(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N,
+                                       static_cast<int>(out), static_cast<int>(tokens_),
+                                       static_cast<int>(in), &alpha, weight_device, t,
+                                       static_cast<int>(in), buffers_[current_], t,
+                                       static_cast<int>(in), &beta, buffers_[1 - current_], t,
+                                       static_cast<int>(out), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+    current_ = 1 - current_;
+  }
+
+  /// @brief FLOPs of one linear(): 2 · tokens · out · in.
+  [[nodiscard]] double flops(std::int64_t out, std::int64_t in) const noexcept {
+    return 2.0 * static_cast<double>(tokens_) * static_cast<double>(out) * static_cast<double>(in);
+  }
+  /// @brief Device bytes held by the activation buffers.
+  [[nodiscard]] std::uint64_t device_bytes() const noexcept { return 2 * bytes_per_buffer_; }
+  /// @brief The stream every GEMM is enqueued on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  /// @brief Tokens per activation row block.
+  [[nodiscard]] std::int64_t tokens() const noexcept { return tokens_; }
+  /// @brief The compute dtype.
+  [[nodiscard]] dtype type() const noexcept { return type_; }
+
+ private:
+  [[nodiscard]] cudaDataType_t cuda_type() const noexcept {
+    return type_ == dtype::bf16 ? CUDA_R_16BF : type_ == dtype::f16 ? CUDA_R_16F : CUDA_R_32F;
+  }
+
+  std::int64_t tokens_;
+  std::int64_t max_dim_;
+  dtype type_;
+  cudaStream_t stream_;
+  cublas_handle cublas_;
+  std::size_t bytes_per_buffer_ = 0;
+  void* buffers_[2] = {nullptr, nullptr};
+  int current_ = 0;
+};
+
+/// @brief The CPU stand-in for machines without a GPU: the same chain of products in float on a
+/// handful of tokens. Every element of every weight is read, so data that reached the (simulated)
+/// device wrongly changes the result.
+class cpu_synthetic_forward {
+ public:
+  /// @brief @p tokens rows of width @p max_dim, filled with random values from @p seed.
+  cpu_synthetic_forward(std::int64_t tokens, std::int64_t max_dim, std::uint64_t seed = 0x5eed)
+      : tokens_(tokens), max_dim_(max_dim) {
+    DDO_EXPECTS(tokens > 0 && max_dim > 0, "synthetic forward: tokens and hidden must be > 0");
+    const auto n = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(max_dim);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& buffer : buffers_) {
+      buffer.resize(n);
+      for (auto& v : buffer) v = normal(rng);
+    }
+  }
+
+  /// @brief `Y = alpha * X * W^T` for a row-major `[out, in]` weight of @p type at @p weight.
+  void linear(const std::byte* weight, std::int64_t out, std::int64_t in, dtype type,
+              float alpha = 1.0f) {
+    DDO_EXPECTS(out <= max_dim_ && in <= max_dim_,
+                "synthetic forward: layer [" + std::to_string(out) + ", " + std::to_string(in) +
+                    "] exceeds the activation width " + std::to_string(max_dim_));
+    const auto& x = buffers_[current_];
+    auto& y = buffers_[1 - current_];
+    const auto width = static_cast<std::size_t>(max_dim_);
+    row_.resize(static_cast<std::size_t>(in));
+    for (std::int64_t o = 0; o < out; ++o) {
+      const std::size_t base = static_cast<std::size_t>(o) * static_cast<std::size_t>(in);
+      for (std::int64_t i = 0; i < in; ++i)
+        row_[static_cast<std::size_t>(i)] = element_as_float(weight, type, base + static_cast<std::size_t>(i));
+      for (std::int64_t t = 0; t < tokens_; ++t) {
+        const float* xr = x.data() + static_cast<std::size_t>(t) * width;
+        float acc = 0.0f;
+        for (std::int64_t i = 0; i < in; ++i) acc += xr[i] * row_[static_cast<std::size_t>(i)];
+        y[static_cast<std::size_t>(t) * width + static_cast<std::size_t>(o)] = alpha * acc;
+      }
+    }
+    current_ = 1 - current_;
+  }
+
+  /// @brief A checksum of the current activation (sum of all tokens' first columns' values),
+  /// to show that the result depends on the data.
+  [[nodiscard]] double checksum() const noexcept {
+    double sum = 0.0;
+    for (float v : buffers_[current_]) sum += static_cast<double>(v);
+    return sum;
+  }
+
+ private:
+  std::int64_t tokens_;
+  std::int64_t max_dim_;
+  std::vector<float> buffers_[2];
+  std::vector<float> row_;
+  int current_ = 0;
+};
+
+}  // namespace runner
+}  // namespace v0
+}  // namespace ddo
