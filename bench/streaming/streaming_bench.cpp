@@ -694,7 +694,26 @@ void write_json(const options& opt, const std::string& device, const model& m, c
     }
     out << "    ]}" << (i + 1 < runs.size() ? "," : "") << "\n";
   }
-  out << "  ]\n}\n";
+  out << "  ],\n";
+  // The short form tools/gpu-check prints: one row per measured ratio.
+  out << "  \"summary\": [\n    {\"metric\": \"pinned H2D bandwidth\", \"value\": "
+      << bw.pinned_h2d / 1e9 << ", \"unit\": \"GB/s\"},\n    {\"metric\": \"pageable staging\", "
+      << "\"value\": " << bw.pageable_staging / 1e9 << ", \"unit\": \"GB/s\"}";
+  for (const auto& run : runs) {
+    for (const auto& v : run.variants) {
+      out << ",\n    {\"metric\": \"" << run.tokens << " tok " << v.name << "\", \"value\": ";
+      if (v.name == "resident") {
+        out << v.ms << ", \"unit\": \"ms (C)\"}";
+        continue;
+      }
+      out << v.ratio << ", \"unit\": \"x bound\"";
+      if (v.target > 0)
+        out << ", \"target\": \"<= " << v.target << "\", \"pass\": "
+            << (v.ratio <= v.target ? "true" : "false");
+      out << "}";
+    }
+  }
+  out << "\n  ]\n}\n";
 }
 
 bool wanted(const options& opt, const std::string& name) {

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Plots a streaming benchmark's ratio to the bound per variant, one group of bars per token count.
+
+    tools/plot_bench.py bench.json [-o plot.png|plot.svg]
+
+Reads the JSON written by `streaming_bench --json FILE`. Uses matplotlib when it is installed
+(PNG or SVG, by the output's extension); without it, writes an SVG by hand (a .png output name is
+then changed to .svg, and the file written is named on stdout).
+"""
+import argparse
+import json
+import os
+import sys
+
+COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+           "#8c8c8c", "#ccb974", "#64b5cd"]
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    runs = data.get("runs", [])
+    variants = []
+    for run in runs:
+        for v in run["variants"]:
+            if v["name"] != "resident" and v["name"] not in variants:
+                variants.append(v["name"])
+    table = {}  # (tokens, variant) -> ratio
+    for run in runs:
+        for v in run["variants"]:
+            table[(run["tokens"], v["name"])] = v["ratio"]
+    title = "streaming_bench on {} ({:.2f} GB of weights, B = {:.1f} GB/s)".format(
+        data.get("device", "?"), data.get("model", {}).get("weight_bytes", 0) / 1e9,
+        data.get("bandwidth_gbps", {}).get("pinned_h2d", 0))
+    return title, [r["tokens"] for r in runs], variants, table
+
+
+def plot_matplotlib(out, title, tokens, variants, table):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / max(1, len(variants))
+    for i, name in enumerate(variants):
+        xs, ys = [], []
+        for j, t in enumerate(tokens):
+            if (t, name) in table:
+                xs.append(j + (i - (len(variants) - 1) / 2) * width)
+                ys.append(table[(t, name)])
+        bars = ax.bar(xs, ys, width, label=name, color=COLOURS[i % len(COLOURS)])
+        for bar, y in zip(bars, ys):
+            ax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, min(y, ymax(table))),
+                        ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(1.05, color="red", linewidth=0.8, linestyle="--", label="target 1.05x")
+    ax.set_xticks(range(len(tokens)))
+    ax.set_xticklabels([f"{t} tokens" for t in tokens])
+    ax.set_ylabel("step time / max(C, W/B)")
+    ax.set_ylim(0, ymax(table))
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def ymax(table):
+    # Naive variants are many times the bound: clip the axis so the interesting ones stay legible.
+    return min(3.0, max([1.2] + [r * 1.1 for r in table.values()]))
+
+
+def plot_svg(out, title, tokens, variants, table):
+    w, h, left, right, top, bottom = 900, 460, 60, 200, 40, 50
+    pw, ph = w - left - right, h - top - bottom
+    top_value = ymax(table)
+    y = lambda v: top + ph - min(v, top_value) / top_value * ph
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<rect width="{w}" height="{h}" fill="white"/>',
+             f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="13">{escape(title)}</text>']
+    for k in range(int(top_value / 0.5) + 1):
+        v = k * 0.5
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+                     f'stroke="#ddd"/><text x="{left - 6}" y="{y(v) + 4:.1f}" '
+                     f'text-anchor="end">{v:.1f}</text>')
+    group = pw / max(1, len(tokens))
+    bar = group * 0.8 / max(1, len(variants))
+    for j, t in enumerate(tokens):
+        x0 = left + j * group + group * 0.1
+        parts.append(f'<text x="{left + (j + 0.5) * group:.1f}" y="{top + ph + 20}" '
+                     f'text-anchor="middle">{t} tokens</text>')
+        for i, name in enumerate(variants):
+            if (t, name) not in table:
+                continue
+            r = table[(t, name)]
+            x = x0 + i * bar
+            parts.append(f'<rect x="{x:.1f}" y="{y(r):.1f}" width="{bar * 0.9:.1f}" '
+                         f'height="{top + ph - y(r):.1f}" fill="{COLOURS[i % len(COLOURS)]}"/>')
+            parts.append(f'<text x="{x + bar * 0.45:.1f}" y="{y(r) - 3:.1f}" text-anchor="middle" '
+                         f'font-size="9">{r:.2f}</text>')
+    for v, colour, dash in ((1.0, "black", ""), (1.05, "red", ' stroke-dasharray="5,3"')):
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+                     f'stroke="{colour}"{dash}/>')
+    parts.append(f'<text x="18" y="{top + ph / 2}" transform="rotate(-90 18 {top + ph / 2})" '
+                 f'text-anchor="middle">step time / max(C, W/B)</text>')
+    lx = left + pw + 15
+    for i, name in enumerate(variants + ["target 1.05x"]):
+        ly = top + 10 + i * 18
+        colour = COLOURS[i % len(COLOURS)] if i < len(variants) else "red"
+        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{colour}"/>'
+                     f'<text x="{lx + 18}" y="{ly}">{escape(name)}</text>')
+    parts.append("</svg>")
+    with open(out, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
+def escape(text):
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json")
+    parser.add_argument("-o", "--output", default=None)
+    parser.add_argument("--svg", action="store_true", help="write SVG by hand even with matplotlib")
+    args = parser.parse_args()
+    out = args.output or os.path.splitext(args.json)[0] + ".svg"
+    title, tokens, variants, table = load(args.json)
+    if not tokens:
+        sys.exit(f"plot_bench: {args.json} has no runs")
+    use_mpl = not args.svg
+    if use_mpl:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            use_mpl = False
+    if use_mpl:
+        plot_matplotlib(out, title, tokens, variants, table)
+    else:
+        if not out.endswith(".svg"):
+            out = os.path.splitext(out)[0] + ".svg"
+        plot_svg(out, title, tokens, variants, table)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
