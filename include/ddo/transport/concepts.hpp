@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The transport concept: how bytes reach the device, with the transport's own streams and
+/// events, so that host_sim (threads standing in for the copy engine) and the CUDA transports are
+/// driven by the same runtime code.
+///
+/// A transport is a cheap, copyable handle to shared state (copies refer to the same device,
+/// the same accounting). It provides:
+/// - `stream` (owning, movable) and `stream_view` (non-owning, trivially copyable) with
+///   `T::view(stream&)`; the engine passes a `stream_view` of its compute stream to acquire().
+/// - `event` (owning, movable): `record(event&, stream_view)` captures the work enqueued on the
+///   stream so far; `wait(stream_view, const event&)` makes later work on the stream wait for the
+///   most recent record made before the call (an event never recorded is complete, exactly like
+///   cudaStreamWaitEvent — the runtime therefore only waits on events it knows are recorded).
+/// - device memory (`allocate_device`/`free_device`), pinned host memory
+///   (`allocate_pinned`/`free_pinned`), page-locking of existing host memory
+///   (`register_host`/`unregister_host`, which reports failure by returning false).
+/// - asynchronous copies `copy_to_device` (source must be pinned or registered: pageable
+///   sources are staged by the runtime, never handed to the transport) and `copy_to_host`, and
+///   `fill_device` for poisoning.
+///
+/// Optional capability, detected with a requires-expression: `std::byte* bind_slot(std::byte*
+/// slot_base, std::uint64_t slot_bytes, std::size_t group)` — the device address the group's
+/// bytes get when it occupies a slot. Without it the address is the slot's base (linear,
+/// host_sim). A VMM transport implements it by mapping the slot's physical backing at the
+/// group's reserved virtual range, which gives every weight a stable address without touching
+/// the runtime. See docs/transports.md.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "ddo/platform/cuda_device.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief The opt-in tag: a transport declares `using transport_category = ddo::transport_tag;`.
+struct transport_tag {};
+
+/// @brief A way for weights to reach the device. See the file comment for the contract.
+template <class T>
+concept transport =
+    requires { typename T::transport_category; } &&
+    std::same_as<typename T::transport_category, transport_tag> && std::copy_constructible<T> &&
+    std::movable<typename T::stream> && std::movable<typename T::event> &&
+    std::copyable<typename T::stream_view> &&
+    requires(T& t, const T& ct, typename T::stream& s, typename T::stream_view v,
+             typename T::event& e, const typename T::event& ce, std::byte* d, const std::byte* h,
+             std::size_t n, void* p) {
+      { ct.name() } -> std::convertible_to<std::string_view>;
+      { t.make_stream() } -> std::same_as<typename T::stream>;
+      { T::view(s) } -> std::same_as<typename T::stream_view>;
+      { t.make_event(bool{}) } -> std::same_as<typename T::event>;
+      t.record(e, v);
+      t.wait(v, ce);
+      { t.ready(ce) } -> std::same_as<bool>;
+      t.synchronize(ce);
+      t.synchronize(v);
+      { t.elapsed_ms(ce, ce) } -> std::convertible_to<double>;
+      { t.allocate_device(n) } -> std::same_as<std::byte*>;
+      t.free_device(d, n);
+      { t.allocate_pinned(n) } -> std::same_as<std::byte*>;
+      t.free_pinned(d, n);
+      { t.register_host(p, n) } -> std::same_as<bool>;
+      t.unregister_host(p);
+      t.copy_to_device(d, h, n, v);
+      t.copy_to_host(d, h, n, v);
+      t.fill_device(d, int{}, n, v);
+      { t.device_memory() } -> std::same_as<device_memory_info>;
+    };
+
+/// @brief Whether a transport maps groups at their own addresses (see bind_slot above).
+template <class T>
+concept transport_with_slot_binding =
+    transport<T> && requires(T& t, std::byte* base, std::uint64_t bytes, std::size_t group) {
+      { t.bind_slot(base, bytes, group) } -> std::same_as<std::byte*>;
+    };
+
+namespace detail {
+/// Used by templates that take a transport, for a readable error on misuse.
+template <class T>
+inline constexpr bool check_transport() {
+  static_assert(transport<T>,
+                "ddo: the Transport template argument does not model ddo::transport; it needs "
+                "`using transport_category = ddo::transport_tag;` and the members listed in "
+                "ddo/transport/concepts.hpp");
+  return true;
+}
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::host_sim_transport: host memory stands in for the device, worker threads for the
+/// CUDA streams (and so for the copy engine). A real transport with real concurrency, so the
+/// runtime's ordering rules are exercised (and checked by ThreadSanitizer) on machines with no
+/// GPU.
+///
+/// Model: every stream is a thread draining a FIFO of tasks. A copy is a task that memcpy's on
+/// the copy stream's thread (optionally throttled to a bandwidth). An event records a marker in a
+/// stream's FIFO; waiting on an event enqueues a task that blocks the waiting stream until the
+/// marker ran — the same semantics as cudaEventRecord / cudaStreamWaitEvent, including "an event
+/// never recorded is complete". The engine's compute stream is a host_sim stream too: tests and
+/// the runner enqueue their "kernels" on it with enqueue().
+///
+/// The transport also polices the contract the CUDA transports rely on: copies outside a device
+/// allocation are usage errors, and a copy from a pageable (unpinned) source is counted in
+/// pageable_direct_copies(), which ddo's runtime keeps at zero.
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/transport/concepts.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Settings of the simulated device.
+struct host_sim_options {
+  /// Simulated VRAM: allocations beyond it throw out_of_memory("device", ...).
+  std::uint64_t device_capacity_bytes = 4 * gib;
+  /// Copy bandwidth in bytes per second for both directions; 0 copies as fast as memcpy.
+  double bandwidth_bytes_per_second = 0.0;
+  /// Makes every register_host fail (tests of allow_pin_memory_fallback).
+  bool fail_host_registration = false;
+  /// register_host fails once this many bytes are registered (0: no limit).
+  std::uint64_t registration_limit_bytes = 0;
+};
+
+namespace detail {
+
+/// One simulated stream: a worker thread draining a FIFO of tasks.
+class host_sim_stream_state {
+ public:
+  host_sim_stream_state() : worker_([this] { run(); }) {}
+  host_sim_stream_state(const host_sim_stream_state&) = delete;
+  host_sim_stream_state& operator=(const host_sim_stream_state&) = delete;
+  ~host_sim_stream_state() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    worker_.join();
+  }
+
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+      ++enqueued_;
+    }
+    work_cv_.notify_one();
+  }
+
+  /// Blocks until every task enqueued before the call has run; rethrows the first task failure.
+  void synchronize() {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t target = enqueued_;
+    done_cv_.wait(lock, [&] { return completed_ >= target; });
+    if (error_) {
+      auto error = std::exchange(error_, nullptr);
+      std::rethrow_exception(error);
+    }
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and drained
+      auto task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        task();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      task = nullptr;  // destroy captured state outside the lock
+      lock.lock();
+      if (failure && !error_) error_ = failure;
+      ++completed_;
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::function<void()>> queue_;
+  std::uint64_t enqueued_ = 0;
+  std::uint64_t completed_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;  // last: started after every other member exists
+};
+
+/// One simulated event: each record gets a sequence number; a record is pending until the
+/// stream reaches it. Waits capture the latest sequence number at call time (CUDA semantics).
+struct host_sim_event_state {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::uint64_t recorded = 0;            // sequence number of the latest record
+  std::set<std::uint64_t> pending;       // records enqueued but not reached yet
+  std::uint64_t latest_completed = 0;    // highest sequence number reached
+  std::chrono::steady_clock::time_point when{};  // when latest_completed was reached
+  bool timing = false;
+
+  void wait_for(std::uint64_t target) {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return !pending.contains(target); });
+  }
+};
+
+/// State shared by all copies of one host_sim_transport.
+struct host_sim_state {
+  explicit host_sim_state(host_sim_options o) : options(o) {}
+  host_sim_options options;
+  std::mutex mutex;
+  std::map<const std::byte*, std::uint64_t> device;      // start -> bytes
+  std::map<const std::byte*, std::uint64_t> pinned;      // allocated with allocate_pinned
+  std::map<const std::byte*, std::uint64_t> registered;  // page-locked with register_host
+  std::uint64_t device_in_use = 0;
+  std::uint64_t device_peak = 0;
+  std::uint64_t pinned_in_use = 0;
+  std::uint64_t registered_in_use = 0;
+  std::uint64_t pageable_direct_copies = 0;
+  std::uint64_t copies = 0;
+  std::uint64_t bytes_to_device = 0;
+
+  static bool contains(const std::map<const std::byte*, std::uint64_t>& ranges,
+                       const std::byte* p, std::uint64_t n) {
+    auto it = ranges.upper_bound(p);
+    if (it == ranges.begin()) return false;
+    --it;
+    return p >= it->first && p + n <= it->first + it->second;
+  }
+  static bool overlaps(const std::map<const std::byte*, std::uint64_t>& ranges,
+                       const std::byte* p, std::uint64_t n) {
+    auto it = ranges.upper_bound(p);
+    if (it != ranges.end() && it->first < p + n) return true;
+    if (it == ranges.begin()) return false;
+    --it;
+    return it->first + it->second > p;
+  }
+};
+
+}  // namespace detail
+
+/// @brief The simulated transport. Copies share one simulated device (its memory, its
+/// accounting); see the file comment.
+class host_sim_transport {
+ public:
+  using transport_category = transport_tag;
+
+  /// @brief An owning stream (a worker thread). Destroying it drains its queue first.
+  class stream {
+   public:
+    stream() = default;
+    [[nodiscard]] detail::host_sim_stream_state* get() const noexcept { return state_.get(); }
+
+   private:
+    friend class host_sim_transport;
+    std::unique_ptr<detail::host_sim_stream_state> state_;
+  };
+
+  /// @brief A non-owning view of a stream, passed by value.
+  struct stream_view {
+    detail::host_sim_stream_state* state = nullptr;
+    friend bool operator==(stream_view, stream_view) = default;
+  };
+
+  /// @brief An owning event; pending tasks keep its state alive, so it may be destroyed early.
+  class event {
+   public:
+    event() = default;
+
+   private:
+    friend class host_sim_transport;
+    std::shared_ptr<detail::host_sim_event_state> state_;
+  };
+
+  explicit host_sim_transport(host_sim_options options = {})
+      : state_(std::make_shared<detail::host_sim_state>(options)) {}
+
+  [[nodiscard]] std::string_view name() const noexcept { return "host_sim"; }
+  [[nodiscard]] const host_sim_options& options() const noexcept { return state_->options; }
+
+  // --- streams and events --------------------------------------------------------------------
+  [[nodiscard]] stream make_stream() {
+    stream s;
+    s.state_ = std::make_unique<detail::host_sim_stream_state>();
+    return s;
+  }
+  [[nodiscard]] static stream_view view(stream& s) noexcept { return {s.get()}; }
+
+  [[nodiscard]] event make_event(bool timing) {
+    event e;
+    e.state_ = std::make_shared<detail::host_sim_event_state>();
+    e.state_->timing = timing;
+    return e;
+  }
+
+  /// @brief Enqueues an engine task ("kernel") on @p s; it runs after everything enqueued before.
+  void enqueue(stream_view s, std::function<void()> task) {
+    require(s);
+    s.state->enqueue(std::move(task));
+  }
+
+  void record(event& e, stream_view s) {
+    require(s);
+    require(e);
+    auto st = e.state_;
+    std::uint64_t seq = 0;
+    {
+      std::lock_guard lock(st->mutex);
+      seq = ++st->recorded;
+      st->pending.insert(seq);
+    }
+    s.state->enqueue([st, seq] {
+      {
+        std::lock_guard lock(st->mutex);
+        st->pending.erase(seq);
+        if (seq > st->latest_completed) {
+          st->latest_completed = seq;
+          st->when = std::chrono::steady_clock::now();
+        }
+      }
+      st->cv.notify_all();
+    });
+  }
+
+  void wait(stream_view s, const event& e) {
+    require(s);
+    require(e);
+    auto st = e.state_;
+    std::uint64_t target = 0;
+    {
+      std::lock_guard lock(st->mutex);
+      target = st->recorded;
+    }
+    if (target == 0) return;  // never recorded: complete (as in CUDA)
+    s.state->enqueue([st, target] { st->wait_for(target); });
+  }
+
+  [[nodiscard]] bool ready(const event& e) {
+    require(e);
+    std::lock_guard lock(e.state_->mutex);
+    return !e.state_->pending.contains(e.state_->recorded);
+  }
+
+  void synchronize(const event& e) {
+    require(e);
+    std::uint64_t target = 0;
+    {
+      std::lock_guard lock(e.state_->mutex);
+      target = e.state_->recorded;
+    }
+    if (target != 0) e.state_->wait_for(target);
+  }
+
+  void synchronize(stream_view s) {
+    require(s);
+    s.state->synchronize();
+  }
+
+  /// @brief Milliseconds between two completed timing events.
+  [[nodiscard]] double elapsed_ms(const event& start, const event& end) {
+    require(start);
+    require(end);
+    DDO_EXPECTS(start.state_->timing && end.state_->timing,
+                "host_sim_transport::elapsed_ms: both events must be created with timing=true");
+    synchronize(start);
+    synchronize(end);
+    std::chrono::steady_clock::time_point a, b;
+    {
+      std::lock_guard lock(start.state_->mutex);
+      a = start.state_->when;
+    }
+    {
+      std::lock_guard lock(end.state_->mutex);
+      b = end.state_->when;
+    }
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  }
+
+  // --- memory --------------------------------------------------------------------------------
+  [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
+    DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_device: zero bytes requested");
+    std::lock_guard lock(state_->mutex);
+    const std::uint64_t capacity = state_->options.device_capacity_bytes;
+    const std::uint64_t available =
+        capacity > state_->device_in_use ? capacity - state_->device_in_use : 0;
+    if (bytes > available)
+      throw out_of_memory("device", bytes, available,
+                          "host_sim: device allocation of " + std::to_string(bytes) +
+                              " bytes refused: " + std::to_string(available) + " of " +
+                              std::to_string(capacity) + " simulated device bytes are free");
+    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{256}));
+    state_->device.emplace(p, bytes);
+    state_->device_in_use += bytes;
+    state_->device_peak = std::max(state_->device_peak, state_->device_in_use);
+    return p;
+  }
+
+  void free_device(std::byte* p, std::size_t bytes) {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->device.find(p);
+    DDO_EXPECTS(it != state_->device.end() && it->second == bytes,
+                "host_sim_transport::free_device: pointer/size pair was not returned by "
+                "allocate_device");
+    state_->device.erase(it);
+    state_->device_in_use -= bytes;
+    ::operator delete(p, std::align_val_t{256});
+  }
+
+  [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
+    DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_pinned: zero bytes requested");
+    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
+    std::lock_guard lock(state_->mutex);
+    state_->pinned.emplace(p, bytes);
+    state_->pinned_in_use += bytes;
+    return p;
+  }
+
+  void free_pinned(std::byte* p, std::size_t bytes) {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->pinned.find(p);
+    DDO_EXPECTS(it != state_->pinned.end() && it->second == bytes,
+                "host_sim_transport::free_pinned: pointer/size pair was not returned by "
+                "allocate_pinned");
+    state_->pinned.erase(it);
+    state_->pinned_in_use -= bytes;
+    ::operator delete(p, std::align_val_t{4096});
+  }
+
+  /// @brief Page-locks [p, p + bytes). Returns false (like a failed cudaHostRegister) when
+  /// registration is made to fail, over the limit, or overlapping an existing registration.
+  [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
+    DDO_EXPECTS(p != nullptr && bytes > 0,
+                "host_sim_transport::register_host: null pointer or zero bytes");
+    std::lock_guard lock(state_->mutex);
+    const auto& o = state_->options;
+    if (o.fail_host_registration) return false;
+    if (o.registration_limit_bytes != 0 &&
+        state_->registered_in_use + bytes > o.registration_limit_bytes)
+      return false;
+    const auto* b = static_cast<const std::byte*>(p);
+    if (detail::host_sim_state::overlaps(state_->registered, b, bytes) ||
+        detail::host_sim_state::overlaps(state_->pinned, b, bytes))
+      return false;
+    state_->registered.emplace(b, bytes);
+    state_->registered_in_use += bytes;
+    return true;
+  }
+
+  void unregister_host(void* p) {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->registered.find(static_cast<const std::byte*>(p));
+    DDO_EXPECTS(it != state_->registered.end(),
+                "host_sim_transport::unregister_host: pointer was not registered");
+    state_->registered_in_use -= it->second;
+    state_->registered.erase(it);
+  }
+
+  // --- copies --------------------------------------------------------------------------------
+  /// @brief Copies host → device on @p s. The source must stay valid until the copy ran.
+  void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
+    require(s);
+    {
+      std::lock_guard lock(state_->mutex);
+      DDO_EXPECTS(detail::host_sim_state::contains(state_->device, dst, bytes),
+                  "host_sim_transport::copy_to_device: destination range of " +
+                      std::to_string(bytes) + " bytes is not inside one device allocation");
+      if (!detail::host_sim_state::contains(state_->pinned, src, bytes) &&
+          !detail::host_sim_state::contains(state_->registered, src, bytes))
+        ++state_->pageable_direct_copies;
+      ++state_->copies;
+      state_->bytes_to_device += bytes;
+    }
+    const double bw = state_->options.bandwidth_bytes_per_second;
+    s.state->enqueue([dst, src, bytes, bw] {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(dst, src, bytes);
+      throttle(start, bytes, bw);
+    });
+  }
+
+  /// @brief Copies device → host on @p s.
+  void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
+    require(s);
+    {
+      std::lock_guard lock(state_->mutex);
+      DDO_EXPECTS(detail::host_sim_state::contains(state_->device, src, bytes),
+                  "host_sim_transport::copy_to_host: source range of " + std::to_string(bytes) +
+                      " bytes is not inside one device allocation");
+    }
+    const double bw = state_->options.bandwidth_bytes_per_second;
+    s.state->enqueue([dst, src, bytes, bw] {
+      const auto start = std::chrono::steady_clock::now();
+      std::memcpy(dst, src, bytes);
+      throttle(start, bytes, bw);
+    });
+  }
+
+  /// @brief Sets device bytes to @p value on @p s (poisoning).
+  void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
+    require(s);
+    {
+      std::lock_guard lock(state_->mutex);
+      DDO_EXPECTS(detail::host_sim_state::contains(state_->device, dst, bytes),
+                  "host_sim_transport::fill_device: range is not inside one device allocation");
+    }
+    s.state->enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+  }
+
+  [[nodiscard]] device_memory_info device_memory() const {
+    std::lock_guard lock(state_->mutex);
+    const std::uint64_t cap = state_->options.device_capacity_bytes;
+    return {cap > state_->device_in_use ? cap - state_->device_in_use : 0, cap};
+  }
+
+  // --- accounting (for tests and metrics) ----------------------------------------------------
+  [[nodiscard]] std::uint64_t device_bytes_in_use() const { return read(&detail::host_sim_state::device_in_use); }
+  [[nodiscard]] std::uint64_t peak_device_bytes() const { return read(&detail::host_sim_state::device_peak); }
+  /// @brief Pinned host bytes: allocate_pinned plus register_host.
+  [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->pinned_in_use + state_->registered_in_use;
+  }
+  [[nodiscard]] std::uint64_t registered_bytes_in_use() const { return read(&detail::host_sim_state::registered_in_use); }
+  /// @brief Copies whose source was neither pinned nor registered (ddo keeps this at zero).
+  [[nodiscard]] std::uint64_t pageable_direct_copies() const { return read(&detail::host_sim_state::pageable_direct_copies); }
+  [[nodiscard]] std::uint64_t copies_issued() const { return read(&detail::host_sim_state::copies); }
+  [[nodiscard]] std::uint64_t bytes_to_device() const { return read(&detail::host_sim_state::bytes_to_device); }
+  /// @brief Resets the peak to the current use (between phases of a test).
+  void reset_peak() {
+    std::lock_guard lock(state_->mutex);
+    state_->device_peak = state_->device_in_use;
+  }
+
+ private:
+  static void throttle(std::chrono::steady_clock::time_point start, std::size_t bytes, double bw) {
+    if (bw <= 0.0) return;
+    const auto target = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(static_cast<double>(bytes) / bw));
+    std::this_thread::sleep_until(target);
+  }
+  static void require(stream_view s) {
+    DDO_EXPECTS(s.state != nullptr, "host_sim_transport: null or moved-from stream");
+  }
+  static void require(const event& e) {
+    DDO_EXPECTS(e.state_ != nullptr, "host_sim_transport: null or moved-from event");
+  }
+  std::uint64_t read(std::uint64_t detail::host_sim_state::*member) const {
+    std::lock_guard lock(state_->mutex);
+    return (*state_).*member;
+  }
+
+  std::shared_ptr<detail::host_sim_state> state_;
+};
+
+static_assert(transport<host_sim_transport>);
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::linear_transport: CUDA asynchronous copies into device buffers (the runtime's ring
+/// of slots), on streams created with cudaStreamNonBlocking and ordered by events created with
+/// cudaEventDisableTiming (timing events only where metrics ask for them).
+///
+/// The transport keeps a table of its device allocations so that a copy outside one is a
+/// usage_error before it reaches the driver, and counts pinned/registered bytes for the
+/// runtime's accounting. Every CUDA call is checked: a failure is a ddo::cuda_error naming it.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "ddo/core/error.hpp"
+#include "ddo/platform/cuda_device.hpp"
+#include "ddo/transport/concepts.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Settings of the linear transport.
+struct linear_options {
+  int device = 0;  ///< CUDA device ordinal; made current by the constructor
+  /// Hard cap on device bytes this transport may allocate (0: only what the device has).
+  std::uint64_t device_limit_bytes = 0;
+};
+
+namespace detail {
+struct linear_state {
+  linear_options options;
+  std::mutex mutex;
+  std::map<const std::byte*, std::uint64_t> device;
+  std::uint64_t device_in_use = 0;
+  std::uint64_t device_peak = 0;
+  std::uint64_t pinned_in_use = 0;
+  std::uint64_t registered_in_use = 0;
+  std::map<const void*, std::uint64_t> registered;
+
+  bool in_device(const std::byte* p, std::uint64_t n) {
+    auto it = device.upper_bound(p);
+    if (it == device.begin()) return false;
+    --it;
+    return p >= it->first && p + n <= it->first + it->second;
+  }
+};
+}  // namespace detail
+
+/// @brief The CUDA linear transport. Copies of the object share the allocation table.
+class linear_transport {
+ public:
+  using transport_category = transport_tag;
+
+  /// @brief A non-owning stream: converts from the engine's cudaStream_t.
+  struct stream_view {
+    cudaStream_t handle = nullptr;
+    stream_view() = default;
+    stream_view(cudaStream_t h) noexcept : handle(h) {}  // NOLINT: implicit on purpose
+    friend bool operator==(stream_view, stream_view) = default;
+  };
+
+  /// @brief An owning non-blocking stream.
+  class stream {
+   public:
+    stream() = default;
+    stream(stream&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+    stream& operator=(stream&& o) noexcept {
+      if (this != &o) {
+        reset();
+        handle_ = std::exchange(o.handle_, nullptr);
+      }
+      return *this;
+    }
+    ~stream() { reset(); }
+    [[nodiscard]] cudaStream_t get() const noexcept { return handle_; }
+
+   private:
+    friend class linear_transport;
+    void reset() noexcept {
+      if (handle_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaStreamDestroy(handle_));
+      handle_ = nullptr;
+    }
+    cudaStream_t handle_ = nullptr;
+  };
+
+  /// @brief An owning event (cudaEventDisableTiming unless created for timing).
+  class event {
+   public:
+    event() = default;
+    event(event&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+    event& operator=(event&& o) noexcept {
+      if (this != &o) {
+        reset();
+        handle_ = std::exchange(o.handle_, nullptr);
+      }
+      return *this;
+    }
+    ~event() { reset(); }
+    [[nodiscard]] cudaEvent_t get() const noexcept { return handle_; }
+
+   private:
+    friend class linear_transport;
+    void reset() noexcept {
+      if (handle_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaEventDestroy(handle_));
+      handle_ = nullptr;
+    }
+    cudaEvent_t handle_ = nullptr;
+  };
+
+  /// @brief Makes @p options.device current. @throws cuda_error (e.g. no device).
+  explicit linear_transport(linear_options options = {})
+      : state_(std::make_shared<detail::linear_state>()) {
+    state_->options = options;
+    DDO_CUDA_TRY(cudaSetDevice(options.device));
+  }
+
+  [[nodiscard]] std::string_view name() const noexcept { return "linear"; }
+  [[nodiscard]] int device() const noexcept { return state_->options.device; }
+
+  [[nodiscard]] stream make_stream() {
+    stream s;
+    DDO_CUDA_TRY(cudaStreamCreateWithFlags(&s.handle_, cudaStreamNonBlocking));
+    return s;
+  }
+  [[nodiscard]] static stream_view view(stream& s) noexcept { return {s.get()}; }
+
+  [[nodiscard]] event make_event(bool timing) {
+    event e;
+    DDO_CUDA_TRY(cudaEventCreateWithFlags(&e.handle_, timing ? cudaEventDefault
+                                                             : cudaEventDisableTiming));
+    return e;
+  }
+
+  void record(event& e, stream_view s) { DDO_CUDA_TRY(cudaEventRecord(e.handle_, s.handle)); }
+  void wait(stream_view s, const event& e) {
+    DDO_CUDA_TRY(cudaStreamWaitEvent(s.handle, e.handle_, 0));
+  }
+  [[nodiscard]] bool ready(const event& e) {
+    const cudaError_t status = cudaEventQuery(e.handle_);
+    if (status == cudaSuccess) return true;
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    DDO_CUDA_TRY(status);
+    return false;
+  }
+  void synchronize(const event& e) { DDO_CUDA_TRY(cudaEventSynchronize(e.handle_)); }
+  void synchronize(stream_view s) { DDO_CUDA_TRY(cudaStreamSynchronize(s.handle)); }
+  [[nodiscard]] double elapsed_ms(const event& start, const event& end) {
+    float ms = 0.0f;
+    DDO_CUDA_TRY(cudaEventElapsedTime(&ms, start.handle_, end.handle_));
+    return ms;
+  }
+
+  [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
+    DDO_EXPECTS(bytes > 0, "linear_transport::allocate_device: zero bytes requested");
+    std::lock_guard lock(state_->mutex);
+    const std::uint64_t limit = state_->options.device_limit_bytes;
+    if (limit != 0 && state_->device_in_use + bytes > limit)
+      throw out_of_memory("device", bytes, limit - state_->device_in_use,
+                          "linear: device allocation of " + std::to_string(bytes) +
+                              " bytes refused: the transport's device limit is " +
+                              std::to_string(limit) + " bytes and " +
+                              std::to_string(state_->device_in_use) + " are in use");
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      throw out_of_memory("device", bytes, free_b,
+                          "linear: cudaMalloc of " + std::to_string(bytes) + " bytes failed with " +
+                              std::to_string(free_b) + " bytes free of " + std::to_string(total_b));
+    }
+    DDO_CUDA_TRY(status);
+    auto* b = static_cast<std::byte*>(p);
+    state_->device.emplace(b, bytes);
+    state_->device_in_use += bytes;
+    if (state_->device_in_use > state_->device_peak) state_->device_peak = state_->device_in_use;
+    return b;
+  }
+
+  void free_device(std::byte* p, std::size_t bytes) {
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->device.find(p);
+      DDO_EXPECTS(it != state_->device.end() && it->second == bytes,
+                  "linear_transport::free_device: pointer/size pair was not returned by "
+                  "allocate_device");
+      state_->device.erase(it);
+      state_->device_in_use -= bytes;
+    }
+    DDO_CUDA_TRY(cudaFree(p));
+  }
+
+  [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
+    DDO_EXPECTS(bytes > 0, "linear_transport::allocate_pinned: zero bytes requested");
+    void* p = nullptr;
+    DDO_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    std::lock_guard lock(state_->mutex);
+    state_->pinned_in_use += bytes;
+    return static_cast<std::byte*>(p);
+  }
+
+  void free_pinned(std::byte* p, std::size_t bytes) {
+    DDO_CUDA_TRY(cudaFreeHost(p));
+    std::lock_guard lock(state_->mutex);
+    state_->pinned_in_use -= bytes;
+  }
+
+  /// @brief cudaHostRegister; false (error cleared) when the driver refuses.
+  [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
+    DDO_EXPECTS(p != nullptr && bytes > 0,
+                "linear_transport::register_host: null pointer or zero bytes");
+    const cudaError_t status = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    std::lock_guard lock(state_->mutex);
+    state_->registered.emplace(p, bytes);
+    state_->registered_in_use += bytes;
+    return true;
+  }
+
+  void unregister_host(void* p) {
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->registered.find(p);
+      DDO_EXPECTS(it != state_->registered.end(),
+                  "linear_transport::unregister_host: pointer was not registered");
+      state_->registered_in_use -= it->second;
+      state_->registered.erase(it);
+    }
+    DDO_CUDA_TRY(cudaHostUnregister(p));
+  }
+
+  /// @brief cudaMemcpyAsync host → device on @p s. The source must be pinned or registered and
+  /// stay unchanged until the copy completed (record an event after it).
+  void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
+    check_device_range(dst, bytes, "copy_to_device");
+    DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.handle));
+  }
+  /// @brief cudaMemcpyAsync device → host on @p s.
+  void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
+    check_device_range(src, bytes, "copy_to_host");
+    DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s.handle));
+  }
+  /// @brief cudaMemsetAsync on @p s (poisoning).
+  void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
+    check_device_range(dst, bytes, "fill_device");
+    DDO_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, s.handle));
+  }
+
+  /// @brief Free and total device memory (cudaMemGetInfo), capped by device_limit_bytes.
+  [[nodiscard]] device_memory_info device_memory() const {
+    auto info = query_device_memory(state_->options.device);
+    std::lock_guard lock(state_->mutex);
+    const std::uint64_t limit = state_->options.device_limit_bytes;
+    if (limit != 0) {
+      const std::uint64_t left = limit > state_->device_in_use ? limit - state_->device_in_use : 0;
+      if (left < info.free_bytes) info.free_bytes = left;
+      if (limit < info.total_bytes) info.total_bytes = limit;
+    }
+    return info;
+  }
+
+  [[nodiscard]] std::uint64_t device_bytes_in_use() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->device_in_use;
+  }
+  [[nodiscard]] std::uint64_t peak_device_bytes() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->device_peak;
+  }
+  [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->pinned_in_use + state_->registered_in_use;
+  }
+  [[nodiscard]] std::uint64_t registered_bytes_in_use() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->registered_in_use;
+  }
+
+ private:
+  void check_device_range(const std::byte* p, std::size_t bytes, const char* what) const {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->in_device(p, bytes))
+      throw usage_error(std::string("linear_transport::") + what + ": range of " +
+                        std::to_string(bytes) +
+                        " bytes is not inside one device allocation of this transport");
+  }
+  std::shared_ptr<detail::linear_state> state_;
+};
+
+static_assert(transport<linear_transport>);
+
+}  // namespace v0
+}  // namespace ddo

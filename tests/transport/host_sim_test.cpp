@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// The transport conformance suite on host_sim, plus host_sim's own policing of the contract.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "ddo/transport/host_sim.hpp"
+#include "transport_conformance.hpp"
+
+namespace {
+struct host_sim_traits {
+  using transport_type = ddo::host_sim_transport;
+  static std::string skip_reason() { return {}; }
+  static transport_type make(std::uint64_t limit) {
+    ddo::host_sim_options o;
+    if (limit != 0) o.device_capacity_bytes = limit;
+    return transport_type(o);
+  }
+  static void delay(transport_type& t, transport_type::stream_view s, int ms) {
+    t.enqueue(s, [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
+  }
+};
+}  // namespace
+
+TEST_SUITE_BEGIN("transport");
+
+DDO_TRANSPORT_CONFORMANCE(host_sim_traits);
+
+TEST_CASE("host_sim counts a copy from pageable memory as a contract breach") {
+  ddo::host_sim_transport t;
+  auto s = t.make_stream();
+  std::vector<std::byte> pageable(4096, std::byte{7});
+  std::byte* dev = t.allocate_device(4096);
+  t.copy_to_device(dev, pageable.data(), 4096, t.view(s));
+  t.synchronize(t.view(s));
+  CHECK(t.pageable_direct_copies() == 1);
+  std::byte* pinned = t.allocate_pinned(4096);
+  t.copy_to_device(dev, pinned, 4096, t.view(s));
+  t.synchronize(t.view(s));
+  CHECK(t.pageable_direct_copies() == 1);
+  t.free_pinned(pinned, 4096);
+  t.free_device(dev, 4096);
+}
+
+TEST_CASE("host_sim bandwidth limit slows copies to the configured rate") {
+  ddo::host_sim_options o;
+  o.bandwidth_bytes_per_second = 100.0 * 1024 * 1024;  // 100 MiB/s: 10 MiB take 100 ms
+  ddo::host_sim_transport t(o);
+  auto s = t.make_stream();
+  const std::size_t n = 10 * ddo::mib;
+  std::byte* src = t.allocate_pinned(n);
+  std::byte* dev = t.allocate_device(n);
+  const auto start = std::chrono::steady_clock::now();
+  t.copy_to_device(dev, src, n, t.view(s));
+  t.synchronize(t.view(s));
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  CHECK(ms >= 90.0);
+  t.free_device(dev, n);
+  t.free_pinned(src, n);
+}
+
+TEST_CASE("host_sim registration can be made to fail, for fallback tests") {
+  ddo::host_sim_options o;
+  o.registration_limit_bytes = 8192;
+  ddo::host_sim_transport t(o);
+  alignas(4096) static std::byte buffer[4 * 4096];
+  CHECK(t.register_host(buffer, 8192));
+  CHECK_FALSE(t.register_host(buffer + 8192, 4096));
+  t.unregister_host(buffer);
+  o.fail_host_registration = true;
+  ddo::host_sim_transport refusing(o);
+  CHECK_FALSE(refusing.register_host(buffer, 4096));
+}
+
+TEST_CASE("host_sim task failures surface at synchronize") {
+  ddo::host_sim_transport t;
+  auto s = t.make_stream();
+  t.enqueue(t.view(s), [] { throw std::runtime_error("kernel failed"); });
+  CHECK_THROWS_WITH_AS(t.synchronize(t.view(s)), "kernel failed", std::runtime_error);
+  t.synchronize(t.view(s));  // the error is reported once
+}
+
+TEST_CASE("host_sim wait captures the record made before it, not later ones") {
+  ddo::host_sim_transport t;
+  auto a = t.make_stream();
+  auto b = t.make_stream();
+  auto e = t.make_event(false);
+  std::atomic<int> stage{0};
+  t.enqueue(t.view(a), [&] { stage = 1; });
+  t.record(e, t.view(a));
+  t.wait(t.view(b), e);
+  t.enqueue(t.view(b), [&] { CHECK(stage.load() >= 1); });
+  // A later record on a blocked stream must not hold back the earlier waiter.
+  auto blocker = t.make_stream();
+  auto gate = t.make_event(false);
+  t.enqueue(t.view(blocker), [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+  t.record(gate, t.view(blocker));
+  t.wait(t.view(a), gate);
+  t.record(e, t.view(a));
+  t.synchronize(t.view(b));
+  t.synchronize(t.view(a));
+  CHECK(t.ready(e));
+}
+
+TEST_SUITE_END();
