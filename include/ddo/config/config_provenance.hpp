@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::config_provenance: for every config field, the source of its resolved value.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+#include "ddo/config/field_registry.hpp"
+#include "ddo/config/provenance.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief One field_origin per registry field (indexed like config_fields()); every field
+/// starts as origin::default_value.
+class config_provenance {
+ public:
+  config_provenance() : origins_(config_fields().size()) {
+    for (std::size_t i = 0; i < origins_.size(); ++i)
+      origins_[i].key = std::string(config_fields()[i].name);
+  }
+
+  /// @brief The origin of field @p index (an index into config_fields()).
+  [[nodiscard]] const field_origin& at(std::size_t index) const { return origins_.at(index); }
+  /// @brief The origin of field @p name; throws std::out_of_range for an unknown name.
+  [[nodiscard]] const field_origin& of(std::string_view name) const {
+    const auto index = find_field(name);
+    if (!index) (void)field(name);  // throws with the name
+    return origins_.at(*index);
+  }
+  /// @brief Records that field @p index was last set by @p where.
+  void set(std::size_t index, field_origin where) { origins_.at(index) = std::move(where); }
+  /// @brief Number of fields.
+  [[nodiscard]] std::size_t size() const noexcept { return origins_.size(); }
+
+  friend bool operator==(const config_provenance&, const config_provenance&) = default;
+
+ private:
+  std::vector<field_origin> origins_;
+};
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Implementation of resolution. Not API: see config/resolve.hpp.
+
+#include <algorithm>
+
+#include "ddo/config/closest_name.hpp"
+#include "ddo/config/operational_defaults.hpp"
+#include "ddo/config/parse_value.hpp"
+#include "ddo/config/presets.hpp"
+#include "ddo/config/resolve.hpp"
+#include "ddo/config/validate.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+inline void merge_policy(component_policy& into, const component_policy& from) {
+  if (from.route) into.route = from.route;
+  if (from.offload_stream) into.offload_stream = from.offload_stream;
+  if (from.offload_record_stream) into.offload_record_stream = from.offload_record_stream;
+  if (from.offload_type) into.offload_type = from.offload_type;
+  if (from.offload_low_cpu_mem_usage) into.offload_low_cpu_mem_usage = from.offload_low_cpu_mem_usage;
+  if (from.num_blocks_per_group) into.num_blocks_per_group = from.num_blocks_per_group;
+  into.config.insert(into.config.end(), from.config.begin(), from.config.end());
+}
+
+inline void apply_component_policy(resolved_component& out, const resolved_component& preset_default,
+                                   const component_policy& policy, const field_origin& where) {
+  if (policy.route) {
+    out.route = *policy.route == component_route::auto_select ? preset_default.route : *policy.route;
+    out.route_origin = where;
+  }
+  if (policy.offload_stream) out.offload_stream = *policy.offload_stream;
+  if (policy.offload_record_stream) out.offload_record_stream = *policy.offload_record_stream;
+  if (policy.offload_type) out.offload_type = *policy.offload_type;
+  if (policy.offload_low_cpu_mem_usage) out.offload_low_cpu_mem_usage = *policy.offload_low_cpu_mem_usage;
+  if (policy.num_blocks_per_group) {
+    if (*policy.num_blocks_per_group < 1)
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + ": num_blocks_per_group = " +
+                             std::to_string(*policy.num_blocks_per_group) +
+                             " for component " + out.name + "; expected a positive integer");
+    out.num_blocks_per_group = *policy.num_blocks_per_group;
+  }
+}
+
+inline std::optional<field_value> last_assignment(const std::vector<config_layer>& layers,
+                                                  std::string_view name) {
+  const std::size_t index = *find_field(name);
+  std::optional<field_value> value;
+  for (const auto& layer : layers)
+    for (const auto& assignment : layer.fields)
+      if (assignment.field == index) value = assignment.value;
+  return value;
+}
+
+inline dynamic_offload_settings resolve_layers(const resolve_context& context,
+                                               std::vector<config_layer> layers) {
+  std::stable_sort(layers.begin(), layers.end(), [](const config_layer& a, const config_layer& b) {
+    return static_cast<int>(a.source) < static_cast<int>(b.source);
+  });
+  dynamic_offload_settings settings;
+  for (const auto& layer : layers)
+    settings.warnings.insert(settings.warnings.end(), layer.warnings.begin(), layer.warnings.end());
+
+  const dynamic_offload_config* whole = nullptr;
+  for (const auto& layer : layers)
+    if (layer.whole_config) whole = &*layer.whole_config;
+  settings.explicit_config = whole != nullptr;
+
+  // The preset: --ddo-preset > code > DDO_PRESET > TOML > auto.
+  sourced<std::string> request{"auto", {origin::default_value, "preset"}};
+  for (origin rank : {origin::toml, origin::env, origin::config, origin::cli})
+    for (const auto& layer : layers)
+      if (layer.source == rank && layer.preset) request = *layer.preset;
+  for (const auto& layer : layers) {
+    if (layer.plan) settings.plan = layer.plan->value;
+    if (layer.disable_pin_on_wsl) settings.disable_pin_on_wsl = layer.disable_pin_on_wsl->value;
+  }
+  settings.running_on_wsl = context.running_on_wsl.value_or(running_on_wsl(context.paths));
+  std::optional<double> detected_ram_gb = context.detected_ram_gb;
+  if (!detected_ram_gb)
+    if (const auto bytes = available_ram_bytes(context.paths)) detected_ram_gb = bytes_to_gib(*bytes);
+
+  preset_context preset_inputs;
+  preset_inputs.backend = whole ? whole->backend : offload_backend::auto_select;
+  if (const auto backend = last_assignment(layers, "backend"))
+    preset_inputs.backend = *parse_enum<offload_backend>(std::get<std::string>(*backend));
+  preset_inputs.running_on_wsl = settings.running_on_wsl;
+  preset_inputs.disable_pin_on_wsl = settings.disable_pin_on_wsl;
+  preset_inputs.available_ram_gb = detected_ram_gb;
+  if (whole && whole->available_system_ram_gb > 0) preset_inputs.available_ram_gb = whole->available_system_ram_gb;
+  if (const auto ram = last_assignment(layers, "available_system_ram_gb"))
+    preset_inputs.available_ram_gb = std::get<double>(*ram);
+  preset_inputs.system_ram_headroom_gb = whole ? whole->system_ram_headroom_gb : 6.0;
+  if (const auto headroom = last_assignment(layers, "system_ram_headroom_gb"))
+    preset_inputs.system_ram_headroom_gb = std::get<double>(*headroom);
+  preset_inputs.model_bytes = context.model_bytes;
+  preset_inputs.vmm_supported = context.vmm_supported;
+  const preset_choice choice = resolve_preset(request.value, preset_inputs, request.where);
+  settings.requested_preset = request.value;
+  settings.effective_preset = choice.name;
+  settings.preset_reason = choice.reason;
+
+  // The base: a whole explicit config, or defaults + operational defaults + the preset.
+  dynamic_offload_config& config = settings.config;
+  config_provenance& provenance = settings.provenance;
+  const auto fields = config_fields();
+  if (whole) {
+    config = *whole;
+    for (std::size_t i = 0; i < fields.size(); ++i)
+      provenance.set(i, {origin::config, std::string(fields[i].name)});
+  } else {
+    for (const auto& [name, value] : operational_defaults(detected_ram_gb.value_or(0.0))) {
+      const std::size_t index = *find_field(name);
+      fields[index].set(config, value);
+      provenance.set(index, {origin::default_value,
+                             name == "available_system_ram_gb" ? "detected" : std::string(name)});
+    }
+    for (const auto& [name, value] : preset_values(choice.name)) {
+      const std::size_t index = *find_field(name);
+      fields[index].set(config, value);
+      provenance.set(index, {origin::preset, choice.name});
+    }
+  }
+  for (const auto& layer : layers)
+    for (const auto& assignment : layer.fields) {
+      fields[assignment.field].set(config, assignment.value);
+      provenance.set(assignment.field, assignment.where);
+    }
+  // Component config overrides for the component being configured outrank every other source.
+  if (!context.component.empty())
+    for (const auto& layer : layers) {
+      const auto it = layer.components.find(context.component);
+      if (it == layer.components.end()) continue;
+      for (const auto& [name, value] : it->second.config) {
+        const field_origin where{origin::component,
+                                 "component " + context.component + " policy field " + name};
+        const auto index = find_field(name);
+        if (!index)
+          throw config_error("component", name,
+                             describe(where) + " is not a ddo setting" +
+                                 did_you_mean(closest_name(name, explicit_source::field_names())));
+        fields[*index].set(config, normalize_field_value(fields[*index], value, where));
+        provenance.set(*index, where);
+      }
+    }
+
+  // --ddo-vmm-total-staging-gb: native routes take the total; the protected NVMe/legacy route
+  // splits it over its two staging slots.
+  std::optional<sourced<double>> total_staging;
+  for (const auto& layer : layers)
+    if (layer.vmm_total_staging_gb) total_staging = layer.vmm_total_staging_gb;
+  if (total_staging) {
+    const std::size_t index = *find_field("vmm_staging_buffer_gb");
+    const field_origin& where = total_staging->where;
+    if (!(total_staging->value > 0.0))
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + " = " + detail::format_number(total_staging->value) +
+                             ": not a valid value; expected a positive size in GiB");
+    if (provenance.at(index).source == origin::cli)
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + " and " + describe(provenance.at(index)) +
+                             " both set the staging size: give only one");
+    const bool native = config.vmm_native_transport || config.vmm_source_cache_gb > 0.0;
+    config.vmm_staging_buffer_gb = native ? total_staging->value : total_staging->value / 2.0;
+    provenance.set(index, where);
+  }
+
+  if (config.backend == offload_backend::auto_select)
+    config.backend = config.execution_mode == exec_mode::vmm_runtime ? offload_backend::vmm
+                                                                     : offload_backend::linear;
+  validate(config, provenance, settings.warnings);
+  if (config.backend == offload_backend::vmm && context.vmm_supported == false)
+    throw config_error(std::string(to_string(provenance.of("backend").source)),
+                       provenance.of("backend").key,
+                       describe(provenance.of("backend")) +
+                           " = \"vmm\": the device reports no virtual-memory-management support; "
+                           "expected linear, nvme or host_sim");
+
+  settings.requested_pin_cpu_memory = config.pin_cpu_memory;
+  settings.effective_pin_cpu_memory =
+      config.pin_cpu_memory && !(settings.running_on_wsl && settings.disable_pin_on_wsl);
+  config.pin_cpu_memory = settings.effective_pin_cpu_memory;
+  settings.enabled = settings.effective_preset != "off" &&
+                     (config.execution_mode != exec_mode::plan || settings.plan);
+
+  for (const auto& layer : layers) {
+    auto& target = layer.source == origin::toml ? settings.toml_component_policies
+                   : layer.source == origin::env ? settings.env_component_policies
+                                                 : settings.component_policies;
+    for (const auto& [name, policy] : layer.components) merge_policy(target[name], policy);
+    for (const auto& [phase, enabled] : layer.purge_windows_standby)
+      settings.purge_windows_standby[phase] = enabled;
+    if (layer.profile_dir) settings.profile_dir = *layer.profile_dir;
+  }
+  if (settings.profile_dir.empty()) settings.profile_dir = "~/.ddo/profiles";
+
+  std::vector<std::string> names;
+  if (!context.component.empty()) names.push_back(context.component);
+  for (const auto& name : context.components)
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  for (const auto& name : names)
+    settings.components.push_back(resolve_component(
+        settings, name, name == context.component ? context.route : std::nullopt));
+  return settings;
+}
+
+}  // namespace detail
+
+template <class... Sources>
+dynamic_offload_settings resolve_from_sources(const resolve_context& context,
+                                              const Sources&... sources) {
+  static_assert(check_config_sources<Sources...>());
+  std::vector<config_layer> layers;
+  layers.reserve(sizeof...(Sources));
+  (layers.push_back(sources.collect()), ...);
+  return detail::resolve_layers(context, std::move(layers));
+}
+
+inline dynamic_offload_settings resolve_settings(const resolve_inputs& inputs) {
+  resolve_context context;
+  context.component = inputs.component;
+  context.components = inputs.components;
+  context.route = inputs.route;
+  context.model_bytes = inputs.model_bytes;
+  context.vmm_supported = inputs.vmm_supported;
+  context.running_on_wsl = inputs.running_on_wsl;
+  context.detected_ram_gb = inputs.detected_ram_gb;
+  context.paths = inputs.paths;
+
+  explicit_source code;
+  code.preset = inputs.preset;
+  code.config = inputs.config;
+  code.overrides = inputs.overrides;
+  code.plan = inputs.plan;
+  code.disable_pin_on_wsl = inputs.disable_pin_on_wsl;
+  code.component_policies = inputs.component_policies;
+  env_source environment;
+  if (inputs.use_environment)
+    environment.variables = inputs.environment ? *inputs.environment : process_environment();
+  layer_source toml{inputs.toml.value_or(config_layer{})};
+  toml.layer.source = origin::toml;
+  layer_source cli{inputs.cli.value_or(config_layer{})};
+  cli.layer.source = origin::cli;
+  return resolve_from_sources(context, code, toml, environment, cli);
+}
+
+inline resolved_component resolve_component(const dynamic_offload_settings& settings,
+                                            std::string_view name,
+                                            std::optional<component_route> explicit_route) {
+  const resolved_component preset_default =
+      preset_component_default(settings.effective_preset, name, settings.explicit_config);
+  resolved_component out = preset_default;
+  const std::string key(name);
+  if (const auto it = settings.toml_component_policies.find(key);
+      it != settings.toml_component_policies.end())
+    detail::apply_component_policy(out, preset_default, it->second,
+                                   {origin::toml, "components." + key});
+  if (const auto it = settings.env_component_policies.find(key);
+      it != settings.env_component_policies.end())
+    detail::apply_component_policy(out, preset_default, it->second,
+                                   {origin::env, "DDO_" + component_env_name(name) + "_ROUTE"});
+  if (const auto it = settings.component_policies.find(key);
+      it != settings.component_policies.end())
+    detail::apply_component_policy(out, preset_default, it->second,
+                                   {origin::component, "component_policies[" + key + "]"});
+  if (explicit_route) {
+    out.route = *explicit_route == component_route::auto_select ? preset_default.route : *explicit_route;
+    out.route_origin = {origin::config, "route"};
+  }
+  if (settings.running_on_wsl && settings.disable_pin_on_wsl) {
+    out.offload_stream = false;  // the reference's WSL safety rule
+    out.offload_record_stream = false;
+  }
+  return out;
+}
+
+inline dynamic_offload_settings dynamic_offload_settings::from_env(std::string_view preset) {
+  resolve_inputs inputs;
+  if (!preset.empty()) inputs.preset = std::string(preset);
+  return resolve_settings(inputs);
+}
+
+inline resolved_component dynamic_offload_settings::component(std::string_view name) const {
+  return resolve_component(*this, name);
+}
+
+}  // namespace v0
+}  // namespace ddo
