@@ -66,6 +66,13 @@ struct plan_budgets {
   std::uint64_t free_vram_bytes = 0;        ///< as seen or stated at planning time
   std::uint64_t available_ram_bytes = 0;    ///< usable system RAM at planning time
   bool full_pin_zero_resident = false;      ///< the reference's full-pin zero-resident rule fired
+  std::string resident_budget_detail;       ///< how the resident budget was computed
+  std::string pin_budget_detail;            ///< how the pin budget was computed
+  std::uint64_t total_vram_bytes = 0;       ///< as seen or stated at planning time
+  std::uint64_t usable_ram_bytes = 0;       ///< available RAM minus system_ram_headroom_gb
+  std::uint64_t max_group_bytes = 0;        ///< the transport's slot/staging limit (0 = none)
+  std::string resident_selection;           ///< "first", "spread" or "largest"
+  std::string pin_selection;                ///< "first", "spread" or "largest"
 };
 
 /// @brief The complete plan of one model component.

@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Implementation of the safetensors reader and writer (model/safetensors.hpp).
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ddo/model/detail/json.hpp"
+#include "ddo/model/module_kind_inference.hpp"
+#include "ddo/model/safetensors.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+[[noreturn]] inline void throw_format(std::string_view file, std::string_view tensor,
+                                      const std::string& what) {
+  std::string message = "malformed safetensors file '" + std::string(file) + "'";
+  if (!tensor.empty()) message += ", tensor '" + json_parser::printable(tensor) + "'";
+  message += ": " + what;
+  throw format_error(std::string(file), std::string(tensor), message);
+}
+
+inline void write_text_file(const std::string& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw io_error(path, errno, "cannot create '" + path + "': " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      throw io_error(path, e, "cannot write '" + path + "': " + std::strerror(e));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) throw io_error(path, errno, "cannot close '" + path + "': " + std::strerror(errno));
+}
+
+[[nodiscard]] inline std::uint64_t read_le64(const std::array<std::byte, 8>& b) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]);
+  return v;
+}
+
+}  // namespace detail
+
+inline safetensors_header parse_safetensors_header(std::string_view header_json,
+                                                   std::uint64_t data_bytes,
+                                                   std::string_view file) {
+  using detail::throw_format;
+  detail::json_value root;
+  try {
+    root = detail::parse_json(header_json);
+  } catch (const detail::json_error& e) {
+    throw_format(file, "", "header is not valid JSON: " + e.message + " at header byte " +
+                               std::to_string(e.offset));
+  }
+  if (!root.is_object())
+    throw_format(file, "", std::string("header must be a JSON object, found ") +
+                               std::string(root.describe()));
+
+  safetensors_header header;
+  header.header_bytes = header_json.size();
+  header.data_bytes = data_bytes;
+  header.tensors.reserve(root.members().size());
+  for (const auto& [name, entry] : root.members()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object())
+        throw_format(file, "", "__metadata__ must be an object of strings, found " +
+                                   std::string(entry.describe()));
+      for (const auto& [key, value] : entry.members()) {
+        if (!value.is_string())
+          throw_format(file, "", "__metadata__ value of '" + detail::json_parser::printable(key) +
+                                     "' must be a string, found " + std::string(value.describe()));
+        header.metadata.emplace_back(key, value.text());
+      }
+      continue;
+    }
+    if (name.empty()) throw_format(file, name, "tensor name is empty");
+    if (!entry.is_object())
+      throw_format(file, name, "entry must be an object with dtype, shape and data_offsets, found " +
+                                   std::string(entry.describe()));
+    for (const auto& [key, value] : entry.members()) {
+      (void)value;
+      if (key != "dtype" && key != "shape" && key != "data_offsets")
+        throw_format(file, name, "unknown field '" + detail::json_parser::printable(key) +
+                                     "' (allowed: dtype, shape, data_offsets)");
+    }
+    const auto* dtype_value = entry.find("dtype");
+    const auto* shape_value = entry.find("shape");
+    const auto* offsets_value = entry.find("data_offsets");
+    if (dtype_value == nullptr) throw_format(file, name, "missing field 'dtype'");
+    if (shape_value == nullptr) throw_format(file, name, "missing field 'shape'");
+    if (offsets_value == nullptr) throw_format(file, name, "missing field 'data_offsets'");
+
+    safetensors_tensor t;
+    t.name = name;
+    if (!dtype_value->is_string())
+      throw_format(file, name, "dtype must be a string, found " + std::string(dtype_value->describe()));
+    const auto type = parse_dtype(dtype_value->text());
+    if (!type) {
+      std::string known;
+      for (const auto& info : dtype_table) known += (known.empty() ? "" : ", ") + std::string(info.safetensors_name);
+      throw_format(file, name, "unknown dtype '" + detail::json_parser::printable(dtype_value->text()) +
+                                   "' (known: " + known + ")");
+    }
+    t.type = *type;
+
+    if (!shape_value->is_array())
+      throw_format(file, name, "shape must be a list of integers, found " +
+                                   std::string(shape_value->describe()));
+    std::uint64_t elements = 1;
+    bool overflow = false;
+    for (const auto& d : shape_value->items()) {
+      const auto dim = d.as_u64();
+      if (!dim || *dim > static_cast<std::uint64_t>(INT64_MAX))
+        throw_format(file, name, "shape entries must be non-negative integers, found '" +
+                                     detail::json_parser::printable(d.is_number() ? d.text() : std::string(d.describe())) + "'");
+      t.shape.push_back(static_cast<std::int64_t>(*dim));
+      if (*dim != 0 && elements > UINT64_MAX / *dim) overflow = true;
+      else elements *= *dim;
+    }
+    // A zero dimension makes the product 0 whatever overflowed before it.
+    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
+      elements = 0;
+      overflow = false;
+    }
+    const std::uint64_t element_size = size_of(t.type);
+    if (overflow || (element_size != 0 && elements > UINT64_MAX / element_size))
+      throw_format(file, name, "shape's byte size overflows 64 bits");
+    const std::uint64_t expected = elements * element_size;
+
+    if (!offsets_value->is_array() || offsets_value->items().size() != 2)
+      throw_format(file, name, "data_offsets must be a list of two integers [begin, end]");
+    const auto begin = offsets_value->items()[0].as_u64();
+    const auto end = offsets_value->items()[1].as_u64();
+    if (!begin || !end)
+      throw_format(file, name, "data_offsets must be non-negative integers that fit 64 bits");
+    t.begin = *begin;
+    t.end = *end;
+    if (t.begin > t.end)
+      throw_format(file, name, "data_offsets begin " + std::to_string(t.begin) + " is after end " +
+                                   std::to_string(t.end));
+    if (t.end > data_bytes)
+      throw_format(file, name, "data_offsets [" + std::to_string(t.begin) + ", " +
+                                   std::to_string(t.end) + ") reach past the data section of " +
+                                   std::to_string(data_bytes) + " bytes (file truncated?)");
+    if (t.end - t.begin != expected)
+      throw_format(file, name, "data_offsets span " + std::to_string(t.end - t.begin) +
+                                   " bytes but shape x dtype (" + std::string(to_string(t.type)) +
+                                   ") needs " + std::to_string(expected));
+    header.tensors.push_back(std::move(t));
+  }
+
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const safetensors_tensor& a, const safetensors_tensor& b) {
+              return a.begin != b.begin ? a.begin < b.begin
+                                        : (a.end != b.end ? a.end < b.end : a.name < b.name);
+            });
+  // Sorted by begin, a range overlaps another iff it starts before the furthest end so far.
+  std::uint64_t furthest_end = 0;
+  std::string furthest_name;
+  for (const auto& t : header.tensors) {
+    if (t.begin == t.end) continue;  // empty tensors occupy no bytes
+    if (t.begin < furthest_end)
+      throw_format(file, t.name, "byte range [" + std::to_string(t.begin) + ", " +
+                                     std::to_string(t.end) + ") overlaps tensor '" +
+                                     detail::json_parser::printable(furthest_name) +
+                                     "' which ends at " + std::to_string(furthest_end));
+    furthest_end = t.end;
+    furthest_name = t.name;
+  }
+  return header;
+}
+
+inline safetensors_header read_safetensors_header(const file_reader& file) {
+  using detail::throw_format;
+  const std::string& path = file.path();
+  if (file.size() < 8)
+    throw_format(path, "", "file has " + std::to_string(file.size()) +
+                               " bytes, fewer than the 8-byte header length (truncated?)");
+  std::array<std::byte, 8> length_bytes{};
+  file.read(0, length_bytes);
+  const std::uint64_t n = detail::read_le64(length_bytes);
+  if (n > max_safetensors_header_bytes)
+    throw_format(path, "", "header length " + std::to_string(n) + " exceeds the limit of " +
+                               std::to_string(max_safetensors_header_bytes) +
+                               " bytes (not a safetensors file, or corrupt)");
+  if (n > file.size() - 8)
+    throw_format(path, "", "header length " + std::to_string(n) + " is longer than the " +
+                               std::to_string(file.size() - 8) +
+                               " bytes that follow it (truncated?)");
+  if (n < 2) throw_format(path, "", "header length " + std::to_string(n) + " is too short for a JSON object");
+  std::string json(static_cast<std::size_t>(n), '\0');
+  file.read(8, std::as_writable_bytes(std::span<char>(json.data(), json.size())));
+  // The safetensors writer pads the header with trailing spaces; JSON allows them.
+  safetensors_header header = parse_safetensors_header(json, file.size() - 8 - n, path);
+  header.data_offset = 8 + n;
+  return header;
+}
+
+inline bool is_safetensors_index(std::string_view path) noexcept {
+  return path.ends_with(".index.json");
+}
+
+namespace detail {
+
+inline void append_one_safetensors_file(weight_table& table, const std::string& path,
+                                        safetensors_backend backend,
+                                        std::vector<std::string>* names_out) {
+  const file_reader reader(path, backend);
+  const safetensors_header header = read_safetensors_header(reader);
+  const std::size_t file_index = table.add_file(path);
+  for (const auto& t : header.tensors) {
+    if (table.find(t.name))
+      throw_format(path, t.name, "tensor name appears twice in the model (another file already has it)");
+    weight_info w;
+    w.name = t.name;
+    w.module_name = module_name_of(t.name);
+    w.type = t.type;
+    w.shape = t.shape;
+    w.bytes = t.end - t.begin;
+    w.source = file_source{file_index, header.data_offset + t.begin};
+    table.add(std::move(w));
+    if (names_out != nullptr) names_out->push_back(t.name);
+  }
+}
+
+inline void append_safetensors_index(weight_table& table, const std::string& index_path,
+                                     safetensors_backend backend) {
+  const file_reader reader(index_path, safetensors_backend::pread);
+  // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
+  if (reader.size() > max_safetensors_header_bytes)
+    throw_format(index_path, "", "index file of " + std::to_string(reader.size()) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(max_safetensors_header_bytes) + " bytes");
+  std::string text(static_cast<std::size_t>(reader.size()), '\0');
+  reader.read(0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+  json_value root;
+  try {
+    root = parse_json(text);
+  } catch (const json_error& e) {
+    throw_format(index_path, "", "index is not valid JSON: " + e.message + " at byte " +
+                                     std::to_string(e.offset));
+  }
+  const json_value* map = root.is_object() ? root.find("weight_map") : nullptr;
+  if (map == nullptr || !map->is_object())
+    throw_format(index_path, "", "index must be a JSON object with a \"weight_map\" object");
+  const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
+  std::vector<std::string> shards;  // in order of first appearance
+  std::unordered_map<std::string, std::string> shard_of;
+  for (const auto& [tensor, shard] : map->members()) {
+    if (!shard.is_string() || shard.text().empty())
+      throw_format(index_path, tensor, "weight_map value must be a shard file name");
+    const std::filesystem::path p(shard.text());
+    bool escapes = p.is_absolute();
+    for (const auto& part : p) escapes = escapes || part == "..";
+    if (escapes)
+      throw_format(index_path, tensor, "shard '" + json_parser::printable(shard.text()) +
+                                           "' must be a file name relative to the index's directory");
+    if (std::find(shards.begin(), shards.end(), shard.text()) == shards.end())
+      shards.push_back(shard.text());
+    shard_of.emplace(tensor, shard.text());
+  }
+  for (const auto& shard : shards) {
+    const std::string shard_path = (directory / shard).string();
+    std::vector<std::string> names;
+    append_one_safetensors_file(table, shard_path, backend, &names);
+    for (const auto& name : names) {
+      const auto it = shard_of.find(name);
+      if (it == shard_of.end())
+        throw_format(shard_path, name, "tensor is not listed in the index '" + index_path + "'");
+      if (it->second != shard)
+        throw_format(shard_path, name, "index '" + index_path + "' places this tensor in '" +
+                                           it->second + "'");
+    }
+  }
+  for (const auto& [tensor, shard] : shard_of)
+    if (!table.find(tensor))
+      throw_format((directory / shard).string(), tensor,
+                   "tensor listed in the index '" + index_path + "' is missing from its shard");
+}
+
+}  // namespace detail
+
+inline void append_safetensors(weight_table& table, const std::string& path,
+                               safetensors_backend backend) {
+  const std::size_t first = table.size();
+  if (is_safetensors_index(path))
+    detail::append_safetensors_index(table, path, backend);
+  else
+    detail::append_one_safetensors_file(table, path, backend, nullptr);
+  infer_module_kinds(table, {}, first);
+}
+
+inline weight_table load_safetensors(const std::string& path, safetensors_backend backend) {
+  weight_table table;
+  append_safetensors(table, path, backend);
+  return table;
+}
+
+inline weight_table load_safetensors(std::span<const std::string> paths,
+                                     safetensors_backend backend) {
+  weight_table table;
+  for (const auto& path : paths) append_safetensors(table, path, backend);
+  return table;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+inline std::uint64_t safetensors_tensor_spec::bytes() const {
+  std::uint64_t elements = 1;
+  for (auto d : shape) {
+    DDO_EXPECTS(d >= 0, "safetensors_tensor_spec: negative dimension in '" + name + "'");
+    elements *= static_cast<std::uint64_t>(d);
+  }
+  return elements * size_of(type);
+}
+
+inline safetensors_writer::safetensors_writer(std::string path,
+                                              std::vector<safetensors_tensor_spec> tensors,
+                                              std::vector<std::pair<std::string, std::string>> metadata)
+    : path_(std::move(path)) {
+  std::string json = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    json += "\"__metadata__\":{";
+    for (std::size_t i = 0; i < metadata.size(); ++i)
+      json += (i ? "," : "") + detail::json_quote(metadata[i].first) + ":" +
+              detail::json_quote(metadata[i].second);
+    json += "}";
+    first = false;
+  }
+  std::unordered_set<std::string> names;
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    DDO_EXPECTS(!t.name.empty() && t.name != "__metadata__",
+                "safetensors_writer: invalid tensor name '" + t.name + "'");
+    DDO_EXPECTS(names.insert(t.name).second,
+                "safetensors_writer: duplicate tensor name '" + t.name + "'");
+    const std::uint64_t bytes = t.bytes();
+    json += (first ? "" : ",") + detail::json_quote(t.name) + ":{\"dtype\":\"" +
+            std::string(to_string(t.type)) + "\",\"shape\":[";
+    for (std::size_t i = 0; i < t.shape.size(); ++i) json += (i ? "," : "") + std::to_string(t.shape[i]);
+    json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+    first = false;
+  }
+  json += "}";
+  while ((8 + json.size()) % 8 != 0) json += ' ';
+  data_bytes_ = offset;
+  data_offset_ = 8 + json.size();
+
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw io_error(path_, errno, "cannot create '" + path_ + "': " + std::strerror(errno));
+  buffer_.resize(16 * 1024 * 1024);
+  std::array<std::byte, 8> length{};
+  for (std::size_t i = 0; i < 8; ++i)
+    length[i] = static_cast<std::byte>((static_cast<std::uint64_t>(json.size()) >> (8 * i)) & 0xff);
+  std::memcpy(buffer_.data(), length.data(), 8);
+  buffered_ = 8;
+  // The header itself goes through the same buffer (it may be larger than the buffer).
+  const auto* header = reinterpret_cast<const std::byte*>(json.data());
+  std::size_t left = json.size();
+  while (left > 0) {
+    const std::size_t n = std::min(left, buffer_.size() - buffered_);
+    std::memcpy(buffer_.data() + buffered_, header, n);
+    buffered_ += n;
+    header += n;
+    left -= n;
+    if (buffered_ == buffer_.size()) flush();
+  }
+}
+
+inline safetensors_writer::~safetensors_writer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+inline void safetensors_writer::flush() {
+  std::size_t done = 0;
+  while (done < buffered_) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, buffered_ - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error(path_, errno, "cannot write '" + path_ + "': " + std::strerror(errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  buffered_ = 0;
+}
+
+inline void safetensors_writer::write(std::span<const std::byte> bytes) {
+  DDO_EXPECTS(fd_ >= 0, "safetensors_writer::write after finish()");
+  DDO_EXPECTS(bytes.size() <= data_bytes_ - written_,
+              "safetensors_writer::write: " + std::to_string(bytes.size()) + " bytes given but only " +
+                  std::to_string(data_bytes_ - written_) + " remain in '" + path_ + "'");
+  written_ += bytes.size();
+  while (!bytes.empty()) {
+    if (buffered_ == 0 && bytes.size() >= buffer_.size()) {
+      // Large writes bypass the buffer: one copy less.
+      const std::size_t n = bytes.size() / buffer_.size() * buffer_.size();
+      std::size_t done = 0;
+      while (done < n) {
+        const ssize_t w = ::write(fd_, bytes.data() + done, n - done);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          throw io_error(path_, errno, "cannot write '" + path_ + "': " + std::strerror(errno));
+        }
+        done += static_cast<std::size_t>(w);
+      }
+      bytes = bytes.subspan(n);
+      continue;
+    }
+    const std::size_t n = std::min(bytes.size(), buffer_.size() - buffered_);
+    std::memcpy(buffer_.data() + buffered_, bytes.data(), n);
+    buffered_ += n;
+    bytes = bytes.subspan(n);
+    if (buffered_ == buffer_.size()) flush();
+  }
+}
+
+inline void safetensors_writer::finish() {
+  DDO_EXPECTS(fd_ >= 0, "safetensors_writer::finish called twice");
+  DDO_EXPECTS(written_ == data_bytes_,
+              "safetensors_writer::finish: " + std::to_string(written_) + " of " +
+                  std::to_string(data_bytes_) + " data bytes written to '" + path_ + "'");
+  flush();
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0)
+    throw io_error(path_, errno, "cannot close '" + path_ + "': " + std::strerror(errno));
+}
+
+inline void write_safetensors(const std::string& path,
+                              std::span<const safetensors_tensor_data> tensors,
+                              std::vector<std::pair<std::string, std::string>> metadata) {
+  std::vector<safetensors_tensor_spec> specs;
+  specs.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    DDO_EXPECTS(t.data.size() == t.spec.bytes(),
+                "write_safetensors: '" + t.spec.name + "' has " + std::to_string(t.data.size()) +
+                    " bytes of data but its shape needs " + std::to_string(t.spec.bytes()));
+    specs.push_back(t.spec);
+  }
+  safetensors_writer writer(path, std::move(specs), std::move(metadata));
+  for (const auto& t : tensors) writer.write(t.data);
+  writer.finish();
+}
+
+inline void write_safetensors_index(const std::string& path,
+                                    std::span<const std::pair<std::string, std::string>> weight_map,
+                                    std::uint64_t total_size) {
+  std::string json = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total_size) +
+                     "},\n  \"weight_map\": {";
+  for (std::size_t i = 0; i < weight_map.size(); ++i)
+    json += std::string(i ? "," : "") + "\n    " + detail::json_quote(weight_map[i].first) + ": " +
+            detail::json_quote(weight_map[i].second);
+  json += "\n  }\n}\n";
+  detail::write_text_file(path, json);
+}
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Implementation of the synthetic model writer (model/synthetic_model.hpp).
+
+#include <cstring>
+
+#include "ddo/model/synthetic_model.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
+    const synthetic_model_options& o) {
+  DDO_EXPECTS(o.blocks > 0 && o.hidden > 0 && o.mlp_ratio > 0,
+              "synthetic model: blocks, hidden and mlp ratio must be positive");
+  DDO_EXPECTS(o.type == dtype::bf16 || o.type == dtype::f16 || o.type == dtype::f32,
+              "synthetic model: dtype must be bf16, fp16 or fp32, got " + std::string(to_string(o.type)));
+  const std::int64_t h = o.hidden;
+  const std::int64_t m = h * static_cast<std::int64_t>(o.mlp_ratio);
+  const std::int64_t head = h < 128 ? h : 128;
+  std::vector<safetensors_tensor_spec> specs;
+  auto linear = [&](const std::string& module, std::int64_t out, std::int64_t in) {
+    specs.push_back({module + ".weight", o.type, {out, in}});
+    specs.push_back({module + ".bias", o.type, {out}});
+  };
+  auto vec = [&](const std::string& name, std::int64_t n) { specs.push_back({name, o.type, {n}}); };
+  linear("x_embedder", h, 64);
+  linear("context_embedder", h, 4096);
+  linear("time_text_embed.timestep_embedder.linear_1", h, 256);
+  linear("time_text_embed.timestep_embedder.linear_2", h, h);
+  for (std::uint32_t b = 0; b < o.blocks; ++b) {
+    const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+    vec(p + "norm1.weight", h);
+    linear(p + "attn.to_q", h, h);
+    linear(p + "attn.to_k", h, h);
+    linear(p + "attn.to_v", h, h);
+    vec(p + "attn.norm_q.weight", head);
+    vec(p + "attn.norm_k.weight", head);
+    linear(p + "attn.to_out.0", h, h);
+    vec(p + "norm2.weight", h);
+    linear(p + "ff.net.0.proj", m, h);
+    linear(p + "ff.net.2", h, m);
+  }
+  linear("norm_out.linear", 2 * h, h);
+  linear("proj_out", 64, h);
+  return specs;
+}
+
+inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng) {
+  const std::size_t size = size_of(type);
+  DDO_EXPECTS(size != 0 && out.size() % size == 0, "fill_random_nonzero: partial element");
+  std::byte* p = out.data();
+  const std::size_t n = out.size() / size;
+  if (type == dtype::f32) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t r = rng.next();
+      // sign | exponent 117..122 (2^-10 .. 2^-5 scale) | 23-bit mantissa
+      const auto bits = static_cast<std::uint32_t>(((r >> 63) << 31) | ((117 + (r >> 32) % 6) << 23) |
+                                                   (r & 0x7fffffu));
+      std::memcpy(p + 4 * i, &bits, 4);
+    }
+    return;
+  }
+  const bool bf16 = type == dtype::bf16;
+  std::size_t i = 0;
+  while (i < n) {
+    const std::uint64_t r = rng.next();
+    for (int k = 0; k < 4 && i < n; ++k, ++i) {
+      const auto r16 = static_cast<std::uint16_t>(r >> (16 * k));
+      std::uint16_t bits;
+      if (bf16) {
+        // sign | exponent 117..124 | 7-bit mantissa
+        bits = static_cast<std::uint16_t>((r16 & 0x8000u) | ((117u + ((r16 >> 7) & 7u)) << 7) | (r16 & 0x7fu));
+      } else {
+        // fp16: sign | exponent 5..12 (bias 15) | 10-bit mantissa
+        bits = static_cast<std::uint16_t>((r16 & 0x8000u) | ((5u + ((r16 >> 10) & 7u)) << 10) | (r16 & 0x3ffu));
+      }
+      std::memcpy(p + 2 * i, &bits, 2);
+    }
+  }
+}
+
+inline synthetic_model_result write_synthetic_model(const synthetic_model_options& o) {
+  DDO_EXPECTS(!o.output.empty(), "synthetic model: an output path is needed");
+  DDO_EXPECTS(o.shards >= 1, "synthetic model: shards must be at least 1");
+  const auto specs = synthetic_model_specs(o);
+  DDO_EXPECTS(o.shards <= specs.size(), "synthetic model: " + std::to_string(o.shards) +
+                                            " shards for only " + std::to_string(specs.size()) +
+                                            " tensors");
+  synthetic_model_result result;
+  result.tensors = specs.size();
+  for (const auto& s : specs) result.tensor_bytes += s.bytes();
+
+  // Shards split the execution-ordered tensors into contiguous runs of about equal bytes.
+  std::vector<std::vector<safetensors_tensor_spec>> shard_specs(o.shards);
+  {
+    std::uint64_t done = 0;
+    std::size_t shard = 0;
+    for (std::size_t t = 0; t < specs.size(); ++t) {
+      const std::size_t left_tensors = specs.size() - t;
+      const std::size_t left_shards = o.shards - shard;
+      // Move on once this shard has its share, keeping at least one tensor per remaining shard.
+      if (!shard_specs[shard].empty() && shard + 1 < o.shards &&
+          (done * o.shards >= result.tensor_bytes * (shard + 1) || left_tensors < left_shards))
+        ++shard;
+      shard_specs[shard].push_back(specs[t]);
+      done += specs[t].bytes();
+    }
+  }
+
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  if (o.shards == 1) {
+    result.files.push_back(o.output);
+  } else {
+    const std::filesystem::path index(o.output);
+    std::string stem = index.filename().string();
+    for (std::string_view suffix : {".safetensors.index.json", ".index.json", ".json"})
+      if (stem.size() > suffix.size() && stem.ends_with(suffix)) {
+        stem.resize(stem.size() - suffix.size());
+        break;
+      }
+    char number[64];
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      std::snprintf(number, sizeof number, "-%05u-of-%05u.safetensors", s + 1, o.shards);
+      const std::string name = stem + number;
+      result.files.push_back((index.parent_path() / name).string());
+      for (const auto& spec : shard_specs[s]) weight_map.emplace_back(spec.name, name);
+    }
+    result.index = o.output;
+  }
+
+  splitmix64 rng{o.seed};
+  std::vector<std::byte> chunk(32 * 1024 * 1024);
+  const std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"},
+                                                                      {"generator", "ddo-make-model"}};
+  for (std::size_t s = 0; s < result.files.size(); ++s) {
+    safetensors_writer writer(result.files[s], shard_specs[s], metadata);
+    std::uint64_t left = writer.data_bytes();
+    while (left > 0) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
+      // Chunks are multiples of 4 bytes except the last, and tensor sizes are multiples of the
+      // element size, so elements never straddle chunks.
+      const std::span<std::byte> part(chunk.data(), n);
+      fill_random_nonzero(part, o.type, rng);
+      writer.write(part);
+      left -= n;
+    }
+    writer.finish();
+  }
+  if (o.shards > 1) write_safetensors_index(o.output, weight_map, result.tensor_bytes);
+  return result;
+}
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Execution groups: the units the runtime streams, in the order the engine runs them.
+///
+/// Inference (infer_execution_groups):
+///  - A *block* is the part of a module name up to and including a block index. With the patterns
+///    {"auto"} (or none), a block is the outermost `<family>.<N>` where `<family>` is one of
+///    auto_block_families and N an unsigned integer: "transformer_blocks.3",
+///    "single_transformer_blocks.0", "model.layers.12", "transformer.h.7". With explicit patterns
+///    (ECMAScript regexes, searched in the module name, the first matching pattern wins), the block
+///    is the module-name prefix that ends where the match ends (a trailing '.' dropped), and N is
+///    the last run of digits in the match.
+///  - Order: blocks of one family by N (numerically: 2 before 10); families in order of first
+///    appearance in the weight table, except that a family whose last component starts with
+///    "single_" runs right after its sibling ("single_transformer_blocks" after
+///    "transformer_blocks", "single_blocks" after "double_blocks"), the Flux/SD3 convention that
+///    the alphabetical order of safetensors files would otherwise reverse.
+///  - Weights outside every block form a group "<before>" (run before the first block) and a
+///    group "<after>" (run after the last). A weight goes to "<after>" when a component of its
+///    module name is an output module (norm_out, proj_out, conv_out, final_layer, lm_head, ln_f,
+///    norm_f, head, output), to "<before>" when a component is an input module (containing
+///    "embed", or patch_embed, pos_embed, img_in, txt_in, conv_in, proj_in, time_in, vector_in,
+///    guidance_in, input), and otherwise by position: before the table's first block weight →
+///    "<before>", else "<after>". Empty groups are omitted.
+///  - A table with no block at all gets one group per top-level module (first name component),
+///    in table order.
+/// Within a group, weights keep table order.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <regex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/model/weight_table.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Weights used together, streamed as one unit.
+struct execution_group {
+  std::string name;                  ///< "transformer_blocks.3", "<before>", "<after>", ...
+  std::vector<std::size_t> weights;  ///< weight-table indices, in table order
+  bool is_block = false;             ///< a numbered block (a candidate for block residency)
+};
+
+/// @brief The block families `resident_module_patterns = {"auto"}` recognises.
+inline constexpr std::array<std::string_view, 12> auto_block_families = {
+    "transformer_blocks", "single_transformer_blocks", "double_blocks", "single_blocks",
+    "blocks",             "layers",                    "layer",         "h",
+    "block",              "resblocks",                 "decoder_layers", "encoder_layers"};
+
+/// @brief Infers execution groups from block patterns (see this header's description).
+/// @param patterns `resident_module_patterns`: empty or {"auto"} for the built-in families,
+/// otherwise regular expressions.
+/// @throws config_error (source "config", key "resident_module_patterns") for an invalid regex.
+[[nodiscard]] std::vector<execution_group> infer_execution_groups(
+    const weight_table& table, std::span<const std::string> patterns = {});
+
+/// @brief Checks engine-given groups: every weight index valid and in exactly one group, names
+/// non-empty and unique; sorts each group's weights into table order.
+/// @throws usage_error naming the first offending weight or group.
+[[nodiscard]] std::vector<execution_group> validate_execution_groups(
+    const weight_table& table, std::vector<execution_group> groups);
+
+/// @brief For each weight, the index of its group in @p groups.
+[[nodiscard]] std::vector<std::size_t> group_of_weights(const weight_table& table,
+                                                        std::span<const execution_group> groups);
+
+}  // namespace v0
+}  // namespace ddo
+
+#include "ddo/model/detail/execution_groups_impl.hpp"

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief What the planning policies see (plan_context) and what they return (residency_result,
+/// pin_result, selection_candidate).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/machine_capacity.hpp"
+#include "ddo/plan/plan.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief One thing a budget can be spent on (a module or a block), in execution order.
+struct selection_candidate {
+  std::uint64_t bytes = 0;
+};
+
+/// @brief The inputs of one planning run. Built by make_plan; policies only read it.
+struct plan_context {
+  const weight_table& table;
+  const dynamic_offload_config& config;
+  const machine_capacity& machine;
+  std::span<const execution_group> groups;    ///< in execution order
+  std::vector<std::size_t> group_of;          ///< per weight: index into groups
+  std::vector<std::size_t> execution_order;   ///< weight indices, group by group
+  std::vector<std::size_t> position;          ///< per weight: its index in execution_order
+
+  /// @brief Usable system RAM: `available_system_ram_gb` when set, else the machine's available
+  /// RAM; minus `system_ram_headroom_gb`; never below 0.
+  [[nodiscard]] std::uint64_t available_ram_bytes() const noexcept;
+  [[nodiscard]] std::uint64_t usable_ram_bytes() const noexcept;
+};
+
+/// @brief The residency planner's answer.
+struct residency_result {
+  std::vector<char> resident;      ///< per weight: 1 = gpu_resident for the whole run
+  std::vector<char> managed;       ///< per weight: 1 = dynamically managed (streamed unless resident)
+  std::vector<std::string> reason; ///< per weight: the rule or selector that decided
+  std::uint64_t budget_bytes = 0;  ///< the resident module budget
+  std::string budget_source;       ///< "explicit", "balanced", "full_pin_zero_resident", "none"
+  std::string budget_detail;       ///< how the budget was computed, for the summary
+  bool full_pin_zero_resident = false;
+};
+
+/// @brief The pin selector's answer.
+struct pin_result {
+  std::vector<placement> where;    ///< per weight
+  std::vector<std::string> reason; ///< per weight (kept from residency for resident weights)
+  std::uint64_t budget_bytes = 0;  ///< pinned host bytes allowed
+  std::string budget_source;       ///< "explicit", "ratio", "auto", "full_pin", "disabled", "wsl"
+  std::string budget_detail;
+};
+
+inline std::uint64_t plan_context::available_ram_bytes() const noexcept {
+  return config.available_system_ram_gb > 0.0 ? gib_to_bytes(config.available_system_ram_gb)
+                                              : machine.available_ram_bytes;
+}
+
+inline std::uint64_t plan_context::usable_ram_bytes() const noexcept {
+  const std::uint64_t available = available_ram_bytes();
+  const std::uint64_t headroom = gib_to_bytes(config.system_ram_headroom_gb);
+  return available > headroom ? available - headroom : 0;
+}
+
+}  // namespace v0
+}  // namespace ddo

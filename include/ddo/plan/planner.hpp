@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::make_plan: the entry point that turns a weight table, a config and the machine's
+/// capacities into an offload_plan, composing a residency planner and a pin selector.
+///
+/// Steps: validate the config fields planning reads; build the execution groups (inferred from
+/// `resident_module_patterns`, or the engine's); run the residency planner, then the pin
+/// selector; assemble per-weight decisions and per-group bytes; check the plan against the
+/// machine:
+///  - every group's streamed bytes ≤ machine.max_group_bytes (when not 0), else out_of_memory
+///    (tier "transport_slot") naming the group and both sizes;
+///  - resident bytes ≤ free VRAM (when free VRAM is known), else out_of_memory (tier "device");
+///  - pinned bytes ≤ the pin budget (a policy that broke its budget is a bug: usage_error).
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/concepts.hpp"
+#include "ddo/plan/machine_capacity.hpp"
+#include "ddo/plan/pin_selector.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/residency_planner.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Plans with execution groups given by the engine (validated with
+/// validate_execution_groups).
+/// @tparam Planner a ddo::residency_planner (plan/concepts.hpp)
+/// @tparam PinSelector a ddo::pin_selector (plan/concepts.hpp)
+/// @throws config_error for invalid settings, out_of_memory for budgets the machine cannot
+/// meet, usage_error for invalid groups.
+template <class Planner = default_residency_planner, class PinSelector = default_pin_selector>
+[[nodiscard]] offload_plan make_plan(const weight_table& table, std::vector<execution_group> groups,
+                                     const dynamic_offload_config& config,
+                                     const machine_capacity& machine, Planner planner = {},
+                                     PinSelector pin_selector_policy = {});
+
+/// @brief Plans with execution groups inferred from `config.resident_module_patterns` (see
+/// model/execution_groups.hpp).
+template <class Planner = default_residency_planner, class PinSelector = default_pin_selector>
+[[nodiscard]] offload_plan make_plan(const weight_table& table, const dynamic_offload_config& config,
+                                     const machine_capacity& machine, Planner planner = {},
+                                     PinSelector pin_selector_policy = {}) {
+  return make_plan(table, infer_execution_groups(table, config.resident_module_patterns), config,
+                   machine, std::move(planner), std::move(pin_selector_policy));
+}
+
+namespace detail {
+
+inline void check_plan_number(double value, const char* field) {
+  if (std::isnan(value) || value < 0.0)
+    throw config_error("config", field,
+                       std::string(field) + " must be a non-negative number, got " +
+                           std::to_string(value));
+}
+
+inline void check_planning_config(const dynamic_offload_config& c) {
+  check_plan_number(c.resident_module_budget_gb, "resident_module_budget_gb");
+  check_plan_number(c.max_resident_module_budget_gb, "max_resident_module_budget_gb");
+  check_plan_number(c.auto_vram_headroom_gb, "auto_vram_headroom_gb");
+  check_plan_number(c.auto_full_pin_min_model_to_vram_ratio, "auto_full_pin_min_model_to_vram_ratio");
+  check_plan_number(c.max_pin_weight_budget_gb, "max_pin_weight_budget_gb");
+  check_plan_number(c.available_system_ram_gb, "available_system_ram_gb");
+  check_plan_number(c.system_ram_headroom_gb, "system_ram_headroom_gb");
+  check_plan_number(c.pin_weight_budget_gb, "pin_weight_budget_gb");
+  // The reference clamps the ratio into [0, 1]; NaN has no clamp.
+  if (std::isnan(c.pin_weight_budget_ratio))
+    throw config_error("config", "pin_weight_budget_ratio", "pin_weight_budget_ratio is NaN");
+}
+
+}  // namespace detail
+
+template <class Planner, class PinSelector>
+offload_plan make_plan(const weight_table& table, std::vector<execution_group> groups,
+                       const dynamic_offload_config& config, const machine_capacity& machine,
+                       Planner planner, PinSelector pin_selector_policy) {
+  static_assert(residency_planner<Planner>,
+                "make_plan: Planner must model ddo::residency_planner (a member `using policy_tag = "
+                "ddo::residency_planner_tag;` and plan_residency(const plan_context&) returning "
+                "residency_result); see ddo/plan/concepts.hpp");
+  static_assert(pin_selector<PinSelector>,
+                "make_plan: PinSelector must model ddo::pin_selector (a member `using policy_tag = "
+                "ddo::pin_selector_tag;` and select_pinned(const plan_context&, const "
+                "residency_result&) returning pin_result); see ddo/plan/concepts.hpp");
+  detail::check_planning_config(config);
+  groups = validate_execution_groups(table, std::move(groups));
+
+  plan_context context{table, config, machine, groups, {}, {}, {}};
+  context.group_of = group_of_weights(table, groups);
+  context.position.assign(table.size(), 0);
+  for (const auto& g : groups)
+    for (std::size_t i : g.weights) {
+      context.position[i] = context.execution_order.size();
+      context.execution_order.push_back(i);
+    }
+
+  const residency_result residency = planner.plan_residency(context);
+  DDO_EXPECTS(residency.resident.size() == table.size() && residency.reason.size() == table.size(),
+              "make_plan: the residency planner returned entries for " +
+                  std::to_string(residency.resident.size()) + " weights, the table has " +
+                  std::to_string(table.size()));
+  const pin_result pins = pin_selector_policy.select_pinned(context, residency);
+  DDO_EXPECTS(pins.where.size() == table.size() && pins.reason.size() == table.size(),
+              "make_plan: the pin selector returned entries for " + std::to_string(pins.where.size()) +
+                  " weights, the table has " + std::to_string(table.size()));
+
+  offload_plan plan;
+  plan.decisions.resize(table.size());
+  plan.groups.reserve(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    plan_group pg;
+    pg.name = groups[g].name;
+    pg.weights = groups[g].weights;
+    for (std::size_t i : pg.weights) {
+      placement where = pins.where[i];
+      DDO_EXPECTS((where == placement::gpu_resident) == (residency.resident[i] != 0),
+                  "make_plan: the pin selector changed the residency of '" + table[i].name + "'");
+      plan.decisions[i] = weight_decision{where, g, pins.reason[i]};
+      pg.bytes_by_placement[static_cast<std::size_t>(where)] += table[i].bytes;
+    }
+    plan.groups.push_back(std::move(pg));
+  }
+
+  plan_budgets& b = plan.budgets;
+  b.resident_budget_bytes = residency.budget_bytes;
+  b.resident_budget_source = residency.budget_source;
+  b.resident_budget_detail = residency.budget_detail;
+  b.pin_budget_bytes = pins.budget_bytes;
+  b.pin_budget_source = pins.budget_source;
+  b.pin_budget_detail = pins.budget_detail;
+  b.free_vram_bytes = machine.free_vram_bytes;
+  b.total_vram_bytes = machine.total_vram_bytes;
+  b.available_ram_bytes = context.available_ram_bytes();
+  b.usable_ram_bytes = context.usable_ram_bytes();
+  b.max_group_bytes = machine.max_group_bytes;
+  b.full_pin_zero_resident = residency.full_pin_zero_resident;
+  b.resident_selection = std::string(selection_name(config.resident_module_selection));
+  b.pin_selection = std::string(selection_name(config.pin_weight_selection));
+
+  // Checks against the machine.
+  if (machine.max_group_bytes != 0)
+    for (const auto& g : plan.groups)
+      if (g.streamed_bytes() > machine.max_group_bytes)
+        throw out_of_memory(
+            "transport_slot", g.streamed_bytes(), machine.max_group_bytes,
+            "execution group '" + g.name + "' streams " + std::to_string(g.streamed_bytes()) +
+                " bytes (" + detail::gib_text(g.streamed_bytes()) +
+                ") but the transport's slot/staging holds " + std::to_string(machine.max_group_bytes) +
+                " bytes (" + detail::gib_text(machine.max_group_bytes) +
+                "); enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
+  const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
+  if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
+    throw out_of_memory("device", resident, machine.free_vram_bytes,
+                        "the plan keeps " + detail::gib_text(resident) +
+                            " resident on the GPU but only " +
+                            detail::gib_text(machine.free_vram_bytes) +
+                            " is free (resident budget " + detail::gib_text(b.resident_budget_bytes) +
+                            ", " + b.resident_budget_source +
+                            "); lower resident_module_budget_gb or the always-resident patterns");
+  const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
+  DDO_EXPECTS(pinned <= b.pin_budget_bytes,
+              "make_plan: the pin selector pinned " + std::to_string(pinned) +
+                  " bytes over its budget of " + std::to_string(b.pin_budget_bytes));
+  return plan;
+}
+
+}  // namespace v0
+}  // namespace ddo

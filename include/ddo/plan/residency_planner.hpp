@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::default_residency_planner: the reference's residency rules.
+///
+/// Per weight, in this order (the first rule that applies decides; "module" is the weight's
+/// module name, patterns are ECMAScript regexes searched in it):
+///  1. `skip_modules_pattern` matches → not managed, gpu_resident ("skip_modules_pattern 'p'");
+///  2. the module kind is not in `target_module_classes` → not managed, gpu_resident;
+///  3. bytes ≤ `small_tensor_threshold_bytes` → moved directly, never managed, gpu_resident;
+///  4. `always_resident_modules_pattern` matches → gpu_resident, unless the full-pin
+///     zero-resident rule fired and the matching pattern is one of the built-in defaults
+///     (plan/always_resident_patterns.hpp): then the weight is managed like any other;
+///  5. otherwise managed: a candidate for the resident budget, else streamed.
+///
+/// The resident budget:
+///  - `resident_module_budget_gb` > 0 → that many GiB ("explicit"); it also overrides the
+///    full-pin rule;
+///  - else `auto_budget_policy = balanced`:
+///    - full-pin zero-resident when `auto_full_pin_min_model_to_vram_ratio` > 0, usable RAM
+///      (available RAM − `system_ram_headroom_gb`) ≥ the bytes of every eligible weight (rules 1–3
+///      passed), pinning is possible (`pin_cpu_memory`, and not blocked by the WSL rule) and
+///      model bytes / total VRAM ≥ the ratio (total VRAM unknown: free VRAM; both unknown: the
+///      rule does not fire) → budget 0, always-resident defaults offloaded, everything pinned;
+///    - else free VRAM − `auto_vram_headroom_gb` − the bytes rules 1–4 already keep resident,
+///      capped by `max_resident_module_budget_gb` (0 = uncapped), never below 0 ("balanced");
+///  - else 0 ("none").
+/// The candidates for the budget, in execution order: the numbered blocks when
+/// `resident_module_patterns` is set (each block's managed bytes; a winning block is resident
+/// whole), else the managed modules one by one. `resident_module_selection` picks the winners.
+
+#include <algorithm>
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/plan/always_resident_patterns.hpp"
+#include "ddo/plan/concepts.hpp"
+#include "ddo/plan/format_bytes.hpp"
+#include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/selectors.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief The reference's residency rules (see this header's description).
+struct default_residency_planner {
+  using policy_tag = residency_planner_tag;
+  /// @throws config_error for an invalid pattern (source "config", key the field name).
+  [[nodiscard]] residency_result plan_residency(const plan_context& context) const;
+};
+static_assert(residency_planner<default_residency_planner>);
+
+namespace detail {
+
+struct compiled_pattern {
+  std::string text;
+  std::regex regex;
+};
+
+[[nodiscard]] inline std::vector<compiled_pattern> compile_patterns(
+    const std::vector<std::string>& patterns, const char* field) {
+  std::vector<compiled_pattern> out;
+  for (const auto& p : patterns) {
+    try {
+      out.push_back(compiled_pattern{p, std::regex(p, std::regex::ECMAScript)});
+    } catch (const std::regex_error& e) {
+      throw config_error("config", field,
+                         std::string(field) + ": '" + p +
+                             "' is not a valid regular expression (ECMAScript): " + e.what());
+    }
+  }
+  return out;
+}
+
+[[nodiscard]] inline const compiled_pattern* first_match(const std::vector<compiled_pattern>& ps,
+                                                         const std::string& module) {
+  for (const auto& p : ps)
+    if (std::regex_search(module, p.regex)) return &p;
+  return nullptr;
+}
+
+[[nodiscard]] inline std::string gib_text(std::uint64_t bytes) { return format_bytes(bytes); }
+
+[[nodiscard]] inline bool pinning_possible(const plan_context& c) noexcept {
+  return c.config.pin_cpu_memory && !(c.machine.running_on_wsl && c.machine.disable_pin_on_wsl);
+}
+
+}  // namespace detail
+
+inline residency_result default_residency_planner::plan_residency(const plan_context& c) const {
+  const weight_table& table = c.table;
+  const dynamic_offload_config& config = c.config;
+  const std::size_t n = table.size();
+  residency_result r;
+  r.resident.assign(n, 0);
+  r.managed.assign(n, 0);
+  r.reason.assign(n, std::string());
+
+  const auto skip = detail::compile_patterns(config.skip_modules_pattern, "skip_modules_pattern");
+  const auto always =
+      detail::compile_patterns(config.always_resident_modules_pattern, "always_resident_modules_pattern");
+  const auto builtin = default_always_resident_module_patterns();
+
+  // Rules 1-3, and which weights rule 4 would keep.
+  std::vector<const detail::compiled_pattern*> always_match(n, nullptr);
+  std::uint64_t eligible_bytes = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const weight_info& w = table[i];
+    if (const auto* p = detail::first_match(skip, w.module_name)) {
+      r.resident[i] = 1;
+      r.reason[i] = "skip_modules_pattern '" + p->text + "' (not managed)";
+      continue;
+    }
+    if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(), w.kind) ==
+        config.target_module_classes.end()) {
+      r.resident[i] = 1;
+      r.reason[i] = "module kind " + std::string(to_string(w.kind)) + " not in target_module_classes";
+      continue;
+    }
+    if (w.bytes <= config.small_tensor_threshold_bytes) {
+      r.resident[i] = 1;
+      r.reason[i] = "small_tensor <= " + std::to_string(config.small_tensor_threshold_bytes) + " B";
+      continue;
+    }
+    eligible_bytes += w.bytes;
+    always_match[i] = detail::first_match(always, w.module_name);
+  }
+
+  // The budget, and whether full pin fires.
+  const bool explicit_budget = config.resident_module_budget_gb > 0.0;
+  const bool balanced = config.auto_budget_policy == budget_policy::balanced;
+  if (!explicit_budget && balanced && config.auto_full_pin_min_model_to_vram_ratio > 0.0 &&
+      detail::pinning_possible(c)) {
+    const std::uint64_t vram =
+        c.machine.total_vram_bytes != 0 ? c.machine.total_vram_bytes : c.machine.free_vram_bytes;
+    const std::uint64_t usable = c.usable_ram_bytes();
+    if (vram != 0 && usable >= eligible_bytes) {
+      const double ratio = static_cast<double>(table.total_bytes()) / static_cast<double>(vram);
+      if (ratio >= config.auto_full_pin_min_model_to_vram_ratio) {
+        r.full_pin_zero_resident = true;
+        char buffer[256];
+        std::snprintf(buffer, sizeof buffer,
+                      "full pin: usable RAM %.2f GiB >= eligible weights %.2f GiB and model/VRAM "
+                      "%.2f >= %.2f",
+                      bytes_to_gib(usable), bytes_to_gib(eligible_bytes), ratio,
+                      config.auto_full_pin_min_model_to_vram_ratio);
+        r.budget_detail = buffer;
+      }
+    }
+  }
+
+  std::uint64_t rule_resident_bytes = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (r.resident[i]) {
+      rule_resident_bytes += table[i].bytes;
+      continue;
+    }
+    const auto* p = always_match[i];
+    const bool builtin_pattern =
+        p != nullptr && std::find(builtin.begin(), builtin.end(), p->text) != builtin.end();
+    if (p != nullptr && !(r.full_pin_zero_resident && builtin_pattern)) {
+      r.resident[i] = 1;
+      r.reason[i] = "always_resident_modules_pattern '" + p->text + "'";
+      rule_resident_bytes += table[i].bytes;
+      continue;
+    }
+    r.managed[i] = 1;
+    if (p != nullptr) r.reason[i] = "full_pin_zero_resident offloads always-resident default";
+  }
+
+  if (explicit_budget) {
+    r.budget_bytes = gib_to_bytes(config.resident_module_budget_gb);
+    r.budget_source = "explicit";
+    r.budget_detail = "resident_module_budget_gb = " + detail::gib_text(r.budget_bytes);
+  } else if (r.full_pin_zero_resident) {
+    r.budget_bytes = 0;
+    r.budget_source = "full_pin_zero_resident";
+  } else if (balanced) {
+    const std::uint64_t headroom = gib_to_bytes(config.auto_vram_headroom_gb);
+    const std::uint64_t free = c.machine.free_vram_bytes;
+    const std::uint64_t taken = headroom + rule_resident_bytes;
+    std::uint64_t budget = free > taken ? free - taken : 0;
+    const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
+    if (cap != 0 && budget > cap) budget = cap;
+    r.budget_bytes = budget;
+    r.budget_source = "balanced";
+    r.budget_detail = "free VRAM " + detail::gib_text(free) + " - headroom " +
+                      detail::gib_text(headroom) + " - rule-resident " +
+                      detail::gib_text(rule_resident_bytes) + ", cap " +
+                      (cap == 0 ? std::string("none") : detail::gib_text(cap));
+  } else {
+    r.budget_bytes = 0;
+    r.budget_source = "none";
+    r.budget_detail = "auto_budget_policy off and no resident_module_budget_gb";
+  }
+
+  if (r.budget_bytes == 0) return r;
+
+  // Candidates in execution order: blocks or modules, with the managed weights they hold.
+  std::vector<selection_candidate> candidates;
+  std::vector<std::vector<std::size_t>> members;
+  const bool by_block = !config.resident_module_patterns.empty();
+  if (by_block) {
+    for (const auto& g : c.groups) {
+      if (!g.is_block) continue;
+      selection_candidate cand;
+      std::vector<std::size_t> ws;
+      for (std::size_t i : g.weights)
+        if (r.managed[i]) {
+          cand.bytes += table[i].bytes;
+          ws.push_back(i);
+        }
+      if (ws.empty()) continue;
+      candidates.push_back(cand);
+      members.push_back(std::move(ws));
+    }
+  } else {
+    std::unordered_map<std::string, std::size_t> index_of_module;
+    for (std::size_t i : c.execution_order) {
+      if (!r.managed[i]) continue;
+      auto [it, inserted] = index_of_module.emplace(table[i].module_name, candidates.size());
+      if (inserted) {
+        candidates.push_back({});
+        members.emplace_back();
+      }
+      candidates[it->second].bytes += table[i].bytes;
+      members[it->second].push_back(i);
+    }
+  }
+  const auto winners = select_candidates(config.resident_module_selection, candidates, r.budget_bytes);
+  const std::string why = "resident_budget " + std::string(selection_name(config.resident_module_selection)) +
+                          (by_block ? " (block)" : " (module)");
+  for (std::size_t w : winners)
+    for (std::size_t i : members[w]) {
+      r.resident[i] = 1;
+      r.reason[i] = why;
+    }
+  return r;
+}
+
+}  // namespace v0
+}  // namespace ddo

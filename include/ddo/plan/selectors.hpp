@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The selectors `first`, `spread` and `largest`, shared by the residency budget and the
+/// pin budget.
+///
+/// A selector gets candidates in execution order (index 0 runs first) and a byte budget, and
+/// returns the winners' indices in ascending order. Every selector is deterministic, never
+/// exceeds the budget, and takes every candidate when all of them fit.
+///
+/// - first_selector: walks the candidates in execution order and takes each one that still fits
+///   in what is left of the budget (first fit: a candidate too large for the rest is skipped
+///   and the walk goes on). Ties: none possible, the order is total.
+/// - largest_selector: walks the candidates by size, largest first, taking each that fits (first
+///   fit). Ties between equal sizes: the earlier in execution order first.
+/// - spread_selector: evenly spaced over execution order. With n candidates, the k-subset is
+///   positions p_j = round(j·(n−1)/(k−1)), j = 0..k−1 (halves round up; k = 1 gives position 0),
+///   so k ≥ 2 always includes the first and the last candidate. The selector takes the largest k
+///   (from n down) whose subset fits the budget; any budget left after that is filled first fit
+///   in execution order from the candidates not yet taken. For equal-sized candidates the filling
+///   never adds anything, so the result is exactly the evenly spaced k-subset.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/plan/concepts.hpp"
+#include "ddo/plan/plan_context.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+namespace detail {
+/// First fit over @p order (candidate indices), starting from @p taken / @p used.
+inline void first_fit(std::span<const selection_candidate> candidates,
+                      std::span<const std::size_t> order, std::uint64_t budget,
+                      std::vector<char>& taken, std::uint64_t& used) {
+  for (std::size_t i : order) {
+    if (taken[i]) continue;
+    if (candidates[i].bytes <= budget - used) {
+      taken[i] = 1;
+      used += candidates[i].bytes;
+    }
+  }
+}
+
+[[nodiscard]] inline std::vector<std::size_t> taken_indices(const std::vector<char>& taken) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < taken.size(); ++i)
+    if (taken[i]) out.push_back(i);
+  return out;
+}
+}  // namespace detail
+
+/// @brief Candidates in execution order, first fit.
+struct first_selector {
+  using policy_tag = weight_selector_tag;
+  [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
+                                                std::uint64_t budget) const {
+    std::vector<std::size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::vector<char> taken(candidates.size(), 0);
+    std::uint64_t used = 0;
+    detail::first_fit(candidates, order, budget, taken, used);
+    return detail::taken_indices(taken);
+  }
+};
+static_assert(weight_selector<first_selector>);
+
+/// @brief Largest candidates first (ties: execution order), first fit.
+struct largest_selector {
+  using policy_tag = weight_selector_tag;
+  [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
+                                                std::uint64_t budget) const {
+    std::vector<std::size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return candidates[a].bytes > candidates[b].bytes;
+    });
+    std::vector<char> taken(candidates.size(), 0);
+    std::uint64_t used = 0;
+    detail::first_fit(candidates, order, budget, taken, used);
+    return detail::taken_indices(taken);
+  }
+};
+static_assert(weight_selector<largest_selector>);
+
+/// @brief Evenly spaced over execution order (see this header's description).
+struct spread_selector {
+  using policy_tag = weight_selector_tag;
+
+  /// @brief Position j of the evenly spaced k-subset of n candidates (k ≥ 1, j < k ≤ n).
+  [[nodiscard]] static constexpr std::size_t position(std::size_t j, std::size_t k,
+                                                      std::size_t n) noexcept {
+    if (k <= 1) return 0;
+    return (2 * j * (n - 1) + (k - 1)) / (2 * (k - 1));
+  }
+
+  [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
+                                                std::uint64_t budget) const {
+    const std::size_t n = candidates.size();
+    std::vector<char> taken(n, 0);
+    std::uint64_t used = 0;
+    for (std::size_t k = n; k >= 1; --k) {
+      std::uint64_t sum = 0;
+      bool fits = true;
+      for (std::size_t j = 0; j < k && fits; ++j) {
+        const std::uint64_t b = candidates[position(j, k, n)].bytes;
+        fits = b <= budget - sum;
+        sum += fits ? b : 0;
+      }
+      if (!fits) continue;
+      for (std::size_t j = 0; j < k; ++j) taken[position(j, k, n)] = 1;
+      used = sum;
+      break;
+    }
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    detail::first_fit(candidates, order, budget, taken, used);
+    return detail::taken_indices(taken);
+  }
+};
+static_assert(weight_selector<spread_selector>);
+
+/// @brief Runs the selector a config names (`resident_module_selection`,
+/// `pin_weight_selection`).
+[[nodiscard]] inline std::vector<std::size_t> select_candidates(
+    selection which, std::span<const selection_candidate> candidates, std::uint64_t budget) {
+  switch (which) {
+    case selection::first: return first_selector{}.select(candidates, budget);
+    case selection::largest: return largest_selector{}.select(candidates, budget);
+    case selection::spread: break;
+  }
+  return spread_selector{}.select(candidates, budget);
+}
+
+/// @brief "first", "spread" or "largest" (named so as not to collide with the config area's
+/// enum printers).
+[[nodiscard]] constexpr std::string_view selection_name(selection which) noexcept {
+  switch (which) {
+    case selection::first: return "first";
+    case selection::largest: return "largest";
+    case selection::spread: return "spread";
+  }
+  return "spread";
+}
+
+}  // namespace v0
+}  // namespace ddo
