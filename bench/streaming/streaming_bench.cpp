@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -38,10 +39,21 @@
 #include "ddo/core/units.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "runner/synthetic_forward.hpp"
+#include "streaming_report.hpp"
 
 namespace {
 
+using ddo::bench::bandwidths;
+using ddo::bench::median;
+using ddo::bench::token_run;
+using ddo::bench::variant_result;
 using ddo::runner::gpu_synthetic_forward;
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1e9);
+  return buf;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -193,13 +205,6 @@ float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
   DDO_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
   return ms;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /// Samples device memory in use (cudaMemGetInfo) on its own thread, every 2 ms, so a variant's
@@ -377,12 +382,6 @@ void compute_block(gpu_synthetic_forward& fwd, const model& m, int b, const std:
 // ---------------------------------------------------------------------------------------------
 // Bandwidths, measured in this run
 
-struct bandwidths {
-  double pinned_h2d = 0;      // B, bytes/s
-  double pageable_h2d = 0;    // a direct cudaMemcpyAsync from pageable memory
-  double pageable_staging = 0;  // pageable → pinned (CPU memcpy) → device, double-buffered
-};
-
 bandwidths measure_bandwidths(const model& m) {
   bandwidths result;
   const std::size_t chunk = 256 * ddo::mib;
@@ -446,22 +445,6 @@ bandwidths measure_bandwidths(const model& m) {
 
 // ---------------------------------------------------------------------------------------------
 // Variants
-
-struct variant_result {
-  std::string name;
-  std::string description;
-  std::vector<double> step_ms;  // measured steps
-  double ms = 0;                // median
-  std::uint64_t streamed_bytes = 0;  // per step
-  std::uint64_t resident_bytes = 0;
-  std::uint64_t peak_device_bytes = 0;
-  std::uint64_t pinned_host_bytes = 0;
-  double bound_ms = 0;
-  double ratio = 0;
-  std::string bound_kind;   // "compute", "pinned copy", "pageable staging"
-  double target = 0;        // ratio target, 0 = none
-  std::string note;
-};
 
 /// Runs warmup + steps of @p enqueue_step (which enqueues one step; the harness records an event
 /// on the compute stream after each) and returns the median of the measured intervals between
@@ -593,129 +576,6 @@ variant_result run_naive(const options& opt, const model& m, std::int64_t tokens
   return r;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reporting
-
-std::string gb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1e9);
-  return buf;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
-}
-
-struct token_run {
-  std::int64_t tokens = 0;
-  double compute_ms = 0;
-  std::vector<variant_result> variants;
-};
-
-void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
-  r.ms = median(r.step_ms);
-  const double copy_ms = static_cast<double>(r.streamed_bytes) / bw.pinned_h2d * 1e3;
-  r.bound_ms = std::max(compute_ms, copy_ms);
-  r.bound_kind = r.streamed_bytes == 0 ? "compute" : compute_ms >= copy_ms ? "compute" : "pinned copy";
-  r.ratio = r.bound_ms > 0 ? r.ms / r.bound_ms : 0;
-}
-
-void print_table(const options& opt, const std::string& device, const model& m,
-                 const bandwidths& bw, const std::vector<token_run>& runs) {
-  std::printf("\n## streaming_bench on %s\n\n", device.c_str());
-  std::printf("model: %d blocks, hidden %lld, MLP %lld, bf16, %zu tensors/block, %s GB of weights\n",
-              m.blocks, static_cast<long long>(m.hidden), static_cast<long long>(m.mlp),
-              m.tensors.size(), gb(static_cast<double>(m.total_bytes())).c_str());
-  std::printf("measured here: pinned H2D B = %.1f GB/s, pageable H2D %.1f GB/s, pageable staging "
-              "%.1f GB/s\n",
-              bw.pinned_h2d / 1e9, bw.pageable_h2d / 1e9, bw.pageable_staging / 1e9);
-  std::printf("steps: median of %d after %d warm-up; command: %s\n", opt.steps, opt.warmup,
-              opt.command.c_str());
-  for (const auto& run : runs) {
-    std::printf("\n### %lld tokens (C = %.1f ms, W/B = %.1f ms)\n\n",
-                static_cast<long long>(run.tokens), run.compute_ms,
-                static_cast<double>(m.total_bytes()) / bw.pinned_h2d * 1e3);
-    std::printf("| variant | ms/step | bound ms | x bound | target | GB/s | streamed GB | "
-                "peak device GB | pinned host GB |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const auto& v : run.variants) {
-      char target[32] = "-";
-      if (v.target > 0)
-        std::snprintf(target, sizeof target, "%s%.2f", v.ratio <= v.target ? "<=" : "FAIL >", v.target);
-      const double gbps = v.streamed_bytes ? static_cast<double>(v.streamed_bytes) / (v.ms * 1e-3) / 1e9 : 0;
-      std::printf("| %s | %.1f | %.1f | %.3f | %s | %.1f | %s | %s | %s |\n", v.name.c_str(), v.ms,
-                  v.bound_ms, v.ratio, target, gbps, gb(static_cast<double>(v.streamed_bytes)).c_str(),
-                  gb(static_cast<double>(v.peak_device_bytes)).c_str(),
-                  gb(static_cast<double>(v.pinned_host_bytes)).c_str());
-    }
-  }
-  std::printf("\n");
-}
-
-void write_json(const options& opt, const std::string& device, const model& m, const bandwidths& bw,
-                const std::vector<token_run>& runs) {
-  std::ofstream out(opt.json_path);
-  if (!out) throw ddo::io_error(opt.json_path, errno, "streaming_bench: cannot write " + opt.json_path);
-  out << "{\n  \"bench\": \"streaming\",\n  \"device\": \"" << json_escape(device) << "\",\n"
-      << "  \"command\": \"" << json_escape(opt.command) << "\",\n"
-      << "  \"model\": {\"blocks\": " << m.blocks << ", \"hidden\": " << m.hidden
-      << ", \"mlp\": " << m.mlp << ", \"dtype\": \"bf16\", \"tensors_per_block\": "
-      << m.tensors.size() << ", \"weight_bytes\": " << m.total_bytes() << "},\n"
-      << "  \"steps\": " << opt.steps << ", \"warmup\": " << opt.warmup << ",\n"
-      << "  \"bandwidth_gbps\": {\"pinned_h2d\": " << bw.pinned_h2d / 1e9
-      << ", \"pageable_h2d\": " << bw.pageable_h2d / 1e9
-      << ", \"pageable_staging\": " << bw.pageable_staging / 1e9 << "},\n  \"runs\": [\n";
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto& run = runs[i];
-    out << "    {\"tokens\": " << run.tokens << ", \"compute_ms\": " << run.compute_ms
-        << ", \"variants\": [\n";
-    for (std::size_t j = 0; j < run.variants.size(); ++j) {
-      const auto& v = run.variants[j];
-      out << "      {\"name\": \"" << v.name << "\", \"description\": \"" << json_escape(v.description)
-          << "\", \"ms_per_step\": " << v.ms << ", \"bound_ms\": " << v.bound_ms
-          << ", \"ratio\": " << v.ratio << ", \"bound_kind\": \"" << v.bound_kind
-          << "\", \"target\": " << v.target << ", \"pass\": "
-          << (v.target <= 0 || v.ratio <= v.target ? "true" : "false")
-          << ", \"streamed_bytes\": " << v.streamed_bytes
-          << ", \"resident_bytes\": " << v.resident_bytes
-          << ", \"effective_gbps\": "
-          << (v.streamed_bytes ? static_cast<double>(v.streamed_bytes) / (v.ms * 1e-3) / 1e9 : 0.0)
-          << ", \"peak_device_bytes\": " << v.peak_device_bytes
-          << ", \"pinned_host_bytes\": " << v.pinned_host_bytes << ", \"note\": \""
-          << json_escape(v.note) << "\", \"steps_ms\": [";
-      for (std::size_t s = 0; s < v.step_ms.size(); ++s) out << (s ? ", " : "") << v.step_ms[s];
-      out << "]}" << (j + 1 < run.variants.size() ? "," : "") << "\n";
-    }
-    out << "    ]}" << (i + 1 < runs.size() ? "," : "") << "\n";
-  }
-  out << "  ],\n";
-  // The short form tools/gpu-check prints: one row per measured ratio.
-  out << "  \"summary\": [\n    {\"metric\": \"pinned H2D bandwidth\", \"value\": "
-      << bw.pinned_h2d / 1e9 << ", \"unit\": \"GB/s\"},\n    {\"metric\": \"pageable staging\", "
-      << "\"value\": " << bw.pageable_staging / 1e9 << ", \"unit\": \"GB/s\"}";
-  for (const auto& run : runs) {
-    for (const auto& v : run.variants) {
-      out << ",\n    {\"metric\": \"" << run.tokens << " tok " << v.name << "\", \"value\": ";
-      if (v.name == "resident") {
-        out << v.ms << ", \"unit\": \"ms (C)\"}";
-        continue;
-      }
-      out << v.ratio << ", \"unit\": \"x bound\"";
-      if (v.target > 0)
-        out << ", \"target\": \"<= " << v.target << "\", \"pass\": "
-            << (v.ratio <= v.target ? "true" : "false");
-      out << "}";
-    }
-  }
-  out << "\n  ]\n}\n";
-}
-
 bool wanted(const options& opt, const std::string& name) {
   if (opt.only.empty() || name == "resident") return true;  // C is always needed
   std::stringstream stream(opt.only);
@@ -751,7 +611,7 @@ int main(int argc, char** argv) {
       run.tokens = tokens;
       auto add = [&](variant_result r, double target) {
         r.target = target;
-        finish(r, run.compute_ms, bw);
+        ddo::bench::finish(r, run.compute_ms, bw);
         std::fprintf(stderr, "streaming_bench: %lld tokens, %-26s %8.1f ms/step  %.3fx bound\n",
                      static_cast<long long>(tokens), r.name.c_str(), r.ms, r.ratio);
         run.variants.push_back(std::move(r));
@@ -766,8 +626,23 @@ int main(int argc, char** argv) {
       if (wanted(opt, "naive_sync_pageable")) add(run_naive(opt, m, tokens, false), 0);
       runs.push_back(std::move(run));
     }
-    print_table(opt, gpu.name, m, bw, runs);
-    if (!opt.json_path.empty()) write_json(opt, gpu.name, m, bw, runs);
+    ddo::bench::report_context ctx;
+    ctx.device = gpu.name;
+    ctx.command = opt.command;
+    ctx.blocks = m.blocks;
+    ctx.hidden = m.hidden;
+    ctx.mlp = m.mlp;
+    ctx.tensors_per_block = m.tensors.size();
+    ctx.weight_bytes = m.total_bytes();
+    ctx.steps = opt.steps;
+    ctx.warmup = opt.warmup;
+    ctx.bw = bw;
+    std::fputs(ddo::bench::markdown(ctx, runs).c_str(), stdout);
+    if (!opt.json_path.empty()) {
+      std::ofstream out(opt.json_path);
+      out << ddo::bench::json(ctx, runs);
+      if (!out) throw ddo::io_error(opt.json_path, errno, "streaming_bench: cannot write " + opt.json_path);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "streaming_bench: error: %s\n", e.what());

@@ -369,13 +369,20 @@ class cpu_synthetic_forward {
     current_ = 1 - current_;
   }
 
-  /// @brief A checksum of the current activation (sum of all tokens' first columns' values),
-  /// to show that the result depends on the data.
+  /// @brief A checksum of the current activation (the sum of all its values), to show that the
+  /// result depends on every weight byte.
   [[nodiscard]] double checksum() const noexcept {
     double sum = 0.0;
     for (float v : buffers_[current_]) sum += static_cast<double>(v);
     return sum;
   }
+
+  /// @brief The current activation: tokens rows of width() floats, row-major.
+  [[nodiscard]] std::span<const float> activation() const noexcept { return buffers_[current_]; }
+  /// @brief The activation's row width (the largest dimension).
+  [[nodiscard]] std::int64_t width() const noexcept { return max_dim_; }
+  /// @brief Rows (tokens).
+  [[nodiscard]] std::int64_t tokens() const noexcept { return tokens_; }
 
  private:
   std::int64_t tokens_;

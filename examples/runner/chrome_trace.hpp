@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief A Chrome trace (the JSON "Trace Event Format" that chrome://tracing and Perfetto load)
+/// collected in memory and written once, for ddo-run's `--trace FILE.json`.
+///
+/// Complete events ("ph":"X") carry a name, a category ("step", "copy", "wait", "lease",
+/// "compute", "setup"), a start and a duration in microseconds since the trace began, and a
+/// track (tid): the runner puts host-side work, the copy stream and the compute stream on
+/// separate tracks so overlap is visible. Thread-safe: the runtime's hooks may report from its
+/// copy thread. Example code (examples/runner/).
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace runner {
+
+/// @brief One complete event.
+struct trace_event {
+  std::string name;
+  std::string category;
+  double start_us = 0;
+  double duration_us = 0;
+  int track = 0;
+  std::vector<std::pair<std::string, std::string>> args;  ///< shown in the event's details
+};
+
+/// @brief Collects events and writes them as Chrome trace JSON.
+class chrome_trace {
+ public:
+  /// @brief Track numbers and the names shown for them.
+  enum track : int { host = 1, copy_stream = 2, compute_stream = 3, runtime = 4 };
+
+  chrome_trace() : origin_(std::chrono::steady_clock::now()) {}
+
+  /// @brief Microseconds since the trace began (the clock events use).
+  [[nodiscard]] double now_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_)
+        .count();
+  }
+  /// @brief Microseconds since the trace began of a steady_clock time point.
+  [[nodiscard]] double to_us(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - origin_).count();
+  }
+
+  /// @brief Adds a complete event.
+  void add(trace_event event) {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+
+  /// @brief Adds a complete event from its parts.
+  void add(std::string name, std::string category, double start_us, double duration_us,
+           int track_id, std::vector<std::pair<std::string, std::string>> args = {}) {
+    add(trace_event{std::move(name), std::move(category), start_us, duration_us, track_id,
+                    std::move(args)});
+  }
+
+  /// @brief Number of events so far.
+  [[nodiscard]] std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return events_.size();
+  }
+
+  /// @brief The whole trace as JSON text.
+  [[nodiscard]] std::string json() const {
+    std::lock_guard lock(mutex_);
+    std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+    const std::pair<int, const char*> names[] = {{host, "host"},
+                                                 {copy_stream, "copy stream"},
+                                                 {compute_stream, "compute stream"},
+                                                 {runtime, "ddo runtime"}};
+    bool first = true;
+    for (const auto& [id, label] : names) {
+      out += std::string(first ? "" : ",\n") +
+             "{\"ph\": \"M\", \"pid\": 1, \"tid\": " + std::to_string(id) +
+             ", \"name\": \"thread_name\", \"args\": {\"name\": \"" + label + "\"}}";
+      first = false;
+    }
+    char number[64];
+    for (const auto& e : events_) {
+      out += ",\n{\"ph\": \"X\", \"pid\": 1, \"tid\": " + std::to_string(e.track) +
+             ", \"name\": \"" + escape(e.name) + "\", \"cat\": \"" + escape(e.category) + "\"";
+      std::snprintf(number, sizeof number, ", \"ts\": %.3f, \"dur\": %.3f", e.start_us,
+                    e.duration_us < 0 ? 0.0 : e.duration_us);
+      out += number;
+      if (!e.args.empty()) {
+        out += ", \"args\": {";
+        for (std::size_t i = 0; i < e.args.size(); ++i)
+          out += std::string(i ? ", " : "") + "\"" + escape(e.args[i].first) + "\": \"" +
+                 escape(e.args[i].second) + "\"";
+        out += "}";
+      }
+      out += "}";
+    }
+    out += "\n]}\n";
+    return out;
+  }
+
+  /// @brief Writes json() to @p path. @throws io_error when the file cannot be written.
+  void write(const std::string& path) const {
+    const std::string text = json();
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) throw io_error(path, errno, "cannot write the trace file " + path);
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    const bool closed = std::fclose(f) == 0;
+    if (!ok || !closed) throw io_error(path, errno, "cannot write the trace file " + path);
+  }
+
+  /// @brief JSON string escaping (quotes, backslashes, control characters).
+  [[nodiscard]] static std::string escape(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (const char c : text) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+          } else {
+            out += c;
+          }
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point origin_;
+  mutable std::mutex mutex_;
+  std::vector<trace_event> events_;
+};
+
+}  // namespace runner
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "streaming_report.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "ddo/model/detail/json.hpp"
+
+namespace {
+using ddo::bench::variant_result;
+
+variant_result variant(std::string name, std::vector<double> steps, std::uint64_t streamed) {
+  variant_result v;
+  v.name = std::move(name);
+  v.step_ms = std::move(steps);
+  v.streamed_bytes = streamed;
+  return v;
+}
+}  // namespace
+
+TEST_SUITE("runner") {
+  TEST_CASE("a copy-bound variant's ratio is its median step over W / B") {
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9};
+    auto v = variant("ring", {101, 99, 130, 100, 98}, 5'000'000'000);  // W/B = 100 ms
+    ddo::bench::finish(v, 30.0, bw);
+    CHECK(v.ms == 100.0);
+    CHECK(v.bound_ms == doctest::Approx(100.0));
+    CHECK(v.ratio == doctest::Approx(1.0));
+    CHECK(v.bound_kind == "pinned copy");
+  }
+
+  TEST_CASE("a compute-bound variant's bound is C, and a resident one's too") {
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9};
+    auto v = variant("ring", {230, 226}, 5'000'000'000);
+    ddo::bench::finish(v, 220.0, bw);
+    CHECK(v.bound_ms == 220.0);
+    CHECK(v.bound_kind == "compute");
+    CHECK(v.ratio == doctest::Approx(228.0 / 220.0));
+    auto r = variant("resident", {220, 221, 219}, 0);
+    ddo::bench::finish(r, 220.0, bw);
+    CHECK(r.ratio == doctest::Approx(1.0));
+  }
+
+  TEST_CASE("pageable-staged variants are judged against the staging throughput") {
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9};
+    auto v = variant("staged", {520}, 5'000'000'000);  // W / staging = 500 ms
+    v.source = ddo::bench::bound_source::staging;
+    v.target = 1.10;
+    ddo::bench::finish(v, 30.0, bw);
+    CHECK(v.bound_ms == doctest::Approx(500.0));
+    CHECK(v.bound_kind == "pageable staging");
+    CHECK(v.pass());
+  }
+
+  TEST_CASE("the JSON report parses and its summary carries targets and verdicts") {
+    std::mt19937_64 rng(std::random_device{}());
+    std::uniform_real_distribution<double> jitter(0.9, 1.2);
+    ddo::bench::report_context ctx;
+    ctx.device = "Test \"GPU\"";
+    ctx.command = "streaming_bench --json out.json";
+    ctx.blocks = 24;
+    ctx.weight_bytes = 5'436'000'000;
+    ctx.bw = {55e9, 9e9, 11e9};
+    ddo::bench::token_run run;
+    run.tokens = 4608;
+    run.compute_ms = 31.0;
+    auto resident = variant("resident", {31, 31}, 0);
+    auto ok = variant("ring_baseline", {100 * jitter(rng)}, 5'436'000'000);
+    ok.target = 2.0;
+    auto miss = variant("ddo_linear_zero_resident", {500}, 5'436'000'000);
+    miss.target = 1.05;
+    auto broken = variant("empty", {}, 5);
+    for (auto* v : {&resident, &ok, &miss, &broken}) {
+      ddo::bench::finish(*v, run.compute_ms, ctx.bw);
+      run.variants.push_back(*v);
+    }
+    run.variants.back().ms = std::numeric_limits<double>::quiet_NaN();
+    const std::string text = ddo::bench::json(ctx, {run});
+    const auto doc = ddo::detail::parse_json(text);  // throws on invalid JSON (nan, inf, quotes)
+    CHECK(doc.find("device")->text() == "Test \"GPU\"");
+    const auto& summary = doc.find("summary")->items();
+    REQUIRE(summary.size() == 2 + 4);
+    CHECK(summary[3].find("metric")->text() == "4608 tok ring_baseline");
+    CHECK(summary[3].find("pass")->boolean());
+    CHECK(summary[4].find("target")->text() == "<= 1.05");
+    CHECK_FALSE(summary[4].find("pass")->boolean());
+    const auto& variants = doc.find("runs")->items()[0].find("variants")->items();
+    CHECK(variants[3].find("ms_per_step")->type() == ddo::detail::json_value::kind::null);
+
+    const std::string table = ddo::bench::markdown(ctx, {run});
+    CHECK(table.find("| ddo_linear_zero_resident |") != std::string::npos);
+    CHECK(table.find("MISS > 1.05") != std::string::npos);
+    CHECK(table.find("<= 2.00") != std::string::npos);
+  }
+}
