@@ -48,13 +48,13 @@ struct module_kind_override {
 }
 
 namespace detail {
-[[nodiscard]] inline std::string lower(std::string_view s) {
+[[nodiscard]] inline std::string ascii_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 [[nodiscard]] inline bool is_norm_leaf(std::string_view leaf_in) {
-  const std::string leaf = lower(leaf_in);
+  const std::string leaf = ascii_lower(leaf_in);
   if (leaf.find("norm") != std::string::npos) return true;
   if (leaf == "ln" || leaf.starts_with("ln_")) return true;
   if (leaf.size() > 2 && leaf.starts_with("ln") &&
@@ -63,7 +63,7 @@ namespace detail {
   return false;
 }
 [[nodiscard]] inline bool is_embedding_leaf(std::string_view leaf_in) {
-  const std::string leaf = lower(leaf_in);
+  const std::string leaf = ascii_lower(leaf_in);
   for (std::string_view n : {"embed_tokens", "wte", "wpe", "tok_embeddings", "shared", "embed", "emb"})
     if (leaf == n) return true;
   return leaf.ends_with("embedding") || leaf.ends_with("embeddings");

@@ -3,11 +3,11 @@
 /// @file
 /// @brief The planning policies: weight selectors, residency planners and pin selectors.
 ///
-/// Each policy opts in with a member type `policy_tag` naming its tag type, so nothing models a
-/// concept by accident:
+/// Each policy opts in with a member type naming its tag (`selector_category`,
+/// `planner_category`, `pin_selector_category`), so nothing models a concept by accident:
 /// @code
 /// struct my_planner {
-///   using policy_tag = ddo::residency_planner_tag;
+///   using planner_category = ddo::residency_planner_tag;
 ///   ddo::residency_result plan_residency(const ddo::plan_context&) const;
 /// };
 /// static_assert(ddo::residency_planner<my_planner>);
@@ -30,11 +30,10 @@ struct residency_planner_tag {};
 /// @brief Opt-in tag of a pin selector.
 struct pin_selector_tag {};
 
-namespace detail {
-template <class T, class Tag>
-concept has_policy_tag = requires { typename T::policy_tag; } &&
-                         std::same_as<typename T::policy_tag, Tag>;
-}  // namespace detail
+/// @brief Tag instances, for the `_tag` convention.
+inline constexpr weight_selector_tag weight_selector_v{};
+inline constexpr residency_planner_tag residency_planner_v{};
+inline constexpr pin_selector_tag pin_selector_v{};
 
 /// @brief Picks the winners of a byte budget among candidates given in execution order.
 ///
@@ -42,7 +41,8 @@ concept has_policy_tag = requires { typename T::policy_tag; } &&
 /// to at most `budget`; the same input always gives the same output.
 template <class S>
 concept weight_selector =
-    detail::has_policy_tag<S, weight_selector_tag> &&
+    requires { typename S::selector_category; } &&
+    std::same_as<typename S::selector_category, weight_selector_tag> &&
     requires(const S& s, std::span<const selection_candidate> candidates, std::uint64_t budget) {
       { s.select(candidates, budget) } -> std::same_as<std::vector<std::size_t>>;
     };
@@ -51,7 +51,8 @@ concept weight_selector =
 ///
 /// `p.plan_residency(context)` returns one residency entry per weight of `context.table`.
 template <class P>
-concept residency_planner = detail::has_policy_tag<P, residency_planner_tag> &&
+concept residency_planner = requires { typename P::planner_category; } &&
+                            std::same_as<typename P::planner_category, residency_planner_tag> &&
                             requires(const P& p, const plan_context& context) {
                               { p.plan_residency(context) } -> std::same_as<residency_result>;
                             };
@@ -63,7 +64,8 @@ concept residency_planner = detail::has_policy_tag<P, residency_planner_tag> &&
 /// where `residency` says resident, else pinned_host, pageable_host or file.
 template <class S>
 concept pin_selector =
-    detail::has_policy_tag<S, pin_selector_tag> &&
+    requires { typename S::pin_selector_category; } &&
+    std::same_as<typename S::pin_selector_category, pin_selector_tag> &&
     requires(const S& s, const plan_context& context, const residency_result& residency) {
       { s.select_pinned(context, residency) } -> std::same_as<pin_result>;
     };

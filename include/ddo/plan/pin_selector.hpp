@@ -38,7 +38,7 @@ inline namespace v0 {
 
 /// @brief The reference's pinning rules (see this header's description).
 struct default_pin_selector {
-  using policy_tag = pin_selector_tag;
+  using pin_selector_category = pin_selector_tag;
   /// Unpinned weights whose source is a file stream from the file (placement::file) instead of
   /// pageable host memory: the NVMe transport's route.
   bool file_route = false;

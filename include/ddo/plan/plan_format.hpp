@@ -50,13 +50,13 @@ enum class plan_format { text, toml, json };
 
 namespace detail {
 
-inline void appendf(std::string& out, const char* format, auto... args) {
+inline void plan_appendf(std::string& out, const char* format, auto... args) {
   char buffer[512];
   const int n = std::snprintf(buffer, sizeof buffer, format, args...);
   if (n > 0) out.append(buffer, static_cast<std::size_t>(std::min<int>(n, sizeof buffer - 1)));
 }
 
-[[nodiscard]] inline std::string cut(std::string_view s, std::size_t width) {
+[[nodiscard]] inline std::string cut_text(std::string_view s, std::size_t width) {
   if (s.size() <= width) return std::string(s);
   return std::string(s.substr(0, width - 3)) + "...";
 }
@@ -130,42 +130,42 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
 }  // namespace detail
 
 inline std::string format_plan_summary(const offload_plan& plan, const weight_table& table) {
-  using detail::appendf;
+  using detail::plan_appendf;
   const plan_budgets& b = plan.budgets;
   std::string out;
-  appendf(out, "ddo offload plan: %zu weights, %s in %zu execution groups\n", table.size(),
+  plan_appendf(out, "ddo offload plan: %zu weights, %s in %zu execution groups\n", table.size(),
           format_bytes(table.total_bytes()).c_str(), plan.groups.size());
-  appendf(out, "  machine: free VRAM %s of %s; RAM available %s, usable %s\n",
+  plan_appendf(out, "  machine: free VRAM %s of %s; RAM available %s, usable %s\n",
           b.free_vram_bytes ? format_bytes(b.free_vram_bytes).c_str() : "unknown",
           b.total_vram_bytes ? format_bytes(b.total_vram_bytes).c_str() : "unknown",
           format_bytes(b.available_ram_bytes).c_str(), format_bytes(b.usable_ram_bytes).c_str());
-  appendf(out, "  resident budget: %s [%s, selection %s] %s\n",
+  plan_appendf(out, "  resident budget: %s [%s, selection %s] %s\n",
           format_bytes(b.resident_budget_bytes).c_str(), b.resident_budget_source.c_str(),
           b.resident_selection.c_str(), b.resident_budget_detail.c_str());
-  appendf(out, "  pin budget: %s [%s, selection %s] %s\n", format_bytes(b.pin_budget_bytes).c_str(),
+  plan_appendf(out, "  pin budget: %s [%s, selection %s] %s\n", format_bytes(b.pin_budget_bytes).c_str(),
           b.pin_budget_source.c_str(), b.pin_selection.c_str(), b.pin_budget_detail.c_str());
-  appendf(out, "  full-pin zero-resident: %s\n", b.full_pin_zero_resident ? "yes" : "no");
+  plan_appendf(out, "  full-pin zero-resident: %s\n", b.full_pin_zero_resident ? "yes" : "no");
 
   std::array<std::size_t, placement_count> counts{};
   for (const auto& d : plan.decisions) ++counts[static_cast<std::size_t>(d.where)];
-  appendf(out, "  %-16s %8s %14s\n", "placement", "weights", "bytes");
+  plan_appendf(out, "  %-16s %8s %14s\n", "placement", "weights", "bytes");
   for (std::size_t p = 0; p < placement_count; ++p)
-    appendf(out, "  %-16s %8zu %14s\n", std::string(to_string(static_cast<placement>(p))).c_str(),
+    plan_appendf(out, "  %-16s %8zu %14s\n", std::string(to_string(static_cast<placement>(p))).c_str(),
             counts[p], format_bytes(plan.total_bytes(static_cast<placement>(p))).c_str());
 
   std::size_t largest = 0;
   for (std::size_t g = 1; g < plan.groups.size(); ++g)
     if (plan.groups[g].streamed_bytes() > plan.groups[largest].streamed_bytes()) largest = g;
   if (!plan.groups.empty())
-    appendf(out, "  largest streamed group: %s (%s); transport slot limit: %s\n",
+    plan_appendf(out, "  largest streamed group: %s (%s); transport slot limit: %s\n",
             plan.groups[largest].name.c_str(),
             format_bytes(plan.groups[largest].streamed_bytes()).c_str(),
             b.max_group_bytes ? format_bytes(b.max_group_bytes).c_str() : "none");
 
-  appendf(out, "  groups in execution order:\n  %-34s %7s %12s %12s %12s %12s\n", "group", "weights",
+  plan_appendf(out, "  groups in execution order:\n  %-34s %7s %12s %12s %12s %12s\n", "group", "weights",
           "resident", "pinned", "pageable", "file");
   for (const auto& g : plan.groups)
-    appendf(out, "  %-34s %7zu %12s %12s %12s %12s\n", detail::cut(g.name, 34).c_str(),
+    plan_appendf(out, "  %-34s %7zu %12s %12s %12s %12s\n", detail::cut_text(g.name, 34).c_str(),
             g.weights.size(), format_bytes(g.bytes(placement::gpu_resident)).c_str(),
             format_bytes(g.bytes(placement::pinned_host)).c_str(),
             format_bytes(g.bytes(placement::pageable_host)).c_str(),
@@ -177,9 +177,9 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
     ++count;
     bytes += table[i].bytes;
   }
-  appendf(out, "  reasons:\n");
+  plan_appendf(out, "  reasons:\n");
   for (const auto& [reason, cb] : by_reason)
-    appendf(out, "  %7zu weights %12s  %s\n", cb.first, format_bytes(cb.second).c_str(),
+    plan_appendf(out, "  %7zu weights %12s  %s\n", cb.first, format_bytes(cb.second).c_str(),
             reason.c_str());
   return out;
 }

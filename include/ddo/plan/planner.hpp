@@ -86,11 +86,11 @@ offload_plan make_plan(const weight_table& table, std::vector<execution_group> g
                        const dynamic_offload_config& config, const machine_capacity& machine,
                        Planner planner, PinSelector pin_selector_policy) {
   static_assert(residency_planner<Planner>,
-                "make_plan: Planner must model ddo::residency_planner (a member `using policy_tag = "
+                "make_plan: Planner must model ddo::residency_planner (a member `using planner_category = "
                 "ddo::residency_planner_tag;` and plan_residency(const plan_context&) returning "
                 "residency_result); see ddo/plan/concepts.hpp");
   static_assert(pin_selector<PinSelector>,
-                "make_plan: PinSelector must model ddo::pin_selector (a member `using policy_tag = "
+                "make_plan: PinSelector must model ddo::pin_selector (a member `using pin_selector_category = "
                 "ddo::pin_selector_tag;` and select_pinned(const plan_context&, const "
                 "residency_result&) returning pin_result); see ddo/plan/concepts.hpp");
   detail::check_planning_config(config);

@@ -10,7 +10,7 @@
 ///  3. bytes ≤ `small_tensor_threshold_bytes` → moved directly, never managed, gpu_resident;
 ///  4. `always_resident_modules_pattern` matches → gpu_resident, unless the full-pin
 ///     zero-resident rule fired and the matching pattern is one of the built-in defaults
-///     (plan/always_resident_patterns.hpp): then the weight is managed like any other;
+///     (builtin_always_resident_patterns() of config/operational_defaults.hpp): then the weight is managed like any other;
 ///  5. otherwise managed: a candidate for the resident budget, else streamed.
 ///
 /// The resident budget:
@@ -38,7 +38,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
-#include "ddo/plan/always_resident_patterns.hpp"
+#include "ddo/config/operational_defaults.hpp"
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan_context.hpp"
@@ -49,7 +49,7 @@ inline namespace v0 {
 
 /// @brief The reference's residency rules (see this header's description).
 struct default_residency_planner {
-  using policy_tag = residency_planner_tag;
+  using planner_category = residency_planner_tag;
   /// @throws config_error for an invalid pattern (source "config", key the field name).
   [[nodiscard]] residency_result plan_residency(const plan_context& context) const;
 };
@@ -104,7 +104,7 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
   const auto skip = detail::compile_patterns(config.skip_modules_pattern, "skip_modules_pattern");
   const auto always =
       detail::compile_patterns(config.always_resident_modules_pattern, "always_resident_modules_pattern");
-  const auto builtin = default_always_resident_module_patterns();
+  const auto builtin = builtin_always_resident_patterns();
 
   // Rules 1-3, and which weights rule 4 would keep.
   std::vector<const detail::compiled_pattern*> always_match(n, nullptr);

@@ -59,7 +59,7 @@ inline void first_fit(std::span<const selection_candidate> candidates,
 
 /// @brief Candidates in execution order, first fit.
 struct first_selector {
-  using policy_tag = weight_selector_tag;
+  using selector_category = weight_selector_tag;
   [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
                                                 std::uint64_t budget) const {
     std::vector<std::size_t> order(candidates.size());
@@ -74,7 +74,7 @@ static_assert(weight_selector<first_selector>);
 
 /// @brief Largest candidates first (ties: execution order), first fit.
 struct largest_selector {
-  using policy_tag = weight_selector_tag;
+  using selector_category = weight_selector_tag;
   [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
                                                 std::uint64_t budget) const {
     std::vector<std::size_t> order(candidates.size());
@@ -92,7 +92,7 @@ static_assert(weight_selector<largest_selector>);
 
 /// @brief Evenly spaced over execution order (see this header's description).
 struct spread_selector {
-  using policy_tag = weight_selector_tag;
+  using selector_category = weight_selector_tag;
 
   /// @brief Position j of the evenly spaced k-subset of n candidates (k ≥ 1, j < k ≤ n).
   [[nodiscard]] static constexpr std::size_t position(std::size_t j, std::size_t k,
