@@ -44,6 +44,13 @@ class chrome_trace {
 
   chrome_trace() : origin_(std::chrono::steady_clock::now()) {}
 
+  /// @brief Restarts the trace's clock at now (events already added keep their times), e.g. to
+  /// line the runner's own spans up with the runtime's, which count from the end of setup.
+  void reset_origin() {
+    std::lock_guard lock(mutex_);
+    origin_ = std::chrono::steady_clock::now();
+  }
+
   /// @brief Microseconds since the trace began (the clock events use).
   [[nodiscard]] double now_us() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_)

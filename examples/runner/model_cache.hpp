@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The cache of synthetic models ddo-run generates on first use: one directory per set of
+/// parameters (blocks, hidden, MLP ratio, dtype, shards, seed), written with ddo's own
+/// synthetic-model writer (ddo/model/synthetic_model.hpp, what ddo-make-model uses) — no
+/// external process. Example code (examples/runner/).
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "ddo/core/error.hpp"
+#include "ddo/model/dtype.hpp"
+#include "ddo/model/synthetic_model.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace runner {
+
+/// @brief A file-name-safe key naming every parameter of @p o (not its output path), e.g.
+/// "dit-b8-h256-r4-BF16-k1-s1".
+[[nodiscard]] inline std::string synthetic_model_key(const synthetic_model_options& o) {
+  return "dit-b" + std::to_string(o.blocks) + "-h" + std::to_string(o.hidden) + "-r" +
+         std::to_string(o.mlp_ratio) + "-" + std::string(to_string(o.type)) + "-k" +
+         std::to_string(o.shards) + "-s" + std::to_string(o.seed);
+}
+
+/// @brief Where cached models live when no directory is given: $DDO_MODEL_CACHE, else
+/// "synthetic-models" beside the running executable (the build dir) when writable, else
+/// $TMPDIR (or /tmp)/ddo-synthetic-models.
+[[nodiscard]] inline std::filesystem::path default_model_cache_dir() {
+  if (const char* env = std::getenv("DDO_MODEL_CACHE"); env != nullptr && *env != '\0')
+    return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto dir = exe.parent_path();
+    if (::access(dir.c_str(), W_OK) == 0) return dir / "synthetic-models";
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  return std::filesystem::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") /
+         "ddo-synthetic-models";
+}
+
+/// @brief The file a cached model is loaded from: model.safetensors, or the index when sharded.
+[[nodiscard]] inline std::filesystem::path cached_model_entry(const synthetic_model_options& o,
+                                                              const std::filesystem::path& cache_dir) {
+  return cache_dir / synthetic_model_key(o) /
+         (o.shards > 1 ? "model.safetensors.index.json" : "model.safetensors");
+}
+
+/// @brief The cached model for @p o (its output path is ignored) under @p cache_dir, written
+/// first when missing. The model is written into a temporary directory and renamed into place,
+/// so an interrupted run never leaves a half-written model that a later run would trust.
+/// @param generated set to whether this call wrote the model.
+/// @throws usage_error for invalid parameters, io_error when the cache cannot be written.
+inline std::string ensure_synthetic_model(synthetic_model_options o,
+                                          const std::filesystem::path& cache_dir,
+                                          bool* generated = nullptr) {
+  const auto entry = cached_model_entry(o, cache_dir);
+  if (generated != nullptr) *generated = false;
+  if (std::filesystem::exists(entry)) return entry.string();
+  const auto key = synthetic_model_key(o);
+  const auto tmp = cache_dir / (key + ".tmp-" + std::to_string(::getpid()));
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+  std::filesystem::create_directories(tmp, ec);
+  if (ec)
+    throw io_error(tmp.string(), ec.value(),
+                   "cannot create the model cache directory " + tmp.string() + ": " + ec.message() +
+                       " (set DDO_MODEL_CACHE to a writable directory)");
+  o.output = (tmp / entry.filename()).string();
+  try {
+    (void)write_synthetic_model(o);
+  } catch (...) {
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+  std::filesystem::rename(tmp, cache_dir / key, ec);
+  if (ec) {
+    std::filesystem::remove_all(tmp, ec);
+    // Another process may have finished the same model first; that copy is as good.
+    if (!std::filesystem::exists(entry))
+      throw io_error((cache_dir / key).string(), ec.value(),
+                     "cannot move the generated model into " + (cache_dir / key).string());
+    return entry.string();
+  }
+  if (generated != nullptr) *generated = true;
+  return entry.string();
+}
+
+}  // namespace runner
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "runner/model_cache.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+
+#include "ddo/model/safetensors.hpp"
+
+namespace {
+
+/// A fresh directory under the system temp dir, removed at scope exit.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() /
+           ("ddo-runner-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+ddo::synthetic_model_options small_model() {
+  ddo::synthetic_model_options o;
+  o.blocks = 2;
+  o.hidden = 32;
+  o.seed = std::random_device{}();
+  return o;
+}
+
+std::size_t entries(const std::filesystem::path& dir) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("runner") {
+  TEST_CASE("the cache key names every model parameter but not the output path") {
+    const ddo::synthetic_model_options base;
+    std::set<std::string> keys{ddo::runner::synthetic_model_key(base)};
+    auto vary = [&](auto change) {
+      auto o = base;
+      change(o);
+      keys.insert(ddo::runner::synthetic_model_key(o));
+    };
+    vary([](auto& o) { o.blocks = 9; });
+    vary([](auto& o) { o.hidden = 512; });
+    vary([](auto& o) { o.mlp_ratio = 2; });
+    vary([](auto& o) { o.type = ddo::dtype::f16; });
+    vary([](auto& o) { o.shards = 2; });
+    vary([](auto& o) { o.seed = 7; });
+    CHECK(keys.size() == 7);
+    auto elsewhere = base;
+    elsewhere.output = "/somewhere/else.safetensors";
+    CHECK(ddo::runner::synthetic_model_key(elsewhere) == ddo::runner::synthetic_model_key(base));
+  }
+
+  TEST_CASE("the model is written once, loads, and later runs reuse the cached file") {
+    temp_dir dir;
+    const auto o = small_model();
+    bool generated = false;
+    const auto first = ddo::runner::ensure_synthetic_model(o, dir.path, &generated);
+    CHECK(generated);
+    const auto table = ddo::load_safetensors(first);
+    CHECK(table.size() == ddo::synthetic_model_specs(o).size());
+    const auto when = std::filesystem::last_write_time(first);
+    const auto second = ddo::runner::ensure_synthetic_model(o, dir.path, &generated);
+    CHECK_FALSE(generated);
+    CHECK(first == second);
+    CHECK(std::filesystem::last_write_time(second) == when);
+    CHECK(entries(dir.path) == 1);  // no temporary directory left behind
+  }
+
+  TEST_CASE("a sharded model is cached under its index") {
+    temp_dir dir;
+    auto o = small_model();
+    o.shards = 3;
+    const auto path = ddo::runner::ensure_synthetic_model(o, dir.path);
+    CHECK(ddo::is_safetensors_index(path));
+    const auto table = ddo::load_safetensors(path);
+    CHECK(table.files().size() == 3);
+  }
+
+  TEST_CASE("invalid parameters fail without leaving anything in the cache") {
+    temp_dir dir;
+    auto o = small_model();
+    o.type = ddo::dtype::i32;
+    CHECK_THROWS_AS(ddo::runner::ensure_synthetic_model(o, dir.path), ddo::usage_error);
+    CHECK(entries(dir.path) == 0);
+  }
+
+  TEST_CASE("an unwritable cache directory is reported as io_error naming it") {
+    CHECK_THROWS_WITH_AS(
+        ddo::runner::ensure_synthetic_model(small_model(), "/proc/ddo-cannot-write-here"),
+        doctest::Contains("/proc/ddo-cannot-write-here"), ddo::io_error);
+  }
+}
