@@ -129,14 +129,19 @@ inline void validate(dynamic_offload_config& config, const config_provenance& pr
                   "set both or neither");
   }
   if (config.execution_mode == exec_mode::vmm_runtime) {
-    if (!(config.vmm_resident_weight_budget_gb > 0.0))
-      throw_invalid(provenance, "vmm_resident_weight_budget_gb",
-                    format_number(config.vmm_resident_weight_budget_gb),
-                    "execution_mode vmm_runtime needs a positive mapped-weight budget (e.g. 4.0)");
-    if (!(config.vmm_staging_buffer_gb > 0.0))
-      throw_invalid(provenance, "vmm_staging_buffer_gb",
-                    format_number(config.vmm_staging_buffer_gb),
-                    "execution_mode vmm_runtime needs positive host staging (e.g. 0.625)");
+    // Blame the source that asked for the VMM route when nobody set the budget.
+    const auto require_positive = [&](std::string_view name, double value, const char* example) {
+      if (value > 0.0) return;
+      if (provenance.of(name).source == origin::default_value)
+        throw_invalid(provenance, "execution_mode", "\"vmm_runtime\"",
+                      "the VMM route needs a positive " + std::string(name) + " (e.g. " +
+                          example + "), which no source sets");
+      throw_invalid(provenance, name, format_number(value),
+                    "execution_mode vmm_runtime needs a positive size (e.g. " +
+                        std::string(example) + ")");
+    };
+    require_positive("vmm_resident_weight_budget_gb", config.vmm_resident_weight_budget_gb, "4.0");
+    require_positive("vmm_staging_buffer_gb", config.vmm_staging_buffer_gb, "0.625");
   }
   if (config.backend == offload_backend::vmm && config.execution_mode != exec_mode::vmm_runtime)
     throw_invalid(provenance, "backend", "\"vmm\"",

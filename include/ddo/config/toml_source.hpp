@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::toml_source: a TOML file as a config source (toml++; this is the only ddo header
+/// that includes it — link through ddo_toml_dep, which defines TOML_HEADER_ONLY=1).
+///
+/// Accepted layout (every key is checked; an unknown key is an error suggesting the closest):
+///   field = value              config fields by their reference names, at top level or in [config]
+///   preset = "auto"            the preset (also [settings] requested_preset)
+///   plan / disable_pin_on_wsl  as DDO_PLAN / DDO_DISABLE_PIN_ON_WSL (top level or [settings])
+///   [components.NAME]          route, offload_stream, offload_record_stream, offload_type,
+///                              offload_low_cpu_mem_usage, num_blocks_per_group, and config fields
+///                              that apply to that component only
+/// ddo-config's own output reads back: its derived [settings] keys (effective_preset, enabled,
+/// *_pin_cpu_memory, running_on_wsl) and its [provenance] table are accepted and ignored.
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddo/config/closest_name.hpp"
+#include "ddo/config/concepts.hpp"
+#include "ddo/config/config_layer.hpp"
+#include "ddo/config/field_registry.hpp"
+#include "ddo/config/parse_value.hpp"
+#include "ddo/core/error.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+namespace detail {
+
+inline std::string toml_type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::string: return "string";
+    case toml::node_type::array: return "array";
+    case toml::node_type::table: return "table";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    default: return "unknown";
+  }
+}
+
+[[noreturn]] inline void toml_type_error(const std::string& key, const toml::node& node,
+                                         std::string_view expected) {
+  throw config_error("toml", key,
+                     "TOML key " + key + " has type " + toml_type_name(node) + "; expected " +
+                         std::string(expected));
+}
+
+/// A TOML value as a field_value (checked against the field afterwards).
+inline field_value toml_to_value(const toml::node& node, const std::string& key,
+                                 std::string_view expected) {
+  if (const auto* b = node.as_boolean()) return b->get();
+  if (const auto* i = node.as_integer()) return static_cast<std::int64_t>(i->get());
+  if (const auto* f = node.as_floating_point()) return f->get();
+  if (const auto* s = node.as_string()) return s->get();
+  if (const auto* array = node.as_array()) {
+    std::vector<std::string> items;
+    for (const auto& element : *array) {
+      const auto* text = element.as_string();
+      if (!text)
+        throw config_error("toml", key,
+                           "TOML key " + key + " is an array holding a " +
+                               toml_type_name(element) + "; expected an array of strings");
+      items.push_back(text->get());
+    }
+    return items;
+  }
+  toml_type_error(key, node, expected);
+}
+
+inline bool toml_bool(const toml::node& node, const std::string& key) {
+  const auto* b = node.as_boolean();
+  if (!b) toml_type_error(key, node, "a boolean");
+  return b->get();
+}
+
+inline void toml_unknown_key(const std::string& file, std::string_view table, std::string_view key,
+                             const std::vector<std::string>& known) {
+  const std::string where = file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+  throw config_error("toml", where,
+                     "TOML key " + where + " is not a ddo setting" +
+                         did_you_mean(closest_name(key, known)));
+}
+
+inline std::vector<std::string> field_name_list() {
+  std::vector<std::string> names;
+  for (const auto& info : config_fields()) names.emplace_back(info.name);
+  return names;
+}
+
+inline void read_toml_field(config_layer& layer, const std::string& file, std::string_view table,
+                            std::string_view key, const toml::node& node) {
+  const auto index = find_field(key);
+  const std::string where_key =
+      file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+  const field_info& info = config_fields()[*index];
+  const field_origin where{origin::toml, where_key};
+  const field_value raw = toml_to_value(node, where_key, to_string(info.type));
+  layer.fields.push_back({*index, normalize_field_value(info, raw, where), where});
+}
+
+inline component_policy read_toml_component(const std::string& file, const std::string& name,
+                                            const toml::table& table) {
+  static constexpr std::string_view policy_keys[] = {
+      "route", "offload_stream", "offload_record_stream", "offload_type",
+      "offload_low_cpu_mem_usage", "num_blocks_per_group"};
+  component_policy policy;
+  const std::string prefix = "components." + name;
+  for (const auto& [key_node, node] : table) {
+    const std::string_view key = key_node.str();
+    const std::string where = file + ":" + prefix + "." + std::string(key);
+    if (key == "route") {
+      const auto* text = node.as_string();
+      if (!text) toml_type_error(where, node, "a string");
+      const auto route = parse_route(to_lower(trim(text->get())));
+      if (!route)
+        throw config_error("toml", where,
+                           "TOML key " + where + " = \"" + text->get() +
+                               "\": not a valid value; expected " + std::string(route_choices));
+      policy.route = *route;
+    } else if (key == "offload_stream") {
+      policy.offload_stream = toml_bool(node, where);
+    } else if (key == "offload_record_stream") {
+      policy.offload_record_stream = toml_bool(node, where);
+    } else if (key == "offload_low_cpu_mem_usage") {
+      policy.offload_low_cpu_mem_usage = toml_bool(node, where);
+    } else if (key == "offload_type") {
+      const auto* text = node.as_string();
+      if (!text) toml_type_error(where, node, "a string");
+      const auto type = parse_group_offload_type(text->get());
+      if (!type)
+        throw config_error("toml", where,
+                           "TOML key " + where + " = \"" + text->get() +
+                               "\": not a valid value; expected \"block_level\" or \"leaf_level\"");
+      policy.offload_type = *type;
+    } else if (key == "num_blocks_per_group") {
+      const auto* number = node.as_integer();
+      if (!number) toml_type_error(where, node, "a positive integer");
+      if (number->get() < 1)
+        throw config_error("toml", where,
+                           "TOML key " + where + " = " + std::to_string(number->get()) +
+                               ": not a valid value; expected a positive integer");
+      policy.num_blocks_per_group = number->get();
+    } else if (const auto index = find_field(key)) {
+      const field_info& info = config_fields()[*index];
+      const field_value raw = toml_to_value(node, where, to_string(info.type));
+      policy.config.emplace_back(std::string(key),
+                                 normalize_field_value(info, raw, {origin::toml, where}));
+    } else {
+      auto known = field_name_list();
+      known.insert(known.end(), std::begin(policy_keys), std::end(policy_keys));
+      toml_unknown_key(file, prefix, key, known);
+    }
+  }
+  return policy;
+}
+
+}  // namespace detail
+
+/// @brief Reads TOML text @p text (named @p file in messages) into a layer (origin toml).
+/// @throws config_error for a syntax error (file:line:column), an unknown key (with the closest
+/// known key) or a value of the wrong type (key, type seen, type expected).
+[[nodiscard]] inline config_layer parse_toml_config(std::string_view text, const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(file));
+  } catch (const toml::parse_error& error) {
+    const auto& begin = error.source().begin;
+    throw config_error("toml", file,
+                       file + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column) +
+                           ": invalid TOML: " + std::string(error.description()));
+  }
+  config_layer layer;
+  layer.source = origin::toml;
+  const auto read_setting = [&](std::string_view table, std::string_view key,
+                                const toml::node& node) -> bool {
+    const std::string where = file + ":" + (table.empty() ? "" : std::string(table) + ".") +
+                              std::string(key);
+    if (key == "preset" || (table == "settings" && key == "requested_preset")) {
+      const auto* text = node.as_string();
+      if (!text) detail::toml_type_error(where, node, "a string");
+      layer.preset = sourced<std::string>{to_lower(trim(text->get())), {origin::toml, where}};
+      return true;
+    }
+    if (key == "plan" || key == "disable_pin_on_wsl") {
+      (key == "plan" ? layer.plan : layer.disable_pin_on_wsl) =
+          sourced<bool>{detail::toml_bool(node, where), {origin::toml, where}};
+      return true;
+    }
+    return false;
+  };
+  for (const auto& [key_node, node] : root) {
+    const std::string_view key = key_node.str();
+    if (key == "config" || key == "settings" || key == "components" || key == "provenance") {
+      const auto* table = node.as_table();
+      if (!table) detail::toml_type_error(file + ":" + std::string(key), node, "a table");
+      if (key == "provenance") continue;  // ddo-config output: informational
+      for (const auto& [inner_node, inner] : *table) {
+        const std::string_view inner_key = inner_node.str();
+        if (key == "config") {
+          if (!find_field(inner_key))
+            detail::toml_unknown_key(file, key, inner_key, detail::field_name_list());
+          detail::read_toml_field(layer, file, key, inner_key, inner);
+        } else if (key == "settings") {
+          if (read_setting(key, inner_key, inner)) continue;
+          static constexpr std::string_view derived[] = {
+              "effective_preset", "enabled", "requested_pin_cpu_memory",
+              "effective_pin_cpu_memory", "running_on_wsl"};
+          if (std::find(std::begin(derived), std::end(derived), inner_key) != std::end(derived))
+            continue;  // derived values printed by ddo-config
+          detail::toml_unknown_key(file, key, inner_key,
+                                   {"requested_preset", "plan", "disable_pin_on_wsl",
+                                    "effective_preset", "enabled", "requested_pin_cpu_memory",
+                                    "effective_pin_cpu_memory", "running_on_wsl"});
+        } else {
+          const auto* component = inner.as_table();
+          const std::string name(inner_key);
+          if (!component)
+            detail::toml_type_error(file + ":components." + name, inner, "a table");
+          layer.components[name] = detail::read_toml_component(file, name, *component);
+        }
+      }
+      continue;
+    }
+    if (read_setting({}, key, node)) continue;
+    if (!find_field(key)) {
+      auto known = detail::field_name_list();
+      for (const char* extra : {"preset", "plan", "disable_pin_on_wsl", "config", "settings",
+                                "components"})
+        known.emplace_back(extra);
+      detail::toml_unknown_key(file, {}, key, known);
+    }
+    detail::read_toml_field(layer, file, {}, key, node);
+  }
+  return layer;
+}
+
+/// @brief Reads TOML file @p path into a layer (see parse_toml_config).
+/// @throws io_error when the file cannot be read; config_error as parse_toml_config.
+[[nodiscard]] inline config_layer read_toml_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error_number = errno;
+    throw io_error(path, error_number,
+                   "cannot read config file " + path + ": " + std::strerror(error_number));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_toml_config(text.str(), path);
+}
+
+/// @brief A TOML file as a config source (origin toml).
+struct toml_source {
+  using source_category = config_source_tag;  ///< opts in to ddo::config_source
+  std::string path;                             ///< the file to read
+  /// @brief Reads the file; throws as read_toml_config.
+  [[nodiscard]] config_layer collect() const { return read_toml_config(path); }
+};
+static_assert(config_source<toml_source>);
+
+}  // namespace v0
+}  // namespace ddo
