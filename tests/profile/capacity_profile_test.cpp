@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ddo/profile/capacity_profile.hpp"
+#include "ddo/profile/profile_store.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace {
+
+struct scratch_dir {
+  std::filesystem::path path;
+  scratch_dir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ddo-profile-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+ddo::calibration_measurement random_measurement(std::mt19937_64& rng) {
+  ddo::calibration_measurement m;
+  m.total_vram_bytes = 24 * ddo::gib + rng() % ddo::gib;
+  m.free_vram_before_bytes = m.total_vram_bytes - rng() % (2 * ddo::gib);
+  m.min_free_vram_bytes = m.free_vram_before_bytes - rng() % (8 * ddo::gib);
+  m.model_bytes = 12 * ddo::gib + rng() % ddo::gib;
+  m.device_name = "Test \"GPU\" " + std::to_string(rng() % 100);
+  return m;
+}
+
+}  // namespace
+
+TEST_SUITE("profile") {
+  TEST_CASE("calibration recommends what stayed free at the peak, less the headroom") {
+    ddo::calibration_measurement m;
+    m.total_vram_bytes = 24 * ddo::gib;
+    m.free_vram_before_bytes = 22 * ddo::gib;
+    m.min_free_vram_bytes = 15 * ddo::gib;
+    const auto p = ddo::make_capacity_profile("flux-1024", m, 1.0);
+    CHECK(p.peak_in_use_bytes == 7 * ddo::gib);
+    CHECK(p.headroom_bytes == ddo::gib);
+    CHECK(p.recommended_resident_budget_bytes == 14 * ddo::gib);
+    CHECK(p.full_pin);
+
+    m.min_free_vram_bytes = ddo::gib / 2;  // less free than the headroom: recommend nothing
+    CHECK(ddo::make_capacity_profile("flux-1024", m, 1.0).recommended_resident_budget_bytes == 0);
+  }
+
+  TEST_CASE("inconsistent measurements and bad names are refused") {
+    ddo::calibration_measurement m;
+    m.total_vram_bytes = 8 * ddo::gib;
+    m.free_vram_before_bytes = 4 * ddo::gib;
+    m.min_free_vram_bytes = 5 * ddo::gib;
+    CHECK_THROWS_AS((void)ddo::make_capacity_profile("x", m, 1.0), ddo::usage_error);
+    m.min_free_vram_bytes = ddo::gib;
+    for (const char* bad : {"", "../escape", ".hidden", "a/b", "with space"})
+      CHECK_THROWS_AS((void)ddo::make_capacity_profile(bad, m, 1.0), ddo::config_error);
+  }
+
+  TEST_CASE("a saved profile reads back identical, and a missing one is nullopt") {
+    scratch_dir dir;
+    const ddo::profile_store store((dir.path / "nested" / "profiles").string());
+    std::mt19937_64 rng(std::random_device{}());
+    for (int i = 0; i < 8; ++i) {
+      const auto p = ddo::make_capacity_profile("run-" + std::to_string(i), random_measurement(rng),
+                                                static_cast<double>(rng() % 3));
+      store.save(p);
+      const auto back = store.find(p.name);
+      REQUIRE(back.has_value());
+      CHECK(*back == p);
+    }
+    CHECK_FALSE(store.find("never-saved").has_value());
+    // No temporary files are left behind by the atomic saves.
+    for (const auto& entry : std::filesystem::directory_iterator(store.directory()))
+      CHECK(entry.path().extension() == ".toml");
+  }
+
+  TEST_CASE("malformed profile files give format errors naming the file and key") {
+    scratch_dir dir;
+    const ddo::profile_store store(dir.path.string());
+    std::mt19937_64 rng(std::random_device{}());
+    const auto good = ddo::profile_store::format(
+        ddo::make_capacity_profile("p", random_measurement(rng), 1.0));
+    const auto write = [&](const std::string& text) {
+      std::ofstream(store.path_of("p")) << text;
+    };
+    const auto expect_error = [&](const std::string& text, const std::string& key) {
+      write(text);
+      try {
+        (void)store.find("p");
+        FAIL("no error for: " << text);
+      } catch (const ddo::format_error& e) {
+        CHECK(e.file() == store.path_of("p").string());
+        CHECK(e.tensor() == key);
+      }
+    };
+    expect_error(good + "extra_key = 1\n", "extra_key");
+    expect_error(good + "model_bytes = 5\n", "model_bytes");
+    std::string negative = good;
+    negative.replace(negative.find("model_bytes = ") + 14, 1, "-");
+    expect_error(negative, "model_bytes");
+    expect_error(good.substr(0, good.find("full_pin")), "");
+    std::string renamed = good;
+    renamed.replace(renamed.find("name = \"p\""), 10, "name = \"q\"");
+    expect_error(renamed, "name");
+    expect_error("this is not toml\n", "");
+  }
+
+  TEST_CASE("a leading ~ in the profile directory is HOME") {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr) return;
+    CHECK(ddo::expand_home("~/.ddo/profiles") == std::filesystem::path(home) / ".ddo/profiles");
+    CHECK(ddo::expand_home("/abs/dir") == std::filesystem::path("/abs/dir"));
+  }
+}
