@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::pinned_block (a packed, page-locked host copy of one execution group's streamed
+/// weights) and ddo::pinned_weight_cache, the in-process cache of such blocks that
+/// `cache_pinned_weights` turns on, keyed by `pinned_weight_cache_namespace` and the group's
+/// layout.
+///
+/// The cache is an object the application owns and passes to the offloaders that may share
+/// blocks (no process-wide singleton): blocks live while the cache or an offloader holds them,
+/// and are unregistered and unmapped when the last holder lets go.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "ddo/memory/host_buffer.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Packed host bytes of one group; page-locked when registered() is true.
+class pinned_block {
+ public:
+  /// @brief Maps @p bytes of page-aligned host memory (not touched yet).
+  explicit pinned_block(std::uint64_t bytes) : buffer_(bytes) {}
+  pinned_block(const pinned_block&) = delete;
+  pinned_block& operator=(const pinned_block&) = delete;
+  /// @brief Undoes the registration (if any) before the memory is unmapped.
+  ~pinned_block() {
+    if (unregister_) {
+      try {
+        unregister_();
+      } catch (...) {  // destructors never throw; the transport reports in its own words
+      }
+    }
+  }
+
+  [[nodiscard]] std::byte* data() const noexcept { return buffer_.data(); }
+  /// @brief Mapped bytes (whole pages).
+  [[nodiscard]] std::uint64_t size() const noexcept { return buffer_.size(); }
+  [[nodiscard]] bool registered() const noexcept { return static_cast<bool>(unregister_); }
+  /// @brief Marks the block registered; @p unregister runs once, at destruction.
+  void set_registered(std::function<void()> unregister) { unregister_ = std::move(unregister); }
+
+ private:
+  host_buffer buffer_;  // declared first: unmapped after unregister_ ran
+  std::function<void()> unregister_;
+};
+
+/// @brief In-process cache of pinned blocks, shared by the offloaders given a pointer to it.
+/// Thread-safe. The key is built by the runtime from the namespace and the group's layout
+/// (weight names, sizes and sources), so two models never share a block by accident.
+class pinned_weight_cache {
+ public:
+  pinned_weight_cache() = default;
+  pinned_weight_cache(const pinned_weight_cache&) = delete;
+  pinned_weight_cache& operator=(const pinned_weight_cache&) = delete;
+
+  /// @brief The block stored under @p key, or null.
+  [[nodiscard]] std::shared_ptr<pinned_block> find(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(key);
+    return it == blocks_.end() ? nullptr : it->second;
+  }
+  /// @brief Stores @p block under @p key (replacing any previous one).
+  void insert(std::string key, std::shared_ptr<pinned_block> block) {
+    std::lock_guard lock(mutex_);
+    blocks_[std::move(key)] = std::move(block);
+  }
+  /// @brief Number of cached blocks.
+  [[nodiscard]] std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return blocks_.size();
+  }
+  /// @brief Host bytes held by the cached blocks.
+  [[nodiscard]] std::uint64_t bytes() const {
+    std::lock_guard lock(mutex_);
+    std::uint64_t total = 0;
+    for (const auto& [key, block] : blocks_) total += block->size();
+    return total;
+  }
+  /// @brief Drops every block (each is freed once no offloader holds it).
+  void clear() {
+    std::map<std::string, std::shared_ptr<pinned_block>> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      dropped.swap(blocks_);
+    }
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<pinned_block>> blocks_;
+};
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::basic_offloader<Transport>: runs a ready offload_plan — residents uploaded once,
+/// streamed groups brought into a ring of device slots just before the engine needs them,
+/// overlapped with its compute. ddo::offloader (runtime/offloader.hpp) adds planning and
+/// configuration on top; this class is the runtime alone, so engines and tests can hand it a
+/// plan they built themselves.
+///
+/// Setup (the constructor) does every allocation the run will need: the resident arena, the
+/// ring (slot_count slots of the largest streamed group), two pinned staging buffers, events,
+/// and packs + page-locks pinned groups. Budgets are checked first and a plan that cannot fit
+/// is refused with the numbers. The hot path (acquire, release) allocates nothing and never
+/// synchronizes the host with the device.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "ddo/runtime/detail/offloader_core.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief The offload runtime over one transport. Move-only; leases point into it, so it must
+/// outlive them (moving the offloader does not invalidate leases).
+/// @tparam Transport a ddo::transport (host_sim_transport, linear_transport, ...).
+template <class Transport>
+class basic_offloader {
+  static_assert(detail::check_transport<Transport>());
+
+ public:
+  using transport_type = Transport;
+  using stream_view = typename Transport::stream_view;
+  using lease_type = lease<Transport>;
+
+  /// @brief Sets up the runtime for @p plan over @p table (which must outlive the offloader,
+  /// as must the host memory and files its sources name).
+  /// @throws out_of_memory when a budget cannot hold the plan (device: resident + ring; pinned
+  /// host), usage_error for a plan that does not match the table, cuda_error / io_error.
+  basic_offloader(Transport transport, const weight_table& table, offload_plan plan,
+                  runtime_options options = {})
+      : core_(std::make_unique<detail::offloader_core<Transport>>(std::move(transport), table,
+                                                                  std::move(plan),
+                                                                  std::move(options))) {}
+
+  /// @brief Brings group @p group to the device for work enqueued on @p stream after this call.
+  /// Prefetches the following groups on ddo's copy stream as far as the ring allows.
+  /// @note The returned pointers are valid for work on @p stream until the lease is dropped;
+  /// dropping it records a release event on @p stream (no host sync).
+  /// @throws usage_error when every slot is held by a live lease, or the index is out of range.
+  [[nodiscard]] lease_type acquire(std::size_t group, stream_view stream) {
+    return core_->acquire(group, stream);
+  }
+  /// @brief acquire() by group name. @throws usage_error for an unknown name.
+  [[nodiscard]] lease_type acquire(std::string_view group, stream_view stream) {
+    const auto g = core_->find_group(group);
+    DDO_EXPECTS(g.has_value(), "acquire: no group named '" + std::string(group) + "'");
+    return core_->acquire(*g, stream);
+  }
+
+  /// @brief Swap strategy: registers the engine's pointer @p engine_pointer (the tensor-data
+  /// pointer of weight @p weight_name). Each lease of the weight's group writes the device
+  /// address there; dropping the lease (also during stack unwinding) and destroying the
+  /// offloader restore the value it had at bind time.
+  /// @throws usage_error under the functional strategy, with leases alive, or for an unknown name.
+  template <class T>
+  void bind(std::string_view weight_name, T*& engine_pointer) {
+    const auto w = core_->find_weight(weight_name);
+    DDO_EXPECTS(w.has_value(), "bind: no weight named '" + std::string(weight_name) + "'");
+    using U = std::remove_cv_t<T>;
+    core_->bind(*w, static_cast<void*>(&engine_pointer),
+                +[](void* target, void* value) { *static_cast<T**>(target) = static_cast<U*>(value); },
+                const_cast<U*>(engine_pointer));
+  }
+  /// @brief Restores and forgets the binding of @p weight_name.
+  void unbind(std::string_view weight_name) {
+    const auto w = core_->find_weight(weight_name);
+    DDO_EXPECTS(w.has_value(), "unbind: no weight named '" + std::string(weight_name) + "'");
+    core_->unbind(*w);
+  }
+
+  /// @brief Starts a new metrics step now (steps also start automatically when the engine
+  /// acquires a group whose index is not above the previous one).
+  void begin_step() { core_->begin_step(); }
+  /// @brief A snapshot of the metrics. Harvests finished timing events; with @p wait it
+  /// synchronizes with the outstanding ones first (a host sync: not for the hot path).
+  [[nodiscard]] offload_metrics metrics(bool wait = false) { return core_->metrics(wait); }
+  /// @brief Waits for every load ddo issued (not for the engine's own work).
+  void synchronize() { core_->synchronize(); }
+
+  [[nodiscard]] std::size_t group_count() const noexcept { return core_->group_count(); }
+  [[nodiscard]] const std::string& group_name(std::size_t g) const { return core_->group_name(g); }
+  [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const {
+    return core_->find_group(name);
+  }
+  /// @brief Device address of a resident weight (valid for the offloader's lifetime).
+  [[nodiscard]] std::byte* resident_data(std::size_t weight_index) const {
+    return core_->resident_data(weight_index);
+  }
+  [[nodiscard]] const offload_plan& plan() const noexcept { return core_->plan(); }
+  [[nodiscard]] const runtime_options& options() const noexcept { return core_->options(); }
+  /// @brief Bytes of one ring slot (largest streamed group, aligned).
+  [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return core_->slot_bytes(); }
+  [[nodiscard]] std::size_t slot_count() const noexcept { return core_->slot_count(); }
+  /// @brief ddo's device bytes: resident arena + ring.
+  [[nodiscard]] std::uint64_t device_bytes() const noexcept { return core_->device_bytes(); }
+  [[nodiscard]] int live_leases() const noexcept { return core_->live_leases(); }
+  [[nodiscard]] Transport& transport() noexcept { return core_->transport(); }
+
+ private:
+  std::unique_ptr<detail::offloader_core<Transport>> core_;
+};
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::runtime_options: how an offloader runs a plan (ring size, prefetch depth,
+/// strategy, pinning, staging, budgets, metrics). runtime_options_from() maps the relevant
+/// fields of a dynamic_offload_config.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/core/units.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+class pinned_weight_cache;
+class trace_sink;
+
+/// @brief Settings of one offloader's runtime. The defaults are the fast path.
+struct runtime_options {
+  /// Device slots in the ring (each the size of the largest streamed group, aligned). Reduced
+  /// to the number of streamed groups when there are fewer. 2 overlaps one copy with one
+  /// compute; 3 also absorbs jitter (what the measured plain ring used).
+  std::size_t slot_count = 3;
+  /// Streamed groups kept loaded or loading ahead of the engine (0: load only on acquire, no
+  /// overlap). Bounded by the ring: a deeper request just prefetches as far as slots allow.
+  std::size_t prefetch_depth = std::numeric_limits<std::size_t>::max();
+  /// functional: plain leases. swap: bound engine pointers are rewritten for each lease.
+  runtime_strategy strategy = runtime_strategy::functional;
+  /// Alignment of every weight inside a slot and of resident weights (bytes, power of two).
+  std::uint64_t alignment = 256;
+  /// Largest single copy (0: a group's pinned bytes are one copy). Chunks below 16 MiB lose
+  /// bandwidth (physical-limits.md), so values under 16 MiB are raised to it.
+  std::uint64_t max_copy_bytes = 0;
+  /// Size of each of the two pinned staging buffers pageable and file weights go through.
+  std::uint64_t staging_buffer_bytes = 16 * mib;
+  /// Threads packing and page-locking pinned groups at setup (pin_cpu_workers).
+  int pin_workers = 1;
+  /// Continue with staged copies when page-locking fails (allow_pin_memory_fallback);
+  /// otherwise setup throws out_of_memory("pinned host", ...).
+  bool allow_pin_fallback = true;
+  /// Pinned blocks are looked up in and added to this cache (cache_pinned_weights); null: none.
+  pinned_weight_cache* pinned_cache = nullptr;
+  /// Separates cache entries between models/configs (pinned_weight_cache_namespace).
+  std::string cache_namespace;
+  /// Hard cap on ddo's device bytes (resident weights + ring); 0: what the transport has free.
+  std::uint64_t device_budget_bytes = 0;
+  /// Hard cap on page-locked weight bytes; 0: the plan's pin budget (when it has one).
+  std::uint64_t pinned_budget_bytes = 0;
+  /// Record timing events (copy and stall times, GB/s, overlap) — costs a few events per load.
+  bool metrics = false;
+  /// Receives spans when set (metrics must be on for device spans). Not owned.
+  trace_sink* trace = nullptr;
+  /// Push NVTX ranges (acquire, release, setup) when the toolkit's nvtx3 headers exist.
+  bool nvtx = false;
+  /// Fill each slot with a poison byte before every load (tests; costs device bandwidth).
+  bool poison_slots = false;
+  /// How file-sourced weights are read (load_safetensors_backend).
+  safetensors_backend file_backend = safetensors_backend::library_default;
+  /// The route name reported in metrics.
+  std::string route = "dynamic_offload";
+};
+
+/// @brief The runtime fields of a resolved config: strategy, pin workers and fallback, cache
+/// namespace, the file backend. The cache object itself is the application's to pass.
+[[nodiscard]] inline runtime_options runtime_options_from(const dynamic_offload_config& config) {
+  runtime_options o;
+  o.strategy = config.linear_runtime_strategy;
+  o.pin_workers = config.pin_cpu_workers > 0 ? config.pin_cpu_workers : 1;
+  o.allow_pin_fallback = config.allow_pin_memory_fallback;
+  o.cache_namespace = config.pinned_weight_cache_namespace;
+  o.file_backend = config.load_safetensors_backend;
+  return o;
+}
+
+}  // namespace v0
+}  // namespace ddo

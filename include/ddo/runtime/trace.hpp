@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Tracing: ddo::trace_sink receives spans (copies, waits, leases, steps) so a runner
+/// can write a Chrome trace; ddo::trace_recorder is a ready sink that does. With
+/// runtime_options::nvtx the runtime also pushes NVTX ranges (header-only nvtx3 from the
+/// toolkit, when present) around acquire, release and setup.
+///
+/// Times are microseconds since the offloader's setup finished (its epoch). Device spans
+/// (copies, stalls) are converted from timing events recorded against an epoch event, so they
+/// arrive when the runtime harvests them (at step boundaries and metrics()), not in order.
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief What a span describes.
+enum class span_kind {
+  copy,   ///< a group load on a copy stream (device time)
+  stall,  ///< a compute stream waiting for a load (device time)
+  lease,  ///< acquire → release on the host
+  step,   ///< one pass over the groups (host time)
+  setup   ///< the offloader's setup (host time)
+};
+
+[[nodiscard]] constexpr std::string_view to_string(span_kind k) noexcept {
+  switch (k) {
+    case span_kind::copy: return "copy";
+    case span_kind::stall: return "stall";
+    case span_kind::lease: return "lease";
+    case span_kind::step: return "step";
+    case span_kind::setup: return "setup";
+  }
+  return "?";
+}
+
+/// @brief One span. `name` is the group's name (or "step 3", "setup").
+struct trace_span {
+  span_kind kind = span_kind::copy;
+  std::string_view name;
+  std::size_t group = 0;
+  std::uint64_t bytes = 0;
+  double start_us = 0.0;
+  double end_us = 0.0;
+  bool device = false;  ///< times come from device events
+};
+
+/// @brief Receives spans. Called from the engine's thread (inside acquire, release, metrics()).
+class trace_sink {
+ public:
+  virtual ~trace_sink() = default;
+  /// @brief One finished span; @p span.name is valid only during the call.
+  virtual void on_span(const trace_span& span) = 0;
+};
+
+/// @brief A sink that keeps every span and writes the Chrome trace-event JSON format.
+class trace_recorder final : public trace_sink {
+ public:
+  /// @brief A stored span (owns its name).
+  struct record {
+    span_kind kind;
+    std::string name;
+    std::size_t group;
+    std::uint64_t bytes;
+    double start_us;
+    double end_us;
+    bool device;
+  };
+
+  void on_span(const trace_span& s) override {
+    std::lock_guard lock(mutex_);
+    records_.push_back({s.kind, std::string(s.name), s.group, s.bytes, s.start_us, s.end_us, s.device});
+  }
+
+  /// @brief A copy of the spans so far.
+  [[nodiscard]] std::vector<record> records() const {
+    std::lock_guard lock(mutex_);
+    return records_;
+  }
+
+  /// @brief Writes {"traceEvents": [...]} with one complete event ("ph": "X") per span; copies
+  /// and stalls on the "device" track, leases and steps on the "host" track.
+  void write_chrome_trace(std::ostream& out) const {
+    std::lock_guard lock(mutex_);
+    out << "{\"traceEvents\":[";
+    bool first = true;
+    for (const auto& r : records_) {
+      if (!first) out << ',';
+      first = false;
+      out << "{\"name\":\"";
+      for (char c : r.name) {
+        if (c == '"' || c == '\\') out << '\\';
+        out << c;
+      }
+      out << "\",\"cat\":\"" << to_string(r.kind) << "\",\"ph\":\"X\",\"pid\":1,\"tid\":"
+          << (r.device ? (r.kind == span_kind::copy ? 2 : 3) : 1) << ",\"ts\":" << r.start_us
+          << ",\"dur\":" << (r.end_us - r.start_us) << ",\"args\":{\"group\":" << r.group
+          << ",\"bytes\":" << r.bytes << "}}";
+    }
+    out << "]}\n";
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<record> records_;
+};
+
+}  // namespace v0
+}  // namespace ddo
