@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// Acquire bench: host time of acquire + release for a group whose weights are already on the
+// device — resident groups (no copy, no event) and streamed groups already in the ring (an event
+// wait and an event record) — on host_sim and, where a GPU is usable, on linear. Target: <= 5 us.
+//
+//   acquire_bench [--iterations 200000] [--json FILE]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ddo/platform/cuda_device.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+
+namespace {
+
+struct model {
+  ddo::weight_table table;
+  ddo::offload_plan plan;
+  std::vector<std::vector<std::byte>> storage;
+};
+
+/// @p groups groups of 4 weights of 64 KiB, all resident or all pinned.
+model make(std::size_t groups, ddo::placement where) {
+  model m;
+  m.storage.reserve(groups * 4);
+  for (std::size_t g = 0; g < groups; ++g) {
+    ddo::plan_group pg;
+    pg.name = "blocks." + std::to_string(g);
+    for (int i = 0; i < 4; ++i) {
+      m.storage.emplace_back(64 * 1024, std::byte{static_cast<unsigned char>(g * 4 + i + 1)});
+      ddo::weight_info w;
+      w.name = pg.name + ".w" + std::to_string(i);
+      w.type = ddo::dtype::u8;
+      w.shape = {64 * 1024};
+      w.source = ddo::host_source{m.storage.back().data()};
+      pg.weights.push_back(m.table.add(w));
+      m.plan.decisions.push_back({where, g, "bench"});
+      pg.bytes_by_placement[static_cast<std::size_t>(where)] += 64 * 1024;
+    }
+    m.plan.groups.push_back(pg);
+  }
+  return m;
+}
+
+template <class Transport, class View>
+double per_pair_us(Transport t, const model& m, View stream, std::size_t iterations,
+                   std::size_t slots) {
+  ddo::runtime_options o;
+  o.slot_count = slots;
+  ddo::basic_offloader<Transport> off(t, m.table, m.plan, o);
+  const std::size_t groups = off.group_count();
+  for (std::size_t i = 0; i < 2 * groups; ++i) auto lease = off.acquire(i % groups, stream);
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < iterations; ++i) {
+    auto lease = off.acquire(i % groups, stream);
+  }
+  const auto end = std::chrono::steady_clock::now();
+  t.synchronize(stream);
+  return std::chrono::duration<double, std::micro>(end - start).count() / static_cast<double>(iterations);
+}
+
+struct row {
+  std::string transport, kind;
+  double us;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t iterations = 200000;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--iterations" && i + 1 < argc) iterations = std::stoul(argv[++i]);
+    else if (k == "--json" && i + 1 < argc) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: acquire_bench [--iterations N] [--json FILE]\n");
+      return k == "--help" ? 0 : 2;
+    }
+  }
+  try {
+    std::vector<row> rows;
+    const model resident = make(32, ddo::placement::gpu_resident);
+    const model streamed = make(4, ddo::placement::pinned_host);  // 4 slots: all stay loaded
+    {
+      ddo::host_sim_transport sim;
+      auto s = sim.make_stream();
+      rows.push_back({"host_sim", "resident group", per_pair_us(sim, resident, sim.view(s), iterations, 3)});
+      rows.push_back({"host_sim", "streamed group already in a slot",
+                      per_pair_us(sim, streamed, sim.view(s), iterations / 4, 4)});
+    }
+    const auto avail = ddo::query_cuda_availability();
+    std::string device = "none (" + avail.reason + ")";
+    if (avail.available) {
+      device = ddo::query_device_name(0);
+      ddo::linear_transport lin;
+      auto s = lin.make_stream();
+      rows.push_back({"linear", "resident group", per_pair_us(lin, resident, lin.view(s), iterations, 3)});
+      rows.push_back({"linear", "streamed group already in a slot",
+                      per_pair_us(lin, streamed, lin.view(s), iterations / 10, 4)});
+    }
+    std::printf("acquire_bench: %zu iterations, device: %s\n\n", iterations, device.c_str());
+    std::printf("| transport | group | acquire + release, host us | target |\n|---|---|---|---|\n");
+    for (const auto& r : rows)
+      std::printf("| %s | %s | %.3f | <= 5 (%s) |\n", r.transport.c_str(), r.kind.c_str(), r.us,
+                  r.us <= 5.0 ? "PASS" : "MISS");
+    if (!json.empty()) {
+      std::ofstream j(json);
+      j << "{\"bench\":\"acquire_bench\",\"device\":\"" << device << "\",\"iterations\":" << iterations
+        << ",\"summary\":[";
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (i) j << ',';
+        j << "{\"metric\":\"acquire+release " << rows[i].transport << ", " << rows[i].kind
+          << "\",\"value\":" << rows[i].us << ",\"unit\":\"us\",\"target\":\"<= 5\",\"pass\":"
+          << (rows[i].us <= 5.0 ? "true" : "false") << "}";
+      }
+      j << "]}\n";
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "acquire_bench: %s\n", e.what());
+    return 1;
+  }
+}

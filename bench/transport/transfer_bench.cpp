@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// Transfer bench: a stream of execution groups through ddo's linear transport (the offloader with
+// its ring, prefetch and events, no compute) against raw cudaMemcpyAsync from the same host bytes,
+// pinned and pageable, measured in one run on one device. Target: linear pinned >= 0.97 x raw.
+//
+//   transfer_bench [--groups 16] [--group-mib 128] [--steps 5] [--slots 3] [--json FILE]
+//
+// Exit 77 (skip) where no CUDA device is usable.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "ddo/memory/host_buffer.hpp"
+#include "ddo/platform/cuda_device.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/linear.hpp"
+
+namespace {
+
+struct args_t {
+  std::size_t groups = 16;
+  std::uint64_t group_mib = 128;
+  int steps = 5;
+  std::size_t slots = 3;
+  std::string json;
+};
+
+args_t parse(int argc, char** argv) {
+  args_t a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "transfer_bench: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--groups") a.groups = std::stoul(next());
+    else if (k == "--group-mib") a.group_mib = std::stoull(next());
+    else if (k == "--steps") a.steps = std::stoi(next());
+    else if (k == "--slots") a.slots = std::stoul(next());
+    else if (k == "--json") a.json = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: transfer_bench [--groups N] [--group-mib M] [--steps S] [--slots K] "
+                   "[--json FILE]\n");
+      std::exit(k == "--help" ? 0 : 2);
+    }
+  }
+  return a;
+}
+
+struct events {
+  cudaEvent_t a{}, b{};
+  events() {
+    DDO_CUDA_TRY(cudaEventCreate(&a));
+    DDO_CUDA_TRY(cudaEventCreate(&b));
+  }
+  ~events() {
+    DDO_CUDA_TRY_NOTHROW(cudaEventDestroy(a));
+    DDO_CUDA_TRY_NOTHROW(cudaEventDestroy(b));
+  }
+  double ms() {
+    float m = 0;
+    DDO_CUDA_TRY(cudaEventSynchronize(b));
+    DDO_CUDA_TRY(cudaEventElapsedTime(&m, a, b));
+    return m;
+  }
+};
+
+/// Raw baseline: each group one cudaMemcpyAsync into a ring of device slots, one stream.
+double raw_gbps(const std::byte* host, std::size_t groups, std::uint64_t group_bytes, int steps,
+                std::byte* slots, std::size_t slot_count, cudaStream_t s) {
+  events ev;
+  auto run = [&](int n) {
+    for (int step = 0; step < n; ++step)
+      for (std::size_t g = 0; g < groups; ++g)
+        DDO_CUDA_TRY(cudaMemcpyAsync(slots + (g % slot_count) * group_bytes, host + g * group_bytes,
+                                     group_bytes, cudaMemcpyHostToDevice, s));
+  };
+  run(1);  // warm-up
+  DDO_CUDA_TRY(cudaEventRecord(ev.a, s));
+  run(steps);
+  DDO_CUDA_TRY(cudaEventRecord(ev.b, s));
+  const double ms = ev.ms();
+  return static_cast<double>(groups * group_bytes) * steps / (ms * 1e6);
+}
+
+/// ddo: acquire every group in order on the compute stream and drop the lease at once.
+double ddo_gbps(const ddo::weight_table& table, const ddo::offload_plan& plan, std::size_t slots,
+                std::uint64_t bytes_per_step, int steps, cudaStream_t compute, std::string& note) {
+  ddo::runtime_options o;
+  o.slot_count = slots;
+  o.pin_workers = 4;
+  o.staging_buffer_bytes = 32 * ddo::mib;
+  ddo::basic_offloader<ddo::linear_transport> off(ddo::linear_transport{}, table, plan, o);
+  events ev;
+  auto run = [&](int n) {
+    for (int step = 0; step < n; ++step)
+      for (std::size_t g = 0; g < off.group_count(); ++g) auto lease = off.acquire(g, compute);
+  };
+  run(1);
+  DDO_CUDA_TRY(cudaEventRecord(ev.a, compute));
+  run(steps);
+  DDO_CUDA_TRY(cudaEventRecord(ev.b, compute));
+  const double ms = ev.ms();
+  const auto m = off.metrics(true);
+  note = "pin fallback bytes " + std::to_string(m.pin_fallback_bytes);
+  return static_cast<double>(bytes_per_step) * steps / (ms * 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const args_t a = parse(argc, argv);
+  const auto avail = ddo::query_cuda_availability();
+  if (!avail.available) {
+    std::printf("transfer_bench: skipped: %s\n", avail.reason.c_str());
+    return 77;
+  }
+  try {
+    const std::string device = ddo::query_device_name(0);
+    const std::uint64_t group_bytes = a.group_mib * ddo::mib;
+    const std::uint64_t total = group_bytes * a.groups;
+    std::printf("transfer_bench on %s: %zu groups x %llu MiB, %d steps, %zu slots\n", device.c_str(),
+                a.groups, static_cast<unsigned long long>(a.group_mib), a.steps, a.slots);
+
+    // The engine's weights: page-aligned host memory filled with non-zero bytes.
+    ddo::host_buffer host(total);
+    {
+      auto* w = reinterpret_cast<std::uint64_t*>(host.data());
+      std::uint64_t x = 0x9E3779B97F4A7C15ull;
+      for (std::uint64_t i = 0; i < total / 8; ++i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w[i] = x;
+      }
+    }
+    cudaStream_t s{};
+    DDO_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::byte* slots = nullptr;
+    DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&slots), group_bytes * a.slots));
+
+    DDO_CUDA_TRY(cudaHostRegister(host.data(), total, cudaHostRegisterDefault));
+    const double raw_pinned = raw_gbps(host.data(), a.groups, group_bytes, a.steps, slots, a.slots, s);
+    DDO_CUDA_TRY(cudaHostUnregister(host.data()));
+    const int pageable_steps = a.steps > 2 ? 2 : a.steps;
+    const double raw_pageable =
+        raw_gbps(host.data(), a.groups, group_bytes, pageable_steps, slots, a.slots, s);
+    DDO_CUDA_TRY(cudaFree(slots));
+
+    // The same bytes as a weight table: 4 weights per group, all pinned, then all pageable.
+    ddo::weight_table table;
+    ddo::offload_plan pinned_plan;
+    const std::uint64_t weight_bytes = group_bytes / 4;
+    for (std::size_t g = 0; g < a.groups; ++g) {
+      ddo::plan_group pg;
+      pg.name = "blocks." + std::to_string(g);
+      for (int i = 0; i < 4; ++i) {
+        ddo::weight_info w;
+        w.name = pg.name + ".w" + std::to_string(i);
+        w.type = ddo::dtype::u8;
+        w.shape = {static_cast<std::int64_t>(weight_bytes)};
+        w.source = ddo::host_source{host.data() + g * group_bytes + i * weight_bytes};
+        const std::size_t idx = table.add(w);
+        pg.weights.push_back(idx);
+        pinned_plan.decisions.push_back({ddo::placement::pinned_host, g, "bench"});
+      }
+      pg.bytes_by_placement[static_cast<std::size_t>(ddo::placement::pinned_host)] = group_bytes;
+      pinned_plan.groups.push_back(pg);
+    }
+    auto pageable_plan = pinned_plan;
+    for (auto& d : pageable_plan.decisions) d.where = ddo::placement::pageable_host;
+    for (auto& g : pageable_plan.groups) std::swap(g.bytes_by_placement[1], g.bytes_by_placement[2]);
+
+    std::string note_pinned, note_pageable;
+    const double ddo_pinned = ddo_gbps(table, pinned_plan, a.slots, total, a.steps, s, note_pinned);
+    const double ddo_pageable =
+        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, s, note_pageable);
+    DDO_CUDA_TRY(cudaStreamDestroy(s));
+
+    const double ratio = ddo_pinned / raw_pinned;
+    const double ratio_pageable = ddo_pageable / raw_pageable;
+    std::printf("\n| path | GB/s | ratio |\n|---|---|---|\n");
+    std::printf("| raw cudaMemcpyAsync, pinned (registered) | %.2f | 1.000 |\n", raw_pinned);
+    std::printf("| ddo linear, pinned groups | %.2f | %.3f of raw pinned |\n", ddo_pinned, ratio);
+    std::printf("| raw cudaMemcpyAsync, pageable | %.2f | %.3f of raw pinned |\n", raw_pageable,
+                raw_pageable / raw_pinned);
+    std::printf("| ddo linear, pageable staged (2 x 32 MiB) | %.2f | %.3f of raw pageable |\n",
+                ddo_pageable, ratio_pageable);
+    std::printf("\nlinear pinned / raw pinned = %.3f (target >= 0.97): %s\n", ratio,
+                ratio >= 0.97 ? "PASS" : "MISS");
+    std::printf("(%s; %s)\n", note_pinned.c_str(), note_pageable.c_str());
+
+    if (!a.json.empty()) {
+      std::ofstream j(a.json);
+      j << "{\"bench\":\"transfer_bench\",\"device\":\"" << device << "\",\"groups\":" << a.groups
+        << ",\"group_mib\":" << a.group_mib << ",\"steps\":" << a.steps << ",\"slots\":" << a.slots
+        << ",\"raw_pinned_gbps\":" << raw_pinned << ",\"ddo_pinned_gbps\":" << ddo_pinned
+        << ",\"raw_pageable_gbps\":" << raw_pageable << ",\"ddo_pageable_gbps\":" << ddo_pageable
+        << ",\"summary\":[{\"metric\":\"linear pinned / raw pinned\",\"value\":" << ratio
+        << ",\"unit\":\"x\",\"target\":\">= 0.97\",\"pass\":" << (ratio >= 0.97 ? "true" : "false")
+        << "},{\"metric\":\"ddo staged pageable / raw pageable\",\"value\":" << ratio_pageable
+        << ",\"unit\":\"x\",\"target\":\"\"}]}\n";
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "transfer_bench: %s\n", e.what());
+    return 1;
+  }
+}
