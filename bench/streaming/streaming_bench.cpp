@@ -46,6 +46,7 @@
 #include "ddo/plan/planner.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/linear.hpp"
+#include "runner/device_memory_sampler.hpp"
 #include "runner/synthetic_forward.hpp"
 #include "streaming_report.hpp"
 
@@ -215,53 +216,7 @@ float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-/// Samples device memory in use (cudaMemGetInfo) on its own thread, every 2 ms, so a variant's
-/// peak includes whatever its setup and steps allocated, not only what it says it allocated.
-class memory_sampler {
- public:
-  memory_sampler() {
-    std::size_t free = 0, total = 0;
-    DDO_CUDA_TRY(cudaMemGetInfo(&free, &total));
-    baseline_used_ = total - free;
-    peak_used_ = baseline_used_;
-    thread_ = std::thread([this] {
-      (void)cudaSetDevice(0);
-      while (!stop_.load(std::memory_order_relaxed)) {
-        sample();
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-    });
-  }
-  memory_sampler(const memory_sampler&) = delete;
-  memory_sampler& operator=(const memory_sampler&) = delete;
-  ~memory_sampler() { stop(); }
-  void stop() {
-    if (thread_.joinable()) {
-      stop_ = true;
-      thread_.join();
-      sample();
-    }
-  }
-  void sample() {
-    std::size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-      const std::uint64_t used = total - free;
-      std::uint64_t seen = peak_used_.load();
-      while (used > seen && !peak_used_.compare_exchange_weak(seen, used)) {
-      }
-    }
-  }
-  /// Peak bytes in use above what was in use when the sampler started.
-  [[nodiscard]] std::uint64_t peak_above_baseline() const {
-    return peak_used_.load() > baseline_used_ ? peak_used_.load() - baseline_used_ : 0;
-  }
-
- private:
-  std::uint64_t baseline_used_ = 0;
-  std::atomic<std::uint64_t> peak_used_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+using memory_sampler = ddo::runner::device_memory_sampler;
 
 // ---------------------------------------------------------------------------------------------
 // The model: weights built directly in host memory, block after block, never zeros.

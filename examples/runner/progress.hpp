@@ -74,6 +74,19 @@ class progress_bar {
     finished_ = true;
   }
 
+  /// @brief Prints something else (through @p print) without tearing the bar: on a terminal the
+  /// bar's line is cleared first and redrawn after.
+  template <class Print>
+  void interrupt(Print&& print) {
+    if (style_ == progress_style::terminal && !finished_) {
+      std::fputs("\r\x1b[K", out_);
+      std::fflush(out_);
+    }
+    print();
+    if (style_ == progress_style::terminal && !finished_ && last_percent_ >= 0)
+      draw_terminal(last_percent_);
+  }
+
   /// @brief The style chosen (automatic resolved).
   [[nodiscard]] progress_style style() const noexcept { return style_; }
 

@@ -1,0 +1,739 @@
+// SPDX-License-Identifier: Apache-2.0
+// ddo-run: runs denoising-like steps of a synthetic transformer forward over a safetensors model
+// whose weights ddo streams to the device.
+//
+// With no arguments it generates (once, cached) a synthetic DiT-like model, resolves settings
+// (preset auto < --config FILE.toml < DDO_* environment < --ddo-* flags), plans where every weight
+// lives, and runs steps: on a GPU through the linear transport with one cuBLAS GEMM per linear
+// weight; without one on the host_sim transport with a CPU stand-in for the compute, saying so.
+// See docs/runner.md.
+//
+// Exit status: 0 ok; 1 a run-time failure (also a --verify mismatch); 2 invalid input.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define DDO_RUN_HAS_NVTX 1
+#else
+#define DDO_RUN_HAS_NVTX 0
+#endif
+
+#include "ddo/cli/dynamic_offload_arguments.hpp"
+#include "ddo/config/resolve.hpp"
+#include "ddo/config/settings_toml.hpp"
+#include "ddo/config/toml_source.hpp"
+#include "ddo/memory/system_probe.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/file_reader.hpp"
+#include "ddo/model/safetensors.hpp"
+#include "ddo/model/synthetic_model.hpp"
+#include "ddo/plan/plan_format.hpp"
+#include "ddo/plan/planner.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/trace.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+#include "runner/chrome_trace.hpp"
+#include "runner/device_memory_sampler.hpp"
+#include "runner/model_cache.hpp"
+#include "runner/progress.hpp"
+#include "runner/synthetic_forward.hpp"
+
+namespace po = boost::program_options;
+using ddo::runner::chrome_trace;
+using ddo::runner::progress_bar;
+
+namespace {
+
+constexpr int exit_failure = 1;
+constexpr int exit_usage = 2;
+
+struct run_options {
+  std::vector<std::string> models;
+  int steps = 0;              // 0: the default for the device
+  std::int64_t tokens = 0;    // 0: the default for the device
+  bool verify = false;
+  std::string trace_path;
+  std::string config_path;
+  bool use_environment = true;
+  bool force_cpu = false;
+  bool print_settings = false;
+  double sim_vram_gb = 0.0;   // 0: half the model (so something streams)
+  std::string cache_dir;
+  ddo::synthetic_model_options synthetic;
+  bool synthetic_given = false;  // any of --blocks, --hidden, ... given
+};
+
+std::string gb(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(bytes) / 1e9);
+  return buf;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// NVTX range for the runner's own phases (steps), so Nsight Systems shows them beside ddo's.
+class nvtx_scope {
+ public:
+  nvtx_scope(bool on, const char* name) : on_(on && DDO_RUN_HAS_NVTX) {
+#if DDO_RUN_HAS_NVTX
+    if (on_) nvtxRangePushA(name);
+#else
+    (void)name;
+#endif
+  }
+  nvtx_scope(const nvtx_scope&) = delete;
+  nvtx_scope& operator=(const nvtx_scope&) = delete;
+  ~nvtx_scope() {
+#if DDO_RUN_HAS_NVTX
+    if (on_) nvtxRangePop();
+#endif
+  }
+
+ private:
+  bool on_;
+};
+
+/// Forwards the runtime's spans into the runner's Chrome trace, on tracks by kind.
+class trace_adapter final : public ddo::trace_sink {
+ public:
+  explicit trace_adapter(chrome_trace& trace) : trace_(trace) {}
+  void on_span(const ddo::trace_span& s) override {
+    int track = chrome_trace::runtime;
+    if (s.kind == ddo::span_kind::copy) track = chrome_trace::copy_stream;
+    if (s.kind == ddo::span_kind::stall) track = chrome_trace::compute_stream;
+    std::vector<std::pair<std::string, std::string>> args;
+    if (s.bytes != 0) args.emplace_back("bytes", std::to_string(s.bytes));
+    args.emplace_back("clock", s.device ? "device" : "host");
+    trace_.add(std::string(s.name), std::string(ddo::to_string(s.kind)), s.start_us,
+               s.end_us - s.start_us, track, std::move(args));
+  }
+
+ private:
+  chrome_trace& trace_;
+};
+
+// --- compute engines: what the runner does with a lease ---------------------------------------
+
+/// GPU: cuBLAS GEMMs on a non-blocking stream of the linear transport.
+struct gpu_engine {
+  using transport_type = ddo::linear_transport;
+  transport_type::stream stream;
+  std::unique_ptr<ddo::runner::gpu_synthetic_forward> forward;
+
+  gpu_engine(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype type)
+      : stream(t.make_stream()) {
+    forward = std::make_unique<ddo::runner::gpu_synthetic_forward>(tokens, width, type, stream.get());
+  }
+  [[nodiscard]] transport_type::stream_view view() { return transport_type::view(stream); }
+  void linear(transport_type&, const std::byte* w, std::int64_t out, std::int64_t in, ddo::dtype,
+              float alpha) {
+    forward->linear(w, out, in, alpha);
+  }
+  [[nodiscard]] static const char* compute_name() { return "cuBLAS GEMM"; }
+};
+
+/// No GPU: the CPU stand-in, each product a task on a host_sim stream (the engine's "kernels").
+struct cpu_engine {
+  using transport_type = ddo::host_sim_transport;
+  transport_type::stream stream;
+  std::shared_ptr<ddo::runner::cpu_synthetic_forward> forward;
+
+  cpu_engine(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype)
+      : stream(t.make_stream()),
+        forward(std::make_shared<ddo::runner::cpu_synthetic_forward>(tokens, width)) {}
+  [[nodiscard]] transport_type::stream_view view() { return transport_type::view(stream); }
+  void linear(transport_type& t, const std::byte* w, std::int64_t out, std::int64_t in,
+              ddo::dtype type, float alpha) {
+    t.enqueue(view(), [f = forward, w, out, in, type, alpha] { f->linear(w, out, in, type, alpha); });
+  }
+  [[nodiscard]] static const char* compute_name() { return "CPU stand-in"; }
+};
+
+// --- the model as the runner computes it ------------------------------------------------------
+
+/// Per weight: whether it is a GEMM, its [out, in] and scale.
+struct model_compute {
+  ddo::dtype type = ddo::dtype::bf16;
+  std::int64_t width = 1;  // the activation width: the largest dimension of any GEMM
+  std::vector<char> is_gemm;
+  std::vector<float> alpha;
+  std::size_t gemms = 0;
+  std::size_t skipped_other_dtype = 0;
+};
+
+/// Opens every file of the table once (for --verify and for sampling scales).
+std::vector<ddo::file_reader> open_files(const ddo::weight_table& table,
+                                         ddo::safetensors_backend backend) {
+  std::vector<ddo::file_reader> readers;
+  for (const auto& path : table.files()) readers.emplace_back(path, backend);
+  return readers;
+}
+
+/// The source bytes of weight @p w (from its file or host pointer) into @p out.
+void read_source(const ddo::weight_table& table, const std::vector<ddo::file_reader>& files,
+                 std::size_t w, std::span<std::byte> out) {
+  const auto& info = table[w];
+  if (const auto* f = std::get_if<ddo::file_source>(&info.source)) {
+    files.at(f->file_index).read(f->offset, out);
+  } else {
+    const auto& h = std::get<ddo::host_source>(info.source);
+    std::memcpy(out.data(), h.data, out.size());
+  }
+}
+
+/// 2-D weights of the compute dtype are GEMMs ([out, in], as a linear layer stores them); the
+/// compute dtype is that of the first 2-D weight of a supported type. Scales keep the activation
+/// steady, estimated from the first 64 KiB of each weight.
+model_compute describe_compute(const ddo::weight_table& table,
+                               const std::vector<ddo::file_reader>& files) {
+  model_compute mc;
+  mc.is_gemm.assign(table.size(), 0);
+  mc.alpha.assign(table.size(), 1.0f);
+  bool have_type = false;
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    const auto& info = table[w];
+    if (info.shape.size() != 2 || !ddo::runner::is_supported_compute_dtype(info.type)) continue;
+    if (!have_type) {
+      mc.type = info.type;
+      have_type = true;
+    }
+    if (info.type != mc.type) {
+      ++mc.skipped_other_dtype;
+      continue;
+    }
+    mc.is_gemm[w] = 1;
+    ++mc.gemms;
+    mc.width = std::max({mc.width, info.shape[0], info.shape[1]});
+    const std::size_t sample_bytes =
+        static_cast<std::size_t>(std::min<std::uint64_t>(info.bytes, 64 * ddo::kib));
+    std::vector<std::byte> sample(sample_bytes - sample_bytes % ddo::size_of(info.type));
+    read_source(table, files, w, sample);
+    const auto elements = static_cast<std::int64_t>(sample.size() / ddo::size_of(info.type));
+    // rms over the sample, scaled as if it were the whole [out, in] weight
+    mc.alpha[w] = ddo::runner::variance_preserving_alpha(sample.data(), info.type, 1, elements) *
+                  static_cast<float>(std::sqrt(static_cast<double>(elements) /
+                                               static_cast<double>(info.shape[1])));
+  }
+  return mc;
+}
+
+/// Reads every model file once, front to back, with a progress bar: the loading phase. It also
+/// brings the files into the page cache, so ddo's packing at setup reads memory, not the disk.
+void load_files(const ddo::weight_table& table) {
+  std::uint64_t total = 0;
+  for (const auto& path : table.files()) total += std::filesystem::file_size(path);
+  progress_bar bar("loading model files", total);
+  std::vector<std::byte> buffer(16 * ddo::mib);
+  std::uint64_t done = 0;
+  for (const auto& path : table.files()) {
+    const ddo::file_reader reader(path, ddo::safetensors_backend::pread);
+    const std::uint64_t size = std::filesystem::file_size(path);
+    for (std::uint64_t off = 0; off < size; off += buffer.size()) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), size - off));
+      reader.read(off, std::span(buffer.data(), n));
+      done += n;
+      bar.update(done);
+    }
+  }
+  bar.finish();
+}
+
+// --- printing ----------------------------------------------------------------------------------
+
+void print_settings_summary(const ddo::dynamic_offload_settings& s, const run_options& opt) {
+  const auto& c = s.config;
+  std::printf("settings:\n");
+  std::printf("  preset: requested %s, effective %s%s%s\n", s.requested_preset.c_str(),
+              s.effective_preset.c_str(), s.preset_reason.empty() ? "" : " — ",
+              s.preset_reason.c_str());
+  std::printf("  sources: defaults < preset < %s%s--ddo-* flags\n",
+              opt.config_path.empty() ? "" : ("TOML " + opt.config_path + " < ").c_str(),
+              opt.use_environment ? "DDO_* environment < " : "");
+  std::printf("  execution_mode %s, strategy %s, enabled %s\n",
+              std::string(ddo::enum_name(c.execution_mode)).c_str(),
+              std::string(ddo::enum_name(c.linear_runtime_strategy)).c_str(),
+              s.enabled ? "yes" : "no");
+  std::printf("  pinning: requested %s, effective %s (WSL %s, disable_pin_on_wsl %s), %d worker(s)\n",
+              s.requested_pin_cpu_memory ? "on" : "off", s.effective_pin_cpu_memory ? "on" : "off",
+              s.running_on_wsl ? "yes" : "no", s.disable_pin_on_wsl ? "yes" : "no",
+              c.pin_cpu_workers);
+  std::printf("  budgets: resident_module_budget_gb %g, auto_budget_policy %s, "
+              "max_resident_module_budget_gb %g, pin_weight_budget_gb %g, ratio %g\n",
+              c.resident_module_budget_gb, std::string(ddo::enum_name(c.auto_budget_policy)).c_str(),
+              c.max_resident_module_budget_gb, c.pin_weight_budget_gb, c.pin_weight_budget_ratio);
+  for (const auto& comp : s.components)
+    std::printf("  component %s: route %s\n", comp.name.c_str(),
+                std::string(ddo::to_string(comp.route)).c_str());
+  for (const auto& w : s.warnings) std::printf("  warning: %s\n", w.c_str());
+}
+
+void print_step_metrics(const ddo::step_metrics& m, bool timing) {
+  std::printf("    moved %s (pinned %s, staged %s, file %s) in %llu copies, %llu group loads; "
+              "%llu/%llu acquires prefetched",
+              gb(m.bytes()).c_str(), gb(m.bytes(ddo::transfer_source::pinned)).c_str(),
+              gb(m.bytes(ddo::transfer_source::pageable_staged)).c_str(),
+              gb(m.bytes(ddo::transfer_source::file)).c_str(),
+              static_cast<unsigned long long>(m.copies),
+              static_cast<unsigned long long>(m.group_loads),
+              static_cast<unsigned long long>(m.hits), static_cast<unsigned long long>(m.acquires));
+  if (timing)
+    std::printf("; copy %.1f ms (%.1f GB/s), stall %.1f ms, overlap %.2f", m.copy_ms,
+                m.achieved_gbps(), m.stall_ms, m.overlap_ratio());
+  if (m.host_wait_ms > 0) std::printf(", host wait %.1f ms", m.host_wait_ms);
+  std::printf("\n");
+}
+
+// --- the run -----------------------------------------------------------------------------------
+
+struct run_context {
+  const run_options& opt;
+  const ddo::dynamic_offload_settings& settings;
+  const ddo::weight_table& table;
+  const std::vector<ddo::file_reader>& files;
+  const model_compute& compute;
+  std::int64_t tokens;
+  int steps;
+  bool gpu;
+  std::string requested_route;
+};
+
+/// Bytes of the largest execution group (all its weights): what one ring slot may need.
+std::uint64_t largest_group_bytes(const ddo::weight_table& table,
+                                  const ddo::dynamic_offload_config& config) {
+  std::uint64_t largest = 0;
+  for (const auto& g : ddo::infer_execution_groups(table, config.resident_module_patterns)) {
+    std::uint64_t bytes = 0;
+    for (std::size_t w : g.weights) bytes += table[w].bytes;
+    largest = std::max(largest, bytes);
+  }
+  return largest;
+}
+
+/// Plans, sets up the offloader over @p transport and runs the steps with @p Engine.
+template <class Engine>
+int run_steps(run_context& ctx, typename Engine::transport_type transport,
+              ddo::machine_capacity machine) {
+  using transport_type = typename Engine::transport_type;
+  const auto& opt = ctx.opt;
+  ddo::dynamic_offload_config config = ctx.settings.config;
+  std::string executed_route = "dynamic_offload (" + std::string(transport.name()) + ")";
+  if (ctx.requested_route == "none" || !ctx.settings.enabled) {
+    // Route none / preset off: every weight is uploaded once and stays (nothing streamed).
+    config.resident_module_budget_gb = ddo::bytes_to_gib(ctx.table.total_bytes()) + 1.0;
+    config.max_resident_module_budget_gb = 0.0;
+    config.resident_module_patterns = {};
+    executed_route = "none (every weight resident)";
+  }
+
+  // Device room the plan may give to resident weights: what is free minus the ring ddo will
+  // allocate (3 slots of the largest group) and the activations.
+  const std::uint64_t largest_group = largest_group_bytes(ctx.table, config);
+  const std::uint64_t activations = 2 * static_cast<std::uint64_t>(ctx.tokens) *
+                                    static_cast<std::uint64_t>(ctx.compute.width) *
+                                    ddo::size_of(ctx.compute.type);
+  const std::uint64_t reserve = 3 * largest_group + activations + 64 * ddo::mib;
+  // (0 would mean "unknown" to the planner and switch its capacity checks off: keep 1 byte.)
+  machine.free_vram_bytes = machine.free_vram_bytes > reserve ? machine.free_vram_bytes - reserve : 1;
+
+  ddo::offload_plan plan = ddo::make_plan(ctx.table, config, machine);
+  std::printf("\n%s", ddo::format_plan_summary(plan, ctx.table).c_str());
+  std::fflush(stdout);
+
+  chrome_trace trace;
+  trace_adapter adapter(trace);
+  ddo::runtime_options runtime = ddo::runtime_options_from(config);
+  runtime.metrics = config.show_profile || !opt.trace_path.empty();
+  runtime.nvtx = ctx.gpu;
+  if (!opt.trace_path.empty()) runtime.trace = &adapter;
+  if (runtime.pin_workers < 2) runtime.pin_workers = static_cast<int>(std::max(2u, std::thread::hardware_concurrency() / 2));
+
+  std::optional<ddo::runner::device_memory_sampler> sampler;
+  if (ctx.gpu) sampler.emplace(0);
+
+  std::fprintf(stderr, "ddo-run: setting up the offloader (pinning %s, uploading %s resident)...\n",
+               gb(plan.total_bytes(ddo::placement::pinned_host)).c_str(),
+               gb(plan.total_bytes(ddo::placement::gpu_resident)).c_str());
+  const auto setup_t0 = std::chrono::steady_clock::now();
+  ddo::basic_offloader<transport_type> offloader(transport, ctx.table, std::move(plan), runtime);
+  trace.reset_origin();  // the runtime's spans count from the end of its setup too
+  std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
+              offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
+              gb(offloader.device_bytes()).c_str());
+
+  Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
+  auto view = engine.view();
+  auto& t = offloader.transport();
+
+  std::vector<std::byte> device_copy, source_copy;
+  if (opt.verify) {
+    std::uint64_t largest = 0;
+    for (const auto& w : ctx.table.weights()) largest = std::max(largest, w.bytes);
+    device_copy.resize(largest);
+    source_copy.resize(largest);
+  }
+  std::uint64_t verified_bytes = 0, mismatches = 0;
+
+  std::printf("\nsteps: %d, %lld tokens, %zu GEMMs per step (%s)\n", ctx.steps,
+              static_cast<long long>(ctx.tokens), ctx.compute.gemms, Engine::compute_name());
+  std::fflush(stdout);
+  // Each step prints its own line; the bar is for terminals only (a log has the lines).
+  progress_bar bar("steps", static_cast<std::uint64_t>(ctx.steps), "steps",
+                   ::isatty(STDERR_FILENO) ? ddo::runner::progress_style::terminal
+                                           : ddo::runner::progress_style::quiet);
+  std::vector<double> step_ms;
+  for (int step = 0; step < ctx.steps; ++step) {
+    const std::string step_name = "step " + std::to_string(step);
+    nvtx_scope range(ctx.gpu, step_name.c_str());
+    offloader.begin_step();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double t0_us = trace.now_us();
+    for (std::size_t g = 0; g < offloader.group_count(); ++g) {
+      auto lease = offloader.acquire(g, view);
+      const double enqueue_us = trace.now_us();
+      for (std::size_t i = 0; i < lease.size(); ++i) {
+        const std::size_t w = lease.weight_index(i);
+        if (!ctx.compute.is_gemm[w]) continue;
+        const auto& info = ctx.table[w];
+        engine.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type,
+                      ctx.compute.alpha[w]);
+      }
+      if (!opt.trace_path.empty())
+        trace.add("enqueue " + offloader.group_name(g), "compute", enqueue_us,
+                  trace.now_us() - enqueue_us, chrome_trace::host);
+      if (opt.verify) {
+        // After the compute on the same stream: the bytes must still be the file's when the
+        // GEMMs that read them are done (a prefetch overwriting a live slot would show here).
+        for (std::size_t i = 0; i < lease.size(); ++i) {
+          const std::size_t w = lease.weight_index(i);
+          const std::size_t n = static_cast<std::size_t>(ctx.table[w].bytes);
+          t.copy_to_host(device_copy.data(), lease.data(i), n, view);
+          t.synchronize(view);
+          read_source(ctx.table, ctx.files, w, std::span(source_copy.data(), n));
+          verified_bytes += n;
+          if (std::memcmp(device_copy.data(), source_copy.data(), n) != 0) {
+            std::size_t at = 0;
+            while (at < n && device_copy[at] == source_copy[at]) ++at;
+            ++mismatches;
+            bar.interrupt([&] {
+              std::fprintf(stderr,
+                           "ddo-run: VERIFY FAILED: step %d, group '%s', weight '%s': device bytes "
+                           "differ from the file at byte %zu of %zu\n",
+                           step, offloader.group_name(g).c_str(), ctx.table[w].name.c_str(), at, n);
+            });
+          }
+        }
+      }
+    }
+    t.synchronize(view);  // per-step time for the printout (the benchmark never syncs)
+    const double ms = seconds_since(t0) * 1e3;
+    step_ms.push_back(ms);
+    if (!opt.trace_path.empty())
+      trace.add(step_name, "step", t0_us, trace.now_us() - t0_us, chrome_trace::host);
+    if (sampler) sampler->sample();
+    bar.interrupt([&] {
+      std::printf("  step %d: %.1f ms\n", step, ms);
+      if (config.show_profile) {
+        const auto m = offloader.metrics();
+        if (!m.steps.empty()) print_step_metrics(m.steps.back(), m.timing);
+      }
+      std::fflush(stdout);
+    });
+    bar.update(static_cast<std::uint64_t>(step + 1));
+  }
+  bar.finish();
+
+  const auto metrics = offloader.metrics(true);
+  if (sampler) sampler->stop();
+  std::vector<double> sorted = step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("\nsummary: %d steps, median %.1f ms/step (first %.1f ms)\n", ctx.steps,
+              sorted[sorted.size() / 2], step_ms.front());
+  std::printf("  route: requested %s (execution_mode %s), executed %s\n", ctx.requested_route.c_str(),
+              std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
+              executed_route.c_str());
+  if (config.show_profile) {
+    std::printf("  totals:\n");
+    print_step_metrics(metrics.totals, metrics.timing);
+    std::printf("  resident %s, pinned %s (fallback to staging %s), staging buffers %s\n",
+                gb(metrics.resident_bytes).c_str(), gb(metrics.pinned_bytes).c_str(),
+                gb(metrics.pin_fallback_bytes).c_str(), gb(metrics.staging_bytes).c_str());
+    std::printf("  peak device bytes: ddo's accounting %s", gb(metrics.peak_device_bytes).c_str());
+    if (sampler)
+      std::printf(", cudaMemGetInfo sampled %s (with activations and cuBLAS)",
+                  gb(sampler->peak_above_baseline()).c_str());
+    std::printf("\n");
+  }
+  if (opt.verify)
+    std::printf("  verify: %s checked against the files, %llu mismatch(es)\n",
+                gb(verified_bytes).c_str(), static_cast<unsigned long long>(mismatches));
+  if (!opt.trace_path.empty()) {
+    trace.write(opt.trace_path);
+    std::printf("  trace: %s (%zu events; open in https://ui.perfetto.dev)\n",
+                opt.trace_path.c_str(), trace.size());
+  }
+  std::fflush(stdout);
+  if (mismatches != 0) {
+    std::fprintf(stderr, "ddo-run: --verify found %llu weight(s) whose device bytes differ from the file\n",
+                 static_cast<unsigned long long>(mismatches));
+    return exit_failure;
+  }
+  return 0;
+}
+
+// --- arguments ---------------------------------------------------------------------------------
+
+std::optional<ddo::dtype> parse_model_dtype(const std::string& text) {
+  if (text == "bf16" || text == "BF16") return ddo::dtype::bf16;
+  if (text == "fp16" || text == "f16" || text == "F16") return ddo::dtype::f16;
+  if (text == "fp32" || text == "f32" || text == "F32") return ddo::dtype::f32;
+  return std::nullopt;
+}
+
+int fail(const std::string& message, int code) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "ddo-run: %s\n", message.c_str());
+  return code;
+}
+
+int run(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep stdout and stderr lines in order in logs
+  run_options opt;
+  po::options_description general("ddo-run options");
+  general.add_options()("help,h", "Print this help and exit")(
+      "model", po::value<std::vector<std::string>>()->multitoken()->value_name("PATH..."),
+      "Run these safetensors files (or .index.json) instead of the synthetic model; 2-D weights "
+      "are linear layers [out, in]")(
+      "steps", po::value<int>()->value_name("N"), "Steps to run (default 4; 3 on a GPU)")(
+      "tokens", po::value<std::int64_t>()->value_name("T"),
+      "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
+      "verify", po::bool_switch(&opt.verify),
+      "Each step, copy every acquired weight back from the device and compare it with the file")(
+      "trace", po::value<std::string>(&opt.trace_path)->value_name("FILE.json"),
+      "Write a Chrome trace (Perfetto) of copies, stalls, leases and steps")(
+      "config", po::value<std::string>(&opt.config_path)->value_name("FILE"),
+      "TOML file of settings (keys are the config field names)")(
+      "no-environment", "Ignore every DDO_* variable")(
+      "print-settings", po::bool_switch(&opt.print_settings),
+      "Print the full resolved settings as TOML (with where each value came from)")(
+      "cpu", po::bool_switch(&opt.force_cpu), "Use host_sim and the CPU stand-in even with a GPU")(
+      "sim-vram-gb", po::value<double>(&opt.sim_vram_gb)->value_name("GiB"),
+      "host_sim device memory (default: half the model, so that weights stream)");
+  po::options_description synth("synthetic model (as ddo-make-model; cached by these values)");
+  synth.add_options()("blocks", po::value<std::uint32_t>()->value_name("N"),
+                      "Transformer blocks (default 8 on the CPU, 24 on a GPU)")(
+      "hidden", po::value<std::uint32_t>()->value_name("H"),
+      "Hidden size (default 1024 on the CPU, 3072 on a GPU)")(
+      "mlp-ratio", po::value<std::uint32_t>()->value_name("R"), "MLP width / hidden (default 4)")(
+      "dtype", po::value<std::string>()->value_name("bf16|fp16|fp32"), "Weight dtype (default bf16)")(
+      "shards", po::value<std::uint32_t>()->value_name("K"), "Files to split the model over (default 1)")(
+      "seed", po::value<std::uint64_t>()->value_name("S"), "Random seed of the weights (default 0)")(
+      "cache-dir", po::value<std::string>(&opt.cache_dir)->value_name("DIR"),
+      "Where generated models are kept (default: $DDO_MODEL_CACHE, else beside ddo-run, else $TMPDIR)");
+  po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
+  ddo::add_dynamic_offload_arguments(ddo_flags);
+  po::options_description all;
+  all.add(general).add(synth).add(ddo_flags);
+
+  po::variables_map vm;
+  try {
+    const po::positional_options_description no_positionals;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(no_positionals).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& error) {
+    return fail(ddo::describe_cli_error(error, all), exit_usage);
+  }
+  if (vm.count("help")) {
+    std::cout << "Usage: ddo-run [--model PATH...] [--steps N] [--tokens T] [--verify] "
+                 "[--trace FILE.json]\n"
+                 "               [--config FILE] [--ddo-FLAG VALUE]...\n"
+                 "Runs steps of a synthetic transformer forward while ddo streams the weights.\n"
+                 "With no --model, a synthetic DiT-like model is generated once and cached.\n\n"
+              << all << '\n';
+    return 0;
+  }
+  opt.use_environment = vm.count("no-environment") == 0;
+  if (vm.count("model")) opt.models = vm["model"].as<std::vector<std::string>>();
+  if (vm.count("steps")) {
+    opt.steps = vm["steps"].as<int>();
+    if (opt.steps < 1) return fail("--steps must be at least 1, got " + std::to_string(opt.steps), exit_usage);
+  }
+  if (vm.count("tokens")) {
+    opt.tokens = vm["tokens"].as<std::int64_t>();
+    if (opt.tokens < 1 || opt.tokens > (1 << 20))
+      return fail("--tokens must be 1..1048576, got " + std::to_string(opt.tokens), exit_usage);
+  }
+  if (vm.count("sim-vram-gb") && !(opt.sim_vram_gb > 0.0))
+    return fail("--sim-vram-gb must be a positive size in GiB", exit_usage);
+
+  // The device decides the defaults.
+  const auto gpu_probe = ddo::runner::probe_gpu(0);
+  const bool gpu = gpu_probe.available && !opt.force_cpu;
+  if (gpu) {
+    std::printf("ddo-run: GPU 0: %s (%s): linear transport, cuBLAS compute\n",
+                gpu_probe.name.c_str(), gb(gpu_probe.total_memory_bytes).c_str());
+  } else if (opt.force_cpu) {
+    std::printf("ddo-run: --cpu: host_sim transport with the CPU stand-in compute\n");
+  } else {
+    std::printf("ddo-run: %s — running on the host_sim transport (host memory stands in for the "
+                "GPU, threads for its copy engine) with a CPU stand-in for the compute\n",
+                gpu_probe.reason.c_str());
+  }
+
+  auto& synthetic = opt.synthetic;
+  // CPU default: big enough that the attention and MLP weights (1024² and 4096×1024 bf16) pass
+  // the 1 MiB small-tensor threshold the environment defaults give, so they really stream.
+  synthetic.blocks = gpu ? 24 : 8;
+  synthetic.hidden = gpu ? 3072 : 1024;
+  synthetic.mlp_ratio = 4;
+  synthetic.type = ddo::dtype::bf16;
+  if (vm.count("blocks")) synthetic.blocks = vm["blocks"].as<std::uint32_t>();
+  if (vm.count("hidden")) synthetic.hidden = vm["hidden"].as<std::uint32_t>();
+  if (vm.count("mlp-ratio")) synthetic.mlp_ratio = vm["mlp-ratio"].as<std::uint32_t>();
+  if (vm.count("shards")) synthetic.shards = vm["shards"].as<std::uint32_t>();
+  if (vm.count("seed")) synthetic.seed = vm["seed"].as<std::uint64_t>();
+  if (vm.count("dtype")) {
+    const auto type = parse_model_dtype(vm["dtype"].as<std::string>());
+    if (!type)
+      return fail("--dtype = \"" + vm["dtype"].as<std::string>() + "\": expected bf16, fp16 or fp32",
+                  exit_usage);
+    synthetic.type = *type;
+  }
+  for (const char* flag : {"blocks", "hidden", "mlp-ratio", "dtype", "shards", "seed"})
+    if (vm.count(flag)) opt.synthetic_given = true;
+  if (opt.synthetic_given && !opt.models.empty())
+    return fail("--model runs your files; the synthetic-model flags (--blocks, --hidden, ...) "
+                "cannot be combined with it",
+                exit_usage);
+
+  // The model.
+  std::vector<std::string> paths = opt.models;
+  if (paths.empty()) {
+    const std::filesystem::path cache =
+        opt.cache_dir.empty() ? ddo::runner::default_model_cache_dir() : std::filesystem::path(opt.cache_dir);
+    bool generated = false;
+    const auto entry = ddo::runner::cached_model_entry(synthetic, cache);
+    if (!std::filesystem::exists(entry)) {
+      std::fprintf(stderr, "ddo-run: generating the synthetic model %s (%s) into %s ...\n",
+                   ddo::runner::synthetic_model_key(synthetic).c_str(),
+                   gb([&] {
+                     std::uint64_t b = 0;
+                     for (const auto& s : ddo::synthetic_model_specs(synthetic)) b += s.bytes();
+                     return b;
+                   }()).c_str(),
+                   cache.string().c_str());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    paths.push_back(ddo::runner::ensure_synthetic_model(synthetic, cache, &generated));
+    std::printf("model: synthetic %s, %s %s\n", ddo::runner::synthetic_model_key(synthetic).c_str(),
+                generated ? "generated in" : "cached at",
+                generated ? (std::to_string(seconds_since(t0)).substr(0, 4) + " s").c_str()
+                          : paths.back().c_str());
+  }
+
+  // Settings: preset auto < --config < DDO_* < --ddo-* flags; the component is the transformer.
+  ddo::resolve_inputs inputs;
+  if (!opt.config_path.empty()) inputs.toml = ddo::read_toml_config(opt.config_path);
+  inputs.use_environment = opt.use_environment;
+  inputs.cli = ddo::cli_config_layer(vm);
+  inputs.component = "transformer";
+  const auto probe_backend = ddo::safetensors_backend::library_default;
+  ddo::weight_table table = ddo::load_safetensors(std::span<const std::string>(paths), probe_backend);
+  inputs.model_bytes = table.total_bytes();
+  const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
+  if (settings.config.load_safetensors_backend != probe_backend)
+    table = ddo::load_safetensors(std::span<const std::string>(paths),
+                                  settings.config.load_safetensors_backend);
+  std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
+              gb(table.total_bytes()).c_str());
+  print_settings_summary(settings, opt);
+  if (opt.print_settings) {
+    std::ostringstream out;
+    ddo::write_settings_toml(out, settings);
+    std::printf("\n%s", out.str().c_str());
+  }
+
+  load_files(table);
+  const auto files = open_files(table, settings.config.load_safetensors_backend);
+  const model_compute compute = describe_compute(table, files);
+  if (compute.gemms == 0)
+    return fail("the model has no 2-D weights of a supported dtype (bf16, F16, F32) to multiply",
+                exit_usage);
+  if (compute.skipped_other_dtype != 0)
+    std::printf("model: %zu 2-D weight(s) of a dtype other than %s are streamed but not multiplied\n",
+                compute.skipped_other_dtype, std::string(ddo::to_string(compute.type)).c_str());
+
+  std::string requested_route = "dynamic_offload";
+  for (const auto& c : settings.components)
+    if (c.name == "transformer") requested_route = std::string(ddo::to_string(c.route));
+  if (settings.config.execution_mode == ddo::exec_mode::vmm_runtime)
+    std::printf("note: execution_mode vmm_runtime: this build has no VMM transport; ddo-run runs the "
+                "linear route and reports it as executed\n");
+
+  run_context ctx{opt, settings, table, files, compute, 0, 0, gpu, requested_route};
+  ctx.tokens = opt.tokens ? opt.tokens : (gpu ? 4096 : 8);
+  ctx.steps = opt.steps ? opt.steps : (gpu ? 3 : 4);
+
+  ddo::machine_capacity machine;
+  machine.available_ram_bytes = ddo::available_ram_bytes().value_or(0);
+  machine.running_on_wsl = settings.running_on_wsl;
+  machine.disable_pin_on_wsl = settings.disable_pin_on_wsl;
+  if (gpu) {
+    ddo::linear_transport transport;
+    const auto memory = transport.device_memory();
+    machine.free_vram_bytes = memory.free_bytes;
+    machine.total_vram_bytes = memory.total_bytes;
+    return run_steps<gpu_engine>(ctx, transport, machine);
+  }
+  ddo::host_sim_options sim;
+  // Default: room for half the model besides the ring and a margin, so a plan has to stream.
+  sim.device_capacity_bytes = opt.sim_vram_gb > 0.0
+                                  ? ddo::gib_to_bytes(opt.sim_vram_gb)
+                                  : table.total_bytes() / 2 +
+                                        3 * largest_group_bytes(table, settings.config) + 96 * ddo::mib;
+  std::printf("host_sim: simulated device memory %s%s\n", gb(sim.device_capacity_bytes).c_str(),
+              opt.sim_vram_gb > 0.0 ? ""
+                                    : " (half the model + the ring; --sim-vram-gb to change)");
+  machine.free_vram_bytes = sim.device_capacity_bytes;
+  machine.total_vram_bytes = sim.device_capacity_bytes;
+  return run_steps<cpu_engine>(ctx, ddo::host_sim_transport(sim), machine);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ddo::config_error& error) {
+    return fail(error.what(), exit_usage);
+  } catch (const ddo::usage_error& error) {
+    return fail(error.what(), exit_usage);
+  } catch (const ddo::format_error& error) {
+    return fail(error.what(), exit_usage);
+  } catch (const std::exception& error) {
+    return fail(error.what(), exit_failure);
+  }
+}
