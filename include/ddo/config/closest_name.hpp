@@ -39,7 +39,11 @@ template <class Range>
   std::size_t best_distance = static_cast<std::size_t>(-1);
   for (const auto& candidate : candidates) {
     const std::string_view view(candidate);
-    const std::size_t distance = edit_distance(name, view);
+    std::size_t distance = edit_distance(name, view);
+    // A known name that merely extends what was typed ("one_shot" → "one_shot_fast") is a
+    // better suggestion than its edit distance says.
+    if (name.size() >= 3 && view.size() > name.size() && view.substr(0, name.size()) == name)
+      distance = std::min<std::size_t>(distance, 1);
     if (distance < best_distance) {
       best_distance = distance;
       best = std::string(view);

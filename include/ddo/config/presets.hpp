@@ -48,14 +48,12 @@ using preset_value = std::pair<std::string_view, field_value>;
   const std::vector<std::string> auto_blocks = {"auto"};
   if (name == "one_shot_fast")
     return v{{"execution_mode", std::string("linear_runtime")},
-             {"backend", std::string("linear")},
              {"pin_cpu_memory", true},
              {"auto_budget_policy", std::string("balanced")},
              {"resident_module_patterns", auto_blocks},
              {"auto_vram_headroom_gb", 1.5}};
   if (name == "low_ram_safe")
     return v{{"execution_mode", std::string("linear_runtime")},
-             {"backend", std::string("linear")},
              {"pin_cpu_memory", false},
              {"pin_cpu_workers", std::int64_t{2}},
              {"auto_budget_policy", std::string("balanced")},
@@ -67,7 +65,6 @@ using preset_value = std::pair<std::string_view, field_value>;
              {"load_safetensors_backend", std::string("mmap")}};
   if (name == "wsl_compat")
     return v{{"execution_mode", std::string("linear_runtime")},
-             {"backend", std::string("linear")},
              {"pin_cpu_memory", false},
              {"pin_cpu_workers", std::int64_t{1}},
              {"auto_budget_policy", std::string("balanced")},
@@ -77,7 +74,6 @@ using preset_value = std::pair<std::string_view, field_value>;
              {"system_ram_headroom_gb", 8.0}};
   if (name == "diffusers_offload_compat" || name == "diffusers_leaf_offload_compat")
     return v{{"execution_mode", std::string("linear_runtime")},
-             {"backend", std::string("linear")},
              {"pin_cpu_memory", true},
              {"auto_budget_policy", std::string("off")},
              {"resident_module_budget_gb", 0.0},
@@ -88,7 +84,6 @@ using preset_value = std::pair<std::string_view, field_value>;
              {"auto_budget_policy", std::string("off")}};
   if (name == "warm_process")
     return v{{"execution_mode", std::string("linear_runtime")},
-             {"backend", std::string("linear")},
              {"pin_cpu_memory", true},
              {"pin_cpu_workers", std::int64_t{8}},
              {"cache_plan", true},

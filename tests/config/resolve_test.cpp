@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ddo/config/resolve.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "ddo/config/toml_source.hpp"
+#include "support.hpp"
+
+namespace {
+
+ddo::config_layer cli_layer(std::vector<std::pair<std::string, ddo::field_value>> values) {
+  ddo::config_layer layer;
+  layer.source = ddo::origin::cli;
+  for (auto& [name, value] : values)
+    layer.fields.push_back({*ddo::find_field(name), value,
+                            {ddo::origin::cli, ddo::field(name).flag()}});
+  return layer;
+}
+
+// The reference model of ddo::config_source: a source that sets one field from a value it holds.
+struct fixed_workers_source {
+  using source_category = ddo::config_source_tag;
+  std::int64_t workers = 1;
+  [[nodiscard]] ddo::config_layer collect() const {
+    ddo::config_layer layer;
+    layer.source = ddo::origin::toml;
+    layer.fields.push_back({*ddo::find_field("pin_cpu_workers"), workers,
+                            {ddo::origin::toml, "fixed:pin_cpu_workers"}});
+    return layer;
+  }
+};
+static_assert(ddo::config_source<fixed_workers_source>);
+
+}  // namespace
+
+TEST_SUITE("config") {
+  TEST_CASE("precedence: preset < explicit config < TOML < environment < CLI < component") {
+    std::uint64_t seed = 0;
+    auto rng = ddo_test::random_engine(seed);
+    INFO("seed " << seed);
+    // Six distinct random worker counts, one per source.
+    std::vector<std::int64_t> w;
+    while (w.size() < 5) {
+      const auto v = static_cast<std::int64_t>(10 + rng() % 90);
+      if (std::find(w.begin(), w.end(), v) == w.end()) w.push_back(v);
+    }
+    const auto resolve = [&](int sources) {
+      auto inputs = ddo_test::hermetic_inputs();
+      inputs.preset = "low_ram_safe";  // sets pin_cpu_workers = 2
+      inputs.component = "transformer";
+      if (sources > 0) inputs.overrides = {{"pin_cpu_workers", w[0]}};
+      if (sources > 1)
+        inputs.toml = ddo::parse_toml_config("pin_cpu_workers = " + std::to_string(w[1]), "t.toml");
+      if (sources > 2) inputs.environment = std::map<std::string, std::string>{{"DDO_PIN_CPU_WORKERS", std::to_string(w[2])}};
+      if (sources > 3) inputs.cli = cli_layer({{"pin_cpu_workers", w[3]}});
+      if (sources > 4)
+        inputs.component_policies["transformer"].set("pin_cpu_workers", w[4]);
+      return ddo::resolve_settings(inputs);
+    };
+    const ddo::origin origins[] = {ddo::origin::preset, ddo::origin::config, ddo::origin::toml,
+                                   ddo::origin::env, ddo::origin::cli, ddo::origin::component};
+    for (int sources = 0; sources <= 5; ++sources) {
+      CAPTURE(sources);
+      const auto settings = resolve(sources);
+      CHECK(settings.config.pin_cpu_workers == (sources == 0 ? 2 : w[sources - 1]));
+      CHECK(settings.provenance.of("pin_cpu_workers").source == origins[sources]);
+    }
+    const auto all = resolve(5);
+    CHECK(all.provenance.of("pin_cpu_workers").key ==
+          "component transformer policy field pin_cpu_workers");
+    CHECK(resolve(3).provenance.of("pin_cpu_workers").key == "DDO_PIN_CPU_WORKERS");
+    CHECK(resolve(4).provenance.of("pin_cpu_workers").key == "--ddo-pin-cpu-workers");
+  }
+
+  TEST_CASE("from_env operational defaults apply without a preset override") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.detected_ram_gb = 48.5;
+    const auto settings = ddo::resolve_settings(inputs);
+    CHECK(settings.config.small_tensor_threshold_bytes == 1024 * 1024);
+    CHECK(settings.config.pin_cpu_workers == 4);
+    CHECK(settings.config.available_system_ram_gb == 48.5);
+    CHECK(settings.provenance.of("available_system_ram_gb").key == "detected");
+    CHECK_FALSE(settings.config.show_profile);
+    CHECK(settings.config.always_resident_modules_pattern == ddo::builtin_always_resident_patterns());
+    CHECK(settings.provenance.of("show_profile").source == ddo::origin::default_value);
+  }
+
+  TEST_CASE("a whole explicit config replaces preset and operational defaults") {
+    auto inputs = ddo_test::hermetic_inputs({{"DDO_VERBOSE", "1"}});
+    ddo::dynamic_offload_config config;
+    config.execution_mode = ddo::exec_mode::linear_runtime;
+    config.pin_cpu_workers = 3;
+    inputs.config = config;
+    inputs.preset = "low_ram_safe";
+    inputs.components = {"vae"};
+    const auto settings = ddo::resolve_settings(inputs);
+    CHECK(settings.config.pin_cpu_workers == 3);  // not the preset's 2
+    CHECK(settings.config.small_tensor_threshold_bytes == 16 * 1024);  // not from_env()'s
+    CHECK(settings.config.verbose);  // the environment still outranks it
+    CHECK(settings.provenance.of("pin_cpu_workers").source == ddo::origin::config);
+    CHECK(settings.explicit_config);
+    // The preset's VAE leaf fallback is bypassed by an explicit config.
+    CHECK(settings.components.at(0).route == ddo::component_route::dynamic_offload);
+  }
+
+  TEST_CASE("use_environment = false ignores environment config and environment routes") {
+    auto inputs = ddo_test::hermetic_inputs({{"DDO_PIN_CPU_WORKERS", "9"},
+                                             {"DDO_VAE_ROUTE", "none"},
+                                             {"DDO_PRESET", "off"},
+                                             {"DDO_NOT_A_VARIABLE", "1"}});
+    inputs.components = {"vae"};
+    inputs.use_environment = false;
+    const auto settings = ddo::resolve_settings(inputs);
+    CHECK(settings.config.pin_cpu_workers == 4);
+    CHECK(settings.effective_preset == "one_shot_fast");
+    CHECK(settings.components.at(0).route == ddo::component_route::diffusers_group_offload);
+    CHECK(settings.warnings.empty());
+    inputs.use_environment = true;
+    const auto with_env = ddo::resolve_settings(inputs);
+    CHECK(with_env.config.pin_cpu_workers == 9);
+    CHECK(with_env.effective_preset == "off");
+    CHECK(with_env.warnings.size() == 1);
+  }
+
+  TEST_CASE("the preset: --ddo-preset > code > DDO_PRESET > TOML > auto") {
+    auto inputs = ddo_test::hermetic_inputs();
+    CHECK(ddo::resolve_settings(inputs).requested_preset == "auto");
+    inputs.toml = ddo::parse_toml_config("preset = 'warm_process'", "t.toml");
+    CHECK(ddo::resolve_settings(inputs).requested_preset == "warm_process");
+    inputs.environment = std::map<std::string, std::string>{{"DDO_PRESET", "wsl_compat"}};
+    CHECK(ddo::resolve_settings(inputs).requested_preset == "wsl_compat");
+    inputs.preset = "low_ram_safe";
+    CHECK(ddo::resolve_settings(inputs).requested_preset == "low_ram_safe");
+    ddo::config_layer cli;
+    cli.preset = ddo::sourced<std::string>{"off", {ddo::origin::cli, "--ddo-preset"}};
+    inputs.cli = cli;
+    CHECK(ddo::resolve_settings(inputs).requested_preset == "off");
+  }
+
+  TEST_CASE("the WSL pinning safety rule and DDO_DISABLE_PIN_ON_WSL") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.preset = "one_shot_fast";
+    inputs.running_on_wsl = true;
+    inputs.components = {"transformer"};
+    inputs.component_policies["transformer"].route = ddo::component_route::diffusers_group_offload;
+    inputs.component_policies["transformer"].offload_stream = true;
+    inputs.component_policies["transformer"].offload_record_stream = true;
+    auto settings = ddo::resolve_settings(inputs);
+    CHECK(settings.running_on_wsl);
+    CHECK(settings.requested_pin_cpu_memory);
+    CHECK_FALSE(settings.effective_pin_cpu_memory);
+    CHECK_FALSE(settings.config.pin_cpu_memory);
+    CHECK_FALSE(settings.components.at(0).offload_stream);
+    CHECK_FALSE(settings.components.at(0).offload_record_stream);
+    inputs.environment = std::map<std::string, std::string>{{"DDO_DISABLE_PIN_ON_WSL", "0"}};
+    settings = ddo::resolve_settings(inputs);
+    CHECK_FALSE(settings.disable_pin_on_wsl);
+    CHECK(settings.effective_pin_cpu_memory);
+    CHECK(settings.components.at(0).offload_stream);
+    inputs.running_on_wsl = false;
+    inputs.environment = std::map<std::string, std::string>{};
+    CHECK(ddo::resolve_settings(inputs).effective_pin_cpu_memory);
+  }
+
+  TEST_CASE("enabled: off disables; plan mode needs DDO_PLAN; runtime modes enable by themselves") {
+    auto inputs = ddo_test::hermetic_inputs({{"DDO_EXECUTION_MODE", "plan"}});
+    auto settings = ddo::resolve_settings(inputs);
+    CHECK_FALSE(settings.plan);
+    CHECK_FALSE(settings.enabled);
+    inputs.environment->emplace("DDO_PLAN", "yes");
+    settings = ddo::resolve_settings(inputs);
+    CHECK(settings.plan);
+    CHECK(settings.enabled);
+    inputs.environment = std::map<std::string, std::string>{{"DDO_EXECUTION_MODE", "linear_runtime"}};
+    CHECK(ddo::resolve_settings(inputs).enabled);
+    inputs.environment = std::map<std::string, std::string>{{"DDO_PRESET", "off"}, {"DDO_PLAN", "1"}};
+    CHECK_FALSE(ddo::resolve_settings(inputs).enabled);
+  }
+
+  TEST_CASE("component routes: explicit route > code policy > environment > TOML > preset") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.component = "vae";
+    const auto route = [&] { return ddo::resolve_settings(inputs).components.at(0); };
+    CHECK(route().route == ddo::component_route::diffusers_group_offload);
+    CHECK(route().route_origin.source == ddo::origin::preset);
+    inputs.toml = ddo::parse_toml_config("[components.vae]\nroute = 'none'", "t.toml");
+    CHECK(route().route == ddo::component_route::none);
+    CHECK(route().route_origin.source == ddo::origin::toml);
+    inputs.environment = std::map<std::string, std::string>{{"DDO_VAE_ROUTE", "ddo"}};
+    CHECK(route().route == ddo::component_route::dynamic_offload);
+    CHECK(route().route_origin.source == ddo::origin::env);
+    inputs.component_policies["vae"].route = ddo::component_route::none;
+    CHECK(route().route == ddo::component_route::none);
+    CHECK(route().route_origin.source == ddo::origin::component);
+    inputs.route = ddo::component_route::dynamic_offload;
+    CHECK(route().route == ddo::component_route::dynamic_offload);
+    CHECK(route().route_origin == ddo::field_origin{ddo::origin::config, "route"});
+    inputs.route = ddo::component_route::auto_select;  // auto: back to the preset's choice
+    CHECK(route().route == ddo::component_route::diffusers_group_offload);
+  }
+
+  TEST_CASE("group-offload parameters come from the policy layers attribute by attribute") {
+    auto inputs = ddo_test::hermetic_inputs({{"DDO_TRANSFORMER_NUM_BLOCKS_PER_GROUP", "4"},
+                                             {"DDO_TRANSFORMER_OFFLOAD_STREAM", "1"}});
+    inputs.toml = ddo::parse_toml_config(
+        "[components.transformer]\nroute = 'group'\nnum_blocks_per_group = 2\n"
+        "offload_low_cpu_mem_usage = true",
+        "t.toml");
+    inputs.component_policies["transformer"].offload_type = ddo::group_offload_type::leaf_level;
+    const auto settings = ddo::resolve_settings(inputs);
+    const auto transformer = settings.component("transformer");
+    CHECK(transformer.route == ddo::component_route::diffusers_group_offload);
+    CHECK(transformer.num_blocks_per_group == 4);
+    CHECK(transformer.offload_stream);
+    CHECK(transformer.offload_low_cpu_mem_usage);
+    CHECK(transformer.offload_type == ddo::group_offload_type::leaf_level);
+  }
+
+  TEST_CASE("--ddo-vmm-total-staging-gb: native total, or two NVMe slots") {
+    std::uint64_t seed = 0;
+    auto rng = ddo_test::random_engine(seed);
+    INFO("seed " << seed);
+    const double total = static_cast<double>(1 + rng() % 32) / 4.0;
+    const auto resolve = [&](const char* preset) {
+      auto inputs = ddo_test::hermetic_inputs();
+      inputs.preset = preset;
+      ddo::config_layer cli;
+      cli.source = ddo::origin::cli;
+      cli.vmm_total_staging_gb =
+          ddo::sourced<double>{total, {ddo::origin::cli, "--ddo-vmm-total-staging-gb"}};
+      inputs.cli = cli;
+      return ddo::resolve_settings(inputs);
+    };
+    CHECK(resolve("vmm_fast_runtime").config.vmm_staging_buffer_gb == total);
+    CHECK(resolve("nvme_baseline").config.vmm_staging_buffer_gb == total / 2);
+    CHECK(resolve("nvme_baseline").provenance.of("vmm_staging_buffer_gb").key ==
+          "--ddo-vmm-total-staging-gb");
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.preset = "vmm_fast_runtime";
+    auto cli = cli_layer({{"vmm_staging_buffer_gb", 1.0}});
+    cli.vmm_total_staging_gb = ddo::sourced<double>{2.0, {ddo::origin::cli, "--ddo-vmm-total-staging-gb"}};
+    inputs.cli = cli;
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains("give only one"),
+                         ddo::config_error);
+  }
+
+  TEST_CASE("backend auto follows execution_mode; vmm without device support is refused") {
+    auto inputs = ddo_test::hermetic_inputs();
+    CHECK(ddo::resolve_settings(inputs).config.backend == ddo::offload_backend::linear);
+    inputs.environment = std::map<std::string, std::string>{{"DDO_EXECUTION_MODE", "vmm_runtime"},
+                          {"DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB", "2"}};
+    CHECK(ddo::resolve_settings(inputs).config.backend == ddo::offload_backend::vmm);
+    inputs.vmm_supported = false;
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("no virtual-memory-management support"),
+                         ddo::config_error);
+  }
+
+  TEST_CASE("sources compose at compile time through resolve_from_sources") {
+    ddo::resolve_context context;
+    context.detected_ram_gb = 64.0;
+    context.running_on_wsl = false;
+    ddo::explicit_source code;
+    code.overrides = {{"verbose", true}};
+    const auto settings =
+        ddo::resolve_from_sources(context, fixed_workers_source{13}, code,
+                                  ddo::env_source{{{"DDO_PIN_CPU_WORKERS", "5"}}});
+    CHECK(settings.config.pin_cpu_workers == 5);  // env outranks the toml-origin source
+    CHECK(settings.config.verbose);
+    CHECK(ddo::resolve_from_sources(context, fixed_workers_source{13}).config.pin_cpu_workers == 13);
+  }
+
+  TEST_CASE("explicit overrides and component policies name unknown fields and wrong types") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.overrides = {{"pin_cpu_worker", std::int64_t{2}}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("did you mean 'pin_cpu_workers'?"), ddo::config_error);
+    inputs.overrides = {{"pin_cpu_workers", std::string("2")}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("has type string; expected an integer"),
+                         ddo::config_error);
+    inputs.overrides = {};
+    inputs.component = "vae";
+    inputs.component_policies["vae"].set("verbos", true);
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("component vae policy field verbos"), ddo::config_error);
+  }
+}

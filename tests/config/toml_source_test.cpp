@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ddo/config/toml_source.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "ddo/config/settings_toml.hpp"
+#include "support.hpp"
+
+namespace {
+
+const ddo::field_assignment& assignment(const ddo::config_layer& layer, std::string_view name) {
+  for (const auto& entry : layer.fields)
+    if (ddo::config_fields()[entry.field].name == name) return entry;
+  FAIL("no assignment of " << name);
+  throw std::logic_error("unreachable");
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    (void)ddo::parse_toml_config(text, "test.toml");
+  } catch (const ddo::config_error& error) {
+    CHECK(error.source() == "toml");
+    const std::string message = error.what();
+    CHECK(message.find('\n') == std::string::npos);
+    return message;
+  }
+  FAIL("no error for: " << text);
+  return {};
+}
+
+}  // namespace
+
+TEST_SUITE("config") {
+  TEST_CASE("TOML keys are field names, at top level or under [config]") {
+    std::uint64_t seed = 0;
+    auto rng = ddo_test::random_engine(seed);
+    INFO("seed " << seed);
+    const auto workers = static_cast<std::int64_t>(1 + rng() % 32);
+    const double budget = static_cast<double>(1 + rng() % 64) / 8.0;
+    const std::string text = "pin_cpu_workers = " + std::to_string(workers) +
+                             "\nresident_module_patterns = ['blocks\\.\\d+', 'ff']\n"
+                             "preset = 'Low_Ram_Safe'\nplan = true\n"
+                             "[config]\nresident_module_budget_gb = " +
+                             ddo::toml_float(budget) +
+                             "\nmax_pin_weight_budget_gb = 3\npin_weight_selection = 'largest'\n";
+    const auto layer = ddo::parse_toml_config(text, "test.toml");
+    REQUIRE(layer.fields.size() == 5);
+    CHECK(assignment(layer, "pin_cpu_workers").value == ddo::field_value{workers});
+    CHECK(assignment(layer, "pin_cpu_workers").where ==
+          ddo::field_origin{ddo::origin::toml, "test.toml:pin_cpu_workers"});
+    CHECK(assignment(layer, "resident_module_patterns").value ==
+          ddo::field_value{std::vector<std::string>{"blocks\\.\\d+", "ff"}});
+    CHECK(assignment(layer, "resident_module_budget_gb").value == ddo::field_value{budget});
+    CHECK(assignment(layer, "resident_module_budget_gb").where.key ==
+          "test.toml:config.resident_module_budget_gb");
+    // An integer is accepted for a size in GiB.
+    CHECK(assignment(layer, "max_pin_weight_budget_gb").value == ddo::field_value{3.0});
+    CHECK(assignment(layer, "pin_weight_selection").value == ddo::field_value{std::string("largest")});
+    CHECK(layer.preset->value == "low_ram_safe");
+    CHECK(layer.plan->value);
+  }
+
+  TEST_CASE("TOML component tables give routes, group-offload parameters and config overrides") {
+    const auto layer = ddo::parse_toml_config(
+        "[components.vae]\nroute = 'standard'\n[components.transformer]\nroute = 'group'\n"
+        "offload_type = 'leaf_level'\noffload_stream = true\nnum_blocks_per_group = 2\n"
+        "offload_record_stream = false\noffload_low_cpu_mem_usage = true\npin_cpu_memory = false\n",
+        "test.toml");
+    CHECK(layer.components.at("vae").route == ddo::component_route::none);
+    const auto& transformer = layer.components.at("transformer");
+    CHECK(transformer.route == ddo::component_route::diffusers_group_offload);
+    CHECK(transformer.offload_type == ddo::group_offload_type::leaf_level);
+    CHECK(transformer.offload_stream == true);
+    CHECK(transformer.offload_record_stream == false);
+    CHECK(transformer.offload_low_cpu_mem_usage == true);
+    CHECK(transformer.num_blocks_per_group == 2);
+    REQUIRE(transformer.config.size() == 1);
+    CHECK(transformer.config[0].first == "pin_cpu_memory");
+  }
+
+  TEST_CASE("an unknown TOML key is an error suggesting the closest known key") {
+    CHECK(error_of("pin_cpu_workrs = 2").find("did you mean 'pin_cpu_workers'?") != std::string::npos);
+    CHECK(error_of("[config]\nvmm_page_size = 2").find("test.toml:config.vmm_page_size") !=
+          std::string::npos);
+    CHECK(error_of("[components.vae]\nroutes = 'none'").find("did you mean 'route'?") !=
+          std::string::npos);
+    CHECK(error_of("[settings]\nrequested_prest = 'off'").find("requested_preset") !=
+          std::string::npos);
+    CHECK(error_of("presets = 'off'").find("did you mean 'preset'?") != std::string::npos);
+  }
+
+  TEST_CASE("a TOML value of the wrong type names the key, the type seen and the type expected") {
+    const std::pair<const char*, std::vector<std::string>> cases[] = {
+        {"pin_cpu_workers = '4'", {"pin_cpu_workers", "string", "integer"}},
+        {"pin_cpu_memory = 1", {"pin_cpu_memory", "integer", "boolean"}},
+        {"vmm_staging_buffer_gb = 'big'", {"vmm_staging_buffer_gb", "string", "number"}},
+        {"resident_module_patterns = 'blocks'", {"resident_module_patterns", "string", "array"}},
+        {"skip_modules_pattern = [1, 2]", {"skip_modules_pattern", "integer", "array of strings"}},
+        {"execution_mode = 2021-01-01", {"execution_mode", "date", "string"}},
+        {"[components.vae]\nnum_blocks_per_group = 'two'", {"num_blocks_per_group", "string"}},
+        {"[components.vae]\noffload_stream = 'yes'", {"offload_stream", "string", "boolean"}},
+        {"config = 3", {"config", "integer", "table"}},
+    };
+    for (const auto& [text, needles] : cases) {
+      CAPTURE(text);
+      const std::string message = error_of(text);
+      for (const auto& needle : needles) {
+        CAPTURE(needle);
+        CHECK(message.find(needle) != std::string::npos);
+      }
+    }
+  }
+
+  TEST_CASE("invalid TOML values and syntax are errors naming the key or line") {
+    CHECK(error_of("execution_mode = 'fast'").find("\"fast\"") != std::string::npos);
+    CHECK(error_of("vmm_page_mb = -2").find("non-negative") != std::string::npos);
+    CHECK(error_of("target_module_classes = ['linear', 'mlp']").find("\"mlp\"") != std::string::npos);
+    CHECK(error_of("[components.vae]\nroute = 'gpu'").find("\"gpu\"") != std::string::npos);
+    CHECK(error_of("[components.vae]\noffload_type = 'block'").find("leaf_level") !=
+          std::string::npos);
+    CHECK(error_of("[components.vae]\nnum_blocks_per_group = 0").find("positive") !=
+          std::string::npos);
+    CHECK(error_of("a = 1\nverbose = = true").find("test.toml:2:") != std::string::npos);
+  }
+
+  TEST_CASE("ddo-config output reads back to the same config") {
+    auto inputs = ddo_test::hermetic_inputs({{"DDO_PIN_CPU_WORKERS", "7"}});
+    inputs.preset = "low_ram_safe";
+    inputs.components = {"vae", "text encoder"};
+    const auto first = ddo::resolve_settings(inputs);
+    std::ostringstream printed;
+    ddo::write_settings_toml(printed, first);
+    auto again = ddo_test::hermetic_inputs();
+    again.toml = ddo::parse_toml_config(printed.str(), "printed.toml");
+    const auto second = ddo::resolve_settings(again);
+    CHECK(second.config == first.config);
+    CHECK(second.requested_preset == "low_ram_safe");
+    CHECK(second.provenance.of("pin_cpu_workers").source == ddo::origin::toml);
+  }
+
+  TEST_CASE("toml_source reads a file; a missing file is an io_error naming it") {
+    const std::string path = "/tmp/ddo_toml_source_test_" + std::to_string(::getpid()) + ".toml";
+    {
+      std::ofstream out(path);
+      out << "verbose = true\n";
+    }
+    const auto layer = ddo::toml_source{path}.collect();
+    std::remove(path.c_str());
+    REQUIRE(layer.fields.size() == 1);
+    CHECK(layer.fields[0].value == ddo::field_value{true});
+    try {
+      (void)ddo::toml_source{path}.collect();
+      FAIL("no error");
+    } catch (const ddo::io_error& error) {
+      CHECK(error.path() == path);
+      CHECK(std::string(error.what()).find(path) != std::string::npos);
+    }
+  }
+}

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ddo/config/validate.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "support.hpp"
+
+namespace {
+
+std::string error_for(std::map<std::string, std::string> env) {
+  try {
+    (void)ddo::resolve_settings(ddo_test::hermetic_inputs(std::move(env)));
+  } catch (const ddo::config_error& error) {
+    const std::string message = error.what();
+    CHECK(message.find('\n') == std::string::npos);
+    return message;
+  }
+  FAIL("no error");
+  return {};
+}
+
+}  // namespace
+
+TEST_SUITE("config") {
+  TEST_CASE("each validation rule names the variable, the value and the rule") {
+    const std::pair<std::map<std::string, std::string>, std::vector<std::string>> cases[] = {
+        {{{"DDO_PIN_CPU_WORKERS", "0"}}, {"DDO_PIN_CPU_WORKERS = 0", "positive"}},
+        {{{"DDO_PIN_CPU_WORKERS", "-3"}}, {"DDO_PIN_CPU_WORKERS = -3", "positive"}},
+        {{{"DDO_VMM_PAGE_MB", "3"}}, {"DDO_VMM_PAGE_MB = 3", "multiple of 2"}},
+        {{{"DDO_VMM_SOURCE_CACHE_GB", "1"}, {"DDO_VMM_SOURCE_REGISTERED_GB", "0.1"}},
+         {"DDO_VMM_SOURCE_REGISTERED_GB = 0.1", "64 MiB"}},
+        {{{"DDO_VMM_SOURCE_CACHE_GB", "1"}, {"DDO_VMM_SOURCE_REGISTERED_GB", "1.5"}},
+         {"DDO_VMM_SOURCE_REGISTERED_GB = 1.5", "within", "DDO_VMM_SOURCE_CACHE_GB"}},
+        {{{"DDO_EXECUTION_MODE", "vmm_runtime"}},
+         {"DDO_EXECUTION_MODE = \"vmm_runtime\"", "vmm_resident_weight_budget_gb"}},
+        {{{"DDO_EXECUTION_MODE", "vmm_runtime"}, {"DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB", "0"}},
+         {"DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB = 0.0", "positive"}},
+        {{{"DDO_EXECUTION_MODE", "vmm_runtime"},
+          {"DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB", "2"},
+          {"DDO_VMM_STAGING_BUFFER_GB", "0"}},
+         {"DDO_VMM_STAGING_BUFFER_GB = 0.0", "positive"}},
+        {{{"DDO_BACKEND", "vmm"}, {"DDO_PRESET", "nvme_baseline"}, {"DDO_EXECUTION_MODE", "plan"}},
+         {"DDO_BACKEND", "execution_mode vmm_runtime", "DDO_EXECUTION_MODE"}},
+        {{{"DDO_VMM_NATIVE_SOURCE_CACHE_SLOT_MB", "8"}},
+         {"DDO_VMM_NATIVE_SOURCE_CACHE_SLOT_MB = 8", "set both or neither"}},
+        {{{"DDO_VMM_NATIVE_SOURCE_CACHE_SLOTS", "4"}},
+         {"DDO_VMM_NATIVE_SOURCE_CACHE_SLOTS = 4", "set both or neither"}},
+        {{{"DDO_RESIDENT_MODULE_PATTERNS", "blocks\\.(\\d+"}},
+         {"DDO_RESIDENT_MODULE_PATTERNS", "regular expression"}},
+        {{{"DDO_VMM_MODULE_PATTERN", "["}}, {"DDO_VMM_MODULE_PATTERN = \"[\"", "regular expression"}},
+    };
+    for (const auto& [env, needles] : cases) {
+      CAPTURE(env.begin()->first);
+      const std::string message = error_for(env);
+      for (const auto& needle : needles) {
+        CAPTURE(needle);
+        CHECK(message.find(needle) != std::string::npos);
+      }
+    }
+  }
+
+  TEST_CASE("code-only fields are validated with the explicit config named") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.overrides = {{"execution_device", std::string("gpu0")}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("explicit config field execution_device = \"gpu0\""),
+                         ddo::config_error);
+    inputs.overrides = {{"offload_device", std::string("disk")}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains("\"cpu\""),
+                         ddo::config_error);
+    inputs.overrides = {{"build_profile", true}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains("profile_name"),
+                         ddo::config_error);
+    inputs.overrides = {{"build_profile", true}, {"profile_name", std::string("flux")},
+                        {"execution_device", std::string("cuda:1")}};
+    CHECK_NOTHROW((void)ddo::resolve_settings(inputs));
+  }
+
+  TEST_CASE("pin_weight_budget_ratio is clamped to 0..1 with a warning") {
+    std::uint64_t seed = 0;
+    auto rng = ddo_test::random_engine(seed);
+    INFO("seed " << seed);
+    const double inside = static_cast<double>(rng() % 100) / 100.0;
+    auto settings = ddo::resolve_settings(
+        ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", ddo::detail::format_number(inside)}}));
+    CHECK(settings.config.pin_weight_budget_ratio == doctest::Approx(inside));
+    CHECK(settings.warnings.empty());
+    settings = ddo::resolve_settings(
+        ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", std::to_string(1 + rng() % 9)}}));
+    CHECK(settings.config.pin_weight_budget_ratio == 1.0);
+    REQUIRE(settings.warnings.size() == 1);
+    CHECK(settings.warnings[0].find("DDO_PIN_WEIGHT_BUDGET_RATIO") != std::string::npos);
+    settings = ddo::resolve_settings(ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", "-0.5"}}));
+    CHECK(settings.config.pin_weight_budget_ratio == 0.0);
+  }
+
+  TEST_CASE("whole 64 MiB segments within storage are accepted") {
+    const auto settings = ddo::resolve_settings(ddo_test::hermetic_inputs(
+        {{"DDO_VMM_SOURCE_CACHE_GB", "2"}, {"DDO_VMM_SOURCE_REGISTERED_GB", "1.0625"},
+         {"DDO_VMM_PAGE_MB", "64"}}));
+    CHECK(settings.config.vmm_source_registered_gb == 1.0625);
+    CHECK(settings.config.vmm_page_mb == 64);
+  }
+}
