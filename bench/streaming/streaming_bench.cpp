@@ -466,7 +466,7 @@ variant_result run_ring(const options& opt, const model& m, std::int64_t tokens)
   {
     std::vector<std::unique_ptr<host_registration>> pins;
     for (int b = 0; b < m.blocks; ++b)
-      pins.push_back(std::make_unique<host_registration>(m.block(b), m.block_bytes));
+      pins.push_back(std::make_unique<host_registration>(m.block(b), m.block_stride));
     r.pinned_host_bytes = m.total_bytes();
     std::vector<std::unique_ptr<device_buffer>> slot;
     for (int i = 0; i < slots; ++i) slot.push_back(std::make_unique<device_buffer>(m.block_bytes));
@@ -517,7 +517,7 @@ variant_result run_naive(const options& opt, const model& m, std::int64_t tokens
     std::vector<std::unique_ptr<host_registration>> pins;
     if (pinned) {
       for (int b = 0; b < m.blocks; ++b)
-        pins.push_back(std::make_unique<host_registration>(m.block(b), m.block_bytes));
+        pins.push_back(std::make_unique<host_registration>(m.block(b), m.block_stride));
       r.pinned_host_bytes = m.total_bytes();
     }
     device_buffer block(m.block_bytes);
