@@ -68,17 +68,17 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
   auto limit = [&](std::uint64_t budget, std::string& detail_text) {
     if (budget > usable) {
       budget = usable;
-      detail_text += ", limited to usable RAM " + detail::gib_text(usable);
+      detail_text += ", limited to usable RAM " + format_bytes(usable);
     }
     if (cap != 0 && budget > cap) {
       budget = cap;
-      detail_text += ", capped by max_pin_weight_budget_gb " + detail::gib_text(cap);
+      detail_text += ", capped by max_pin_weight_budget_gb " + format_bytes(cap);
     }
     return budget;
   };
-  const std::string ram_text = "usable RAM " + detail::gib_text(c.available_ram_bytes()) +
+  const std::string ram_text = "usable RAM " + format_bytes(c.available_ram_bytes()) +
                                " available - " +
-                               detail::gib_text(gib_to_bytes(config.system_ram_headroom_gb)) +
+                               format_bytes(gib_to_bytes(config.system_ram_headroom_gb)) +
                                " headroom";
 
   std::string not_pinned_reason;
@@ -92,37 +92,36 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
     not_pinned_reason = "not pinned: pin_cpu_memory off";
   } else if (residency.full_pin_zero_resident) {
     r.budget_source = "full_pin";
-    r.budget_detail = "every streamed weight (" + detail::gib_text(streamed_bytes) + ")";
+    r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);
   } else if (config.pin_weight_budget_gb > 0.0) {
     const std::uint64_t asked = gib_to_bytes(config.pin_weight_budget_gb);
     r.budget_source = "explicit";
-    r.budget_detail = "pin_weight_budget_gb = " + detail::gib_text(asked);
+    r.budget_detail = "pin_weight_budget_gb = " + format_bytes(asked);
     r.budget_bytes = asked;
     if (asked > usable) {
       if (!config.allow_pin_memory_fallback)
         throw out_of_memory("pinned_host", asked, usable,
-                            "pin_weight_budget_gb asks to pin " + detail::gib_text(asked) +
-                                " but only " + detail::gib_text(usable) + " of RAM is usable (" +
+                            "pin_weight_budget_gb asks to pin " + format_bytes(asked) +
+                                " but only " + format_bytes(usable) + " of RAM is usable (" +
                                 ram_text +
                                 "); lower pin_weight_budget_gb, lower system_ram_headroom_gb, or "
                                 "set allow_pin_memory_fallback");
       r.budget_bytes = usable;
-      r.budget_detail += ", clamped to usable RAM " + detail::gib_text(usable) +
+      r.budget_detail += ", clamped to usable RAM " + format_bytes(usable) +
                          " (allow_pin_memory_fallback)";
     }
   } else if (config.pin_weight_budget_ratio > 0.0) {
     const double ratio = std::min(config.pin_weight_budget_ratio, 1.0);
     const auto asked = static_cast<std::uint64_t>(static_cast<long double>(streamed_bytes) * ratio);
-    char buffer[128];
-    std::snprintf(buffer, sizeof buffer, "pin_weight_budget_ratio %.3f x streamed %.2f GiB", ratio,
-                  bytes_to_gib(streamed_bytes));
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "pin_weight_budget_ratio %.3f x streamed ", ratio);
     r.budget_source = "ratio";
-    r.budget_detail = buffer;
+    r.budget_detail = buffer + format_bytes(streamed_bytes);
     r.budget_bytes = limit(asked, r.budget_detail);
   } else {
     r.budget_source = "auto";
-    r.budget_detail = "every streamed weight (" + detail::gib_text(streamed_bytes) + ")";
+    r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);
   }
   if (r.budget_source != "wsl" && r.budget_source != "disabled")

@@ -155,17 +155,17 @@ offload_plan make_plan(const weight_table& table, std::vector<execution_group> g
         throw out_of_memory(
             "transport_slot", g.streamed_bytes(), machine.max_group_bytes,
             "execution group '" + g.name + "' streams " + std::to_string(g.streamed_bytes()) +
-                " bytes (" + detail::gib_text(g.streamed_bytes()) +
+                " bytes (" + format_bytes(g.streamed_bytes()) +
                 ") but the transport's slot/staging holds " + std::to_string(machine.max_group_bytes) +
-                " bytes (" + detail::gib_text(machine.max_group_bytes) +
+                " bytes (" + format_bytes(machine.max_group_bytes) +
                 "); enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
   const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
   if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
     throw out_of_memory("device", resident, machine.free_vram_bytes,
-                        "the plan keeps " + detail::gib_text(resident) +
+                        "the plan keeps " + format_bytes(resident) +
                             " resident on the GPU but only " +
-                            detail::gib_text(machine.free_vram_bytes) +
-                            " is free (resident budget " + detail::gib_text(b.resident_budget_bytes) +
+                            format_bytes(machine.free_vram_bytes) +
+                            " is free (resident budget " + format_bytes(b.resident_budget_bytes) +
                             ", " + b.resident_budget_source +
                             "); lower resident_module_budget_gb or the always-resident patterns");
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);

@@ -8,9 +8,10 @@
 ///  1. `skip_modules_pattern` matches → not managed, gpu_resident ("skip_modules_pattern 'p'");
 ///  2. the module kind is not in `target_module_classes` → not managed, gpu_resident;
 ///  3. bytes ≤ `small_tensor_threshold_bytes` → moved directly, never managed, gpu_resident;
-///  4. `always_resident_modules_pattern` matches → gpu_resident, unless the full-pin
-///     zero-resident rule fired and the matching pattern is one of the built-in defaults
-///     (builtin_always_resident_patterns() of config/operational_defaults.hpp): then the weight is managed like any other;
+///  4. `always_resident_modules_pattern` matches → gpu_resident; when the full-pin zero-resident
+///     rule fired, only patterns other than the built-in defaults
+///     (builtin_always_resident_patterns() of config/operational_defaults.hpp) count, so the
+///     default leaves are managed (and pinned) like any other weight;
 ///  5. otherwise managed: a candidate for the resident budget, else streamed.
 ///
 /// The resident budget:
@@ -84,7 +85,6 @@ struct compiled_pattern {
   return nullptr;
 }
 
-[[nodiscard]] inline std::string gib_text(std::uint64_t bytes) { return format_bytes(bytes); }
 
 [[nodiscard]] inline bool pinning_possible(const plan_context& c) noexcept {
   return c.config.pin_cpu_memory && !(c.machine.running_on_wsl && c.machine.disable_pin_on_wsl);
@@ -106,8 +106,14 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       detail::compile_patterns(config.always_resident_modules_pattern, "always_resident_modules_pattern");
   const auto builtin = builtin_always_resident_patterns();
 
+  // Under full pin only the patterns the user added (not the built-in defaults) keep weights.
+  std::vector<detail::compiled_pattern> user_always;
+  for (const auto& p : always)
+    if (std::find(builtin.begin(), builtin.end(), p.text) == builtin.end()) user_always.push_back(p);
+
   // Rules 1-3, and which weights rule 4 would keep.
   std::vector<const detail::compiled_pattern*> always_match(n, nullptr);
+  std::vector<const detail::compiled_pattern*> user_match(n, nullptr);
   std::uint64_t eligible_bytes = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const weight_info& w = table[i];
@@ -129,6 +135,7 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
     }
     eligible_bytes += w.bytes;
     always_match[i] = detail::first_match(always, w.module_name);
+    user_match[i] = detail::first_match(user_always, w.module_name);
   }
 
   // The budget, and whether full pin fires.
@@ -143,13 +150,11 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       const double ratio = static_cast<double>(table.total_bytes()) / static_cast<double>(vram);
       if (ratio >= config.auto_full_pin_min_model_to_vram_ratio) {
         r.full_pin_zero_resident = true;
-        char buffer[256];
-        std::snprintf(buffer, sizeof buffer,
-                      "full pin: usable RAM %.2f GiB >= eligible weights %.2f GiB and model/VRAM "
-                      "%.2f >= %.2f",
-                      bytes_to_gib(usable), bytes_to_gib(eligible_bytes), ratio,
+        char buffer[96];
+        std::snprintf(buffer, sizeof buffer, " and model/VRAM %.2f >= %.2f", ratio,
                       config.auto_full_pin_min_model_to_vram_ratio);
-        r.budget_detail = buffer;
+        r.budget_detail = "full pin: usable RAM " + format_bytes(usable) + " >= eligible weights " +
+                          format_bytes(eligible_bytes) + buffer;
       }
     }
   }
@@ -160,23 +165,22 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       rule_resident_bytes += table[i].bytes;
       continue;
     }
-    const auto* p = always_match[i];
-    const bool builtin_pattern =
-        p != nullptr && std::find(builtin.begin(), builtin.end(), p->text) != builtin.end();
-    if (p != nullptr && !(r.full_pin_zero_resident && builtin_pattern)) {
+    const auto* p = r.full_pin_zero_resident ? user_match[i] : always_match[i];
+    if (p != nullptr) {
       r.resident[i] = 1;
       r.reason[i] = "always_resident_modules_pattern '" + p->text + "'";
       rule_resident_bytes += table[i].bytes;
       continue;
     }
     r.managed[i] = 1;
-    if (p != nullptr) r.reason[i] = "full_pin_zero_resident offloads always-resident default";
+    if (always_match[i] != nullptr)
+      r.reason[i] = "full_pin_zero_resident offloads always-resident default";
   }
 
   if (explicit_budget) {
     r.budget_bytes = gib_to_bytes(config.resident_module_budget_gb);
     r.budget_source = "explicit";
-    r.budget_detail = "resident_module_budget_gb = " + detail::gib_text(r.budget_bytes);
+    r.budget_detail = "resident_module_budget_gb = " + format_bytes(r.budget_bytes);
   } else if (r.full_pin_zero_resident) {
     r.budget_bytes = 0;
     r.budget_source = "full_pin_zero_resident";
@@ -189,10 +193,10 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
     if (cap != 0 && budget > cap) budget = cap;
     r.budget_bytes = budget;
     r.budget_source = "balanced";
-    r.budget_detail = "free VRAM " + detail::gib_text(free) + " - headroom " +
-                      detail::gib_text(headroom) + " - rule-resident " +
-                      detail::gib_text(rule_resident_bytes) + ", cap " +
-                      (cap == 0 ? std::string("none") : detail::gib_text(cap));
+    r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " +
+                      format_bytes(headroom) + " - rule-resident " +
+                      format_bytes(rule_resident_bytes) + ", cap " +
+                      (cap == 0 ? std::string("none") : format_bytes(cap));
   } else {
     r.budget_bytes = 0;
     r.budget_source = "none";

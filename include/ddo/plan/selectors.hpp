@@ -79,13 +79,20 @@ struct largest_selector {
                                                 std::uint64_t budget) const {
     std::vector<std::size_t> order(candidates.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return candidates[a].bytes > candidates[b].bytes;
+    // Ties keep execution order: compare (bytes desc, index asc), a strict total order.
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return candidates[a].bytes != candidates[b].bytes ? candidates[a].bytes > candidates[b].bytes
+                                                        : a < b;
     });
-    std::vector<char> taken(candidates.size(), 0);
+    std::vector<std::size_t> chosen;
     std::uint64_t used = 0;
-    detail::first_fit(candidates, order, budget, taken, used);
-    return detail::taken_indices(taken);
+    for (std::size_t i : order)
+      if (candidates[i].bytes <= budget - used) {
+        chosen.push_back(i);
+        used += candidates[i].bytes;
+      }
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
   }
 };
 static_assert(weight_selector<largest_selector>);

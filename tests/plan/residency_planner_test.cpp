@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ddo/plan/residency_planner.hpp"
+
+#include <doctest/doctest.h>
+
+#include "ddo/config/operational_defaults.hpp"
+#include "ddo/plan/planner.hpp"
+#include "plan/plan_test_support.hpp"
+
+namespace {
+
+const ddo::weight_decision& decision(const ddo::offload_plan& p, const ddo::weight_table& t,
+                                     const std::string& name) {
+  return p.decisions[*t.find(name)];
+}
+
+ddo::machine_capacity big_machine() {
+  ddo::machine_capacity m;
+  m.free_vram_bytes = 80 * ddo::gib;
+  m.total_vram_bytes = 96 * ddo::gib;
+  m.available_ram_bytes = 64 * ddo::gib;
+  return m;
+}
+
+}  // namespace
+
+TEST_SUITE("plan") {
+  TEST_CASE("skip patterns, non-target kinds and small tensors stay resident and unmanaged") {
+    const auto t = ddo_test::flux_table(4);
+    auto c = ddo_test::planning_config();
+    c.skip_modules_pattern = {"^proj_out$"};
+    const auto plan = ddo::make_plan(t, c, big_machine());
+    CHECK(decision(plan, t, "proj_out.weight").where == ddo::placement::gpu_resident);
+    CHECK(decision(plan, t, "proj_out.weight").reason == "skip_modules_pattern '^proj_out$' (not managed)");
+    CHECK(decision(plan, t, "transformer_blocks.1.norm1.weight").reason ==
+          "module kind norm not in target_module_classes");
+    CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.bias").reason == "small_tensor <= 4096 B");
+    CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.weight").where == ddo::placement::pageable_host);
+    // Budget policy off and no explicit budget: no budget winners.
+    CHECK(plan.budgets.resident_budget_source == "none");
+    CHECK(plan.budgets.resident_budget_bytes == 0);
+  }
+
+  TEST_CASE("always-resident patterns keep matching modules resident") {
+    const auto t = ddo_test::flux_table(4);
+    auto c = ddo_test::planning_config();
+    c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
+    const auto plan = ddo::make_plan(t, c, big_machine());
+    for (const char* name : {"x_embedder.weight", "context_embedder.weight", "proj_out.weight"}) {
+      CHECK(decision(plan, t, name).where == ddo::placement::gpu_resident);
+      CHECK(decision(plan, t, name).reason.starts_with("always_resident_modules_pattern"));
+    }
+    CHECK(decision(plan, t, "transformer_blocks.0.ff.net.2.weight").where != ddo::placement::gpu_resident);
+    auto bad = c;
+    bad.always_resident_modules_pattern = {"(unclosed"};
+    try {
+      (void)ddo::make_plan(t, bad, big_machine());
+      FAIL("no error");
+    } catch (const ddo::config_error& e) {
+      CHECK(e.key() == "always_resident_modules_pattern");
+      CHECK(std::string(e.what()).find("(unclosed") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("an explicit budget over block patterns keeps whole blocks resident per selection") {
+    const auto t = ddo_test::flux_table(8);
+    auto c = ddo_test::planning_config();
+    c.resident_module_patterns = {"auto"};
+    // Managed bytes of one block: 4 x 128x128 + 2 x 128x512 bf16 = 384 KiB.
+    c.resident_module_budget_gb = ddo::bytes_to_gib(3 * 384 * ddo::kib + 1000);
+    c.resident_module_selection = ddo::selection::spread;
+    auto plan = ddo::make_plan(t, c, big_machine());
+    CHECK(ddo_test::resident_blocks(plan) ==
+          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.4", "transformer_blocks.7"});
+    CHECK(plan.budgets.resident_budget_source == "explicit");
+    CHECK(decision(plan, t, "transformer_blocks.4.ff.net.2.weight").reason == "resident_budget spread (block)");
+    c.resident_module_selection = ddo::selection::first;
+    plan = ddo::make_plan(t, c, big_machine());
+    CHECK(ddo_test::resident_blocks(plan) ==
+          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.1", "transformer_blocks.2"});
+    c.resident_module_selection = ddo::selection::largest;
+    plan = ddo::make_plan(t, c, big_machine());
+    CHECK(ddo_test::resident_blocks(plan) ==
+          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.1", "transformer_blocks.2"});
+  }
+
+  TEST_CASE("without block patterns the budget is spent module by module") {
+    const auto t = ddo_test::flux_table(2);
+    auto c = ddo_test::planning_config();
+    c.resident_module_selection = ddo::selection::largest;
+    c.resident_module_budget_gb = ddo::bytes_to_gib(128 * ddo::kib + 10);  // one ff weight
+    const auto plan = ddo::make_plan(t, c, big_machine());
+    // x_embedder and context_embedder are the largest managed modules (1 MiB for context).
+    std::size_t winners = 0;
+    for (const auto& d : plan.decisions) winners += d.reason == "resident_budget largest (module)";
+    CHECK(winners == 1);
+    CHECK(decision(plan, t, "transformer_blocks.0.ff.net.0.proj.weight").reason ==
+          "resident_budget largest (module)");
+  }
+
+  TEST_CASE("balanced budget is free VRAM minus headroom minus rule-resident bytes, capped") {
+    const auto t = ddo_test::flux_table(8);
+    auto c = ddo_test::planning_config();
+    c.auto_budget_policy = ddo::budget_policy::balanced;
+    c.auto_full_pin_min_model_to_vram_ratio = 0.0;
+    c.resident_module_patterns = {"auto"};
+    c.auto_vram_headroom_gb = 1.0;
+    c.max_resident_module_budget_gb = 0.0;
+    ddo::machine_capacity m = big_machine();
+    m.free_vram_bytes = ddo::gib + 2 * 384 * ddo::kib + 100 * ddo::kib;
+    const auto plan = ddo::make_plan(t, c, m);
+    std::uint64_t rule_resident = 0;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (plan.decisions[i].reason.find("resident_budget") == std::string::npos &&
+          plan.decisions[i].where == ddo::placement::gpu_resident)
+        rule_resident += t[i].bytes;
+    CHECK(plan.budgets.resident_budget_source == "balanced");
+    CHECK(plan.budgets.resident_budget_bytes == m.free_vram_bytes - ddo::gib - rule_resident);
+    CHECK(ddo_test::resident_blocks(plan).size() == 2);
+    // The cap wins when it is lower.
+    c.max_resident_module_budget_gb = ddo::bytes_to_gib(384 * ddo::kib);
+    const auto capped = ddo::make_plan(t, c, m);
+    CHECK(capped.budgets.resident_budget_bytes == ddo::gib_to_bytes(c.max_resident_module_budget_gb));
+    CHECK(ddo_test::resident_blocks(capped) == std::vector<std::string>{"transformer_blocks.0"});
+    // Headroom larger than free VRAM: zero, never negative.
+    m.free_vram_bytes = ddo::gib / 2;
+    CHECK(ddo::make_plan(t, c, m).budgets.resident_budget_bytes == 0);
+  }
+
+  TEST_CASE("full-pin zero-resident fires when RAM fits every eligible weight and model/VRAM >= ratio") {
+    const auto t = ddo_test::flux_table(8);
+    auto c = ddo_test::planning_config();
+    c.auto_budget_policy = ddo::budget_policy::balanced;
+    c.pin_cpu_memory = true;
+    c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
+    c.always_resident_modules_pattern.push_back("^proj_out$");  // the user's own: stays resident
+    ddo::machine_capacity m;
+    m.total_vram_bytes = t.total_bytes() / 4;  // ratio exactly 4 (>= 4.0 default)
+    m.free_vram_bytes = m.total_vram_bytes;
+    m.available_ram_bytes = 64 * ddo::gib;
+    const auto plan = ddo::make_plan(t, c, m);
+    CHECK(plan.budgets.full_pin_zero_resident);
+    CHECK(plan.budgets.resident_budget_source == "full_pin_zero_resident");
+    CHECK(plan.budgets.resident_budget_bytes == 0);
+    CHECK(plan.budgets.pin_budget_source == "full_pin");
+    // The default always-resident leaves are offloaded and pinned; the user's pattern is kept.
+    CHECK(decision(plan, t, "x_embedder.weight").where == ddo::placement::pinned_host);
+    CHECK(decision(plan, t, "context_embedder.weight").where == ddo::placement::pinned_host);
+    CHECK(decision(plan, t, "proj_out.weight").where == ddo::placement::gpu_resident);
+    CHECK(plan.total_bytes(ddo::placement::pageable_host) == 0);
+    CHECK(ddo_test::resident_blocks(plan).empty());
+  }
+
+  TEST_CASE("full-pin does not fire below the ratio, without RAM, when disabled or overridden") {
+    const auto t = ddo_test::flux_table(8);
+    auto c = ddo_test::planning_config();
+    c.auto_budget_policy = ddo::budget_policy::balanced;
+    c.pin_cpu_memory = true;
+    ddo::machine_capacity m;
+    m.total_vram_bytes = t.total_bytes() / 4;
+    m.free_vram_bytes = m.total_vram_bytes;
+    m.available_ram_bytes = 64 * ddo::gib;
+    REQUIRE(ddo::make_plan(t, c, m).budgets.full_pin_zero_resident);
+
+    auto below = m;
+    below.total_vram_bytes = t.total_bytes() / 3;
+    CHECK_FALSE(ddo::make_plan(t, c, below).budgets.full_pin_zero_resident);
+
+    auto no_ram = m;
+    no_ram.available_ram_bytes = t.total_bytes() / 2;
+    CHECK_FALSE(ddo::make_plan(t, c, no_ram).budgets.full_pin_zero_resident);
+    auto headroom = c;
+    headroom.system_ram_headroom_gb = 64.0;
+    CHECK_FALSE(ddo::make_plan(t, headroom, m).budgets.full_pin_zero_resident);
+
+    auto disabled = c;
+    disabled.auto_full_pin_min_model_to_vram_ratio = 0.0;
+    CHECK_FALSE(ddo::make_plan(t, disabled, m).budgets.full_pin_zero_resident);
+
+    auto off = c;
+    off.auto_budget_policy = ddo::budget_policy::off;
+    CHECK_FALSE(ddo::make_plan(t, off, m).budgets.full_pin_zero_resident);
+
+    auto no_pin = c;
+    no_pin.pin_cpu_memory = false;
+    CHECK_FALSE(ddo::make_plan(t, no_pin, m).budgets.full_pin_zero_resident);
+
+    auto wsl = m;
+    wsl.running_on_wsl = true;
+    CHECK_FALSE(ddo::make_plan(t, c, wsl).budgets.full_pin_zero_resident);
+
+    // An explicit DDO_RESIDENT_MODULE_BUDGET_GB overrides the automatic choice.
+    auto explicit_budget = c;
+    explicit_budget.resident_module_budget_gb = 0.0001;
+    const auto plan = ddo::make_plan(t, explicit_budget, m);
+    CHECK_FALSE(plan.budgets.full_pin_zero_resident);
+    CHECK(plan.budgets.resident_budget_source == "explicit");
+  }
+
+  TEST_CASE("types that are not residency planners are refused by the concept") {
+    struct no_tag {
+      ddo::residency_result plan_residency(const ddo::plan_context&) const;
+    };
+    struct wrong_result {
+      using planner_category = ddo::residency_planner_tag;
+      int plan_residency(const ddo::plan_context&) const;
+    };
+    static_assert(!ddo::residency_planner<no_tag>);
+    static_assert(!ddo::residency_planner<wrong_result>);
+    CHECK(ddo::residency_planner<ddo::default_residency_planner>);
+  }
+}
