@@ -564,4 +564,33 @@ TEST_CASE("large pinned groups are split into max_copy_bytes chunks") {
   CHECK(check.mismatches == 0);
 }
 
+TEST_CASE("pageable groups staged by several copy threads through large buffers arrive intact") {
+  ddo_test::model_spec spec;
+  spec.groups = 5;
+  spec.min_bytes = 1 * ddo::mib;
+  spec.max_bytes = 3 * ddo::mib;
+  spec.seed = 111;
+  spec.where = [](std::size_t g, std::size_t i) {
+    return (g + i) % 3 == 0 ? ddo::placement::file : ddo::placement::pageable_host;
+  };
+  auto m = ddo_test::make_model(spec);
+  host_sim_transport sim;
+  auto s = sim.make_stream();
+  auto opts = test_options();
+  opts.staging_buffer_bytes = 4 * ddo::mib;
+  opts.staging_threads = 3;
+  device_checker check;
+  {
+    offloader off(sim, m->table, m->plan, opts);
+    for (int step = 0; step < 2; ++step)
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, sim.view(s));
+        check.enqueue(sim, sim.view(s), *m, lease, 100);
+      }
+    sim.synchronize(sim.view(s));
+  }
+  CHECK(check.mismatches == 0);
+  CHECK(sim.pageable_direct_copies() == 0);
+}
+
 TEST_SUITE_END();

@@ -16,6 +16,7 @@
 /// - device memory (`allocate_device`/`free_device`), pinned host memory
 ///   (`allocate_pinned`/`free_pinned`), page-locking of existing host memory
 ///   (`register_host`/`unregister_host`, which reports failure by returning false).
+/// - `elapsed_ms(start, end)` between two events made with timing=true; it waits for both.
 /// - asynchronous copies `copy_to_device` (source must be pinned or registered: pageable
 ///   sources are staged by the runtime, never handed to the transport) and `copy_to_host`, and
 ///   `fill_device` for poisoning.

@@ -155,7 +155,10 @@ class linear_transport {
   }
   void synchronize(const event& e) { DDO_CUDA_TRY(cudaEventSynchronize(e.handle_)); }
   void synchronize(stream_view s) { DDO_CUDA_TRY(cudaStreamSynchronize(s.handle)); }
+  /// @brief Milliseconds between two timing events; waits for both to complete first.
   [[nodiscard]] double elapsed_ms(const event& start, const event& end) {
+    DDO_CUDA_TRY(cudaEventSynchronize(start.handle_));
+    DDO_CUDA_TRY(cudaEventSynchronize(end.handle_));
     float ms = 0.0f;
     DDO_CUDA_TRY(cudaEventElapsedTime(&ms, start.handle_, end.handle_));
     return ms;

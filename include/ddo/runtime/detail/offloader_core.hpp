@@ -46,6 +46,7 @@
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/runtime/detail/parallel_copy.hpp"
 #include "ddo/runtime/lease.hpp"
 #include "ddo/runtime/metrics.hpp"
 #include "ddo/runtime/runtime_options.hpp"
@@ -211,6 +212,7 @@ class offloader_core {
         for (auto& b : staging_) b = pinned_allocation<T>(t_, options_.staging_buffer_bytes);
         for (auto& e : staging_free_) e = t_.make_event(false);
       }
+      copier_ = std::make_unique<parallel_copier>(std::max<std::size_t>(1, options_.staging_threads));
       pin_groups();
       upload_residents();
       allocate_ring();
@@ -602,15 +604,15 @@ class offloader_core {
       throw out_of_memory("device", need, info.free_bytes,
                           "offloader setup refused: " + describe() + " but only " +
                               human_bytes(info.free_bytes) + " of device memory are free");
-    std::uint64_t pinned = 0;
-    for (const auto& gr : groups_) pinned += gr.pinned_bytes;
+    std::uint64_t pinned = 0;  // weight bytes, as the planner counted them (not aligned)
+    for (const auto& gr : groups_) pinned += gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)];
     const std::uint64_t pin_budget = options_.pinned_budget_bytes != 0
                                          ? options_.pinned_budget_bytes
                                          : plan_.budgets.pin_budget_bytes;
     if (pin_budget != 0 && pinned > pin_budget)
       throw out_of_memory("pinned host", pinned, pin_budget,
                           "offloader setup refused: the plan pins " + human_bytes(pinned) +
-                              " (aligned) but the pinned budget is " + human_bytes(pin_budget));
+                              " but the pinned budget is " + human_bytes(pin_budget));
   }
 
   void open_files() {
@@ -839,7 +841,10 @@ class offloader_core {
     std::uint64_t copies = 0;
     bool filling = false;
     std::uint64_t chunk_start = 0, chunk_end = 0;
+    segments_.clear();
     auto flush = [&] {
+      copier_->copy(segments_);
+      segments_.clear();
       t_.copy_to_device(dst_base + chunk_start, staging_[stage_buffer_].data, chunk_end - chunk_start, v);
       t_.record(staging_free_[stage_buffer_], v);
       stage_buffer_ ^= 1u;
@@ -860,7 +865,7 @@ class offloader_core {
         const std::uint64_t take = std::min(piece.bytes - done, chunk_start + cap - off);
         std::byte* dst = staging_[stage_buffer_].data + (off - chunk_start);
         if (piece.host != nullptr)
-          std::memcpy(dst, piece.host + done, take);
+          segments_.push_back({dst, piece.host + done, static_cast<std::size_t>(take)});
         else
           files_[piece.file]->read(piece.file_offset + done, std::span<std::byte>(dst, take));
         off += take;
@@ -1207,6 +1212,7 @@ class offloader_core {
     for (auto& b : staging_) b = pinned_allocation<T>{};
     for (auto& gr : groups_) gr.block.reset();
     files_.clear();
+    copier_.reset();
     copy_stream_ = typename T::stream{};
     staging_stream_ = typename T::stream{};
   }
@@ -1246,6 +1252,8 @@ class offloader_core {
   std::array<pinned_allocation<T>, 2> staging_{};
   std::array<event, 2> staging_free_{};
   unsigned stage_buffer_ = 0;  // touched by setup, then only by the staging thread
+  std::vector<copy_segment> segments_;       // likewise
+  std::unique_ptr<parallel_copier> copier_;  // likewise
 
   // engine ↔ staging thread
   std::mutex worker_mutex_;
