@@ -564,6 +564,31 @@ TEST_CASE("large pinned groups are split into max_copy_bytes chunks") {
   CHECK(check.mismatches == 0);
 }
 
+TEST_CASE("a staging failure (a file cut short after setup) surfaces as io_error on acquire") {
+  ddo_test::model_spec spec;
+  spec.groups = 4;
+  spec.seed = 121;
+  spec.where = [](std::size_t, std::size_t) { return ddo::placement::file; };
+  auto m = ddo_test::make_model(spec);
+  host_sim_transport sim;
+  auto s = sim.make_stream();
+  auto opts = test_options();
+  opts.file_backend = ddo::safetensors_backend::pread;
+  offloader off(sim, m->table, m->plan, opts);
+  std::filesystem::resize_file(m->file, 64);
+  bool thrown = false;
+  try {
+    for (int step = 0; step < 2; ++step)
+      for (std::size_t g = 0; g < off.group_count(); ++g) auto lease = off.acquire(g, sim.view(s));
+  } catch (const ddo::io_error& e) {
+    thrown = true;
+    CHECK(e.path() == m->file.string());
+  }
+  CHECK(thrown);
+  CHECK(off.live_leases() == 0);
+  sim.synchronize(sim.view(s));
+}
+
 TEST_CASE("pageable groups staged by several copy threads through large buffers arrive intact") {
   ddo_test::model_spec spec;
   spec.groups = 5;
