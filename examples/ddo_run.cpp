@@ -552,7 +552,7 @@ int run(int argc, char** argv) {
       "shards", po::value<std::uint32_t>()->value_name("K"), "Files to split the model over (default 1)")(
       "seed", po::value<std::uint64_t>()->value_name("S"), "Random seed of the weights (default 0)")(
       "cache-dir", po::value<std::string>(&opt.cache_dir)->value_name("DIR"),
-      "Where generated models are kept (default: $DDO_MODEL_CACHE, else beside ddo-run, else $TMPDIR)");
+      "Where generated models are kept (default: beside ddo-run, else $TMPDIR)");
   po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
   ddo::add_dynamic_offload_arguments(ddo_flags);
   po::options_description all;

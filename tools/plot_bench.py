@@ -40,7 +40,7 @@ def plot_matplotlib(out, title, tokens, variants, table):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(10, 5))
+    fig, ax = plt.subplots(figsize=(12, 5))
     width = 0.8 / max(1, len(variants))
     for i, name in enumerate(variants):
         xs, ys = [], []
@@ -49,17 +49,21 @@ def plot_matplotlib(out, title, tokens, variants, table):
                 xs.append(j + (i - (len(variants) - 1) / 2) * width)
                 ys.append(table[(t, name)])
         bars = ax.bar(xs, ys, width, label=name, color=COLOURS[i % len(COLOURS)])
+        top = ymax(table)
         for bar, y in zip(bars, ys):
-            ax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, min(y, ymax(table))),
-                        ha="center", va="bottom", fontsize=7)
+            # A bar past the axis is clipped: its label sits inside the bar's top, with an arrow.
+            clipped = y > top
+            ax.annotate(f"{y:.2f}" + (" ^" if clipped else ""),
+                        (bar.get_x() + bar.get_width() / 2, top * 0.97 if clipped else y),
+                        ha="center", va="top" if clipped else "bottom", fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhline(1.05, color="red", linewidth=0.8, linestyle="--", label="target 1.05x")
+    ax.axhline(1.05, color="red", linewidth=0.8, linestyle="--", label="target 1.05x (1.10x staged)")
     ax.set_xticks(range(len(tokens)))
     ax.set_xticklabels([f"{t} tokens" for t in tokens])
     ax.set_ylabel("step time / max(C, W/B)")
     ax.set_ylim(0, ymax(table))
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
@@ -70,7 +74,7 @@ def ymax(table):
 
 
 def plot_svg(out, title, tokens, variants, table):
-    w, h, left, right, top, bottom = 900, 460, 60, 200, 40, 50
+    w, h, left, right, top, bottom = 960, 460, 60, 260, 40, 50
     pw, ph = w - left - right, h - top - bottom
     top_value = ymax(table)
     y = lambda v: top + ph - min(v, top_value) / top_value * ph
@@ -96,15 +100,16 @@ def plot_svg(out, title, tokens, variants, table):
             x = x0 + i * bar
             parts.append(f'<rect x="{x:.1f}" y="{y(r):.1f}" width="{bar * 0.9:.1f}" '
                          f'height="{top + ph - y(r):.1f}" fill="{COLOURS[i % len(COLOURS)]}"/>')
-            parts.append(f'<text x="{x + bar * 0.45:.1f}" y="{y(r) - 3:.1f}" text-anchor="middle" '
-                         f'font-size="9">{r:.2f}</text>')
+            clipped = r > top_value
+            parts.append(f'<text x="{x + bar * 0.45:.1f}" y="{y(r) + (12 if clipped else -3):.1f}" '
+                         f'text-anchor="middle" font-size="9">{r:.2f}{" ^" if clipped else ""}</text>')
     for v, colour, dash in ((1.0, "black", ""), (1.05, "red", ' stroke-dasharray="5,3"')):
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                      f'stroke="{colour}"{dash}/>')
     parts.append(f'<text x="18" y="{top + ph / 2}" transform="rotate(-90 18 {top + ph / 2})" '
                  f'text-anchor="middle">step time / max(C, W/B)</text>')
     lx = left + pw + 15
-    for i, name in enumerate(variants + ["target 1.05x"]):
+    for i, name in enumerate(variants + ["target 1.05x (1.10x staged)"]):
         ly = top + 10 + i * 18
         colour = COLOURS[i % len(COLOURS)] if i < len(variants) else "red"
         parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{colour}"/>'

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddo {
@@ -23,7 +24,9 @@ namespace bench {
 struct bandwidths {
   double pinned_h2d = 0;        ///< B: large cudaMemcpyAsync from pinned memory
   double pageable_h2d = 0;      ///< a direct cudaMemcpyAsync from pageable memory
-  double pageable_staging = 0;  ///< pageable → pinned (CPU memcpy) → device, double-buffered
+  double pageable_staging = 0;  ///< pageable → pinned (CPU memcpy) → device: the best below
+  /// (copy threads, bytes/s) of the hand-written double-buffered staging loop.
+  std::vector<std::pair<unsigned, double>> staging_by_threads;
 };
 
 /// @brief What a variant's bound is made of.
@@ -141,7 +144,14 @@ inline std::string str(const std::string& s) {
       << " GB of weights\n"
       << "measured in this run: pinned H2D B = " << fixed(ctx.bw.pinned_h2d / 1e9, 1)
       << " GB/s, pageable H2D " << fixed(ctx.bw.pageable_h2d / 1e9, 1)
-      << " GB/s, pageable staging " << fixed(ctx.bw.pageable_staging / 1e9, 1) << " GB/s\n"
+      << " GB/s, pageable staging " << fixed(ctx.bw.pageable_staging / 1e9, 1) << " GB/s";
+  if (!ctx.bw.staging_by_threads.empty()) {
+    out << " (best of";
+    for (const auto& [threads, rate] : ctx.bw.staging_by_threads)
+      out << " " << threads << "t " << fixed(rate / 1e9, 1);
+    out << ")";
+  }
+  out << "\n"
       << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n"
       << "command: " << ctx.command << "\n";
   for (const auto& run : runs) {
@@ -181,7 +191,12 @@ inline std::string str(const std::string& s) {
       << ", \"weight_bytes\": " << ctx.weight_bytes << "},\n  \"steps\": " << ctx.steps
       << ", \"warmup\": " << ctx.warmup << ",\n  \"bandwidth_gbps\": {\"pinned_h2d\": "
       << num(ctx.bw.pinned_h2d / 1e9) << ", \"pageable_h2d\": " << num(ctx.bw.pageable_h2d / 1e9)
-      << ", \"pageable_staging\": " << num(ctx.bw.pageable_staging / 1e9) << "},\n  \"runs\": [";
+      << ", \"pageable_staging\": " << num(ctx.bw.pageable_staging / 1e9)
+      << ", \"pageable_staging_by_threads\": {";
+  for (std::size_t i = 0; i < ctx.bw.staging_by_threads.size(); ++i)
+    out << (i ? ", " : "") << "\"" << ctx.bw.staging_by_threads[i].first
+        << "\": " << num(ctx.bw.staging_by_threads[i].second / 1e9);
+  out << "}},\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto& run = runs[i];
     out << (i ? "," : "") << "\n    {\"tokens\": " << run.tokens

@@ -31,12 +31,11 @@ namespace runner {
          std::to_string(o.shards) + "-s" + std::to_string(o.seed);
 }
 
-/// @brief Where cached models live when no directory is given: $DDO_MODEL_CACHE, else
-/// "synthetic-models" beside the running executable (the build dir) when writable, else
-/// $TMPDIR (or /tmp)/ddo-synthetic-models.
+/// @brief Where cached models live when no directory is given: "synthetic-models" beside the
+/// running executable (the build dir) when writable, else $TMPDIR (or /tmp)/ddo-synthetic-models.
+/// (No DDO_* variable: ddo's settings resolution reserves that prefix and warns about names it
+/// does not know.)
 [[nodiscard]] inline std::filesystem::path default_model_cache_dir() {
-  if (const char* env = std::getenv("DDO_MODEL_CACHE"); env != nullptr && *env != '\0')
-    return env;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
@@ -74,7 +73,7 @@ inline std::string ensure_synthetic_model(synthetic_model_options o,
   if (ec)
     throw io_error(tmp.string(), ec.value(),
                    "cannot create the model cache directory " + tmp.string() + ": " + ec.message() +
-                       " (set DDO_MODEL_CACHE to a writable directory)");
+                       " (give a writable directory with --cache-dir)");
   o.output = (tmp / entry.filename()).string();
   try {
     (void)write_synthetic_model(o);

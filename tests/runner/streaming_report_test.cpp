@@ -24,7 +24,7 @@ variant_result variant(std::string name, std::vector<double> steps, std::uint64_
 
 TEST_SUITE("runner") {
   TEST_CASE("a copy-bound variant's ratio is its median step over W / B") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
     auto v = variant("ring", {101, 99, 130, 100, 98}, 5'000'000'000);  // W/B = 100 ms
     ddo::bench::finish(v, 30.0, bw);
     CHECK(v.ms == 100.0);
@@ -34,7 +34,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("a compute-bound variant's bound is C, and a resident one's too") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
     auto v = variant("ring", {230, 226}, 5'000'000'000);
     ddo::bench::finish(v, 220.0, bw);
     CHECK(v.bound_ms == 220.0);
@@ -46,7 +46,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("pageable-staged variants are judged against the staging throughput") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
     auto v = variant("staged", {520}, 5'000'000'000);  // W / staging = 500 ms
     v.source = ddo::bench::bound_source::staging;
     v.target = 1.10;
@@ -64,7 +64,7 @@ TEST_SUITE("runner") {
     ctx.command = "streaming_bench --json out.json";
     ctx.blocks = 24;
     ctx.weight_bytes = 5'436'000'000;
-    ctx.bw = {55e9, 9e9, 11e9};
+    ctx.bw = {55e9, 9e9, 11e9, {{1, 5.2e9}, {4, 11e9}}};
     ddo::bench::token_run run;
     run.tokens = 4608;
     run.compute_ms = 31.0;
@@ -82,6 +82,7 @@ TEST_SUITE("runner") {
     const std::string text = ddo::bench::json(ctx, {run});
     const auto doc = ddo::detail::parse_json(text);  // throws on invalid JSON (nan, inf, quotes)
     CHECK(doc.find("device")->text() == "Test \"GPU\"");
+    CHECK(doc.find("bandwidth_gbps")->find("pageable_staging_by_threads")->find("4")->text() == "11");
     const auto& summary = doc.find("summary")->items();
     REQUIRE(summary.size() == 2 + 4);
     CHECK(summary[3].find("metric")->text() == "4608 tok ring_baseline");
@@ -95,5 +96,6 @@ TEST_SUITE("runner") {
     CHECK(table.find("| ddo_linear_zero_resident |") != std::string::npos);
     CHECK(table.find("MISS > 1.05") != std::string::npos);
     CHECK(table.find("<= 2.00") != std::string::npos);
+    CHECK(table.find("(best of 1t 5.2 4t 11.0)") != std::string::npos);
   }
 }
