@@ -62,17 +62,17 @@ inline constexpr std::array<std::string_view, 12> auto_block_families = {
 /// @param patterns `resident_module_patterns`: empty or {"auto"} for the built-in families,
 /// otherwise regular expressions.
 /// @throws config_error (source "config", key "resident_module_patterns") for an invalid regex.
-[[nodiscard]] std::vector<execution_group> infer_execution_groups(
+[[nodiscard]] inline std::vector<execution_group> infer_execution_groups(
     const weight_table& table, std::span<const std::string> patterns = {});
 
 /// @brief Checks engine-given groups: every weight index valid and in exactly one group, names
 /// non-empty and unique; sorts each group's weights into table order.
 /// @throws usage_error naming the first offending weight or group.
-[[nodiscard]] std::vector<execution_group> validate_execution_groups(
+[[nodiscard]] inline std::vector<execution_group> validate_execution_groups(
     const weight_table& table, std::vector<execution_group> groups);
 
 /// @brief For each weight, the index of its group in @p groups.
-[[nodiscard]] std::vector<std::size_t> group_of_weights(const weight_table& table,
+[[nodiscard]] inline std::vector<std::size_t> group_of_weights(const weight_table& table,
                                                         std::span<const execution_group> groups);
 
 }  // namespace v0

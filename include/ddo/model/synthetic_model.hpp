@@ -54,11 +54,11 @@ struct synthetic_model_result {
 
 /// @brief The tensor specs of a synthetic model, in execution order.
 /// @throws usage_error for zero blocks/hidden/ratio or an unsupported dtype.
-[[nodiscard]] std::vector<safetensors_tensor_spec> synthetic_model_specs(
+[[nodiscard]] inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& options);
 
 /// @brief Writes the model. @throws usage_error for invalid options, io_error.
-synthetic_model_result write_synthetic_model(const synthetic_model_options& options);
+inline synthetic_model_result write_synthetic_model(const synthetic_model_options& options);
 
 /// @brief splitmix64: the generator behind the synthetic values (public so tests can predict
 /// them).
@@ -74,7 +74,7 @@ struct splitmix64 {
 
 /// @brief Fills @p out with random non-zero values of @p type (bf16, f16 or f32) from @p rng.
 /// The span's size must be a multiple of the element size.
-void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng);
+inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng);
 
 }  // namespace v0
 }  // namespace ddo
