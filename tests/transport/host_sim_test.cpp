@@ -24,7 +24,46 @@ struct host_sim_traits {
 };
 }  // namespace
 
+namespace near_miss {
+// host_sim's members without the opt-in tag: nothing models a transport by accident.
+struct untagged : ddo::host_sim_transport {
+  using transport_category = void;
+};
+// The tag, but no way to wait on an event.
+struct no_wait {
+  using transport_category = ddo::transport_tag;
+  using stream = ddo::host_sim_transport::stream;
+  using stream_view = ddo::host_sim_transport::stream_view;
+  using event = ddo::host_sim_transport::event;
+};
+// The tag and every member, but the stream view is not copyable.
+struct move_only_view : ddo::host_sim_transport {
+  struct stream_view {
+    stream_view() = default;
+    stream_view(const stream_view&) = delete;
+  };
+};
+}  // namespace near_miss
+
+static_assert(ddo::transport<ddo::host_sim_transport>);
+static_assert(!ddo::transport<near_miss::untagged>);
+static_assert(!ddo::transport<near_miss::no_wait>);
+static_assert(!ddo::transport<near_miss::move_only_view>);
+static_assert(!ddo::transport_with_slot_binding<ddo::host_sim_transport>);
+
 TEST_SUITE_BEGIN("transport");
+
+TEST_CASE("CUDA availability is reported without throwing, with a reason when absent") {
+  const auto a = ddo::query_cuda_availability();
+  if (a.available) {
+    CHECK(a.device_count > 0);
+    CHECK(a.reason.empty());
+  } else {
+    CHECK(a.device_count == 0);
+    CHECK(a.reason.find("cudaGetDeviceCount") != std::string::npos);
+  }
+}
+
 
 DDO_TRANSPORT_CONFORMANCE(host_sim_traits);
 

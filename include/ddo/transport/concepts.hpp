@@ -40,6 +40,8 @@ inline namespace v0 {
 
 /// @brief The opt-in tag: a transport declares `using transport_category = ddo::transport_tag;`.
 struct transport_tag {};
+/// @brief An instance of the tag, for the `_tag` convention.
+inline constexpr transport_tag transport_v{};
 
 /// @brief A way for weights to reach the device. See the file comment for the contract.
 template <class T>
