@@ -109,7 +109,12 @@ TEST_SUITE("cli") {
           expected = std::vector<std::string>{"a" + text.substr(1, 1), "b"};
           break;
       }
-      const auto layer = ddo::cli_config_layer(parse(options, {info.flag() + "=" + text}));
+      // Booleans take an attached value; the others a separate token (which may be empty, as
+      // load_safetensors_backend's "" spelling is).
+      const auto layer = ddo::cli_config_layer(
+          parse(options, info.type == ddo::field_type::boolean
+                             ? std::vector<std::string>{info.flag() + "=" + text}
+                             : std::vector<std::string>{info.flag(), text}));
       REQUIRE(layer.fields.size() == 1);
       CHECK(layer.fields[0].value == expected);
       CHECK(layer.fields[0].where == ddo::field_origin{ddo::origin::cli, info.flag()});

@@ -288,3 +288,18 @@ TEST_SUITE("config") {
                          doctest::Contains("component vae policy field verbos"), ddo::config_error);
   }
 }
+
+TEST_SUITE("config") {
+  TEST_CASE("from_env reads the process environment and the requested preset") {
+    ::setenv("DDO_PIN_CPU_WORKERS", "6", 1);
+    ::setenv("DDO_PRESET", "warm_process", 1);
+    const auto from_preset = ddo::dynamic_offload_settings::from_env("low_ram_safe");
+    const auto from_variable = ddo::dynamic_offload_settings::from_env();
+    ::unsetenv("DDO_PIN_CPU_WORKERS");
+    ::unsetenv("DDO_PRESET");
+    CHECK(from_preset.requested_preset == "low_ram_safe");  // code wins over DDO_PRESET
+    CHECK(from_preset.config.pin_cpu_workers == 6);
+    CHECK(from_preset.provenance.of("pin_cpu_workers").key == "DDO_PIN_CPU_WORKERS");
+    CHECK(from_variable.requested_preset == "warm_process");
+  }
+}

@@ -88,7 +88,7 @@ TEST_SUITE("config") {
     CHECK(settings.config.pin_weight_budget_ratio == doctest::Approx(inside));
     CHECK(settings.warnings.empty());
     settings = ddo::resolve_settings(
-        ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", std::to_string(1 + rng() % 9)}}));
+        ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", std::to_string(2 + rng() % 9)}}));
     CHECK(settings.config.pin_weight_budget_ratio == 1.0);
     REQUIRE(settings.warnings.size() == 1);
     CHECK(settings.warnings[0].find("DDO_PIN_WEIGHT_BUDGET_RATIO") != std::string::npos);

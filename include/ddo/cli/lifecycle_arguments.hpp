@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/config/component_policy.hpp"
 #include "ddo/config/parse_value.hpp"
 
 namespace ddo {

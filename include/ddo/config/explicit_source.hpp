@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/config/closest_name.hpp"
 #include "ddo/config/concepts.hpp"
 #include "ddo/config/config_layer.hpp"
 #include "ddo/config/field_registry.hpp"

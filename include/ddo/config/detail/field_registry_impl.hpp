@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ddo/config/enum_names.hpp"
+#include "ddo/config/field_info.hpp"
 #include "ddo/model/module_kind.hpp"
 
 namespace ddo {
