@@ -104,7 +104,11 @@ int main(int argc, char** argv) {
       rows.push_back({"linear", "streamed group already in a slot",
                       per_pair_us(lin, streamed, lin.view(s), iterations / 10, 4)});
     }
-    std::printf("acquire_bench: %zu iterations, device: %s\n\n", iterations, device.c_str());
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    std::printf("command: %s\n", command.c_str());
+    std::printf("acquire_bench: %zu iterations, groups of 4 x 64 KiB, device: %s\n\n", iterations,
+                device.c_str());
     std::printf("| transport | group | acquire + release, host us | target |\n|---|---|---|---|\n");
     for (const auto& r : rows)
       std::printf("| %s | %s | %.3f | <= 5 (%s) |\n", r.transport.c_str(), r.kind.c_str(), r.us,

@@ -131,6 +131,9 @@ int main(int argc, char** argv) {
     const std::string device = ddo::query_device_name(0);
     const std::uint64_t group_bytes = a.group_mib * ddo::mib;
     const std::uint64_t total = group_bytes * a.groups;
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    std::printf("command: %s\n", command.c_str());
     std::printf("transfer_bench on %s: %zu groups x %llu MiB, %d steps, %zu slots\n", device.c_str(),
                 a.groups, static_cast<unsigned long long>(a.group_mib), a.steps, a.slots);
 

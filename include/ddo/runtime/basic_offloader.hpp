@@ -12,6 +12,12 @@
 /// and packs + page-locks pinned groups. Budgets are checked first and a plan that cannot fit
 /// is refused with the numbers. The hot path (acquire, release) allocates nothing and never
 /// synchronizes the host with the device.
+///
+/// Threads: one offloader is driven from one engine thread (acquire, lease drops, metrics);
+/// it runs its own staging and pin threads internally. Leases may be passed between streams,
+/// not used concurrently from several threads. Lifetimes: the weight table, the host memory and
+/// files its sources name, and a pinned_weight_cache given in the options must outlive the
+/// offloader; leases must be dropped before it is destroyed.
 
 #include <cstddef>
 #include <memory>
