@@ -59,6 +59,8 @@ expect_error 'DDO_VAE_ROUTE = "gpu"' DDO_VAE_ROUTE=gpu -- --component vae
 expect_error 'not available with backend vmm' -- --ddo-backend vmm --ddo-preset low_ram_safe
 expect_error 'multiple of 2' -- --ddo-vmm-page-mb 5
 expect_error 'cannot read config file' -- --config "$tmp/missing.toml"
+expect_error 'Is a directory' -- --config "$tmp"
+expect_error 'at most 2147483647' -- --ddo-pin-cpu-workers 99999999999
 printf 'pin_cpu_workrs = 2\n' >"$tmp/bad_key.toml"
 expect_error "did you mean 'pin_cpu_workers'?" -- --config "$tmp/bad_key.toml"
 printf 'verbose = "yes"\n' >"$tmp/bad_type.toml"

@@ -173,6 +173,7 @@ TEST_SUITE("config") {
   TEST_CASE("invalid variables are errors naming the variable, the value and what is allowed") {
     const std::pair<std::map<std::string, std::string>, std::vector<std::string>> cases[] = {
         {{{"DDO_PIN_CPU_WORKERS", "four"}}, {"DDO_PIN_CPU_WORKERS", "\"four\"", "integer"}},
+        {{{"DDO_PIN_CPU_WORKERS", "4294967296"}}, {"DDO_PIN_CPU_WORKERS", "at most 2147483647"}},
         {{{"DDO_EXECUTION_MODE", "fast"}}, {"DDO_EXECUTION_MODE", "\"fast\"", "linear_runtime"}},
         {{{"DDO_PIN_WEIGHT_SELECTION", "random"}}, {"DDO_PIN_WEIGHT_SELECTION", "largest"}},
         {{{"DDO_AUTO_BUDGET_POLICY", "on"}}, {"DDO_AUTO_BUDGET_POLICY", "balanced"}},

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -130,8 +131,11 @@ inline namespace v0 {
       throw_rejected(where, info.name, text, "true or false (1/0, yes/no, on/off)");
     }
     case field_type::integer: {
+      // Integer fields are ints (worker counts): anything beyond that range is a typo.
       const auto value = parse_integer(text);
-      if (!value) throw_rejected(where, info.name, text, "an integer");
+      if (!value || *value < std::numeric_limits<int>::min() ||
+          *value > std::numeric_limits<int>::max())
+        throw_rejected(where, info.name, text, "an integer (at most 2147483647)");
       return *value;
     }
     case field_type::count: {
@@ -212,6 +216,9 @@ inline namespace v0 {
       return value;
     case field_type::integer:
       if (!std::holds_alternative<std::int64_t>(value)) return wrong_type("an integer");
+      if (std::get<std::int64_t>(value) < std::numeric_limits<int>::min() ||
+          std::get<std::int64_t>(value) > std::numeric_limits<int>::max())
+        throw_rejected(where, info.name, show(), "an integer (at most 2147483647)");
       return value;
     case field_type::count:
       if (!std::holds_alternative<std::int64_t>(value)) return wrong_type("a non-negative integer");

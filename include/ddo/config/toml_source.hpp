@@ -17,6 +17,9 @@
 #include <toml++/toml.h>
 
 #include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -249,6 +252,9 @@ inline component_policy read_toml_component(const std::string& file, const std::
 /// @brief Reads TOML file @p path into a layer (see parse_toml_config).
 /// @throws io_error when the file cannot be read; config_error as parse_toml_config.
 [[nodiscard]] inline config_layer read_toml_config(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored))
+    throw io_error(path, EISDIR, "cannot read config file " + path + ": " + std::strerror(EISDIR));
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error_number = errno;
@@ -257,6 +263,11 @@ inline component_policy read_toml_component(const std::string& file, const std::
   }
   std::ostringstream text;
   text << in.rdbuf();
+  if (in.bad()) {
+    const int error_number = errno;
+    throw io_error(path, error_number,
+                   "cannot read config file " + path + ": " + std::strerror(error_number));
+  }
   return parse_toml_config(text.str(), path);
 }
 
