@@ -46,9 +46,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    if (type_name == "bf16") options.type = ddo::dtype::bf16;
-    else if (type_name == "fp16" || type_name == "f16") options.type = ddo::dtype::f16;
-    else if (type_name == "fp32" || type_name == "f32") options.type = ddo::dtype::f32;
+    if (type_name == "bf16")
+      options.type = ddo::dtype::bf16;
+    else if (type_name == "fp16" || type_name == "f16")
+      options.type = ddo::dtype::f16;
+    else if (type_name == "fp32" || type_name == "f32")
+      options.type = ddo::dtype::f32;
     else {
       std::cerr << "ddo-make-model: --dtype '" << type_name << "' is not one of bf16, fp16, fp32\n";
       return 2;

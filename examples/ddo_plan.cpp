@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
       "plan for this much available system RAM instead of probing")(
       "slot-gb", po::value<double>(&slot_gb)->value_name("GiB"),
       "the transport's slot/staging size: refuse groups that stream more (default: unconstrained)")(
-      "wsl", "plan as if running under WSL")(
-      "no-environment", "ignore DDO_* environment variables")(
+      "wsl", "plan as if running under WSL")("no-environment",
+                                             "ignore DDO_* environment variables")(
       "format", po::value<std::string>(&format_name)->value_name("FORMAT"), "text, toml or json");
   po::options_description ddo_flags("ddo settings");
   ddo::add_dynamic_offload_arguments(ddo_flags);
@@ -99,8 +99,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   ddo::plan_format format = ddo::plan_format::text;
-  if (format_name == "toml") format = ddo::plan_format::toml;
-  else if (format_name == "json") format = ddo::plan_format::json;
+  if (format_name == "toml")
+    format = ddo::plan_format::toml;
+  else if (format_name == "json")
+    format = ddo::plan_format::json;
   else if (format_name != "text") {
     std::cerr << "ddo-plan: --format '" << format_name << "' is not one of text, toml, json\n";
     return exit_usage;
@@ -160,7 +162,8 @@ int main(int argc, char** argv) {
     std::fputs(ddo::format_plan(plan, table, format).c_str(), stdout);
     return 0;
   } catch (const ddo::config_error& e) {
-    std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what() << "\n";
+    std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what()
+              << "\n";
     return exit_usage;
   } catch (const std::exception& e) {
     std::cerr << "ddo-plan: " << e.what() << "\n";

@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int i = 7; i >= 0; --i) data_bytes = (data_bytes << 8) | data[i];
   const std::string_view header(reinterpret_cast<const char*>(data + 8), size - 8);
   try {
-    const ddo::safetensors_header h = ddo::parse_safetensors_header(header, data_bytes, "fuzz-input");
+    const ddo::safetensors_header h =
+        ddo::parse_safetensors_header(header, data_bytes, "fuzz-input");
     std::uint64_t previous_end = 0;
     for (const auto& t : h.tensors) {
       if (t.begin > t.end || t.end > data_bytes) std::abort();

@@ -33,11 +33,17 @@ TEST_SUITE("model") {
   TEST_CASE("auto groups follow execution order for a Flux file in alphabetical order") {
     // The order the safetensors library writes: sorted by name.
     const auto t = table_of({
-        "context_embedder.weight", "norm_out.linear.weight", "proj_out.weight",
-        "single_transformer_blocks.0.proj_mlp.weight", "single_transformer_blocks.1.proj_mlp.weight",
-        "single_transformer_blocks.10.proj_mlp.weight", "single_transformer_blocks.2.proj_mlp.weight",
-        "time_text_embed.timestep_embedder.linear_1.weight", "transformer_blocks.0.attn.to_q.weight",
-        "transformer_blocks.1.attn.to_q.weight", "transformer_blocks.0.ff.net.2.weight",
+        "context_embedder.weight",
+        "norm_out.linear.weight",
+        "proj_out.weight",
+        "single_transformer_blocks.0.proj_mlp.weight",
+        "single_transformer_blocks.1.proj_mlp.weight",
+        "single_transformer_blocks.10.proj_mlp.weight",
+        "single_transformer_blocks.2.proj_mlp.weight",
+        "time_text_embed.timestep_embedder.linear_1.weight",
+        "transformer_blocks.0.attn.to_q.weight",
+        "transformer_blocks.1.attn.to_q.weight",
+        "transformer_blocks.0.ff.net.2.weight",
         "x_embedder.weight",
     });
     const auto groups = ddo::infer_execution_groups(t);
@@ -58,9 +64,11 @@ TEST_SUITE("model") {
   }
 
   TEST_CASE("unknown modules outside blocks go before or after by table position") {
-    const auto t = table_of({"stem.weight", "layers.1.w.weight", "layers.0.w.weight", "tail.weight"});
+    const auto t =
+        table_of({"stem.weight", "layers.1.w.weight", "layers.0.w.weight", "tail.weight"});
     const auto groups = ddo::infer_execution_groups(t);
-    CHECK(names_of(groups) == std::vector<std::string>{"<before>", "layers.0", "layers.1", "<after>"});
+    CHECK(names_of(groups) ==
+          std::vector<std::string>{"<before>", "layers.0", "layers.1", "<after>"});
     CHECK(groups[0].weights == std::vector<std::size_t>{0});
     CHECK(groups[3].weights == std::vector<std::size_t>{3});
   }
@@ -73,7 +81,8 @@ TEST_SUITE("model") {
     CHECK(names_of(groups) ==
           std::vector<std::string>{"<before>", "model.layers.2", "model.layers.11", "<after>"});
     CHECK(groups[3].weights == std::vector<std::size_t>{4, 5});
-    const auto gpt = table_of({"transformer.h.0.attn.c_attn.weight", "transformer.h.1.attn.c_attn.weight"});
+    const auto gpt =
+        table_of({"transformer.h.0.attn.c_attn.weight", "transformer.h.1.attn.c_attn.weight"});
     CHECK(names_of(ddo::infer_execution_groups(gpt)) ==
           std::vector<std::string>{"transformer.h.0", "transformer.h.1"});
   }
@@ -102,7 +111,8 @@ TEST_SUITE("model") {
   }
 
   TEST_CASE("a table without blocks gets one group per top-level module") {
-    const auto t = table_of({"encoder.conv.weight", "encoder.norm.weight", "decoder.conv.weight", "scale"});
+    const auto t =
+        table_of({"encoder.conv.weight", "encoder.norm.weight", "decoder.conv.weight", "scale"});
     const auto groups = ddo::infer_execution_groups(t);
     CHECK(names_of(groups) == std::vector<std::string>{"encoder", "decoder", "scale"});
     CHECK(groups[0].weights == std::vector<std::size_t>{0, 1});
@@ -117,8 +127,10 @@ TEST_SUITE("model") {
     CHECK_THROWS_WITH_AS(
         (void)ddo::validate_execution_groups(t, {{"g1", {0, 1}, true}, {"g2", {1, 2}, true}}),
         doctest::Contains("'b.weight' is in group 'g2' and in group 'g1'"), ddo::usage_error);
-    CHECK_THROWS_AS((void)ddo::validate_execution_groups(t, {{"g", {0}, true}, {"g", {1, 2}, true}}),
+    CHECK_THROWS_AS(
+        (void)ddo::validate_execution_groups(t, {{"g", {0}, true}, {"g", {1, 2}, true}}),
+        ddo::usage_error);
+    CHECK_THROWS_AS((void)ddo::validate_execution_groups(t, {{"g", {0, 1, 2, 3}, true}}),
                     ddo::usage_error);
-    CHECK_THROWS_AS((void)ddo::validate_execution_groups(t, {{"g", {0, 1, 2, 3}, true}}), ddo::usage_error);
   }
 }

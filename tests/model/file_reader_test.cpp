@@ -22,7 +22,8 @@ TEST_SUITE("model") {
       const ddo::file_reader reader(path, backend);
       CHECK(reader.size() == content.size());
       CHECK(reader.backend() != ddo::safetensors_backend::library_default);
-      CHECK((reader.mapped_data() != nullptr) == (reader.backend() == ddo::safetensors_backend::mmap));
+      CHECK((reader.mapped_data() != nullptr) ==
+            (reader.backend() == ddo::safetensors_backend::mmap));
       for (std::uint64_t offset : {0ull, 1ull, 4095ull, 12345ull, (1ull << 20) - 17}) {
         std::vector<std::byte> dst(17, std::byte{0xAB});
         reader.read(offset, dst);
@@ -40,7 +41,8 @@ TEST_SUITE("model") {
     ddo_test::write_raw(dir.file("empty"), "");
     CHECK(ddo::file_reader(dir.file("some")).backend() == ddo::safetensors_backend::mmap);
     CHECK(ddo::file_reader(dir.file("empty")).backend() == ddo::safetensors_backend::pread);
-    CHECK_THROWS_AS(ddo::file_reader(dir.file("empty"), ddo::safetensors_backend::mmap), ddo::io_error);
+    CHECK_THROWS_AS(ddo::file_reader(dir.file("empty"), ddo::safetensors_backend::mmap),
+                    ddo::io_error);
   }
 
   TEST_CASE("a read outside the file is an io_error naming the path, for both backends") {
@@ -99,7 +101,8 @@ TEST_SUITE("model") {
     ddo_test::write_raw(path, content);
     const ddo::file_reader reader(path, ddo::safetensors_backend::pread, {.direct_io = true});
     const auto range = ddo::align_range(5000, 4000);  // [4096, 12288) covers [5000, 9000)
-    auto* raw = static_cast<std::byte*>(std::aligned_alloc(ddo::direct_io_alignment, range.aligned_length));
+    auto* raw =
+        static_cast<std::byte*>(std::aligned_alloc(ddo::direct_io_alignment, range.aligned_length));
     std::unique_ptr<std::byte, decltype(&std::free)> buffer(raw, &std::free);
     std::memset(raw, 0xEE, range.aligned_length);
     const auto got = reader.read_direct(range.aligned_offset, {raw, range.aligned_length});

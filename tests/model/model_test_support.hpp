@@ -48,7 +48,8 @@ inline std::string safetensors_bytes(std::string_view header, std::string_view d
                                      std::uint64_t declared_length = UINT64_MAX) {
   const std::uint64_t n = declared_length == UINT64_MAX ? header.size() : declared_length;
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   out += header;
   out += data;
   return out;

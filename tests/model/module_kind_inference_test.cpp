@@ -15,7 +15,9 @@ void add(ddo::weight_table& t, const std::string& name, std::vector<std::int64_t
   w.source = ddo::host_source{};
   t.add(w);
 }
-ddo::module_kind kind(const ddo::weight_table& t, const std::string& name) { return t[*t.find(name)].kind; }
+ddo::module_kind kind(const ddo::weight_table& t, const std::string& name) {
+  return t[*t.find(name)].kind;
+}
 }  // namespace
 
 TEST_SUITE("model") {
@@ -47,8 +49,8 @@ TEST_SUITE("model") {
     CHECK(kind(t, "blocks.0.ff.net.2.bias") == ddo::module_kind::linear);
     CHECK(kind(t, "blocks.0.norm2.bias") == ddo::module_kind::norm);
     CHECK(kind(t, "pos_embed.proj.weight") == ddo::module_kind::conv);
-    const std::vector<ddo::module_kind_override> overrides = {{R"(ff\.net\.2$)", ddo::module_kind::other},
-                                                              {R"(ff)", ddo::module_kind::conv}};
+    const std::vector<ddo::module_kind_override> overrides = {
+        {R"(ff\.net\.2$)", ddo::module_kind::other}, {R"(ff)", ddo::module_kind::conv}};
     ddo::infer_module_kinds(t, overrides);
     CHECK(kind(t, "blocks.0.ff.net.2.weight") == ddo::module_kind::other);
     CHECK(kind(t, "blocks.0.ff.net.2.bias") == ddo::module_kind::other);

@@ -13,8 +13,8 @@ namespace {
 
 /// Expects load_safetensors(path) to fail with a format_error naming @p file and @p tensor and
 /// containing @p fragment.
-void expect_format_error(const std::string& path, const std::string& file, const std::string& tensor,
-                         const std::string& fragment) {
+void expect_format_error(const std::string& path, const std::string& file,
+                         const std::string& tensor, const std::string& fragment) {
   try {
     (void)ddo::load_safetensors(path);
     FAIL("no error for ", path);
@@ -29,10 +29,12 @@ void expect_format_error(const std::string& path, const std::string& file, const
   }
 }
 
-void expect_bad_header(const ddo_test::temp_dir& dir, const std::string& header, std::size_t data_bytes,
-                       const std::string& tensor, const std::string& fragment) {
+void expect_bad_header(const ddo_test::temp_dir& dir, const std::string& header,
+                       std::size_t data_bytes, const std::string& tensor,
+                       const std::string& fragment) {
   const auto path = dir.file("bad.safetensors");
-  ddo_test::write_raw(path, ddo_test::safetensors_bytes(header, ddo_test::random_data(data_bytes, 1)));
+  ddo_test::write_raw(path,
+                      ddo_test::safetensors_bytes(header, ddo_test::random_data(data_bytes, 1)));
   expect_format_error(path, path, tensor, fragment);
 }
 
@@ -116,10 +118,10 @@ TEST_SUITE("model") {
 
   TEST_CASE("malformed JSON is refused with the byte offset") {
     ddo_test::temp_dir dir;
-    for (const char* bad : {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})",
-                            R"({"a":{"dtype":"F32",}})", R"({"a" {}})", R"({"a":[1,2,]})",
-                            R"({"a":01})", "{\"a\":\"\x01\"}", R"({"a":"\ud800"})", "[1, 2]",
-                            R"({"a":1} x)", R"({"a":"\q"})", R"({"a":tru})"})
+    for (const char* bad :
+         {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", R"({"a":{"dtype":"F32",}})",
+          R"({"a" {}})", R"({"a":[1,2,]})", R"({"a":01})", "{\"a\":\"\x01\"}", R"({"a":"\ud800"})",
+          "[1, 2]", R"({"a":1} x)", R"({"a":"\q"})", R"({"a":tru})"})
       expect_bad_header(dir, bad, 4, "", "");
     expect_bad_header(dir, R"({"a":{"dtype":"F32",}})", 4, "", "not valid JSON");
     expect_bad_header(dir, "[1, 2]", 4, "", "must be a JSON object");
@@ -173,9 +175,12 @@ TEST_SUITE("model") {
 
   TEST_CASE("malformed tensor entries are refused naming the tensor") {
     ddo_test::temp_dir dir;
-    expect_bad_header(dir, R"({"w":{"dtype":"U8","shape":[1]}})", 1, "w", "missing field 'data_offsets'");
-    expect_bad_header(dir, R"({"w":{"shape":[1],"data_offsets":[0,1]}})", 1, "w", "missing field 'dtype'");
-    expect_bad_header(dir, R"({"w":{"dtype":"U8","data_offsets":[0,1]}})", 1, "w", "missing field 'shape'");
+    expect_bad_header(dir, R"({"w":{"dtype":"U8","shape":[1]}})", 1, "w",
+                      "missing field 'data_offsets'");
+    expect_bad_header(dir, R"({"w":{"shape":[1],"data_offsets":[0,1]}})", 1, "w",
+                      "missing field 'dtype'");
+    expect_bad_header(dir, R"({"w":{"dtype":"U8","data_offsets":[0,1]}})", 1, "w",
+                      "missing field 'shape'");
     expect_bad_header(dir, R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1, "w",
                       "non-negative integers");
     expect_bad_header(dir, R"({"w":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", 1, "w",
@@ -189,10 +194,11 @@ TEST_SUITE("model") {
     expect_bad_header(dir, R"({"w":{"dtype":7,"shape":[1],"data_offsets":[0,1]}})", 1, "w",
                       "dtype must be a string");
     expect_bad_header(dir, R"({"w":[1]})", 1, "w", "must be an object");
+    expect_bad_header(
+        dir, R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,1]}})", 1,
+        "w", "overflows");
     expect_bad_header(dir,
-                      R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,1]}})",
-                      1, "w", "overflows");
-    expect_bad_header(dir, R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,99999999999999999999]}})",
+                      R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,99999999999999999999]}})",
                       1, "w", "fit 64 bits");
   }
 
@@ -206,8 +212,10 @@ TEST_SUITE("model") {
     ddo_test::temp_dir dir;
     const auto a = ddo_test::random_bytes(8, 1);
     const auto b = ddo_test::random_bytes(12, 2);
-    const std::vector<ddo::safetensors_tensor_data> shard1 = {{{"x.weight", ddo::dtype::u8, {2, 4}}, a}};
-    const std::vector<ddo::safetensors_tensor_data> shard2 = {{{"y.weight", ddo::dtype::f16, {2, 3}}, b}};
+    const std::vector<ddo::safetensors_tensor_data> shard1 = {
+        {{"x.weight", ddo::dtype::u8, {2, 4}}, a}};
+    const std::vector<ddo::safetensors_tensor_data> shard2 = {
+        {{"y.weight", ddo::dtype::f16, {2, 3}}, b}};
     ddo::write_safetensors(dir.file("m-1.safetensors"), shard1);
     ddo::write_safetensors(dir.file("m-2.safetensors"), shard2);
     const std::vector<std::pair<std::string, std::string>> map = {{"x.weight", "m-1.safetensors"},
@@ -217,17 +225,20 @@ TEST_SUITE("model") {
     REQUIRE(table.size() == 2);
     CHECK(table.files().size() == 2);
     const auto& y = table[*table.find("y.weight")];
-    CHECK(table.files()[std::get<ddo::file_source>(y.source).file_index] == dir.file("m-2.safetensors"));
+    CHECK(table.files()[std::get<ddo::file_source>(y.source).file_index] ==
+          dir.file("m-2.safetensors"));
   }
 
   TEST_CASE("an index that disagrees with its shards is refused naming file and tensor") {
     ddo_test::temp_dir dir;
     const auto a = ddo_test::random_bytes(4, 1);
-    const std::vector<ddo::safetensors_tensor_data> shard = {{{"x.weight", ddo::dtype::u8, {4}}, a}};
+    const std::vector<ddo::safetensors_tensor_data> shard = {
+        {{"x.weight", ddo::dtype::u8, {4}}, a}};
     ddo::write_safetensors(dir.file("s.safetensors"), shard);
     const auto index = dir.file("m.safetensors.index.json");
 
-    ddo_test::write_raw(index, R"({"weight_map":{"x.weight":"s.safetensors","z.weight":"s.safetensors"}})");
+    ddo_test::write_raw(
+        index, R"({"weight_map":{"x.weight":"s.safetensors","z.weight":"s.safetensors"}})");
     expect_format_error(index, dir.file("s.safetensors"), "z.weight", "missing from its shard");
 
     ddo_test::write_raw(index, R"({"weight_map":{"q":"s.safetensors"}})");
@@ -274,9 +285,15 @@ TEST_SUITE("model") {
       for (int e = 0; e < edits; ++e) {
         const std::size_t at = rng() % s.size();
         switch (rng() % 3) {
-          case 0: s[at] = static_cast<char>(rng() % 256); break;
-          case 1: s.erase(at, 1 + rng() % 3); break;
-          default: s.insert(at, 1, "{}[]\",:0123456789-e."[rng() % 20]); break;
+          case 0:
+            s[at] = static_cast<char>(rng() % 256);
+            break;
+          case 1:
+            s.erase(at, 1 + rng() % 3);
+            break;
+          default:
+            s.insert(at, 1, "{}[]\",:0123456789-e."[rng() % 20]);
+            break;
         }
         if (s.empty()) s = "{";
       }
@@ -292,9 +309,10 @@ TEST_SUITE("model") {
 
   TEST_CASE("the writer refuses duplicate names and a wrong number of data bytes") {
     ddo_test::temp_dir dir;
-    CHECK_THROWS_AS(ddo::safetensors_writer(dir.file("d.safetensors"),
-                                            {{"a", ddo::dtype::u8, {1}}, {"a", ddo::dtype::u8, {1}}}),
-                    ddo::usage_error);
+    CHECK_THROWS_AS(
+        ddo::safetensors_writer(dir.file("d.safetensors"),
+                                {{"a", ddo::dtype::u8, {1}}, {"a", ddo::dtype::u8, {1}}}),
+        ddo::usage_error);
     ddo::safetensors_writer w(dir.file("w.safetensors"), {{"a", ddo::dtype::f32, {2}}});
     const auto bytes = ddo_test::random_bytes(4, 3);
     w.write(bytes);

@@ -19,7 +19,9 @@ struct undescribed {};
 template <>
 struct ddo::customize::tensor_traits<engine::tensor> {
   static const std::vector<int>& shape(const engine::tensor& t) { return t.dims; }
-  static ddo::dtype dtype(const engine::tensor& t) { return t.half ? ddo::dtype::f16 : ddo::dtype::f32; }
+  static ddo::dtype dtype(const engine::tensor& t) {
+    return t.half ? ddo::dtype::f16 : ddo::dtype::f32;
+  }
   static const std::byte* data(const engine::tensor& t) { return t.bytes.data(); }
 };
 
@@ -39,7 +41,8 @@ TEST_SUITE("model") {
     CHECK(w.kind == ddo::module_kind::linear);
     CHECK(std::get<ddo::host_source>(w.source).data == t.bytes.data());
     engine::tensor norm{{4}, false, std::vector<std::byte>(16, std::byte{1})};
-    CHECK(table[ddo::add_tensor(table, "blocks.0.norm2.weight", norm)].kind == ddo::module_kind::norm);
+    CHECK(table[ddo::add_tensor(table, "blocks.0.norm2.weight", norm)].kind ==
+          ddo::module_kind::norm);
     CHECK(table[ddo::add_tensor(table, "x.weight", norm, ddo::module_kind::other)].kind ==
           ddo::module_kind::other);
     // A second weight of the same name is the weight table's usage error.

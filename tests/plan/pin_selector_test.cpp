@@ -64,7 +64,8 @@ TEST_SUITE("plan") {
     c.available_system_ram_gb = ddo::bytes_to_gib(all / 2 + 3 * ddo::mib);
     c.system_ram_headroom_gb = ddo::bytes_to_gib(3 * ddo::mib);
     plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
-    CHECK(plan.budgets.usable_ram_bytes == ddo::gib_to_bytes(c.available_system_ram_gb) - 3 * ddo::mib);
+    CHECK(plan.budgets.usable_ram_bytes ==
+          ddo::gib_to_bytes(c.available_system_ram_gb) - 3 * ddo::mib);
     CHECK(plan.budgets.pin_budget_bytes == plan.budgets.usable_ram_bytes);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) <= plan.budgets.pin_budget_bytes);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) > 0);
@@ -125,19 +126,24 @@ TEST_SUITE("plan") {
     c.pin_weight_budget_gb = ddo::bytes_to_gib(256 * ddo::kib);
     c.pin_weight_selection = ddo::selection::largest;
     auto plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
-    CHECK(plan.decisions[*t.find("transformer_blocks.0.ff.net.0.proj.weight")].where == ddo::placement::pinned_host);
-    CHECK(plan.decisions[*t.find("transformer_blocks.0.ff.net.2.weight")].where == ddo::placement::pinned_host);
+    CHECK(plan.decisions[*t.find("transformer_blocks.0.ff.net.0.proj.weight")].where ==
+          ddo::placement::pinned_host);
+    CHECK(plan.decisions[*t.find("transformer_blocks.0.ff.net.2.weight")].where ==
+          ddo::placement::pinned_host);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) == 256 * ddo::kib);
     c.pin_weight_selection = ddo::selection::first;
     plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
     for (const char* m : {"to_q", "to_k", "to_v", "to_out.0"})
-      CHECK(plan.decisions[*t.find(std::string("transformer_blocks.0.attn.") + m + ".weight")].where ==
-            ddo::placement::pinned_host);
+      CHECK(plan.decisions[*t.find(std::string("transformer_blocks.0.attn.") + m + ".weight")]
+                .where == ddo::placement::pinned_host);
     c.pin_weight_selection = ddo::selection::spread;
     plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
-    CHECK(plan.decisions[*t.find("transformer_blocks.0.attn.to_q.weight")].where == ddo::placement::pinned_host);
-    CHECK(plan.decisions[*t.find("transformer_blocks.7.ff.net.2.weight")].where == ddo::placement::pinned_host);
-    CHECK(plan.decisions[*t.find("transformer_blocks.7.ff.net.2.weight")].reason == "pin_budget spread");
+    CHECK(plan.decisions[*t.find("transformer_blocks.0.attn.to_q.weight")].where ==
+          ddo::placement::pinned_host);
+    CHECK(plan.decisions[*t.find("transformer_blocks.7.ff.net.2.weight")].where ==
+          ddo::placement::pinned_host);
+    CHECK(plan.decisions[*t.find("transformer_blocks.7.ff.net.2.weight")].reason ==
+          "pin_budget spread");
   }
 
   TEST_CASE("the file route streams unpinned file weights from their file") {
@@ -151,11 +157,13 @@ TEST_SUITE("plan") {
     auto c = ddo_test::planning_config();
     ddo::default_pin_selector file_route;
     file_route.file_route = true;
-    const auto plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib), ddo::default_residency_planner{}, file_route);
+    const auto plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib),
+                                     ddo::default_residency_planner{}, file_route);
     CHECK(plan.total_bytes(ddo::placement::file) > 0);
     CHECK(plan.total_bytes(ddo::placement::pageable_host) == 0);
     const auto plain = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
     CHECK(plain.total_bytes(ddo::placement::file) == 0);
-    CHECK(plain.total_bytes(ddo::placement::pageable_host) == plan.total_bytes(ddo::placement::file));
+    CHECK(plain.total_bytes(ddo::placement::pageable_host) ==
+          plan.total_bytes(ddo::placement::file));
   }
 }

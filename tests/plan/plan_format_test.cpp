@@ -31,8 +31,10 @@ TEST_SUITE("plan") {
     const auto plan = sample_plan(t);
     const std::string text = ddo::format_plan_summary(plan, t);
     INFO(text);
-    CHECK(text.find("ddo offload plan: " + std::to_string(t.size()) + " weights") != std::string::npos);
-    CHECK(text.find("resident budget: 768.0 KiB [explicit, selection spread]") != std::string::npos);
+    CHECK(text.find("ddo offload plan: " + std::to_string(t.size()) + " weights") !=
+          std::string::npos);
+    CHECK(text.find("resident budget: 768.0 KiB [explicit, selection spread]") !=
+          std::string::npos);
     CHECK(text.find("pin budget:") != std::string::npos);
     CHECK(text.find("[ratio, selection spread]") != std::string::npos);
     CHECK(text.find("free VRAM 10.00 GiB of 16.00 GiB") != std::string::npos);
@@ -89,7 +91,8 @@ TEST_SUITE("plan") {
     t.add(w);
     const auto plan = ddo::make_plan(t, ddo_test::planning_config(), ddo::machine_capacity{});
     const auto toml_doc = toml::parse(ddo::format_plan_toml(plan, t));
-    CHECK((*toml_doc["weights"].as_array())[0].as_table()->get("name")->value<std::string>() == w.name);
+    CHECK((*toml_doc["weights"].as_array())[0].as_table()->get("name")->value<std::string>() ==
+          w.name);
     const auto json_doc = ddo::detail::parse_json(ddo::format_plan_json(plan, t));
     CHECK(json_doc.find("weights")->items()[0].find("name")->text() == w.name);
   }

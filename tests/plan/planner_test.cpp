@@ -36,7 +36,8 @@ struct pin_nothing {
     p.reason = r.reason;
     p.budget_source = "disabled";
     for (std::size_t i = 0; i < c.table.size(); ++i)
-      p.where.push_back(r.resident[i] ? ddo::placement::gpu_resident : ddo::placement::pageable_host);
+      p.where.push_back(r.resident[i] ? ddo::placement::gpu_resident
+                                      : ddo::placement::pageable_host);
     return p;
   }
 };
@@ -100,10 +101,12 @@ TEST_SUITE("plan") {
       c.resident_module_selection = S::value;
       c.pin_weight_selection = S::value;
       c.pin_cpu_memory = true;
-      c.resident_module_patterns = rng() % 2 ? std::vector<std::string>{"auto"} : std::vector<std::string>{};
+      c.resident_module_patterns =
+          rng() % 2 ? std::vector<std::string>{"auto"} : std::vector<std::string>{};
       c.resident_module_budget_gb = ddo::bytes_to_gib(rng() % (t.total_bytes() + 1));
       c.pin_weight_budget_gb = ddo::bytes_to_gib(rng() % (t.total_bytes() + 1));
-      if (rng() % 3 == 0) c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
+      if (rng() % 3 == 0)
+        c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
       const auto plan = ddo::make_plan(t, c, machine());
       check_plan_invariants(plan, t);
       const auto again = ddo::make_plan(t, c, machine());
@@ -114,7 +117,8 @@ TEST_SUITE("plan") {
     }
   }
   TEST_CASE_TEMPLATE_INVOKE(plan_invariants, selection_is<ddo::selection::first>,
-                            selection_is<ddo::selection::spread>, selection_is<ddo::selection::largest>);
+                            selection_is<ddo::selection::spread>,
+                            selection_is<ddo::selection::largest>);
 
   TEST_CASE("a group larger than the transport's slot is refused naming the group and both sizes") {
     const auto t = ddo_test::flux_table(4);
@@ -128,7 +132,8 @@ TEST_SUITE("plan") {
       CHECK(e.tier() == "transport_slot");
       CHECK(e.available_bytes() == 300 * ddo::kib);
       const std::string what = e.what();
-      CHECK(what.find("'<before>'") != std::string::npos);  // context_embedder: 1 MiB, the first too large
+      CHECK(what.find("'<before>'") !=
+            std::string::npos);  // context_embedder: 1 MiB, the first too large
       CHECK(what.find(std::to_string(300 * ddo::kib)) != std::string::npos);
     }
     m.max_group_bytes = 2 * ddo::mib;
@@ -205,13 +210,15 @@ TEST_SUITE("plan") {
     auto plan = ddo::make_plan(t, c, machine());
     check_plan_invariants(plan, t);
     CHECK(ddo_test::resident_blocks(plan) ==
-          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.5", "transformer_blocks.9",
-                                   "transformer_blocks.14", "transformer_blocks.18", "transformer_blocks.23"});
+          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.5",
+                                   "transformer_blocks.9", "transformer_blocks.14",
+                                   "transformer_blocks.18", "transformer_blocks.23"});
     c.resident_module_selection = ddo::selection::first;
     plan = ddo::make_plan(t, c, machine());
     CHECK(ddo_test::resident_blocks(plan) ==
-          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.1", "transformer_blocks.2",
-                                   "transformer_blocks.3", "transformer_blocks.4", "transformer_blocks.5"});
+          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.1",
+                                   "transformer_blocks.2", "transformer_blocks.3",
+                                   "transformer_blocks.4", "transformer_blocks.5"});
     // Pinning with room for everything: every streamed byte pinned.
     CHECK(plan.total_bytes(ddo::placement::pageable_host) == 0);
     // The 18 streamed blocks plus the time embedder's and norm_out's linears (64 + 32 + 64 KiB),

@@ -31,11 +31,14 @@ TEST_SUITE("plan") {
     c.skip_modules_pattern = {"^proj_out$"};
     const auto plan = ddo::make_plan(t, c, big_machine());
     CHECK(decision(plan, t, "proj_out.weight").where == ddo::placement::gpu_resident);
-    CHECK(decision(plan, t, "proj_out.weight").reason == "skip_modules_pattern '^proj_out$' (not managed)");
+    CHECK(decision(plan, t, "proj_out.weight").reason ==
+          "skip_modules_pattern '^proj_out$' (not managed)");
     CHECK(decision(plan, t, "transformer_blocks.1.norm1.weight").reason ==
           "module kind norm not in target_module_classes");
-    CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.bias").reason == "small_tensor <= 4096 B");
-    CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.weight").where == ddo::placement::pageable_host);
+    CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.bias").reason ==
+          "small_tensor <= 4096 B");
+    CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.weight").where ==
+          ddo::placement::pageable_host);
     // Budget policy off and no explicit budget: no budget winners.
     CHECK(plan.budgets.resident_budget_source == "none");
     CHECK(plan.budgets.resident_budget_bytes == 0);
@@ -50,7 +53,8 @@ TEST_SUITE("plan") {
       CHECK(decision(plan, t, name).where == ddo::placement::gpu_resident);
       CHECK(decision(plan, t, name).reason.starts_with("always_resident_modules_pattern"));
     }
-    CHECK(decision(plan, t, "transformer_blocks.0.ff.net.2.weight").where != ddo::placement::gpu_resident);
+    CHECK(decision(plan, t, "transformer_blocks.0.ff.net.2.weight").where !=
+          ddo::placement::gpu_resident);
     auto bad = c;
     bad.always_resident_modules_pattern = {"(unclosed"};
     try {
@@ -70,18 +74,22 @@ TEST_SUITE("plan") {
     c.resident_module_budget_gb = ddo::bytes_to_gib(3 * 384 * ddo::kib + 1000);
     c.resident_module_selection = ddo::selection::spread;
     auto plan = ddo::make_plan(t, c, big_machine());
-    CHECK(ddo_test::resident_blocks(plan) ==
-          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.4", "transformer_blocks.7"});
+    CHECK(ddo_test::resident_blocks(plan) == std::vector<std::string>{"transformer_blocks.0",
+                                                                      "transformer_blocks.4",
+                                                                      "transformer_blocks.7"});
     CHECK(plan.budgets.resident_budget_source == "explicit");
-    CHECK(decision(plan, t, "transformer_blocks.4.ff.net.2.weight").reason == "resident_budget spread (block)");
+    CHECK(decision(plan, t, "transformer_blocks.4.ff.net.2.weight").reason ==
+          "resident_budget spread (block)");
     c.resident_module_selection = ddo::selection::first;
     plan = ddo::make_plan(t, c, big_machine());
-    CHECK(ddo_test::resident_blocks(plan) ==
-          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.1", "transformer_blocks.2"});
+    CHECK(ddo_test::resident_blocks(plan) == std::vector<std::string>{"transformer_blocks.0",
+                                                                      "transformer_blocks.1",
+                                                                      "transformer_blocks.2"});
     c.resident_module_selection = ddo::selection::largest;
     plan = ddo::make_plan(t, c, big_machine());
-    CHECK(ddo_test::resident_blocks(plan) ==
-          std::vector<std::string>{"transformer_blocks.0", "transformer_blocks.1", "transformer_blocks.2"});
+    CHECK(ddo_test::resident_blocks(plan) == std::vector<std::string>{"transformer_blocks.0",
+                                                                      "transformer_blocks.1",
+                                                                      "transformer_blocks.2"});
   }
 
   TEST_CASE("without block patterns the budget is spent module by module") {
@@ -120,14 +128,16 @@ TEST_SUITE("plan") {
     // The cap wins when it is lower.
     c.max_resident_module_budget_gb = ddo::bytes_to_gib(384 * ddo::kib);
     const auto capped = ddo::make_plan(t, c, m);
-    CHECK(capped.budgets.resident_budget_bytes == ddo::gib_to_bytes(c.max_resident_module_budget_gb));
+    CHECK(capped.budgets.resident_budget_bytes ==
+          ddo::gib_to_bytes(c.max_resident_module_budget_gb));
     CHECK(ddo_test::resident_blocks(capped) == std::vector<std::string>{"transformer_blocks.0"});
     // Headroom larger than free VRAM: zero, never negative.
     m.free_vram_bytes = ddo::gib / 2;
     CHECK(ddo::make_plan(t, c, m).budgets.resident_budget_bytes == 0);
   }
 
-  TEST_CASE("full-pin zero-resident fires when RAM fits every eligible weight and model/VRAM >= ratio") {
+  TEST_CASE(
+      "full-pin zero-resident fires when RAM fits every eligible weight and model/VRAM >= ratio") {
     const auto t = ddo_test::flux_table(8);
     auto c = ddo_test::planning_config();
     c.auto_budget_policy = ddo::budget_policy::balanced;

@@ -84,7 +84,8 @@ TEST_SUITE("plan") {
         CHECK(ddo::spread_selector::position(0, k, n) == 0);
         if (k >= 2) CHECK(ddo::spread_selector::position(k - 1, k, n) == n - 1);
         for (std::size_t j = 1; j < k; ++j)
-          REQUIRE(ddo::spread_selector::position(j - 1, k, n) < ddo::spread_selector::position(j, k, n));
+          REQUIRE(ddo::spread_selector::position(j - 1, k, n) <
+                  ddo::spread_selector::position(j, k, n));
       }
   }
 
@@ -106,11 +107,13 @@ TEST_SUITE("plan") {
 
   TEST_CASE("types without the opt-in tag or with the wrong signature are not selectors") {
     struct no_tag {
-      std::vector<std::size_t> select(std::span<const ddo::selection_candidate>, std::uint64_t) const;
+      std::vector<std::size_t> select(std::span<const ddo::selection_candidate>,
+                                      std::uint64_t) const;
     };
     struct wrong_tag {
       using selector_category = ddo::pin_selector_tag;
-      std::vector<std::size_t> select(std::span<const ddo::selection_candidate>, std::uint64_t) const;
+      std::vector<std::size_t> select(std::span<const ddo::selection_candidate>,
+                                      std::uint64_t) const;
     };
     struct wrong_return {
       using selector_category = ddo::weight_selector_tag;

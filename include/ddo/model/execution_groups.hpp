@@ -54,9 +54,18 @@ struct execution_group {
 
 /// @brief The block families `resident_module_patterns = {"auto"}` recognises.
 inline constexpr std::array<std::string_view, 12> auto_block_families = {
-    "transformer_blocks", "single_transformer_blocks", "double_blocks", "single_blocks",
-    "blocks",             "layers",                    "layer",         "h",
-    "block",              "resblocks",                 "decoder_layers", "encoder_layers"};
+    "transformer_blocks",
+    "single_transformer_blocks",
+    "double_blocks",
+    "single_blocks",
+    "blocks",
+    "layers",
+    "layer",
+    "h",
+    "block",
+    "resblocks",
+    "decoder_layers",
+    "encoder_layers"};
 
 /// @brief Infers execution groups from block patterns (see this header's description).
 /// @param patterns `resident_module_patterns`: empty or {"auto"} for the built-in families,
@@ -72,8 +81,8 @@ inline constexpr std::array<std::string_view, 12> auto_block_families = {
     const weight_table& table, std::vector<execution_group> groups);
 
 /// @brief For each weight, the index of its group in @p groups.
-[[nodiscard]] inline std::vector<std::size_t> group_of_weights(const weight_table& table,
-                                                        std::span<const execution_group> groups);
+[[nodiscard]] inline std::vector<std::size_t> group_of_weights(
+    const weight_table& table, std::span<const execution_group> groups);
 
 }  // namespace v0
 }  // namespace ddo

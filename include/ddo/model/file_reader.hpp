@@ -113,8 +113,7 @@ class file_reader {
  private:
   void close_all() noexcept;
   [[noreturn]] void fail(int error_number, const std::string& what) const {
-    throw io_error(path_, error_number,
-                   what + " '" + path_ + "': " + std::strerror(error_number));
+    throw io_error(path_, error_number, what + " '" + path_ + "': " + std::strerror(error_number));
   }
 
   std::string path_;

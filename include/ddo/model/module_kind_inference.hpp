@@ -64,7 +64,8 @@ namespace detail {
 }
 [[nodiscard]] inline bool is_embedding_leaf(std::string_view leaf_in) {
   const std::string leaf = ascii_lower(leaf_in);
-  for (std::string_view n : {"embed_tokens", "wte", "wpe", "tok_embeddings", "shared", "embed", "emb"})
+  for (std::string_view n :
+       {"embed_tokens", "wte", "wpe", "tok_embeddings", "shared", "embed", "emb"})
     if (leaf == n) return true;
   return leaf.ends_with("embedding") || leaf.ends_with("embeddings");
 }
@@ -72,19 +73,20 @@ namespace detail {
 
 /// @brief The kind of a module called @p module_name whose representative tensor has @p rank
 /// dimensions (see the rules in this header's description).
-[[nodiscard]] inline module_kind infer_module_kind(std::string_view module_name,
-                                                   std::size_t rank) {
+[[nodiscard]] inline module_kind infer_module_kind(std::string_view module_name, std::size_t rank) {
   const std::string_view leaf = module_leaf(module_name);
   if (rank >= 3) return module_kind::conv;
   if (rank <= 1 && detail::is_norm_leaf(leaf)) return module_kind::norm;
-  if (rank == 2) return detail::is_embedding_leaf(leaf) ? module_kind::embedding : module_kind::linear;
+  if (rank == 2)
+    return detail::is_embedding_leaf(leaf) ? module_kind::embedding : module_kind::linear;
   return module_kind::other;
 }
 
 /// @brief Sets the kind of the weights [first, table.size()) of @p table: per module, inferred
 /// from the module's representative tensor, then corrected by the first matching override.
 /// @throws config_error (source "engine", key "module_kind_override") for an invalid regex.
-inline void infer_module_kinds(weight_table& table, std::span<const module_kind_override> overrides = {},
+inline void infer_module_kinds(weight_table& table,
+                               std::span<const module_kind_override> overrides = {},
                                std::size_t first = 0) {
   std::vector<std::regex> compiled;
   compiled.reserve(overrides.size());
@@ -120,7 +122,8 @@ inline void infer_module_kinds(weight_table& table, std::span<const module_kind_
       }
     kind_of.emplace(module, kind);
   }
-  for (std::size_t i = first; i < table.size(); ++i) table[i].kind = kind_of.at(table[i].module_name);
+  for (std::size_t i = first; i < table.size(); ++i)
+    table[i].kind = kind_of.at(table[i].module_name);
 }
 
 }  // namespace v0

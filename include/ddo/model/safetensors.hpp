@@ -50,9 +50,9 @@ struct safetensors_tensor {
 
 /// @brief A parsed and validated safetensors header.
 struct safetensors_header {
-  std::uint64_t header_bytes = 0;  ///< N, the JSON length the file declares
-  std::uint64_t data_offset = 0;   ///< 8 + N: absolute offset of the data section
-  std::uint64_t data_bytes = 0;    ///< size of the data section
+  std::uint64_t header_bytes = 0;           ///< N, the JSON length the file declares
+  std::uint64_t data_offset = 0;            ///< 8 + N: absolute offset of the data section
+  std::uint64_t data_bytes = 0;             ///< size of the data section
   std::vector<safetensors_tensor> tensors;  ///< sorted by begin (then name)
   std::vector<std::pair<std::string, std::string>> metadata;  ///< `__metadata__`, in file order
 };
@@ -62,8 +62,8 @@ struct safetensors_header {
 /// @param file_for_errors the file name quoted in error messages.
 /// @throws format_error naming the file and tensor.
 [[nodiscard]] inline safetensors_header parse_safetensors_header(std::string_view header_json,
-                                                          std::uint64_t data_bytes,
-                                                          std::string_view file_for_errors);
+                                                                 std::uint64_t data_bytes,
+                                                                 std::string_view file_for_errors);
 
 /// @brief Reads and validates the header of an open safetensors file.
 /// @throws format_error on malformed content, io_error on read failures.
@@ -77,7 +77,7 @@ struct safetensors_header {
 /// (model/module_kind_inference.hpp).
 /// @throws format_error (also for a tensor name already in @p table), io_error.
 inline void append_safetensors(weight_table& table, const std::string& path,
-                        safetensors_backend backend = safetensors_backend::library_default);
+                               safetensors_backend backend = safetensors_backend::library_default);
 
 /// @brief Loads one file or index into a new weight table. See append_safetensors.
 [[nodiscard]] inline weight_table load_safetensors(
@@ -145,14 +145,15 @@ struct safetensors_tensor_data {
 };
 
 /// @brief Writes a whole safetensors file from tensors in memory (tests, small models).
-inline void write_safetensors(const std::string& path, std::span<const safetensors_tensor_data> tensors,
-                       std::vector<std::pair<std::string, std::string>> metadata = {});
+inline void write_safetensors(const std::string& path,
+                              std::span<const safetensors_tensor_data> tensors,
+                              std::vector<std::pair<std::string, std::string>> metadata = {});
 
 /// @brief Writes a sharded-model index: {"metadata": {"total_size": N}, "weight_map": {...}}.
 /// @param weight_map tensor name → shard file name (relative to the index's directory).
 inline void write_safetensors_index(const std::string& path,
-                             std::span<const std::pair<std::string, std::string>> weight_map,
-                             std::uint64_t total_size);
+                                    std::span<const std::pair<std::string, std::string>> weight_map,
+                                    std::uint64_t total_size);
 
 }  // namespace v0
 }  // namespace ddo

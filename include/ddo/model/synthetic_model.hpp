@@ -35,12 +35,12 @@ inline namespace v0 {
 
 /// @brief Parameters of a synthetic model.
 struct synthetic_model_options {
-  std::string output;           ///< the .safetensors file, or the .index.json when shards > 1
+  std::string output;  ///< the .safetensors file, or the .index.json when shards > 1
   std::uint32_t blocks = 24;
   std::uint32_t hidden = 3072;
   std::uint32_t mlp_ratio = 4;
-  dtype type = dtype::bf16;     ///< bf16, f16 or f32
-  std::uint32_t shards = 1;     ///< > 1 writes shards next to the index
+  dtype type = dtype::bf16;  ///< bf16, f16 or f32
+  std::uint32_t shards = 1;  ///< > 1 writes shards next to the index
   std::uint64_t seed = 0;
 };
 

@@ -9,8 +9,9 @@
 /// template <>
 /// struct ddo::customize::tensor_traits<my_engine::tensor> {
 ///   static std::vector<std::int64_t> shape(const my_engine::tensor& t) { return t.dims; }
-///   static ddo::dtype dtype(const my_engine::tensor& t) { return t.bf16 ? ddo::dtype::bf16 : ddo::dtype::f32; }
-///   static const std::byte* data(const my_engine::tensor& t) { return t.host_bytes; }
+///   static ddo::dtype dtype(const my_engine::tensor& t) { return t.bf16 ? ddo::dtype::bf16 :
+///   ddo::dtype::f32; } static const std::byte* data(const my_engine::tensor& t) { return
+///   t.host_bytes; }
 /// };
 /// ddo::add_tensor(table, "blocks.0.attn.to_q.weight", engine_tensor);
 /// @endcode
@@ -44,7 +45,7 @@ struct tensor_traits;
 /// @brief A type described by a ddo::customize::tensor_traits specialisation.
 template <class T>
 concept described_tensor = requires(const T& t) {
-  { customize::tensor_traits<T>::shape(t) };
+  {customize::tensor_traits<T>::shape(t)};
   { customize::tensor_traits<T>::dtype(t) } -> std::same_as<dtype>;
   { customize::tensor_traits<T>::data(t) } -> std::convertible_to<const std::byte*>;
 };

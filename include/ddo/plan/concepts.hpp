@@ -40,22 +40,25 @@ inline constexpr pin_selector_tag pin_selector_v{};
 /// `s.select(candidates, budget)` returns the indices of the winners, ascending, whose bytes sum
 /// to at most `budget`; the same input always gives the same output.
 template <class S>
-concept weight_selector =
-    requires { typename S::selector_category; } &&
-    std::same_as<typename S::selector_category, weight_selector_tag> &&
-    requires(const S& s, std::span<const selection_candidate> candidates, std::uint64_t budget) {
-      { s.select(candidates, budget) } -> std::same_as<std::vector<std::size_t>>;
-    };
+concept weight_selector = requires {
+  typename S::selector_category;
+}
+&&std::same_as<typename S::selector_category, weight_selector_tag>&& requires(
+    const S& s, std::span<const selection_candidate> candidates, std::uint64_t budget) {
+  { s.select(candidates, budget) } -> std::same_as<std::vector<std::size_t>>;
+};
 
 /// @brief Decides which weights stay on the GPU for the whole run, and the resident budget.
 ///
 /// `p.plan_residency(context)` returns one residency entry per weight of `context.table`.
 template <class P>
-concept residency_planner = requires { typename P::planner_category; } &&
-                            std::same_as<typename P::planner_category, residency_planner_tag> &&
-                            requires(const P& p, const plan_context& context) {
-                              { p.plan_residency(context) } -> std::same_as<residency_result>;
-                            };
+concept residency_planner = requires {
+  typename P::planner_category;
+}
+&&std::same_as<typename P::planner_category, residency_planner_tag>&& requires(
+    const P& p, const plan_context& context) {
+  { p.plan_residency(context) } -> std::same_as<residency_result>;
+};
 
 /// @brief Decides which streamed weights get page-locked host memory (and where the rest
 /// stream from), and the pin budget.
@@ -63,12 +66,13 @@ concept residency_planner = requires { typename P::planner_category; } &&
 /// `s.select_pinned(context, residency)` returns one placement per weight: gpu_resident exactly
 /// where `residency` says resident, else pinned_host, pageable_host or file.
 template <class S>
-concept pin_selector =
-    requires { typename S::pin_selector_category; } &&
-    std::same_as<typename S::pin_selector_category, pin_selector_tag> &&
-    requires(const S& s, const plan_context& context, const residency_result& residency) {
-      { s.select_pinned(context, residency) } -> std::same_as<pin_result>;
-    };
+concept pin_selector = requires {
+  typename S::pin_selector_category;
+}
+&&std::same_as<typename S::pin_selector_category, pin_selector_tag>&& requires(
+    const S& s, const plan_context& context, const residency_result& residency) {
+  { s.select_pinned(context, residency) } -> std::same_as<pin_result>;
+};
 
 }  // namespace v0
 }  // namespace ddo

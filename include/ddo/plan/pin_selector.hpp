@@ -76,10 +76,9 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
     }
     return budget;
   };
-  const std::string ram_text = "usable RAM " + format_bytes(c.available_ram_bytes()) +
-                               " available - " +
-                               format_bytes(gib_to_bytes(config.system_ram_headroom_gb)) +
-                               " headroom";
+  const std::string ram_text =
+      "usable RAM " + format_bytes(c.available_ram_bytes()) + " available - " +
+      format_bytes(gib_to_bytes(config.system_ram_headroom_gb)) + " headroom";
 
   std::string not_pinned_reason;
   if (c.machine.running_on_wsl && c.machine.disable_pin_on_wsl) {
@@ -108,8 +107,8 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
                                 "); lower pin_weight_budget_gb, lower system_ram_headroom_gb, or "
                                 "set allow_pin_memory_fallback");
       r.budget_bytes = usable;
-      r.budget_detail += ", clamped to usable RAM " + format_bytes(usable) +
-                         " (allow_pin_memory_fallback)";
+      r.budget_detail +=
+          ", clamped to usable RAM " + format_bytes(usable) + " (allow_pin_memory_fallback)";
     }
   } else if (config.pin_weight_budget_ratio > 0.0) {
     const double ratio = std::min(config.pin_weight_budget_ratio, 1.0);
@@ -125,8 +124,8 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);
   }
   if (r.budget_source != "wsl" && r.budget_source != "disabled")
-    not_pinned_reason = "not pinned: pin budget (" + std::string(selection_name(config.pin_weight_selection)) +
-                        ") spent";
+    not_pinned_reason = "not pinned: pin budget (" +
+                        std::string(selection_name(config.pin_weight_selection)) + ") spent";
 
   std::vector<selection_candidate> candidates;
   std::vector<std::vector<std::size_t>> members;

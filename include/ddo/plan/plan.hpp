@@ -26,10 +26,14 @@ inline constexpr std::size_t placement_count = 4;
 
 [[nodiscard]] constexpr std::string_view to_string(placement p) noexcept {
   switch (p) {
-    case placement::gpu_resident: return "gpu_resident";
-    case placement::pinned_host: return "pinned_host";
-    case placement::pageable_host: return "pageable_host";
-    case placement::file: return "file";
+    case placement::gpu_resident:
+      return "gpu_resident";
+    case placement::pinned_host:
+      return "pinned_host";
+    case placement::pageable_host:
+      return "pageable_host";
+    case placement::file:
+      return "file";
   }
   return "?";
 }
@@ -45,8 +49,8 @@ struct weight_decision {
 
 /// @brief One execution group: the weights used together, in execution order.
 struct plan_group {
-  std::string name;                         ///< e.g. "transformer_blocks.3" or "<before>"
-  std::vector<std::size_t> weights;         ///< weight-table indices, in table order
+  std::string name;                  ///< e.g. "transformer_blocks.3" or "<before>"
+  std::vector<std::size_t> weights;  ///< weight-table indices, in table order
   std::array<std::uint64_t, placement_count> bytes_by_placement{};  ///< indexed by placement
   [[nodiscard]] std::uint64_t bytes(placement p) const noexcept {
     return bytes_by_placement[static_cast<std::size_t>(p)];
@@ -60,19 +64,20 @@ struct plan_group {
 /// @brief The budgets a plan was made under (bytes), and where each came from.
 struct plan_budgets {
   std::uint64_t resident_budget_bytes = 0;  ///< device bytes allowed for resident weights
-  std::string resident_budget_source;       ///< "explicit", "balanced", "profile", "full_pin_zero_resident", "none"
+  std::string resident_budget_source;       ///< "explicit", "balanced", "profile",
+                                            ///< "full_pin_zero_resident", "none"
   std::uint64_t pin_budget_bytes = 0;       ///< host bytes allowed to be page-locked
-  std::string pin_budget_source;            ///< "explicit", "ratio", "auto", "full_pin", "disabled", ...
-  std::uint64_t free_vram_bytes = 0;        ///< as seen or stated at planning time
-  std::uint64_t available_ram_bytes = 0;    ///< usable system RAM at planning time
-  bool full_pin_zero_resident = false;      ///< the reference's full-pin zero-resident rule fired
-  std::string resident_budget_detail;       ///< how the resident budget was computed
-  std::string pin_budget_detail;            ///< how the pin budget was computed
-  std::uint64_t total_vram_bytes = 0;       ///< as seen or stated at planning time
-  std::uint64_t usable_ram_bytes = 0;       ///< available RAM minus system_ram_headroom_gb
-  std::uint64_t max_group_bytes = 0;        ///< the transport's slot/staging limit (0 = none)
-  std::string resident_selection;           ///< "first", "spread" or "largest"
-  std::string pin_selection;                ///< "first", "spread" or "largest"
+  std::string pin_budget_source;      ///< "explicit", "ratio", "auto", "full_pin", "disabled", ...
+  std::uint64_t free_vram_bytes = 0;  ///< as seen or stated at planning time
+  std::uint64_t available_ram_bytes = 0;  ///< usable system RAM at planning time
+  bool full_pin_zero_resident = false;    ///< the reference's full-pin zero-resident rule fired
+  std::string resident_budget_detail;     ///< how the resident budget was computed
+  std::string pin_budget_detail;          ///< how the pin budget was computed
+  std::uint64_t total_vram_bytes = 0;     ///< as seen or stated at planning time
+  std::uint64_t usable_ram_bytes = 0;     ///< available RAM minus system_ram_headroom_gb
+  std::uint64_t max_group_bytes = 0;      ///< the transport's slot/staging limit (0 = none)
+  std::string resident_selection;         ///< "first", "spread" or "largest"
+  std::string pin_selection;              ///< "first", "spread" or "largest"
 };
 
 /// @brief The complete plan of one model component.
@@ -89,7 +94,8 @@ struct offload_plan {
   /// Largest per-group streamed bytes: what one slot of the transport ring must hold.
   [[nodiscard]] std::uint64_t largest_streamed_group_bytes() const noexcept {
     std::uint64_t largest = 0;
-    for (const auto& g : groups) largest = largest < g.streamed_bytes() ? g.streamed_bytes() : largest;
+    for (const auto& g : groups)
+      largest = largest < g.streamed_bytes() ? g.streamed_bytes() : largest;
     return largest;
   }
 };

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "ddo/config/dynamic_offload_config.hpp"
-#include "ddo/model/execution_groups.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/machine_capacity.hpp"
 #include "ddo/plan/plan.hpp"
@@ -30,10 +30,10 @@ struct plan_context {
   const weight_table& table;
   const dynamic_offload_config& config;
   const machine_capacity& machine;
-  std::span<const execution_group> groups;    ///< in execution order
-  std::vector<std::size_t> group_of;          ///< per weight: index into groups
-  std::vector<std::size_t> execution_order;   ///< weight indices, group by group
-  std::vector<std::size_t> position;          ///< per weight: its index in execution_order
+  std::span<const execution_group> groups;   ///< in execution order
+  std::vector<std::size_t> group_of;         ///< per weight: index into groups
+  std::vector<std::size_t> execution_order;  ///< weight indices, group by group
+  std::vector<std::size_t> position;         ///< per weight: its index in execution_order
 
   /// @brief Usable system RAM: `available_system_ram_gb` when set, else the machine's available
   /// RAM; minus `system_ram_headroom_gb`; never below 0.
@@ -43,21 +43,21 @@ struct plan_context {
 
 /// @brief The residency planner's answer.
 struct residency_result {
-  std::vector<char> resident;      ///< per weight: 1 = gpu_resident for the whole run
-  std::vector<char> managed;       ///< per weight: 1 = dynamically managed (streamed unless resident)
-  std::vector<std::string> reason; ///< per weight: the rule or selector that decided
-  std::uint64_t budget_bytes = 0;  ///< the resident module budget
-  std::string budget_source;       ///< "explicit", "balanced", "full_pin_zero_resident", "none"
-  std::string budget_detail;       ///< how the budget was computed, for the summary
+  std::vector<char> resident;  ///< per weight: 1 = gpu_resident for the whole run
+  std::vector<char> managed;   ///< per weight: 1 = dynamically managed (streamed unless resident)
+  std::vector<std::string> reason;  ///< per weight: the rule or selector that decided
+  std::uint64_t budget_bytes = 0;   ///< the resident module budget
+  std::string budget_source;        ///< "explicit", "balanced", "full_pin_zero_resident", "none"
+  std::string budget_detail;        ///< how the budget was computed, for the summary
   bool full_pin_zero_resident = false;
 };
 
 /// @brief The pin selector's answer.
 struct pin_result {
-  std::vector<placement> where;    ///< per weight
-  std::vector<std::string> reason; ///< per weight (kept from residency for resident weights)
-  std::uint64_t budget_bytes = 0;  ///< pinned host bytes allowed
-  std::string budget_source;       ///< "explicit", "ratio", "auto", "full_pin", "disabled", "wsl"
+  std::vector<placement> where;     ///< per weight
+  std::vector<std::string> reason;  ///< per weight (kept from residency for resident weights)
+  std::uint64_t budget_bytes = 0;   ///< pinned host bytes allowed
+  std::string budget_source;        ///< "explicit", "ratio", "auto", "full_pin", "disabled", "wsl"
   std::string budget_detail;
 };
 

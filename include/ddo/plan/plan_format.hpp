@@ -32,18 +32,24 @@ enum class plan_format { text, toml, json };
 
 /// @brief The human summary: machine, budgets, bytes per placement, the largest streamed group,
 /// a line per group and the count of weights per reason.
-[[nodiscard]] std::string format_plan_summary(const offload_plan& plan, const weight_table& table);
+[[nodiscard]] inline std::string format_plan_summary(const offload_plan& plan,
+                                                     const weight_table& table);
 /// @brief The plan as a TOML document.
-[[nodiscard]] std::string format_plan_toml(const offload_plan& plan, const weight_table& table);
+[[nodiscard]] inline std::string format_plan_toml(const offload_plan& plan,
+                                                  const weight_table& table);
 /// @brief The plan as a JSON document.
-[[nodiscard]] std::string format_plan_json(const offload_plan& plan, const weight_table& table);
+[[nodiscard]] inline std::string format_plan_json(const offload_plan& plan,
+                                                  const weight_table& table);
 /// @brief One of the three forms.
 [[nodiscard]] inline std::string format_plan(const offload_plan& plan, const weight_table& table,
                                              plan_format form) {
   switch (form) {
-    case plan_format::toml: return format_plan_toml(plan, table);
-    case plan_format::json: return format_plan_json(plan, table);
-    case plan_format::text: break;
+    case plan_format::toml:
+      return format_plan_toml(plan, table);
+    case plan_format::json:
+      return format_plan_json(plan, table);
+    case plan_format::text:
+      break;
   }
   return format_plan_summary(plan, table);
 }
@@ -64,7 +70,8 @@ inline void plan_appendf(std::string& out, const char* format, auto... args) {
 /// Key-value pairs shared by the TOML and JSON forms: (key, already-encoded value).
 using encoded_fields = std::vector<std::pair<std::string, std::string>>;
 
-[[nodiscard]] inline encoded_fields summary_fields(const offload_plan& plan, const weight_table& table) {
+[[nodiscard]] inline encoded_fields summary_fields(const offload_plan& plan,
+                                                   const weight_table& table) {
   encoded_fields f;
   f.emplace_back("weights", std::to_string(table.size()));
   f.emplace_back("groups", std::to_string(plan.groups.size()));
@@ -72,7 +79,8 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
   for (std::size_t p = 0; p < placement_count; ++p)
     f.emplace_back(std::string(to_string(static_cast<placement>(p))) + "_bytes",
                    std::to_string(plan.total_bytes(static_cast<placement>(p))));
-  f.emplace_back("largest_streamed_group_bytes", std::to_string(plan.largest_streamed_group_bytes()));
+  f.emplace_back("largest_streamed_group_bytes",
+                 std::to_string(plan.largest_streamed_group_bytes()));
   return f;
 }
 
@@ -107,12 +115,13 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
   return f;
 }
 
-[[nodiscard]] inline encoded_fields weight_fields(const offload_plan& plan, const weight_table& table,
-                                                  std::size_t i) {
+[[nodiscard]] inline encoded_fields weight_fields(const offload_plan& plan,
+                                                  const weight_table& table, std::size_t i) {
   const weight_info& w = table[i];
   const weight_decision& d = plan.decisions[i];
   std::string shape = "[";
-  for (std::size_t k = 0; k < w.shape.size(); ++k) shape += (k ? ", " : "") + std::to_string(w.shape[k]);
+  for (std::size_t k = 0; k < w.shape.size(); ++k)
+    shape += (k ? ", " : "") + std::to_string(w.shape[k]);
   shape += "]";
   encoded_fields f;
   f.emplace_back("name", json_quote(w.name));
@@ -121,7 +130,8 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
   f.emplace_back("dtype", json_quote(to_string(w.type)));
   f.emplace_back("shape", shape);
   f.emplace_back("bytes", std::to_string(w.bytes));
-  f.emplace_back("group", json_quote(d.group < plan.groups.size() ? plan.groups[d.group].name : ""));
+  f.emplace_back("group",
+                 json_quote(d.group < plan.groups.size() ? plan.groups[d.group].name : ""));
   f.emplace_back("placement", json_quote(to_string(d.where)));
   f.emplace_back("reason", json_quote(d.reason));
   return f;
@@ -134,42 +144,45 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
   const plan_budgets& b = plan.budgets;
   std::string out;
   plan_appendf(out, "ddo offload plan: %zu weights, %s in %zu execution groups\n", table.size(),
-          format_bytes(table.total_bytes()).c_str(), plan.groups.size());
+               format_bytes(table.total_bytes()).c_str(), plan.groups.size());
   plan_appendf(out, "  machine: free VRAM %s of %s; RAM available %s, usable %s\n",
-          b.free_vram_bytes ? format_bytes(b.free_vram_bytes).c_str() : "unknown",
-          b.total_vram_bytes ? format_bytes(b.total_vram_bytes).c_str() : "unknown",
-          format_bytes(b.available_ram_bytes).c_str(), format_bytes(b.usable_ram_bytes).c_str());
+               b.free_vram_bytes ? format_bytes(b.free_vram_bytes).c_str() : "unknown",
+               b.total_vram_bytes ? format_bytes(b.total_vram_bytes).c_str() : "unknown",
+               format_bytes(b.available_ram_bytes).c_str(),
+               format_bytes(b.usable_ram_bytes).c_str());
   plan_appendf(out, "  resident budget: %s [%s, selection %s] %s\n",
-          format_bytes(b.resident_budget_bytes).c_str(), b.resident_budget_source.c_str(),
-          b.resident_selection.c_str(), b.resident_budget_detail.c_str());
-  plan_appendf(out, "  pin budget: %s [%s, selection %s] %s\n", format_bytes(b.pin_budget_bytes).c_str(),
-          b.pin_budget_source.c_str(), b.pin_selection.c_str(), b.pin_budget_detail.c_str());
+               format_bytes(b.resident_budget_bytes).c_str(), b.resident_budget_source.c_str(),
+               b.resident_selection.c_str(), b.resident_budget_detail.c_str());
+  plan_appendf(out, "  pin budget: %s [%s, selection %s] %s\n",
+               format_bytes(b.pin_budget_bytes).c_str(), b.pin_budget_source.c_str(),
+               b.pin_selection.c_str(), b.pin_budget_detail.c_str());
   plan_appendf(out, "  full-pin zero-resident: %s\n", b.full_pin_zero_resident ? "yes" : "no");
 
   std::array<std::size_t, placement_count> counts{};
   for (const auto& d : plan.decisions) ++counts[static_cast<std::size_t>(d.where)];
   plan_appendf(out, "  %-16s %8s %14s\n", "placement", "weights", "bytes");
   for (std::size_t p = 0; p < placement_count; ++p)
-    plan_appendf(out, "  %-16s %8zu %14s\n", std::string(to_string(static_cast<placement>(p))).c_str(),
-            counts[p], format_bytes(plan.total_bytes(static_cast<placement>(p))).c_str());
+    plan_appendf(out, "  %-16s %8zu %14s\n",
+                 std::string(to_string(static_cast<placement>(p))).c_str(), counts[p],
+                 format_bytes(plan.total_bytes(static_cast<placement>(p))).c_str());
 
   std::size_t largest = 0;
   for (std::size_t g = 1; g < plan.groups.size(); ++g)
     if (plan.groups[g].streamed_bytes() > plan.groups[largest].streamed_bytes()) largest = g;
   if (!plan.groups.empty())
     plan_appendf(out, "  largest streamed group: %s (%s); transport slot limit: %s\n",
-            plan.groups[largest].name.c_str(),
-            format_bytes(plan.groups[largest].streamed_bytes()).c_str(),
-            b.max_group_bytes ? format_bytes(b.max_group_bytes).c_str() : "none");
+                 plan.groups[largest].name.c_str(),
+                 format_bytes(plan.groups[largest].streamed_bytes()).c_str(),
+                 b.max_group_bytes ? format_bytes(b.max_group_bytes).c_str() : "none");
 
-  plan_appendf(out, "  groups in execution order:\n  %-34s %7s %12s %12s %12s %12s\n", "group", "weights",
-          "resident", "pinned", "pageable", "file");
+  plan_appendf(out, "  groups in execution order:\n  %-34s %7s %12s %12s %12s %12s\n", "group",
+               "weights", "resident", "pinned", "pageable", "file");
   for (const auto& g : plan.groups)
     plan_appendf(out, "  %-34s %7zu %12s %12s %12s %12s\n", detail::cut_text(g.name, 34).c_str(),
-            g.weights.size(), format_bytes(g.bytes(placement::gpu_resident)).c_str(),
-            format_bytes(g.bytes(placement::pinned_host)).c_str(),
-            format_bytes(g.bytes(placement::pageable_host)).c_str(),
-            format_bytes(g.bytes(placement::file)).c_str());
+                 g.weights.size(), format_bytes(g.bytes(placement::gpu_resident)).c_str(),
+                 format_bytes(g.bytes(placement::pinned_host)).c_str(),
+                 format_bytes(g.bytes(placement::pageable_host)).c_str(),
+                 format_bytes(g.bytes(placement::file)).c_str());
 
   std::map<std::string, std::pair<std::size_t, std::uint64_t>> by_reason;
   for (std::size_t i = 0; i < plan.decisions.size() && i < table.size(); ++i) {
@@ -180,7 +193,7 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
   plan_appendf(out, "  reasons:\n");
   for (const auto& [reason, cb] : by_reason)
     plan_appendf(out, "  %7zu weights %12s  %s\n", cb.first, format_bytes(cb.second).c_str(),
-            reason.c_str());
+                 reason.c_str());
   return out;
 }
 
@@ -218,10 +231,12 @@ inline std::string format_plan_json(const offload_plan& plan, const weight_table
   out += ",\n  \"budgets\": " + object(detail::budget_fields(plan.budgets), "  ");
   out += ",\n  \"groups\": [";
   for (std::size_t g = 0; g < plan.groups.size(); ++g)
-    out += std::string(g ? "," : "") + "\n    " + object(detail::group_fields(plan.groups[g]), "    ");
+    out +=
+        std::string(g ? "," : "") + "\n    " + object(detail::group_fields(plan.groups[g]), "    ");
   out += "\n  ],\n  \"weights\": [";
   for (std::size_t i = 0; i < table.size() && i < plan.decisions.size(); ++i)
-    out += std::string(i ? "," : "") + "\n    " + object(detail::weight_fields(plan, table, i), "    ");
+    out += std::string(i ? "," : "") + "\n    " +
+           object(detail::weight_fields(plan, table, i), "    ");
   out += "\n  ]\n}\n";
   return out;
 }

@@ -49,7 +49,8 @@ template <class Planner = default_residency_planner, class PinSelector = default
 /// @brief Plans with execution groups inferred from `config.resident_module_patterns` (see
 /// model/execution_groups.hpp).
 template <class Planner = default_residency_planner, class PinSelector = default_pin_selector>
-[[nodiscard]] offload_plan make_plan(const weight_table& table, const dynamic_offload_config& config,
+[[nodiscard]] offload_plan make_plan(const weight_table& table,
+                                     const dynamic_offload_config& config,
                                      const machine_capacity& machine, Planner planner = {},
                                      PinSelector pin_selector_policy = {}) {
   return make_plan(table, infer_execution_groups(table, config.resident_module_patterns), config,
@@ -60,16 +61,17 @@ namespace detail {
 
 inline void check_plan_number(double value, const char* field) {
   if (std::isnan(value) || value < 0.0)
-    throw config_error("config", field,
-                       std::string(field) + " must be a non-negative number, got " +
-                           std::to_string(value));
+    throw config_error(
+        "config", field,
+        std::string(field) + " must be a non-negative number, got " + std::to_string(value));
 }
 
 inline void check_planning_config(const dynamic_offload_config& c) {
   check_plan_number(c.resident_module_budget_gb, "resident_module_budget_gb");
   check_plan_number(c.max_resident_module_budget_gb, "max_resident_module_budget_gb");
   check_plan_number(c.auto_vram_headroom_gb, "auto_vram_headroom_gb");
-  check_plan_number(c.auto_full_pin_min_model_to_vram_ratio, "auto_full_pin_min_model_to_vram_ratio");
+  check_plan_number(c.auto_full_pin_min_model_to_vram_ratio,
+                    "auto_full_pin_min_model_to_vram_ratio");
   check_plan_number(c.max_pin_weight_budget_gb, "max_pin_weight_budget_gb");
   check_plan_number(c.available_system_ram_gb, "available_system_ram_gb");
   check_plan_number(c.system_ram_headroom_gb, "system_ram_headroom_gb");
@@ -85,12 +87,14 @@ template <class Planner, class PinSelector>
 offload_plan make_plan(const weight_table& table, std::vector<execution_group> groups,
                        const dynamic_offload_config& config, const machine_capacity& machine,
                        Planner planner, PinSelector pin_selector_policy) {
-  static_assert(residency_planner<Planner>,
-                "make_plan: Planner must model ddo::residency_planner (a member `using planner_category = "
-                "ddo::residency_planner_tag;` and plan_residency(const plan_context&) returning "
-                "residency_result); see ddo/plan/concepts.hpp");
+  static_assert(
+      residency_planner<Planner>,
+      "make_plan: Planner must model ddo::residency_planner (a member `using planner_category = "
+      "ddo::residency_planner_tag;` and plan_residency(const plan_context&) returning "
+      "residency_result); see ddo/plan/concepts.hpp");
   static_assert(pin_selector<PinSelector>,
-                "make_plan: PinSelector must model ddo::pin_selector (a member `using pin_selector_category = "
+                "make_plan: PinSelector must model ddo::pin_selector (a member `using "
+                "pin_selector_category = "
                 "ddo::pin_selector_tag;` and select_pinned(const plan_context&, const "
                 "residency_result&) returning pin_result); see ddo/plan/concepts.hpp");
   detail::check_planning_config(config);
@@ -112,8 +116,9 @@ offload_plan make_plan(const weight_table& table, std::vector<execution_group> g
                   std::to_string(table.size()));
   const pin_result pins = pin_selector_policy.select_pinned(context, residency);
   DDO_EXPECTS(pins.where.size() == table.size() && pins.reason.size() == table.size(),
-              "make_plan: the pin selector returned entries for " + std::to_string(pins.where.size()) +
-                  " weights, the table has " + std::to_string(table.size()));
+              "make_plan: the pin selector returned entries for " +
+                  std::to_string(pins.where.size()) + " weights, the table has " +
+                  std::to_string(table.size()));
 
   offload_plan plan;
   plan.decisions.resize(table.size());
@@ -156,18 +161,18 @@ offload_plan make_plan(const weight_table& table, std::vector<execution_group> g
             "transport_slot", g.streamed_bytes(), machine.max_group_bytes,
             "execution group '" + g.name + "' streams " + std::to_string(g.streamed_bytes()) +
                 " bytes (" + format_bytes(g.streamed_bytes()) +
-                ") but the transport's slot/staging holds " + std::to_string(machine.max_group_bytes) +
-                " bytes (" + format_bytes(machine.max_group_bytes) +
+                ") but the transport's slot/staging holds " +
+                std::to_string(machine.max_group_bytes) + " bytes (" +
+                format_bytes(machine.max_group_bytes) +
                 "); enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
   const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
   if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
-    throw out_of_memory("device", resident, machine.free_vram_bytes,
-                        "the plan keeps " + format_bytes(resident) +
-                            " resident on the GPU but only " +
-                            format_bytes(machine.free_vram_bytes) +
-                            " is free (resident budget " + format_bytes(b.resident_budget_bytes) +
-                            ", " + b.resident_budget_source +
-                            "); lower resident_module_budget_gb or the always-resident patterns");
+    throw out_of_memory(
+        "device", resident, machine.free_vram_bytes,
+        "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
+            format_bytes(machine.free_vram_bytes) + " is free (resident budget " +
+            format_bytes(b.resident_budget_bytes) + ", " + b.resident_budget_source +
+            "); lower resident_module_budget_gb or the always-resident patterns");
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
   DDO_EXPECTS(pinned <= b.pin_budget_bytes,
               "make_plan: the pin selector pinned " + std::to_string(pinned) +

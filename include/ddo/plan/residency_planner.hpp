@@ -37,9 +37,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ddo/config/operational_defaults.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
-#include "ddo/config/operational_defaults.hpp"
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan_context.hpp"
@@ -85,7 +85,6 @@ struct compiled_pattern {
   return nullptr;
 }
 
-
 [[nodiscard]] inline bool pinning_possible(const plan_context& c) noexcept {
   return c.config.pin_cpu_memory && !(c.machine.running_on_wsl && c.machine.disable_pin_on_wsl);
 }
@@ -102,14 +101,15 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
   r.reason.assign(n, std::string());
 
   const auto skip = detail::compile_patterns(config.skip_modules_pattern, "skip_modules_pattern");
-  const auto always =
-      detail::compile_patterns(config.always_resident_modules_pattern, "always_resident_modules_pattern");
+  const auto always = detail::compile_patterns(config.always_resident_modules_pattern,
+                                               "always_resident_modules_pattern");
   const auto builtin = builtin_always_resident_patterns();
 
   // Under full pin only the patterns the user added (not the built-in defaults) keep weights.
   std::vector<detail::compiled_pattern> user_always;
   for (const auto& p : always)
-    if (std::find(builtin.begin(), builtin.end(), p.text) == builtin.end()) user_always.push_back(p);
+    if (std::find(builtin.begin(), builtin.end(), p.text) == builtin.end())
+      user_always.push_back(p);
 
   // Rules 1-3, and which weights rule 4 would keep.
   std::vector<const detail::compiled_pattern*> always_match(n, nullptr);
@@ -122,10 +122,11 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       r.reason[i] = "skip_modules_pattern '" + p->text + "' (not managed)";
       continue;
     }
-    if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(), w.kind) ==
-        config.target_module_classes.end()) {
+    if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(),
+                  w.kind) == config.target_module_classes.end()) {
       r.resident[i] = 1;
-      r.reason[i] = "module kind " + std::string(to_string(w.kind)) + " not in target_module_classes";
+      r.reason[i] =
+          "module kind " + std::string(to_string(w.kind)) + " not in target_module_classes";
       continue;
     }
     if (w.bytes <= config.small_tensor_threshold_bytes) {
@@ -193,9 +194,8 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
     if (cap != 0 && budget > cap) budget = cap;
     r.budget_bytes = budget;
     r.budget_source = "balanced";
-    r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " +
-                      format_bytes(headroom) + " - rule-resident " +
-                      format_bytes(rule_resident_bytes) + ", cap " +
+    r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " + format_bytes(headroom) +
+                      " - rule-resident " + format_bytes(rule_resident_bytes) + ", cap " +
                       (cap == 0 ? std::string("none") : format_bytes(cap));
   } else {
     r.budget_bytes = 0;
@@ -236,8 +236,10 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       members[it->second].push_back(i);
     }
   }
-  const auto winners = select_candidates(config.resident_module_selection, candidates, r.budget_bytes);
-  const std::string why = "resident_budget " + std::string(selection_name(config.resident_module_selection)) +
+  const auto winners =
+      select_candidates(config.resident_module_selection, candidates, r.budget_bytes);
+  const std::string why = "resident_budget " +
+                          std::string(selection_name(config.resident_module_selection)) +
                           (by_block ? " (block)" : " (module)");
   for (std::size_t w : winners)
     for (std::size_t i : members[w]) {

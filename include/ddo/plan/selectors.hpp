@@ -139,9 +139,12 @@ static_assert(weight_selector<spread_selector>);
 [[nodiscard]] inline std::vector<std::size_t> select_candidates(
     selection which, std::span<const selection_candidate> candidates, std::uint64_t budget) {
   switch (which) {
-    case selection::first: return first_selector{}.select(candidates, budget);
-    case selection::largest: return largest_selector{}.select(candidates, budget);
-    case selection::spread: break;
+    case selection::first:
+      return first_selector{}.select(candidates, budget);
+    case selection::largest:
+      return largest_selector{}.select(candidates, budget);
+    case selection::spread:
+      break;
   }
   return spread_selector{}.select(candidates, budget);
 }
@@ -150,9 +153,12 @@ static_assert(weight_selector<spread_selector>);
 /// enum printers).
 [[nodiscard]] constexpr std::string_view selection_name(selection which) noexcept {
   switch (which) {
-    case selection::first: return "first";
-    case selection::largest: return "largest";
-    case selection::spread: return "spread";
+    case selection::first:
+      return "first";
+    case selection::largest:
+      return "largest";
+    case selection::spread:
+      return "spread";
   }
   return "spread";
 }

@@ -16,7 +16,8 @@ namespace detail {
   std::size_t start = 0;
   for (;;) {
     const auto dot = s.find('.', start);
-    parts.push_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    parts.push_back(
+        s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
     if (dot == std::string_view::npos) break;
     start = dot + 1;
   }
@@ -101,8 +102,8 @@ struct block_match {
 
 [[nodiscard]] inline bool is_input_component(std::string_view c) {
   if (c.find("embed") != std::string_view::npos) return true;
-  for (std::string_view n : {"img_in", "txt_in", "conv_in", "proj_in", "time_in", "vector_in",
-                             "guidance_in", "input"})
+  for (std::string_view n :
+       {"img_in", "txt_in", "conv_in", "proj_in", "time_in", "vector_in", "guidance_in", "input"})
     if (c == n) return true;
   return false;
 }
@@ -122,9 +123,9 @@ inline std::vector<execution_group> infer_execution_groups(const weight_table& t
       try {
         compiled.emplace_back(p, std::regex::ECMAScript);
       } catch (const std::regex_error& e) {
-        throw config_error("config", "resident_module_patterns",
-                           "resident_module_patterns: '" + p +
-                               "' is not a valid regular expression: " + e.what());
+        throw config_error(
+            "config", "resident_module_patterns",
+            "resident_module_patterns: '" + p + "' is not a valid regular expression: " + e.what());
       }
     }
   }
@@ -142,8 +143,8 @@ inline std::vector<execution_group> infer_execution_groups(const weight_table& t
   std::optional<std::size_t> first_block_weight;
   for (std::size_t i = 0; i < table.size(); ++i) {
     const std::string& module = table[i].module_name;
-    const auto m = use_auto ? detail::match_auto_block(module)
-                            : detail::match_pattern_block(module, compiled);
+    const auto m =
+        use_auto ? detail::match_auto_block(module) : detail::match_pattern_block(module, compiled);
     if (!m) continue;
     if (!first_block_weight) first_block_weight = i;
     auto [it, inserted] = block_of_key.emplace(m->key, blocks.size());
@@ -161,8 +162,10 @@ inline std::vector<execution_group> infer_execution_groups(const weight_table& t
     const auto dot = family.rfind('.');
     const auto colon = family.rfind(':');
     std::size_t start = 0;
-    if (dot != std::string::npos) start = dot + 1;
-    else if (colon != std::string::npos) start = colon + 1;
+    if (dot != std::string::npos)
+      start = dot + 1;
+    else if (colon != std::string::npos)
+      start = colon + 1;
     return std::pair{family.substr(0, start), family.substr(start)};
   };
   for (std::size_t f = 0; f < family_order.size(); ++f) {

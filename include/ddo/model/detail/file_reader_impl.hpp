@@ -38,9 +38,9 @@ inline file_reader::file_reader(std::string path, safetensors_backend backend,
   backend_ = backend == safetensors_backend::pread ? safetensors_backend::pread
                                                    : safetensors_backend::mmap;
   if (backend_ == safetensors_backend::mmap) {
-    void* p = size_ == 0 ? MAP_FAILED
-                         : ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_SHARED,
-                                  fd_, 0);
+    void* p = size_ == 0
+                  ? MAP_FAILED
+                  : ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_SHARED, fd_, 0);
     if (p == MAP_FAILED) {
       const int e = size_ == 0 ? EINVAL : errno;
       if (backend == safetensors_backend::mmap) {
@@ -69,7 +69,9 @@ inline file_reader::file_reader(std::string path, safetensors_backend backend,
   }
 }
 
-inline file_reader::~file_reader() { close_all(); }
+inline file_reader::~file_reader() {
+  close_all();
+}
 
 inline file_reader::file_reader(file_reader&& other) noexcept
     : path_(std::move(other.path_)),
@@ -107,10 +109,9 @@ inline void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) co
   const std::uint64_t length = dst.size();
   if (offset > size_ || length > size_ - offset)
     throw io_error(path_, EINVAL,
-                   "read of bytes [" + std::to_string(offset) + ", " +
-                       std::to_string(offset) + " + " + std::to_string(length) +
-                       ") is outside model file '" + path_ + "' of " + std::to_string(size_) +
-                       " bytes");
+                   "read of bytes [" + std::to_string(offset) + ", " + std::to_string(offset) +
+                       " + " + std::to_string(length) + ") is outside model file '" + path_ +
+                       "' of " + std::to_string(size_) + " bytes");
   if (length == 0) return;
   if (map_ != nullptr) {
     std::memcpy(dst.data(), map_ + offset, static_cast<std::size_t>(length));
@@ -134,7 +135,8 @@ inline void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) co
   }
 }
 
-inline std::uint64_t file_reader::read_direct(std::uint64_t offset, std::span<std::byte> dst) const {
+inline std::uint64_t file_reader::read_direct(std::uint64_t offset,
+                                              std::span<std::byte> dst) const {
   DDO_EXPECTS(direct_fd_ >= 0, "file_reader::read_direct: '" + path_ +
                                    "' was not opened with file_reader_options::direct_io");
   const auto address = reinterpret_cast<std::uintptr_t>(dst.data());

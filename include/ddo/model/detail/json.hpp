@@ -64,12 +64,18 @@ class json_value {
   /// A short description for error messages: "a string", "an array", ...
   [[nodiscard]] std::string_view describe() const noexcept {
     switch (kind_) {
-      case kind::null: return "null";
-      case kind::boolean: return "a boolean";
-      case kind::number: return "a number";
-      case kind::string: return "a string";
-      case kind::array: return "an array";
-      case kind::object: return "an object";
+      case kind::null:
+        return "null";
+      case kind::boolean:
+        return "a boolean";
+      case kind::number:
+        return "a number";
+      case kind::string:
+        return "a string";
+      case kind::array:
+        return "an array";
+      case kind::object:
+        return "an object";
     }
     return "a value";
   }
@@ -133,7 +139,8 @@ class json_parser {
         skip_ws();
         if (peek() != '"') fail("expected a string key in JSON object");
         std::string key = parse_string();
-        if (!seen.insert(key).second) fail("duplicate key \"" + printable(key) + "\" in JSON object");
+        if (!seen.insert(key).second)
+          fail("duplicate key \"" + printable(key) + "\" in JSON object");
         skip_ws();
         if (peek() != ':') fail("expected ':' after key \"" + printable(key) + "\"");
         ++pos_;
@@ -217,10 +224,14 @@ class json_parser {
     for (int i = 0; i < 4; ++i) {
       const char h = in_[pos_++];
       value <<= 4;
-      if (h >= '0' && h <= '9') value |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f') value |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') value |= static_cast<unsigned>(h - 'A' + 10);
-      else fail("invalid hex digit in \\u escape");
+      if (h >= '0' && h <= '9')
+        value |= static_cast<unsigned>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        value |= static_cast<unsigned>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        value |= static_cast<unsigned>(h - 'A' + 10);
+      else
+        fail("invalid hex digit in \\u escape");
     }
     return value;
   }
@@ -258,14 +269,30 @@ class json_parser {
       if (pos_ >= in_.size()) fail("unterminated escape in JSON string");
       const char e = in_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           unsigned cp = hex4();
           if (cp >= 0xD800 && cp <= 0xDBFF) {
@@ -280,7 +307,8 @@ class json_parser {
           append_utf8(out, cp);
           break;
         }
-        default: fail("invalid escape in JSON string");
+        default:
+          fail("invalid escape in JSON string");
       }
     }
   }
@@ -317,11 +345,21 @@ inline std::string json_quote(std::string_view s) {
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (u < 0x20 || u == 0x7f) {
           static constexpr char hex[] = "0123456789abcdef";
@@ -338,7 +376,9 @@ inline std::string json_quote(std::string_view s) {
 }
 
 /// Parses one JSON document. @throws json_error with the byte offset.
-inline json_value parse_json(std::string_view input) { return json_parser(input).parse_document(); }
+inline json_value parse_json(std::string_view input) {
+  return json_parser(input).parse_document();
+}
 
 }  // namespace detail
 }  // namespace v0

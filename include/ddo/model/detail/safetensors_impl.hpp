@@ -47,12 +47,14 @@ inline void write_text_file(const std::string& path, std::string_view text) {
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0) throw io_error(path, errno, "cannot close '" + path + "': " + std::strerror(errno));
+  if (::close(fd) != 0)
+    throw io_error(path, errno, "cannot close '" + path + "': " + std::strerror(errno));
 }
 
 [[nodiscard]] inline std::uint64_t read_le64(const std::array<std::byte, 8>& b) noexcept {
   std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]);
   return v;
 }
 
@@ -66,12 +68,14 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
   try {
     root = detail::parse_json(header_json);
   } catch (const detail::json_error& e) {
-    throw_format(file, "", "header is not valid JSON: " + e.message + " at header byte " +
-                               std::to_string(e.offset));
+    throw_format(
+        file, "",
+        "header is not valid JSON: " + e.message + " at header byte " + std::to_string(e.offset));
   }
   if (!root.is_object())
-    throw_format(file, "", std::string("header must be a JSON object, found ") +
-                               std::string(root.describe()));
+    throw_format(
+        file, "",
+        std::string("header must be a JSON object, found ") + std::string(root.describe()));
 
   safetensors_header header;
   header.header_bytes = header_json.size();
@@ -80,25 +84,29 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
   for (const auto& [name, entry] : root.members()) {
     if (name == "__metadata__") {
       if (!entry.is_object())
-        throw_format(file, "", "__metadata__ must be an object of strings, found " +
-                                   std::string(entry.describe()));
+        throw_format(
+            file, "",
+            "__metadata__ must be an object of strings, found " + std::string(entry.describe()));
       for (const auto& [key, value] : entry.members()) {
         if (!value.is_string())
-          throw_format(file, "", "__metadata__ value of '" + detail::json_parser::printable(key) +
-                                     "' must be a string, found " + std::string(value.describe()));
+          throw_format(file, "",
+                       "__metadata__ value of '" + detail::json_parser::printable(key) +
+                           "' must be a string, found " + std::string(value.describe()));
         header.metadata.emplace_back(key, value.text());
       }
       continue;
     }
     if (name.empty()) throw_format(file, name, "tensor name is empty");
     if (!entry.is_object())
-      throw_format(file, name, "entry must be an object with dtype, shape and data_offsets, found " +
-                                   std::string(entry.describe()));
+      throw_format(file, name,
+                   "entry must be an object with dtype, shape and data_offsets, found " +
+                       std::string(entry.describe()));
     for (const auto& [key, value] : entry.members()) {
       (void)value;
       if (key != "dtype" && key != "shape" && key != "data_offsets")
-        throw_format(file, name, "unknown field '" + detail::json_parser::printable(key) +
-                                     "' (allowed: dtype, shape, data_offsets)");
+        throw_format(file, name,
+                     "unknown field '" + detail::json_parser::printable(key) +
+                         "' (allowed: dtype, shape, data_offsets)");
     }
     const auto* dtype_value = entry.find("dtype");
     const auto* shape_value = entry.find("shape");
@@ -110,29 +118,38 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
     safetensors_tensor t;
     t.name = name;
     if (!dtype_value->is_string())
-      throw_format(file, name, "dtype must be a string, found " + std::string(dtype_value->describe()));
+      throw_format(file, name,
+                   "dtype must be a string, found " + std::string(dtype_value->describe()));
     const auto type = parse_dtype(dtype_value->text());
     if (!type) {
       std::string known;
-      for (const auto& info : dtype_table) known += (known.empty() ? "" : ", ") + std::string(info.safetensors_name);
-      throw_format(file, name, "unknown dtype '" + detail::json_parser::printable(dtype_value->text()) +
-                                   "' (known: " + known + ")");
+      for (const auto& info : dtype_table)
+        known += (known.empty() ? "" : ", ") + std::string(info.safetensors_name);
+      throw_format(file, name,
+                   "unknown dtype '" + detail::json_parser::printable(dtype_value->text()) +
+                       "' (known: " + known + ")");
     }
     t.type = *type;
 
     if (!shape_value->is_array())
-      throw_format(file, name, "shape must be a list of integers, found " +
-                                   std::string(shape_value->describe()));
+      throw_format(
+          file, name,
+          "shape must be a list of integers, found " + std::string(shape_value->describe()));
     std::uint64_t elements = 1;
     bool overflow = false;
     for (const auto& d : shape_value->items()) {
       const auto dim = d.as_u64();
       if (!dim || *dim > static_cast<std::uint64_t>(INT64_MAX))
-        throw_format(file, name, "shape entries must be non-negative integers, found '" +
-                                     detail::json_parser::printable(d.is_number() ? d.text() : std::string(d.describe())) + "'");
+        throw_format(file, name,
+                     "shape entries must be non-negative integers, found '" +
+                         detail::json_parser::printable(d.is_number() ? d.text()
+                                                                      : std::string(d.describe())) +
+                         "'");
       t.shape.push_back(static_cast<std::int64_t>(*dim));
-      if (*dim != 0 && elements > UINT64_MAX / *dim) overflow = true;
-      else elements *= *dim;
+      if (*dim != 0 && elements > UINT64_MAX / *dim)
+        overflow = true;
+      else
+        elements *= *dim;
     }
     // A zero dimension makes the product 0 whatever overflowed before it.
     if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
@@ -153,16 +170,19 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
     t.begin = *begin;
     t.end = *end;
     if (t.begin > t.end)
-      throw_format(file, name, "data_offsets begin " + std::to_string(t.begin) + " is after end " +
-                                   std::to_string(t.end));
+      throw_format(file, name,
+                   "data_offsets begin " + std::to_string(t.begin) + " is after end " +
+                       std::to_string(t.end));
     if (t.end > data_bytes)
-      throw_format(file, name, "data_offsets [" + std::to_string(t.begin) + ", " +
-                                   std::to_string(t.end) + ") reach past the data section of " +
-                                   std::to_string(data_bytes) + " bytes (file truncated?)");
+      throw_format(file, name,
+                   "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                       ") reach past the data section of " + std::to_string(data_bytes) +
+                       " bytes (file truncated?)");
     if (t.end - t.begin != expected)
-      throw_format(file, name, "data_offsets span " + std::to_string(t.end - t.begin) +
-                                   " bytes but shape x dtype (" + std::string(to_string(t.type)) +
-                                   ") needs " + std::to_string(expected));
+      throw_format(file, name,
+                   "data_offsets span " + std::to_string(t.end - t.begin) +
+                       " bytes but shape x dtype (" + std::string(to_string(t.type)) + ") needs " +
+                       std::to_string(expected));
     header.tensors.push_back(std::move(t));
   }
 
@@ -177,10 +197,10 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
   for (const auto& t : header.tensors) {
     if (t.begin == t.end) continue;  // empty tensors occupy no bytes
     if (t.begin < furthest_end)
-      throw_format(file, t.name, "byte range [" + std::to_string(t.begin) + ", " +
-                                     std::to_string(t.end) + ") overlaps tensor '" +
-                                     detail::json_parser::printable(furthest_name) +
-                                     "' which ends at " + std::to_string(furthest_end));
+      throw_format(file, t.name,
+                   "byte range [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                       ") overlaps tensor '" + detail::json_parser::printable(furthest_name) +
+                       "' which ends at " + std::to_string(furthest_end));
     furthest_end = t.end;
     furthest_name = t.name;
   }
@@ -191,20 +211,24 @@ inline safetensors_header read_safetensors_header(const file_reader& file) {
   using detail::throw_format;
   const std::string& path = file.path();
   if (file.size() < 8)
-    throw_format(path, "", "file has " + std::to_string(file.size()) +
-                               " bytes, fewer than the 8-byte header length (truncated?)");
+    throw_format(path, "",
+                 "file has " + std::to_string(file.size()) +
+                     " bytes, fewer than the 8-byte header length (truncated?)");
   std::array<std::byte, 8> length_bytes{};
   file.read(0, length_bytes);
   const std::uint64_t n = detail::read_le64(length_bytes);
   if (n > max_safetensors_header_bytes)
-    throw_format(path, "", "header length " + std::to_string(n) + " exceeds the limit of " +
-                               std::to_string(max_safetensors_header_bytes) +
-                               " bytes (not a safetensors file, or corrupt)");
+    throw_format(path, "",
+                 "header length " + std::to_string(n) + " exceeds the limit of " +
+                     std::to_string(max_safetensors_header_bytes) +
+                     " bytes (not a safetensors file, or corrupt)");
   if (n > file.size() - 8)
-    throw_format(path, "", "header length " + std::to_string(n) + " is longer than the " +
-                               std::to_string(file.size() - 8) +
-                               " bytes that follow it (truncated?)");
-  if (n < 2) throw_format(path, "", "header length " + std::to_string(n) + " is too short for a JSON object");
+    throw_format(path, "",
+                 "header length " + std::to_string(n) + " is longer than the " +
+                     std::to_string(file.size() - 8) + " bytes that follow it (truncated?)");
+  if (n < 2)
+    throw_format(path, "",
+                 "header length " + std::to_string(n) + " is too short for a JSON object");
   std::string json(static_cast<std::size_t>(n), '\0');
   file.read(8, std::as_writable_bytes(std::span<char>(json.data(), json.size())));
   // The safetensors writer pads the header with trailing spaces; JSON allows them.
@@ -227,7 +251,8 @@ inline void append_one_safetensors_file(weight_table& table, const std::string& 
   const std::size_t file_index = table.add_file(path);
   for (const auto& t : header.tensors) {
     if (table.find(t.name))
-      throw_format(path, t.name, "tensor name appears twice in the model (another file already has it)");
+      throw_format(path, t.name,
+                   "tensor name appears twice in the model (another file already has it)");
     weight_info w;
     w.name = t.name;
     w.module_name = module_name_of(t.name);
@@ -245,17 +270,17 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
   const file_reader reader(index_path, safetensors_backend::pread);
   // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
   if (reader.size() > max_safetensors_header_bytes)
-    throw_format(index_path, "", "index file of " + std::to_string(reader.size()) +
-                                     " bytes exceeds the limit of " +
-                                     std::to_string(max_safetensors_header_bytes) + " bytes");
+    throw_format(index_path, "",
+                 "index file of " + std::to_string(reader.size()) + " bytes exceeds the limit of " +
+                     std::to_string(max_safetensors_header_bytes) + " bytes");
   std::string text(static_cast<std::size_t>(reader.size()), '\0');
   reader.read(0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
   json_value root;
   try {
     root = parse_json(text);
   } catch (const json_error& e) {
-    throw_format(index_path, "", "index is not valid JSON: " + e.message + " at byte " +
-                                     std::to_string(e.offset));
+    throw_format(index_path, "",
+                 "index is not valid JSON: " + e.message + " at byte " + std::to_string(e.offset));
   }
   const json_value* map = root.is_object() ? root.find("weight_map") : nullptr;
   if (map == nullptr || !map->is_object())
@@ -270,8 +295,9 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
     bool escapes = p.is_absolute();
     for (const auto& part : p) escapes = escapes || part == "..";
     if (escapes)
-      throw_format(index_path, tensor, "shard '" + json_parser::printable(shard.text()) +
-                                           "' must be a file name relative to the index's directory");
+      throw_format(index_path, tensor,
+                   "shard '" + json_parser::printable(shard.text()) +
+                       "' must be a file name relative to the index's directory");
     if (std::find(shards.begin(), shards.end(), shard.text()) == shards.end())
       shards.push_back(shard.text());
     shard_of.emplace(tensor, shard.text());
@@ -285,8 +311,8 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
       if (it == shard_of.end())
         throw_format(shard_path, name, "tensor is not listed in the index '" + index_path + "'");
       if (it->second != shard)
-        throw_format(shard_path, name, "index '" + index_path + "' places this tensor in '" +
-                                           it->second + "'");
+        throw_format(shard_path, name,
+                     "index '" + index_path + "' places this tensor in '" + it->second + "'");
     }
   }
   for (const auto& [tensor, shard] : shard_of)
@@ -332,9 +358,9 @@ inline std::uint64_t safetensors_tensor_spec::bytes() const {
   return elements * size_of(type);
 }
 
-inline safetensors_writer::safetensors_writer(std::string path,
-                                              std::vector<safetensors_tensor_spec> tensors,
-                                              std::vector<std::pair<std::string, std::string>> metadata)
+inline safetensors_writer::safetensors_writer(
+    std::string path, std::vector<safetensors_tensor_spec> tensors,
+    std::vector<std::pair<std::string, std::string>> metadata)
     : path_(std::move(path)) {
   std::string json = "{";
   bool first = true;
@@ -356,8 +382,10 @@ inline safetensors_writer::safetensors_writer(std::string path,
     const std::uint64_t bytes = t.bytes();
     json += (first ? "" : ",") + detail::json_quote(t.name) + ":{\"dtype\":\"" +
             std::string(to_string(t.type)) + "\",\"shape\":[";
-    for (std::size_t i = 0; i < t.shape.size(); ++i) json += (i ? "," : "") + std::to_string(t.shape[i]);
-    json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
+    for (std::size_t i = 0; i < t.shape.size(); ++i)
+      json += (i ? "," : "") + std::to_string(t.shape[i]);
+    json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) +
+            "]}";
     offset += bytes;
     first = false;
   }
@@ -408,8 +436,9 @@ inline void safetensors_writer::flush() {
 inline void safetensors_writer::write(std::span<const std::byte> bytes) {
   DDO_EXPECTS(fd_ >= 0, "safetensors_writer::write after finish()");
   DDO_EXPECTS(bytes.size() <= data_bytes_ - written_,
-              "safetensors_writer::write: " + std::to_string(bytes.size()) + " bytes given but only " +
-                  std::to_string(data_bytes_ - written_) + " remain in '" + path_ + "'");
+              "safetensors_writer::write: " + std::to_string(bytes.size()) +
+                  " bytes given but only " + std::to_string(data_bytes_ - written_) +
+                  " remain in '" + path_ + "'");
   written_ += bytes.size();
   while (!bytes.empty()) {
     if (buffered_ == 0 && bytes.size() >= buffer_.size()) {
@@ -437,9 +466,9 @@ inline void safetensors_writer::write(std::span<const std::byte> bytes) {
 
 inline void safetensors_writer::finish() {
   DDO_EXPECTS(fd_ >= 0, "safetensors_writer::finish called twice");
-  DDO_EXPECTS(written_ == data_bytes_,
-              "safetensors_writer::finish: " + std::to_string(written_) + " of " +
-                  std::to_string(data_bytes_) + " data bytes written to '" + path_ + "'");
+  DDO_EXPECTS(written_ == data_bytes_, "safetensors_writer::finish: " + std::to_string(written_) +
+                                           " of " + std::to_string(data_bytes_) +
+                                           " data bytes written to '" + path_ + "'");
   flush();
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0)

@@ -14,8 +14,9 @@ inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& o) {
   DDO_EXPECTS(o.blocks > 0 && o.hidden > 0 && o.mlp_ratio > 0,
               "synthetic model: blocks, hidden and mlp ratio must be positive");
-  DDO_EXPECTS(o.type == dtype::bf16 || o.type == dtype::f16 || o.type == dtype::f32,
-              "synthetic model: dtype must be bf16, fp16 or fp32, got " + std::string(to_string(o.type)));
+  DDO_EXPECTS(
+      o.type == dtype::bf16 || o.type == dtype::f16 || o.type == dtype::f32,
+      "synthetic model: dtype must be bf16, fp16 or fp32, got " + std::string(to_string(o.type)));
   const std::int64_t h = o.hidden;
   const std::int64_t m = h * static_cast<std::int64_t>(o.mlp_ratio);
   const std::int64_t head = h < 128 ? h : 128;
@@ -56,8 +57,8 @@ inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint64_t r = rng.next();
       // sign | exponent 117..122 (2^-10 .. 2^-5 scale) | 23-bit mantissa
-      const auto bits = static_cast<std::uint32_t>(((r >> 63) << 31) | ((117 + (r >> 32) % 6) << 23) |
-                                                   (r & 0x7fffffu));
+      const auto bits = static_cast<std::uint32_t>(((r >> 63) << 31) |
+                                                   ((117 + (r >> 32) % 6) << 23) | (r & 0x7fffffu));
       std::memcpy(p + 4 * i, &bits, 4);
     }
     return;
@@ -71,10 +72,12 @@ inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64
       std::uint16_t bits;
       if (bf16) {
         // sign | exponent 117..124 | 7-bit mantissa
-        bits = static_cast<std::uint16_t>((r16 & 0x8000u) | ((117u + ((r16 >> 7) & 7u)) << 7) | (r16 & 0x7fu));
+        bits = static_cast<std::uint16_t>((r16 & 0x8000u) | ((117u + ((r16 >> 7) & 7u)) << 7) |
+                                          (r16 & 0x7fu));
       } else {
         // fp16: sign | exponent 5..12 (bias 15) | 10-bit mantissa
-        bits = static_cast<std::uint16_t>((r16 & 0x8000u) | ((5u + ((r16 >> 10) & 7u)) << 10) | (r16 & 0x3ffu));
+        bits = static_cast<std::uint16_t>((r16 & 0x8000u) | ((5u + ((r16 >> 10) & 7u)) << 10) |
+                                          (r16 & 0x3ffu));
       }
       std::memcpy(p + 2 * i, &bits, 2);
     }
@@ -132,8 +135,8 @@ inline synthetic_model_result write_synthetic_model(const synthetic_model_option
 
   splitmix64 rng{o.seed};
   std::vector<std::byte> chunk(32 * 1024 * 1024);
-  const std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"},
-                                                                      {"generator", "ddo-make-model"}};
+  const std::vector<std::pair<std::string, std::string>> metadata = {
+      {"format", "pt"}, {"generator", "ddo-make-model"}};
   for (std::size_t s = 0; s < result.files.size(); ++s) {
     safetensors_writer writer(result.files[s], shard_specs[s], metadata);
     std::uint64_t left = writer.data_bytes();
