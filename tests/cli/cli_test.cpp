@@ -160,6 +160,16 @@ TEST_SUITE("cli") {
     config = ddo::build_config_from_args(parse(options, {"--ddo-preset", "nvme_baseline"}),
                                          hermetic_context());
     CHECK(config.vmm_staging_buffer_gb == 0.625);  // omitted: the route's default stays
+    // The helper's 4 GiB VMM budget default makes a bare VMM execution mode usable ...
+    config = ddo::build_config_from_args(parse(options, {"--ddo-execution-mode", "vmm_runtime"}),
+                                         hermetic_context());
+    CHECK(config.vmm_resident_weight_budget_gb == 4.0);
+    CHECK(config.backend == ddo::offload_backend::vmm);
+    // ... and the flag still wins over it.
+    config = ddo::build_config_from_args(
+        parse(options, {"--ddo-execution-mode", "vmm_runtime", "--ddo-vmm-resident-weight-budget-gb", "2.5"}),
+        hermetic_context());
+    CHECK(config.vmm_resident_weight_budget_gb == 2.5);
   }
 
   TEST_CASE("an unknown flag suggests the closest --ddo- flag") {

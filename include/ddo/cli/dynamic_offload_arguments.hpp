@@ -18,6 +18,7 @@
 
 #include "ddo/config/closest_name.hpp"
 #include "ddo/config/config_layer.hpp"
+#include "ddo/config/explicit_source.hpp"
 #include "ddo/config/field_registry.hpp"
 #include "ddo/config/parse_value.hpp"
 #include "ddo/config/presets.hpp"
@@ -98,13 +99,22 @@ inline void add_dynamic_offload_arguments(boost::program_options::options_descri
   return layer;
 }
 
+/// @brief The reference's CLI helper default of `--ddo-vmm-resident-weight-budget-gb` (GiB),
+/// used by build_config_from_args when the flag is absent.
+inline constexpr double cli_default_vmm_resident_weight_budget_gb = 4.0;
+
 /// @brief Builds a config from the flags alone, as the reference's build_config_from_args: the
 /// preset --ddo-preset names (auto by default, resolved with @p context) plus the flags, with
-/// --ddo-vmm-total-staging-gb translated; no DDO_* variable is read.
+/// --ddo-vmm-total-staging-gb translated; no DDO_* variable is read. As in the reference, an
+/// absent --ddo-vmm-resident-weight-budget-gb means 4 GiB (it ranks as explicit config, below the
+/// flags), so `--ddo-execution-mode vmm_runtime` alone is a usable VMM config.
 /// @throws config_error naming the flag, the value seen and what is allowed.
 [[nodiscard]] inline dynamic_offload_config build_config_from_args(
     const boost::program_options::variables_map& vm, const resolve_context& context = {}) {
-  return resolve_from_sources(context, layer_source{cli_config_layer(vm)}).config;
+  explicit_source helper_defaults;
+  helper_defaults.overrides = {
+      {"vmm_resident_weight_budget_gb", cli_default_vmm_resident_weight_budget_gb}};
+  return resolve_from_sources(context, helper_defaults, layer_source{cli_config_layer(vm)}).config;
 }
 
 /// @brief One line for a Boost.Program_options error, suggesting the closest `--ddo-*` flag for
