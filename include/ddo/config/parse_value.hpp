@@ -141,7 +141,8 @@ inline namespace v0 {
     case field_type::count: {
       if (scale != 1.0) {
         const auto value = parse_real(text);
-        if (!value || *value < 0)
+        // Bounded so the conversion to a 64-bit count is defined.
+        if (!value || *value < 0 || *value * scale >= 9.0e18)
           throw_rejected(where, info.name, text, "a non-negative number");
         return static_cast<std::int64_t>(std::llround(*value * scale));
       }
