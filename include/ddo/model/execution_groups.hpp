@@ -49,7 +49,9 @@ inline namespace v0 {
 struct execution_group {
   std::string name;                  ///< "transformer_blocks.3", "<before>", "<after>", ...
   std::vector<std::size_t> weights;  ///< weight-table indices, in table order
-  bool is_block = false;             ///< a numbered block (a candidate for block residency)
+  /// A numbered block: with `resident_module_patterns` set, blocks are the candidates of the
+  /// resident budget. Engine-given groups set it for the groups that may stay resident whole.
+  bool is_block = false;
 };
 
 /// @brief The block families `resident_module_patterns = {"auto"}` recognises.
