@@ -22,11 +22,13 @@
 ///   `fill_device` for poisoning.
 ///
 /// Optional capability, detected with a requires-expression: `std::byte* bind_slot(std::byte*
-/// slot_base, std::uint64_t slot_bytes, std::size_t group)` — the device address the group's
-/// bytes get when it occupies a slot. Without it the address is the slot's base (linear,
-/// host_sim). A VMM transport implements it by mapping the slot's physical backing at the
-/// group's reserved virtual range, which gives every weight a stable address without touching
-/// the runtime. See docs/transports.md.
+/// slot_base, std::uint64_t slot_bytes, std::size_t group, const event& release)` — called on
+/// the engine's thread when `group` is about to be loaded into a slot (after the previous
+/// occupant's `release` event was recorded), it returns the device address the group's bytes
+/// get. Without it the address is the slot's base (linear, host_sim). A VMM transport
+/// implements it by mapping the slot's physical backing at the group's reserved virtual range
+/// (waiting on `release` before it unmaps the previous occupant), which gives every weight a
+/// stable address without touching the runtime. See docs/transports.md.
 
 #include <concepts>
 #include <cstddef>
@@ -78,8 +80,9 @@ concept transport =
 /// @brief Whether a transport maps groups at their own addresses (see bind_slot above).
 template <class T>
 concept transport_with_slot_binding =
-    transport<T> && requires(T& t, std::byte* base, std::uint64_t bytes, std::size_t group) {
-      { t.bind_slot(base, bytes, group) } -> std::same_as<std::byte*>;
+    transport<T> && requires(T& t, std::byte* base, std::uint64_t bytes, std::size_t group,
+                             const typename T::event& release) {
+      { t.bind_slot(base, bytes, group, release) } -> std::same_as<std::byte*>;
     };
 
 namespace detail {

@@ -290,8 +290,7 @@ class offloader_core {
     ++gr.leases;
     ++live_leases_;
     std::byte* const* ptrs =
-        slot >= 0 ? gr.pointers.data() + static_cast<std::size_t>(slot) * gr.weights.size()
-                  : gr.pointers.data();
+        slot >= 0 ? slots_[static_cast<std::size_t>(slot)].pointers.data() : gr.pointers.data();
     lease_type result(this, g, slot, s, ptrs, gr.weights.size());
     last_group_ = g;
     next_expected_ = (g + 1) % groups_.size();
@@ -423,6 +422,8 @@ class offloader_core {
 
   struct slot_state {
     std::byte* base = nullptr;
+    std::byte* image = nullptr;        // where the occupant's bytes are (base, or bound)
+    std::vector<std::byte*> pointers;  // the occupant's weight addresses (lease pointers)
     std::size_t occupant = no_group;
     int leases = 0;
     bool released = false;       // a lease of the current occupant was dropped
@@ -789,15 +790,17 @@ class offloader_core {
     }
     ring_ = device_allocation<T>(t_, slot_bytes_ * slot_count_);
     note_device_peak();
+    for (auto& gr : groups_) fill_pointers(gr);
     slots_.resize(slot_count_);
     protect_.assign(slot_count_, 0);
     for (std::size_t s = 0; s < slot_count_; ++s) {
       slots_[s].base = ring_.data + s * slot_bytes_;
+      slots_[s].image = slots_[s].base;
+      slots_[s].pointers.assign(max_group_weights_, nullptr);
       slots_[s].ready = t_.make_event(false);
       slots_[s].release = t_.make_event(false);
       if (options_.poison_slots) t_.fill_device(slots_[s].base, 0xCD, slot_bytes_, T::view(copy_stream_));
     }
-    for (auto& gr : groups_) fill_pointers(gr);
   }
 
   void fill_pointers(group_runtime& gr) {
@@ -808,23 +811,20 @@ class offloader_core {
       gr.pointers = gr.resident;
       return;
     }
-    gr.pointers.assign(n * slots_.size(), nullptr);
-    const std::size_t g = static_cast<std::size_t>(&gr - groups_.data());
-    for (std::size_t s = 0; s < slots_.size(); ++s) {
-      std::byte* base = slot_address(slots_[s].base, g);
-      for (std::size_t i = 0; i < n; ++i)
-        gr.pointers[s * n + i] =
-            gr.slot_offset[i] == not_streamed ? gr.resident[i] : base + gr.slot_offset[i];
-    }
+    max_group_weights_ = std::max(max_group_weights_, n);
   }
 
-  std::byte* slot_address(std::byte* base, std::size_t g) {
+  /// Where group g's image goes in slot st: the slot's base, or (a transport with slot binding,
+  /// e.g. VMM) the address the transport maps for g — asked at load time, after the previous
+  /// occupant's release event was recorded (the transport may wait on it before remapping).
+  void bind_slot_to(slot_state& st, std::size_t g) {
     if constexpr (transport_with_slot_binding<T>)
-      return t_.bind_slot(base, slot_bytes_, g);
-    else {
-      (void)g;
-      return base;
-    }
+      st.image = t_.bind_slot(st.base, slot_bytes_, g, st.release);
+    else
+      st.image = st.base;
+    const auto& gr = groups_[g];
+    for (std::size_t i = 0; i < gr.weights.size(); ++i)
+      st.pointers[i] = gr.slot_offset[i] == not_streamed ? gr.resident[i] : st.image + gr.slot_offset[i];
   }
 
   void note_device_peak() {
@@ -913,6 +913,7 @@ class offloader_core {
     wait_staged(st);  // the previous occupant's staging job must have recorded its events
     if (st.occupant != no_group) where_[st.occupant] = -1;
     st.occupant = g;
+    bind_slot_to(st, g);
     st.released = false;
     where_[g] = static_cast<int>(s);
     auto& step = current();
@@ -928,11 +929,11 @@ class offloader_core {
       const auto v = T::view(copy_stream_);
       t_.wait(v, st.release);
       t_.wait(v, st.ready);
-      if (options_.poison_slots) t_.fill_device(st.base, 0xCD, slot_bytes_, v);
+      if (options_.poison_slots) t_.fill_device(st.image, 0xCD, gr.slot_bytes, v);
       if (t_start != no_group) t_.record(timing_pool_[t_start], v);
       const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
       for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
-        t_.copy_to_device(st.base + off, gr.block->data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+        t_.copy_to_device(st.image + off, gr.block->data() + off, std::min(chunk, gr.pinned_bytes - off), v);
         ++step.copies;
       }
       if (!gr.has_staged_part()) {
@@ -997,9 +998,9 @@ class offloader_core {
     const auto v = T::view(staging_stream_);
     t_.wait(v, st.release);
     t_.wait(v, st.ready);
-    if (job.poison) t_.fill_device(st.base, 0xCD, slot_bytes_, v);
+    if (job.poison) t_.fill_device(st.image, 0xCD, gr.slot_bytes, v);
     if (job.timing_start != no_group) t_.record(timing_pool_[job.timing_start], v);
-    stage_pieces(st.base, gr.staged, v);
+    stage_pieces(st.image, gr.staged, v);
     if (job.timing_end != no_group) t_.record(timing_pool_[job.timing_end], v);
     t_.record(st.ready, v);
   }
@@ -1238,6 +1239,7 @@ class offloader_core {
   std::uint64_t slot_bytes_ = 0;
   std::size_t slot_count_ = 0;
   std::size_t prefetch_depth_ = 0;
+  std::size_t max_group_weights_ = 0;
   bool staging_needed_ = false;
   std::uint64_t pinned_bytes_ = 0;
   std::uint64_t pin_fallback_bytes_ = 0;
