@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
 #include "transport_conformance.hpp"
 
 namespace {
@@ -50,6 +51,8 @@ static_assert(!ddo::transport<near_miss::untagged>);
 static_assert(!ddo::transport<near_miss::no_wait>);
 static_assert(!ddo::transport<near_miss::move_only_view>);
 static_assert(!ddo::transport_with_slot_binding<ddo::host_sim_transport>);
+static_assert(!ddo::transport_with_thread_binding<ddo::host_sim_transport>);
+static_assert(ddo::transport_with_thread_binding<ddo::linear_transport>);
 
 TEST_SUITE_BEGIN("transport");
 

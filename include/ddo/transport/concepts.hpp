@@ -85,6 +85,11 @@ concept transport_with_slot_binding =
       { t.bind_slot(base, bytes, group, release) } -> std::same_as<std::byte*>;
     };
 
+/// @brief Whether a transport wants to be told about the runtime's own threads: `bind_thread()`
+/// is called first on each (the linear transport makes its device current there).
+template <class T>
+concept transport_with_thread_binding = transport<T> && requires(T& t) { t.bind_thread(); };
+
 namespace detail {
 /// Used by templates that take a transport, for a readable error on misuse.
 template <class T>

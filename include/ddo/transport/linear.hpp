@@ -123,6 +123,9 @@ class linear_transport {
   }
 
   [[nodiscard]] std::string_view name() const noexcept { return "linear"; }
+  /// @brief Makes the transport's device current on the calling thread; the runtime calls it
+  /// first on each of its own threads (staging, pinning).
+  void bind_thread() { DDO_CUDA_TRY(cudaSetDevice(state_->options.device)); }
   [[nodiscard]] int device() const noexcept { return state_->options.device; }
 
   [[nodiscard]] stream make_stream() {
@@ -208,7 +211,7 @@ class linear_transport {
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "linear_transport::allocate_pinned: zero bytes requested");
     void* p = nullptr;
-    DDO_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    DDO_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
     std::lock_guard lock(state_->mutex);
     state_->pinned_in_use += bytes;
     return static_cast<std::byte*>(p);
@@ -224,7 +227,8 @@ class linear_transport {
   [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
     DDO_EXPECTS(p != nullptr && bytes > 0,
                 "linear_transport::register_host: null pointer or zero bytes");
-    const cudaError_t status = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    // Portable: the pages count as pinned for every device's context, not only the current one.
+    const cudaError_t status = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
     if (status != cudaSuccess) {
       (void)cudaGetLastError();
       return false;

@@ -686,6 +686,13 @@ class offloader_core {
     std::mutex error_mutex;
     std::exception_ptr error;
     auto work = [&] {
+      try {
+        bind_this_thread();
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        return;
+      }
       for (;;) {
         const std::size_t k = next.fetch_add(1);
         if (k >= todo.size()) return;
@@ -967,7 +974,17 @@ class offloader_core {
     return (span + options_.staging_buffer_bytes - 1) / options_.staging_buffer_bytes;
   }
 
+  void bind_this_thread() {
+    if constexpr (transport_with_thread_binding<T>) t_.bind_thread();
+  }
+
   void staging_loop() {
+    try {
+      bind_this_thread();
+    } catch (...) {
+      std::lock_guard lock(worker_mutex_);
+      if (!worker_error_) worker_error_ = std::current_exception();
+    }
     for (;;) {
       staging_job job;
       {
