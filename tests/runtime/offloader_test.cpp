@@ -626,6 +626,62 @@ TEST_CASE("a transport's slot binding decides the device addresses of a group in
   CHECK(check.mismatches == 0);
 }
 
+TEST_CASE("pinning in place registers the engine's pages once and returns them at teardown") {
+  for (const bool fail : {false, true}) {
+    CAPTURE(fail);
+    ddo_test::model_spec spec;
+    spec.groups = 6;
+    spec.seed = 131;
+    auto m = ddo_test::make_model(spec);
+    ddo::host_sim_options o;
+    o.fail_host_registration = fail;
+    host_sim_transport sim(o);
+    auto s = sim.make_stream();
+    auto opts = test_options();
+    opts.pin_in_place = true;
+    device_checker check;
+    {
+      ddo::basic_offloader<host_sim_transport> off(sim, m->table, m->plan, opts);
+      if (!fail) CHECK(sim.registered_bytes_in_use() > 0);
+      for (int step = 0; step < 2; ++step)
+        for (std::size_t g = 0; g < off.group_count(); ++g) {
+          auto lease = off.acquire(g, sim.view(s));
+          check.enqueue(sim, sim.view(s), *m, lease, 100);
+        }
+      sim.synchronize(sim.view(s));
+      const auto metrics = off.metrics(true);
+      if (fail) {
+        CHECK(metrics.pin_fallback_bytes == m->plan.total_bytes(ddo::placement::pinned_host));
+        CHECK(metrics.totals.bytes(ddo::transfer_source::pinned) == 0);
+      } else {
+        CHECK(metrics.pin_fallback_bytes == 0);
+        REQUIRE(metrics.steps.size() == 2);
+        CHECK(metrics.steps[1].bytes(ddo::transfer_source::pinned) ==
+              m->plan.total_bytes(ddo::placement::pinned_host));
+      }
+    }
+    CHECK(check.mismatches == 0);
+    CHECK(sim.pageable_direct_copies() == 0);
+    CHECK(sim.registered_bytes_in_use() == 0);
+    CHECK(sim.device_bytes_in_use() == 0);
+  }
+  ddo_test::model_spec spec;
+  auto m = ddo_test::make_model(spec);
+  ddo::host_sim_options o;
+  o.fail_host_registration = true;
+  host_sim_transport sim(o);
+  auto opts = test_options();
+  opts.pin_in_place = true;
+  opts.allow_pin_fallback = false;
+  CHECK_THROWS_WITH_AS(ddo::basic_offloader<host_sim_transport>(sim, m->table, m->plan, opts),
+                       doctest::Contains("allow_pin_memory_fallback"), ddo::out_of_memory);
+  CHECK(sim.registered_bytes_in_use() == 0);
+  spec.pinned_from_file = false;  // every pinned weight in host memory: the in-place path refuses
+  auto host_only = ddo_test::make_model(spec);
+  CHECK_THROWS_WITH_AS(ddo::basic_offloader<host_sim_transport>(sim, host_only->table, host_only->plan, opts),
+                       doctest::Contains("in place"), ddo::out_of_memory);
+}
+
 TEST_CASE("pageable groups staged by several copy threads through large buffers arrive intact") {
   ddo_test::model_spec spec;
   spec.groups = 5;

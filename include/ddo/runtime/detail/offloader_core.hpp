@@ -84,8 +84,10 @@ struct group_runtime {
   std::vector<std::uint64_t> slot_offset; // per weight; not_streamed for resident ones
   std::vector<std::byte*> resident;       // per weight; resident device address or null
   std::uint64_t pinned_bytes = 0;         // slot bytes [0, pinned_bytes) come from `block`
+  std::uint64_t packed_weight_bytes = 0;  // weight bytes in `block` (without alignment)
   std::shared_ptr<pinned_block> block;
   bool pinned_staged = false;             // pinning failed: the block is staged like pageable
+  std::vector<staged_piece> in_place;     // pinned weights registered where the engine has them
   std::vector<staged_piece> staged;       // sorted by slot offset
   std::uint64_t slot_bytes = 0;           // bytes of the slot this group uses
   std::array<std::uint64_t, transfer_source_count> bytes_by_source{};
@@ -94,7 +96,8 @@ struct group_runtime {
   int leases = 0;
   bool bindings_written = false;
   [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0; }
-  [[nodiscard]] bool has_copy_part() const noexcept { return pinned_bytes > 0 && !pinned_staged; }
+  [[nodiscard]] bool has_block_copy() const noexcept { return pinned_bytes > 0 && !pinned_staged; }
+  [[nodiscard]] bool has_copy_part() const noexcept { return has_block_copy() || !in_place.empty(); }
   [[nodiscard]] bool has_staged_part() const noexcept { return !staged.empty(); }
 };
 
@@ -509,7 +512,8 @@ class offloader_core {
     for (auto& gr : groups_) {
       gr.slot_offset.assign(gr.weights.size(), not_streamed);
       std::uint64_t cursor = 0;
-      for (int pass = 0; pass < 2; ++pass) {
+      // pass 0: pinned weights packed into a block; 1: pinned in place; 2: staged weights
+      for (int pass = 0; pass < 3; ++pass) {
         for (std::size_t i = 0; i < gr.weights.size(); ++i) {
           const std::size_t w = gr.weights[i];
           const auto where = plan_.decisions[w].where;
@@ -517,10 +521,20 @@ class offloader_core {
           const auto& info = table[w];
           const bool file = std::holds_alternative<file_source>(info.source);
           const bool pinned = where == placement::pinned_host;
-          if ((pass == 0) != pinned) continue;
+          const int weight_pass = !pinned ? 2 : (packed(w) ? 0 : 1);
+          if (weight_pass != pass) continue;
           gr.slot_offset[i] = cursor;
           if (pinned) {
             gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] += info.bytes;
+            if (pass == 0) gr.packed_weight_bytes += info.bytes;
+            if (pass == 1 && info.bytes > 0) {
+              staged_piece piece;
+              piece.slot_offset = cursor;
+              piece.bytes = info.bytes;
+              piece.host = std::get<host_source>(info.source).data;
+              piece.source = transfer_source::pinned;
+              gr.in_place.push_back(piece);
+            }
           } else {
             staged_piece piece;
             piece.slot_offset = cursor;
@@ -573,6 +587,11 @@ class offloader_core {
     DDO_EXPECTS(options_.staging_buffer_bytes >= 4096,
                 "runtime_options::staging_buffer_bytes must be at least 4096, got " +
                     std::to_string(options_.staging_buffer_bytes));
+  }
+
+  /// A pinned weight copied into a packed block (not registered where the engine keeps it).
+  [[nodiscard]] bool packed(std::size_t w) const {
+    return !(options_.pin_in_place && std::holds_alternative<host_source>((*table_)[w].source));
   }
 
   void check_source(std::size_t w) const {
@@ -628,7 +647,7 @@ class offloader_core {
     key += '\x1f';
     for (std::size_t i = 0; i < gr.weights.size(); ++i) {
       const std::size_t w = gr.weights[i];
-      if (plan_.decisions[w].where != placement::pinned_host) continue;
+      if (plan_.decisions[w].where != placement::pinned_host || !packed(w)) continue;
       const auto& info = (*table_)[w];
       key += info.name;
       key += '@';
@@ -651,7 +670,7 @@ class offloader_core {
     const auto& table = *table_;
     for (std::size_t i = 0; i < gr.weights.size(); ++i) {
       const std::size_t w = gr.weights[i];
-      if (plan_.decisions[w].where != placement::pinned_host) continue;
+      if (plan_.decisions[w].where != placement::pinned_host || !packed(w)) continue;
       const auto& info = table[w];
       if (info.bytes == 0) continue;
       std::byte* dst = gr.block->data() + gr.slot_offset[i];
@@ -743,7 +762,7 @@ class offloader_core {
       }
       // Fallback: the packed block is staged like pageable memory (reported in metrics).
       gr.pinned_staged = true;
-      pin_fallback_bytes_ += gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)];
+      pin_fallback_bytes_ += gr.packed_weight_bytes;
       staged_piece piece;
       piece.slot_offset = 0;
       piece.bytes = gr.pinned_bytes;
@@ -751,14 +770,81 @@ class offloader_core {
       piece.source = transfer_source::pageable_staged;
       gr.staged.insert(gr.staged.begin(), piece);
       auto& by = gr.bytes_by_source;
-      by[static_cast<std::size_t>(transfer_source::pageable_staged)] +=
-          by[static_cast<std::size_t>(transfer_source::pinned)];
-      by[static_cast<std::size_t>(transfer_source::pinned)] = 0;
-      if (staging_buffers_missing()) {
-        for (auto& b : staging_) b = pinned_allocation<T>(t_, options_.staging_buffer_bytes);
-        for (auto& e : staging_free_) e = t_.make_event(false);
+      by[static_cast<std::size_t>(transfer_source::pageable_staged)] += gr.packed_weight_bytes;
+      by[static_cast<std::size_t>(transfer_source::pinned)] -= gr.packed_weight_bytes;
+      ensure_staging();
+    }
+    pin_in_place();
+  }
+
+  void ensure_staging() {
+    if (staging_buffers_missing()) {
+      for (auto& b : staging_) b = pinned_allocation<T>(t_, options_.staging_buffer_bytes);
+      for (auto& e : staging_free_) e = t_.make_event(false);
+    }
+    staging_needed_ = true;
+  }
+
+  /// pin_in_place: page-locks the engine's own pages under the in-place weights (whole pages,
+  /// overlapping and adjacent ranges merged, each registered once). Weights on a range the
+  /// driver refuses are staged (fallback) or setup fails.
+  void pin_in_place() {
+    struct range {
+      std::uintptr_t begin, end;
+      bool ok;
+    };
+    std::vector<range> ranges;
+    const std::uintptr_t page = host_page_size();
+    for (const auto& gr : groups_)
+      for (const auto& p : gr.in_place) {
+        const auto a = reinterpret_cast<std::uintptr_t>(p.host);
+        ranges.push_back({a / page * page, (a + p.bytes + page - 1) / page * page, false});
       }
-      staging_needed_ = true;
+    if (ranges.empty()) return;
+    std::sort(ranges.begin(), ranges.end(), [](const range& x, const range& y) { return x.begin < y.begin; });
+    std::vector<range> merged;
+    for (const auto& r : ranges) {
+      if (!merged.empty() && r.begin <= merged.back().end)
+        merged.back().end = std::max(merged.back().end, r.end);
+      else
+        merged.push_back(r);
+    }
+    for (auto& r : merged) {
+      void* p = reinterpret_cast<void*>(r.begin);
+      r.ok = t_.register_host(p, r.end - r.begin);
+      if (r.ok) {
+        registered_.push_back(p);
+        pinned_bytes_ += r.end - r.begin;
+      }
+    }
+    auto registered_at = [&](const std::byte* host) {
+      const auto a = reinterpret_cast<std::uintptr_t>(host);
+      auto it = std::upper_bound(merged.begin(), merged.end(), a,
+                                 [](std::uintptr_t v, const range& r) { return v < r.begin; });
+      return it != merged.begin() && std::prev(it)->ok;
+    };
+    for (auto& gr : groups_) {
+      std::vector<staged_piece> kept;
+      for (auto piece : gr.in_place) {
+        if (registered_at(piece.host)) {
+          kept.push_back(piece);
+          continue;
+        }
+        if (!options_.allow_pin_fallback)
+          throw out_of_memory("pinned host", piece.bytes, 0,
+                              "offloader setup: page-locking the engine's memory of group '" +
+                                  gr.name + "' in place failed (cudaHostRegister refused) and "
+                                  "allow_pin_memory_fallback is false");
+        pin_fallback_bytes_ += piece.bytes;
+        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
+        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
+        piece.source = transfer_source::pageable_staged;
+        gr.staged.push_back(piece);
+      }
+      gr.in_place.swap(kept);
+      std::sort(gr.staged.begin(), gr.staged.end(),
+                [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
+      if (!gr.staged.empty()) ensure_staging();
     }
   }
 
@@ -938,9 +1024,15 @@ class offloader_core {
       t_.wait(v, st.ready);
       if (options_.poison_slots) t_.fill_device(st.image, 0xCD, gr.slot_bytes, v);
       if (t_start != no_group) t_.record(timing_pool_[t_start], v);
-      const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
-      for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
-        t_.copy_to_device(st.image + off, gr.block->data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+      if (gr.has_block_copy()) {
+        const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
+        for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
+          t_.copy_to_device(st.image + off, gr.block->data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+          ++step.copies;
+        }
+      }
+      for (const auto& piece : gr.in_place) {
+        t_.copy_to_device(st.image + piece.slot_offset, piece.host, piece.bytes, v);
         ++step.copies;
       }
       if (!gr.has_staged_part()) {
@@ -1229,6 +1321,8 @@ class offloader_core {
     resident_ = device_allocation<T>{};
     for (auto& b : staging_) b = pinned_allocation<T>{};
     for (auto& gr : groups_) gr.block.reset();
+    for (void* p : registered_) quiet([&] { t_.unregister_host(p); });
+    registered_.clear();
     files_.clear();
     copier_.reset();
     copy_stream_ = typename T::stream{};
@@ -1259,6 +1353,7 @@ class offloader_core {
   std::size_t max_group_weights_ = 0;
   bool staging_needed_ = false;
   std::uint64_t pinned_bytes_ = 0;
+  std::vector<void*> registered_;  // engine pages registered in place (pin_in_place)
   std::uint64_t pin_fallback_bytes_ = 0;
   std::uint64_t peak_device_bytes_ = 0;
   std::uint64_t cached_blocks_reused_ = 0;
