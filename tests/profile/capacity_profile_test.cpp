@@ -120,3 +120,81 @@ TEST_SUITE("profile") {
     CHECK(ddo::expand_home("/abs/dir") == std::filesystem::path("/abs/dir"));
   }
 }
+
+#include "ddo/plan/planner.hpp"
+#include "ddo/profile/profile_lookup.hpp"
+
+#include "../plan/plan_test_support.hpp"
+
+TEST_SUITE("profile") {
+  TEST_CASE("a stored profile sets the resident budget and full pinning; explicit budget wins") {
+    scratch_dir dir;
+    const auto table = ddo_test::flux_table(8);
+    auto config = ddo_test::planning_config();
+    config.pin_cpu_memory = true;
+    config.auto_budget_policy = ddo::budget_policy::balanced;
+    config.profile_name = "flux-test";
+    ddo::machine_capacity machine;
+    machine.free_vram_bytes = 90 * ddo::gib;
+    machine.total_vram_bytes = 96 * ddo::gib;
+    machine.available_ram_bytes = 64 * ddo::gib;
+
+    // Nothing stored yet: a note, and the balanced budget as usual.
+    auto m = machine;
+    CHECK(ddo::apply_capacity_profile(m, config, dir.path.string()).find("none stored") !=
+          std::string::npos);
+    CHECK_FALSE(m.profile_resident_budget_bytes.has_value());
+    CHECK(ddo::make_plan(table, config, m).budgets.resident_budget_source == "balanced");
+
+    ddo::capacity_profile p;
+    p.name = "flux-test";
+    p.total_vram_bytes = machine.total_vram_bytes;
+    p.recommended_resident_budget_bytes = table.total_bytes() / 3;
+    ddo::profile_store(dir.path.string()).save(p);
+    m = machine;
+    (void)ddo::apply_capacity_profile(m, config, dir.path.string());
+    REQUIRE(m.profile_resident_budget_bytes == p.recommended_resident_budget_bytes);
+    const auto plan = ddo::make_plan(table, config, m);
+    CHECK(plan.budgets.resident_budget_source == "profile");
+    CHECK(plan.budgets.resident_budget_bytes == p.recommended_resident_budget_bytes);
+    CHECK(plan.budgets.pin_budget_source == "full_pin");
+    CHECK(ddo_test::bytes_where(plan, table, ddo::placement::pageable_host) == 0);
+    std::uint64_t budget_winners = 0;
+    for (std::size_t i = 0; i < table.size(); ++i)
+      if (plan.decisions[i].reason.starts_with("resident_budget")) budget_winners += table[i].bytes;
+    CHECK(budget_winners > 0);
+    CHECK(budget_winners <= p.recommended_resident_budget_bytes);
+
+    auto explicit_config = config;
+    explicit_config.resident_module_budget_gb = 0.001;
+    CHECK(ddo::make_plan(table, explicit_config, m).budgets.resident_budget_source == "explicit");
+
+    // A profile from a device of another size is not applied.
+    m = machine;
+    m.total_vram_bytes = 24 * ddo::gib;
+    CHECK(ddo::apply_capacity_profile(m, config, dir.path.string()).find("not applied") !=
+          std::string::npos);
+    CHECK_FALSE(m.profile_resident_budget_bytes.has_value());
+  }
+
+  TEST_CASE("calibration plans zero resident with full pinning and needs a name") {
+    const auto table = ddo_test::flux_table(8);
+    auto config = ddo_test::planning_config();
+    config.pin_cpu_memory = true;
+    config.build_profile = true;
+    config.profile_name = "calib";
+    config.resident_module_budget_gb = 1.0;  // ignored while calibrating
+    ddo::machine_capacity machine;
+    machine.free_vram_bytes = 90 * ddo::gib;
+    machine.total_vram_bytes = 96 * ddo::gib;
+    machine.available_ram_bytes = 64 * ddo::gib;
+    machine.profile_resident_budget_bytes = 5 * ddo::gib;  // a stored profile is not used either
+    const auto plan = ddo::make_plan(table, config, machine);
+    CHECK(plan.budgets.resident_budget_source == "build_profile");
+    CHECK(plan.budgets.resident_budget_bytes == 0);
+    CHECK(plan.budgets.pin_budget_source == "full_pin");
+    CHECK(ddo_test::bytes_where(plan, table, ddo::placement::pageable_host) == 0);
+    config.profile_name.clear();
+    CHECK_THROWS_AS((void)ddo::make_plan(table, config, machine), ddo::config_error);
+  }
+}

@@ -5,6 +5,7 @@
 /// stated by `ddo-plan --vram-gb/--ram-gb` to inspect plans for other machines).
 
 #include <cstdint>
+#include <optional>
 
 namespace ddo {
 inline namespace v0 {
@@ -22,6 +23,9 @@ struct machine_capacity {
   std::uint64_t max_group_bytes = 0;
   /// The DDO_DISABLE_PIN_ON_WSL setting (default on): with running_on_wsl, nothing is pinned.
   bool disable_pin_on_wsl = true;
+  /// The resident budget a stored capacity profile recommends for this workload on this device
+  /// (profile/profile_lookup.hpp fills it from `profile_name`); empty when there is none.
+  std::optional<std::uint64_t> profile_resident_budget_bytes;
 };
 
 }  // namespace v0

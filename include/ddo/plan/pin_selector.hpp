@@ -8,7 +8,8 @@
 ///  1. running on WSL with DDO_DISABLE_PIN_ON_WSL (machine_capacity::disable_pin_on_wsl) → 0
 ///     ("wsl");
 ///  2. `pin_cpu_memory` off → 0 ("disabled");
-///  3. the full-pin zero-resident rule fired → every streamed byte ("full_pin");
+///  3. the full-pin zero-resident rule fired, or a capacity profile is calibrated or applied
+///     (residency_result::pin_all_streamed) → every streamed byte ("full_pin");
 ///  4. `pin_weight_budget_gb` > 0 → that many GiB ("explicit"); above usable RAM it is clamped to
 ///     usable RAM when `allow_pin_memory_fallback`, else refused (out_of_memory, tier
 ///     "pinned_host");
@@ -89,7 +90,7 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
     r.budget_source = "disabled";
     r.budget_detail = "pin_cpu_memory is off";
     not_pinned_reason = "not pinned: pin_cpu_memory off";
-  } else if (residency.full_pin_zero_resident) {
+  } else if (residency.pin_all_streamed) {
     r.budget_source = "full_pin";
     r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);

@@ -47,9 +47,12 @@ struct residency_result {
   std::vector<char> managed;   ///< per weight: 1 = dynamically managed (streamed unless resident)
   std::vector<std::string> reason;  ///< per weight: the rule or selector that decided
   std::uint64_t budget_bytes = 0;   ///< the resident module budget
-  std::string budget_source;        ///< "explicit", "balanced", "full_pin_zero_resident", "none"
+  std::string budget_source;  ///< "explicit", "build_profile", "profile", "balanced", "full_pin_zero_resident", "none"
   std::string budget_detail;        ///< how the budget was computed, for the summary
   bool full_pin_zero_resident = false;
+  /// Pin every streamed weight (full pin): set with full_pin_zero_resident, and for capacity
+  /// profiles (calibration and stored recommendations), which keep full CPU pinning.
+  bool pin_all_streamed = false;
 };
 
 /// @brief The pin selector's answer.

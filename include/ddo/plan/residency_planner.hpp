@@ -15,8 +15,13 @@
 ///  5. otherwise managed: a candidate for the resident budget, else streamed.
 ///
 /// The resident budget:
+///  - `build_profile` (a zero-resident calibration run for `profile_name`) → 0
+///    ("build_profile"), every streamed weight pinned; an explicit budget is ignored, because
+///    the calibration must see the device with no resident weights;
 ///  - `resident_module_budget_gb` > 0 → that many GiB ("explicit"); it also overrides the
-///    full-pin rule;
+///    full-pin rule and a stored profile;
+///  - a stored capacity profile for `profile_name` (machine_capacity::profile_resident_budget_bytes)
+///    → its recommendation ("profile"), every streamed weight pinned;
 ///  - else `auto_budget_policy = balanced`:
 ///    - full-pin zero-resident when `auto_full_pin_min_model_to_vram_ratio` > 0, usable RAM
 ///      (available RAM − `system_ram_headroom_gb`) ≥ the bytes of every eligible weight (rules 1–3
@@ -142,7 +147,14 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
   // The budget, and whether full pin fires.
   const bool explicit_budget = config.resident_module_budget_gb > 0.0;
   const bool balanced = config.auto_budget_policy == budget_policy::balanced;
-  if (!explicit_budget && balanced && config.auto_full_pin_min_model_to_vram_ratio > 0.0 &&
+  if (config.build_profile && config.profile_name.empty())
+    throw config_error("config", "build_profile",
+                       "build_profile needs a profile_name to save the calibration under");
+  const bool calibrating = config.build_profile;
+  const bool from_profile = !calibrating && !explicit_budget &&
+                            c.machine.profile_resident_budget_bytes.has_value();
+  if (!calibrating && !from_profile && !explicit_budget && balanced &&
+      config.auto_full_pin_min_model_to_vram_ratio > 0.0 &&
       detail::pinning_possible(c)) {
     const std::uint64_t vram =
         c.machine.total_vram_bytes != 0 ? c.machine.total_vram_bytes : c.machine.free_vram_bytes;
@@ -178,7 +190,18 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       r.reason[i] = "full_pin_zero_resident offloads always-resident default";
   }
 
-  if (explicit_budget) {
+  r.pin_all_streamed = r.full_pin_zero_resident || calibrating || from_profile;
+  if (calibrating) {
+    r.budget_bytes = 0;
+    r.budget_source = "build_profile";
+    r.budget_detail = "zero-resident calibration for profile '" + config.profile_name + "'" +
+                      (explicit_budget ? " (resident_module_budget_gb ignored)" : "");
+  } else if (from_profile) {
+    r.budget_bytes = *c.machine.profile_resident_budget_bytes;
+    r.budget_source = "profile";
+    r.budget_detail = "capacity profile '" + config.profile_name + "' recommends " +
+                      format_bytes(r.budget_bytes);
+  } else if (explicit_budget) {
     r.budget_bytes = gib_to_bytes(config.resident_module_budget_gb);
     r.budget_source = "explicit";
     r.budget_detail = "resident_module_budget_gb = " + format_bytes(r.budget_bytes);
