@@ -41,8 +41,8 @@ struct block_match {
   std::uint64_t index = 0;
 };
 
-[[nodiscard]] inline std::optional<block_match> match_auto_block(std::string_view module) {
-  const auto parts = split_dots(module);
+[[nodiscard]] inline std::optional<block_match> match_auto_block(std::string_view module_name) {
+  const auto parts = split_dots(module_name);
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     if (std::find(auto_block_families.begin(), auto_block_families.end(), parts[i]) ==
         auto_block_families.end())
@@ -59,12 +59,12 @@ struct block_match {
 }
 
 [[nodiscard]] inline std::optional<block_match> match_pattern_block(
-    const std::string& module, const std::vector<std::regex>& patterns) {
+    const std::string& module_name, const std::vector<std::regex>& patterns) {
   for (std::size_t p = 0; p < patterns.size(); ++p) {
     std::smatch m;
-    if (!std::regex_search(module, m, patterns[p]) || m.length(0) == 0) continue;
+    if (!std::regex_search(module_name, m, patterns[p]) || m.length(0) == 0) continue;
     const auto end = static_cast<std::size_t>(m.position(0) + m.length(0));
-    std::string key = module.substr(0, end);
+    std::string key = module_name.substr(0, end);
     while (!key.empty() && key.back() == '.') key.pop_back();
     if (key.empty()) continue;
     // The block index is the last run of digits inside the match.
@@ -80,15 +80,15 @@ struct block_match {
     // The family: the pattern and the prefix before the index, so "a.3" and "b.3" of one
     // pattern stay apart.
     b.family = std::to_string(p) + ":" +
-               module.substr(0, static_cast<std::size_t>(m.position(0)) + d_begin);
+               module_name.substr(0, static_cast<std::size_t>(m.position(0)) + d_begin);
     return b;
   }
   return std::nullopt;
 }
 
-[[nodiscard]] inline bool has_component(std::string_view module,
+[[nodiscard]] inline bool has_component(std::string_view module_name,
                                         bool (*predicate)(std::string_view)) {
-  for (auto part : split_dots(module))
+  for (auto part : split_dots(module_name))
     if (predicate(part)) return true;
   return false;
 }
@@ -142,9 +142,9 @@ inline std::vector<execution_group> infer_execution_groups(const weight_table& t
   std::vector<std::optional<std::size_t>> block_of(table.size());
   std::optional<std::size_t> first_block_weight;
   for (std::size_t i = 0; i < table.size(); ++i) {
-    const std::string& module = table[i].module_name;
+    const std::string& module_name = table[i].module_name;
     const auto m =
-        use_auto ? detail::match_auto_block(module) : detail::match_pattern_block(module, compiled);
+        use_auto ? detail::match_auto_block(module_name) : detail::match_pattern_block(module_name, compiled);
     if (!m) continue;
     if (!first_block_weight) first_block_weight = i;
     auto [it, inserted] = block_of_key.emplace(m->key, blocks.size());
@@ -201,10 +201,10 @@ inline std::vector<execution_group> infer_execution_groups(const weight_table& t
   execution_group after{"<after>", {}, false};
   for (std::size_t i = 0; i < table.size(); ++i) {
     if (block_of[i]) continue;
-    const std::string& module = table[i].module_name;
-    if (detail::has_component(module, detail::is_output_component))
+    const std::string& module_name = table[i].module_name;
+    if (detail::has_component(module_name, detail::is_output_component))
       after.weights.push_back(i);
-    else if (detail::has_component(module, detail::is_input_component))
+    else if (detail::has_component(module_name, detail::is_input_component))
       before.weights.push_back(i);
     else if (i < *first_block_weight)
       before.weights.push_back(i);
