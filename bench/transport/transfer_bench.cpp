@@ -3,10 +3,14 @@
 // its ring, prefetch and events, no compute) against raw cudaMemcpyAsync from the same host bytes,
 // pinned and pageable, measured in one run on one device. Target: linear pinned >= 0.97 x raw.
 //
-//   transfer_bench [--groups 16] [--group-mib 128] [--steps 5] [--slots 3] [--json FILE]
+//   transfer_bench [--groups 16] [--group-mib 128] [--steps 5] [--trials 5] [--slots 3] [--json FILE]
+//
+// Each figure is the median of --trials timed runs of --steps steps: one run moves ~10 GB in
+// ~0.2 s, where the bus's run-to-run spread (a few %) is as large as the effect measured.
 //
 // Exit 77 (skip) where no CUDA device is usable.
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +31,7 @@ struct args_t {
   std::size_t groups = 16;
   std::uint64_t group_mib = 128;
   int steps = 5;
+  int trials = 5;
   std::size_t slots = 3;
   std::string json;
 };
@@ -45,11 +50,12 @@ args_t parse(int argc, char** argv) {
     if (k == "--groups") a.groups = std::stoul(next());
     else if (k == "--group-mib") a.group_mib = std::stoull(next());
     else if (k == "--steps") a.steps = std::stoi(next());
+    else if (k == "--trials") a.trials = std::max(1, std::stoi(next()));
     else if (k == "--slots") a.slots = std::stoul(next());
     else if (k == "--json") a.json = next();
     else {
       std::fprintf(stderr,
-                   "usage: transfer_bench [--groups N] [--group-mib M] [--steps S] [--slots K] "
+                   "usage: transfer_bench [--groups N] [--group-mib M] [--steps S] [--trials T] [--slots K] "
                    "[--json FILE]\n");
       std::exit(k == "--help" ? 0 : 2);
     }
@@ -75,28 +81,38 @@ struct events {
   }
 };
 
+/// Median GB/s of @p trials timed calls of @p run, each moving @p bytes (after one warm-up call).
+template <class Run>
+double median_gbps(Run&& run, std::uint64_t bytes, int trials, cudaStream_t s) {
+  events ev;
+  run();  // warm-up
+  std::vector<double> gbps;
+  for (int t = 0; t < trials; ++t) {
+    DDO_CUDA_TRY(cudaEventRecord(ev.a, s));
+    run();
+    DDO_CUDA_TRY(cudaEventRecord(ev.b, s));
+    gbps.push_back(static_cast<double>(bytes) / (ev.ms() * 1e6));
+  }
+  std::sort(gbps.begin(), gbps.end());
+  return gbps[gbps.size() / 2];
+}
+
 /// Raw baseline: each group one cudaMemcpyAsync into a ring of device slots, one stream.
 double raw_gbps(const std::byte* host, std::size_t groups, std::uint64_t group_bytes, int steps,
-                std::byte* slots, std::size_t slot_count, cudaStream_t s) {
-  events ev;
-  auto run = [&](int n) {
-    for (int step = 0; step < n; ++step)
+                int trials, std::byte* slots, std::size_t slot_count, cudaStream_t s) {
+  auto run = [&] {
+    for (int step = 0; step < steps; ++step)
       for (std::size_t g = 0; g < groups; ++g)
         DDO_CUDA_TRY(cudaMemcpyAsync(slots + (g % slot_count) * group_bytes, host + g * group_bytes,
                                      group_bytes, cudaMemcpyHostToDevice, s));
   };
-  run(1);  // warm-up
-  DDO_CUDA_TRY(cudaEventRecord(ev.a, s));
-  run(steps);
-  DDO_CUDA_TRY(cudaEventRecord(ev.b, s));
-  const double ms = ev.ms();
-  return static_cast<double>(groups * group_bytes) * steps / (ms * 1e6);
+  return median_gbps(run, groups * group_bytes * static_cast<std::uint64_t>(steps), trials, s);
 }
 
 /// ddo: acquire every group in order on the compute stream and drop the lease at once.
 double ddo_gbps(const ddo::weight_table& table, const ddo::offload_plan& plan, std::size_t slots,
-                std::uint64_t bytes_per_step, int steps, cudaStream_t compute, std::string& note,
-                std::size_t staging_threads = 4, bool pin_in_place = false) {
+                std::uint64_t bytes_per_step, int steps, int trials, cudaStream_t compute,
+                std::string& note, std::size_t staging_threads = 4, bool pin_in_place = false) {
   ddo::runtime_options o;
   o.slot_count = slots;
   o.pin_in_place = pin_in_place;
@@ -104,19 +120,15 @@ double ddo_gbps(const ddo::weight_table& table, const ddo::offload_plan& plan, s
   o.pin_workers = 4;
   o.staging_buffer_bytes = 32 * ddo::mib;
   ddo::basic_offloader<ddo::linear_transport> off(ddo::linear_transport{}, table, plan, o);
-  events ev;
-  auto run = [&](int n) {
-    for (int step = 0; step < n; ++step)
+  auto run = [&] {
+    for (int step = 0; step < steps; ++step)
       for (std::size_t g = 0; g < off.group_count(); ++g) auto lease = off.acquire(g, compute);
   };
-  run(1);
-  DDO_CUDA_TRY(cudaEventRecord(ev.a, compute));
-  run(steps);
-  DDO_CUDA_TRY(cudaEventRecord(ev.b, compute));
-  const double ms = ev.ms();
+  const double gbps =
+      median_gbps(run, bytes_per_step * static_cast<std::uint64_t>(steps), trials, compute);
   const auto m = off.metrics(true);
   note = "pin fallback bytes " + std::to_string(m.pin_fallback_bytes);
-  return static_cast<double>(bytes_per_step) * steps / (ms * 1e6);
+  return gbps;
 }
 
 }  // namespace
@@ -135,8 +147,9 @@ int main(int argc, char** argv) {
     std::string command;
     for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
     std::printf("command: %s\n", command.c_str());
-    std::printf("transfer_bench on %s: %zu groups x %llu MiB, %d steps, %zu slots\n", device.c_str(),
-                a.groups, static_cast<unsigned long long>(a.group_mib), a.steps, a.slots);
+    std::printf("transfer_bench on %s: %zu groups x %llu MiB, %d steps, median of %d trials, %zu slots\n",
+                device.c_str(), a.groups, static_cast<unsigned long long>(a.group_mib), a.steps,
+                a.trials, a.slots);
 
     // The engine's weights: page-aligned host memory filled with non-zero bytes.
     ddo::host_buffer host(total);
@@ -156,11 +169,11 @@ int main(int argc, char** argv) {
     DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&slots), group_bytes * a.slots));
 
     DDO_CUDA_TRY(cudaHostRegister(host.data(), total, cudaHostRegisterDefault));
-    const double raw_pinned = raw_gbps(host.data(), a.groups, group_bytes, a.steps, slots, a.slots, s);
+    const double raw_pinned = raw_gbps(host.data(), a.groups, group_bytes, a.steps, a.trials, slots, a.slots, s);
     DDO_CUDA_TRY(cudaHostUnregister(host.data()));
     const int pageable_steps = a.steps > 2 ? 2 : a.steps;
     const double raw_pageable =
-        raw_gbps(host.data(), a.groups, group_bytes, pageable_steps, slots, a.slots, s);
+        raw_gbps(host.data(), a.groups, group_bytes, pageable_steps, 1, slots, a.slots, s);
     DDO_CUDA_TRY(cudaFree(slots));
 
     // The same bytes as a weight table: 4 weights per group, all pinned, then all pageable.
@@ -188,13 +201,13 @@ int main(int argc, char** argv) {
     for (auto& g : pageable_plan.groups) std::swap(g.bytes_by_placement[1], g.bytes_by_placement[2]);
 
     std::string note_pinned, note_pageable, note_one, note_in_place;
-    const double ddo_pinned = ddo_gbps(table, pinned_plan, a.slots, total, a.steps, s, note_pinned);
+    const double ddo_pinned = ddo_gbps(table, pinned_plan, a.slots, total, a.steps, a.trials, s, note_pinned);
     const double ddo_pageable =
-        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, s, note_pageable);
+        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, 3, s, note_pageable, 8);
     const double ddo_in_place =
-        ddo_gbps(table, pinned_plan, a.slots, total, a.steps, s, note_in_place, 4, true);
+        ddo_gbps(table, pinned_plan, a.slots, total, a.steps, a.trials, s, note_in_place, 4, true);
     const double ddo_pageable_one =
-        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, s, note_one, 1);
+        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, 1, s, note_one, 1);
     DDO_CUDA_TRY(cudaStreamDestroy(s));
 
     const double ratio = ddo_pinned / raw_pinned;
@@ -206,7 +219,7 @@ int main(int argc, char** argv) {
                 ddo_in_place, ddo_in_place / raw_pinned);
     std::printf("| raw cudaMemcpyAsync, pageable | %.2f | %.3f of raw pinned |\n", raw_pageable,
                 raw_pageable / raw_pinned);
-    std::printf("| ddo linear, pageable staged (2 x 32 MiB, 4 copy threads) | %.2f | %.3f of raw pageable |\n",
+    std::printf("| ddo linear, pageable staged (2 x 32 MiB, 8 copy threads) | %.2f | %.3f of raw pageable |\n",
                 ddo_pageable, ratio_pageable);
     std::printf("| ddo linear, pageable staged (2 x 32 MiB, 1 copy thread) | %.2f | %.3f of raw pageable |\n",
                 ddo_pageable_one, ddo_pageable_one / raw_pageable);
