@@ -50,6 +50,7 @@
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/plan/planner.hpp"
+#include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/trace.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -349,6 +350,13 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport,
     executed_route = "none (every weight resident)";
   }
 
+  // A stored capacity profile for profile_name supplies the resident budget; build_profile
+  // calibrates one (zero resident) and saves it after the run.
+  const std::string profile_note =
+      ddo::apply_capacity_profile(machine, config, ctx.settings.profile_dir);
+  if (!profile_note.empty()) std::printf("%s\n", profile_note.c_str());
+  const std::uint64_t free_before = machine.free_vram_bytes;
+
   // Device room the plan may give to resident weights: what is free minus the ring ddo will
   // allocate (3 slots of the largest group) and the activations.
   const std::uint64_t largest_group = largest_group_bytes(ctx.table, config);
@@ -494,6 +502,27 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport,
     trace.write(opt.trace_path);
     std::printf("  trace: %s (%zu events; open in https://ui.perfetto.dev)\n",
                 opt.trace_path.c_str(), trace.size());
+  }
+  if (config.build_profile) {
+    // Everything in use at the peak was ring, activations and library workspaces (the plan was
+    // zero-resident): on a GPU as sampled by cudaMemGetInfo, on host_sim by ddo's accounting.
+    const std::uint64_t in_use =
+        sampler ? sampler->peak_above_baseline() : metrics.peak_device_bytes + activations;
+    ddo::calibration_measurement measured;
+    measured.total_vram_bytes = machine.total_vram_bytes;
+    measured.free_vram_before_bytes = free_before;
+    measured.min_free_vram_bytes = free_before > in_use ? free_before - in_use : 0;
+    measured.model_bytes = ctx.table.total_bytes();
+    measured.device_name = ctx.gpu ? ddo::query_device_name(0) : std::string("host_sim");
+    const auto profile =
+        ddo::make_capacity_profile(config.profile_name, measured, config.profile_vram_headroom_gb);
+    const ddo::profile_store store(ctx.settings.profile_dir);
+    store.save(profile);
+    std::printf("  capacity profile '%s' saved to %s: peak in use %s, next runs may keep %s "
+                "resident\n",
+                profile.name.c_str(), store.path_of(profile.name).c_str(),
+                gb(profile.peak_in_use_bytes).c_str(),
+                gb(profile.recommended_resident_budget_bytes).c_str());
   }
   std::fflush(stdout);
   if (mismatches != 0) {

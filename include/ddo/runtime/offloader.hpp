@@ -15,6 +15,8 @@
 ///   resolves settings from them first (config/resolve.hpp), then as above.
 
 #include <cstddef>
+#include <cstdio>
+#include <string>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -28,6 +30,7 @@
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/planner.hpp"
+#include "ddo/profile/profile_lookup.hpp"
 #include "ddo/plan/residency_planner.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/linear.hpp"
@@ -123,6 +126,8 @@ template <class Transport>
   m.available_ram_bytes = available_ram_bytes().value_or(0);
   m.running_on_wsl = settings.running_on_wsl;
   m.disable_pin_on_wsl = settings.disable_pin_on_wsl;
+  const std::string note = apply_capacity_profile(m, settings.config, settings.profile_dir);
+  if (settings.config.verbose && !note.empty()) std::fprintf(stderr, "ddo: %s\n", note.c_str());
   return m;
 }
 
