@@ -128,19 +128,7 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
     not_pinned_reason = "not pinned: pin budget (" +
                         std::string(selection_name(config.pin_weight_selection)) + ") spent";
 
-  std::vector<selection_candidate> candidates;
-  std::vector<std::vector<std::size_t>> members;
-  std::unordered_map<std::string, std::size_t> index_of_module;
-  for (std::size_t i : c.execution_order) {
-    if (residency.resident[i]) continue;
-    auto [it, inserted] = index_of_module.emplace(table[i].module_name, candidates.size());
-    if (inserted) {
-      candidates.push_back({});
-      members.emplace_back();
-    }
-    candidates[it->second].bytes += table[i].bytes;
-    members[it->second].push_back(i);
-  }
+  auto [candidates, members] = group_by_module(c, [&](std::size_t i) { return !residency.resident[i]; });
   std::vector<char> pinned(candidates.size(), 0);
   if (r.budget_bytes > 0)
     for (std::size_t w : select_candidates(config.pin_weight_selection, candidates, r.budget_bytes))

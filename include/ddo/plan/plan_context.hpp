@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ddo/config/dynamic_offload_config.hpp"
@@ -40,6 +41,30 @@ struct plan_context {
   [[nodiscard]] std::uint64_t available_ram_bytes() const noexcept;
   [[nodiscard]] std::uint64_t usable_ram_bytes() const noexcept;
 };
+
+/// @brief Budget candidates made of whole modules: the weights for which @p take(i) holds, in
+/// execution order, grouped by module (a module's tensors win or lose together).
+struct module_candidates {
+  std::vector<selection_candidate> candidates;  ///< bytes per module, in execution order
+  std::vector<std::vector<std::size_t>> members;  ///< per candidate: its weight indices
+};
+
+template <class Predicate>
+[[nodiscard]] module_candidates group_by_module(const plan_context& c, Predicate take) {
+  module_candidates out;
+  std::unordered_map<std::string, std::size_t> index_of_module;
+  for (std::size_t i : c.execution_order) {
+    if (!take(i)) continue;
+    auto [it, inserted] = index_of_module.emplace(c.table[i].module_name, out.candidates.size());
+    if (inserted) {
+      out.candidates.push_back({});
+      out.members.emplace_back();
+    }
+    out.candidates[it->second].bytes += c.table[i].bytes;
+    out.members[it->second].push_back(i);
+  }
+  return out;
+}
 
 /// @brief The residency planner's answer.
 struct residency_result {

@@ -247,17 +247,9 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
       members.push_back(std::move(ws));
     }
   } else {
-    std::unordered_map<std::string, std::size_t> index_of_module;
-    for (std::size_t i : c.execution_order) {
-      if (!r.managed[i]) continue;
-      auto [it, inserted] = index_of_module.emplace(table[i].module_name, candidates.size());
-      if (inserted) {
-        candidates.push_back({});
-        members.emplace_back();
-      }
-      candidates[it->second].bytes += table[i].bytes;
-      members[it->second].push_back(i);
-    }
+    auto by_module = group_by_module(c, [&](std::size_t i) { return r.managed[i] != 0; });
+    candidates = std::move(by_module.candidates);
+    members = std::move(by_module.members);
   }
   const auto winners =
       select_candidates(config.resident_module_selection, candidates, r.budget_bytes);
