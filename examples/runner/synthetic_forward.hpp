@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
-#include "ddo/platform/cuda_device.hpp"
 #include "ddo/model/dtype.hpp"
 
 namespace ddo {
@@ -50,14 +49,19 @@ struct gpu_probe_result {
 [[nodiscard]] inline gpu_probe_result probe_gpu(int device = 0) {
   gpu_probe_result result;
   result.device = device;
-  const auto cuda = query_cuda_availability();
-  if (!cuda.available) {
-    result.reason = "no GPU found: " + cuda.reason;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    const char* name = cudaGetErrorName(status);
+    const char* text = cudaGetErrorString(status);
+    result.reason = std::string("no GPU found: cudaGetDeviceCount returned ") +
+                    (name ? name : "unknown") + " (" + (text ? text : "") + ")";
     return result;
   }
-  if (cuda.device_count <= device) {
-    result.reason = "no GPU found: CUDA sees " + std::to_string(cuda.device_count) +
-                    " device(s), device " + std::to_string(device) + " was asked for";
+  if (count <= device) {
+    result.reason = "no GPU found: CUDA sees " + std::to_string(count) + " device(s), device " +
+                    std::to_string(device) + " was asked for";
     return result;
   }
   cudaDeviceProp prop{};
