@@ -210,7 +210,7 @@ TEST_SUITE("config") {
         "t.toml");
     inputs.component_policies["transformer"].offload_type = ddo::group_offload_type::leaf_level;
     const auto settings = ddo::resolve_settings(inputs);
-    const auto transformer = settings.component("transformer");
+    const auto transformer = ddo::resolve_component(settings, "transformer");
     CHECK(transformer.route == ddo::component_route::diffusers_group_offload);
     CHECK(transformer.num_blocks_per_group == 4);
     CHECK(transformer.offload_stream);
@@ -293,8 +293,8 @@ TEST_SUITE("config") {
   TEST_CASE("from_env reads the process environment and the requested preset") {
     ::setenv("DDO_PIN_CPU_WORKERS", "6", 1);
     ::setenv("DDO_PRESET", "warm_process", 1);
-    const auto from_preset = ddo::dynamic_offload_settings::from_env("low_ram_safe");
-    const auto from_variable = ddo::dynamic_offload_settings::from_env();
+    const auto from_preset = ddo::settings_from_env("low_ram_safe");
+    const auto from_variable = ddo::settings_from_env();
     ::unsetenv("DDO_PIN_CPU_WORKERS");
     ::unsetenv("DDO_PRESET");
     CHECK(from_preset.requested_preset == "low_ram_safe");  // code wins over DDO_PRESET

@@ -5,9 +5,7 @@
 /// with the provenance of every config field, component routes and warnings.
 
 #include <map>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ddo/config/component_policy.hpp"
@@ -17,8 +15,9 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief The high-level resolved settings object. Produced by ddo::resolve_settings (or
-/// from_env()); most engines only read it.
+/// @brief The high-level resolved settings object: a plain value. Produced by
+/// ddo::resolve_settings or ddo::settings_from_env (config/resolve.hpp, the resolver); most engines
+/// only read it. The route of a component is ddo::resolve_component(settings, name).
 struct dynamic_offload_settings {
   // --- the reference's settings table ------------------------------------------------------
   std::string requested_preset = "auto";    ///< preset requested by the caller or environment
@@ -47,17 +46,7 @@ struct dynamic_offload_settings {
   std::string profile_dir;                     ///< DDO_PROFILE_DIR or ~/.ddo/profiles
   std::vector<resolved_component> components;  ///< routes of the components asked about
   std::vector<std::string> warnings;           ///< unknown variables, clamped ratios, ...
-
-  /// @brief Resolves settings from the process environment: preset @p preset (empty: DDO_PRESET,
-  /// else auto), operational defaults, DDO_* variables. Defined in config/resolve.hpp.
-  /// @throws config_error for an invalid variable.
-  [[nodiscard]] static dynamic_offload_settings from_env(std::string_view preset = {});
-
-  /// @brief The resolved route of component @p name (see ddo::resolve_component).
-  [[nodiscard]] resolved_component component(std::string_view name) const;
 };
 
 }  // namespace v0
 }  // namespace ddo
-
-#include "ddo/config/resolve.hpp"

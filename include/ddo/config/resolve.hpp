@@ -89,6 +89,12 @@ struct resolve_inputs {
     const dynamic_offload_settings& settings, std::string_view name,
     std::optional<component_route> explicit_route = std::nullopt);
 
+/// @brief Resolves settings from the process environment, as the reference's
+/// `DynamicOffloadSettings.from_env()`: preset @p preset (empty: DDO_PRESET, else auto), the
+/// operational defaults, the DDO_* variables. Equal to resolve_settings with only the preset set.
+/// @throws config_error for an invalid variable, naming it.
+[[nodiscard]] dynamic_offload_settings settings_from_env(std::string_view preset = {});
+
 }  // namespace v0
 }  // namespace ddo
 

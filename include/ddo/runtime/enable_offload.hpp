@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/config/resolve.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/routes.hpp"
 

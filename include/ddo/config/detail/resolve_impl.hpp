@@ -278,14 +278,10 @@ inline resolved_component resolve_component(const dynamic_offload_settings& sett
   return out;
 }
 
-inline dynamic_offload_settings dynamic_offload_settings::from_env(std::string_view preset) {
+inline dynamic_offload_settings settings_from_env(std::string_view preset) {
   resolve_inputs inputs;
   if (!preset.empty()) inputs.preset = std::string(preset);
   return resolve_settings(inputs);
-}
-
-inline resolved_component dynamic_offload_settings::component(std::string_view name) const {
-  return resolve_component(*this, name);
 }
 
 }  // namespace v0
