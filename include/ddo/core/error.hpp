@@ -7,6 +7,7 @@
 /// std::invalid_argument or std::bad_alloc without knowing ddo. Messages are written for a person
 /// at a terminal: what was wrong, the value seen, what is allowed.
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
@@ -108,6 +109,20 @@ class format_error : public std::runtime_error {
 class usage_error : public std::logic_error {
  public:
   using std::logic_error::logic_error;
+};
+
+/// @brief A regular expression outside the dialect ddo accepts (core/pattern.hpp): names the
+/// pattern, the offset of the offending construct and what is allowed (std::invalid_argument).
+class pattern_error : public std::invalid_argument {
+ public:
+  pattern_error(std::string pattern, std::size_t offset, const std::string& what)
+      : std::invalid_argument(what), pattern_(std::move(pattern)), offset_(offset) {}
+  [[nodiscard]] const std::string& pattern() const noexcept { return pattern_; }
+  [[nodiscard]] std::size_t offset() const noexcept { return offset_; }
+
+ private:
+  std::string pattern_;
+  std::size_t offset_ = 0;
 };
 
 namespace detail {
