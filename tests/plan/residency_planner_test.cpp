@@ -3,6 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <random>
+#include <string>
+#include <vector>
+
 #include "ddo/config/operational_defaults.hpp"
 #include "ddo/plan/planner.hpp"
 #include "plan/plan_test_support.hpp"
@@ -218,5 +222,66 @@ TEST_SUITE("plan") {
     static_assert(!ddo::residency_planner<no_tag>);
     static_assert(!ddo::residency_planner<wrong_result>);
     CHECK(ddo::residency_planner<ddo::default_residency_planner>);
+  }
+}
+
+TEST_SUITE("plan") {
+  TEST_CASE("a model whose tensor names are 50,000+ characters long plans (bounded matching)") {
+    std::mt19937_64 rng(std::random_device{}());
+    auto t = ddo_test::flux_table(4);
+    // Long module names inside a block and outside every block, made of random components.
+    std::string middle;
+    while (middle.size() < 50000) middle += "sub" + std::to_string(rng() % 100000) + ".";
+    const std::string in_block = "transformer_blocks.2." + middle + "proj_out";
+    const std::string outside = middle + "final_norm";
+    for (const std::string& module : {in_block, outside}) {
+      ddo::weight_info w;
+      w.name = module + ".weight";
+      w.shape = {64, 64 + static_cast<std::int64_t>(rng() % 64)};
+      w.source = ddo::host_source{};
+      t.add(w);
+    }
+    ddo::infer_module_kinds(t, std::vector<ddo::module_kind_override>{
+                                   {R"((^|\.)final_norm$)", ddo::module_kind::linear}});
+    CHECK(t[*t.find(outside + ".weight")].kind == ddo::module_kind::linear);
+    auto c = ddo_test::planning_config();
+    c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
+    c.skip_modules_pattern = {R"(^(sub\d+\.)+final_norm$)"};
+    c.resident_module_patterns = {R"(transformer_blocks\.\d+\.)"};
+    const auto plan = ddo::make_plan(t, c, big_machine());
+    const auto& in_block_decision = decision(plan, t, in_block + ".weight");
+    CHECK(in_block_decision.where == ddo::placement::gpu_resident);
+    CHECK(in_block_decision.reason == "always_resident_modules_pattern '" +
+                                          ddo::builtin_always_resident_patterns()[0] + "'");
+    CHECK(plan.groups[in_block_decision.group].name == "transformer_blocks.2");
+    CHECK(decision(plan, t, outside + ".weight").reason ==
+          "skip_modules_pattern '" + c.skip_modules_pattern[0] + "' (not managed)");
+    // The same names through auto block inference.
+    c.resident_module_patterns = {"auto"};
+    const auto auto_plan = ddo::make_plan(t, c, big_machine());
+    CHECK(auto_plan.groups[decision(auto_plan, t, in_block + ".weight").group].name ==
+          "transformer_blocks.2");
+  }
+
+  TEST_CASE("a pattern outside the dialect is a config_error naming the field and the construct") {
+    const auto t = ddo_test::flux_table(2);
+    auto c = ddo_test::planning_config();
+    c.skip_modules_pattern = {R"((proj)_\1)"};
+    try {
+      (void)ddo::make_plan(t, c, big_machine());
+      FAIL("no error");
+    } catch (const ddo::config_error& e) {
+      CHECK(e.key() == "skip_modules_pattern");
+      CHECK(std::string(e.what()).find("backreference") != std::string::npos);
+    }
+    c.skip_modules_pattern = {};
+    c.resident_module_patterns = {R"(blocks(?=\.))"};
+    try {
+      (void)ddo::make_plan(t, c, big_machine());
+      FAIL("no error");
+    } catch (const ddo::config_error& e) {
+      CHECK(e.key() == "resident_module_patterns");
+      CHECK(std::string(e.what()).find("lookahead") != std::string::npos);
+    }
   }
 }

@@ -5,7 +5,6 @@
 /// field, its source (variable, flag, TOML key), the value seen and what is allowed.
 
 #include <cmath>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/config/enum_names.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/pattern.hpp"
 #include "ddo/core/units.hpp"
 
 namespace ddo {
@@ -41,9 +41,9 @@ inline void check_patterns(const config_provenance& provenance, std::string_view
   for (const auto& pattern : patterns) {
     if (pattern == "auto" && name == "resident_module_patterns") continue;
     try {
-      std::regex compiled(pattern, std::regex::ECMAScript);
+      const ddo::pattern compiled(pattern);
       (void)compiled;
-    } catch (const std::regex_error& error) {
+    } catch (const pattern_error& error) {
       throw_invalid(provenance, name, "\"" + pattern + "\"",
                     std::string("not a valid regular expression (") + error.what() + ")");
     }

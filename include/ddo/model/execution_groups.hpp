@@ -8,7 +8,8 @@
 ///    {"auto"} (or none), a block is the outermost `<family>.<N>` where `<family>` is one of
 ///    auto_block_families and N an unsigned integer: "transformer_blocks.3",
 ///    "single_transformer_blocks.0", "model.layers.12", "transformer.h.7". With explicit patterns
-///    (ECMAScript regexes, searched in the module name, the first matching pattern wins), the block
+///    (regular expressions of core/pattern.hpp's dialect, searched in the module name, the first
+///    matching pattern wins), the block
 ///    is the module-name prefix that ends where the match ends (a trailing '.' dropped), and N is
 ///    the last run of digits in the match.
 ///  - Order: blocks of one family by N (numerically: 2 before 10); families in order of first
@@ -33,13 +34,13 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/pattern.hpp"
 #include "ddo/model/weight_table.hpp"
 
 namespace ddo {
@@ -69,12 +70,24 @@ inline constexpr std::array<std::string_view, 12> auto_block_families = {
     "decoder_layers",
     "encoder_layers"};
 
+/// @brief Compiles `resident_module_patterns`: empty or {"auto"} gives no pattern (the built-in
+/// families), otherwise one ddo::pattern per entry.
+/// @throws config_error (source "config", key "resident_module_patterns") for a pattern outside
+/// the dialect, or "auto" mixed with explicit patterns.
+[[nodiscard]] inline std::vector<pattern> compile_block_patterns(
+    std::span<const std::string> patterns);
+
 /// @brief Infers execution groups from block patterns (see this header's description).
 /// @param patterns `resident_module_patterns`: empty or {"auto"} for the built-in families,
 /// otherwise regular expressions.
-/// @throws config_error (source "config", key "resident_module_patterns") for an invalid regex.
+/// @throws config_error (source "config", key "resident_module_patterns") for an invalid pattern.
 [[nodiscard]] inline std::vector<execution_group> infer_execution_groups(
     const weight_table& table, std::span<const std::string> patterns = {});
+
+/// @brief As above with patterns compiled once by compile_block_patterns (empty: the built-in
+/// families); make_plan passes the patterns it compiled for the whole plan.
+[[nodiscard]] inline std::vector<execution_group> infer_execution_groups(
+    const weight_table& table, std::span<const pattern> block_patterns);
 
 /// @brief Checks engine-given groups: every weight index valid and in exactly one group, names
 /// non-empty and unique; sorts each group's weights into table order.

@@ -14,21 +14,21 @@
 ///  4. any other rank-2 weight → linear (the projection names to_q, to_out.0, ff.net.2, proj_out,
 ///     x_embedder, q_proj, fc1, ... all land here: a 2-D weight is a dense projection);
 ///  5. anything else → other.
-/// Overrides are regular expressions searched in the module name (ECMAScript, std::regex_search);
-/// the first matching override wins over inference.
+/// Overrides are regular expressions (core/pattern.hpp's dialect) searched in the module name; the
+/// first matching override wins over inference.
 
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <regex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/pattern.hpp"
 #include "ddo/model/module_kind.hpp"
 #include "ddo/model/weight_table.hpp"
 
@@ -37,7 +37,7 @@ inline namespace v0 {
 
 /// @brief An engine's correction: modules whose name matches @p pattern have kind @p kind.
 struct module_kind_override {
-  std::string pattern;  ///< ECMAScript regex, searched in the module name
+  std::string pattern;  ///< regular expression (core/pattern.hpp), searched in the module name
   module_kind kind = module_kind::other;
 };
 
@@ -88,12 +88,12 @@ namespace detail {
 inline void infer_module_kinds(weight_table& table,
                                std::span<const module_kind_override> overrides = {},
                                std::size_t first = 0) {
-  std::vector<std::regex> compiled;
+  std::vector<ddo::pattern> compiled;
   compiled.reserve(overrides.size());
   for (const auto& o : overrides) {
     try {
-      compiled.emplace_back(o.pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
+      compiled.emplace_back(o.pattern);
+    } catch (const pattern_error& e) {
       throw config_error("engine", "module_kind_override",
                          "module kind override pattern '" + o.pattern +
                              "' is not a valid regular expression: " + e.what());
@@ -116,7 +116,7 @@ inline void infer_module_kinds(weight_table& table,
   for (const auto& [module, info] : rank_of) {
     module_kind kind = infer_module_kind(module, info.second);
     for (std::size_t o = 0; o < compiled.size(); ++o)
-      if (std::regex_search(module, compiled[o])) {
+      if (compiled[o].search(module)) {
         kind = overrides[o].kind;
         break;
       }

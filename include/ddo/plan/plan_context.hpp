@@ -17,6 +17,7 @@
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/machine_capacity.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/plan/plan_patterns.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -35,6 +36,8 @@ struct plan_context {
   std::vector<std::size_t> group_of;         ///< per weight: index into groups
   std::vector<std::size_t> execution_order;  ///< weight indices, group by group
   std::vector<std::size_t> position;         ///< per weight: its index in execution_order
+  /// The config's patterns, compiled once by make_plan (nullptr: a planner compiles its own).
+  const plan_patterns* patterns = nullptr;
 
   /// @brief Usable system RAM: `available_system_ram_gb` when set, else the machine's available
   /// RAM; minus `system_ram_headroom_gb`; never below 0.

@@ -29,6 +29,7 @@
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/residency_planner.hpp"
 
 namespace ddo {
@@ -52,10 +53,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
 [[nodiscard]] offload_plan make_plan(const weight_table& table,
                                      const dynamic_offload_config& config,
                                      const machine_capacity& machine, Planner planner = {},
-                                     PinSelector pin_selector_policy = {}) {
-  return make_plan(table, infer_execution_groups(table, config.resident_module_patterns), config,
-                   machine, std::move(planner), std::move(pin_selector_policy));
-}
+                                     PinSelector pin_selector_policy = {});
 
 namespace detail {
 
@@ -81,12 +79,41 @@ inline void check_planning_config(const dynamic_offload_config& c) {
     throw config_error("config", "pin_weight_budget_ratio", "pin_weight_budget_ratio is NaN");
 }
 
+/// make_plan with the config's patterns compiled once (see plan/plan_patterns.hpp).
+template <class Planner, class PinSelector>
+offload_plan make_plan_compiled(const weight_table& table, std::vector<execution_group> groups,
+                                const dynamic_offload_config& config,
+                                const machine_capacity& machine, const plan_patterns& patterns,
+                                Planner planner, PinSelector pin_selector_policy);
+
 }  // namespace detail
 
 template <class Planner, class PinSelector>
 offload_plan make_plan(const weight_table& table, std::vector<execution_group> groups,
                        const dynamic_offload_config& config, const machine_capacity& machine,
                        Planner planner, PinSelector pin_selector_policy) {
+  const plan_patterns patterns = compile_plan_patterns(config);
+  return detail::make_plan_compiled(table, std::move(groups), config, machine, patterns,
+                                    std::move(planner), std::move(pin_selector_policy));
+}
+
+template <class Planner, class PinSelector>
+offload_plan make_plan(const weight_table& table, const dynamic_offload_config& config,
+                       const machine_capacity& machine, Planner planner,
+                       PinSelector pin_selector_policy) {
+  const plan_patterns patterns = compile_plan_patterns(config);
+  return detail::make_plan_compiled(
+      table, infer_execution_groups(table, std::span<const pattern>(patterns.resident_modules)),
+      config, machine, patterns, std::move(planner), std::move(pin_selector_policy));
+}
+
+template <class Planner, class PinSelector>
+offload_plan detail::make_plan_compiled(const weight_table& table,
+                                        std::vector<execution_group> groups,
+                                        const dynamic_offload_config& config,
+                                        const machine_capacity& machine,
+                                        const plan_patterns& patterns, Planner planner,
+                                        PinSelector pin_selector_policy) {
   static_assert(
       residency_planner<Planner>,
       "make_plan: Planner must model ddo::residency_planner (a member `using planner_category = "
@@ -100,7 +127,7 @@ offload_plan make_plan(const weight_table& table, std::vector<execution_group> g
   detail::check_planning_config(config);
   groups = validate_execution_groups(table, std::move(groups));
 
-  plan_context context{table, config, machine, groups, {}, {}, {}};
+  plan_context context{table, config, machine, groups, {}, {}, {}, &patterns};
   context.group_of = group_of_weights(table, groups);
   context.position.assign(table.size(), 0);
   for (const auto& g : groups)

@@ -4,7 +4,8 @@
 /// @brief ddo::default_residency_planner: the reference's residency rules.
 ///
 /// Per weight, in this order (the first rule that applies decides; "module" is the weight's
-/// module name, patterns are ECMAScript regexes searched in it):
+/// module name, patterns are regular expressions of core/pattern.hpp's dialect searched in it,
+/// compiled once per plan: plan_context::patterns):
 ///  1. `skip_modules_pattern` matches → not managed, gpu_resident ("skip_modules_pattern 'p'");
 ///  2. the module kind is not in `target_module_classes` → not managed, gpu_resident;
 ///  3. bytes ≤ `small_tensor_threshold_bytes` → moved directly, never managed, gpu_resident;
@@ -37,7 +38,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <regex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,7 @@
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/selectors.hpp"
 
 namespace ddo {
@@ -63,30 +65,10 @@ static_assert(residency_planner<default_residency_planner>);
 
 namespace detail {
 
-struct compiled_pattern {
-  std::string text;
-  std::regex regex;
-};
-
-[[nodiscard]] inline std::vector<compiled_pattern> compile_patterns(
-    const std::vector<std::string>& patterns, const char* field) {
-  std::vector<compiled_pattern> out;
-  for (const auto& p : patterns) {
-    try {
-      out.push_back(compiled_pattern{p, std::regex(p, std::regex::ECMAScript)});
-    } catch (const std::regex_error& e) {
-      throw config_error("config", field,
-                         std::string(field) + ": '" + p +
-                             "' is not a valid regular expression (ECMAScript): " + e.what());
-    }
-  }
-  return out;
-}
-
-[[nodiscard]] inline const compiled_pattern* first_match(const std::vector<compiled_pattern>& ps,
-                                                         const std::string& module) {
-  for (const auto& p : ps)
-    if (std::regex_search(module, p.regex)) return &p;
+[[nodiscard]] inline const pattern* first_match(const std::vector<const pattern*>& ps,
+                                                const std::string& module) {
+  for (const pattern* p : ps)
+    if (p->search(module)) return p;
   return nullptr;
 }
 
@@ -105,26 +87,31 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
   r.managed.assign(n, 0);
   r.reason.assign(n, std::string());
 
-  const auto skip = detail::compile_patterns(config.skip_modules_pattern, "skip_modules_pattern");
-  const auto always = detail::compile_patterns(config.always_resident_modules_pattern,
-                                               "always_resident_modules_pattern");
+  // The patterns make_plan compiled for this plan (compiled here for a context built elsewhere).
+  std::optional<plan_patterns> own;
+  if (c.patterns == nullptr) own = compile_plan_patterns(config);
+  const plan_patterns& patterns = c.patterns != nullptr ? *c.patterns : *own;
   const auto builtin = builtin_always_resident_patterns();
-
+  std::vector<const pattern*> skip;
+  for (const auto& p : patterns.skip_modules) skip.push_back(&p);
+  std::vector<const pattern*> always;
   // Under full pin only the patterns the user added (not the built-in defaults) keep weights.
-  std::vector<detail::compiled_pattern> user_always;
-  for (const auto& p : always)
-    if (std::find(builtin.begin(), builtin.end(), p.text) == builtin.end())
-      user_always.push_back(p);
+  std::vector<const pattern*> user_always;
+  for (const auto& p : patterns.always_resident_modules) {
+    always.push_back(&p);
+    if (std::find(builtin.begin(), builtin.end(), p.text()) == builtin.end())
+      user_always.push_back(&p);
+  }
 
   // Rules 1-3, and which weights rule 4 would keep.
-  std::vector<const detail::compiled_pattern*> always_match(n, nullptr);
-  std::vector<const detail::compiled_pattern*> user_match(n, nullptr);
+  std::vector<const pattern*> always_match(n, nullptr);
+  std::vector<const pattern*> user_match(n, nullptr);
   std::uint64_t eligible_bytes = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const weight_info& w = table[i];
     if (const auto* p = detail::first_match(skip, w.module_name)) {
       r.resident[i] = 1;
-      r.reason[i] = "skip_modules_pattern '" + p->text + "' (not managed)";
+      r.reason[i] = "skip_modules_pattern '" + p->text() + "' (not managed)";
       continue;
     }
     if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(),
@@ -181,7 +168,7 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
     const auto* p = r.full_pin_zero_resident ? user_match[i] : always_match[i];
     if (p != nullptr) {
       r.resident[i] = 1;
-      r.reason[i] = "always_resident_modules_pattern '" + p->text + "'";
+      r.reason[i] = "always_resident_modules_pattern '" + p->text() + "'";
       rule_resident_bytes += table[i].bytes;
       continue;
     }

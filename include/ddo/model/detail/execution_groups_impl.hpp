@@ -59,16 +59,16 @@ struct block_match {
 }
 
 [[nodiscard]] inline std::optional<block_match> match_pattern_block(
-    const std::string& module_name, const std::vector<std::regex>& patterns) {
+    const std::string& module_name, std::span<const pattern> patterns) {
   for (std::size_t p = 0; p < patterns.size(); ++p) {
-    std::smatch m;
-    if (!std::regex_search(module_name, m, patterns[p]) || m.length(0) == 0) continue;
-    const auto end = static_cast<std::size_t>(m.position(0) + m.length(0));
+    const auto m = patterns[p].find(module_name);
+    if (!m || m->length == 0) continue;
+    const auto end = m->position + m->length;
     std::string key = module_name.substr(0, end);
     while (!key.empty() && key.back() == '.') key.pop_back();
     if (key.empty()) continue;
     // The block index is the last run of digits inside the match.
-    const std::string matched = m.str(0);
+    const std::string matched = module_name.substr(m->position, m->length);
     std::size_t d_end = matched.size();
     while (d_end > 0 && (matched[d_end - 1] < '0' || matched[d_end - 1] > '9')) --d_end;
     std::size_t d_begin = d_end;
@@ -80,7 +80,7 @@ struct block_match {
     // The family: the pattern and the prefix before the index, so "a.3" and "b.3" of one
     // pattern stay apart.
     b.family = std::to_string(p) + ":" +
-               module_name.substr(0, static_cast<std::size_t>(m.position(0)) + d_begin);
+               module_name.substr(0, m->position + d_begin);
     return b;
   }
   return std::nullopt;
@@ -110,25 +110,35 @@ struct block_match {
 
 }  // namespace detail
 
-inline std::vector<execution_group> infer_execution_groups(const weight_table& table,
-                                                           std::span<const std::string> patterns) {
-  const bool use_auto = patterns.empty() || (patterns.size() == 1 && patterns[0] == "auto");
-  std::vector<std::regex> compiled;
-  if (!use_auto) {
-    for (const auto& p : patterns) {
-      if (p == "auto")
-        throw config_error("config", "resident_module_patterns",
-                           "resident_module_patterns: 'auto' must be the only entry, found it "
-                           "together with explicit patterns");
-      try {
-        compiled.emplace_back(p, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        throw config_error(
-            "config", "resident_module_patterns",
-            "resident_module_patterns: '" + p + "' is not a valid regular expression: " + e.what());
-      }
+inline std::vector<pattern> compile_block_patterns(std::span<const std::string> patterns) {
+  std::vector<pattern> compiled;
+  if (patterns.empty() || (patterns.size() == 1 && patterns[0] == "auto")) return compiled;
+  compiled.reserve(patterns.size());
+  for (const auto& p : patterns) {
+    if (p == "auto")
+      throw config_error("config", "resident_module_patterns",
+                         "resident_module_patterns: 'auto' must be the only entry, found it "
+                         "together with explicit patterns");
+    try {
+      compiled.emplace_back(p);
+    } catch (const pattern_error& e) {
+      throw config_error("config", "resident_module_patterns",
+                         "resident_module_patterns: '" + p +
+                             "' is not a valid regular expression: " + e.what());
     }
   }
+  return compiled;
+}
+
+inline std::vector<execution_group> infer_execution_groups(const weight_table& table,
+                                                           std::span<const std::string> patterns) {
+  const std::vector<pattern> compiled = compile_block_patterns(patterns);
+  return infer_execution_groups(table, std::span<const pattern>(compiled));
+}
+
+inline std::vector<execution_group> infer_execution_groups(const weight_table& table,
+                                                           std::span<const pattern> compiled) {
+  const bool use_auto = compiled.empty();
 
   struct block_info {
     std::string key;
