@@ -436,6 +436,7 @@ class host_sim_transport {
 };
 
 static_assert(transport<host_sim_transport>);
+static_assert(transport_with_ledger<host_sim_transport>);
 
 }  // namespace v0
 }  // namespace ddo

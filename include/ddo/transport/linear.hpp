@@ -278,6 +278,8 @@ class linear_transport {
 };
 
 static_assert(transport<linear_transport>);
+static_assert(transport_with_ledger<linear_transport>);
+static_assert(transport_with_thread_binding<linear_transport>);
 
 }  // namespace v0
 }  // namespace ddo
