@@ -18,6 +18,10 @@
 /// not used concurrently from several threads. Lifetimes: the weight table, the host memory and
 /// files its sources name, and a pinned_weight_cache given in the options must outlive the
 /// offloader; leases must be dropped before it is destroyed.
+///
+/// Compile cost: an engine can instantiate the offloader for the shipped transports in one TU
+/// (ddo/runtime/instantiate_offloaders.hpp) and compile every other TU with DDO_EXTERN_TEMPLATES,
+/// which makes this header declare those instantiations extern (extern_templates.hpp).
 
 #include <cstddef>
 #include <memory>
@@ -123,3 +127,7 @@ class basic_offloader {
 
 }  // namespace v0
 }  // namespace ddo
+
+#if defined(DDO_EXTERN_TEMPLATES)
+#include "ddo/runtime/extern_templates.hpp"
+#endif

@@ -14,6 +14,7 @@
 
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/runtime/setup_progress.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -79,6 +80,9 @@ struct runtime_options {
   safetensors_backend file_backend = safetensors_backend::library_default;
   /// The route name reported in metrics.
   std::string route = "dynamic_offload";
+  /// Receives setup progress (reading, packing, pinning, uploading; setup_progress.hpp); empty:
+  /// none.
+  setup_progress_callback on_setup_progress;
 };
 
 /// @brief The runtime fields of a resolved config: strategy, pin workers and fallback, cache

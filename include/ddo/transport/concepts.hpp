@@ -29,13 +29,20 @@
 /// implements it by mapping the slot's physical backing at the group's reserved virtual range
 /// (waiting on `release` before it unmaps the previous occupant), which gives every weight a
 /// stable address without touching the runtime. See docs/transports.md.
+///
+/// Transports differ by capabilities, each a concept below beside the base concept. The runtime
+/// asks for a capability (`if constexpr (transport_with_...<T>)`) at the one place it matters and
+/// never switches on a transport's name; a new transport (VMM, NVMe) adds capabilities, not
+/// branches in the runtime's hot path.
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo/transport/allocation_ledger.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -89,6 +96,24 @@ concept transport_with_slot_binding =
 /// is called first on each (the linear transport makes its device current there).
 template <class T>
 concept transport_with_thread_binding = transport<T> && requires(T& t) { t.bind_thread(); };
+
+/// @brief Whether a transport reads file bytes straight into device memory (e.g. NVMe → GPU):
+/// `read_file_to_device(std::byte* dst, const std::string& path, std::uint64_t offset,
+/// std::size_t bytes, stream_view s)` enqueues the read on @p s (ordered like a copy on it).
+/// The runtime's staging worker then issues file pieces through it instead of the staging buffers.
+template <class T>
+concept transport_with_file_reads =
+    transport<T> && requires(T& t, std::byte* d, const std::string& path, std::uint64_t off,
+                             std::size_t n, typename T::stream_view v) {
+      t.read_file_to_device(d, path, off, n, v);
+    };
+
+/// @brief Whether a transport exposes its allocation_ledger (allocation_ledger.hpp):
+/// `ledger()` returning a const reference to it; the runtime reads leak and peak counts there.
+template <class T>
+concept transport_with_ledger = transport<T> && requires(const T& t) {
+  { t.ledger().in_use(ledger_kind::device) } -> std::convertible_to<std::uint64_t>;
+};
 
 namespace detail {
 /// Used by templates that take a transport, for a readable error on misuse.

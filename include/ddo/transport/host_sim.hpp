@@ -18,6 +18,7 @@
 /// pageable_direct_copies(), which ddo's runtime keeps at zero.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -26,7 +27,6 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -38,6 +38,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
 
 namespace ddo {
@@ -147,33 +148,11 @@ struct host_sim_event_state {
 struct host_sim_state {
   explicit host_sim_state(host_sim_options o) : options(o) {}
   host_sim_options options;
-  std::mutex mutex;
-  std::map<const std::byte*, std::uint64_t> device;      // start -> bytes
-  std::map<const std::byte*, std::uint64_t> pinned;      // allocated with allocate_pinned
-  std::map<const std::byte*, std::uint64_t> registered;  // page-locked with register_host
-  std::uint64_t device_in_use = 0;
-  std::uint64_t device_peak = 0;
-  std::uint64_t pinned_in_use = 0;
-  std::uint64_t registered_in_use = 0;
-  std::uint64_t pageable_direct_copies = 0;
-  std::uint64_t copies = 0;
-  std::uint64_t bytes_to_device = 0;
-
-  static bool contains(const std::map<const std::byte*, std::uint64_t>& ranges,
-                       const std::byte* p, std::uint64_t n) {
-    auto it = ranges.upper_bound(p);
-    if (it == ranges.begin()) return false;
-    --it;
-    return p >= it->first && p + n <= it->first + it->second;
-  }
-  static bool overlaps(const std::map<const std::byte*, std::uint64_t>& ranges,
-                       const std::byte* p, std::uint64_t n) {
-    auto it = ranges.upper_bound(p);
-    if (it != ranges.end() && it->first < p + n) return true;
-    if (it == ranges.begin()) return false;
-    --it;
-    return it->first + it->second > p;
-  }
+  std::mutex alloc_mutex;  // makes "check capacity, then add" one step (setup-time calls only)
+  allocation_ledger ledger;
+  std::atomic<std::uint64_t> pageable_direct_copies{0};
+  std::atomic<std::uint64_t> copies{0};
+  std::atomic<std::uint64_t> bytes_to_device{0};
 };
 
 }  // namespace detail
@@ -315,53 +294,37 @@ class host_sim_transport {
     return std::chrono::duration<double, std::milli>(b - a).count();
   }
 
-  // --- memory --------------------------------------------------------------------------------
+  // --- memory (accounted in the shared allocation_ledger) ---------------------------------------
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_device: zero bytes requested");
-    std::lock_guard lock(state_->mutex);
+    std::lock_guard lock(state_->alloc_mutex);
     const std::uint64_t capacity = state_->options.device_capacity_bytes;
-    const std::uint64_t available =
-        capacity > state_->device_in_use ? capacity - state_->device_in_use : 0;
+    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
+    const std::uint64_t available = capacity > used ? capacity - used : 0;
     if (bytes > available)
       throw out_of_memory("device", bytes, available,
                           "host_sim: device allocation of " + std::to_string(bytes) +
                               " bytes refused: " + std::to_string(available) + " of " +
                               std::to_string(capacity) + " simulated device bytes are free");
     auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{256}));
-    state_->device.emplace(p, bytes);
-    state_->device_in_use += bytes;
-    state_->device_peak = std::max(state_->device_peak, state_->device_in_use);
+    state_->ledger.add(ledger_kind::device, p, bytes, "host_sim_transport::allocate_device");
     return p;
   }
 
   void free_device(std::byte* p, std::size_t bytes) {
-    std::lock_guard lock(state_->mutex);
-    auto it = state_->device.find(p);
-    DDO_EXPECTS(it != state_->device.end() && it->second == bytes,
-                "host_sim_transport::free_device: pointer/size pair was not returned by "
-                "allocate_device");
-    state_->device.erase(it);
-    state_->device_in_use -= bytes;
+    state_->ledger.remove(ledger_kind::device, p, bytes, "host_sim_transport::free_device");
     ::operator delete(p, std::align_val_t{256});
   }
 
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_pinned: zero bytes requested");
     auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
-    std::lock_guard lock(state_->mutex);
-    state_->pinned.emplace(p, bytes);
-    state_->pinned_in_use += bytes;
+    state_->ledger.add(ledger_kind::pinned, p, bytes, "host_sim_transport::allocate_pinned");
     return p;
   }
 
   void free_pinned(std::byte* p, std::size_t bytes) {
-    std::lock_guard lock(state_->mutex);
-    auto it = state_->pinned.find(p);
-    DDO_EXPECTS(it != state_->pinned.end() && it->second == bytes,
-                "host_sim_transport::free_pinned: pointer/size pair was not returned by "
-                "allocate_pinned");
-    state_->pinned.erase(it);
-    state_->pinned_in_use -= bytes;
+    state_->ledger.remove(ledger_kind::pinned, p, bytes, "host_sim_transport::free_pinned");
     ::operator delete(p, std::align_val_t{4096});
   }
 
@@ -370,45 +333,38 @@ class host_sim_transport {
   [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
     DDO_EXPECTS(p != nullptr && bytes > 0,
                 "host_sim_transport::register_host: null pointer or zero bytes");
-    std::lock_guard lock(state_->mutex);
+    std::lock_guard lock(state_->alloc_mutex);
     const auto& o = state_->options;
+    auto& ledger = state_->ledger;
     if (o.fail_host_registration) return false;
     if (o.registration_limit_bytes != 0 &&
-        state_->registered_in_use + bytes > o.registration_limit_bytes)
+        ledger.in_use(ledger_kind::registered) + bytes > o.registration_limit_bytes)
       return false;
-    const auto* b = static_cast<const std::byte*>(p);
-    if (detail::host_sim_state::overlaps(state_->registered, b, bytes) ||
-        detail::host_sim_state::overlaps(state_->pinned, b, bytes))
+    if (ledger.overlaps(ledger_kind::registered, p, bytes) ||
+        ledger.overlaps(ledger_kind::pinned, p, bytes))
       return false;
-    state_->registered.emplace(b, bytes);
-    state_->registered_in_use += bytes;
+    ledger.add(ledger_kind::registered, p, bytes, "host_sim_transport::register_host");
     return true;
   }
 
   void unregister_host(void* p) {
-    std::lock_guard lock(state_->mutex);
-    auto it = state_->registered.find(static_cast<const std::byte*>(p));
-    DDO_EXPECTS(it != state_->registered.end(),
-                "host_sim_transport::unregister_host: pointer was not registered");
-    state_->registered_in_use -= it->second;
-    state_->registered.erase(it);
+    state_->ledger.remove(ledger_kind::registered, p, 0, "host_sim_transport::unregister_host");
   }
 
   // --- copies --------------------------------------------------------------------------------
   /// @brief Copies host → device on @p s. The source must stay valid until the copy ran.
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     require(s);
-    {
-      std::lock_guard lock(state_->mutex);
-      DDO_EXPECTS(detail::host_sim_state::contains(state_->device, dst, bytes),
-                  "host_sim_transport::copy_to_device: destination range of " +
-                      std::to_string(bytes) + " bytes is not inside one device allocation");
-      if (!detail::host_sim_state::contains(state_->pinned, src, bytes) &&
-          !detail::host_sim_state::contains(state_->registered, src, bytes))
-        ++state_->pageable_direct_copies;
-      ++state_->copies;
-      state_->bytes_to_device += bytes;
-    }
+    // host_sim checks every copy in every build: policing the contract is its job.
+    const auto& ledger = state_->ledger;
+    DDO_EXPECTS(ledger.contains(ledger_kind::device, dst, bytes),
+                "host_sim_transport::copy_to_device: destination range of " +
+                    std::to_string(bytes) + " bytes is not inside one device allocation");
+    if (!ledger.contains(ledger_kind::pinned, src, bytes) &&
+        !ledger.contains(ledger_kind::registered, src, bytes))
+      state_->pageable_direct_copies.fetch_add(1, std::memory_order_relaxed);
+    state_->copies.fetch_add(1, std::memory_order_relaxed);
+    state_->bytes_to_device.fetch_add(bytes, std::memory_order_relaxed);
     const double bw = state_->options.bandwidth_bytes_per_second;
     s.state->enqueue([dst, src, bytes, bw] {
       const auto start = std::chrono::steady_clock::now();
@@ -420,12 +376,9 @@ class host_sim_transport {
   /// @brief Copies device → host on @p s.
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     require(s);
-    {
-      std::lock_guard lock(state_->mutex);
-      DDO_EXPECTS(detail::host_sim_state::contains(state_->device, src, bytes),
-                  "host_sim_transport::copy_to_host: source range of " + std::to_string(bytes) +
-                      " bytes is not inside one device allocation");
-    }
+    DDO_EXPECTS(state_->ledger.contains(ledger_kind::device, src, bytes),
+                "host_sim_transport::copy_to_host: source range of " + std::to_string(bytes) +
+                    " bytes is not inside one device allocation");
     const double bw = state_->options.bandwidth_bytes_per_second;
     s.state->enqueue([dst, src, bytes, bw] {
       const auto start = std::chrono::steady_clock::now();
@@ -437,38 +390,33 @@ class host_sim_transport {
   /// @brief Sets device bytes to @p value on @p s (poisoning).
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
     require(s);
-    {
-      std::lock_guard lock(state_->mutex);
-      DDO_EXPECTS(detail::host_sim_state::contains(state_->device, dst, bytes),
-                  "host_sim_transport::fill_device: range is not inside one device allocation");
-    }
+    DDO_EXPECTS(state_->ledger.contains(ledger_kind::device, dst, bytes),
+                "host_sim_transport::fill_device: range is not inside one device allocation");
     s.state->enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
   }
 
   [[nodiscard]] device_memory_info device_memory() const {
-    std::lock_guard lock(state_->mutex);
     const std::uint64_t cap = state_->options.device_capacity_bytes;
-    return {cap > state_->device_in_use ? cap - state_->device_in_use : 0, cap};
+    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
+    return {cap > used ? cap - used : 0, cap};
   }
 
   // --- accounting (for tests and metrics) ----------------------------------------------------
-  [[nodiscard]] std::uint64_t device_bytes_in_use() const { return read(&detail::host_sim_state::device_in_use); }
-  [[nodiscard]] std::uint64_t peak_device_bytes() const { return read(&detail::host_sim_state::device_peak); }
+  /// @brief The shared account of this simulated device's allocations.
+  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->ledger; }
+  [[nodiscard]] std::uint64_t device_bytes_in_use() const { return state_->ledger.in_use(ledger_kind::device); }
+  [[nodiscard]] std::uint64_t peak_device_bytes() const { return state_->ledger.peak(ledger_kind::device); }
   /// @brief Pinned host bytes: allocate_pinned plus register_host.
   [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->pinned_in_use + state_->registered_in_use;
+    return state_->ledger.in_use(ledger_kind::pinned) + state_->ledger.in_use(ledger_kind::registered);
   }
-  [[nodiscard]] std::uint64_t registered_bytes_in_use() const { return read(&detail::host_sim_state::registered_in_use); }
+  [[nodiscard]] std::uint64_t registered_bytes_in_use() const { return state_->ledger.in_use(ledger_kind::registered); }
   /// @brief Copies whose source was neither pinned nor registered (ddo keeps this at zero).
-  [[nodiscard]] std::uint64_t pageable_direct_copies() const { return read(&detail::host_sim_state::pageable_direct_copies); }
-  [[nodiscard]] std::uint64_t copies_issued() const { return read(&detail::host_sim_state::copies); }
-  [[nodiscard]] std::uint64_t bytes_to_device() const { return read(&detail::host_sim_state::bytes_to_device); }
+  [[nodiscard]] std::uint64_t pageable_direct_copies() const { return state_->pageable_direct_copies.load(); }
+  [[nodiscard]] std::uint64_t copies_issued() const { return state_->copies.load(); }
+  [[nodiscard]] std::uint64_t bytes_to_device() const { return state_->bytes_to_device.load(); }
   /// @brief Resets the peak to the current use (between phases of a test).
-  void reset_peak() {
-    std::lock_guard lock(state_->mutex);
-    state_->device_peak = state_->device_in_use;
-  }
+  void reset_peak() { state_->ledger.reset_peak(ledger_kind::device); }
 
  private:
   static void throttle(std::chrono::steady_clock::time_point start, std::size_t bytes, double bw) {
@@ -483,15 +431,12 @@ class host_sim_transport {
   static void require(const event& e) {
     DDO_EXPECTS(e.state_ != nullptr, "host_sim_transport: null or moved-from event");
   }
-  std::uint64_t read(std::uint64_t detail::host_sim_state::*member) const {
-    std::lock_guard lock(state_->mutex);
-    return (*state_).*member;
-  }
 
   std::shared_ptr<detail::host_sim_state> state_;
 };
 
 static_assert(transport<host_sim_transport>);
+static_assert(transport_with_ledger<host_sim_transport>);
 
 }  // namespace v0
 }  // namespace ddo

@@ -5,13 +5,14 @@
 /// of slots), on streams created with cudaStreamNonBlocking and ordered by events created with
 /// cudaEventDisableTiming (timing events only where metrics ask for them).
 ///
-/// The transport keeps a table of its device allocations so that a copy outside one is a
-/// usage_error before it reaches the driver, and counts pinned/registered bytes for the
-/// runtime's accounting. Every CUDA call is checked: a failure is a ddo::cuda_error naming it.
+/// The transport accounts for its device, pinned and registered bytes in an allocation_ledger
+/// (transport/allocation_ledger.hpp). In checked builds (ledger_checks_copies) a copy outside a
+/// device allocation is a usage_error before it reaches the driver; release builds skip that
+/// lookup, so the copy path takes no lock. Every CUDA call is checked: a failure is a
+/// ddo::cuda_error naming it.
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
 
 namespace ddo {
@@ -37,20 +39,8 @@ struct linear_options {
 namespace detail {
 struct linear_state {
   linear_options options;
-  std::mutex mutex;
-  std::map<const std::byte*, std::uint64_t> device;
-  std::uint64_t device_in_use = 0;
-  std::uint64_t device_peak = 0;
-  std::uint64_t pinned_in_use = 0;
-  std::uint64_t registered_in_use = 0;
-  std::map<const void*, std::uint64_t> registered;
-
-  bool in_device(const std::byte* p, std::uint64_t n) {
-    auto it = device.upper_bound(p);
-    if (it == device.begin()) return false;
-    --it;
-    return p >= it->first && p + n <= it->first + it->second;
-  }
+  std::mutex alloc_mutex;  // makes "check the limit, then allocate" one step (setup-time calls)
+  allocation_ledger ledger;
 };
 }  // namespace detail
 
@@ -169,14 +159,15 @@ class linear_transport {
 
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "linear_transport::allocate_device: zero bytes requested");
-    std::lock_guard lock(state_->mutex);
+    std::lock_guard lock(state_->alloc_mutex);
     const std::uint64_t limit = state_->options.device_limit_bytes;
-    if (limit != 0 && state_->device_in_use + bytes > limit)
-      throw out_of_memory("device", bytes, limit - state_->device_in_use,
+    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
+    if (limit != 0 && used + bytes > limit)
+      throw out_of_memory("device", bytes, limit > used ? limit - used : 0,
                           "linear: device allocation of " + std::to_string(bytes) +
                               " bytes refused: the transport's device limit is " +
-                              std::to_string(limit) + " bytes and " +
-                              std::to_string(state_->device_in_use) + " are in use");
+                              std::to_string(limit) + " bytes and " + std::to_string(used) +
+                              " are in use");
     void* p = nullptr;
     const cudaError_t status = cudaMalloc(&p, bytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -189,22 +180,12 @@ class linear_transport {
     }
     DDO_CUDA_TRY(status);
     auto* b = static_cast<std::byte*>(p);
-    state_->device.emplace(b, bytes);
-    state_->device_in_use += bytes;
-    if (state_->device_in_use > state_->device_peak) state_->device_peak = state_->device_in_use;
+    state_->ledger.add(ledger_kind::device, b, bytes, "linear_transport::allocate_device");
     return b;
   }
 
   void free_device(std::byte* p, std::size_t bytes) {
-    {
-      std::lock_guard lock(state_->mutex);
-      auto it = state_->device.find(p);
-      DDO_EXPECTS(it != state_->device.end() && it->second == bytes,
-                  "linear_transport::free_device: pointer/size pair was not returned by "
-                  "allocate_device");
-      state_->device.erase(it);
-      state_->device_in_use -= bytes;
-    }
+    state_->ledger.remove(ledger_kind::device, p, bytes, "linear_transport::free_device");
     DDO_CUDA_TRY(cudaFree(p));
   }
 
@@ -212,15 +193,13 @@ class linear_transport {
     DDO_EXPECTS(bytes > 0, "linear_transport::allocate_pinned: zero bytes requested");
     void* p = nullptr;
     DDO_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
-    std::lock_guard lock(state_->mutex);
-    state_->pinned_in_use += bytes;
+    state_->ledger.add(ledger_kind::pinned, p, bytes, "linear_transport::allocate_pinned");
     return static_cast<std::byte*>(p);
   }
 
   void free_pinned(std::byte* p, std::size_t bytes) {
+    state_->ledger.remove(ledger_kind::pinned, p, bytes, "linear_transport::free_pinned");
     DDO_CUDA_TRY(cudaFreeHost(p));
-    std::lock_guard lock(state_->mutex);
-    state_->pinned_in_use -= bytes;
   }
 
   /// @brief cudaHostRegister; false (error cleared) when the driver refuses.
@@ -233,75 +212,64 @@ class linear_transport {
       (void)cudaGetLastError();
       return false;
     }
-    std::lock_guard lock(state_->mutex);
-    state_->registered.emplace(p, bytes);
-    state_->registered_in_use += bytes;
+    state_->ledger.add(ledger_kind::registered, p, bytes, "linear_transport::register_host");
     return true;
   }
 
   void unregister_host(void* p) {
-    {
-      std::lock_guard lock(state_->mutex);
-      auto it = state_->registered.find(p);
-      DDO_EXPECTS(it != state_->registered.end(),
-                  "linear_transport::unregister_host: pointer was not registered");
-      state_->registered_in_use -= it->second;
-      state_->registered.erase(it);
-    }
+    state_->ledger.remove(ledger_kind::registered, p, 0, "linear_transport::unregister_host");
     DDO_CUDA_TRY(cudaHostUnregister(p));
   }
 
   /// @brief cudaMemcpyAsync host → device on @p s. The source must be pinned or registered and
   /// stay unchanged until the copy completed (record an event after it).
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    check_device_range(dst, bytes, "copy_to_device");
+    if constexpr (ledger_checks_copies) check_device_range(dst, bytes, "copy_to_device");
     DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.handle));
   }
   /// @brief cudaMemcpyAsync device → host on @p s.
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    check_device_range(src, bytes, "copy_to_host");
+    if constexpr (ledger_checks_copies) check_device_range(src, bytes, "copy_to_host");
     DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s.handle));
   }
   /// @brief cudaMemsetAsync on @p s (poisoning).
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
-    check_device_range(dst, bytes, "fill_device");
+    if constexpr (ledger_checks_copies) check_device_range(dst, bytes, "fill_device");
     DDO_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, s.handle));
   }
 
   /// @brief Free and total device memory (cudaMemGetInfo), capped by device_limit_bytes.
   [[nodiscard]] device_memory_info device_memory() const {
     auto info = query_device_memory(state_->options.device);
-    std::lock_guard lock(state_->mutex);
     const std::uint64_t limit = state_->options.device_limit_bytes;
     if (limit != 0) {
-      const std::uint64_t left = limit > state_->device_in_use ? limit - state_->device_in_use : 0;
+      const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
+      const std::uint64_t left = limit > used ? limit - used : 0;
       if (left < info.free_bytes) info.free_bytes = left;
       if (limit < info.total_bytes) info.total_bytes = limit;
     }
     return info;
   }
 
+  /// @brief The shared account of this transport's allocations.
+  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->ledger; }
   [[nodiscard]] std::uint64_t device_bytes_in_use() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->device_in_use;
+    return state_->ledger.in_use(ledger_kind::device);
   }
   [[nodiscard]] std::uint64_t peak_device_bytes() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->device_peak;
+    return state_->ledger.peak(ledger_kind::device);
   }
   [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->pinned_in_use + state_->registered_in_use;
+    return state_->ledger.in_use(ledger_kind::pinned) +
+           state_->ledger.in_use(ledger_kind::registered);
   }
   [[nodiscard]] std::uint64_t registered_bytes_in_use() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->registered_in_use;
+    return state_->ledger.in_use(ledger_kind::registered);
   }
 
  private:
   void check_device_range(const std::byte* p, std::size_t bytes, const char* what) const {
-    std::lock_guard lock(state_->mutex);
-    if (!state_->in_device(p, bytes))
+    if (!state_->ledger.contains(ledger_kind::device, p, bytes))
       throw usage_error(std::string("linear_transport::") + what + ": range of " +
                         std::to_string(bytes) +
                         " bytes is not inside one device allocation of this transport");
@@ -310,6 +278,8 @@ class linear_transport {
 };
 
 static_assert(transport<linear_transport>);
+static_assert(transport_with_ledger<linear_transport>);
+static_assert(transport_with_thread_binding<linear_transport>);
 
 }  // namespace v0
 }  // namespace ddo

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The runtime's own budget check (not API): a plan whose resident arena plus slot ring
+/// does not fit the device budget or the free device memory, or whose pinned weights exceed the
+/// pinned budget, is refused at setup with the numbers. The ring is ring_bytes_for() of the
+/// layout's largest slot (device_footprint.hpp): the formula setup uses for the machine the plan
+/// sees, so what is planned is what is allocated.
+
+#include <cstdint>
+#include <string>
+
+#include "ddo/core/error.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/detail/human_bytes.hpp"
+#include "ddo/runtime/device_footprint.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+/// Device bytes the runtime allocates for @p layout: resident arena + ring.
+[[nodiscard]] inline std::uint64_t runtime_device_bytes(const group_layout& layout) noexcept {
+  return layout.resident_bytes + ring_bytes_for(layout.slot_bytes, layout.slot_count);
+}
+
+/// @throws out_of_memory("device", ...) or out_of_memory("pinned host", ...) with the numbers.
+/// @param device_free_bytes what the transport reports free now.
+inline void check_runtime_budgets(const group_layout& layout, const offload_plan& plan,
+                                  const runtime_options& options, std::uint64_t device_free_bytes) {
+  const std::uint64_t need = runtime_device_bytes(layout);
+  auto describe = [&] {
+    return "resident weights " + human_bytes(layout.resident_bytes) + " + ring of " +
+           std::to_string(layout.slot_count) + " slots x " + human_bytes(layout.slot_bytes) +
+           " (the largest streamed group) = " + human_bytes(need);
+  };
+  if (options.device_budget_bytes != 0 && need > options.device_budget_bytes)
+    throw out_of_memory("device", need, options.device_budget_bytes,
+                        "offloader setup refused: " + describe() + " exceeds the device budget of " +
+                            human_bytes(options.device_budget_bytes) +
+                            "; lower the resident budget, use smaller groups or fewer slots");
+  if (need > device_free_bytes)
+    throw out_of_memory("device", need, device_free_bytes,
+                        "offloader setup refused: " + describe() + " but only " +
+                            human_bytes(device_free_bytes) + " of device memory are free");
+  const std::uint64_t pinned = layout.pinned_weight_bytes();  // as the planner counted them
+  const std::uint64_t pin_budget =
+      options.pinned_budget_bytes != 0 ? options.pinned_budget_bytes : plan.budgets.pin_budget_bytes;
+  if (pin_budget != 0 && pinned > pin_budget)
+    throw out_of_memory("pinned host", pinned, pin_budget,
+                        "offloader setup refused: the plan pins " + human_bytes(pinned) +
+                            " but the pinned budget is " + human_bytes(pin_budget));
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Group layout (not API): where every weight of a plan goes — its offset in the resident
+/// arena, or its offset in a ring slot and the source its bytes come from — computed once at
+/// setup from the table, the plan and the runtime options. Pure host logic: no transport.
+///
+/// Slot layout of a streamed group: pinned weights packed into a block first (one contiguous
+/// copy), then pinned weights registered in place (one copy each), then staged weights
+/// (pageable and file, through the staging buffers). Every weight starts at an alignment
+/// boundary, so a group's slot is slot_bytes_for() of its streamed weights (device_footprint.hpp).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ddo/memory/pinned_weight_cache.hpp"
+#include "ddo/model/file_reader.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/runtime/metrics.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+inline constexpr std::size_t no_group = std::numeric_limits<std::size_t>::max();
+inline constexpr std::uint64_t not_streamed = std::numeric_limits<std::uint64_t>::max();
+
+/// Bytes of one weight copied from host memory or read from a file into a device range.
+struct staged_piece {
+  std::uint64_t slot_offset = 0;     // offset in the destination (slot or resident arena)
+  std::uint64_t bytes = 0;
+  const std::byte* host = nullptr;   // host source; null: read from file
+  std::size_t file = 0;
+  std::uint64_t file_offset = 0;
+  transfer_source source = transfer_source::pageable_staged;
+};
+
+/// Everything the runtime precomputes about one execution group.
+struct group_runtime {
+  std::string name;
+  std::vector<std::size_t> weights;        // weight-table indices, plan order
+  std::vector<std::uint64_t> slot_offset;  // per weight; not_streamed for resident ones
+  std::vector<std::byte*> resident;        // per weight; resident device address or null
+  std::uint64_t pinned_bytes = 0;          // slot bytes [0, pinned_bytes) come from `block`
+  std::uint64_t packed_weight_bytes = 0;   // weight bytes in `block` (without alignment)
+  std::shared_ptr<pinned_block> block;
+  bool pinned_staged = false;              // pinning failed: the block is staged like pageable
+  std::vector<staged_piece> in_place;      // pinned weights registered where the engine has them
+  std::vector<staged_piece> staged;        // sorted by slot offset
+  std::uint64_t slot_bytes = 0;            // bytes of the slot this group uses
+  std::array<std::uint64_t, transfer_source_count> bytes_by_source{};
+  std::vector<std::byte*> pointers;        // lease pointers of a group that is not streamed
+  int leases = 0;
+  [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0; }
+  [[nodiscard]] bool has_block_copy() const noexcept { return pinned_bytes > 0 && !pinned_staged; }
+  [[nodiscard]] bool has_copy_part() const noexcept { return has_block_copy() || !in_place.empty(); }
+  [[nodiscard]] bool has_staged_part() const noexcept { return !staged.empty(); }
+  [[nodiscard]] std::uint64_t load_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (auto b : bytes_by_source) n += b;
+    return n;
+  }
+};
+
+/// The layout of a whole plan.
+struct group_layout {
+  std::vector<group_runtime> groups;
+  std::unordered_map<std::string, std::size_t> group_index;  // name -> group
+  std::vector<std::size_t> group_of;            // per weight: its group or no_group
+  std::vector<std::uint64_t> resident_offset;   // per weight: arena offset or not_streamed
+  std::uint64_t resident_bytes = 0;             // arena size (aligned)
+  std::uint64_t resident_weight_bytes = 0;      // weight bytes in the arena (unaligned)
+  std::uint64_t slot_bytes = 0;                 // the largest streamed group's slot
+  std::size_t slot_count = 0;                   // slots of the ring (0: nothing streamed)
+  std::size_t prefetch_depth = 0;               // bounded by the ring
+  std::size_t max_group_weights = 0;            // most weights in one streamed group
+  std::vector<std::size_t> streamed_order;      // streamed groups, plan order
+  std::vector<bool> file_used;                  // per table file: read by this plan
+  bool staging_needed = false;                  // some bytes go through the staging buffers
+
+  /// Whether pinned weight @p w is copied into a packed block (not registered in place).
+  [[nodiscard]] static bool packed(const weight_table& table, const runtime_options& o,
+                                   std::size_t w) {
+    return !(o.pin_in_place && std::holds_alternative<host_source>(table[w].source));
+  }
+  [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const;
+  /// Weight bytes that setup reads from files (packed pinned weights and residents).
+  [[nodiscard]] std::uint64_t pinned_weight_bytes() const noexcept;
+};
+
+/// Validates @p plan against @p table and lays it out. Normalises @p options in place (the
+/// chunk floor of max_copy_bytes). @throws usage_error naming the weight, group or option.
+[[nodiscard]] group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
+                                             runtime_options& options);
+
+/// The table's files this layout reads, opened with @p backend (null for files it does not).
+using source_files = std::vector<std::unique_ptr<file_reader>>;
+[[nodiscard]] source_files open_source_files(const weight_table& table, const group_layout& layout,
+                                             safetensors_backend backend);
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo
+
+#include "ddo/runtime/detail/group_layout_impl.hpp"

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Definitions of group_layout.hpp (not API).
+
+#include <algorithm>
+#include <string>
+#include <variant>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/device_footprint.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+inline std::optional<std::size_t> group_layout::find_group(std::string_view name) const {
+  auto it = group_index.find(std::string(name));
+  if (it == group_index.end()) return std::nullopt;
+  return it->second;
+}
+
+inline std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
+  std::uint64_t pinned = 0;
+  for (const auto& gr : groups)
+    pinned += gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)];
+  return pinned;
+}
+
+namespace layout_detail {
+
+inline void check_source(const weight_table& table, const offload_plan& plan, std::size_t w) {
+  const auto& info = table[w];
+  if (const auto* h = std::get_if<host_source>(&info.source))
+    DDO_EXPECTS(h->data != nullptr || info.bytes == 0,
+                "offloader: weight '" + info.name + "' has a null host pointer");
+  if (plan.decisions[w].where == placement::file)
+    DDO_EXPECTS(std::holds_alternative<file_source>(info.source),
+                "offloader: weight '" + info.name + "' is placed 'file' but its source is host memory");
+}
+
+/// One group's slot: pass 0 packed pinned weights, 1 pinned in place, 2 staged weights.
+inline void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_plan& plan,
+                         const runtime_options& options) {
+  const std::uint64_t align = options.alignment;
+  gr.slot_offset.assign(gr.weights.size(), not_streamed);
+  std::vector<std::size_t> streamed;
+  std::uint64_t cursor = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+      const std::size_t w = gr.weights[i];
+      const auto where = plan.decisions[w].where;
+      if (where == placement::gpu_resident) continue;
+      const auto& info = table[w];
+      const bool pinned = where == placement::pinned_host;
+      const int weight_pass = !pinned ? 2 : (group_layout::packed(table, options, w) ? 0 : 1);
+      if (weight_pass != pass) continue;
+      streamed.push_back(w);
+      gr.slot_offset[i] = cursor;
+      if (pinned) {
+        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] += info.bytes;
+        if (pass == 0) gr.packed_weight_bytes += info.bytes;
+        if (pass == 1 && info.bytes > 0) {
+          staged_piece piece;
+          piece.slot_offset = cursor;
+          piece.bytes = info.bytes;
+          piece.host = std::get<host_source>(info.source).data;
+          piece.source = transfer_source::pinned;
+          gr.in_place.push_back(piece);
+        }
+      } else {
+        staged_piece piece;
+        piece.slot_offset = cursor;
+        piece.bytes = info.bytes;
+        if (const auto* f = std::get_if<file_source>(&info.source)) {
+          piece.file = f->file_index;
+          piece.file_offset = f->offset;
+          piece.source = transfer_source::file;
+        } else {
+          piece.host = std::get<host_source>(info.source).data;
+        }
+        gr.bytes_by_source[static_cast<std::size_t>(piece.source)] += info.bytes;
+        if (piece.bytes > 0) gr.staged.push_back(piece);
+      }
+      cursor = round_up(cursor + info.bytes, align);
+    }
+    if (pass == 0) gr.pinned_bytes = cursor;
+  }
+  // The same formula the planner's machine sees (device_footprint.hpp).
+  gr.slot_bytes = slot_bytes_for(table, streamed, align);
+}
+
+}  // namespace layout_detail
+
+inline group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
+                                      runtime_options& options) {
+  DDO_EXPECTS(plan.decisions.size() == table.size(),
+              "offloader: the plan has " + std::to_string(plan.decisions.size()) +
+                  " decisions but the weight table has " + std::to_string(table.size()) +
+                  " weights; make the plan from this table");
+  const std::uint64_t align = options.alignment;
+  DDO_EXPECTS(align != 0 && (align & (align - 1)) == 0,
+              "runtime_options::alignment must be a power of two, got " + std::to_string(align));
+  DDO_EXPECTS(options.staging_buffer_bytes >= 4096,
+              "runtime_options::staging_buffer_bytes must be at least 4096, got " +
+                  std::to_string(options.staging_buffer_bytes));
+  group_layout l;
+  l.group_of.assign(table.size(), no_group);
+  l.groups.resize(plan.groups.size());
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    const auto& pg = plan.groups[g];
+    auto& gr = l.groups[g];
+    gr.name = pg.name.empty() ? "group " + std::to_string(g) : pg.name;
+    l.group_index.emplace(gr.name, g);
+    gr.weights = pg.weights;
+    for (std::size_t w : pg.weights) {
+      DDO_EXPECTS(w < table.size(), "offloader: group '" + gr.name + "' names weight index " +
+                                        std::to_string(w) + " but the table has " +
+                                        std::to_string(table.size()) + " weights");
+      DDO_EXPECTS(l.group_of[w] == no_group,
+                  "offloader: weight '" + table[w].name + "' is in two groups ('" +
+                      l.groups[l.group_of[w]].name + "' and '" + gr.name + "')");
+      l.group_of[w] = g;
+    }
+  }
+  // Residents: every gpu_resident weight, grouped or not, in one device arena.
+  l.resident_offset.assign(table.size(), not_streamed);
+  std::uint64_t cursor = 0;
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    const auto& info = table[w];
+    layout_detail::check_source(table, plan, w);
+    if (plan.decisions[w].where == placement::gpu_resident) {
+      l.resident_offset[w] = cursor;
+      l.resident_weight_bytes += info.bytes;
+      cursor = round_up(cursor + std::max<std::uint64_t>(info.bytes, 1), align);
+    } else {
+      DDO_EXPECTS(l.group_of[w] != no_group,
+                  "offloader: weight '" + info.name + "' is placed " +
+                      std::string(to_string(plan.decisions[w].where)) +
+                      " but belongs to no group, so it would never reach the device");
+    }
+  }
+  l.resident_bytes = cursor;
+  for (std::size_t g = 0; g < l.groups.size(); ++g) {
+    auto& gr = l.groups[g];
+    layout_detail::lay_out_slot(gr, table, plan, options);
+    if (gr.has_staged_part()) l.staging_needed = true;
+    l.slot_bytes = std::max(l.slot_bytes, gr.slot_bytes);
+    if (gr.streamed()) {
+      l.streamed_order.push_back(g);
+      l.max_group_weights = std::max(l.max_group_weights, gr.weights.size());
+    }
+  }
+  // Resident uploads go through the staging buffers too.
+  if (l.resident_bytes > 0) l.staging_needed = true;
+  l.file_used.assign(table.files().size(), false);
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (const auto* f = std::get_if<file_source>(&table[w].source))
+      if (l.group_of[w] != no_group || l.resident_offset[w] != not_streamed)
+        l.file_used[f->file_index] = true;
+  l.slot_count = std::min(options.slot_count, l.streamed_order.size());
+  DDO_EXPECTS(l.streamed_order.empty() || l.slot_count >= 1,
+              "runtime_options::slot_count must be at least 1 when groups are streamed");
+  l.prefetch_depth = std::min(options.prefetch_depth, l.slot_count);
+  if (options.max_copy_bytes != 0) options.max_copy_bytes = std::max(options.max_copy_bytes, 16 * mib);
+  return l;
+}
+
+inline source_files open_source_files(const weight_table& table, const group_layout& layout,
+                                      safetensors_backend backend) {
+  source_files files(table.files().size());
+  for (std::size_t f = 0; f < layout.file_used.size(); ++f)
+    if (layout.file_used[f]) files[f] = std::make_unique<file_reader>(table.files()[f], backend);
+  return files;
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Definitions of offloader_core.hpp: the hot path, metrics, bindings (not API; setup is
+/// in offloader_core_setup.hpp). Out of the class on purpose: they are not
+/// implicitly inline, so `extern template` (extern_templates.hpp) keeps them out of every TU
+/// but the one that instantiates them.
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "ddo/core/error.hpp"
+#include "ddo/runtime/detail/nvtx_range.hpp"
+#include "ddo/runtime/detail/offloader_core.hpp"
+#include "ddo/runtime/detail/offloader_core_setup.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+// --- the hot path -----------------------------------------------------------------------------
+
+template <class T>
+auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
+  DDO_EXPECTS(g < layout_.groups.size(), "acquire: group index " + std::to_string(g) +
+                                             " is out of range; the plan has " +
+                                             std::to_string(layout_.groups.size()) + " groups");
+  nvtx_range range(options_.nvtx, "ddo acquire");
+  staging_.rethrow_error();
+  timing_.note_acquire(g);
+  auto& gr = layout_.groups[g];
+  auto& step = timing_.current();
+  ++step.acquires;
+  int slot = -1;
+  if (gr.streamed()) {
+    slot = ring_schedule_.slot_of(g);
+    if (slot >= 0) {
+      ++step.hits;
+    } else {
+      ++step.misses;
+      slot = ring_schedule_.victim_for_miss(g);
+      if (slot < 0) throw_ring_full(g);
+      load(g, static_cast<std::size_t>(slot));
+    }
+    auto& st = slots_[static_cast<std::size_t>(slot)];
+    wait_staged(st);
+    if (timing_.timing()) {
+      const std::size_t a = timing_.take(), b = timing_.take();
+      t_.record(timing_.at(a), s);
+      t_.wait(s, st.ready);
+      t_.record(timing_.at(b), s);
+      timing_.add_pending(span_kind::stall, g, 0, a, b, 0);
+    } else {
+      t_.wait(s, st.ready);
+    }
+    ring_schedule_.hold(static_cast<std::size_t>(slot));
+  }
+  ++gr.leases;
+  ++live_leases_;
+  std::byte* const* ptrs =
+      slot >= 0 ? slots_[static_cast<std::size_t>(slot)].pointers.data() : gr.pointers.data();
+  lease_type result(this, g, slot, s, ptrs, gr.weights.size());
+  ring_schedule_.acquired(g);
+  prefetch();
+  if (bindings_.any(g)) bindings_.write(g, ptrs);
+  timing_.lease_started(g);
+  return result;
+}
+
+template <class T>
+void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
+  nvtx_range range(options_.nvtx, "ddo release");
+  auto& gr = layout_.groups[g];
+  --live_leases_;
+  if (--gr.leases == 0) bindings_.restore(g);
+  if (slot >= 0) {
+    auto& st = slots_[static_cast<std::size_t>(slot)];
+    // One release event covers every lease of this occupancy: a release on another stream
+    // than the previous one first waits on it, so re-recording loses none of the readers.
+    if (st.released && !(st.release_stream == s)) t_.wait(s, st.release);
+    t_.record(st.release, s);
+    st.released = true;
+    st.release_stream = s;
+    ring_schedule_.drop(static_cast<std::size_t>(slot));
+  }
+  timing_.lease_ended(g);
+  prefetch();
+}
+
+template <class T>
+std::byte* offloader_core<T>::lease_data(std::size_t g, std::byte* const* ptrs,
+                                         std::string_view name) const {
+  const auto& gr = layout_.groups[g];
+  for (std::size_t i = 0; i < gr.weights.size(); ++i)
+    if ((*table_)[gr.weights[i]].name == name) return ptrs[i];
+  throw usage_error("lease::data: weight '" + std::string(name) + "' is not in group '" + gr.name + "'");
+}
+
+template <class T>
+std::size_t offloader_core<T>::lease_weight_index(std::size_t g, std::size_t i) const {
+  const auto& gr = layout_.groups[g];
+  DDO_EXPECTS(i < gr.weights.size(), "lease: weight position " + std::to_string(i) +
+                                         " is out of range; group '" + gr.name + "' has " +
+                                         std::to_string(gr.weights.size()) + " weights");
+  return gr.weights[i];
+}
+
+template <class T>
+void offloader_core<T>::throw_ring_full(std::size_t g) const {
+  std::string held;
+  for (std::size_t s = 0; s < ring_schedule_.slot_count(); ++s) {
+    if (!held.empty()) held += ", ";
+    held += "'" + layout_.groups[ring_schedule_.occupant(s)].name + "'";
+  }
+  throw usage_error("acquire('" + layout_.groups[g].name + "'): all " + std::to_string(slots_.size()) +
+                    " slots of the ring are held by live leases (" + held +
+                    "); drop a lease before acquiring another group, or raise slot_count");
+}
+
+/// Where group g's image goes in slot st: the slot's base, or (a transport with slot binding,
+/// e.g. VMM) the address the transport maps for g — asked at load time, after the previous
+/// occupant's release event was recorded (the transport may wait on it before remapping).
+template <class T>
+void offloader_core<T>::bind_slot_to(slot_state<T>& st, std::size_t g) {
+  if constexpr (transport_with_slot_binding<T>)
+    st.image = t_.bind_slot(st.base, layout_.slot_bytes, g, st.release);
+  else
+    st.image = st.base;
+  const auto& gr = layout_.groups[g];
+  for (std::size_t i = 0; i < gr.weights.size(); ++i)
+    st.pointers[i] = gr.slot_offset[i] == not_streamed ? gr.resident[i] : st.image + gr.slot_offset[i];
+}
+
+template <class T>
+void offloader_core<T>::wait_staged(slot_state<T>& st) {
+  if (st.staged_ticket == 0) return;
+  const double waited = staging_.wait_recorded(st.staged_ticket);
+  if (waited > 0.0) timing_.current().host_wait_ms += waited;
+}
+
+template <class T>
+void offloader_core<T>::prefetch() {
+  if (!ring_schedule_.prefetch([this](std::size_t g, std::size_t s) { load(g, s); }))
+    ++timing_.current().deferred_prefetches;
+}
+
+/// Starts bringing group g into slot s (which no lease holds).
+template <class T>
+void offloader_core<T>::load(std::size_t g, std::size_t s) {
+  auto& st = slots_[s];
+  auto& gr = layout_.groups[g];
+  wait_staged(st);  // the previous occupant's staging job must have recorded its events
+  ring_schedule_.assign(g, s);
+  bind_slot_to(st, g);
+  st.released = false;
+  auto& step = timing_.current();
+  ++step.group_loads;
+  for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += gr.bytes_by_source[i];
+  const std::uint64_t bytes = gr.load_bytes();
+  std::size_t t_start = no_group, t_end = no_group;
+  if (timing_.timing()) {
+    t_start = timing_.take();
+    t_end = timing_.take();
+  }
+  if (gr.has_copy_part()) {
+    const auto v = T::view(copy_stream_);
+    t_.wait(v, st.release);
+    t_.wait(v, st.ready);
+    if (options_.poison_slots) t_.fill_device(st.image, 0xCD, gr.slot_bytes, v);
+    if (t_start != no_group) t_.record(timing_.at(t_start), v);
+    if (gr.has_block_copy()) {
+      const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
+      for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
+        t_.copy_to_device(st.image + off, gr.block->data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+        ++step.copies;
+      }
+    }
+    for (const auto& piece : gr.in_place) {
+      t_.copy_to_device(st.image + piece.slot_offset, piece.host, piece.bytes, v);
+      ++step.copies;
+    }
+    if (!gr.has_staged_part()) {
+      if (t_end != no_group) t_.record(timing_.at(t_end), v);
+      t_.record(st.ready, v);
+      if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, 0);
+      return;
+    }
+    t_.record(st.ready, v);  // the staging job waits on it, then re-records it
+  }
+  typename staging_worker<T>::job job;
+  job.release = &st.release;
+  job.ready = &st.ready;
+  job.image = st.image;
+  job.poison_bytes = options_.poison_slots && !gr.has_copy_part() ? gr.slot_bytes : 0;
+  job.pieces = &gr.staged;
+  job.timing_start = gr.has_copy_part() || t_start == no_group ? nullptr : &timing_.at(t_start);
+  job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
+  step.copies += staging_.estimate_copies(gr.staged);
+  st.staged_ticket = staging_.submit(job);
+  if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, st.staged_ticket);
+}
+
+// --- steps, metrics, bindings, queries -----------------------------------------------------------
+
+template <class T>
+void offloader_core<T>::begin_step() {
+  timing_.begin_step();
+}
+
+template <class T>
+offload_metrics offloader_core<T>::metrics(bool wait) {
+  timing_.harvest(wait);
+  offload_metrics m;
+  m.route = options_.route;
+  m.transport = std::string(t_.name());
+  m.timing = options_.metrics;
+  m.steps = timing_.steps();
+  for (const auto& s : m.steps) m.totals += s;
+  m.resident_bytes = resident_.bytes;
+  m.slot_bytes = layout_.slot_bytes;
+  m.slot_count = slots_.size();
+  m.pinned_bytes = pinning_.pinned_bytes();
+  m.pin_fallback_bytes = pinning_.fallback_bytes();
+  m.staging_bytes = staging_.buffer_bytes();
+  m.device_bytes = resident_.bytes + ring_.bytes;
+  m.peak_device_bytes = peak_device_bytes_;
+  m.cached_blocks_reused = pinning_.cached_blocks_reused();
+  return m;
+}
+
+template <class T>
+void offloader_core<T>::synchronize() {
+  staging_.wait_all();
+  t_.synchronize(T::view(copy_stream_));
+  t_.synchronize(staging_.stream());
+}
+
+template <class T>
+void offloader_core<T>::bind(std::size_t w, void* target, void (*write)(void*, void*), void* original) {
+  DDO_EXPECTS(options_.strategy == runtime_strategy::swap,
+              "bind: binding engine pointers is the swap strategy; this offloader runs "
+              "linear_runtime_strategy=functional (use the lease's pointers, or set swap)");
+  DDO_EXPECTS(live_leases_ == 0, "bind: cannot bind while leases are alive");
+  DDO_EXPECTS(w < table_->size(), "bind: weight index out of range");
+  bindings_.bind(w, binding{target, write, original}, (*table_)[w].name);
+}
+
+template <class T>
+void offloader_core<T>::unbind(std::size_t w) {
+  DDO_EXPECTS(live_leases_ == 0, "unbind: cannot unbind while leases are alive");
+  bindings_.unbind(w);
+}
+
+template <class T>
+std::byte* offloader_core<T>::resident_data(std::size_t w) const {
+  DDO_EXPECTS(w < resident_ptr_.size() && resident_ptr_[w] != nullptr,
+              "resident_data: weight is not resident on the device");
+  return resident_ptr_[w];
+}
+
+}  // namespace detail
+
+// --- lease members (need the core) -------------------------------------------------------------
+template <class Transport>
+std::byte* lease<Transport>::data(std::size_t i) const {
+  DDO_EXPECTS(core_ != nullptr, "lease::data: the lease is empty (moved from or released)");
+  DDO_EXPECTS(i < count_, "lease::data: weight position " + std::to_string(i) +
+                              " is out of range; the group has " + std::to_string(count_));
+  return pointers_[i];
+}
+template <class Transport>
+std::byte* lease<Transport>::data(std::string_view name) const {
+  DDO_EXPECTS(core_ != nullptr, "lease::data: the lease is empty (moved from or released)");
+  return core_->lease_data(group_, pointers_, name);
+}
+template <class Transport>
+std::size_t lease<Transport>::weight_index(std::size_t i) const {
+  DDO_EXPECTS(core_ != nullptr, "lease::weight_index: the lease is empty");
+  return core_->lease_weight_index(group_, i);
+}
+template <class Transport>
+void lease<Transport>::reset() noexcept {
+  if (core_ == nullptr) return;
+  auto* core = std::exchange(core_, nullptr);
+  try {
+    core->release(group_, slot_, stream_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddo: releasing group %zu failed: %s\n", group_, e.what());
+  }
+}
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Definitions of offloader_core.hpp's setup and teardown (not API): layout, budgets,
+/// pinning, resident upload, ring, and the one host synchronization of a run. Out of the class
+/// on purpose (see offloader_core_impl.hpp).
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <utility>
+#include <variant>
+
+#include "ddo/runtime/detail/budget_check.hpp"
+#include "ddo/runtime/detail/nvtx_range.hpp"
+#include "ddo/runtime/detail/offloader_core.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+// --- setup ------------------------------------------------------------------------------------
+
+template <class T>
+offloader_core<T>::offloader_core(T transport, const weight_table& table, offload_plan plan,
+                                  runtime_options options)
+    : t_(std::move(transport)),
+      table_(&table),
+      plan_(std::move(plan)),
+      options_(std::move(options)),
+      meter_(options_.on_setup_progress) {
+  const auto setup_start = clock::now();
+  nvtx_range range(options_.nvtx, "ddo setup");
+  try {
+    layout_ = make_group_layout(table, plan_, options_);
+    check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes);
+    resident_ptr_.assign(table.size(), nullptr);
+    {
+      std::vector<std::vector<std::size_t>> weights;
+      for (const auto& gr : layout_.groups) weights.push_back(gr.weights);
+      bindings_.reset(layout_.group_of, weights);
+    }
+    files_ = open_source_files(table, layout_, options_.file_backend);
+    copy_stream_ = t_.make_stream();
+    staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
+    plan_setup_progress();
+    pinning_.pin(t_, layout_, table, plan_, options_, files_, meter_);
+    if (layout_.staging_needed) staging_.ensure_buffers();
+    upload_residents();
+    allocate_ring();
+    ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
+                         layout_.prefetch_depth);
+    timing_.setup(t_, options_.metrics, options_.trace, layout_.groups, staging_);
+    // Setup is the one place that synchronizes: residents must be on the device before the
+    // first lease, and the metrics epoch must be a completed event.
+    t_.synchronize(T::view(copy_stream_));
+    t_.synchronize(staging_.stream());
+    for (auto p : {setup_phase::reading, setup_phase::packing, setup_phase::pinning, setup_phase::uploading})
+      meter_.finish(p);
+    timing_.start_epoch(T::view(copy_stream_));
+    if (layout_.staging_needed) staging_.start(slots_.size() + 1);
+  } catch (...) {
+    teardown();
+    throw;
+  }
+  timing_.setup_finished(setup_start);
+}
+
+template <class T>
+offloader_core<T>::~offloader_core() {
+  if (live_leases_ != 0)
+    std::fprintf(stderr, "ddo: offloader destroyed while %d lease(s) are alive; their pointers dangle\n",
+                 live_leases_);
+  teardown();
+}
+
+/// Totals of the resident phases (pinning plans its own before it starts).
+template <class T>
+void offloader_core<T>::plan_setup_progress() {
+  if (!meter_.active()) return;
+  const auto& table = *table_;
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    if (layout_.resident_offset[w] == not_streamed) continue;
+    if (std::holds_alternative<file_source>(table[w].source)) meter_.plan(setup_phase::reading, table[w].bytes);
+    meter_.plan(setup_phase::uploading, table[w].bytes);
+  }
+}
+
+template <class T>
+void offloader_core<T>::upload_residents() {
+  if (layout_.resident_bytes == 0) return;
+  resident_ = allocate_device_bytes(t_, layout_.resident_bytes);
+  note_device_peak();
+  std::vector<staged_piece> pieces;
+  const auto& table = *table_;
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    if (layout_.resident_offset[w] == not_streamed) continue;
+    resident_ptr_[w] = resident_.data + layout_.resident_offset[w];
+    const auto& info = table[w];
+    if (info.bytes == 0) continue;
+    staged_piece p;
+    p.slot_offset = layout_.resident_offset[w];
+    p.bytes = info.bytes;
+    if (const auto* h = std::get_if<host_source>(&info.source)) {
+      p.host = h->data;
+    } else {
+      const auto& f = std::get<file_source>(info.source);
+      p.file = f.file_index;
+      p.file_offset = f.offset;
+    }
+    pieces.push_back(p);
+  }
+  meter_.start(setup_phase::uploading);
+  staging_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
+}
+
+template <class T>
+void offloader_core<T>::allocate_ring() {
+  for (auto& gr : layout_.groups) {
+    gr.resident.assign(gr.weights.size(), nullptr);
+    for (std::size_t i = 0; i < gr.weights.size(); ++i) gr.resident[i] = resident_ptr_[gr.weights[i]];
+    if (!gr.streamed()) gr.pointers = gr.resident;
+  }
+  const std::size_t count = layout_.slot_count;
+  if (count == 0) return;
+  const std::uint64_t slot = layout_.slot_bytes;
+  ring_ = allocate_device_bytes(t_, ring_bytes_for(slot, count));
+  note_device_peak();
+  slots_.resize(count);
+  for (std::size_t s = 0; s < count; ++s) {
+    auto& st = slots_[s];
+    st.base = ring_.data + s * slot;
+    st.image = st.base;
+    st.pointers.assign(layout_.max_group_weights, nullptr);
+    st.ready = t_.make_event(false);
+    st.release = t_.make_event(false);
+    if (options_.poison_slots) t_.fill_device(st.base, 0xCD, slot, T::view(copy_stream_));
+  }
+}
+
+template <class T>
+void offloader_core<T>::note_device_peak() noexcept {
+  peak_device_bytes_ = std::max(peak_device_bytes_, resident_.bytes + ring_.bytes);
+}
+
+template <class T>
+void offloader_core<T>::teardown() noexcept {
+  staging_.stop();
+  auto quiet = [](auto&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: during offloader teardown: %s\n", e.what());
+    }
+  };
+  // Engine work reading the slots ends with their release events; ddo's own loads with the
+  // copy and staging streams. Only then is the memory freed.
+  for (auto& st : slots_) {
+    quiet([&] { t_.synchronize(st.release); });
+    quiet([&] { t_.synchronize(st.ready); });
+  }
+  if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
+  if (staging_.has_stream()) quiet([&] { t_.synchronize(staging_.stream()); });
+  bindings_.restore_all();
+  slots_.clear();
+  timing_.release();
+  ring_ = device_allocation<T>{};
+  resident_ = device_allocation<T>{};
+  staging_.release();
+  for (auto& gr : layout_.groups) gr.block.reset();
+  pinning_.release(t_);
+  files_.clear();
+  copy_stream_ = typename T::stream{};
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Pinning (not API): each streamed group's pinned weights are packed into one
+/// page-aligned block (the file read or memcpy is the first touch of its pages) and page-locked
+/// with register_host, by pin_workers threads, one group at a time each; blocks are reused
+/// through a pinned_weight_cache when the options give one. With pin_in_place the engine's own
+/// pages are registered instead (whole pages, overlapping ranges merged, each once). Where the
+/// driver refuses, the bytes are staged like pageable memory (allow_pin_fallback) or setup fails.
+/// Runs at setup only.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/detail/setup_meter.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+/// A page range of the engine's memory registered in place.
+struct host_page_range {
+  std::uintptr_t begin = 0, end = 0;
+  bool ok = false;
+};
+
+/// Whole-page ranges under @p layout's in-place pieces, sorted, overlapping and adjacent ones
+/// merged. @p page must be a power of two.
+[[nodiscard]] std::vector<host_page_range> in_place_page_ranges(const group_layout& layout,
+                                                                std::uintptr_t page);
+
+/// The pinned state of one offloader: what was registered, what fell back, what the cache gave.
+template <class T>
+class group_pinning {
+ public:
+  group_pinning() = default;
+  group_pinning(const group_pinning&) = delete;
+  group_pinning& operator=(const group_pinning&) = delete;
+
+  /// Packs and page-locks every group of @p layout (see the file comment); falls back by adding
+  /// staged pieces to the group. Reports reading, packing and pinning to @p meter.
+  /// @throws out_of_memory("pinned host", ...) when page-locking fails without fallback.
+  void pin(T& t, group_layout& layout, const weight_table& table, const offload_plan& plan,
+           const runtime_options& options, const source_files& files, setup_meter& meter);
+  /// Unregisters the engine pages registered in place (blocks unregister themselves when the
+  /// last holder — the layout or the cache — lets go).
+  void release(T& t) noexcept;
+
+  [[nodiscard]] std::uint64_t pinned_bytes() const noexcept { return pinned_bytes_; }
+  [[nodiscard]] std::uint64_t fallback_bytes() const noexcept { return fallback_bytes_; }
+  [[nodiscard]] std::uint64_t cached_blocks_reused() const noexcept { return cached_reused_; }
+  [[nodiscard]] std::size_t registered_ranges() const noexcept { return registered_.size(); }
+
+ private:
+  void pin_in_place(T& t, group_layout& layout, const runtime_options& options,
+                    std::vector<host_page_range> ranges, setup_meter& meter);
+
+  std::vector<void*> registered_;  // engine pages registered in place
+  std::uint64_t pinned_bytes_ = 0;
+  std::uint64_t fallback_bytes_ = 0;
+  std::uint64_t cached_reused_ = 0;
+};
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo
+
+#include "ddo/runtime/detail/pinning_impl.hpp"

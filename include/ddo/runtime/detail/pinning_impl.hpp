@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Definitions of pinning.hpp (not API).
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "ddo/core/error.hpp"
+#include "ddo/memory/host_buffer.hpp"
+#include "ddo/memory/pinned_weight_cache.hpp"
+#include "ddo/runtime/detail/human_bytes.hpp"
+#include "ddo/runtime/detail/pinning.hpp"
+#include "ddo/runtime/detail/staging_worker.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+inline std::vector<host_page_range> in_place_page_ranges(const group_layout& layout,
+                                                         std::uintptr_t page) {
+  std::vector<host_page_range> ranges;
+  for (const auto& gr : layout.groups)
+    for (const auto& p : gr.in_place) {
+      const auto a = reinterpret_cast<std::uintptr_t>(p.host);
+      ranges.push_back({a / page * page, (a + p.bytes + page - 1) / page * page, false});
+    }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const host_page_range& x, const host_page_range& y) { return x.begin < y.begin; });
+  std::vector<host_page_range> merged;
+  for (const auto& r : ranges) {
+    if (!merged.empty() && r.begin <= merged.back().end)
+      merged.back().end = std::max(merged.back().end, r.end);
+    else
+      merged.push_back(r);
+  }
+  return merged;
+}
+
+namespace pinning_detail {
+
+/// The cache key of a group's packed block: namespace, then each packed weight's identity.
+inline std::string block_key(const group_runtime& gr, const weight_table& table,
+                             const offload_plan& plan, const runtime_options& o) {
+  std::string key = o.cache_namespace;
+  key += '\x1f';
+  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+    const std::size_t w = gr.weights[i];
+    if (plan.decisions[w].where != placement::pinned_host || !group_layout::packed(table, o, w)) continue;
+    const auto& info = table[w];
+    key += info.name;
+    key += '@';
+    key += std::to_string(gr.slot_offset[i]);
+    key += ':';
+    key += std::to_string(info.bytes);
+    if (const auto* h = std::get_if<host_source>(&info.source)) {
+      key += "@host:";
+      key += std::to_string(reinterpret_cast<std::uintptr_t>(h->data));
+    } else {
+      const auto& f = std::get<file_source>(info.source);
+      key += "@file:" + table.files()[f.file_index] + ":" + std::to_string(f.offset);
+    }
+    key += ';';
+  }
+  return key;
+}
+
+/// Calls f(weight position, weight index) for each packed pinned weight of @p gr.
+template <class F>
+void for_each_packed(const group_runtime& gr, const weight_table& table, const offload_plan& plan,
+                     const runtime_options& o, F&& f) {
+  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+    const std::size_t w = gr.weights[i];
+    if (plan.decisions[w].where == placement::pinned_host && group_layout::packed(table, o, w)) f(i, w);
+  }
+}
+
+}  // namespace pinning_detail
+
+template <class T>
+void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table,
+                           const offload_plan& plan, const runtime_options& options,
+                           const source_files& files, setup_meter& meter) {
+  using pinning_detail::block_key;
+  using pinning_detail::for_each_packed;
+  auto& groups = layout.groups;
+  std::vector<std::size_t> todo;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    auto& gr = groups[g];
+    if (gr.pinned_bytes == 0) continue;
+    if (options.pinned_cache != nullptr) {
+      if (auto hit = options.pinned_cache->find(block_key(gr, table, plan, options))) {
+        DDO_EXPECTS(hit->size() >= gr.pinned_bytes, "pinned_weight_cache: entry too small");
+        gr.block = std::move(hit);
+        ++cached_reused_;
+        continue;
+      }
+    }
+    todo.push_back(g);
+  }
+  auto ranges = in_place_page_ranges(layout, static_cast<std::uintptr_t>(host_page_size()));
+  // Totals first: reports never see a total grow.
+  for (std::size_t g : todo) {
+    for_each_packed(groups[g], table, plan, options, [&](std::size_t, std::size_t w) {
+      const bool file = std::holds_alternative<file_source>(table[w].source);
+      meter.plan(file ? setup_phase::reading : setup_phase::packing, table[w].bytes);
+    });
+    meter.plan(setup_phase::pinning, groups[g].pinned_bytes);
+  }
+  for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
+
+  std::atomic<std::size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      bind_runtime_thread(t);
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
+      return;
+    }
+    for (;;) {
+      const std::size_t k = next.fetch_add(1);
+      if (k >= todo.size()) return;
+      {
+        std::lock_guard lock(error_mutex);
+        if (error) return;
+      }
+      try {
+        auto& gr = groups[todo[k]];
+        auto block = std::make_shared<pinned_block>(gr.pinned_bytes);
+        gr.block = block;
+        for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
+          const auto& info = table[w];
+          if (info.bytes == 0) return;
+          std::byte* dst = block->data() + gr.slot_offset[i];
+          if (const auto* h = std::get_if<host_source>(&info.source)) {
+            std::memcpy(dst, h->data, info.bytes);
+            meter.advance(setup_phase::packing, info.bytes);
+          } else {
+            const auto& f = std::get<file_source>(info.source);
+            // The file read is the first touch of these pages (physical-limits.md).
+            files[f.file_index]->read(f.offset, std::span<std::byte>(dst, info.bytes));
+            meter.advance(setup_phase::reading, info.bytes);
+          }
+        });
+        T copy = t;
+        std::byte* p = block->data();
+        if (copy.register_host(p, block->size()))
+          block->set_registered([copy, p]() mutable { copy.unregister_host(p); });
+        meter.advance(setup_phase::pinning, gr.pinned_bytes);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  const std::size_t workers =
+      std::min<std::size_t>(static_cast<std::size_t>(std::max(1, options.pin_workers)), todo.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 1; i < workers; ++i) threads.emplace_back(work);
+  work();
+  for (auto& th : threads) th.join();
+  if (error) std::rethrow_exception(error);
+  for (std::size_t g : todo) {
+    auto& gr = groups[g];
+    if (!gr.block->registered()) {
+      if (!options.allow_pin_fallback)
+        throw out_of_memory("pinned host", gr.pinned_bytes, 0,
+                            "offloader setup: page-locking " + human_bytes(gr.pinned_bytes) +
+                                " for group '" + gr.name +
+                                "' failed (cudaHostRegister refused) and "
+                                "allow_pin_memory_fallback is false");
+      continue;
+    }
+    if (options.pinned_cache != nullptr)
+      options.pinned_cache->insert(block_key(gr, table, plan, options), gr.block);
+  }
+  for (auto& gr : groups) {
+    if (!gr.block) continue;
+    if (gr.block->registered()) {
+      pinned_bytes_ += gr.block->size();
+      continue;
+    }
+    // Fallback: the packed block is staged like pageable memory (reported in metrics).
+    gr.pinned_staged = true;
+    fallback_bytes_ += gr.packed_weight_bytes;
+    staged_piece piece;
+    piece.slot_offset = 0;
+    piece.bytes = gr.pinned_bytes;
+    piece.host = gr.block->data();
+    piece.source = transfer_source::pageable_staged;
+    gr.staged.insert(gr.staged.begin(), piece);
+    auto& by = gr.bytes_by_source;
+    by[static_cast<std::size_t>(transfer_source::pageable_staged)] += gr.packed_weight_bytes;
+    by[static_cast<std::size_t>(transfer_source::pinned)] -= gr.packed_weight_bytes;
+    layout.staging_needed = true;
+  }
+  pin_in_place(t, layout, options, std::move(ranges), meter);
+}
+
+template <class T>
+void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_options& options,
+                                    std::vector<host_page_range> merged, setup_meter& meter) {
+  if (merged.empty()) return;
+  for (auto& r : merged) {
+    void* p = reinterpret_cast<void*>(r.begin);
+    r.ok = t.register_host(p, r.end - r.begin);
+    if (r.ok) {
+      registered_.push_back(p);
+      pinned_bytes_ += r.end - r.begin;
+    }
+    meter.advance(setup_phase::pinning, r.end - r.begin);
+  }
+  auto registered_at = [&](const std::byte* host) {
+    const auto a = reinterpret_cast<std::uintptr_t>(host);
+    auto it = std::upper_bound(merged.begin(), merged.end(), a,
+                               [](std::uintptr_t v, const host_page_range& r) { return v < r.begin; });
+    return it != merged.begin() && std::prev(it)->ok;
+  };
+  for (auto& gr : layout.groups) {
+    std::vector<staged_piece> kept;
+    for (auto piece : gr.in_place) {
+      if (registered_at(piece.host)) {
+        kept.push_back(piece);
+        continue;
+      }
+      if (!options.allow_pin_fallback)
+        throw out_of_memory("pinned host", piece.bytes, 0,
+                            "offloader setup: page-locking the engine's memory of group '" + gr.name +
+                                "' in place failed (cudaHostRegister refused) and "
+                                "allow_pin_memory_fallback is false");
+      fallback_bytes_ += piece.bytes;
+      gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
+      gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
+      piece.source = transfer_source::pageable_staged;
+      gr.staged.push_back(piece);
+    }
+    gr.in_place.swap(kept);
+    std::sort(gr.staged.begin(), gr.staged.end(),
+              [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
+    if (!gr.staged.empty()) layout.staging_needed = true;
+  }
+}
+
+template <class T>
+void group_pinning<T>::release(T& t) noexcept {
+  for (void* p : registered_) {
+    try {
+      t.unregister_host(p);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: during offloader teardown: %s\n", e.what());
+    }
+  }
+  registered_.clear();
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

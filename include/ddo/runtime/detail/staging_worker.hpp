@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The staging worker (not API): pageable and file bytes reach the device through two
+/// pinned staging buffers on ddo's staging stream, filled by a pool of copy threads and issued
+/// by one worker thread, so the engine's thread never copies or reads a file on the hot path.
+///
+/// Protocol with the engine thread: submit() queues a job (a slot's staged pieces) and returns
+/// its ticket; the worker waits (on the staging stream) for the slot's release and ready events,
+/// stages the pieces and records the slot's ready event, then marks the ticket recorded. The
+/// engine waits on the host until a slot's ticket is recorded before it waits on the ready event
+/// (wait_recorded). At most one job per slot is outstanding (a slot is reloaded only after its
+/// previous job was recorded), so the queue is a fixed ring sized at start(): submit() never
+/// allocates. A worker failure is kept and rethrown on the engine thread.
+///
+/// Capability: a transport modelling transport_with_file_reads reads file pieces straight into
+/// the device (e.g. NVMe → GPU); those pieces skip the staging buffers.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/detail/owned_memory.hpp"
+#include "ddo/runtime/detail/parallel_copy.hpp"
+#include "ddo/runtime/detail/setup_meter.hpp"
+#include "ddo/transport/concepts.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+/// Calls t.bind_thread() when the transport wants to know about ddo's threads.
+template <class T>
+void bind_runtime_thread(T& t) {
+  if constexpr (transport_with_thread_binding<T>) t.bind_thread();
+}
+
+template <class T>
+class staging_worker {
+ public:
+  using stream_view = typename T::stream_view;
+  using event = typename T::event;
+
+  /// One slot load's staged part. The events and pieces must outlive the job.
+  struct job {
+    const event* release = nullptr;  // the staging stream waits on it first
+    event* ready = nullptr;          // waited on, then recorded after the copies
+    std::byte* image = nullptr;      // destination base
+    std::uint64_t poison_bytes = 0;  // fill [image, image + n) with 0xCD first (0: no)
+    const std::vector<staged_piece>* pieces = nullptr;
+    event* timing_start = nullptr;   // recorded before the copies (metrics)
+    event* timing_end = nullptr;     // recorded after them
+  };
+
+  staging_worker() = default;
+  staging_worker(const staging_worker&) = delete;
+  staging_worker& operator=(const staging_worker&) = delete;
+  ~staging_worker() { stop(); }
+
+  /// Creates the staging stream and the copy threads; @p files must outlive the worker.
+  void prepare(T& t, std::uint64_t buffer_bytes, std::size_t copy_threads, const source_files& files);
+  /// Allocates the two pinned staging buffers (idempotent).
+  void ensure_buffers();
+  [[nodiscard]] bool has_buffers() const noexcept { return buffers_[0].data != nullptr; }
+  [[nodiscard]] std::uint64_t buffer_bytes() const noexcept { return has_buffers() ? 2 * buffer_bytes_ : 0; }
+  [[nodiscard]] stream_view stream() noexcept { return T::view(stream_); }
+  [[nodiscard]] bool has_stream() const noexcept { return stream_.get() != nullptr; }
+
+  /// Copies @p pieces (sorted by offset) to dst_base + offset on @p v through the staging
+  /// buffers: while one buffer's bytes travel, the other is filled. Used at setup on the calling
+  /// thread (before start()) and by the worker thread. Reports reading/uploading to @p meter.
+  /// Returns the copies issued.
+  std::uint64_t stage(std::byte* dst_base, const std::vector<staged_piece>& pieces, stream_view v,
+                      setup_meter* meter = nullptr);
+  /// Copies stage() would issue for @p pieces (metrics, without running them).
+  [[nodiscard]] std::uint64_t estimate_copies(const std::vector<staged_piece>& pieces) const noexcept;
+
+  /// Starts the worker thread; @p max_outstanding bounds the jobs queued at once.
+  void start(std::size_t max_outstanding);
+  /// Queues @p j; returns its ticket (tickets grow by one from 1). Never allocates.
+  std::uint64_t submit(const job& j);
+  /// Waits until ticket @p t was recorded; returns the host milliseconds waited (0: none).
+  /// @throws the worker's failure.
+  double wait_recorded(std::uint64_t t);
+  /// Waits for ticket @p t or a failure; true when it was recorded (no throw).
+  bool wait_recorded_or_failed(std::uint64_t t);
+  /// Highest ticket recorded so far.
+  [[nodiscard]] std::uint64_t recorded() const;
+  /// Waits until every submitted job was recorded or one failed.
+  void wait_all();
+  /// Rethrows the worker's failure, if any.
+  void rethrow_error() const;
+  /// Stops and joins the worker thread (queued jobs run first).
+  void stop() noexcept;
+  /// Frees buffers, events, copy threads and the stream; call after stop() and a synchronize.
+  void release() noexcept;
+
+ private:
+  void loop();
+  void run(const job& j);
+  void fail(std::exception_ptr e);
+
+  T* t_ = nullptr;
+  const source_files* files_ = nullptr;
+  std::uint64_t buffer_bytes_ = 0;
+  typename T::stream stream_;
+  std::array<pinned_allocation<T>, 2> buffers_{};
+  std::array<event, 2> buffer_free_{};
+  unsigned buffer_ = 0;                 // used by one thread at a time (setup, then worker)
+  std::vector<copy_segment> segments_;  // likewise
+  std::unique_ptr<parallel_copier> copier_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<job> ring_;  // fixed capacity; [head_, head_ + queued_) are queued
+  std::size_t head_ = 0;
+  std::size_t queued_ = 0;
+  std::uint64_t submitted_ = 0;
+  std::uint64_t recorded_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo
+
+#include "ddo/runtime/detail/staging_worker_impl.hpp"
