@@ -86,7 +86,8 @@
   X(available_system_ram_gb, real, "DDO_AVAILABLE_SYSTEM_RAM_GB", 1.0, true, "GiB", \
     no_choices, active, "", \
     "Available system RAM; from_env() detects it (MemAvailable and the cgroup limit) " \
-    "unless set.") \
+    "unless set (provenance: detected). A RAM the engine states for its machine " \
+    "(ddo::state_available_ram) outranks a detected value, not an explicit one.") \
   X(system_ram_headroom_gb, real, "DDO_SYSTEM_RAM_HEADROOM_GB", 1.0, true, "GiB", no_choices, \
     active, "", \
     "RAM held back from auto pinning decisions.") \
