@@ -3,16 +3,21 @@
 // DDO_* environment < --ddo-* flags < component policies) and prints them as TOML.
 // Invalid input of any kind: exit status 2, one line on stderr, nothing on stdout.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
 #include "ddo/cli/dynamic_offload_arguments.hpp"
+#include "ddo/config/field_registry.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
@@ -28,6 +33,37 @@ int fail(const std::string& message) {
   return usage_exit;
 }
 
+// One line per registry field: name, variable, flag, status and, for a field that is not active,
+// why. Columns are padded so the table reads in a terminal.
+void print_fields(std::ostream& out) {
+  std::size_t widths[4] = {5, 8, 4, 6};
+  const auto cell = [](std::string_view text) {
+    return text.empty() ? std::string("-") : std::string(text);
+  };
+  for (const auto& info : ddo::config_fields()) {
+    widths[0] = std::max(widths[0], info.name.size());
+    widths[1] = std::max(widths[1], cell(info.env).size());
+    widths[2] = std::max(widths[2], cell(info.flag()).size());
+    widths[3] = std::max(widths[3], ddo::to_string(info.status).size());
+  }
+  const auto row = [&](std::string_view a, std::string_view b, std::string_view c,
+                       std::string_view d, std::string_view e) {
+    std::string line;
+    for (const auto& [text, width] : {std::pair{a, widths[0]}, std::pair{b, widths[1]},
+                                      std::pair{c, widths[2]}, std::pair{d, widths[3]}}) {
+      line += text;
+      line.append(width - text.size() + 2, ' ');
+    }
+    line += e;
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  };
+  row("field", "variable", "flag", "status", "reason");
+  for (const auto& info : ddo::config_fields())
+    row(info.name, cell(info.env), cell(info.flag()), ddo::to_string(info.status),
+        info.status_reason);
+}
+
 int run(int argc, char** argv) {
   po::options_description general("ddo-config options");
   general.add_options()("help,h", "Print this help and exit")(
@@ -39,7 +75,9 @@ int run(int argc, char** argv) {
       "model-gb", po::value<std::string>()->value_name("GiB"),
       "Model weight size, so that preset auto can compare it with available RAM")(
       "vmm-supported", po::value<std::string>()->value_name("BOOL"),
-      "Whether the device supports CUDA virtual memory management (for preset auto)");
+      "Whether the device supports CUDA virtual memory management (for preset auto)")(
+      "fields", "Print every field with its variable, flag and status (whether it has an effect "
+                "here) and exit");
   po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
   ddo::add_dynamic_offload_arguments(ddo_flags);
   po::options_description all;
@@ -56,8 +94,16 @@ int run(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "Usage: ddo-config [--config FILE] [--component NAME]... [--no-environment] "
                  "[--ddo-FLAG VALUE]...\n"
-                 "Prints the resolved ddo settings as TOML.\n\n"
+                 "       ddo-config --fields\n"
+                 "Prints the resolved ddo settings as TOML (a field with no effect here carries "
+                 "its status as a comment),\nor with --fields the table of fields and their "
+                 "status.\n\n"
               << all << '\n';
+    return 0;
+  }
+
+  if (vm.count("fields")) {
+    print_fields(std::cout);
     return 0;
   }
 

@@ -27,6 +27,14 @@ expect_ok() {  # expect_ok NEEDLE ENV... -- ARGS...
   fi
 }
 
+expect_warning() {  # expect_warning NEEDLE ENV... -- ARGS... : success, NEEDLE on stderr
+  needle=$1; shift
+  run "$@"
+  if [ "$(cat "$tmp/rc")" != 0 ] || ! grep -qF -- "$needle" "$tmp/err"; then
+    echo "FAIL (expected success with warning '$needle'): $*"; cat "$tmp/err"; failures=$((failures + 1))
+  fi
+}
+
 expect_error() {  # expect_error NEEDLE ENV... -- ARGS...
   needle=$1; shift
   run "$@"
@@ -49,6 +57,12 @@ expect_ok 'requested_preset = "off"' DDO_PRESET=off --
 printf 'preset = "warm_process"\npin_cpu_workers = 6\n' >"$tmp/good.toml"
 expect_ok 'pin_cpu_workers = "toml"' -- --config "$tmp/good.toml"
 expect_ok 'effective_preset = "nvme_baseline"' -- --model-gb 1000 --ddo-available-system-ram-gb 32
+expect_ok 'vmm_page_mb = 0  # not_yet_implemented' --
+expect_ok 'vmm_dxgi_local_headroom_gb = 0.0  # no_effect_on_this_platform' --
+expect_ok 'read only by the VMM route' -- --fields
+expect_warning 'environment variable DDO_VMM_PAGE_MB sets vmm_page_mb' DDO_VMM_PAGE_MB=4 --
+expect_warning 'flag --ddo-vmm-dxgi-system-headroom-gb sets vmm_dxgi_system_headroom_gb' -- --ddo-vmm-dxgi-system-headroom-gb 2
+expect_warning 'DDO_PURGE_WINDOWS_STANDBY' DDO_PURGE_WINDOWS_STANDBY_BEFORE_VAE=1 --
 
 expect_error 'DDO_PIN_CPU_WORKERS = "many"' DDO_PIN_CPU_WORKERS=many --
 expect_error '--ddo-pin-cpu-workers = 0' -- --ddo-pin-cpu-workers 0

@@ -27,11 +27,18 @@ std::string read_doc(const std::string& name) {
 }  // namespace
 
 TEST_SUITE("config") {
-  TEST_CASE("docs/configuration.md has an entry for every field, variable and flag") {
+  TEST_CASE("docs/configuration.md has an entry for every field, variable, flag and status") {
     const std::string doc = read_doc("configuration.md");
     for (const auto& info : ddo::config_fields()) {
       CAPTURE(info.name);
-      CHECK(doc.find("| `" + std::string(info.name) + "` |") != std::string::npos);
+      const std::string row_start = "| `" + std::string(info.name) + "` |";
+      const auto row = doc.find(row_start);
+      REQUIRE(row != std::string::npos);
+      // The row's last column is the registry's status.
+      const std::string line = doc.substr(row, doc.find('\n', row) - row);
+      const std::string status = "| `" + std::string(ddo::to_string(info.status)) + "` |";
+      CHECK(line.size() >= status.size());
+      CHECK(line.compare(line.size() - status.size(), status.size(), status) == 0);
       if (!info.env.empty()) CHECK(doc.find("`" + std::string(info.env) + "`") != std::string::npos);
       if (info.has_flag) CHECK(doc.find("`" + info.flag() + "`") != std::string::npos);
     }

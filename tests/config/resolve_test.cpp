@@ -81,7 +81,7 @@ TEST_SUITE("config") {
     CHECK(settings.config.small_tensor_threshold_bytes == 1024 * 1024);
     CHECK(settings.config.pin_cpu_workers == 4);
     CHECK(settings.config.available_system_ram_gb == 48.5);
-    CHECK(settings.provenance.of("available_system_ram_gb").key == "detected");
+    CHECK(settings.provenance.of("available_system_ram_gb").source == ddo::origin::detected);
     CHECK_FALSE(settings.config.show_profile);
     CHECK(settings.config.always_resident_modules_pattern == ddo::builtin_always_resident_patterns());
     CHECK(settings.provenance.of("show_profile").source == ddo::origin::default_value);

@@ -4,6 +4,7 @@
 /// @brief ddo::config_provenance: for every config field, the source of its resolved value.
 
 #include <cstddef>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,10 @@ class config_provenance {
 
   /// @brief The origin of field @p index (an index into config_fields()).
   [[nodiscard]] const field_origin& at(std::size_t index) const { return origins_.at(index); }
+  /// @brief The origin of field @p id.
+  [[nodiscard]] const field_origin& at(field_id id) const { return origins_.at(field_index(id)); }
+  /// @brief The origin of field @p id (the same as at(id)).
+  [[nodiscard]] const field_origin& of(field_id id) const { return at(id); }
   /// @brief The origin of field @p name; throws std::out_of_range for an unknown name.
   [[nodiscard]] const field_origin& of(std::string_view name) const {
     const auto index = find_field(name);
@@ -32,6 +37,16 @@ class config_provenance {
   }
   /// @brief Records that field @p index was last set by @p where.
   void set(std::size_t index, field_origin where) { origins_.at(index) = std::move(where); }
+  /// @brief Records that field @p id was last set by @p where.
+  void set(field_id id, field_origin where) { set(field_index(id), std::move(where)); }
+  /// @brief Whether field @p id was given by a source the application controls (code, TOML,
+  /// environment, flag or component policy), not left at its default, detected on this machine
+  /// or set by the preset.
+  [[nodiscard]] bool given(field_id id) const {
+    const origin source = at(id).source;
+    return source != origin::default_value && source != origin::detected &&
+           source != origin::preset;
+  }
   /// @brief Number of fields.
   [[nodiscard]] std::size_t size() const noexcept { return origins_.size(); }
 

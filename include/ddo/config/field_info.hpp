@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/field_status.hpp"
 #include "ddo/config/field_value.hpp"
 
 namespace ddo {
@@ -56,6 +57,10 @@ struct field_info {
   std::string_view unit;                      ///< "bytes", "GiB", "MiB", "" (for the docs)
   std::span<const std::string_view> allowed;  ///< canonical values of a choice, else empty
   std::string_view meaning;                   ///< one sentence for docs/configuration.md
+  /// Whether the field changes anything here (see ddo::field_status); setting a field that is
+  /// not active adds a warning to the settings.
+  field_status status;
+  std::string_view status_reason;  ///< why a field is not active, "" when it is
   /// Reads the field out of a config.
   field_value (*get)(const dynamic_offload_config&);
   /// Writes a value of the right alternative into a config (the sources have checked it).

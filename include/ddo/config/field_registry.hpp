@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "ddo/config/field_id.hpp"
 #include "ddo/config/field_info.hpp"
 
 #include "ddo/config/detail/field_registry_impl.hpp"
@@ -22,6 +23,11 @@ inline namespace v0 {
 /// @brief Every config field, in the order of dynamic_offload_config (and of the printed TOML).
 [[nodiscard]] inline std::span<const field_info> config_fields() noexcept {
   return detail::field_table;
+}
+
+/// @brief The registry row of field @p id.
+[[nodiscard]] inline const field_info& field(field_id id) noexcept {
+  return detail::field_table[field_index(id)];
 }
 
 /// @brief The index of field @p name in config_fields(), or nullopt.

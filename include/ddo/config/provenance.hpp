@@ -12,13 +12,15 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief The sources of a setting, lowest precedence first.
-enum class origin { default_value, preset, config, toml, env, cli, component };
+/// @brief The sources of a setting, lowest precedence first. `detected` is a default measured on
+/// this machine (available_system_ram_gb from MemAvailable and the cgroup limit): like
+/// default_value it is not a choice of the application, so a RAM the engine states outranks it.
+enum class origin { default_value, detected, preset, config, toml, env, cli, component };
 
-/// @brief "default", "preset", "config", "toml", "env", "cli" or "component".
+/// @brief "default", "detected", "preset", "config", "toml", "env", "cli" or "component".
 [[nodiscard]] constexpr std::string_view to_string(origin source) noexcept {
-  constexpr std::array<std::string_view, 7> names = {"default", "preset", "config", "toml",
-                                                     "env",     "cli",    "component"};
+  constexpr std::array<std::string_view, 8> names = {"default", "detected", "preset", "config",
+                                                     "toml",    "env",      "cli",    "component"};
   return names[static_cast<std::size_t>(source)];
 }
 
@@ -36,6 +38,7 @@ struct field_origin {
 [[nodiscard]] inline std::string describe(const field_origin& where) {
   switch (where.source) {
     case origin::default_value: return "default of " + where.key;
+    case origin::detected: return "detected " + where.key;
     case origin::preset: return "preset " + where.key;
     case origin::config: return "explicit config field " + where.key;
     case origin::toml: return "TOML key " + where.key;

@@ -76,7 +76,8 @@ inline namespace v0 {
 
 /// @brief Writes @p settings as TOML: [settings] (the settings table), [config] (every field
 /// under its reference name, in the unit its name says; enums canonical; lists as string
-/// arrays), [components.NAME] for each resolved component, [provenance] (each field's source).
+/// arrays; a field that is not active carries its status as a comment), [components.NAME] for
+/// each resolved component, [provenance] (each field's source).
 inline void write_settings_toml(std::ostream& out, const dynamic_offload_settings& settings) {
   const auto boolean = [](bool b) { return b ? "true" : "false"; };
   out << "[settings]\n"
@@ -89,8 +90,11 @@ inline void write_settings_toml(std::ostream& out, const dynamic_offload_setting
       << "disable_pin_on_wsl = " << boolean(settings.disable_pin_on_wsl) << '\n'
       << "running_on_wsl = " << boolean(settings.running_on_wsl) << '\n';
   out << "\n[config]\n";
-  for (const auto& info : config_fields())
-    out << info.name << " = " << toml_value(info.get(settings.config)) << '\n';
+  for (const auto& info : config_fields()) {
+    out << info.name << " = " << toml_value(info.get(settings.config));
+    if (info.status != field_status::active) out << "  # " << to_string(info.status);
+    out << '\n';
+  }
   for (const auto& component : settings.components) {
     out << "\n[components." << toml_key(component.name) << "]\n"
         << "route = " << toml_quote(to_string(component.route)) << '\n'

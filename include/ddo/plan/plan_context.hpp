@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ddo/config/config_provenance.hpp"
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/field_id.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
@@ -39,11 +41,23 @@ struct plan_context {
   /// The config's patterns, compiled once by make_plan (nullptr: a planner compiles its own).
   const plan_patterns* patterns = nullptr;
 
-  /// @brief Usable system RAM: `available_system_ram_gb` when set, else the machine's available
-  /// RAM; minus `system_ram_headroom_gb`; never below 0.
+  /// @brief Available system RAM: the machine's when the engine stated it
+  /// (machine_capacity::available_ram_stated), else `available_system_ram_gb` when positive
+  /// (explicit, or detected by resolution), else the machine's measured RAM.
   [[nodiscard]] std::uint64_t available_ram_bytes() const noexcept;
+  /// @brief available_ram_bytes() minus `system_ram_headroom_gb`, never below 0.
   [[nodiscard]] std::uint64_t usable_ram_bytes() const noexcept;
 };
+
+/// @brief Records in @p machine the RAM an engine states for its machine, @p stated_bytes, so
+/// that the plan uses it over an `available_system_ram_gb` that resolution only detected on this
+/// host (provenance origin::detected). An `available_system_ram_gb` set explicitly (code, TOML,
+/// DDO_AVAILABLE_SYSTEM_RAM_GB, a flag or a component policy, per @p provenance) still wins:
+/// then the machine records that value instead.
+/// @return true when the stated RAM was taken, false when the explicit setting won.
+bool state_available_ram(machine_capacity& machine, std::uint64_t stated_bytes,
+                                       const dynamic_offload_config& config,
+                                       const config_provenance& provenance);
 
 /// @brief Budget candidates made of whole modules: the weights for which @p take(i) holds, in
 /// execution order, grouped by module (a module's tensors win or lose together).
@@ -93,8 +107,20 @@ struct pin_result {
 };
 
 inline std::uint64_t plan_context::available_ram_bytes() const noexcept {
+  if (machine.available_ram_stated) return machine.available_ram_bytes;
   return config.available_system_ram_gb > 0.0 ? gib_to_bytes(config.available_system_ram_gb)
                                               : machine.available_ram_bytes;
+}
+
+inline bool state_available_ram(machine_capacity& machine, std::uint64_t stated_bytes,
+                                const dynamic_offload_config& config,
+                                const config_provenance& provenance) {
+  const bool explicit_ram = provenance.given(field_id::available_system_ram_gb) &&
+                            config.available_system_ram_gb > 0.0;
+  machine.available_ram_bytes =
+      explicit_ram ? gib_to_bytes(config.available_system_ram_gb) : stated_bytes;
+  machine.available_ram_stated = true;
+  return !explicit_ram;
 }
 
 inline std::uint64_t plan_context::usable_ram_bytes() const noexcept {

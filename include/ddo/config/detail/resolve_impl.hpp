@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ddo/config/closest_name.hpp"
+#include "ddo/config/field_status_warnings.hpp"
 #include "ddo/config/operational_defaults.hpp"
 #include "ddo/config/parse_value.hpp"
 #include "ddo/config/presets.hpp"
@@ -47,8 +48,8 @@ inline void apply_component_policy(resolved_component& out, const resolved_compo
 }
 
 inline std::optional<field_value> last_assignment(const std::vector<config_layer>& layers,
-                                                  std::string_view name) {
-  const std::size_t index = *find_field(name);
+                                                  field_id id) {
+  const std::size_t index = field_index(id);
   std::optional<field_value> value;
   for (const auto& layer : layers)
     for (const auto& assignment : layer.fields)
@@ -86,16 +87,16 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
 
   preset_context preset_inputs;
   preset_inputs.backend = whole ? whole->backend : offload_backend::auto_select;
-  if (const auto backend = last_assignment(layers, "backend"))
+  if (const auto backend = last_assignment(layers, field_id::backend))
     preset_inputs.backend = *parse_enum<offload_backend>(std::get<std::string>(*backend));
   preset_inputs.running_on_wsl = settings.running_on_wsl;
   preset_inputs.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   preset_inputs.available_ram_gb = detected_ram_gb;
   if (whole && whole->available_system_ram_gb > 0) preset_inputs.available_ram_gb = whole->available_system_ram_gb;
-  if (const auto ram = last_assignment(layers, "available_system_ram_gb"))
+  if (const auto ram = last_assignment(layers, field_id::available_system_ram_gb))
     preset_inputs.available_ram_gb = std::get<double>(*ram);
   preset_inputs.system_ram_headroom_gb = whole ? whole->system_ram_headroom_gb : 6.0;
-  if (const auto headroom = last_assignment(layers, "system_ram_headroom_gb"))
+  if (const auto headroom = last_assignment(layers, field_id::system_ram_headroom_gb))
     preset_inputs.system_ram_headroom_gb = std::get<double>(*headroom);
   preset_inputs.model_bytes = context.model_bytes;
   preset_inputs.vmm_supported = context.vmm_supported;
@@ -116,8 +117,11 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
     for (const auto& [name, value] : operational_defaults(detected_ram_gb.value_or(0.0))) {
       const std::size_t index = *find_field(name);
       fields[index].set(config, value);
-      provenance.set(index, {origin::default_value,
-                             name == "available_system_ram_gb" ? "detected" : std::string(name)});
+      // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
+      // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.
+      const bool detected = index == field_index(field_id::available_system_ram_gb);
+      provenance.set(index, {detected ? origin::detected : origin::default_value,
+                             std::string(name)});
     }
     for (const auto& [name, value] : preset_values(choice.name)) {
       const std::size_t index = *find_field(name);
@@ -154,7 +158,7 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
   for (const auto& layer : layers)
     if (layer.vmm_total_staging_gb) total_staging = layer.vmm_total_staging_gb;
   if (total_staging) {
-    const std::size_t index = *find_field("vmm_staging_buffer_gb");
+    const std::size_t index = field_index(field_id::vmm_staging_buffer_gb);
     const field_origin& where = total_staging->where;
     if (!(total_staging->value > 0.0))
       throw config_error(std::string(to_string(where.source)), where.key,
@@ -173,10 +177,11 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
     config.backend = config.execution_mode == exec_mode::vmm_runtime ? offload_backend::vmm
                                                                      : offload_backend::linear;
   validate(config, provenance, settings.warnings);
+  warn_inactive_fields(config, provenance, settings.warnings);
   if (config.backend == offload_backend::vmm && context.vmm_supported == false)
-    throw config_error(std::string(to_string(provenance.of("backend").source)),
-                       provenance.of("backend").key,
-                       describe(provenance.of("backend")) +
+    throw config_error(std::string(to_string(provenance.of(field_id::backend).source)),
+                       provenance.of(field_id::backend).key,
+                       describe(provenance.of(field_id::backend)) +
                            " = \"vmm\": the device reports no virtual-memory-management support; "
                            "expected linear, nvme or host_sim");
 
@@ -197,6 +202,14 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
     if (layer.profile_dir) settings.profile_dir = *layer.profile_dir;
   }
   if (settings.profile_dir.empty()) settings.profile_dir = "~/.ddo/profiles";
+#if !defined(_WIN32)
+  for (const auto& [phase, enabled] : settings.purge_windows_standby)
+    if (enabled)
+      settings.warnings.push_back(
+          "ddo: the Windows standby purge is enabled for phase '" + phase +
+          "' (DDO_PURGE_WINDOWS_STANDBY_*), which has no effect on this platform "
+          "(no_effect_on_this_platform): maybe_purge_windows_standby_cache is a no-op off Windows");
+#endif
 
   std::vector<std::string> names;
   if (!context.component.empty()) names.push_back(context.component);

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::field_status: whether a config field changes anything on this platform today.
+
+#include <string_view>
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief The status of one config field (the registry's status column).
+///
+/// Every field is parsed, validated and printed; only `active` fields are read by the planner,
+/// the runtime or the setup path. Setting a field of another status (from code, TOML, the
+/// environment or a flag) adds a warning to dynamic_offload_settings::warnings that names the
+/// field and the reason.
+enum class field_status {
+  active,                      ///< read by ddo: the value changes what it does
+  no_effect_on_this_platform,  ///< meaningful on another platform only (Windows DXGI budgets)
+  not_yet_implemented,         ///< read by a part of ddo that does not exist yet (the VMM route)
+};
+
+/// @brief "active", "no_effect_on_this_platform" or "not_yet_implemented".
+[[nodiscard]] constexpr std::string_view to_string(field_status status) noexcept {
+  switch (status) {
+    case field_status::active: return "active";
+    case field_status::no_effect_on_this_platform: return "no_effect_on_this_platform";
+    case field_status::not_yet_implemented: return "not_yet_implemented";
+  }
+  return "?";
+}
+
+}  // namespace v0
+}  // namespace ddo
