@@ -42,6 +42,8 @@
 #include "ddo/runtime/lease.hpp"
 #include "ddo/runtime/metrics.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/plan_cache.hpp"
+#include "ddo/runtime/setup.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/runtime/runtime_options.hpp"
 #include "ddo/runtime/trace.hpp"

@@ -30,6 +30,13 @@ struct residency_planner_tag {};
 /// @brief Opt-in tag of a pin selector.
 struct pin_selector_tag {};
 
+/// @brief Opt-in tag of by_config_selection (plan/selectors.hpp): the run-time choice.
+struct by_config_selection_tag {};
+/// @brief Opt-in tag of resident_selection<S> (plan/selectors.hpp), an offloader policy.
+struct resident_selection_tag {};
+/// @brief Opt-in tag of pin_selection<S> (plan/selectors.hpp), an offloader policy.
+struct pin_selection_tag {};
+
 /// @brief Tag instances, for the `_tag` convention.
 inline constexpr weight_selector_tag weight_selector_v{};
 inline constexpr residency_planner_tag residency_planner_v{};
@@ -73,6 +80,16 @@ concept pin_selector = requires {
     const S& s, const plan_context& context, const residency_result& residency) {
   { s.select_pinned(context, residency) } -> std::same_as<pin_result>;
 };
+
+/// @brief An offloader policy fixing the residency selection (resident_selection<S>).
+template <class P>
+concept resident_selection_policy = requires { typename P::selection_policy_category; } &&
+    std::same_as<typename P::selection_policy_category, resident_selection_tag>;
+
+/// @brief An offloader policy fixing the pin selection (pin_selection<S>).
+template <class P>
+concept pin_selection_policy = requires { typename P::selection_policy_category; } &&
+    std::same_as<typename P::selection_policy_category, pin_selection_tag>;
 
 }  // namespace v0
 }  // namespace ddo

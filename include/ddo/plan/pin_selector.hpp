@@ -38,8 +38,12 @@ namespace ddo {
 inline namespace v0 {
 
 /// @brief The reference's pinning rules (see this header's description).
-struct default_pin_selector {
+/// @tparam Selection picks the pin budget's winners: by_config_selection (the default) runs the
+/// selector `pin_weight_selection` names; a weight_selector fixes the choice at compile time.
+template <selection_choice Selection = by_config_selection>
+struct basic_pin_selector {
   using pin_selector_category = pin_selector_tag;
+  using selection_type = Selection;
   /// Unpinned weights whose source is a file stream from the file (placement::file) instead of
   /// pageable host memory: the NVMe transport's route.
   bool file_route = false;
@@ -49,9 +53,14 @@ struct default_pin_selector {
   [[nodiscard]] pin_result select_pinned(const plan_context& context,
                                          const residency_result& residency) const;
 };
-static_assert(pin_selector<default_pin_selector>);
 
-inline pin_result default_pin_selector::select_pinned(const plan_context& c,
+/// @brief The pin selector with the selection the config names.
+using default_pin_selector = basic_pin_selector<>;
+static_assert(pin_selector<default_pin_selector>);
+static_assert(pin_selector<basic_pin_selector<first_selector>>);
+
+template <selection_choice Selection>
+pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
                                                       const residency_result& residency) const {
   const weight_table& table = c.table;
   const dynamic_offload_config& config = c.config;
@@ -124,18 +133,18 @@ inline pin_result default_pin_selector::select_pinned(const plan_context& c,
     r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);
   }
+  r.selection = std::string(selection_label<Selection>(config.pin_weight_selection));
   if (r.budget_source != "wsl" && r.budget_source != "disabled")
-    not_pinned_reason = "not pinned: pin budget (" +
-                        std::string(selection_name(config.pin_weight_selection)) + ") spent";
+    not_pinned_reason = "not pinned: pin budget (" + r.selection + ") spent";
 
   auto [candidates, members] = group_by_module(c, [&](std::size_t i) { return !residency.resident[i]; });
   std::vector<char> pinned(candidates.size(), 0);
   if (r.budget_bytes > 0)
-    for (std::size_t w : select_candidates(config.pin_weight_selection, candidates, r.budget_bytes))
+    for (std::size_t w :
+         run_selection<Selection>(config.pin_weight_selection, candidates, r.budget_bytes).winners)
       pinned[w] = 1;
 
-  const std::string pinned_reason =
-      "pin_budget " + std::string(selection_name(config.pin_weight_selection));
+  const std::string pinned_reason = "pin_budget " + r.selection;
   for (std::size_t m = 0; m < candidates.size(); ++m)
     for (std::size_t i : members[m]) {
       const std::string prefix = r.reason[i].empty() ? std::string() : r.reason[i] + "; ";

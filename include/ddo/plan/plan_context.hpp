@@ -91,6 +91,9 @@ struct residency_result {
   std::uint64_t budget_bytes = 0;   ///< the resident module budget
   std::string budget_source;  ///< "explicit", "build_profile", "profile", "balanced", "full_pin_zero_resident", "none"
   std::string budget_detail;        ///< how the budget was computed, for the summary
+  /// The selection that picked the winners ("first", "spread", "largest", "custom"); empty:
+  /// the config's `resident_module_selection`.
+  std::string selection;
   bool full_pin_zero_resident = false;
   /// Pin every streamed weight (full pin): set with full_pin_zero_resident, and for capacity
   /// profiles (calibration and stored recommendations), which keep full CPU pinning.
@@ -104,6 +107,8 @@ struct pin_result {
   std::uint64_t budget_bytes = 0;   ///< pinned host bytes allowed
   std::string budget_source;        ///< "explicit", "ratio", "auto", "full_pin", "disabled", "wsl"
   std::string budget_detail;
+  /// The selection that picked the winners; empty: the config's `pin_weight_selection`.
+  std::string selection;
 };
 
 inline std::uint64_t plan_context::available_ram_bytes() const noexcept {

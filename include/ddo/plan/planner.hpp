@@ -177,8 +177,11 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   b.usable_ram_bytes = context.usable_ram_bytes();
   b.max_group_bytes = machine.max_group_bytes;
   b.full_pin_zero_resident = residency.full_pin_zero_resident;
-  b.resident_selection = std::string(selection_name(config.resident_module_selection));
-  b.pin_selection = std::string(selection_name(config.pin_weight_selection));
+  b.resident_selection = !residency.selection.empty()
+                             ? residency.selection
+                             : std::string(selection_name(config.resident_module_selection));
+  b.pin_selection = !pins.selection.empty() ? pins.selection
+                                            : std::string(selection_name(config.pin_weight_selection));
 
   // Checks against the machine.
   if (machine.max_group_bytes != 0)

@@ -56,12 +56,21 @@ namespace ddo {
 inline namespace v0 {
 
 /// @brief The reference's residency rules (see this header's description).
-struct default_residency_planner {
+/// @tparam Selection picks the budget's winners: by_config_selection (the default) runs the
+/// selector `resident_module_selection` names; first_selector, spread_selector, largest_selector
+/// (or an engine's weight_selector) fix the choice at compile time.
+template <selection_choice Selection = by_config_selection>
+struct basic_residency_planner {
   using planner_category = residency_planner_tag;
+  using selection_type = Selection;
   /// @throws config_error for an invalid pattern (source "config", key the field name).
   [[nodiscard]] residency_result plan_residency(const plan_context& context) const;
 };
+
+/// @brief The residency planner with the selection the config names.
+using default_residency_planner = basic_residency_planner<>;
 static_assert(residency_planner<default_residency_planner>);
+static_assert(residency_planner<basic_residency_planner<first_selector>>);
 
 namespace detail {
 
@@ -78,7 +87,8 @@ namespace detail {
 
 }  // namespace detail
 
-inline residency_result default_residency_planner::plan_residency(const plan_context& c) const {
+template <selection_choice Selection>
+residency_result basic_residency_planner<Selection>::plan_residency(const plan_context& c) const {
   const weight_table& table = c.table;
   const dynamic_offload_config& config = c.config;
   const std::size_t n = table.size();
@@ -213,6 +223,7 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
     r.budget_detail = "auto_budget_policy off and no resident_module_budget_gb";
   }
 
+  r.selection = std::string(selection_label<Selection>(config.resident_module_selection));
   if (r.budget_bytes == 0) return r;
 
   // Candidates in execution order: blocks or modules, with the managed weights they hold.
@@ -238,12 +249,10 @@ inline residency_result default_residency_planner::plan_residency(const plan_con
     candidates = std::move(by_module.candidates);
     members = std::move(by_module.members);
   }
-  const auto winners =
-      select_candidates(config.resident_module_selection, candidates, r.budget_bytes);
-  const std::string why = "resident_budget " +
-                          std::string(selection_name(config.resident_module_selection)) +
-                          (by_block ? " (block)" : " (module)");
-  for (std::size_t w : winners)
+  const auto outcome =
+      run_selection<Selection>(config.resident_module_selection, candidates, r.budget_bytes);
+  const std::string why = "resident_budget " + r.selection + (by_block ? " (block)" : " (module)");
+  for (std::size_t w : outcome.winners)
     for (std::size_t i : members[w]) {
       r.resident[i] = 1;
       r.reason[i] = why;

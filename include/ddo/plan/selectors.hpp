@@ -21,6 +21,8 @@
 ///   never adds anything, so the result is exactly the evenly spaced k-subset.
 
 #include <algorithm>
+#include <concepts>
+#include <string>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -60,6 +62,7 @@ inline void first_fit(std::span<const selection_candidate> candidates,
 /// @brief Candidates in execution order, first fit.
 struct first_selector {
   using selector_category = weight_selector_tag;
+  static constexpr selection kind = selection::first;  ///< the config value it stands for
   [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
                                                 std::uint64_t budget) const {
     std::vector<std::size_t> order(candidates.size());
@@ -75,6 +78,7 @@ static_assert(weight_selector<first_selector>);
 /// @brief Largest candidates first (ties: execution order), first fit.
 struct largest_selector {
   using selector_category = weight_selector_tag;
+  static constexpr selection kind = selection::largest;  ///< the config value it stands for
   [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
                                                 std::uint64_t budget) const {
     std::vector<std::size_t> order(candidates.size());
@@ -100,6 +104,7 @@ static_assert(weight_selector<largest_selector>);
 /// @brief Evenly spaced over execution order (see this header's description).
 struct spread_selector {
   using selector_category = weight_selector_tag;
+  static constexpr selection kind = selection::spread;  ///< the config value it stands for
 
   /// @brief Position j of the evenly spaced k-subset of n candidates (k ≥ 1, j < k ≤ n).
   [[nodiscard]] static constexpr std::size_t position(std::size_t j, std::size_t k,
@@ -161,6 +166,70 @@ static_assert(weight_selector<spread_selector>);
       return "spread";
   }
   return "spread";
+}
+
+/// @brief The selection a config field names, chosen at run time: the default of the planning
+/// policies, so `resident_module_selection` / `pin_weight_selection` keep working.
+struct by_config_selection {
+  using selector_category = by_config_selection_tag;
+};
+
+/// @brief A selection fixed at compile time (first_selector, spread_selector, largest_selector
+/// or an engine's own weight_selector), or by_config_selection.
+template <class S>
+concept selection_choice = weight_selector<S> || std::same_as<S, by_config_selection>;
+
+/// @brief Policy argument of ddo::offloader: the residency budget's winners are picked by @p S
+/// whatever `resident_module_selection` says (e.g. `ddo::resident_selection<ddo::spread_selector>`).
+template <class S>
+struct resident_selection {
+  static_assert(weight_selector<S>,
+                "ddo::resident_selection<S>: S must model ddo::weight_selector (first_selector, "
+                "spread_selector, largest_selector or your own; see ddo/plan/concepts.hpp)");
+  using selection_policy_category = resident_selection_tag;
+  using selector = S;
+};
+
+/// @brief Policy argument of ddo::offloader: the pin budget's winners are picked by @p S whatever
+/// `pin_weight_selection` says (e.g. `ddo::pin_selection<ddo::first_selector>`).
+template <class S>
+struct pin_selection {
+  static_assert(weight_selector<S>,
+                "ddo::pin_selection<S>: S must model ddo::weight_selector (first_selector, "
+                "spread_selector, largest_selector or your own; see ddo/plan/concepts.hpp)");
+  using selection_policy_category = pin_selection_tag;
+  using selector = S;
+};
+
+/// @brief What a selection run picked, and the name the plan reports for the selection.
+struct selection_outcome {
+  std::vector<std::size_t> winners;
+  std::string_view name;
+};
+
+/// @brief The name the plan reports for selection @p S ("first", "spread", "largest", "custom");
+/// for by_config_selection, the name of @p configured.
+template <selection_choice S>
+[[nodiscard]] constexpr std::string_view selection_label(selection configured) noexcept {
+  if constexpr (std::same_as<S, by_config_selection>) {
+    return selection_name(configured);
+  } else if constexpr (requires { S::kind; }) {
+    return selection_name(S::kind);
+  } else {
+    return "custom";
+  }
+}
+
+/// @brief Runs @p S (or, for by_config_selection, the selector @p configured names) over
+/// @p candidates under @p budget.
+template <selection_choice S>
+[[nodiscard]] selection_outcome run_selection(selection configured,
+                                              std::span<const selection_candidate> candidates,
+                                              std::uint64_t budget) {
+  if constexpr (std::same_as<S, by_config_selection>)
+    return {select_candidates(configured, candidates, budget), selection_label<S>(configured)};
+  else
+    return {S{}.select(candidates, budget), selection_label<S>(configured)};
 }
 
 }  // namespace v0

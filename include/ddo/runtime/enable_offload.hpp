@@ -2,14 +2,23 @@
 #pragma once
 /// @file
 /// @brief Runtime presets for application code: ddo::enable_offload(model, preset) and
-/// ddo::enable_pipeline_offload(pipeline, preset) resolve settings (preset → explicit config →
-/// DDO_* environment → component policies; config/resolve.hpp), pick the component's route and
-/// return a ready offloader with the resolved settings beside it, for printing.
+/// ddo::enable_pipeline_offload(pipeline, preset) resolve settings (preset < code < TOML <
+/// environment < flags < component policies; config/resolve.hpp), pick the component's route
+/// and return the composed ddo::offloader, ready, with the resolved settings beside it. All of
+/// it goes through the one setup path (runtime/setup.hpp).
 ///
-/// Routes: dynamic_offload plans with the default planner and pin selector; diffusers_group_offload
-/// and none run the plans of runtime/routes.hpp; a disabled preset ("off") is route none.
-/// execution_mode=vmm_runtime runs on the linear transport until a VMM transport exists (the
-/// result's `notes` say so); plan and linear_runtime both stream through the transport.
+/// The preset: when the engine passes none, DDO_PRESET (then the TOML file's, then "auto")
+/// chooses; a preset passed in code outranks DDO_PRESET, as the reference says.
+///
+/// The transport:
+/// - `enable_offload<Policies...>(model, preset, options, transport)`: the engine's transport
+///   object; its type is fixed at compile time, so an explicit `backend` naming another
+///   transport is refused (config_error), and an explicit `execution_device` must be its device;
+/// - `enable_offload<Policies...>(model, preset, options)`: ddo makes the policies' transport
+///   (default linear) on the device `execution_device` names;
+/// - `with_offload_backend<Policies...>(model, preset, options, engine)`: ddo chooses the
+///   transport from `backend` (host_sim or linear; vmm and nvme when they exist) and calls
+///   `engine(enabled)` with the concrete `enabled_offload<offloader<Transport, Policies...>>`.
 
 #include <cstddef>
 #include <map>
@@ -17,107 +26,148 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "ddo/config/resolve.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/routes.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
 
 namespace ddo {
 inline namespace v0 {
 
-/// @brief Everything enable_offload takes besides the model and the preset.
-struct enable_options {
-  /// Resolution inputs (explicit config, overrides, TOML, environment, CLI, component policies,
-  /// the component's name and explicit route). `preset` is set from the preset argument.
-  resolve_inputs inputs;
-  /// The engine's execution groups; empty: inferred from `resident_module_patterns`.
-  std::optional<std::vector<execution_group>> groups;
-  runtime_options runtime;                       ///< base runtime options (metrics, trace, ...)
-  pinned_weight_cache* pinned_cache = nullptr;   ///< used when cache_pinned_weights is on
-  std::uint64_t reserve_device_bytes = 0;        ///< device bytes to leave to the engine
-};
-
 /// @brief A component with offloading enabled: the offloader and the settings that made it.
-template <class Transport>
+/// @tparam Offloader a ddo::offloader<...>.
+template <class Offloader>
 struct enabled_offload {
+  using offloader_type = Offloader;
   dynamic_offload_settings settings;  ///< resolved settings (requested/effective preset, pinning, WSL)
   resolved_component component;       ///< the route taken and its group-offload parameters
-  std::vector<std::string> notes;      ///< decisions a user should know (e.g. VMM not available)
-  std::unique_ptr<basic_offloader<Transport>> offloader;  ///< never null after enable_offload
+  std::vector<std::string> notes;     ///< decisions a user should know (e.g. VMM not available)
+  setup_machine machine;              ///< the machine the plan saw
+  std::unique_ptr<Offloader> offloader;  ///< never null after enable_offload
 
-  basic_offloader<Transport>* operator->() const noexcept { return offloader.get(); }
-  basic_offloader<Transport>& operator*() const noexcept { return *offloader; }
+  Offloader* operator->() const noexcept { return offloader.get(); }
+  Offloader& operator*() const noexcept { return *offloader; }
 };
 
-/// @brief Resolves settings for @p model and returns a ready offloader over @p transport.
-/// @param model the component's weights (must outlive the result, like their sources).
-/// @param preset "auto", "one_shot_fast", "low_ram_safe", "wsl_compat", "off", ...
-/// @throws config_error for invalid settings; out_of_memory when budgets cannot hold the plan.
-template <class Transport = linear_transport>
-[[nodiscard]] enabled_offload<Transport> enable_offload(const weight_table& model,
-                                                        std::string_view preset = "auto",
-                                                        enable_options options = {},
-                                                        Transport transport = Transport{}) {
-  static_assert(detail::check_transport<Transport>());
-  auto inputs = options.inputs;
-  inputs.preset = std::string(preset);
-  if (!inputs.model_bytes) inputs.model_bytes = model.total_bytes();
-  enabled_offload<Transport> result;
-  result.settings = resolve_settings(inputs);
-  const auto& settings = result.settings;
-  if (!inputs.component.empty()) {
-    result.component = resolve_component(settings, inputs.component, inputs.route);
-  } else {
-    result.component.route = inputs.route.value_or(component_route::dynamic_offload);
-    if (result.component.route == component_route::auto_select)
-      result.component.route = component_route::dynamic_offload;
-  }
-  if (!settings.enabled) {
-    result.component.route = component_route::none;
-    result.notes.push_back("preset '" + settings.effective_preset +
-                           "' disables offloading: every weight is uploaded once (route none)");
-  }
-  if (settings.config.execution_mode == exec_mode::vmm_runtime)
-    result.notes.push_back("execution_mode vmm_runtime: no VMM transport in this build; the " +
-                           std::string(transport.name()) + " transport streams instead");
+namespace detail {
 
-  auto groups = options.groups ? *options.groups
-                               : infer_execution_groups(model, settings.config.resident_module_patterns);
-  const auto base = runtime_options_for(settings, options.runtime, options.pinned_cache);
-  switch (result.component.route) {
-    case component_route::none: {
-      auto o = base;
-      o.route = "none";
-      result.offloader = std::make_unique<basic_offloader<Transport>>(
-          transport, model, make_resident_plan(model, std::move(groups)), o);
-      break;
+/// offloader<Policies...> over Transport: Policies may name the same transport, or none.
+template <class Transport, class... Policies>
+struct offloader_over {
+  using named = offloader<Policies...>;
+  static_assert(!policy_set<Policies...>::fixed_transport ||
+                    std::is_same_v<typename named::transport_type, Transport>,
+                "ddo::enable_offload: the transport object's type differs from the transport "
+                "named in the policies");
+  using type = std::conditional_t<policy_set<Policies...>::fixed_transport, named,
+                                  offloader<Transport, Policies...>>;
+};
+
+inline dynamic_offload_settings resolve_for(const weight_table& model,
+                                            std::optional<std::string_view> preset,
+                                            const setup_options& options) {
+  auto inputs = options.inputs;
+  if (preset) inputs.preset = std::string(*preset);
+  if (!inputs.model_bytes) inputs.model_bytes = model.total_bytes();
+  return resolve_settings(inputs);
+}
+
+template <class Offloader>
+enabled_offload<Offloader> enable_resolved(const weight_table& model,
+                                           dynamic_offload_settings settings,
+                                           const setup_options& options,
+                                           typename Offloader::transport_type transport) {
+  enabled_offload<Offloader> result;
+  result.settings = std::move(settings);
+  std::vector<std::string> notes;
+  const auto component = component_for(result.settings, options.inputs, &notes);
+  auto setup = setup_offload(model, result.settings, component, options, transport,
+                             typename Offloader::planner_type{},
+                             typename Offloader::pin_selector_type{});
+  result.component = setup.component;
+  result.machine = setup.machine;
+  result.notes = std::move(notes);
+  result.notes.insert(result.notes.end(), setup.notes.begin(), setup.notes.end());
+  result.offloader = std::make_unique<Offloader>(model, std::move(setup), std::move(transport));
+  return result;
+}
+
+}  // namespace detail
+
+/// @brief Resolves settings for @p model and returns a ready offloader over @p transport (the
+/// engine's transport object: see the file comment).
+/// @param model the component's weights (must outlive the result, like their sources).
+/// @param preset "auto", "one_shot_fast", "low_ram_safe", "wsl_compat", "off", ...; nullopt
+/// (the default): DDO_PRESET, else auto.
+/// @throws config_error for invalid settings or a `backend` the transport is not;
+/// out_of_memory when budgets cannot hold the plan.
+template <class... Policies, class Transport>
+[[nodiscard]] enabled_offload<typename detail::offloader_over<Transport, Policies...>::type>
+enable_offload(const weight_table& model, std::optional<std::string_view> preset,
+               setup_options options, Transport transport) {
+  static_assert(detail::check_transport<Transport>());
+  using result = typename detail::offloader_over<Transport, Policies...>::type;
+  return detail::enable_resolved<result>(model, detail::resolve_for(model, preset, options),
+                                         options, std::move(transport));
+}
+
+/// @brief As above; ddo makes the policies' transport (default linear) from the settings.
+template <class... Policies>
+[[nodiscard]] enabled_offload<offloader<Policies...>> enable_offload(
+    const weight_table& model, std::optional<std::string_view> preset = std::nullopt,
+    setup_options options = {}) {
+  using result = offloader<Policies...>;
+  auto settings = detail::resolve_for(model, preset, options);
+  auto transport = make_transport<typename result::transport_type>(settings, options);
+  return detail::enable_resolved<result>(model, std::move(settings), options, std::move(transport));
+}
+
+/// @brief ddo chooses the transport from `backend` and calls @p engine with the ready
+/// `enabled_offload<offloader<Transport, Policies...>>&` (Transport: host_sim_transport or
+/// linear_transport); returns what @p engine returns (the same type for every transport).
+/// @throws config_error for a backend this build has no transport for (vmm, nvme).
+template <class... Policies, class Engine>
+decltype(auto) with_offload_backend(const weight_table& model,
+                                    std::optional<std::string_view> preset,
+                                    setup_options options, Engine&& engine) {
+  static_assert(!detail::policy_set<Policies...>::fixed_transport,
+                "ddo::with_offload_backend: ddo chooses the transport from `backend`; do not name "
+                "one in the policies (use enable_offload to fix the transport at compile time)");
+  using sim_result = enabled_offload<offloader<host_sim_transport, Policies...>>;
+  using linear_result = enabled_offload<offloader<linear_transport, Policies...>>;
+  static_assert(std::is_same_v<std::invoke_result_t<Engine, sim_result&>,
+                               std::invoke_result_t<Engine, linear_result&>>,
+                "ddo::with_offload_backend: the engine callback must return the same type for "
+                "every transport");
+  auto settings = detail::resolve_for(model, preset, options);
+  switch (settings.config.backend) {
+    case offload_backend::host_sim: {
+      auto transport = make_transport<host_sim_transport>(settings, options);
+      auto enabled = detail::enable_resolved<typename sim_result::offloader_type>(
+          model, std::move(settings), options, std::move(transport));
+      return std::forward<Engine>(engine)(enabled);
     }
-    case component_route::diffusers_group_offload: {
-      const auto g = group_offload_options_from(result.component);
-      if (!g.record_stream)
-        result.notes.push_back("offload_record_stream=false: ddo's release events always keep "
-                               "weights alive for the compute stream; nothing to turn off");
-      result.offloader = std::make_unique<basic_offloader<Transport>>(
-          transport, model,
-          make_group_offload_plan(model, std::move(groups), g, settings.effective_pin_cpu_memory),
-          group_offload_runtime_options(g, base));
+    case offload_backend::linear:
+    case offload_backend::auto_select:
       break;
-    }
     default: {
-      offloader_inputs in;
-      in.runtime = options.runtime;
-      in.pinned_cache = options.pinned_cache;
-      in.reserve_device_bytes = options.reserve_device_bytes;
-      const auto machine = machine_capacity_for(transport, model, groups, settings, in);
-      auto plan = make_plan(model, std::move(groups), settings.config, machine);
-      result.offloader =
-          std::make_unique<basic_offloader<Transport>>(transport, model, std::move(plan), base);
-      break;
+      const auto& where = settings.provenance.of("backend");
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + ": backend = " +
+                             std::string(enum_name(settings.config.backend)) +
+                             ": this build has no such transport; use linear or host_sim");
     }
   }
-  return result;
+  auto transport = make_transport<linear_transport>(settings, options);
+  auto enabled = detail::enable_resolved<typename linear_result::offloader_type>(
+      model, std::move(settings), options, std::move(transport));
+  return std::forward<Engine>(engine)(enabled);
 }
 
 /// @brief One component of a pipeline: its name ("transformer", "text_encoder", "vae") and
@@ -129,12 +179,12 @@ struct pipeline_component {
 };
 
 /// @brief Every component of a pipeline with offloading enabled, by name, in setup order.
-template <class Transport>
+template <class Offloader>
 struct pipeline_offload {
   std::vector<std::string> order;
-  std::map<std::string, enabled_offload<Transport>> components;
+  std::map<std::string, enabled_offload<Offloader>> components;
   /// @brief The component called @p name. @throws usage_error if unknown.
-  enabled_offload<Transport>& operator[](const std::string& name) {
+  enabled_offload<Offloader>& operator[](const std::string& name) {
     auto it = components.find(name);
     DDO_EXPECTS(it != components.end(), "pipeline_offload: no component named '" + name + "'");
     return it->second;
@@ -142,13 +192,15 @@ struct pipeline_offload {
 };
 
 /// @brief enable_offload for every component, each with its own route (component policies,
-/// DDO_<COMPONENT>_* variables, the preset's component defaults). Components are set up in
-/// order, so each plans against the device memory the previous ones left.
-template <class Transport = linear_transport>
-[[nodiscard]] pipeline_offload<Transport> enable_pipeline_offload(
-    const std::vector<pipeline_component>& pipeline, std::string_view preset = "auto",
-    enable_options options = {}, Transport transport = Transport{}) {
-  pipeline_offload<Transport> result;
+/// DDO_<COMPONENT>_* variables, the preset's component defaults), over @p transport. Components
+/// are set up in order, so each plans against the device memory the previous ones left.
+template <class... Policies, class Transport>
+[[nodiscard]] pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>
+enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
+                        std::optional<std::string_view> preset, setup_options options,
+                        Transport transport) {
+  using result_type = typename detail::offloader_over<Transport, Policies...>::type;
+  pipeline_offload<result_type> result;
   std::vector<std::string> names;
   for (const auto& c : pipeline) names.push_back(c.name);
   for (const auto& c : pipeline) {
@@ -159,10 +211,24 @@ template <class Transport = linear_transport>
     o.inputs.component = c.name;
     o.inputs.components = names;
     if (c.groups) o.groups = c.groups;
-    result.components.emplace(c.name, enable_offload<Transport>(*c.model, preset, std::move(o), transport));
+    result.components.emplace(c.name, enable_offload<Policies...>(*c.model, preset, std::move(o), transport));
     result.order.push_back(c.name);
   }
   return result;
+}
+
+/// @brief As above; ddo makes the policies' transport (default linear) from the settings the
+/// pipeline resolves to (no component), once, shared by every component.
+template <class... Policies>
+[[nodiscard]] pipeline_offload<offloader<Policies...>> enable_pipeline_offload(
+    const std::vector<pipeline_component>& pipeline,
+    std::optional<std::string_view> preset = std::nullopt, setup_options options = {}) {
+  using transport_type = typename offloader<Policies...>::transport_type;
+  auto inputs = options.inputs;
+  if (preset) inputs.preset = std::string(*preset);
+  const auto settings = resolve_settings(inputs);
+  auto transport = make_transport<transport_type>(settings, options);
+  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
 }
 
 }  // namespace v0

@@ -3,7 +3,7 @@
 /// @file
 /// @brief ddo::runtime_options: how an offloader runs a plan (ring size, prefetch depth,
 /// strategy, pinning, staging, budgets, metrics). runtime_options_from() maps the relevant
-/// fields of a dynamic_offload_config.
+/// fields of a dynamic_offload_config (the one mapping: setup and every tool use it).
 
 #include <cstddef>
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/runtime/setup_progress.hpp"
 
@@ -85,16 +86,24 @@ struct runtime_options {
   setup_progress_callback on_setup_progress;
 };
 
-/// @brief The runtime fields of a resolved config: strategy, pin workers and fallback, cache
-/// namespace, the file backend. The cache object itself is the application's to pass.
-[[nodiscard]] inline runtime_options runtime_options_from(const dynamic_offload_config& config) {
-  runtime_options o;
-  o.strategy = config.linear_runtime_strategy;
-  o.pin_workers = config.pin_cpu_workers > 0 ? config.pin_cpu_workers : 1;
-  o.allow_pin_fallback = config.allow_pin_memory_fallback;
-  o.cache_namespace = config.pinned_weight_cache_namespace;
-  o.file_backend = config.load_safetensors_backend;
-  return o;
+/// @brief The runtime fields of a resolved config on top of @p base: strategy, pin workers and
+/// fallback, cache namespace, the file backend, and the application's pinned-weight cache when
+/// `cache_pinned_weights` is on (the cache object itself is the application's to pass).
+/// @throws config_error when pin_cpu_workers is below 1 (never raised silently).
+[[nodiscard]] inline runtime_options runtime_options_from(const dynamic_offload_config& config,
+                                                          runtime_options base = {},
+                                                          pinned_weight_cache* cache = nullptr) {
+  if (config.pin_cpu_workers < 1)
+    throw config_error("config", "pin_cpu_workers",
+                       "pin_cpu_workers must be a positive worker count, got " +
+                           std::to_string(config.pin_cpu_workers));
+  base.strategy = config.linear_runtime_strategy;
+  base.pin_workers = config.pin_cpu_workers;
+  base.allow_pin_fallback = config.allow_pin_memory_fallback;
+  base.cache_namespace = config.pinned_weight_cache_namespace;
+  base.file_backend = config.load_safetensors_backend;
+  base.pinned_cache = config.cache_pinned_weights ? cache : nullptr;
+  return base;
 }
 
 }  // namespace v0

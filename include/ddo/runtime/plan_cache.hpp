@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::plan_cache: plans kept by the application for reuse (`cache_plan`, "cache
+/// structural planning in-process"). Like pinned_weight_cache, the application owns the object
+/// and passes it to setup (setup_options::plans); ddo keeps no cache of its own.
+///
+/// A plan is found again when the weight table (names, modules, kinds, dtypes, shapes, bytes,
+/// source kinds), the execution groups, every config field, the planning policies and the
+/// budgets (total device memory, the engine's reserve, the ring, stated RAM, a capacity
+/// profile's budget) are the same. Momentary free device memory and probed RAM are not part of
+/// the key: a cached plan is reused while its resident bytes still fit what is free now (setup
+/// checks this and plans again when they do not).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/field_registry.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/plan.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Plans by key. Thread-safe; copies plans in and out. Must outlive nothing: setup only
+/// reads and writes it during the call.
+class plan_cache {
+ public:
+  /// @brief The plan stored under @p key, if any (counts a hit or a miss).
+  [[nodiscard]] std::optional<offload_plan> find(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    const auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      ++misses_;
+      return std::nullopt;
+    }
+    ++hits_;
+    return it->second;
+  }
+  /// @brief Stores @p plan under @p key (replacing what was there).
+  void insert(std::string key, offload_plan plan) {
+    std::lock_guard lock(mutex_);
+    plans_.insert_or_assign(std::move(key), std::move(plan));
+  }
+  /// @brief Forgets every plan.
+  void clear() {
+    std::lock_guard lock(mutex_);
+    plans_.clear();
+  }
+  [[nodiscard]] std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return plans_.size();
+  }
+  [[nodiscard]] std::uint64_t hits() const {
+    std::lock_guard lock(mutex_);
+    return hits_;
+  }
+  [[nodiscard]] std::uint64_t misses() const {
+    std::lock_guard lock(mutex_);
+    return misses_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, offload_plan> plans_;
+  mutable std::uint64_t hits_ = 0;
+  mutable std::uint64_t misses_ = 0;
+};
+
+namespace detail {
+inline void append_key_value(std::string& out, const field_value& v) {
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          out += x ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          out += std::to_string(x.size()) + ':' + x;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          out += '[';
+          for (const auto& s : x) out += std::to_string(s.size()) + ':' + s + ',';
+          out += ']';
+        } else {
+          out += std::to_string(x);
+        }
+      },
+      v);
+}
+}  // namespace detail
+
+/// @brief The cache key of a plan: the table, the groups, every config field, @p policies (a
+/// name for the planning policies) and @p budgets (name, bytes) — see the file comment.
+[[nodiscard]] inline std::string plan_cache_key(
+    const weight_table& table, std::span<const execution_group> groups,
+    const dynamic_offload_config& config, std::string_view policies,
+    std::span<const std::pair<std::string_view, std::uint64_t>> budgets) {
+  std::string key;
+  key.reserve(64 * table.size() + 1024);
+  key += "policies=";
+  key += policies;
+  key += ";weights=" + std::to_string(table.size()) + ';';
+  for (const auto& w : table.weights()) {
+    key += std::to_string(w.name.size()) + ':' + w.name + '|' + w.module_name + '|' +
+           std::string(to_string(w.kind)) + '|' + std::string(to_string(w.type)) + '|' +
+           std::to_string(w.bytes) + '|' + (std::holds_alternative<file_source>(w.source) ? 'f' : 'h');
+    for (auto d : w.shape) key += ',' + std::to_string(d);
+    key += ';';
+  }
+  key += "groups=";
+  for (const auto& g : groups) {
+    key += g.name + (g.is_block ? "#b" : "#o") + ':';
+    for (std::size_t w : g.weights) key += std::to_string(w) + ',';
+    key += ';';
+  }
+  key += "config=";
+  for (const auto& f : config_fields()) {
+    key += f.name;
+    key += '=';
+    detail::append_key_value(key, f.get(config));
+    key += ';';
+  }
+  key += "budgets=";
+  for (const auto& [name, bytes] : budgets) {
+    key += name;
+    key += '=' + std::to_string(bytes) + ';';
+  }
+  return key;
+}
+
+}  // namespace v0
+}  // namespace ddo

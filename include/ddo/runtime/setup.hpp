@@ -1,0 +1,405 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The one setup path: settings + weight table + transport → the machine the plan sees →
+/// the plan and runtime options of the component's route → an offloader.
+///
+/// enable_offload / enable_pipeline_offload (runtime/enable_offload.hpp), ddo::offloader's
+/// planning constructors, ddo-run, ddo-plan and the benchmarks all go through these functions,
+/// so for the same inputs ddo-plan prints the plan ddo-run runs.
+///
+/// - machine_for(): the machine a plan sees. Device free/total from the transport, minus the
+///   slot ring (device_footprint.hpp: the formula the runtime's budget check uses), minus the
+///   engine's reserve (activations, workspaces: setup_options::reserve_device_bytes), minus
+///   runtime_device_reserve_bytes (64 MiB); RAM stated by the engine or probed; a stored
+///   capacity profile applied.
+/// - setup_offload(): dispatches the component's route — dynamic_offload (planned with the
+///   Planner and PinSelector, through the application's plan_cache when `cache_plan` is on),
+///   diffusers_group_offload and none (runtime/routes.hpp) — and returns the plan and the runtime
+///   options to run it with. It checks the transport against `backend` and `execution_device`
+///   and prints the setup details when `verbose` is on.
+/// - make_offloader(): setup_offload() and the composed ddo::offloader in one call.
+/// - make_transport(): the transport a Transport type gets from the settings (execution_device).
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/config/enum_names.hpp"
+#include "ddo/config/resolve.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/memory/system_probe.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/plan/format_bytes.hpp"
+#include "ddo/plan/pin_selector.hpp"
+#include "ddo/plan/planner.hpp"
+#include "ddo/plan/residency_planner.hpp"
+#include "ddo/profile/profile_lookup.hpp"
+#include "ddo/runtime/device_footprint.hpp"
+#include "ddo/runtime/plan_cache.hpp"
+#include "ddo/runtime/routes.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+#include "ddo/transport/concepts.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief Everything setup takes besides the settings, the table and the transport.
+/// (enable_options and offloader_inputs are the former names of this one struct.)
+struct setup_options {
+  /// Resolution inputs, for the entry points that resolve settings themselves (enable_offload,
+  /// enable_pipeline_offload, with_offload_backend): explicit config, overrides, TOML,
+  /// environment, CLI, component policies, the component's name and explicit route. `preset`
+  /// stays empty unless the engine names one (then DDO_PRESET no longer chooses).
+  resolve_inputs inputs;
+  /// The engine's execution groups; empty: inferred from `resident_module_patterns`.
+  std::optional<std::vector<execution_group>> groups;
+  /// Base runtime options (metrics, trace, ...); the config's runtime fields go on top.
+  runtime_options runtime;
+  /// The application's pinned-weight cache, used when `cache_pinned_weights` is on.
+  pinned_weight_cache* pinned_cache = nullptr;
+  /// The application's plan cache, used when `cache_plan` is on (null: plans every time).
+  plan_cache* plans = nullptr;
+  /// Device bytes the engine needs besides ddo's (activations, workspaces): left free by the plan.
+  std::uint64_t reserve_device_bytes = 0;
+  /// Available RAM the engine states for its machine; wins over detection unless
+  /// `available_system_ram_gb` was set explicitly (config, TOML, environment, flag, component).
+  std::optional<std::uint64_t> ram_bytes;
+  /// Options of a host_sim transport ddo makes itself (backend host_sim).
+  host_sim_options host_sim;
+  /// Where `verbose` prints the setup details.
+  std::FILE* log = stderr;
+};
+using enable_options = setup_options;
+using offloader_inputs = setup_options;
+
+/// @brief The machine as the plan sees it, and how it was derived.
+struct setup_machine {
+  machine_capacity capacity;       ///< what make_plan gets
+  device_memory_info device;       ///< free/total as the transport reported it (0: unknown)
+  std::uint64_t slot_bytes = 0;    ///< one ring slot: the largest group, aligned
+  std::size_t slots = 0;           ///< slots the plan leaves room for
+  std::uint64_t ring_bytes = 0;    ///< ring_bytes_for(slot_bytes, slots)
+  std::uint64_t engine_reserve_bytes = 0;   ///< setup_options::reserve_device_bytes
+  std::uint64_t runtime_reserve_bytes = 0;  ///< runtime_device_reserve_bytes (0 when unknown)
+  std::string ram_source;    ///< "stated by the engine", "probed", "available_system_ram_gb (...)"
+  std::string profile_note;  ///< what the capacity-profile lookup did (empty: no profile_name)
+};
+
+/// @brief What setup_offload decided: everything needed to construct the offloader.
+struct offload_setup {
+  offload_plan plan;
+  runtime_options runtime;
+  setup_machine machine;
+  resolved_component component;     ///< the route executed (never auto_select)
+  std::vector<std::string> notes;    ///< decisions a user should know
+  bool plan_from_cache = false;      ///< the plan came from setup_options::plans
+};
+
+/// @brief Whether field @p name was set by the application or the user (code config, TOML,
+/// environment, flag or component policy), not by a default, detection or the preset.
+[[nodiscard]] inline bool set_explicitly(const dynamic_offload_settings& s, std::string_view name) {
+  switch (s.provenance.of(name).source) {
+    case origin::config:
+    case origin::toml:
+    case origin::env:
+    case origin::cli:
+    case origin::component:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// @brief A parsed `execution_device`: "cpu", "cuda" (device 0) or "cuda:N".
+struct execution_device_spec {
+  bool cuda = true;
+  int index = 0;
+};
+
+/// @brief Parses `execution_device`. @throws config_error naming its source for other text.
+[[nodiscard]] inline execution_device_spec parse_execution_device(const dynamic_offload_settings& s) {
+  const std::string& text = s.config.execution_device;
+  const auto& where = s.provenance.of("execution_device");
+  auto bad = [&] {
+    return config_error(std::string(to_string(where.source)), where.key,
+                        describe(where) + ": execution_device = \"" + text +
+                            "\" is not a device; expected \"cuda\", \"cuda:N\" (N a device "
+                            "ordinal) or \"cpu\"");
+  };
+  if (text == "cpu") return {false, 0};
+  if (text == "cuda") return {true, 0};
+  if (text.rfind("cuda:", 0) != 0 || text.size() == 5 || text.size() > 8) throw bad();
+  int index = 0;
+  for (char c : std::string_view(text).substr(5)) {
+    if (c < '0' || c > '9') throw bad();
+    index = index * 10 + (c - '0');
+  }
+  return {true, index};
+}
+
+/// @brief The transport @p Transport gets from the settings: linear on the device
+/// `execution_device` names; host_sim with setup_options::host_sim; others default-constructed.
+/// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
+template <class Transport>
+[[nodiscard]] Transport make_transport(const dynamic_offload_settings& s, const setup_options& o) {
+  static_assert(detail::check_transport<Transport>());
+  if constexpr (std::same_as<Transport, host_sim_transport>) {
+    (void)parse_execution_device(s);  // checked even where the simulation ignores it
+    return host_sim_transport(o.host_sim);
+  } else if constexpr (std::constructible_from<Transport, linear_options>) {
+    const auto device = parse_execution_device(s);
+    if (!device.cuda) {
+      const auto& where = s.provenance.of("execution_device");
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + ": execution_device = \"cpu\" but the " +
+                             std::string(Transport(linear_options{.device = 0}).name()) +
+                             " transport copies to a CUDA device; use \"cuda:N\" or backend host_sim");
+    }
+    linear_options options;
+    options.device = device.index;
+    return Transport(options);
+  } else {
+    return Transport{};
+  }
+}
+
+namespace detail {
+
+/// Refuses a `backend` or `execution_device` the engine's transport cannot honour.
+template <class Transport>
+void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
+                              std::vector<std::string>& notes) {
+  const std::string_view have = t.name();
+  const std::string_view want = enum_name(s.config.backend);
+  if (want != have) {
+    const auto& where = s.provenance.of("backend");
+    if (set_explicitly(s, "backend"))
+      throw config_error(
+          std::string(to_string(where.source)), where.key,
+          describe(where) + ": backend = " + std::string(want) + " but this engine fixed the " +
+              std::string(have) + " transport at compile time; set backend to " +
+              std::string(have) + " (or leave it unset), or let ddo choose the transport with "
+              "ddo::with_offload_backend (runtime/enable_offload.hpp)");
+    if (s.provenance.of("backend").source != origin::default_value ||
+        s.config.execution_mode == exec_mode::vmm_runtime)
+      notes.push_back("backend " + std::string(want) + " (" + describe(where) +
+                      "): no such transport here; the engine's " + std::string(have) +
+                      " transport streams instead");
+  }
+  if constexpr (requires { { t.device() } -> std::convertible_to<int>; }) {
+    const auto device = parse_execution_device(s);
+    if (set_explicitly(s, "execution_device") && (!device.cuda || device.index != t.device())) {
+      const auto& where = s.provenance.of("execution_device");
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + ": execution_device = \"" + s.config.execution_device +
+                             "\" but the engine's transport uses cuda:" + std::to_string(t.device()) +
+                             "; construct the transport for that device or let ddo make it");
+    }
+  }
+}
+
+inline std::string policy_names(const std::type_info& planner, const std::type_info& pins) {
+  return std::string(planner.name()) + '+' + pins.name();
+}
+
+inline void print_setup(std::FILE* log, const weight_table& table, const offload_setup& r,
+                        std::string_view transport_name) {
+  if (log == nullptr) return;
+  const auto& m = r.machine;
+  std::fprintf(log, "ddo: setup: route %s on the %.*s transport, %zu weights (%s)\n",
+               std::string(to_string(r.component.route)).c_str(),
+               static_cast<int>(transport_name.size()), transport_name.data(), table.size(),
+               format_bytes(table.total_bytes()).c_str());
+  if (m.device.total_bytes != 0)
+    std::fprintf(log,
+                 "ddo: setup: device %s free of %s; ring %zu x %s = %s; engine reserve %s; "
+                 "runtime reserve %s; the plan sees %s free\n",
+                 format_bytes(m.device.free_bytes).c_str(), format_bytes(m.device.total_bytes).c_str(),
+                 m.slots, format_bytes(m.slot_bytes).c_str(), format_bytes(m.ring_bytes).c_str(),
+                 format_bytes(m.engine_reserve_bytes).c_str(),
+                 format_bytes(m.runtime_reserve_bytes).c_str(),
+                 format_bytes(m.capacity.free_vram_bytes).c_str());
+  else
+    std::fprintf(log, "ddo: setup: device memory unknown: the plan's capacity checks are off\n");
+  std::fprintf(log, "ddo: setup: RAM %s (%s); WSL %s\n",
+               format_bytes(m.capacity.available_ram_bytes).c_str(), m.ram_source.c_str(),
+               m.capacity.running_on_wsl ? "yes" : "no");
+  if (!m.profile_note.empty()) std::fprintf(log, "ddo: setup: %s\n", m.profile_note.c_str());
+  std::fprintf(log, "ddo: setup: plan %s; resident %s, pinned %s; ring %zu slot(s), prefetch %s\n",
+               r.plan_from_cache ? "from the plan cache" : "made now",
+               format_bytes(r.plan.total_bytes(placement::gpu_resident)).c_str(),
+               format_bytes(r.plan.total_bytes(placement::pinned_host)).c_str(), r.runtime.slot_count,
+               r.runtime.prefetch_depth > 64 ? "as far as the ring allows"
+                                             : std::to_string(r.runtime.prefetch_depth).c_str());
+  for (const auto& n : r.notes) std::fprintf(log, "ddo: setup: note: %s\n", n.c_str());
+}
+
+}  // namespace detail
+
+/// @brief The machine the plan sees (see the file comment).
+/// @param groups the execution groups (any may stream: the ring is sized for the largest).
+/// @param runtime the runtime options the plan will run with (slot_count, alignment).
+/// @param ring whether the route streams at all (route none: no ring).
+template <class Transport>
+[[nodiscard]] setup_machine machine_for(Transport& transport, const weight_table& table,
+                                        std::span<const execution_group> groups,
+                                        const dynamic_offload_settings& settings,
+                                        const runtime_options& runtime, const setup_options& options,
+                                        bool ring = true) {
+  setup_machine m;
+  m.device = transport.device_memory();
+  for (const auto& g : groups)
+    m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, g.weights, runtime.alignment));
+  m.slots = ring ? std::min(runtime.slot_count, groups.size()) : 0;
+  m.ring_bytes = ring_bytes_for(m.slot_bytes, m.slots);
+  m.engine_reserve_bytes = options.reserve_device_bytes;
+  machine_capacity& c = m.capacity;
+  c.total_vram_bytes = m.device.total_bytes;
+  if (m.device.free_bytes != 0) {
+    m.runtime_reserve_bytes = runtime_device_reserve_bytes;
+    const std::uint64_t reserve = m.ring_bytes + m.engine_reserve_bytes + m.runtime_reserve_bytes;
+    // 0 means "unknown" to the planner (checks off): keep at least one byte.
+    c.free_vram_bytes = m.device.free_bytes > reserve ? m.device.free_bytes - reserve : 1;
+  }
+  if (set_explicitly(settings, "available_system_ram_gb")) {
+    m.ram_source = "available_system_ram_gb (" + describe(settings.provenance.of("available_system_ram_gb")) + ")";
+    c.available_ram_bytes = gib_to_bytes(settings.config.available_system_ram_gb);
+  } else if (options.ram_bytes) {
+    m.ram_source = "stated by the engine";
+    c.available_ram_bytes = *options.ram_bytes;
+  } else {
+    m.ram_source = "probed";
+    c.available_ram_bytes = available_ram_bytes().value_or(0);
+  }
+  c.running_on_wsl = settings.running_on_wsl;
+  c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
+  m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir);
+  return m;
+}
+
+/// @brief The route of component `inputs.component` under @p settings ("": the plain model's:
+/// `inputs.route`, else dynamic_offload); a disabled preset ("off") gives route none.
+[[nodiscard]] inline resolved_component component_for(const dynamic_offload_settings& settings,
+                                                      const resolve_inputs& inputs,
+                                                      std::vector<std::string>* notes = nullptr) {
+  resolved_component c;
+  if (!inputs.component.empty()) {
+    c = resolve_component(settings, inputs.component, inputs.route);
+  } else {
+    c.route = inputs.route.value_or(component_route::dynamic_offload);
+    if (c.route == component_route::auto_select) c.route = component_route::dynamic_offload;
+  }
+  if (!settings.enabled) {
+    c.route = component_route::none;
+    if (notes)
+      notes->push_back("preset '" + settings.effective_preset +
+                       "' disables offloading: every weight is uploaded once (route none)");
+  }
+  return c;
+}
+
+/// @brief Plans component @p component's route over @p transport and returns the plan and
+/// runtime options to run it with (see the file comment).
+/// @tparam Planner, PinSelector the dynamic_offload route's policies (plan/concepts.hpp).
+/// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
+/// usage_error (groups).
+template <class Planner = default_residency_planner, class PinSelector = default_pin_selector,
+          class Transport>
+[[nodiscard]] offload_setup setup_offload(const weight_table& table,
+                                          const dynamic_offload_settings& settings,
+                                          const resolved_component& component,
+                                          const setup_options& options, Transport& transport,
+                                          const Planner& planner = {},
+                                          const PinSelector& pins = {}) {
+  static_assert(detail::check_transport<Transport>());
+  offload_setup r;
+  r.component = component;
+  DDO_EXPECTS(component.route != component_route::auto_select,
+              "setup_offload: the component's route must be resolved (component_for)");
+  detail::check_transport_settings(settings, transport, r.notes);
+  if (settings.config.execution_mode == exec_mode::vmm_runtime)
+    r.notes.push_back("execution_mode vmm_runtime: no VMM transport in this build; the " +
+                      std::string(transport.name()) + " transport streams instead");
+
+  auto groups = options.groups ? *options.groups
+                               : infer_execution_groups(table, settings.config.resident_module_patterns);
+  r.runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
+  switch (component.route) {
+    case component_route::none: {
+      r.runtime.route = "none";
+      r.machine = machine_for(transport, table, groups, settings, r.runtime, options, false);
+      r.plan = make_resident_plan(table, std::move(groups));
+      break;
+    }
+    case component_route::diffusers_group_offload: {
+      const auto g = group_offload_options_from(component);
+      if (!g.record_stream)
+        r.notes.push_back("offload_record_stream=false: ddo's release events always keep "
+                          "weights alive for the compute stream; nothing to turn off");
+      r.runtime = group_offload_runtime_options(g, r.runtime);
+      r.machine = machine_for(transport, table, groups, settings, r.runtime, options);
+      r.plan = make_group_offload_plan(table, std::move(groups), g, settings.effective_pin_cpu_memory);
+      break;
+    }
+    default: {
+      r.runtime.route = "dynamic_offload";
+      r.machine = machine_for(transport, table, groups, settings, r.runtime, options);
+      // The machine carries the RAM the plan uses (explicit field, stated, or probed):
+      // resolution's detected value in the config must not override a stated one.
+      dynamic_offload_config config = settings.config;
+      config.available_system_ram_gb = 0.0;
+      const bool cached = settings.config.cache_plan && options.plans != nullptr;
+      std::string key;
+      if (cached) {
+        const std::pair<std::string_view, std::uint64_t> budgets[] = {
+            {"total_vram", r.machine.device.total_bytes},
+            {"ring", r.machine.ring_bytes},
+            {"engine_reserve", r.machine.engine_reserve_bytes},
+            {"runtime_reserve", r.machine.runtime_reserve_bytes},
+            {"stated_ram", options.ram_bytes.value_or(0)},
+            {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
+            {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
+        };
+        key = plan_cache_key(table, groups, config,
+                             detail::policy_names(typeid(Planner), typeid(PinSelector)), budgets);
+        if (auto hit = options.plans->find(key)) {
+          // Reused while its resident bytes still fit what is free now.
+          const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+          if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
+            r.plan = std::move(*hit);
+            r.plan_from_cache = true;
+          } else {
+            r.notes.push_back("cached plan keeps more resident than is free now: planned again");
+          }
+        }
+      }
+      if (!r.plan_from_cache) {
+        r.plan = make_plan(table, std::move(groups), config, r.machine.capacity, planner, pins);
+        if (cached) options.plans->insert(std::move(key), r.plan);
+      }
+      break;
+    }
+  }
+  if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
+  return r;
+}
+
+template <class... Policies>
+class offloader;
+
+}  // namespace v0
+}  // namespace ddo
+
+#include "ddo/runtime/offloader.hpp"
