@@ -639,7 +639,9 @@ class offloader_core {
     files_.resize(table_->files().size());
     for (std::size_t f = 0; f < file_used_.size(); ++f)
       if (file_used_[f])
-        files_[f] = std::make_unique<file_reader>(table_->files()[f], options_.file_backend);
+        files_[f] = std::make_unique<file_reader>(
+            table_->files()[f], options_.file_backend,
+            file_reader_options{.direct_io = false, .faults = options_.file_faults});
   }
 
   std::string block_key(const group_runtime& gr) const {
@@ -999,8 +1001,26 @@ class offloader_core {
     if (e) std::rethrow_exception(e);
   }
 
-  /// Starts bringing group g into slot s (which no lease holds).
+  /// Starts bringing group g into slot s (which no lease holds). A failure part-way (a copy
+  /// that could not be issued) leaves the slot empty rather than claiming g with half its bytes,
+  /// and is kept like a staging failure: pump() runs inside release(), whose caller (a lease's
+  /// destructor) cannot throw, so the next acquire() rethrows it.
   void load(std::size_t g, std::size_t s) {
+    try {
+      load_unguarded(g, s);
+    } catch (...) {
+      auto& st = slots_[s];
+      if (st.occupant == g) st.occupant = no_group;
+      where_[g] = -1;
+      {
+        std::lock_guard lock(worker_mutex_);
+        if (!worker_error_) worker_error_ = std::current_exception();
+      }
+      throw;
+    }
+  }
+
+  void load_unguarded(std::size_t g, std::size_t s) {
     auto& st = slots_[s];
     auto& gr = groups_[g];
     wait_staged(st);  // the previous occupant's staging job must have recorded its events
