@@ -3,7 +3,11 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <atomic>
 #include <cerrno>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -127,5 +131,89 @@ TEST_SUITE("model") {
     a = std::move(b);
     a.read(0, dst);
     CHECK(a.size() == 64);
+  }
+
+  TEST_CASE("a file cut short after open is an io_error naming the offset, never SIGBUS") {
+    ddo_test::temp_dir dir;
+    const auto path = dir.file("shrinks.bin");
+    const std::string content = ddo_test::random_data(256 * 1024, 11);
+    for (auto backend : {ddo::safetensors_backend::mmap, ddo::safetensors_backend::pread,
+                         ddo::safetensors_backend::library_default}) {
+      ddo_test::write_raw(path, content);
+      const ddo::file_reader reader(path, backend);
+      std::vector<std::byte> head(4096);
+      reader.read(0, head);  // touch the first page through the mapping
+      std::filesystem::resize_file(path, 8192);
+      std::vector<std::byte> dst(64 * 1024);
+      try {
+        reader.read(100000, dst);
+        FAIL("a read past the new end of the file succeeded");
+      } catch (const ddo::io_error& e) {
+        CHECK(e.path() == path);
+        const std::string what = e.what();
+        CHECK(what.find(path) != std::string::npos);
+        CHECK(what.find("100000") != std::string::npos);
+      }
+      // A range straddling the new end: the bytes before it are real, the rest is an error.
+      std::vector<std::byte> straddle(8192);
+      CHECK_THROWS_WITH_AS(reader.read(4096, straddle), doctest::Contains("8192"), ddo::io_error);
+      reader.read(0, head);  // what is still there still reads
+      CHECK(std::memcmp(head.data(), content.data(), head.size()) == 0);
+    }
+  }
+
+  TEST_CASE("special files are refused at open without blocking: FIFO, device, directory") {
+    ddo_test::temp_dir dir;
+    const auto fifo = dir.file("pipe");
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    for (auto backend : {ddo::safetensors_backend::mmap, ddo::safetensors_backend::pread}) {
+      // Without a writer, a blocking open of the FIFO would hang this test forever.
+      CHECK_THROWS_WITH_AS(ddo::file_reader(fifo, backend), doctest::Contains("FIFO"),
+                           ddo::io_error);
+      CHECK_THROWS_WITH_AS(ddo::file_reader("/dev/zero", backend),
+                           doctest::Contains("character device"), ddo::io_error);
+      CHECK_THROWS_WITH_AS(ddo::file_reader(dir.file("."), backend), doctest::Contains("directory"),
+                           ddo::io_error);
+    }
+    ddo::file_reader_options direct;
+    direct.direct_io = true;
+    CHECK_THROWS_AS(ddo::file_reader(fifo, ddo::safetensors_backend::pread, direct),
+                    ddo::io_error);
+  }
+
+  TEST_CASE("injected read faults: EIO and an early end are errors, a short count is retried") {
+    struct nth_read_fails : ddo::file_fault_hook {
+      std::atomic<int> calls{0};
+      int fail_at = 0;
+      ddo::file_read_fault fault;
+      ddo::file_read_fault before_read(const std::string&, std::uint64_t, std::uint64_t) override {
+        return ++calls == fail_at ? fault : ddo::file_read_fault{};
+      }
+    };
+    ddo_test::temp_dir dir;
+    const auto path = dir.file("faulty.bin");
+    const std::string content = ddo_test::random_data(300000, 13);
+    ddo_test::write_raw(path, content);
+    for (auto backend : {ddo::safetensors_backend::mmap, ddo::safetensors_backend::pread}) {
+      nth_read_fails hook;
+      ddo::file_reader_options o;
+      o.faults = &hook;
+      const ddo::file_reader reader(path, backend, o);
+      std::vector<std::byte> dst(200000);
+      hook.fail_at = 2;
+      hook.fault.what = ddo::file_read_fault::kind::error;
+      reader.read(0, dst);  // call 1
+      CHECK_THROWS_WITH_AS(reader.read(777, dst), doctest::Contains("offset 777"), ddo::io_error);
+      hook.calls = 0;
+      hook.fault.what = ddo::file_read_fault::kind::end_of_file;
+      CHECK_THROWS_WITH_AS((reader.read(0, dst), reader.read(5, dst)),
+                           doctest::Contains("unexpected end of file at offset 5"), ddo::io_error);
+      hook.calls = 0;
+      hook.fail_at = 1;
+      hook.fault.what = ddo::file_read_fault::kind::short_count;
+      reader.read(99, dst);
+      CHECK(hook.calls >= 2);  // the short read was continued
+      CHECK(std::memcmp(dst.data(), content.data() + 99, dst.size()) == 0);
+    }
   }
 }

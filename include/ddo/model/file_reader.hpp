@@ -6,6 +6,12 @@
 ///
 /// The reader is safe to share between threads: every read is positional (pread) or a copy out
 /// of a read-only mapping, so no file offset is shared.
+///
+/// A file that shrinks while it is open is an io_error naming the file and the offset, never a
+/// signal: copies out of the mapping go through the kernel (process_vm_readv on the process
+/// itself), which reports a page past the file's new end as EFAULT where a plain memcpy would
+/// raise SIGBUS. Special files (FIFOs, devices, directories) are refused before anything can
+/// block on them: the open is non-blocking and only a regular file is accepted.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -24,6 +30,7 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/model/file_fault_hook.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -65,6 +72,8 @@ struct file_reader_options {
   /// refuses O_DIRECT (tmpfs, some overlay file systems) the descriptor falls back to buffered
   /// reads and direct_io_active() says so; reads keep working.
   bool direct_io = false;
+  /// Consulted before every read (fault-injection tests); not owned, must outlive the reader.
+  file_fault_hook* faults = nullptr;
 };
 
 /// @brief Reads byte ranges of one file. Move-only; closes (and unmaps) on destruction.
@@ -76,7 +85,8 @@ struct file_reader_options {
 class file_reader {
  public:
   /// @brief Opens @p path. @throws io_error naming the path and errno when it cannot be opened,
-  /// stat'ed or (backend mmap) mapped.
+  /// stat'ed or (backend mmap) mapped, or is not a regular file (a FIFO, a device, a directory:
+  /// refused without blocking).
   explicit file_reader(std::string path,
                        safetensors_backend backend = safetensors_backend::library_default,
                        file_reader_options options = {});
@@ -87,7 +97,8 @@ class file_reader {
   file_reader& operator=(file_reader&& other) noexcept;
 
   /// @brief Copies the bytes [offset, offset + dst.size()) into @p dst.
-  /// @throws io_error naming the path when the range is outside the file or a read fails.
+  /// @throws io_error naming the path when the range is outside the file or a read fails
+  /// (including the file having shrunk since it was opened: the message names the offset).
   void read(std::uint64_t offset, std::span<std::byte> dst) const;
 
   /// @brief Reads [offset, offset + dst.size()) through the O_DIRECT descriptor (opened with
@@ -112,6 +123,8 @@ class file_reader {
 
  private:
   void close_all() noexcept;
+  /// One positional read of at most @p n bytes: >= 0 bytes read, or -1 with errno set.
+  [[nodiscard]] long read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const;
   [[noreturn]] void fail(int error_number, const std::string& what) const {
     throw io_error(path_, error_number, what + " '" + path_ + "': " + std::strerror(error_number));
   }
@@ -123,6 +136,7 @@ class file_reader {
   std::uint64_t size_ = 0;
   safetensors_backend backend_ = safetensors_backend::pread;
   std::byte* map_ = nullptr;
+  file_fault_hook* faults_ = nullptr;
 };
 
 }  // namespace v0

@@ -16,6 +16,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/runtime/setup_progress.hpp"
+#include "ddo/model/file_fault_hook.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -79,6 +80,9 @@ struct runtime_options {
   bool poison_slots = false;
   /// How file-sourced weights are read (load_safetensors_backend).
   safetensors_backend file_backend = safetensors_backend::library_default;
+  /// Consulted before every file read (fault-injection tests, ddo/transport/fault_injection.hpp).
+  /// Not owned; must outlive the offloader.
+  file_fault_hook* file_faults = nullptr;
   /// The route name reported in metrics.
   std::string route = "dynamic_offload";
   /// Receives setup progress (reading, packing, pinning, uploading; setup_progress.hpp); empty:

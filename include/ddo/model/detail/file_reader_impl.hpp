@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,11 +18,25 @@
 
 namespace ddo {
 inline namespace v0 {
+namespace detail {
+/// Words for a file type, for "is not a regular file" messages.
+inline const char* file_kind_name(mode_t mode) noexcept {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+}  // namespace detail
 
 inline file_reader::file_reader(std::string path, safetensors_backend backend,
                                 file_reader_options options)
     : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  faults_ = options.faults;
+  // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears, before
+  // any check could run. Regular files ignore the flag; it is cleared anyway below.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) fail(errno, "cannot open model file");
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {
@@ -31,8 +46,12 @@ inline file_reader::file_reader(std::string path, safetensors_backend backend,
   }
   if (!S_ISREG(st.st_mode)) {
     close_all();
-    fail(EINVAL, "not a regular file");
+    throw io_error(path_, EINVAL,
+                   "'" + path_ + "' is " + detail::file_kind_name(st.st_mode) +
+                       ", not a regular file: ddo reads models, shards and indexes only from "
+                       "regular files");
   }
+  if (const int fl = ::fcntl(fd_, F_GETFL); fl >= 0) (void)::fcntl(fd_, F_SETFL, fl & ~O_NONBLOCK);
   size_ = static_cast<std::uint64_t>(st.st_size);
 
   backend_ = backend == safetensors_backend::pread ? safetensors_backend::pread
@@ -57,15 +76,24 @@ inline file_reader::file_reader(std::string path, safetensors_backend backend,
 
   if (options.direct_io) {
 #ifdef O_DIRECT
-    direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_DIRECT);
     direct_active_ = direct_fd_ >= 0;
 #endif
-    if (direct_fd_ < 0) direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (direct_fd_ < 0) direct_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (direct_fd_ < 0) {
       const int e = errno;
       close_all();
       fail(e, "cannot open model file for direct I/O");
     }
+    // The path could have been replaced (by a FIFO, say) since the first open.
+    struct stat direct_st {};
+    if (::fstat(direct_fd_, &direct_st) != 0 || direct_st.st_dev != st.st_dev ||
+        direct_st.st_ino != st.st_ino) {
+      close_all();
+      fail(ESTALE, "model file changed while it was being opened:");
+    }
+    if (const int fl = ::fcntl(direct_fd_, F_GETFL); fl >= 0)
+      (void)::fcntl(direct_fd_, F_SETFL, fl & ~O_NONBLOCK);
   }
 }
 
@@ -80,7 +108,8 @@ inline file_reader::file_reader(file_reader&& other) noexcept
       direct_active_(std::exchange(other.direct_active_, false)),
       size_(std::exchange(other.size_, 0)),
       backend_(other.backend_),
-      map_(std::exchange(other.map_, nullptr)) {}
+      map_(std::exchange(other.map_, nullptr)),
+      faults_(std::exchange(other.faults_, nullptr)) {}
 
 inline file_reader& file_reader::operator=(file_reader&& other) noexcept {
   if (this != &other) {
@@ -92,6 +121,7 @@ inline file_reader& file_reader::operator=(file_reader&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     backend_ = other.backend_;
     map_ = std::exchange(other.map_, nullptr);
+    faults_ = std::exchange(other.faults_, nullptr);
   }
   return *this;
 }
@@ -113,26 +143,61 @@ inline void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) co
                        " + " + std::to_string(length) + ") is outside model file '" + path_ +
                        "' of " + std::to_string(size_) + " bytes");
   if (length == 0) return;
-  if (map_ != nullptr) {
-    std::memcpy(dst.data(), map_ + offset, static_cast<std::size_t>(length));
-    return;
-  }
   std::uint64_t done = 0;
   while (done < length) {
     // Linux transfers at most 0x7ffff000 bytes per call; ask for no more so the loop is the
     // only place short reads are handled.
     const std::size_t chunk =
         static_cast<std::size_t>(std::min<std::uint64_t>(length - done, 0x40000000ull));
-    const ssize_t n = ::pread(fd_, dst.data() + done, chunk, static_cast<off_t>(offset + done));
+    const long n = read_some(offset + done, dst.data() + done, chunk);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(errno, "read failed at offset " + std::to_string(offset + done) + " of");
+      const int e = errno;
+      if (e == EINTR) continue;
+      if (e == EFAULT && map_ != nullptr) {
+        struct stat st {};
+        const std::string now = ::fstat(fd_, &st) == 0
+                                    ? std::to_string(static_cast<std::uint64_t>(st.st_size))
+                                    : std::string("unknown");
+        throw io_error(path_, EIO,
+                       "model file '" + path_ + "' shrank while it was mapped: the bytes at offset " +
+                           std::to_string(offset + done) + " are gone (opened with " +
+                           std::to_string(size_) + " bytes, now " + now + ")");
+      }
+      fail(e, "read failed at offset " + std::to_string(offset + done) + " of");
     }
     if (n == 0)
       fail(EIO, "unexpected end of file at offset " + std::to_string(offset + done) +
                     " (file shrank while open?) in");
     done += static_cast<std::uint64_t>(n);
   }
+}
+
+inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
+  if (faults_ != nullptr) {
+    const file_read_fault f = faults_->before_read(path_, offset, n);
+    switch (f.what) {
+      case file_read_fault::kind::error:
+        errno = f.error_number;
+        return -1;
+      case file_read_fault::kind::end_of_file:
+        return 0;
+      case file_read_fault::kind::short_count:
+        n = n > 1 ? n / 2 : n;
+        break;
+      case file_read_fault::kind::none:
+        break;
+    }
+  }
+  if (map_ != nullptr) {
+    // A copy through the kernel: a page past the end of a file that shrank is EFAULT here,
+    // where memcpy would be killed by SIGBUS.
+    iovec local{dst, n};
+    iovec remote{map_ + offset, n};
+    const ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+    if (got >= 0 || errno == EFAULT || errno == EINTR) return static_cast<long>(got);
+    // process_vm_readv not permitted here (seccomp, ENOSYS): positional reads are just as safe.
+  }
+  return static_cast<long>(::pread(fd_, dst, n, static_cast<off_t>(offset)));
 }
 
 inline std::uint64_t file_reader::read_direct(std::uint64_t offset,

@@ -103,10 +103,12 @@ struct group_layout {
 [[nodiscard]] group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
                                              runtime_options& options);
 
-/// The table's files this layout reads, opened with @p backend (null for files it does not).
+/// The table's files this layout reads, opened with @p backend (null for files it does not);
+/// @p faults (may be null) is consulted before every read.
 using source_files = std::vector<std::unique_ptr<file_reader>>;
 [[nodiscard]] source_files open_source_files(const weight_table& table, const group_layout& layout,
-                                             safetensors_backend backend);
+                                             safetensors_backend backend,
+                                             file_fault_hook* faults = nullptr);
 
 }  // namespace detail
 }  // namespace v0

@@ -112,6 +112,7 @@ class offloader_core {
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);
   void load(std::size_t g, std::size_t s);
+  void load_unguarded(std::size_t g, std::size_t s);
   void prefetch();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
 

@@ -148,9 +148,23 @@ void offloader_core<T>::prefetch() {
     ++timing_.current().deferred_prefetches;
 }
 
-/// Starts bringing group g into slot s (which no lease holds).
+/// Starts bringing group g into slot s (which no lease holds). A failure part-way (a copy that
+/// could not be issued) leaves the slot empty rather than claiming g with half its bytes, and is
+/// kept like a staging failure: prefetches run inside release(), whose caller (a lease's
+/// destructor) cannot throw, so the next acquire() rethrows it.
 template <class T>
 void offloader_core<T>::load(std::size_t g, std::size_t s) {
+  try {
+    load_unguarded(g, s);
+  } catch (...) {
+    if (ring_schedule_.occupant(s) == g) ring_schedule_.vacate(s);
+    staging_.fail(std::current_exception());
+    throw;
+  }
+}
+
+template <class T>
+void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
   auto& st = slots_[s];
   auto& gr = layout_.groups[g];
   wait_staged(st);  // the previous occupant's staging job must have recorded its events

@@ -41,6 +41,11 @@ class ring_schedule {
   void acquired(std::size_t g) noexcept { next_expected_ = (g + 1) % group_count_; }
   /// Group @p g now occupies slot @p s (its previous occupant, if any, is evicted).
   void assign(std::size_t g, std::size_t s) noexcept;
+  /// Slot @p s holds nothing (a load into it failed part-way).
+  void vacate(std::size_t s) noexcept {
+    if (occupant_[s] != no_group) where_[occupant_[s]] = -1;
+    occupant_[s] = no_group;
+  }
 
   /// The slot a miss on @p g loads into (no lease holds it), or -1 when every slot is held.
   [[nodiscard]] int victim_for_miss(std::size_t g) const noexcept;

@@ -101,6 +101,9 @@ class staging_worker {
   void wait_all();
   /// Rethrows the worker's failure, if any.
   void rethrow_error() const;
+  /// Keeps @p e as the worker's failure (the first one wins): the next wait or rethrow_error()
+  /// on the engine thread throws it. Used for failures the worker's caller cannot throw from.
+  void fail(std::exception_ptr e);
   /// Stops and joins the worker thread (queued jobs run first).
   void stop() noexcept;
   /// Frees buffers, events, copy threads and the stream; call after stop() and a synchronize.
@@ -109,7 +112,6 @@ class staging_worker {
  private:
   void loop();
   void run(const job& j);
-  void fail(std::exception_ptr e);
 
   T* t_ = nullptr;
   const source_files* files_ = nullptr;
