@@ -115,7 +115,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
       const bool file = std::holds_alternative<file_source>(table[w].source);
       meter.plan(file ? setup_phase::reading : setup_phase::packing, table[w].bytes);
     });
-    meter.plan(setup_phase::pinning, groups[g].pinned_bytes);
+    meter.plan(setup_phase::pinning, round_up(groups[g].pinned_bytes, host_page_size()));
   }
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
 
@@ -159,7 +159,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
         std::byte* p = block->data();
         if (copy.register_host(p, block->size()))
           block->set_registered([copy, p]() mutable { copy.unregister_host(p); });
-        meter.advance(setup_phase::pinning, gr.pinned_bytes);
+        meter.advance(setup_phase::pinning, block->size());
       } catch (...) {
         std::lock_guard lock(error_mutex);
         if (!error) error = std::current_exception();

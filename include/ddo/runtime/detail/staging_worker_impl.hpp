@@ -57,6 +57,7 @@ std::uint64_t staging_worker<T>::stage(std::byte* dst_base, const std::vector<st
   for (const auto& piece : pieces) {
     if constexpr (transport_with_file_reads<T>) {
       if (piece.host == nullptr) {  // the transport reads the file into the device itself
+        if (filling) flush();  // a chunk copy must not span (and overwrite) the piece
         t.read_file_to_device(dst_base + piece.slot_offset, (*files_)[piece.file]->path(),
                               piece.file_offset, piece.bytes, v);
         if (meter != nullptr) {
