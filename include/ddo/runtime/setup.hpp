@@ -166,9 +166,9 @@ template <class Transport>
     if (!device.cuda) {
       const auto& where = s.provenance.of("execution_device");
       throw config_error(std::string(to_string(where.source)), where.key,
-                         describe(where) + ": execution_device = \"cpu\" but the " +
-                             std::string(Transport(linear_options{.device = 0}).name()) +
-                             " transport copies to a CUDA device; use \"cuda:N\" or backend host_sim");
+                         describe(where) +
+                             ": execution_device = \"cpu\" but this transport copies to a CUDA "
+                             "device; use \"cuda:N\", or backend host_sim");
     }
     linear_options options;
     options.device = device.index;
