@@ -1,31 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
-// ddo-plan: prints the offload plan ddo makes for a model on a machine.
+// ddo-plan: prints the offload plan ddo makes for a model on a machine — for the same inputs,
+// exactly the plan ddo-run runs (both go through ddo/runtime/setup.hpp with the inputs of
+// examples/runner/run_setup.hpp).
 //
-//   ddo-plan MODEL... [--ddo-* flags] [--config F] [--vram-gb X] [--ram-gb Y]
-//            [--slot-gb Z] [--wsl] [--no-environment] [--format text|toml|json]
+//   ddo-plan MODEL... [--ddo-* flags] [--config F] [--vram-gb X] [--ram-gb Y] [--tokens T |
+//            --reserve-gb R] [--slot-gb Z] [--wsl] [--no-environment] [--format text|toml|json]
 //
 // MODEL is a .safetensors file or a sharded model's .safetensors.index.json (several may be
 // given: one table). Settings resolve as everywhere in ddo: preset < --config TOML < DDO_*
-// environment < --ddo-* flags. --vram-gb / --ram-gb / --wsl stand in for the machine, so plans for
-// other machines can be inspected; without them the GPU (if any) and /proc are probed.
-
-#include <cuda_runtime_api.h>
+// environment < --ddo-* flags, for the component "transformer" (its route: DDO_TRANSFORMER_ROUTE).
+// The machine: --vram-gb plans on a host_sim device of that size (as ddo-run --sim-vram-gb);
+// without it the GPU (as ddo-run on it) or, with none, ddo-run's default host_sim device.
+// The engine's reserve: --reserve-gb, or the activations of --tokens rows (default as ddo-run's)
+// of the model's width.
 
 #include <boost/program_options.hpp>
 
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/toml_source.hpp"
-#include "ddo/memory/system_probe.hpp"
 #include "ddo/model/safetensors.hpp"
+#include "ddo/platform/cuda_device.hpp"
 #include "ddo/plan/plan_format.hpp"
-#include "ddo/plan/planner.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "runner/run_setup.hpp"
 
 namespace po = boost::program_options;
 
@@ -34,22 +39,14 @@ namespace {
 constexpr int exit_error = 1;
 constexpr int exit_usage = 2;
 
-/// Free and total memory of device 0, or zeros (unknown) when there is no usable GPU.
-std::pair<std::uint64_t, std::uint64_t> probe_vram(std::string& note) {
+/// Whether device 0 is a usable CUDA device (ddo-run's choice between linear and host_sim).
+bool have_gpu() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    note = "no CUDA device: VRAM unknown (give --vram-gb to plan for a GPU)";
-    return {0, 0};
+    return false;
   }
-  std::size_t free = 0, total = 0;
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
-    (void)cudaGetLastError();
-    note = "cudaMemGetInfo failed: VRAM unknown (give --vram-gb)";
-    return {0, 0};
-  }
-  note = "VRAM of device 0 as probed now";
-  return {free, total};
+  return true;
 }
 
 }  // namespace
@@ -61,13 +58,20 @@ int main(int argc, char** argv) {
   double vram_gb = 0.0;
   double ram_gb = 0.0;
   double slot_gb = 0.0;
+  double reserve_gb = 0.0;
+  std::int64_t tokens = 0;
 
   po::options_description general("ddo-plan MODEL... [options]\nOptions");
   general.add_options()("help,h", "show this help")(
       "config", po::value<std::string>(&config_path)->value_name("FILE"),
       "TOML config file (ranks below DDO_* variables and --ddo-* flags)")(
       "vram-gb", po::value<double>(&vram_gb)->value_name("GiB"),
-      "plan for a GPU with this much free (and total) memory instead of probing")(
+      "plan on a host_sim device of this size (as ddo-run --sim-vram-gb) instead of the GPU")(
+      "tokens", po::value<std::int64_t>(&tokens)->value_name("T"),
+      "reserve the activations of T rows of the model's width, as ddo-run --tokens (default: "
+      "ddo-run's, 4096 on a GPU, 8 on host_sim)")(
+      "reserve-gb", po::value<double>(&reserve_gb)->value_name("GiB"),
+      "device memory to leave to the engine (activations, workspaces) instead of --tokens")(
       "ram-gb", po::value<double>(&ram_gb)->value_name("GiB"),
       "plan for this much available system RAM instead of probing")(
       "slot-gb", po::value<double>(&slot_gb)->value_name("GiB"),
@@ -112,7 +116,15 @@ int main(int argc, char** argv) {
                  "ddo-make-model writes one\n";
     return exit_usage;
   }
-  for (const char* flag : {"vram-gb", "ram-gb", "slot-gb"})
+  if (vm.count("tokens") != 0 && vm.count("reserve-gb") != 0) {
+    std::cerr << "ddo-plan: give --tokens or --reserve-gb, not both\n";
+    return exit_usage;
+  }
+  if (vm.count("tokens") != 0 && (tokens < 1 || tokens > (1 << 20))) {
+    std::cerr << "ddo-plan: --tokens must be 1..1048576, got " << tokens << "\n";
+    return exit_usage;
+  }
+  for (const char* flag : {"vram-gb", "ram-gb", "slot-gb", "reserve-gb"})
     if (vm.count(flag) != 0 && !(vm[flag].as<double>() > 0.0)) {
       std::cerr << "ddo-plan: --" << flag << " must be a positive size in GiB\n";
       return exit_usage;
@@ -125,28 +137,44 @@ int main(int argc, char** argv) {
     if (!config_path.empty()) inputs.toml = ddo::read_toml_config(config_path);
     inputs.use_environment = vm.count("no-environment") == 0;
     inputs.cli = ddo::cli_config_layer(vm);
+    inputs.component = ddo::runner::run_component;
     inputs.model_bytes = table.total_bytes();
-    if (ram_gb > 0.0) inputs.detected_ram_gb = ram_gb;
     if (vm.count("wsl") != 0) inputs.running_on_wsl = true;
     const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
     if (settings.config.load_safetensors_backend != ddo::safetensors_backend::library_default)
       table = ddo::load_safetensors(models, settings.config.load_safetensors_backend);
 
-    ddo::machine_capacity machine;
+    // The machine and the reserve exactly as ddo-run states them.
+    const bool gpu = vram_gb == 0.0 && settings.config.backend != ddo::offload_backend::host_sim &&
+                     have_gpu();
+    const std::uint64_t reserve =
+        reserve_gb > 0.0 ? ddo::gib_to_bytes(reserve_gb)
+                         : ddo::runner::activation_reserve_bytes(
+                               tokens > 0 ? tokens : ddo::runner::default_tokens(gpu),
+                               ddo::runner::compute_shape_of(table));
+    auto options = ddo::runner::run_setup_options(
+        inputs, reserve,
+        ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(ram_gb)) : std::nullopt);
+    options.max_group_bytes = ddo::gib_to_bytes(slot_gb);
     std::string vram_note;
-    if (vram_gb > 0.0) {
-      machine.free_vram_bytes = machine.total_vram_bytes = ddo::gib_to_bytes(vram_gb);
-      vram_note = "VRAM as given by --vram-gb";
+    std::vector<std::string> notes;
+    const auto component = ddo::component_for(settings, options.inputs, &notes);
+    ddo::offload_setup setup;
+    if (gpu) {
+      auto transport = ddo::make_transport<ddo::linear_transport>(settings, options);
+      setup = ddo::setup_offload(table, settings, component, options, transport);
+      vram_note = "device " + settings.config.execution_device + " as probed now";
     } else {
-      std::tie(machine.free_vram_bytes, machine.total_vram_bytes) = probe_vram(vram_note);
+      options.host_sim.device_capacity_bytes =
+          vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
+                        : ddo::runner::default_sim_device_bytes(table, settings, reserve);
+      auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options);
+      setup = ddo::setup_offload(table, settings, component, options, transport);
+      vram_note = vram_gb > 0.0 ? "host_sim device of --vram-gb"
+                                : "no GPU: ddo-run's default host_sim device";
     }
-    machine.available_ram_bytes =
-        ram_gb > 0.0 ? ddo::gib_to_bytes(ram_gb) : ddo::available_ram_bytes().value_or(0);
-    machine.running_on_wsl = settings.running_on_wsl;
-    machine.disable_pin_on_wsl = settings.disable_pin_on_wsl;
-    machine.max_group_bytes = ddo::gib_to_bytes(slot_gb);
-
-    const ddo::offload_plan plan = ddo::make_plan(table, settings.config, machine);
+    notes.insert(notes.end(), setup.notes.begin(), setup.notes.end());
+    const ddo::offload_plan& plan = setup.plan;
     if (format == ddo::plan_format::text) {
       std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
                   ddo::format_bytes(table.total_bytes()).c_str());
@@ -157,6 +185,19 @@ int main(int argc, char** argv) {
                   settings.requested_pin_cpu_memory ? "on" : "off",
                   settings.effective_pin_cpu_memory ? "on" : "off",
                   settings.running_on_wsl ? " (WSL)" : "", vram_note.c_str());
+      const auto& m = setup.machine;
+      std::printf("route: %s; machine the plan sees: device %s free of %s - ring %zu x %s - "
+                  "engine reserve %s - ddo reserve %s = %s; RAM %s (%s)\n",
+                  std::string(ddo::to_string(setup.component.route)).c_str(),
+                  ddo::format_bytes(m.device.free_bytes).c_str(),
+                  ddo::format_bytes(m.device.total_bytes).c_str(), m.slots,
+                  ddo::format_bytes(m.slot_bytes).c_str(),
+                  ddo::format_bytes(m.engine_reserve_bytes).c_str(),
+                  ddo::format_bytes(m.runtime_reserve_bytes).c_str(),
+                  ddo::format_bytes(m.capacity.free_vram_bytes).c_str(),
+                  ddo::format_bytes(m.capacity.available_ram_bytes).c_str(), m.ram_source.c_str());
+      if (!m.profile_note.empty()) std::printf("%s\n", m.profile_note.c_str());
+      for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
       for (const auto& w : settings.warnings) std::printf("warning: %s\n", w.c_str());
     }
     std::fputs(ddo::format_plan(plan, table, format).c_str(), stdout);

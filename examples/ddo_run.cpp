@@ -51,7 +51,8 @@
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/profile/profile_lookup.hpp"
-#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/setup.hpp"
 #include "ddo/runtime/trace.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
@@ -59,6 +60,7 @@
 #include "runner/device_memory_sampler.hpp"
 #include "runner/model_cache.hpp"
 #include "runner/progress.hpp"
+#include "runner/run_setup.hpp"
 #include "runner/synthetic_forward.hpp"
 
 namespace po = boost::program_options;
@@ -81,6 +83,7 @@ struct run_options {
   bool force_cpu = false;
   bool print_settings = false;
   double sim_vram_gb = 0.0;   // 0: half the model (so something streams)
+  double ram_gb = 0.0;        // 0: probe available RAM
   std::string cache_dir;
   ddo::synthetic_model_options synthetic;
   bool synthetic_given = false;  // any of --blocks, --hidden, ... given
@@ -320,73 +323,52 @@ struct run_context {
   int steps;
   bool gpu;
   std::string requested_route;
+  ddo::setup_options setup;  // the engine's reserve (activations), stated RAM, the component
 };
-
-/// Bytes of the largest execution group (all its weights): what one ring slot may need.
-std::uint64_t largest_group_bytes(const ddo::weight_table& table,
-                                  const ddo::dynamic_offload_config& config) {
-  std::uint64_t largest = 0;
-  for (const auto& g : ddo::infer_execution_groups(table, config.resident_module_patterns)) {
-    std::uint64_t bytes = 0;
-    for (std::size_t w : g.weights) bytes += table[w].bytes;
-    largest = std::max(largest, bytes);
-  }
-  return largest;
-}
 
 /// Plans, sets up the offloader over @p transport and runs the steps with @p Engine.
 template <class Engine>
-int run_steps(run_context& ctx, typename Engine::transport_type transport,
-              ddo::machine_capacity machine) {
+int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   using transport_type = typename Engine::transport_type;
   const auto& opt = ctx.opt;
-  ddo::dynamic_offload_config config = ctx.settings.config;
-  std::string executed_route = "dynamic_offload (" + std::string(transport.name()) + ")";
-  if (ctx.requested_route == "none" || !ctx.settings.enabled) {
-    // Route none / preset off: every weight is uploaded once and stays (nothing streamed).
-    config.resident_module_budget_gb = ddo::bytes_to_gib(ctx.table.total_bytes()) + 1.0;
-    config.max_resident_module_budget_gb = 0.0;
-    config.resident_module_patterns = {};
-    executed_route = "none (every weight resident)";
-  }
+  const ddo::dynamic_offload_config& config = ctx.settings.config;
 
-  // A stored capacity profile for profile_name supplies the resident budget; build_profile
-  // calibrates one (zero resident) and saves it after the run.
-  const std::string profile_note =
-      ddo::apply_capacity_profile(machine, config, ctx.settings.profile_dir);
-  if (!profile_note.empty()) std::printf("%s\n", profile_note.c_str());
-  const std::uint64_t free_before = machine.free_vram_bytes;
-
-  // Device room the plan may give to resident weights: what is free minus the ring ddo will
-  // allocate (3 slots of the largest group) and the activations.
-  const std::uint64_t largest_group = largest_group_bytes(ctx.table, config);
-  const std::uint64_t activations = 2 * static_cast<std::uint64_t>(ctx.tokens) *
-                                    static_cast<std::uint64_t>(ctx.compute.width) *
-                                    ddo::size_of(ctx.compute.type);
-  const std::uint64_t reserve = 3 * largest_group + activations + 64 * ddo::mib;
-  // (0 would mean "unknown" to the planner and switch its capacity checks off: keep 1 byte.)
-  machine.free_vram_bytes = machine.free_vram_bytes > reserve ? machine.free_vram_bytes - reserve : 1;
-
-  ddo::offload_plan plan = ddo::make_plan(ctx.table, config, machine);
-  std::printf("\n%s", ddo::format_plan_summary(plan, ctx.table).c_str());
-  std::fflush(stdout);
-
+  // The one setup path (ddo/runtime/setup.hpp), as ddo-plan and enable_offload take it: the
+  // machine the plan sees (device memory minus the ring, the activations and ddo's reserve; a
+  // stored capacity profile), then the component's route: dynamic_offload, the Diffusers
+  // group-offload translation, or none.
   chrome_trace trace;
   trace_adapter adapter(trace);
-  ddo::runtime_options runtime = ddo::runtime_options_from(config);
-  runtime.metrics = config.show_profile || !opt.trace_path.empty();
-  runtime.nvtx = ctx.gpu;
-  if (!opt.trace_path.empty()) runtime.trace = &adapter;
-  if (runtime.pin_workers < 2) runtime.pin_workers = static_cast<int>(std::max(2u, std::thread::hardware_concurrency() / 2));
+  ctx.setup.runtime.metrics = config.show_profile || !opt.trace_path.empty();
+  ctx.setup.runtime.nvtx = ctx.gpu;
+  if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
+  std::vector<std::string> notes;
+  const auto component = ddo::component_for(ctx.settings, ctx.setup.inputs, &notes);
+  auto setup = ddo::setup_offload(ctx.table, ctx.settings, component, ctx.setup, transport);
+  notes.insert(notes.end(), setup.notes.begin(), setup.notes.end());
+  for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  if (!setup.machine.profile_note.empty()) std::printf("%s\n", setup.machine.profile_note.c_str());
+  const std::uint64_t free_before = setup.machine.device.free_bytes;
+  const std::uint64_t activations = ctx.setup.reserve_device_bytes;
+  const std::string executed_route = std::string(ddo::to_string(setup.component.route)) + " (" +
+                                     std::string(transport.name()) + " transport)";
+  std::printf("\nmachine the plan sees: device %s free of %s - ring %zu x %s - activations %s - "
+              "ddo reserve %s = %s\n",
+              gb(setup.machine.device.free_bytes).c_str(), gb(setup.machine.device.total_bytes).c_str(),
+              setup.machine.slots, gb(setup.machine.slot_bytes).c_str(), gb(activations).c_str(),
+              gb(setup.machine.runtime_reserve_bytes).c_str(),
+              gb(setup.machine.capacity.free_vram_bytes).c_str());
+  std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
+  std::fflush(stdout);
 
   std::optional<ddo::runner::device_memory_sampler> sampler;
   if (ctx.gpu) sampler.emplace(0);
 
   std::fprintf(stderr, "ddo-run: setting up the offloader (pinning %s, uploading %s resident)...\n",
-               gb(plan.total_bytes(ddo::placement::pinned_host)).c_str(),
-               gb(plan.total_bytes(ddo::placement::gpu_resident)).c_str());
+               gb(setup.plan.total_bytes(ddo::placement::pinned_host)).c_str(),
+               gb(setup.plan.total_bytes(ddo::placement::gpu_resident)).c_str());
   const auto setup_t0 = std::chrono::steady_clock::now();
-  ddo::basic_offloader<transport_type> offloader(transport, ctx.table, std::move(plan), runtime);
+  ddo::offloader<transport_type> offloader(ctx.table, std::move(setup), transport);
   trace.reset_origin();  // the runtime's spans count from the end of its setup too
   std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
@@ -509,7 +491,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport,
     const std::uint64_t in_use =
         sampler ? sampler->peak_above_baseline() : metrics.peak_device_bytes + activations;
     ddo::calibration_measurement measured;
-    measured.total_vram_bytes = machine.total_vram_bytes;
+    measured.total_vram_bytes = offloader.plan().budgets.total_vram_bytes;
     measured.free_vram_before_bytes = free_before;
     measured.min_free_vram_bytes = free_before > in_use ? free_before - in_use : 0;
     measured.model_bytes = ctx.table.total_bytes();
@@ -570,7 +552,10 @@ int run(int argc, char** argv) {
       "Print the full resolved settings as TOML (with where each value came from)")(
       "cpu", po::bool_switch(&opt.force_cpu), "Use host_sim and the CPU stand-in even with a GPU")(
       "sim-vram-gb", po::value<double>(&opt.sim_vram_gb)->value_name("GiB"),
-      "host_sim device memory (default: half the model, so that weights stream)");
+      "host_sim device memory (default: half the model, so that weights stream)")(
+      "ram-gb", po::value<double>(&opt.ram_gb)->value_name("GiB"),
+      "Available system RAM to plan with, as an engine states it (default: probed; "
+      "available_system_ram_gb set explicitly wins)");
   po::options_description synth("synthetic model (as ddo-make-model; cached by these values)");
   synth.add_options()("blocks", po::value<std::uint32_t>()->value_name("N"),
                       "Transformer blocks (default 8 on the CPU, 24 on a GPU)")(
@@ -617,15 +602,35 @@ int run(int argc, char** argv) {
   }
   if (vm.count("sim-vram-gb") && !(opt.sim_vram_gb > 0.0))
     return fail("--sim-vram-gb must be a positive size in GiB", exit_usage);
+  if (vm.count("ram-gb") && !(opt.ram_gb > 0.0))
+    return fail("--ram-gb must be a positive size in GiB", exit_usage);
+
+  // Settings: preset auto < --config < DDO_* < --ddo-* flags; the component is the transformer.
+  ddo::resolve_inputs inputs;
+  if (!opt.config_path.empty()) inputs.toml = ddo::read_toml_config(opt.config_path);
+  inputs.use_environment = opt.use_environment;
+  inputs.cli = ddo::cli_config_layer(vm);
+  inputs.component = ddo::runner::run_component;
+  // `backend` picks the transport: host_sim runs the CPU stand-in even with a GPU (resolved once
+  // here, before the model is known, only to read it).
+  const auto early = ddo::resolve_settings(inputs);
+  const bool backend_sim = early.config.backend == ddo::offload_backend::host_sim;
+  if (ddo::set_explicitly(early, "backend") && !backend_sim &&
+      early.config.backend != ddo::offload_backend::linear)
+    return fail(ddo::describe(early.provenance.of("backend")) + ": backend = " +
+                    std::string(ddo::enum_name(early.config.backend)) +
+                    ": this build has no such transport; use linear or host_sim",
+                exit_usage);
 
   // The device decides the defaults.
   const auto gpu_probe = ddo::runner::probe_gpu(0);
-  const bool gpu = gpu_probe.available && !opt.force_cpu;
+  const bool gpu = gpu_probe.available && !opt.force_cpu && !backend_sim;
   if (gpu) {
     std::printf("ddo-run: GPU 0: %s (%s): linear transport, cuBLAS compute\n",
                 gpu_probe.name.c_str(), gb(gpu_probe.total_memory_bytes).c_str());
-  } else if (opt.force_cpu) {
-    std::printf("ddo-run: --cpu: host_sim transport with the CPU stand-in compute\n");
+  } else if (opt.force_cpu || backend_sim) {
+    std::printf("ddo-run: %s: host_sim transport with the CPU stand-in compute\n",
+                opt.force_cpu ? "--cpu" : "backend host_sim");
   } else {
     std::printf("ddo-run: %s — running on the host_sim transport (host memory stands in for the "
                 "GPU, threads for its copy engine) with a CPU stand-in for the compute\n",
@@ -683,12 +688,6 @@ int run(int argc, char** argv) {
                           : paths.back().c_str());
   }
 
-  // Settings: preset auto < --config < DDO_* < --ddo-* flags; the component is the transformer.
-  ddo::resolve_inputs inputs;
-  if (!opt.config_path.empty()) inputs.toml = ddo::read_toml_config(opt.config_path);
-  inputs.use_environment = opt.use_environment;
-  inputs.cli = ddo::cli_config_layer(vm);
-  inputs.component = "transformer";
   const auto probe_backend = ddo::safetensors_backend::library_default;
   ddo::weight_table table = ddo::load_safetensors(std::span<const std::string>(paths), probe_backend);
   inputs.model_bytes = table.total_bytes();
@@ -717,38 +716,29 @@ int run(int argc, char** argv) {
 
   std::string requested_route = "dynamic_offload";
   for (const auto& c : settings.components)
-    if (c.name == "transformer") requested_route = std::string(ddo::to_string(c.route));
-  if (settings.config.execution_mode == ddo::exec_mode::vmm_runtime)
-    std::printf("note: execution_mode vmm_runtime: this build has no VMM transport; ddo-run runs the "
-                "linear route and reports it as executed\n");
+    if (c.name == ddo::runner::run_component) requested_route = std::string(ddo::to_string(c.route));
 
-  run_context ctx{opt, settings, table, files, compute, 0, 0, gpu, requested_route};
-  ctx.tokens = opt.tokens ? opt.tokens : (gpu ? 4096 : 8);
+  run_context ctx{opt, settings, table, files, compute, 0, 0, gpu, requested_route, {}};
+  ctx.tokens = opt.tokens ? opt.tokens : ddo::runner::default_tokens(gpu);
   ctx.steps = opt.steps ? opt.steps : (gpu ? 3 : 4);
+  // The engine's reserve: the runner's two activation buffers (ddo-plan --tokens computes the same).
+  const std::uint64_t activations =
+      ddo::runner::activation_reserve_bytes(ctx.tokens, ddo::runner::compute_shape_of(table));
+  ctx.setup = ddo::runner::run_setup_options(
+      inputs, activations,
+      opt.ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(opt.ram_gb)) : std::nullopt);
 
-  ddo::machine_capacity machine;
-  machine.available_ram_bytes = ddo::available_ram_bytes().value_or(0);
-  machine.running_on_wsl = settings.running_on_wsl;
-  machine.disable_pin_on_wsl = settings.disable_pin_on_wsl;
-  if (gpu) {
-    ddo::linear_transport transport;
-    const auto memory = transport.device_memory();
-    machine.free_vram_bytes = memory.free_bytes;
-    machine.total_vram_bytes = memory.total_bytes;
-    return run_steps<gpu_engine>(ctx, transport, machine);
-  }
+  if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup));
   ddo::host_sim_options sim;
-  // Default: room for half the model besides the ring and a margin, so a plan has to stream.
+  // Default: room for half the model besides the ring and the reserves, so a plan has to stream.
   sim.device_capacity_bytes = opt.sim_vram_gb > 0.0
                                   ? ddo::gib_to_bytes(opt.sim_vram_gb)
-                                  : table.total_bytes() / 2 +
-                                        3 * largest_group_bytes(table, settings.config) + 96 * ddo::mib;
+                                  : ddo::runner::default_sim_device_bytes(table, settings, activations);
   std::printf("host_sim: simulated device memory %s%s\n", gb(sim.device_capacity_bytes).c_str(),
               opt.sim_vram_gb > 0.0 ? ""
-                                    : " (half the model + the ring; --sim-vram-gb to change)");
-  machine.free_vram_bytes = sim.device_capacity_bytes;
-  machine.total_vram_bytes = sim.device_capacity_bytes;
-  return run_steps<cpu_engine>(ctx, ddo::host_sim_transport(sim), machine);
+                                    : " (half the model + the ring and reserves; --sim-vram-gb to change)");
+  ctx.setup.host_sim = sim;
+  return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup));
 }
 
 }  // namespace

@@ -80,6 +80,7 @@ inline void add_to_plan(offload_plan& plan, const weight_table& table, std::stri
     detail::add_to_plan(plan, table, g.name, g.weights, placement::gpu_resident, "route none");
   plan.budgets.resident_budget_bytes = plan.total_bytes(placement::gpu_resident);
   plan.budgets.resident_budget_source = "route none";
+  plan.budgets.resident_selection = plan.budgets.pin_selection = "none (every weight resident)";
   return plan;
 }
 
@@ -149,6 +150,7 @@ inline void add_to_plan(offload_plan& plan, const weight_table& table, std::stri
     }
   }
   plan.budgets.resident_budget_source = "route diffusers_group_offload";
+  plan.budgets.resident_selection = plan.budgets.pin_selection = "none (group offload)";
   plan.budgets.pin_budget_source = streamed == placement::pinned_host ? "group offload pin" : "not pinned";
   plan.budgets.pin_budget_bytes = plan.total_bytes(placement::pinned_host);
   return plan;

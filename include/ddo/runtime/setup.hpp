@@ -76,6 +76,9 @@ struct setup_options {
   /// Available RAM the engine states for its machine; wins over detection unless
   /// `available_system_ram_gb` was set explicitly (config, TOML, environment, flag, component).
   std::optional<std::uint64_t> ram_bytes;
+  /// Largest streamed bytes of one group the transport's slot/staging holds (0: unconstrained);
+  /// a plan streaming more in one group is refused (machine_capacity::max_group_bytes).
+  std::uint64_t max_group_bytes = 0;
   /// Options of a host_sim transport ddo makes itself (backend host_sim).
   host_sim_options host_sim;
   /// Where `verbose` prints the setup details.
@@ -163,9 +166,9 @@ template <class Transport>
     if (!device.cuda) {
       const auto& where = s.provenance.of("execution_device");
       throw config_error(std::string(to_string(where.source)), where.key,
-                         describe(where) + ": execution_device = \"cpu\" but the " +
-                             std::string(Transport(linear_options{.device = 0}).name()) +
-                             " transport copies to a CUDA device; use \"cuda:N\" or backend host_sim");
+                         describe(where) +
+                             ": execution_device = \"cpu\" but this transport copies to a CUDA "
+                             "device; use \"cuda:N\", or backend host_sim");
     }
     linear_options options;
     options.device = device.index;
@@ -283,6 +286,7 @@ template <class Transport>
     m.ram_source = "probed";
     c.available_ram_bytes = available_ram_bytes().value_or(0);
   }
+  c.max_group_bytes = options.max_group_bytes;
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir);
@@ -341,6 +345,16 @@ template <class Planner = default_residency_planner, class PinSelector = default
       r.runtime.route = "none";
       r.machine = machine_for(transport, table, groups, settings, r.runtime, options, false);
       r.plan = make_resident_plan(table, std::move(groups));
+      const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
+      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      if (free != 0 && resident > free)
+        throw out_of_memory("device", resident, free,
+                            "route none keeps every weight on the device (" + format_bytes(resident) +
+                                ") but the plan sees " + format_bytes(free) +
+                                " free after the engine's and ddo's reserves; choose a streaming "
+                                "route (dynamic_offload, diffusers_group_offload)");
+      r.plan.budgets.free_vram_bytes = free;
+      r.plan.budgets.total_vram_bytes = r.machine.capacity.total_vram_bytes;
       break;
     }
     case component_route::diffusers_group_offload: {
@@ -371,6 +385,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
             {"stated_ram", options.ram_bytes.value_or(0)},
             {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
             {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
+            {"max_group", options.max_group_bytes},
         };
         key = plan_cache_key(table, groups, config,
                              detail::policy_names(typeid(Planner), typeid(PinSelector)), budgets);

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one setup path (runtime/setup.hpp): the machine the plan sees, DDO_PRESET precedence,
+// the application's plan cache, verbose setup details, execution_device, stated RAM.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+
+namespace {
+
+struct blocks_model {
+  ddo::weight_table table;
+  std::vector<std::vector<std::byte>> bytes;
+  explicit blocks_model(std::uint32_t seed, int blocks = 8) {
+    std::mt19937 rng(seed);
+    bytes.reserve(static_cast<std::size_t>(blocks) * 2);
+    for (int b = 0; b < blocks; ++b)
+      for (const char* m : {"attn.to_q", "ff.up"}) {
+        const std::int64_t elems = 32768 + static_cast<std::int64_t>(rng() % 32768);
+        auto& v = bytes.emplace_back(static_cast<std::size_t>(elems * 2));
+        for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
+        ddo::weight_info w;
+        w.name = "transformer_blocks." + std::to_string(b) + "." + m + ".weight";
+        w.kind = ddo::module_kind::linear;
+        w.type = ddo::dtype::bf16;
+        w.shape = {elems};
+        w.source = ddo::host_source{v.data()};
+        w.bytes = 0;
+        table.add(w);
+      }
+  }
+};
+
+ddo::setup_options quiet() {
+  ddo::setup_options o;
+  o.inputs.environment = std::map<std::string, std::string>{};
+  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+  o.ram_bytes = 4 * ddo::gib;
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("runtime") {
+  TEST_CASE("DDO_PRESET chooses the preset when the engine passes none; a preset from code wins") {
+    const blocks_model m(std::random_device{}());
+    ddo::host_sim_transport sim;
+    auto options = quiet();
+    options.inputs.environment = std::map<std::string, std::string>{{"DDO_PRESET", "low_ram_safe"}};
+    auto from_env = ddo::enable_offload(m.table, std::nullopt, options, sim);
+    CHECK(from_env.settings.requested_preset == "low_ram_safe");
+    auto from_code = ddo::enable_offload(m.table, "one_shot_fast", options, sim);
+    CHECK(from_code.settings.requested_preset == "one_shot_fast");
+    auto pipe = ddo::enable_pipeline_offload({{"transformer", &m.table, std::nullopt}}, std::nullopt,
+                                             options, sim);
+    CHECK(pipe["transformer"].settings.requested_preset == "low_ram_safe");
+  }
+
+  TEST_CASE("the plan sees device memory minus the ring, the engine's reserve and 64 MiB") {
+    const blocks_model m(std::random_device{}());
+    const std::uint64_t device = 96 * ddo::mib;
+    ddo::host_sim_transport sim({.device_capacity_bytes = device});
+    auto options = quiet();
+    options.reserve_device_bytes = 3 * ddo::mib + 12345;
+    const auto settings = ddo::resolve_settings(options.inputs);
+    const auto groups = ddo::infer_execution_groups(m.table, settings.config.resident_module_patterns);
+    const auto runtime = ddo::runtime_options_from(settings.config);
+    const auto machine = ddo::machine_for(sim, m.table, groups, settings, runtime, options);
+    std::uint64_t slot = 0;
+    for (const auto& g : groups) slot = std::max(slot, ddo::slot_bytes_for(m.table, g.weights, runtime.alignment));
+    CHECK(machine.slot_bytes == slot);
+    CHECK(machine.capacity.free_vram_bytes ==
+          device - 3 * slot - options.reserve_device_bytes - ddo::runtime_device_reserve_bytes);
+    CHECK(machine.capacity.available_ram_bytes == 4 * ddo::gib);
+
+    // available_system_ram_gb set explicitly wins over the engine's statement.
+    options.inputs.overrides.push_back({"available_system_ram_gb", 3.0});
+    const auto explicit_ram = ddo::resolve_settings(options.inputs);
+    const auto m2 = ddo::machine_for(sim, m.table, groups, explicit_ram, runtime, options);
+    CHECK(m2.capacity.available_ram_bytes == 3 * ddo::gib);
+    CHECK(m2.ram_source.find("available_system_ram_gb") != std::string::npos);
+  }
+
+  TEST_CASE("cache_plan reuses plans from the application's cache, keyed by table, config, budgets") {
+    const blocks_model m(std::random_device{}());
+    ddo::plan_cache cache;
+    auto options = quiet();
+    options.plans = &cache;
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
+    const auto settings = ddo::resolve_settings(options.inputs);
+    const ddo::resolved_component route;  // dynamic_offload
+    const auto first = ddo::setup_offload(m.table, settings, route, options, sim);
+    CHECK_FALSE(first.plan_from_cache);
+    CHECK(cache.size() == 1);
+    // Momentary free memory changes; the cached plan still fits and is reused.
+    auto held = sim.allocate_device(2 * ddo::mib);
+    const auto second = ddo::setup_offload(m.table, settings, route, options, sim);
+    CHECK(second.plan_from_cache);
+    CHECK(cache.hits() == 1);
+    sim.free_device(held, 2 * ddo::mib);
+    // Another config, another reserve, another table: planned anew.
+    auto other = options;
+    other.inputs.overrides.push_back({"pin_weight_selection", std::string("first")});
+    CHECK_FALSE(ddo::setup_offload(m.table, ddo::resolve_settings(other.inputs), route, other, sim).plan_from_cache);
+    other = options;
+    other.reserve_device_bytes = ddo::mib;
+    CHECK_FALSE(ddo::setup_offload(m.table, settings, route, other, sim).plan_from_cache);
+    const blocks_model n(std::random_device{}() + 1, 9);
+    CHECK_FALSE(ddo::setup_offload(n.table, settings, route, options, sim).plan_from_cache);
+    CHECK(cache.size() == 4);
+    // cache_plan off: the cache is not consulted.
+    auto off = options;
+    off.inputs.overrides.push_back({"cache_plan", false});
+    CHECK_FALSE(ddo::setup_offload(m.table, ddo::resolve_settings(off.inputs), route, off, sim).plan_from_cache);
+    CHECK(cache.size() == 4);
+  }
+
+  TEST_CASE("verbose prints the setup details") {
+    const blocks_model m(std::random_device{}());
+    auto options = quiet();
+    options.inputs.overrides.push_back({"verbose", true});
+    std::FILE* log = std::tmpfile();
+    REQUIRE(log != nullptr);
+    options.log = log;
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
+    (void)ddo::enable_offload(m.table, std::nullopt, options, sim);
+    std::rewind(log);
+    std::string text(4096, '\0');
+    text.resize(std::fread(text.data(), 1, text.size(), log));
+    std::fclose(log);
+    CHECK(text.find("ddo: setup: route dynamic_offload on the host_sim transport") != std::string::npos);
+    CHECK(text.find("runtime reserve 64.00 MiB") != std::string::npos);
+    CHECK(text.find("RAM 4.00 GiB (stated by the engine)") != std::string::npos);
+  }
+
+  TEST_CASE("execution_device is parsed into the device ddo makes its transport on") {
+    auto options = quiet();
+    options.inputs.overrides.push_back({"execution_device", std::string("cuda:3")});
+    auto s = ddo::resolve_settings(options.inputs);
+    const auto d = ddo::parse_execution_device(s);
+    CHECK(d.cuda);
+    CHECK(d.index == 3);
+    // The transport ddo makes for these settings is on that device (host_sim: simulated).
+    CHECK(ddo::make_transport<ddo::host_sim_transport>(s, options).name() == "host_sim");
+    options.inputs.overrides.back().second = std::string("gpu0");
+    CHECK_THROWS_AS((void)ddo::resolve_settings(options.inputs), ddo::config_error);
+  }
+
+  TEST_CASE("route none is refused at planning time when the device cannot hold the model") {
+    const blocks_model m(std::random_device{}());
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib + m.table.total_bytes() / 2});
+    auto options = quiet();
+    const auto s = ddo::resolve_settings(options.inputs);
+    ddo::resolved_component none;
+    none.route = ddo::component_route::none;
+    CHECK_THROWS_AS((void)ddo::setup_offload(m.table, s, none, options, sim), ddo::out_of_memory);
+  }
+}
