@@ -3,6 +3,7 @@
 // killed processes removed), and bytes that are not text kept out of messages and JSON.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/model/detail/json.hpp"
+#include "ddo/profile/profile_store.hpp"
 #include "model/model_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -145,5 +147,33 @@ TEST_SUITE("reliability") {
     }
     CHECK(ddo::json_string("a\"b\\c\n\x01\x7f") == "\"a\\\"b\\\\c\\n\\u0001\\u007f\"");
     CHECK(ddo::json_string("x\xfey") == "\"x\\\\xfey\"");
+  }
+
+  TEST_CASE("profiles: special files refused, stale temporaries removed, bytes shown as \\xHH") {
+    ddo_test::temp_dir dir;
+    const ddo::profile_store store(dir.file("."));
+    REQUIRE(::mkfifo(store.path_of("piped").c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS((void)store.find("piped"), doctest::Contains("FIFO"), ddo::io_error);
+    const auto stale = fs::path(dir.file(".gone.toml.tmp-" + std::to_string(dead_pid()) + "-9"));
+    std::ofstream(stale) << "half a profile";
+    ddo::capacity_profile p;
+    p.name = "run";
+    p.device_name = "GPU \x01\xff";
+    p.total_vram_bytes = 1000;
+    store.save(p);
+    CHECK_FALSE(fs::exists(stale));
+    const auto back = store.find("run");
+    REQUIRE(back.has_value());
+    CHECK(ddo::is_valid_utf8(back->device_name));
+    CHECK(back->device_name == "GPU \\x01\\xff");
+    std::ofstream(store.path_of("bad")) << "name = \"bad\"\nmodel_bytes = 12\xff\n";
+    try {
+      (void)store.find("bad");
+      FAIL("no error");
+    } catch (const ddo::format_error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("12\\xff") != std::string::npos);
+      CHECK(ddo::is_valid_utf8(what));
+    }
   }
 }

@@ -321,16 +321,17 @@ inline void append_one_safetensors_file(weight_table& table, const std::string& 
   }
 }
 
-inline void append_safetensors_index(weight_table& table, const std::string& index_path,
-                                     safetensors_backend backend) {
-  const file_reader reader(index_path, safetensors_backend::pread);
-  // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
-  if (reader.size() > max_safetensors_header_bytes)
-    throw_format(index_path, "",
-                 "index file of " + std::to_string(reader.size()) + " bytes exceeds the limit of " +
-                     std::to_string(max_safetensors_header_bytes) + " bytes");
-  std::string text(static_cast<std::size_t>(reader.size()), '\0');
-  reader.read(0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+/// A sharded model's index: the shard files in order of first appearance and each tensor's shard.
+struct safetensors_index {
+  std::vector<std::string> shards;
+  std::unordered_map<std::string, std::string> shard_of;
+};
+
+/// Parses and checks the text of a `*.safetensors.index.json` (named @p index_path in
+/// messages): UTF-8 JSON, a "weight_map" object of non-empty relative shard names.
+/// @throws format_error naming the index and, where known, the tensor.
+inline safetensors_index parse_safetensors_index(std::string_view text,
+                                                 const std::string& index_path) {
   if (!is_valid_utf8(text))
     throw_format(index_path, "", "index is not valid UTF-8 (JSON files are UTF-8 text)");
   json_value root;
@@ -343,9 +344,10 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
   const json_value* map = root.is_object() ? root.find("weight_map") : nullptr;
   if (map == nullptr || !map->is_object())
     throw_format(index_path, "", "index must be a JSON object with a \"weight_map\" object");
-  const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
-  std::vector<std::string> shards;  // in order of first appearance
-  std::unordered_map<std::string, std::string> shard_of;
+  safetensors_index index;
+  auto& shards = index.shards;
+  auto& shard_of = index.shard_of;
+  std::unordered_set<std::string> seen_shards;  // a set: an index may list many shards
   for (const auto& [tensor, shard] : map->members()) {
     if (!shard.is_string() || shard.text().empty())
       throw_format(index_path, tensor, "weight_map value must be a shard file name");
@@ -356,10 +358,26 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
       throw_format(index_path, tensor,
                    "shard '" + json_parser::printable(shard.text()) +
                        "' must be a file name relative to the index's directory");
-    if (std::find(shards.begin(), shards.end(), shard.text()) == shards.end())
-      shards.push_back(shard.text());
+    if (seen_shards.insert(shard.text()).second) shards.push_back(shard.text());
     shard_of.emplace(tensor, shard.text());
   }
+  return index;
+}
+
+inline void append_safetensors_index(weight_table& table, const std::string& index_path,
+                                     safetensors_backend backend) {
+  const file_reader reader(index_path, safetensors_backend::pread);
+  // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
+  if (reader.size() > max_safetensors_header_bytes)
+    throw_format(index_path, "",
+                 "index file of " + std::to_string(reader.size()) + " bytes exceeds the limit of " +
+                     std::to_string(max_safetensors_header_bytes) + " bytes");
+  std::string text(static_cast<std::size_t>(reader.size()), '\0');
+  reader.read(0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+  const safetensors_index index = parse_safetensors_index(text, index_path);
+  const auto& shards = index.shards;
+  const auto& shard_of = index.shard_of;
+  const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
   for (const auto& shard : shards) {
     const std::string shard_path = (directory / shard).string();
     std::vector<std::string> names;
