@@ -7,37 +7,59 @@
 //
 // With --shards K > 1, PATH names the index (e.g. model.safetensors.index.json) and the shards
 // are written next to it as <stem>-0000i-of-0000K.safetensors.
+//
+// Files are written aside (a temporary directory next to the output) and renamed into place —
+// the shards first, the index last — so a failed or interrupted run never leaves a truncated
+// model where a good one was; SIGINT/SIGTERM remove the temporary, and the temporaries of a
+// killed process are removed at the next start. A model that would not fit on the disk is
+// refused with the numbers before anything is written.
 
 #include <boost/program_options.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
+#include "ddo/core/atomic_file.hpp"
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/plan/format_bytes.hpp"
+#include "runner/interrupt_cleanup.hpp"
+#include "runner/synthetic_options.hpp"
 
 namespace po = boost::program_options;
 
+using ddo::runner::blocks_option;
+using ddo::runner::hidden_option;
+using ddo::runner::mlp_ratio_option;
+using ddo::runner::seed_option;
+using ddo::runner::shards_option;
+
 int main(int argc, char** argv) {
+  ddo::runner::interrupt_cleanup interrupts("ddo-make-model");
   ddo::synthetic_model_options options;
   std::string type_name = "bf16";
+  blocks_option blocks{24};
+  hidden_option hidden{3072};
+  mlp_ratio_option mlp_ratio{4};
+  shards_option shards{1};
+  seed_option seed{0};
   po::options_description description(
       "ddo-make-model: write a synthetic Flux-like safetensors model (random, never zero)\n"
       "Options");
   description.add_options()("help,h", "show this help")(
       "output,o", po::value<std::string>(&options.output)->required(),
       "the .safetensors file to write (with --shards > 1: the .safetensors.index.json)")(
-      "blocks", po::value<std::uint32_t>(&options.blocks)->default_value(24), "transformer blocks")(
-      "hidden", po::value<std::uint32_t>(&options.hidden)->default_value(3072), "hidden size")(
-      "mlp-ratio", po::value<std::uint32_t>(&options.mlp_ratio)->default_value(4),
-      "MLP width as a multiple of the hidden size")(
+      "blocks", po::value(&blocks)->default_value(blocks), "transformer blocks (1-4096)")(
+      "hidden", po::value(&hidden)->default_value(hidden), "hidden size (1-65536)")(
+      "mlp-ratio", po::value(&mlp_ratio)->default_value(mlp_ratio),
+      "MLP width as a multiple of the hidden size (1-64)")(
       "dtype", po::value<std::string>(&type_name)->default_value("bf16"), "bf16, fp16 or fp32")(
-      "shards", po::value<std::uint32_t>(&options.shards)->default_value(1),
-      "number of shard files (> 1 writes an index)")(
-      "seed", po::value<std::uint64_t>(&options.seed)->default_value(0), "random seed");
+      "shards", po::value(&shards)->default_value(shards),
+      "number of shard files (> 1 writes an index; 1-1024)")(
+      "seed", po::value(&seed)->default_value(seed), "random seed");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, description), vm);
@@ -46,6 +68,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
+    options.blocks = blocks;
+    options.hidden = hidden;
+    options.mlp_ratio = mlp_ratio;
+    options.shards = shards;
+    options.seed = seed;
     if (type_name == "bf16")
       options.type = ddo::dtype::bf16;
     else if (type_name == "fp16" || type_name == "f16")
@@ -68,8 +95,40 @@ int main(int argc, char** argv) {
   }
 
   try {
+    const std::filesystem::path target = std::filesystem::absolute(options.output);
+    const auto dir = target.parent_path();
+    ddo::check_output_path(target, "model");
+    interrupts.watch(dir);
+    ddo::remove_stale_temporaries(dir);
+    std::uint64_t bytes = 0;
+    for (const auto& spec : ddo::synthetic_model_specs(options)) bytes += spec.bytes();
+    ddo::require_free_space(dir, bytes + bytes / 100 + (1u << 20), "model '" + target.string() + "'");
+
+    // Written into a temporary directory beside the output, then moved into place file by file.
+    const auto temporary = ddo::temporary_path_for(target);
+    std::filesystem::create_directory(temporary);
+    auto aside = options;
+    aside.output = (temporary / target.filename()).string();
     const auto start = std::chrono::steady_clock::now();
-    const auto result = ddo::write_synthetic_model(options);
+    ddo::synthetic_model_result result;
+    try {
+      result = ddo::write_synthetic_model(aside);
+      for (auto& f : result.files) {
+        const auto name = std::filesystem::path(f).filename();
+        ddo::commit_temporary(f, dir / name);
+        f = (dir / name).string();
+      }
+      if (!result.index.empty()) {
+        ddo::commit_temporary(result.index, target);
+        result.index = target.string();
+      }
+    } catch (...) {
+      std::error_code ignore;
+      std::filesystem::remove_all(temporary, ignore);
+      throw;
+    }
+    std::error_code ignore;
+    std::filesystem::remove_all(temporary, ignore);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("wrote %zu tensors, %s (%llu bytes) in %zu file%s in %.2f s (%.2f GB/s)\n",

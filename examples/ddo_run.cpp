@@ -41,6 +41,7 @@
 
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
+#include "ddo/core/atomic_file.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/memory/system_probe.hpp"
@@ -58,10 +59,12 @@
 #include "ddo/transport/linear.hpp"
 #include "runner/chrome_trace.hpp"
 #include "runner/device_memory_sampler.hpp"
+#include "runner/interrupt_cleanup.hpp"
 #include "runner/model_cache.hpp"
 #include "runner/progress.hpp"
 #include "runner/run_setup.hpp"
 #include "runner/synthetic_forward.hpp"
+#include "runner/synthetic_options.hpp"
 
 namespace po = boost::program_options;
 using ddo::runner::chrome_trace;
@@ -532,6 +535,8 @@ int fail(const std::string& message, int code) {
 
 int run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep stdout and stderr lines in order in logs
+  // Before any thread starts: SIGINT/SIGTERM remove this run's temporaries (model cache, trace).
+  ddo::runner::interrupt_cleanup interrupts("ddo-run");
   run_options opt;
   po::options_description general("ddo-run options");
   general.add_options()("help,h", "Print this help and exit")(
@@ -557,14 +562,14 @@ int run(int argc, char** argv) {
       "Available system RAM to plan with, as an engine states it (default: probed; "
       "available_system_ram_gb set explicitly wins)");
   po::options_description synth("synthetic model (as ddo-make-model; cached by these values)");
-  synth.add_options()("blocks", po::value<std::uint32_t>()->value_name("N"),
+  synth.add_options()("blocks", po::value<ddo::runner::blocks_option>()->value_name("N"),
                       "Transformer blocks (default 8 on the CPU, 24 on a GPU)")(
-      "hidden", po::value<std::uint32_t>()->value_name("H"),
+      "hidden", po::value<ddo::runner::hidden_option>()->value_name("H"),
       "Hidden size (default 1024 on the CPU, 3072 on a GPU)")(
-      "mlp-ratio", po::value<std::uint32_t>()->value_name("R"), "MLP width / hidden (default 4)")(
+      "mlp-ratio", po::value<ddo::runner::mlp_ratio_option>()->value_name("R"), "MLP width / hidden (default 4)")(
       "dtype", po::value<std::string>()->value_name("bf16|fp16|fp32"), "Weight dtype (default bf16)")(
-      "shards", po::value<std::uint32_t>()->value_name("K"), "Files to split the model over (default 1)")(
-      "seed", po::value<std::uint64_t>()->value_name("S"), "Random seed of the weights (default 0)")(
+      "shards", po::value<ddo::runner::shards_option>()->value_name("K"), "Files to split the model over (default 1)")(
+      "seed", po::value<ddo::runner::seed_option>()->value_name("S"), "Random seed of the weights (default 0)")(
       "cache-dir", po::value<std::string>(&opt.cache_dir)->value_name("DIR"),
       "Where generated models are kept (default: beside ddo-run, else $TMPDIR)");
   po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
@@ -622,6 +627,12 @@ int run(int argc, char** argv) {
                     ": this build has no such transport; use linear or host_sim",
                 exit_usage);
 
+  // An unwritable trace path is reported now, not after the whole run.
+  if (!opt.trace_path.empty()) {
+    ddo::check_output_path(opt.trace_path, "trace file");
+    interrupts.watch(std::filesystem::absolute(opt.trace_path).parent_path());
+  }
+
   // The device decides the defaults.
   const auto gpu_probe = ddo::runner::probe_gpu(0);
   const bool gpu = gpu_probe.available && !opt.force_cpu && !backend_sim;
@@ -644,11 +655,11 @@ int run(int argc, char** argv) {
   synthetic.hidden = gpu ? 3072 : 1024;
   synthetic.mlp_ratio = 4;
   synthetic.type = ddo::dtype::bf16;
-  if (vm.count("blocks")) synthetic.blocks = vm["blocks"].as<std::uint32_t>();
-  if (vm.count("hidden")) synthetic.hidden = vm["hidden"].as<std::uint32_t>();
-  if (vm.count("mlp-ratio")) synthetic.mlp_ratio = vm["mlp-ratio"].as<std::uint32_t>();
-  if (vm.count("shards")) synthetic.shards = vm["shards"].as<std::uint32_t>();
-  if (vm.count("seed")) synthetic.seed = vm["seed"].as<std::uint64_t>();
+  if (vm.count("blocks")) synthetic.blocks = vm["blocks"].as<ddo::runner::blocks_option>();
+  if (vm.count("hidden")) synthetic.hidden = vm["hidden"].as<ddo::runner::hidden_option>();
+  if (vm.count("mlp-ratio")) synthetic.mlp_ratio = vm["mlp-ratio"].as<ddo::runner::mlp_ratio_option>();
+  if (vm.count("shards")) synthetic.shards = vm["shards"].as<ddo::runner::shards_option>();
+  if (vm.count("seed")) synthetic.seed = vm["seed"].as<ddo::runner::seed_option>();
   if (vm.count("dtype")) {
     const auto type = parse_model_dtype(vm["dtype"].as<std::string>());
     if (!type)
@@ -669,6 +680,7 @@ int run(int argc, char** argv) {
     const std::filesystem::path cache =
         opt.cache_dir.empty() ? ddo::runner::default_model_cache_dir() : std::filesystem::path(opt.cache_dir);
     bool generated = false;
+    interrupts.watch(cache);
     const auto entry = ddo::runner::cached_model_entry(synthetic, cache);
     if (!std::filesystem::exists(entry)) {
       std::fprintf(stderr, "ddo-run: generating the synthetic model %s (%s) into %s ...\n",

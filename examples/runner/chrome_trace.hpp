@@ -2,7 +2,7 @@
 #pragma once
 /// @file
 /// @brief A Chrome trace (the JSON "Trace Event Format" that chrome://tracing and Perfetto load)
-/// collected in memory and written once, for ddo-run's `--trace FILE.json`.
+/// collected in memory and written once (atomically), for ddo-run's `--trace FILE.json`.
 ///
 /// Complete events ("ph":"X") carry a name, a category ("step", "copy", "wait", "lease",
 /// "compute", "setup"), a start and a duration in microseconds since the trace began, and a
@@ -20,7 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -115,37 +117,15 @@ class chrome_trace {
     return out;
   }
 
-  /// @brief Writes json() to @p path. @throws io_error when the file cannot be written.
-  void write(const std::string& path) const {
-    const std::string text = json();
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (f == nullptr) throw io_error(path, errno, "cannot write the trace file " + path);
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const bool closed = std::fclose(f) == 0;
-    if (!ok || !closed) throw io_error(path, errno, "cannot write the trace file " + path);
-  }
+  /// @brief Writes json() to @p path atomically (written aside, then renamed: a failed write
+  /// leaves a previous trace untouched). @throws io_error when the file cannot be written.
+  void write(const std::string& path) const { write_file_atomically(path, json()); }
 
-  /// @brief JSON string escaping (quotes, backslashes, control characters).
+  /// @brief JSON string escaping, without the quotes (ddo's one JSON string writer,
+  /// ddo/core/text.hpp: control characters escaped, invalid UTF-8 shown as \xHH).
   [[nodiscard]] static std::string escape(std::string_view text) {
-    std::string out;
-    out.reserve(text.size());
-    for (const char c : text) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-          } else {
-            out += c;
-          }
-      }
-    }
-    return out;
+    std::string quoted = json_string(text);
+    return quoted.substr(1, quoted.size() - 2);
   }
 
  private:

@@ -15,6 +15,7 @@
 #include <string>
 #include <system_error>
 
+#include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/synthetic_model.hpp"
@@ -56,7 +57,9 @@ namespace runner {
 
 /// @brief The cached model for @p o (its output path is ignored) under @p cache_dir, written
 /// first when missing. The model is written into a temporary directory and renamed into place,
-/// so an interrupted run never leaves a half-written model that a later run would trust.
+/// so an interrupted run never leaves a half-written model that a later run would trust; the
+/// temporaries of runs that were killed are removed first, and a model larger than the free
+/// disk space is refused with both numbers before anything is written.
 /// @param generated set to whether this call wrote the model.
 /// @throws usage_error for invalid parameters, io_error when the cache cannot be written.
 inline std::string ensure_synthetic_model(synthetic_model_options o,
@@ -66,14 +69,27 @@ inline std::string ensure_synthetic_model(synthetic_model_options o,
   if (generated != nullptr) *generated = false;
   if (std::filesystem::exists(entry)) return entry.string();
   const auto key = synthetic_model_key(o);
-  const auto tmp = cache_dir / (key + ".tmp-" + std::to_string(::getpid()));
+  // `<key>.tmp-<pid>`: a ddo temporary name (ddo/core/atomic_file.hpp), so the debris of a killed
+  // run is found and removed here, and the program's SIGINT/SIGTERM handler finds this run's.
+  const auto tmp = cache_dir / (key + std::string(temporary_marker) + std::to_string(::getpid()));
   std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  (void)remove_stale_temporaries(cache_dir);
   std::filesystem::remove_all(tmp, ec);
   std::filesystem::create_directories(tmp, ec);
   if (ec)
     throw io_error(tmp.string(), ec.value(),
                    "cannot create the model cache directory " + tmp.string() + ": " + ec.message() +
                        " (give a writable directory with --cache-dir)");
+  std::uint64_t bytes = 0;
+  for (const auto& spec : synthetic_model_specs(o)) bytes += spec.bytes();
+  try {
+    require_free_space(cache_dir, bytes + bytes / 100 + (1u << 20),
+                       "synthetic model " + key + " into the cache");
+  } catch (...) {
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
   o.output = (tmp / entry.filename()).string();
   try {
     (void)write_synthetic_model(o);

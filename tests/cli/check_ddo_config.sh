@@ -15,7 +15,7 @@ run() {
   while [ "$1" != "--" ]; do vars="$vars $1"; shift; done
   shift
   # shellcheck disable=SC2086
-  env -i PATH="$PATH" $vars "$exe" "$@" >"$tmp/out" 2>"$tmp/err"
+  env -i PATH="$PATH" $vars timeout 20 "$exe" "$@" >"$tmp/out" 2>"$tmp/err"
   echo $? >"$tmp/rc"
 }
 
@@ -73,7 +73,19 @@ expect_error 'DDO_VAE_ROUTE = "gpu"' DDO_VAE_ROUTE=gpu -- --component vae
 expect_error 'not available with backend vmm' -- --ddo-backend vmm --ddo-preset low_ram_safe
 expect_error 'multiple of 2' -- --ddo-vmm-page-mb 5
 expect_error 'cannot read config file' -- --config "$tmp/missing.toml"
-expect_error 'Is a directory' -- --config "$tmp"
+expect_error 'it is a directory, not a regular file' -- --config "$tmp"
+# Special files are refused at once (a FIFO without a writer would block a plain open forever;
+# /dev/zero would be read without end); timeout turns a hang into a failure.
+mkfifo "$tmp/fifo.toml"
+expect_error 'FIFO (named pipe), not a regular file' -- --config "$tmp/fifo.toml"
+expect_error 'character device, not a regular file' -- --config /dev/zero
+head -c 5000000 /dev/zero | tr '\0' '#' >"$tmp/huge.toml"
+expect_error 'more than the limit of 4194304' -- --config "$tmp/huge.toml"
+# The same setting at the top level and in [config]: refused naming both places.
+printf 'verbose = true\n[config]\nverbose = false\n' >"$tmp/twice.toml"
+expect_error 'TOML sets verbose twice: at' -- --config "$tmp/twice.toml"
+# Invalid UTF-8 in an environment value is shown as \xHH, never raw.
+expect_error 'DDO_EXECUTION_MODE = "\xff\xfe"' "DDO_EXECUTION_MODE=$(printf '\377\376')" --
 expect_error 'at most 2147483647' -- --ddo-pin-cpu-workers 99999999999
 printf 'pin_cpu_workrs = 2\n' >"$tmp/bad_key.toml"
 expect_error "did you mean 'pin_cpu_workers'?" -- --config "$tmp/bad_key.toml"

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -162,5 +163,46 @@ TEST_SUITE("config") {
       CHECK(error.path() == path);
       CHECK(std::string(error.what()).find(path) != std::string::npos);
     }
+  }
+
+  TEST_CASE("the same setting at the top level and in [config] is refused naming both places") {
+    const std::string message =
+        error_of("pin_cpu_workers = 2\n[config]\npin_cpu_workers = 3\n");
+    CHECK(message.find("test.toml:pin_cpu_workers") != std::string::npos);
+    CHECK(message.find("test.toml:config.pin_cpu_workers") != std::string::npos);
+    CHECK(message.find("twice") != std::string::npos);
+    // Order does not matter ([config] first through an inline table).
+    const std::string reversed =
+        error_of("config = { verbose = true }\nverbose = false\n");
+    CHECK(reversed.find("config.verbose") != std::string::npos);
+    // The settings given at the top level or under [settings] too.
+    CHECK(error_of("plan = true\n[settings]\nplan = false\n").find("settings.plan") !=
+          std::string::npos);
+    CHECK(error_of("preset = 'balanced'\n[settings]\nrequested_preset = 'balanced'\n")
+              .find("settings.requested_preset") != std::string::npos);
+  }
+
+  TEST_CASE("a config that is a FIFO, a device or too large is refused without blocking") {
+    const std::string dir = "/tmp/ddo_toml_special_" + std::to_string(::getpid());
+    ::mkdir(dir.c_str(), 0700);
+    const std::string fifo = dir + "/fifo.toml";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS((void)ddo::read_toml_config(fifo), doctest::Contains("FIFO"),
+                         ddo::io_error);
+    CHECK_THROWS_WITH_AS((void)ddo::read_toml_config("/dev/zero"),
+                         doctest::Contains("character device"), ddo::io_error);
+    CHECK_THROWS_WITH_AS((void)ddo::read_toml_config(dir), doctest::Contains("directory"),
+                         ddo::io_error);
+    const std::string big = dir + "/big.toml";
+    {
+      std::ofstream out(big);
+      const std::string line = "# " + std::string(1000, 'x') + "\n";
+      for (std::uint64_t n = 0; n <= ddo::max_toml_config_bytes / line.size(); ++n) out << line;
+    }
+    CHECK_THROWS_WITH_AS((void)ddo::read_toml_config(big), doctest::Contains("more than the limit"),
+                         ddo::io_error);
+    std::remove(big.c_str());
+    std::remove(fifo.c_str());
+    ::rmdir(dir.c_str());
   }
 }

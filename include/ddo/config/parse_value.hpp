@@ -21,6 +21,7 @@
 #include "ddo/config/field_registry.hpp"
 #include "ddo/config/provenance.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -83,7 +84,8 @@ inline namespace v0 {
                                                         std::string_view field_name,
                                                         std::string_view seen,
                                                         std::string_view allowed) {
-  std::string message = describe(where) + " = \"" + std::string(seen) + "\": not a valid value";
+  // The value may be any bytes (an environment variable): shown sanitized (ddo/core/text.hpp).
+  std::string message = describe(where) + " = \"" + sanitize_utf8(seen) + "\": not a valid value";
   if (where.key != field_name) message += " for " + std::string(field_name);
   message += "; expected " + std::string(allowed);
   return message;

@@ -32,6 +32,7 @@
 #include "ddo/config/field_registry.hpp"
 #include "ddo/config/parse_value.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/regular_file.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -109,6 +110,12 @@ inline void read_toml_field(config_layer& layer, const std::string& file, std::s
       file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
   const field_info& info = config_fields()[*index];
   const field_origin where{origin::toml, where_key};
+  for (const auto& earlier : layer.fields)
+    if (earlier.field == *index)
+      throw config_error("toml", where_key,
+                         "TOML sets " + std::string(info.name) + " twice: at " + earlier.where.key +
+                             " and at " + where_key +
+                             " (the top level and [config] are the same settings); keep one");
   const field_value raw = toml_to_value(node, where_key, to_string(info.type));
   layer.fields.push_back({*index, normalize_field_value(info, raw, where), where});
 }
@@ -190,13 +197,21 @@ inline component_policy read_toml_component(const std::string& file, const std::
                                 const toml::node& node) -> bool {
     const std::string where = file + ":" + (table.empty() ? "" : std::string(table) + ".") +
                               std::string(key);
+    const auto refuse_twice = [&](const auto& earlier, std::string_view name) {
+      if (earlier)
+        throw config_error("toml", where,
+                           "TOML sets " + std::string(name) + " twice: at " + earlier->where.key +
+                               " and at " + where + "; keep one");
+    };
     if (key == "preset" || (table == "settings" && key == "requested_preset")) {
+      refuse_twice(layer.preset, "the preset");
       const auto* text = node.as_string();
       if (!text) detail::toml_type_error(where, node, "a string");
       layer.preset = sourced<std::string>{to_lower(trim(text->get())), {origin::toml, where}};
       return true;
     }
     if (key == "plan" || key == "disable_pin_on_wsl") {
+      refuse_twice(key == "plan" ? layer.plan : layer.disable_pin_on_wsl, key);
       (key == "plan" ? layer.plan : layer.disable_pin_on_wsl) =
           sourced<bool>{detail::toml_bool(node, where), {origin::toml, where}};
       return true;
@@ -249,26 +264,15 @@ inline component_policy read_toml_component(const std::string& file, const std::
   return layer;
 }
 
+/// @brief The largest TOML config file read (a config is a few KiB; this refuses `/dev/zero`-like
+/// inputs and accidents such as a model file given as --config).
+inline constexpr std::uint64_t max_toml_config_bytes = 4ull << 20;
+
 /// @brief Reads TOML file @p path into a layer (see parse_toml_config).
-/// @throws io_error when the file cannot be read; config_error as parse_toml_config.
+/// @throws io_error when the file cannot be read, is not a regular file (a FIFO is refused
+/// without blocking) or exceeds max_toml_config_bytes; config_error as parse_toml_config.
 [[nodiscard]] inline config_layer read_toml_config(const std::string& path) {
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored))
-    throw io_error(path, EISDIR, "cannot read config file " + path + ": " + std::strerror(EISDIR));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error_number = errno;
-    throw io_error(path, error_number,
-                   "cannot read config file " + path + ": " + std::strerror(error_number));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    const int error_number = errno;
-    throw io_error(path, error_number,
-                   "cannot read config file " + path + ": " + std::strerror(error_number));
-  }
-  return parse_toml_config(text.str(), path);
+  return parse_toml_config(read_regular_file(path, max_toml_config_bytes, "config file"), path);
 }
 
 /// @brief A TOML file as a config source (origin toml).

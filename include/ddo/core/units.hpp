@@ -24,6 +24,16 @@ inline constexpr std::uint64_t gib = 1024ull * mib;
   return static_cast<std::uint64_t>(bytes);
 }
 
+/// @brief @p a + @p b, saturating at the largest uint64 instead of wrapping (budget arithmetic:
+/// a headroom given as 1e20 GiB converts to the maximum and must stay there when added to).
+[[nodiscard]] constexpr std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+  return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max()
+                                                          : a + b;
+}
+
+/// @brief The largest size in GiB that fits in 64 bits of bytes (2^34 GiB = 16 EiB).
+inline constexpr double max_representable_gib = 17179869184.0;
+
 /// @brief Bytes to GiB, for printing and for the `*_gb` fields.
 [[nodiscard]] inline double bytes_to_gib(std::uint64_t bytes) noexcept {
   return static_cast<double>(bytes) / static_cast<double>(gib);

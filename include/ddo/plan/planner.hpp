@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,14 @@ inline void check_plan_number(double value, const char* field) {
     throw config_error(
         "config", field,
         std::string(field) + " must be a non-negative number, got " + std::to_string(value));
+  // Sizes in GiB past 2^34 have no byte count in 64 bits: refused rather than saturated, so
+  // that a typo (1e20) is reported, not planned around.
+  const std::string_view name(field);
+  if (name.ends_with("_gb") && value > max_representable_gib)
+    throw config_error("config", field,
+                       std::string(field) + " = " + std::to_string(value) +
+                           " GiB is larger than any machine (at most 17179869184 GiB, 2^64 "
+                           "bytes); give a size in GiB");
 }
 
 inline void check_planning_config(const dynamic_offload_config& c) {

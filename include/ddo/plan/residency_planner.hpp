@@ -208,7 +208,7 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
   } else if (balanced) {
     const std::uint64_t headroom = gib_to_bytes(config.auto_vram_headroom_gb);
     const std::uint64_t free = c.machine.free_vram_bytes;
-    const std::uint64_t taken = headroom + rule_resident_bytes;
+    const std::uint64_t taken = saturating_add(headroom, rule_resident_bytes);
     std::uint64_t budget = free > taken ? free - taken : 0;
     const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
     if (cap != 0 && budget > cap) budget = cap;

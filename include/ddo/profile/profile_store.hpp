@@ -23,7 +23,10 @@
 
 #include <unistd.h>
 
+#include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/regular_file.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/profile/capacity_profile.hpp"
 
 namespace ddo {
@@ -63,12 +66,14 @@ class profile_store {
     const auto path = path_of(name);
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return std::nullopt;
-    std::ifstream in(path);
-    if (!in) throw io_error(path.string(), errno, "cannot open capacity profile " + path.string());
-    std::stringstream text;
-    text << in.rdbuf();
-    return parse(text.str(), path.string(), name);
+    // A regular file of a profile's size only: a FIFO or device planted there is refused
+    // without blocking, and a huge file before it is read.
+    return parse(read_regular_file(path.string(), max_profile_bytes, "capacity profile"),
+                 path.string(), name);
   }
+
+  /// @brief The largest profile file read (a profile is a few hundred bytes).
+  static constexpr std::uint64_t max_profile_bytes = 64 * 1024;
 
   /// @brief Writes @p profile atomically, creating the directory when missing.
   /// @throws io_error naming the path on failure (nothing half-written is left behind).
@@ -80,25 +85,10 @@ class profile_store {
       throw io_error(directory_.string(), ec.value(),
                      "cannot create the profile directory " + directory_.string() + ": " +
                          ec.message());
-    const auto temporary = path.string() + ".tmp." + std::to_string(::getpid());
-    {
-      std::ofstream out(temporary, std::ios::trunc);
-      out << format(profile);
-      out.flush();
-      if (!out) {
-        const int err = errno;
-        std::filesystem::remove(temporary, ec);
-        throw io_error(temporary, err, "cannot write capacity profile " + temporary);
-      }
-    }
-    std::filesystem::rename(temporary, path, ec);
-    if (ec) {
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw io_error(path.string(), ec.value(),
-                     "cannot move the capacity profile into place at " + path.string() + ": " +
-                         ec.message());
-    }
+    // Written aside and renamed (ddo/core/atomic_file.hpp); temporaries left by a killed
+    // process are removed first.
+    (void)remove_stale_temporaries(directory_);
+    write_file_atomically(path, format(profile));
   }
 
   /// @brief The text of a profile file.
@@ -106,7 +96,7 @@ class profile_store {
     std::ostringstream out;
     out << "# ddo capacity profile: written by a zero-resident calibration run.\n"
         << "name = \"" << p.name << "\"\n"
-        << "device_name = \"" << escape(p.device_name) << "\"\n"
+        << "device_name = \"" << escape(sanitize_utf8(p.device_name)) << "\"\n"
         << "total_vram_bytes = " << p.total_vram_bytes << "\n"
         << "model_bytes = " << p.model_bytes << "\n"
         << "peak_in_use_bytes = " << p.peak_in_use_bytes << "\n"
@@ -133,8 +123,8 @@ class profile_store {
       const auto eq = line.find('=');
       if (eq == std::string_view::npos)
         throw format_error(file, "", file + ":" + std::to_string(line_number) +
-                                         ": expected 'key = value', got '" + std::string(line) + "'");
-      const std::string key(trim(line.substr(0, eq)));
+                                         ": expected 'key = value', got '" + sanitize_utf8(line.substr(0, 200)) + "'");
+      const std::string key = sanitize_utf8(trim(line.substr(0, eq)));
       const std::string_view value = trim(line.substr(eq + 1));
       const auto mark = [&](unsigned bit) {
         if (seen & bit) throw format_error(file, key, file + ": key '" + key + "' appears twice");
@@ -152,7 +142,7 @@ class profile_store {
         mark(128);
         if (value != "true" && value != "false")
           throw format_error(file, key, file + ": full_pin must be true or false, got '" +
-                                            std::string(value) + "'");
+                                            sanitize_utf8(value.substr(0, 200)) + "'");
         p.full_pin = value == "true";
       } else {
         throw format_error(file, key, file + ": unknown key '" + key + "' in a capacity profile");
@@ -161,8 +151,10 @@ class profile_store {
     if (seen != 255u)
       throw format_error(file, "", file + ": incomplete capacity profile (a key is missing)");
     if (p.name != expected_name)
-      throw format_error(file, "name", file + ": the profile inside is named '" + p.name +
+      throw format_error(file, "name", file + ": the profile inside is named '" + sanitize_utf8(p.name) +
                                            "', expected '" + std::string(expected_name) + "'");
+    if (!is_valid_utf8(p.device_name) || !is_valid_utf8(p.name))
+      throw format_error(file, "device_name", file + ": text values must be UTF-8");
     return p;
   }
 
@@ -195,10 +187,11 @@ class profile_store {
     std::uint64_t out = 0;
     if (v.empty()) throw format_error(file, key, file + ": " + key + " has no value");
     for (char c : v) {
-      if (c < '0' || c > '9' || out > (UINT64_MAX - 9) / 10)
+      const auto digit = static_cast<std::uint64_t>(c - '0');
+      if (c < '0' || c > '9' || out > (UINT64_MAX - digit) / 10)
         throw format_error(file, key, file + ": " + key + " must be a non-negative integer of bytes, got '" +
-                                          std::string(v) + "'");
-      out = out * 10 + static_cast<std::uint64_t>(c - '0');
+                                          sanitize_utf8(v.substr(0, 200)) + "'");
+      out = out * 10 + digit;
     }
     return out;
   }

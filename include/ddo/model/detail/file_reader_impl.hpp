@@ -14,21 +14,11 @@
 #include <cstring>
 #include <limits>
 
+#include "ddo/core/regular_file.hpp"
 #include "ddo/model/file_reader.hpp"
 
 namespace ddo {
 inline namespace v0 {
-namespace detail {
-/// Words for a file type, for "is not a regular file" messages.
-inline const char* file_kind_name(mode_t mode) noexcept {
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
-}  // namespace detail
 
 inline file_reader::file_reader(std::string path, safetensors_backend backend,
                                 file_reader_options options)
@@ -47,7 +37,7 @@ inline file_reader::file_reader(std::string path, safetensors_backend backend,
   if (!S_ISREG(st.st_mode)) {
     close_all();
     throw io_error(path_, EINVAL,
-                   "'" + path_ + "' is " + detail::file_kind_name(st.st_mode) +
+                   "'" + path_ + "' is " + describe_file_type(st.st_mode) +
                        ", not a regular file: ddo reads models, shards and indexes only from "
                        "regular files");
   }

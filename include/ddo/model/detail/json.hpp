@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/text.hpp"
+
 namespace ddo {
 inline namespace v0 {
 namespace detail {
@@ -101,6 +103,41 @@ class json_parser {
     skip_ws();
     if (pos_ != in_.size()) fail("unexpected characters after the JSON value");
     return v;
+  }
+
+  /// Streams a document that is one object: calls @p on_member(key, value) for each member in
+  /// order, building only that member's value, so a header of a million tensors never exists
+  /// as one tree. Keys are not checked for duplicates here (the caller knows its keys).
+  /// Returns false, consuming nothing, when the document does not start with an object.
+  template <class OnMember>
+  bool parse_object_members(OnMember&& on_member) {
+    skip_ws();
+    if (pos_ >= in_.size() || in_[pos_] != '{') return false;
+    ++pos_;
+    skip_ws();
+    if (peek() == '}') {
+      ++pos_;
+    } else {
+      for (;;) {
+        skip_ws();
+        if (peek() != '"') fail("expected a string key in JSON object");
+        std::string key = parse_string();
+        skip_ws();
+        if (peek() != ':') fail("expected ':' after key \"" + printable(key) + "\"");
+        ++pos_;
+        skip_ws();
+        json_value member = parse_value(1);
+        on_member(std::move(key), std::move(member));
+        skip_ws();
+        const char d = peek();
+        ++pos_;
+        if (d == '}') break;
+        if (d != ',') fail("expected ',' or '}' in JSON object");
+      }
+    }
+    skip_ws();
+    if (pos_ != in_.size()) fail("unexpected characters after the JSON value");
+    return true;
   }
 
  private:
@@ -314,20 +351,10 @@ class json_parser {
   }
 
  public:
-  /// Keys and values quoted in error messages: non-printable bytes escaped, long text cut.
+  /// Keys and values quoted in error messages: control characters and invalid UTF-8 shown as
+  /// \xHH (sanitize_utf8), long text cut.
   static std::string printable(std::string_view s) {
-    std::string out;
-    for (char c : s.substr(0, 200)) {
-      const auto u = static_cast<unsigned char>(c);
-      if (u < 0x20 || u == 0x7f) {
-        static constexpr char hex[] = "0123456789abcdef";
-        out += "\\x";
-        out += hex[u >> 4];
-        out += hex[u & 15];
-      } else {
-        out += c;
-      }
-    }
+    std::string out = sanitize_utf8(s.substr(0, 200));
     if (s.size() > 200) out += "...";
     return out;
   }
@@ -337,43 +364,9 @@ class json_parser {
   std::size_t pos_ = 0;
 };
 
-/// @p s as a JSON string literal, quotes included (control characters escaped, UTF-8 kept).
-inline std::string json_quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '"';
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (u < 0x20 || u == 0x7f) {
-          static constexpr char hex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += hex[u >> 4];
-          out += hex[u & 15];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
+/// @p s as a JSON string literal, quotes included: ddo's one JSON string writer, json_string()
+/// (control characters escaped, UTF-8 kept, invalid UTF-8 bytes shown as \\xHH).
+inline std::string json_quote(std::string_view s) { return json_string(s); }
 
 /// Parses one JSON document. @throws json_error with the byte offset.
 inline json_value parse_json(std::string_view input) {

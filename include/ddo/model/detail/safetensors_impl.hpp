@@ -12,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ddo/core/text.hpp"
 #include "ddo/model/detail/json.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/safetensors.hpp"
@@ -27,7 +29,7 @@ namespace detail {
 
 [[noreturn]] inline void throw_format(std::string_view file, std::string_view tensor,
                                       const std::string& what) {
-  std::string message = "malformed safetensors file '" + std::string(file) + "'";
+  std::string message = "malformed safetensors file '" + sanitize_utf8(file) + "'";
   if (!tensor.empty()) message += ", tensor '" + json_parser::printable(tensor) + "'";
   message += ": " + what;
   throw format_error(std::string(file), std::string(tensor), message);
@@ -64,25 +66,31 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
                                                    std::uint64_t data_bytes,
                                                    std::string_view file) {
   using detail::throw_format;
-  detail::json_value root;
-  try {
-    root = detail::parse_json(header_json);
-  } catch (const detail::json_error& e) {
-    throw_format(
-        file, "",
-        "header is not valid JSON: " + e.message + " at header byte " + std::to_string(e.offset));
+  // The reference reads the header as UTF-8 text first (std::str::from_utf8).
+  if (!is_valid_utf8(header_json)) {
+    std::size_t at = 0;
+    while (at < header_json.size()) {
+      const std::size_t n = utf8_sequence_length(header_json, at);
+      if (n == 0) break;
+      at += n;
+    }
+    throw_format(file, "",
+                 "header is not valid UTF-8 (invalid byte at header byte " + std::to_string(at) +
+                     "); the safetensors format requires a UTF-8 JSON header");
   }
-  if (!root.is_object())
-    throw_format(
-        file, "",
-        std::string("header must be a JSON object, found ") + std::string(root.describe()));
-
   safetensors_header header;
   header.header_bytes = header_json.size();
   header.data_bytes = data_bytes;
-  header.tensors.reserve(root.members().size());
-  for (const auto& [name, entry] : root.members()) {
+  bool metadata_seen = false;
+  // Each member is checked and turned into a safetensors_tensor as it is parsed: the JSON tree
+  // of a whole header (about 10x its size) never exists (reliability.md, class 7).
+  // A JSON syntax error anywhere wins over a rule broken by an earlier member: the first
+  // broken rule is kept and thrown only once the whole header has parsed.
+  std::optional<format_error> first_broken_rule;
+  const auto check_member = [&](std::string name, detail::json_value entry) {
     if (name == "__metadata__") {
+      if (metadata_seen) throw_format(file, "", "__metadata__ appears twice");
+      metadata_seen = true;
       if (!entry.is_object())
         throw_format(
             file, "",
@@ -94,20 +102,15 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
                            "' must be a string, found " + std::string(value.describe()));
         header.metadata.emplace_back(key, value.text());
       }
-      continue;
+      return;
     }
     if (name.empty()) throw_format(file, name, "tensor name is empty");
     if (!entry.is_object())
       throw_format(file, name,
                    "entry must be an object with dtype, shape and data_offsets, found " +
                        std::string(entry.describe()));
-    for (const auto& [key, value] : entry.members()) {
-      (void)value;
-      if (key != "dtype" && key != "shape" && key != "data_offsets")
-        throw_format(file, name,
-                     "unknown field '" + detail::json_parser::printable(key) +
-                         "' (allowed: dtype, shape, data_offsets)");
-    }
+    // Other fields are ignored, as the reference implementation (serde without
+    // deny_unknown_fields) ignores them.
     const auto* dtype_value = entry.find("dtype");
     const auto* shape_value = entry.find("shape");
     const auto* offsets_value = entry.find("data_offsets");
@@ -184,6 +187,41 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
                        " bytes but shape x dtype (" + std::string(to_string(t.type)) + ") needs " +
                        std::to_string(expected));
     header.tensors.push_back(std::move(t));
+  };
+  const auto on_member = [&](std::string name, detail::json_value entry) {
+    if (first_broken_rule) return;
+    try {
+      check_member(std::move(name), std::move(entry));
+    } catch (const format_error& e) {
+      first_broken_rule = e;
+    }
+  };
+  try {
+    detail::json_parser parser(header_json);
+    if (!parser.parse_object_members(on_member)) {
+      const detail::json_value root = detail::parse_json(header_json);
+      throw_format(
+          file, "",
+          std::string("header must be a JSON object, found ") + std::string(root.describe()));
+    }
+  } catch (const detail::json_error& e) {
+    throw_format(
+        file, "",
+        "header is not valid JSON: " + e.message + " at header byte " + std::to_string(e.offset));
+  }
+  if (first_broken_rule) throw *first_broken_rule;
+
+  // Duplicate names: found by sorting pointers (8 bytes a tensor), not a set of copies.
+  {
+    std::vector<const std::string*> names;
+    names.reserve(header.tensors.size());
+    for (const auto& t : header.tensors) names.push_back(&t.name);
+    std::sort(names.begin(), names.end(),
+              [](const std::string* a, const std::string* b) { return *a < *b; });
+    for (std::size_t i = 1; i < names.size(); ++i)
+      if (*names[i] == *names[i - 1])
+        throw_format(file, *names[i], "duplicate key \"" + detail::json_parser::printable(*names[i]) +
+                                          "\" in the header: the tensor name appears twice");
   }
 
   std::sort(header.tensors.begin(), header.tensors.end(),
@@ -191,19 +229,37 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
               return a.begin != b.begin ? a.begin < b.begin
                                         : (a.end != b.end ? a.end < b.end : a.name < b.name);
             });
-  // Sorted by begin, a range overlaps another iff it starts before the furthest end so far.
-  std::uint64_t furthest_end = 0;
-  std::string furthest_name;
+  // The reference's rule: sorted by offsets, the tensors tile the data area exactly — each
+  // begins where the previous one ended (the first at 0) and the last ends at the end of the
+  // file. A gap, an overlap or trailing bytes is refused.
+  std::uint64_t expected_begin = 0;
+  std::string previous_name;
   for (const auto& t : header.tensors) {
-    if (t.begin == t.end) continue;  // empty tensors occupy no bytes
-    if (t.begin < furthest_end)
+    if (t.begin < expected_begin)
       throw_format(file, t.name,
                    "byte range [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                       ") overlaps tensor '" + detail::json_parser::printable(furthest_name) +
-                       "' which ends at " + std::to_string(furthest_end));
-    furthest_end = t.end;
-    furthest_name = t.name;
+                       ") overlaps tensor '" + detail::json_parser::printable(previous_name) +
+                       "' which ends at " + std::to_string(expected_begin) +
+                       " (rule: tensors must tile the data area exactly)");
+    if (t.begin > expected_begin)
+      throw_format(file, t.name,
+                   "byte range [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                       ") leaves a gap of " + std::to_string(t.begin - expected_begin) +
+                       " bytes after " +
+                       (previous_name.empty() ? std::string("the start of the data area")
+                                              : "tensor '" +
+                                                    detail::json_parser::printable(previous_name) +
+                                                    "'") +
+                       " (rule: tensors must tile the data area exactly)");
+    expected_begin = t.end;
+    previous_name = t.name;
   }
+  if (expected_begin != data_bytes)
+    throw_format(file, "",
+                 "the data area has " + std::to_string(data_bytes) + " bytes but the tensors cover " +
+                     std::to_string(expected_begin) + " (" +
+                     std::to_string(data_bytes - expected_begin) +
+                     " trailing bytes; rule: tensors must tile the data area exactly)");
   return header;
 }
 
@@ -265,16 +321,19 @@ inline void append_one_safetensors_file(weight_table& table, const std::string& 
   }
 }
 
-inline void append_safetensors_index(weight_table& table, const std::string& index_path,
-                                     safetensors_backend backend) {
-  const file_reader reader(index_path, safetensors_backend::pread);
-  // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
-  if (reader.size() > max_safetensors_header_bytes)
-    throw_format(index_path, "",
-                 "index file of " + std::to_string(reader.size()) + " bytes exceeds the limit of " +
-                     std::to_string(max_safetensors_header_bytes) + " bytes");
-  std::string text(static_cast<std::size_t>(reader.size()), '\0');
-  reader.read(0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+/// A sharded model's index: the shard files in order of first appearance and each tensor's shard.
+struct safetensors_index {
+  std::vector<std::string> shards;
+  std::unordered_map<std::string, std::string> shard_of;
+};
+
+/// Parses and checks the text of a `*.safetensors.index.json` (named @p index_path in
+/// messages): UTF-8 JSON, a "weight_map" object of non-empty relative shard names.
+/// @throws format_error naming the index and, where known, the tensor.
+inline safetensors_index parse_safetensors_index(std::string_view text,
+                                                 const std::string& index_path) {
+  if (!is_valid_utf8(text))
+    throw_format(index_path, "", "index is not valid UTF-8 (JSON files are UTF-8 text)");
   json_value root;
   try {
     root = parse_json(text);
@@ -285,9 +344,10 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
   const json_value* map = root.is_object() ? root.find("weight_map") : nullptr;
   if (map == nullptr || !map->is_object())
     throw_format(index_path, "", "index must be a JSON object with a \"weight_map\" object");
-  const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
-  std::vector<std::string> shards;  // in order of first appearance
-  std::unordered_map<std::string, std::string> shard_of;
+  safetensors_index index;
+  auto& shards = index.shards;
+  auto& shard_of = index.shard_of;
+  std::unordered_set<std::string> seen_shards;  // a set: an index may list many shards
   for (const auto& [tensor, shard] : map->members()) {
     if (!shard.is_string() || shard.text().empty())
       throw_format(index_path, tensor, "weight_map value must be a shard file name");
@@ -298,10 +358,26 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
       throw_format(index_path, tensor,
                    "shard '" + json_parser::printable(shard.text()) +
                        "' must be a file name relative to the index's directory");
-    if (std::find(shards.begin(), shards.end(), shard.text()) == shards.end())
-      shards.push_back(shard.text());
+    if (seen_shards.insert(shard.text()).second) shards.push_back(shard.text());
     shard_of.emplace(tensor, shard.text());
   }
+  return index;
+}
+
+inline void append_safetensors_index(weight_table& table, const std::string& index_path,
+                                     safetensors_backend backend) {
+  const file_reader reader(index_path, safetensors_backend::pread);
+  // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
+  if (reader.size() > max_safetensors_header_bytes)
+    throw_format(index_path, "",
+                 "index file of " + std::to_string(reader.size()) + " bytes exceeds the limit of " +
+                     std::to_string(max_safetensors_header_bytes) + " bytes");
+  std::string text(static_cast<std::size_t>(reader.size()), '\0');
+  reader.read(0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+  const safetensors_index index = parse_safetensors_index(text, index_path);
+  const auto& shards = index.shards;
+  const auto& shard_of = index.shard_of;
+  const std::filesystem::path directory = std::filesystem::path(index_path).parent_path();
   for (const auto& shard : shards) {
     const std::string shard_path = (directory / shard).string();
     std::vector<std::string> names;
@@ -375,6 +451,9 @@ inline safetensors_writer::safetensors_writer(
   std::unordered_set<std::string> names;
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
+    DDO_EXPECTS(is_valid_utf8(t.name),
+                "safetensors_writer: tensor name '" + sanitize_utf8(t.name) +
+                    "' is not valid UTF-8; the format's header is UTF-8 JSON");
     DDO_EXPECTS(!t.name.empty() && t.name != "__metadata__",
                 "safetensors_writer: invalid tensor name '" + t.name + "'");
     DDO_EXPECTS(names.insert(t.name).second,

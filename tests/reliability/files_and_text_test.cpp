@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// Classes 4 and 6 of the reliability issue: files written aside then renamed (and the debris of
+// killed processes removed), and bytes that are not text kept out of messages and JSON.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/text.hpp"
+#include "ddo/model/detail/json.hpp"
+#include "ddo/profile/profile_store.hpp"
+#include "model/model_test_support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// The pid of a process that has exited (and been reaped): surely not alive.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+std::size_t entries(const fs::path& dir) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_SUITE("reliability") {
+  TEST_CASE("an atomic write replaces the file whole or not at all") {
+    ddo_test::temp_dir dir;
+    const fs::path target = dir.file("out.json");
+    const std::string first = ddo_test::random_data(100000, 21);
+    ddo::write_file_atomically(target, first);
+    CHECK(slurp(target) == first);
+    // A writer that fails half-way leaves the previous file and no temporary.
+    CHECK_THROWS_AS(ddo::write_atomically(target,
+                                          [&](const fs::path& tmp) {
+                                            std::ofstream(tmp) << "partial";
+                                            throw ddo::io_error(tmp.string(), 28, "disk full");
+                                          }),
+                    ddo::io_error);
+    CHECK(slurp(target) == first);
+    CHECK(entries(dir.file(".")) == 1);
+    const std::string second = ddo_test::random_data(5000, 22);
+    ddo::write_file_atomically(target, second);
+    CHECK(slurp(target) == second);
+    CHECK(entries(dir.file(".")) == 1);
+    // A target that is a directory, or in a missing directory, is refused before writing.
+    CHECK_THROWS_WITH_AS(ddo::check_output_path(dir.file("."), "trace file"),
+                         doctest::Contains("is a directory"), ddo::io_error);
+    CHECK_THROWS_WITH_AS(ddo::check_output_path(dir.file("no/such/x.json"), "trace file"),
+                         doctest::Contains("does not exist"), ddo::io_error);
+    CHECK_NOTHROW(ddo::check_output_path(target, "trace file"));
+    if (::geteuid() != 0) {  // root writes anywhere
+      const auto ro = dir.file("ro");
+      fs::create_directory(ro);
+      fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+      CHECK_THROWS_WITH_AS(ddo::check_output_path(fs::path(ro) / "t.json", "trace file"),
+                           doctest::Contains("not writable"), ddo::io_error);
+      fs::permissions(ro, fs::perms::owner_all);
+    }
+  }
+
+  TEST_CASE("temporaries of dead processes are removed at the next start, live ones kept") {
+    ddo_test::temp_dir dir;
+    const pid_t dead = dead_pid();
+    const auto stale_dir = fs::path(dir.file("dit-b2.tmp-" + std::to_string(dead)));
+    fs::create_directories(stale_dir / "inner");
+    std::ofstream(stale_dir / "inner" / "model.safetensors") << "half";
+    const auto stale_file = fs::path(dir.file(".t.json.tmp-" + std::to_string(dead) + "-123"));
+    std::ofstream(stale_file) << "half";
+    const auto mine = fs::path(dir.file(".x.tmp-" + std::to_string(::getpid()) + "-1"));
+    std::ofstream(mine) << "in progress";
+    const auto init = fs::path(dir.file(".y.tmp-1-5"));  // pid 1 is alive
+    std::ofstream(init) << "someone else's";
+    const auto unrelated = fs::path(dir.file("notes.tmp-abc"));
+    std::ofstream(unrelated) << "not ours";
+    CHECK(ddo::remove_stale_temporaries(dir.file(".")) == 2);
+    CHECK_FALSE(fs::exists(stale_dir));
+    CHECK_FALSE(fs::exists(stale_file));
+    CHECK(fs::exists(mine));
+    CHECK(fs::exists(init));
+    CHECK(fs::exists(unrelated));
+    CHECK(ddo::temporary_owner(".a.tmp-42-7") == 42);
+    CHECK(ddo::temporary_owner("k.tmp-42") == 42);
+    CHECK(ddo::temporary_owner("k.tmp-") == 0);
+    CHECK(ddo::temporary_owner("k.tmp-4x") == 0);
+    CHECK(ddo::temporary_owner("plain") == 0);
+  }
+
+  TEST_CASE("an output larger than the free space is refused with both numbers") {
+    ddo_test::temp_dir dir;
+    CHECK_THROWS_WITH_AS(ddo::require_free_space(dir.file("."), UINT64_MAX / 2, "model"),
+                         doctest::Contains("9223372036854775807 bytes"), ddo::io_error);
+    CHECK_NOTHROW(ddo::require_free_space(dir.file("."), 1, "model"));
+  }
+
+  TEST_CASE("sanitize_utf8 keeps valid UTF-8 and shows other bytes and controls as \\xHH") {
+    CHECK(ddo::sanitize_utf8("plain ascii") == "plain ascii");
+    CHECK(ddo::sanitize_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") ==
+          "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    CHECK(ddo::sanitize_utf8("a\xff" "b") == "a\\xffb");
+    CHECK(ddo::sanitize_utf8("\xc0\xaf") == "\\xc0\\xaf");            // overlong
+    CHECK(ddo::sanitize_utf8("\xed\xa0\x80") == "\\xed\\xa0\\x80");   // surrogate
+    CHECK(ddo::sanitize_utf8("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // > U+10FFFF
+    CHECK(ddo::sanitize_utf8("\xe2\x82") == "\\xe2\\x82");            // truncated
+    CHECK(ddo::sanitize_utf8("line\nbreak\x1b[2J") == "line\\x0abreak\\x1b[2J");
+    CHECK(ddo::sanitize_utf8("tab\tkept") == "tab\tkept");
+  }
+
+  TEST_CASE("json_string output always parses, is UTF-8, and round-trips valid text") {
+    std::mt19937_64 rng(99);
+    for (int i = 0; i < 5000; ++i) {
+      std::string s;
+      const int n = static_cast<int>(rng() % 24);
+      for (int k = 0; k < n; ++k) s += static_cast<char>(rng() & 0xff);
+      if (i % 3 == 0) s = ddo::sanitize_utf8(s);  // some valid inputs
+      const std::string quoted = ddo::json_string(s);
+      INFO(ddo::sanitize_utf8(s));
+      REQUIRE(ddo::is_valid_utf8(quoted));
+      for (char c : quoted) CHECK(static_cast<unsigned char>(c) >= 0x20);
+      ddo::detail::json_value v;
+      REQUIRE_NOTHROW(v = ddo::detail::parse_json("[" + quoted + "]"));
+      REQUIRE(v.items().size() == 1);
+      if (ddo::is_valid_utf8(s)) CHECK(v.items()[0].text() == s);
+    }
+    CHECK(ddo::json_string("a\"b\\c\n\x01\x7f") == "\"a\\\"b\\\\c\\n\\u0001\\u007f\"");
+    CHECK(ddo::json_string("x\xfey") == "\"x\\\\xfey\"");
+  }
+
+  TEST_CASE("profiles: special files refused, stale temporaries removed, bytes shown as \\xHH") {
+    ddo_test::temp_dir dir;
+    const ddo::profile_store store(dir.file("."));
+    REQUIRE(::mkfifo(store.path_of("piped").c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS((void)store.find("piped"), doctest::Contains("FIFO"), ddo::io_error);
+    const auto stale = fs::path(dir.file(".gone.toml.tmp-" + std::to_string(dead_pid()) + "-9"));
+    std::ofstream(stale) << "half a profile";
+    ddo::capacity_profile p;
+    p.name = "run";
+    p.device_name = "GPU \x01\xff";
+    p.total_vram_bytes = 1000;
+    store.save(p);
+    CHECK_FALSE(fs::exists(stale));
+    const auto back = store.find("run");
+    REQUIRE(back.has_value());
+    CHECK(ddo::is_valid_utf8(back->device_name));
+    CHECK(back->device_name == "GPU \\x01\\xff");
+    std::ofstream(store.path_of("bad")) << "name = \"bad\"\nmodel_bytes = 12\xff\n";
+    try {
+      (void)store.find("bad");
+      FAIL("no error");
+    } catch (const ddo::format_error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("12\\xff") != std::string::npos);
+      CHECK(ddo::is_valid_utf8(what));
+    }
+  }
+}
