@@ -50,8 +50,9 @@ TEST_SUITE("config") {
       CAPTURE(preset);
       CHECK(doc.find("`" + std::string(preset) + "`") != std::string::npos);
       for (const auto& [field, value] : ddo::preset_values(preset)) {
-        CAPTURE(field);
-        CHECK(doc.find("| `" + std::string(field) + "` |") != std::string::npos);
+        const std::string name(ddo::to_string(field));
+        CAPTURE(name);
+        CHECK(doc.find("| `" + name + "` |") != std::string::npos);
       }
     }
   }

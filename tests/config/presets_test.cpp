@@ -37,6 +37,29 @@ TEST_SUITE("config") {
     }
   }
 
+  TEST_CASE("preset_id names every preset once, in the order of preset_names") {
+    REQUIRE(ddo::preset_names.size() == ddo::preset_id_names.size());
+    for (std::size_t i = 0; i < ddo::preset_names.size(); ++i) {
+      const auto id = static_cast<ddo::preset_id>(i);
+      CAPTURE(ddo::preset_names[i]);
+      CHECK(ddo::to_string(id) == ddo::preset_names[i]);
+      CHECK(ddo::parse_preset(ddo::preset_names[i]) == id);
+      CHECK(ddo::preset_values(id).size() == ddo::preset_values(ddo::preset_names[i]).size());
+    }
+    CHECK(ddo::to_string(ddo::preset_id::auto_select) == "auto");
+    CHECK_FALSE(ddo::parse_preset("Auto").has_value());
+    CHECK(ddo::preset_values(ddo::preset_id::auto_select).empty());
+    ddo::preset_context ram;
+    ram.available_ram_gb = 8.0;
+    const auto choice = ddo::resolve_preset("auto", ram);
+    CHECK(choice.id == ddo::preset_id::low_ram_safe);
+    CHECK(choice.name == "low_ram_safe");
+    CHECK(ddo::preset_component_default(ddo::preset_id::off, "transformer", false).route ==
+          ddo::component_route::none);
+    CHECK_THROWS_AS((void)ddo::preset_component_default("fast", "vae", false),
+                    std::invalid_argument);
+  }
+
   TEST_CASE("preset values are what docs/presets.md documents") {
     auto s = with_preset("one_shot_fast");
     CHECK(s.config.execution_mode == ddo::exec_mode::linear_runtime);

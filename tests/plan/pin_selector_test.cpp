@@ -29,7 +29,7 @@ TEST_SUITE("plan") {
     const auto t = ddo_test::flux_table(4);
     auto c = ddo_test::planning_config();
     const auto plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
-    CHECK(plan.budgets.pin_budget_source == "disabled");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::disabled);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) == 0);
     CHECK(plan.total_bytes(ddo::placement::pageable_host) > 0);
     CHECK(plan.decisions[*t.find("transformer_blocks.0.attn.to_k.weight")].reason ==
@@ -43,11 +43,11 @@ TEST_SUITE("plan") {
     auto m = machine_with_ram(64 * ddo::gib);
     m.running_on_wsl = true;
     auto plan = ddo::make_plan(t, c, m);
-    CHECK(plan.budgets.pin_budget_source == "wsl");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::wsl);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) == 0);
     m.disable_pin_on_wsl = false;
     plan = ddo::make_plan(t, c, m);
-    CHECK(plan.budgets.pin_budget_source == "auto");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::automatic);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) == streamed(plan));
   }
 
@@ -86,7 +86,7 @@ TEST_SUITE("plan") {
     c.pin_weight_budget_ratio = 0.5;
     auto plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
     const std::uint64_t all = streamed(plan);
-    CHECK(plan.budgets.pin_budget_source == "ratio");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::ratio);
     CHECK(plan.budgets.pin_budget_bytes == all / 2);
     CHECK(plan.total_bytes(ddo::placement::pinned_host) <= all / 2);
     c.pin_weight_budget_ratio = 7.0;
@@ -100,7 +100,7 @@ TEST_SUITE("plan") {
     c.pin_cpu_memory = true;
     c.pin_weight_budget_gb = 2.0;
     auto plan = ddo::make_plan(t, c, machine_with_ram(64 * ddo::gib));
-    CHECK(plan.budgets.pin_budget_source == "explicit");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::explicit_budget);
     CHECK(plan.budgets.pin_budget_bytes == 2 * ddo::gib);
     plan = ddo::make_plan(t, c, machine_with_ram(ddo::gib));
     CHECK(plan.budgets.pin_budget_bytes == ddo::gib);

@@ -21,7 +21,7 @@ struct stream_everything_planner {
     r.resident.assign(c.table.size(), 0);
     r.managed.assign(c.table.size(), 1);
     r.reason.assign(c.table.size(), "streamed by test planner");
-    r.budget_source = "none";
+    r.budget_source = ddo::resident_budget_source::none;
     return r;
   }
 };
@@ -34,7 +34,7 @@ struct pin_nothing {
                                               const ddo::residency_result& r) const {
     ddo::pin_result p;
     p.reason = r.reason;
-    p.budget_source = "disabled";
+    p.budget_source = ddo::pin_budget_source::disabled;
     for (std::size_t i = 0; i < c.table.size(); ++i)
       p.where.push_back(r.resident[i] ? ddo::placement::gpu_resident
                                       : ddo::placement::pageable_host);

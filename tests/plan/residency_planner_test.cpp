@@ -44,7 +44,7 @@ TEST_SUITE("plan") {
     CHECK(decision(plan, t, "transformer_blocks.1.attn.to_q.weight").where ==
           ddo::placement::pageable_host);
     // Budget policy off and no explicit budget: no budget winners.
-    CHECK(plan.budgets.resident_budget_source == "none");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::none);
     CHECK(plan.budgets.resident_budget_bytes == 0);
   }
 
@@ -81,7 +81,7 @@ TEST_SUITE("plan") {
     CHECK(ddo_test::resident_blocks(plan) == std::vector<std::string>{"transformer_blocks.0",
                                                                       "transformer_blocks.4",
                                                                       "transformer_blocks.7"});
-    CHECK(plan.budgets.resident_budget_source == "explicit");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::explicit_budget);
     CHECK(decision(plan, t, "transformer_blocks.4.ff.net.2.weight").reason ==
           "resident_budget spread (block)");
     c.resident_module_selection = ddo::selection::first;
@@ -126,7 +126,7 @@ TEST_SUITE("plan") {
       if (plan.decisions[i].reason.find("resident_budget") == std::string::npos &&
           plan.decisions[i].where == ddo::placement::gpu_resident)
         rule_resident += t[i].bytes;
-    CHECK(plan.budgets.resident_budget_source == "balanced");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::balanced);
     CHECK(plan.budgets.resident_budget_bytes == m.free_vram_bytes - ddo::gib - rule_resident);
     CHECK(ddo_test::resident_blocks(plan).size() == 2);
     // The cap wins when it is lower.
@@ -154,9 +154,9 @@ TEST_SUITE("plan") {
     m.available_ram_bytes = 64 * ddo::gib;
     const auto plan = ddo::make_plan(t, c, m);
     CHECK(plan.budgets.full_pin_zero_resident);
-    CHECK(plan.budgets.resident_budget_source == "full_pin_zero_resident");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::full_pin_zero_resident);
     CHECK(plan.budgets.resident_budget_bytes == 0);
-    CHECK(plan.budgets.pin_budget_source == "full_pin");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::full_pin);
     // The default always-resident leaves are offloaded and pinned; the user's pattern is kept.
     CHECK(decision(plan, t, "x_embedder.weight").where == ddo::placement::pinned_host);
     CHECK(decision(plan, t, "context_embedder.weight").where == ddo::placement::pinned_host);
@@ -208,7 +208,7 @@ TEST_SUITE("plan") {
     explicit_budget.resident_module_budget_gb = 0.0001;
     const auto plan = ddo::make_plan(t, explicit_budget, m);
     CHECK_FALSE(plan.budgets.full_pin_zero_resident);
-    CHECK(plan.budgets.resident_budget_source == "explicit");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::explicit_budget);
   }
 
   TEST_CASE("types that are not residency planners are refused by the concept") {

@@ -144,7 +144,7 @@ TEST_SUITE("profile") {
     CHECK(ddo::apply_capacity_profile(m, config, dir.path.string()).find("none stored") !=
           std::string::npos);
     CHECK_FALSE(m.profile_resident_budget_bytes.has_value());
-    CHECK(ddo::make_plan(table, config, m).budgets.resident_budget_source == "balanced");
+    CHECK(ddo::make_plan(table, config, m).budgets.resident_source == ddo::resident_budget_source::balanced);
 
     ddo::capacity_profile p;
     p.name = "flux-test";
@@ -155,9 +155,9 @@ TEST_SUITE("profile") {
     (void)ddo::apply_capacity_profile(m, config, dir.path.string());
     REQUIRE(m.profile_resident_budget_bytes == p.recommended_resident_budget_bytes);
     const auto plan = ddo::make_plan(table, config, m);
-    CHECK(plan.budgets.resident_budget_source == "profile");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::profile);
     CHECK(plan.budgets.resident_budget_bytes == p.recommended_resident_budget_bytes);
-    CHECK(plan.budgets.pin_budget_source == "full_pin");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::full_pin);
     CHECK(ddo_test::bytes_where(plan, table, ddo::placement::pageable_host) == 0);
     std::uint64_t budget_winners = 0;
     for (std::size_t i = 0; i < table.size(); ++i)
@@ -167,7 +167,7 @@ TEST_SUITE("profile") {
 
     auto explicit_config = config;
     explicit_config.resident_module_budget_gb = 0.001;
-    CHECK(ddo::make_plan(table, explicit_config, m).budgets.resident_budget_source == "explicit");
+    CHECK(ddo::make_plan(table, explicit_config, m).budgets.resident_source == ddo::resident_budget_source::explicit_budget);
 
     // A profile from a device of another size is not applied.
     m = machine;
@@ -190,9 +190,9 @@ TEST_SUITE("profile") {
     machine.available_ram_bytes = 64 * ddo::gib;
     machine.profile_resident_budget_bytes = 5 * ddo::gib;  // a stored profile is not used either
     const auto plan = ddo::make_plan(table, config, machine);
-    CHECK(plan.budgets.resident_budget_source == "build_profile");
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::build_profile);
     CHECK(plan.budgets.resident_budget_bytes == 0);
-    CHECK(plan.budgets.pin_budget_source == "full_pin");
+    CHECK(plan.budgets.pin_source == ddo::pin_budget_source::full_pin);
     CHECK(ddo_test::bytes_where(plan, table, ddo::placement::pageable_host) == 0);
     config.profile_name.clear();
     CHECK_THROWS_AS((void)ddo::make_plan(table, config, machine), ddo::config_error);

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,7 +16,9 @@
 #include "ddo/config/closest_name.hpp"
 #include "ddo/config/component_policy.hpp"
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/field_id.hpp"
 #include "ddo/config/field_value.hpp"
+#include "ddo/config/preset_id.hpp"
 #include "ddo/config/provenance.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
@@ -25,92 +28,99 @@ inline namespace v0 {
 
 /// @brief Every preset name a caller may request; vmm_fast_runtime is also what
 /// `--ddo-backend vmm --ddo-preset auto` resolves to.
-inline constexpr std::array<std::string_view, 10> preset_names = {
-    "auto",         "one_shot_fast",           "low_ram_safe",
-    "wsl_compat",   "diffusers_offload_compat", "diffusers_leaf_offload_compat",
-    "off",          "warm_process",            "nvme_baseline",
-    "vmm_fast_runtime"};
+/// (The canonical names of ddo::preset_id, config/preset_id.hpp.)
+inline constexpr const std::array<std::string_view, 10>& preset_names = preset_id_names;
 
 /// @brief Whether @p name is a preset.
 [[nodiscard]] constexpr bool is_preset(std::string_view name) noexcept {
-  for (std::string_view known : preset_names)
-    if (known == name) return true;
-  return false;
+  return parse_preset(name).has_value();
 }
 
-/// @brief One config value a preset sets: field name and value.
-using preset_value = std::pair<std::string_view, field_value>;
+/// @brief One config value a preset sets: the field and its value.
+using preset_value = std::pair<field_id, field_value>;
 
-/// @brief The config values preset @p name sets (on top of the dataclass defaults and from_env()'s
-/// operational defaults). Empty for "auto" (resolve it first) and unknown names.
-[[nodiscard]] inline std::vector<preset_value> preset_values(std::string_view name) {
+/// @brief The config values preset @p preset sets (on top of the dataclass defaults and
+/// from_env()'s operational defaults). Empty for auto_select (resolve it first).
+[[nodiscard]] inline std::vector<preset_value> preset_values(preset_id preset) {
   using v = std::vector<preset_value>;
+  using enum field_id;
   const std::vector<std::string> auto_blocks = {"auto"};
-  if (name == "one_shot_fast")
-    return v{{"execution_mode", std::string("linear_runtime")},
-             {"pin_cpu_memory", true},
-             {"auto_budget_policy", std::string("balanced")},
-             {"resident_module_patterns", auto_blocks},
-             {"auto_vram_headroom_gb", 1.5}};
-  if (name == "low_ram_safe")
-    return v{{"execution_mode", std::string("linear_runtime")},
-             {"pin_cpu_memory", false},
-             {"pin_cpu_workers", std::int64_t{2}},
-             {"auto_budget_policy", std::string("balanced")},
-             {"resident_module_patterns", auto_blocks},
-             {"max_resident_module_budget_gb", 3.0},
-             {"auto_vram_headroom_gb", 3.0},
-             {"auto_full_pin_min_model_to_vram_ratio", 0.0},
-             {"system_ram_headroom_gb", 8.0},
-             {"load_safetensors_backend", std::string("mmap")}};
-  if (name == "wsl_compat")
-    return v{{"execution_mode", std::string("linear_runtime")},
-             {"pin_cpu_memory", false},
-             {"pin_cpu_workers", std::int64_t{1}},
-             {"auto_budget_policy", std::string("balanced")},
-             {"resident_module_patterns", auto_blocks},
-             {"auto_vram_headroom_gb", 2.0},
-             {"auto_full_pin_min_model_to_vram_ratio", 0.0},
-             {"system_ram_headroom_gb", 8.0}};
-  if (name == "diffusers_offload_compat" || name == "diffusers_leaf_offload_compat")
-    return v{{"execution_mode", std::string("linear_runtime")},
-             {"pin_cpu_memory", true},
-             {"auto_budget_policy", std::string("off")},
-             {"resident_module_budget_gb", 0.0},
-             {"always_resident_modules_pattern", std::vector<std::string>{}}};
-  if (name == "off")
-    return v{{"execution_mode", std::string("plan")},
-             {"pin_cpu_memory", false},
-             {"auto_budget_policy", std::string("off")}};
-  if (name == "warm_process")
-    return v{{"execution_mode", std::string("linear_runtime")},
-             {"pin_cpu_memory", true},
-             {"pin_cpu_workers", std::int64_t{8}},
-             {"cache_plan", true},
-             {"cache_pinned_weights", true},
-             {"pinned_weight_cache_namespace", std::string("warm_process")},
-             {"auto_budget_policy", std::string("balanced")},
-             {"resident_module_patterns", auto_blocks},
-             {"auto_vram_headroom_gb", 1.5},
-             {"auto_full_pin_min_model_to_vram_ratio", 1.0}};
-  if (name == "nvme_baseline")
-    return v{{"execution_mode", std::string("vmm_runtime")},
-             {"backend", std::string("nvme")},
-             {"vmm_native_transport", false},
-             {"vmm_resident_weight_budget_gb", 4.0},
-             {"vmm_staging_buffer_gb", 0.625},
-             {"pin_cpu_memory", false},
-             {"auto_budget_policy", std::string("off")},
-             {"load_safetensors_backend", std::string("pread")}};
-  if (name == "vmm_fast_runtime")
-    return v{{"execution_mode", std::string("vmm_runtime")},
-             {"backend", std::string("vmm")},
-             {"vmm_native_transport", true},
-             {"vmm_resident_weight_budget_gb", 4.0},
-             {"vmm_staging_buffer_gb", 1.25},
-             {"pin_cpu_memory", false},
-             {"auto_budget_policy", std::string("off")}};
+  switch (preset) {
+    case preset_id::one_shot_fast:
+      return v{{execution_mode, std::string("linear_runtime")},
+               {pin_cpu_memory, true},
+               {auto_budget_policy, std::string("balanced")},
+               {resident_module_patterns, auto_blocks},
+               {auto_vram_headroom_gb, 1.5}};
+    case preset_id::low_ram_safe:
+      return v{{execution_mode, std::string("linear_runtime")},
+               {pin_cpu_memory, false},
+               {pin_cpu_workers, std::int64_t{2}},
+               {auto_budget_policy, std::string("balanced")},
+               {resident_module_patterns, auto_blocks},
+               {max_resident_module_budget_gb, 3.0},
+               {auto_vram_headroom_gb, 3.0},
+               {auto_full_pin_min_model_to_vram_ratio, 0.0},
+               {system_ram_headroom_gb, 8.0},
+               {load_safetensors_backend, std::string("mmap")}};
+    case preset_id::wsl_compat:
+      return v{{execution_mode, std::string("linear_runtime")},
+               {pin_cpu_memory, false},
+               {pin_cpu_workers, std::int64_t{1}},
+               {auto_budget_policy, std::string("balanced")},
+               {resident_module_patterns, auto_blocks},
+               {auto_vram_headroom_gb, 2.0},
+               {auto_full_pin_min_model_to_vram_ratio, 0.0},
+               {system_ram_headroom_gb, 8.0}};
+    case preset_id::diffusers_offload_compat:
+    case preset_id::diffusers_leaf_offload_compat:
+      return v{{execution_mode, std::string("linear_runtime")},
+               {pin_cpu_memory, true},
+               {auto_budget_policy, std::string("off")},
+               {resident_module_budget_gb, 0.0},
+               {always_resident_modules_pattern, std::vector<std::string>{}}};
+    case preset_id::off:
+      return v{{execution_mode, std::string("plan")},
+               {pin_cpu_memory, false},
+               {auto_budget_policy, std::string("off")}};
+    case preset_id::warm_process:
+      return v{{execution_mode, std::string("linear_runtime")},
+               {pin_cpu_memory, true},
+               {pin_cpu_workers, std::int64_t{8}},
+               {cache_plan, true},
+               {cache_pinned_weights, true},
+               {pinned_weight_cache_namespace, std::string("warm_process")},
+               {auto_budget_policy, std::string("balanced")},
+               {resident_module_patterns, auto_blocks},
+               {auto_vram_headroom_gb, 1.5},
+               {auto_full_pin_min_model_to_vram_ratio, 1.0}};
+    case preset_id::nvme_baseline:
+      return v{{execution_mode, std::string("vmm_runtime")},
+               {backend, std::string("nvme")},
+               {vmm_native_transport, false},
+               {vmm_resident_weight_budget_gb, 4.0},
+               {vmm_staging_buffer_gb, 0.625},
+               {pin_cpu_memory, false},
+               {auto_budget_policy, std::string("off")},
+               {load_safetensors_backend, std::string("pread")}};
+    case preset_id::vmm_fast_runtime:
+      return v{{execution_mode, std::string("vmm_runtime")},
+               {backend, std::string("vmm")},
+               {vmm_native_transport, true},
+               {vmm_resident_weight_budget_gb, 4.0},
+               {vmm_staging_buffer_gb, 1.25},
+               {pin_cpu_memory, false},
+               {auto_budget_policy, std::string("off")}};
+    case preset_id::auto_select:
+      break;
+  }
   return {};
+}
+
+/// @brief The values of the preset named @p name; empty for "auto" and for unknown names.
+[[nodiscard]] inline std::vector<preset_value> preset_values(std::string_view name) {
+  const auto preset = parse_preset(name);
+  return preset ? preset_values(*preset) : std::vector<preset_value>{};
 }
 
 /// @brief What `auto` (and the backend) resolution looks at.
@@ -126,8 +136,9 @@ struct preset_context {
 
 /// @brief An effective preset and why it was chosen (one sentence, for verbose output).
 struct preset_choice {
-  std::string name;    ///< the effective preset
+  std::string name;    ///< the effective preset's name (to_string(id))
   std::string reason;  ///< why
+  preset_id id = preset_id::one_shot_fast;  ///< the effective preset
 };
 
 /// @brief Below this much available RAM (GiB), `auto` with no known model size picks
@@ -149,41 +160,47 @@ inline constexpr double auto_low_ram_gb = 16.0;
   const std::string source(to_string(origin_of_request.source));
   const std::string& key = origin_of_request.key;
   const std::string where = describe(origin_of_request);
-  if (!is_preset(requested))
+  const auto preset = parse_preset(requested);
+  if (!preset)
     throw config_error(source, key,
                        where + " = \"" + std::string(requested) +
                            "\": not a preset; expected one of auto, one_shot_fast, low_ram_safe, "
                            "wsl_compat, diffusers_offload_compat, diffusers_leaf_offload_compat, "
                            "off, warm_process, nvme_baseline, vmm_fast_runtime" +
                            did_you_mean(closest_name(requested, preset_names)));
-  if (context.backend == offload_backend::vmm && requested != "auto" &&
-      requested != "vmm_fast_runtime" && requested != "nvme_baseline")
+  using enum preset_id;
+  if (context.backend == offload_backend::vmm && *preset != auto_select &&
+      *preset != vmm_fast_runtime && *preset != nvme_baseline)
     throw config_error(source, key,
                        where + " = \"" + std::string(requested) +
                            "\": not available with backend vmm; expected auto (selects "
                            "vmm_fast_runtime), vmm_fast_runtime or nvme_baseline");
-  if (requested != "auto") return {std::string(requested), "requested explicitly"};
+  const auto choose = [](preset_id id, const char* reason) {
+    return preset_choice{std::string(to_string(id)), reason, id};
+  };
+  if (*preset != auto_select) return choose(*preset, "requested explicitly");
   if (context.backend == offload_backend::vmm)
-    return {"vmm_fast_runtime", "backend vmm with preset auto selects the native VMM route"};
+    return choose(vmm_fast_runtime, "backend vmm with preset auto selects the native VMM route");
   if (context.backend == offload_backend::nvme)
-    return {"nvme_baseline", "backend nvme with preset auto selects the NVMe route"};
+    return choose(nvme_baseline, "backend nvme with preset auto selects the NVMe route");
   if (context.running_on_wsl && context.disable_pin_on_wsl)
-    return {"wsl_compat", "running on WSL, where pinned host memory is disabled by default"};
+    return choose(wsl_compat, "running on WSL, where pinned host memory is disabled by default");
   if (context.available_ram_gb && context.model_bytes) {
     const double model_gb = bytes_to_gib(*context.model_bytes);
     if (*context.available_ram_gb < model_gb) {
       if (context.vmm_supported.value_or(true))
-        return {"nvme_baseline", "the model is larger than available RAM: stream it from its file"};
-      return {"low_ram_safe",
-              "the model is larger than available RAM and the device has no VMM support"};
+        return choose(nvme_baseline,
+                      "the model is larger than available RAM: stream it from its file");
+      return choose(low_ram_safe,
+                    "the model is larger than available RAM and the device has no VMM support");
     }
     if (*context.available_ram_gb - context.system_ram_headroom_gb < model_gb)
-      return {"low_ram_safe", "the model fits in RAM but not with the RAM headroom to pin it"};
-    return {"one_shot_fast", "the model fits in RAM with headroom to pin it"};
+      return choose(low_ram_safe, "the model fits in RAM but not with the RAM headroom to pin it");
+    return choose(one_shot_fast, "the model fits in RAM with headroom to pin it");
   }
   if (context.available_ram_gb && *context.available_ram_gb < auto_low_ram_gb)
-    return {"low_ram_safe", "less than 16 GiB of RAM available and no model size known"};
-  return {"one_shot_fast", "enough RAM available for pinning"};
+    return choose(low_ram_safe, "less than 16 GiB of RAM available and no model size known");
+  return choose(one_shot_fast, "enough RAM available for pinning");
 }
 
 /// @brief The route and group-offload parameters preset @p effective_preset gives component
@@ -191,20 +208,21 @@ inline constexpr double auto_low_ram_gb = 16.0;
 /// low_ram_safe and vmm_fast_runtime give the VAE leaf-level group offload without a stream;
 /// warm_process, wsl_compat and nvme_baseline keep it resident (route none); off leaves every
 /// component unmanaged. @p explicit_config (a whole config from code) bypasses the VAE fallback.
-[[nodiscard]] inline resolved_component preset_component_default(std::string_view effective_preset,
+[[nodiscard]] inline resolved_component preset_component_default(preset_id effective_preset,
                                                                  std::string_view component,
                                                                  bool explicit_config) {
+  using enum preset_id;
   resolved_component out;
   out.name = std::string(component);
-  out.route_origin = {origin::preset, std::string(effective_preset)};
-  if (effective_preset == "off") {
+  out.route_origin = {origin::preset, std::string(to_string(effective_preset))};
+  if (effective_preset == off) {
     out.route = component_route::none;
     return out;
   }
-  if (effective_preset == "diffusers_offload_compat" ||
-      effective_preset == "diffusers_leaf_offload_compat") {
+  if (effective_preset == diffusers_offload_compat ||
+      effective_preset == diffusers_leaf_offload_compat) {
     out.route = component_route::diffusers_group_offload;
-    out.offload_type = effective_preset == "diffusers_offload_compat"
+    out.offload_type = effective_preset == diffusers_offload_compat
                            ? group_offload_type::block_level
                            : group_offload_type::leaf_level;
     out.offload_stream = true;
@@ -213,8 +231,8 @@ inline constexpr double auto_low_ram_gb = 16.0;
   }
   out.route = component_route::dynamic_offload;
   if (component == "vae" && !explicit_config) {
-    if (effective_preset == "one_shot_fast" || effective_preset == "low_ram_safe" ||
-        effective_preset == "vmm_fast_runtime") {
+    if (effective_preset == one_shot_fast || effective_preset == low_ram_safe ||
+        effective_preset == vmm_fast_runtime) {
       out.route = component_route::diffusers_group_offload;
       out.offload_type = group_offload_type::leaf_level;
       out.offload_stream = false;
@@ -224,6 +242,18 @@ inline constexpr double auto_low_ram_gb = 16.0;
     }
   }
   return out;
+}
+
+/// @brief preset_component_default for a preset given by name (the effective preset of
+/// dynamic_offload_settings); @throws std::invalid_argument for a name that is not a preset.
+[[nodiscard]] inline resolved_component preset_component_default(std::string_view effective_preset,
+                                                                 std::string_view component,
+                                                                 bool explicit_config) {
+  const auto preset = parse_preset(effective_preset);
+  if (!preset)
+    throw std::invalid_argument("ddo: preset_component_default: \"" +
+                                std::string(effective_preset) + "\" is not a preset");
+  return preset_component_default(*preset, component, explicit_config);
 }
 
 }  // namespace v0

@@ -92,20 +92,20 @@ pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
 
   std::string not_pinned_reason;
   if (c.machine.running_on_wsl && c.machine.disable_pin_on_wsl) {
-    r.budget_source = "wsl";
+    r.budget_source = pin_budget_source::wsl;
     r.budget_detail = "running on WSL with DDO_DISABLE_PIN_ON_WSL: pinning disabled";
     not_pinned_reason = "not pinned: WSL rule";
   } else if (!config.pin_cpu_memory) {
-    r.budget_source = "disabled";
+    r.budget_source = pin_budget_source::disabled;
     r.budget_detail = "pin_cpu_memory is off";
     not_pinned_reason = "not pinned: pin_cpu_memory off";
   } else if (residency.pin_all_streamed) {
-    r.budget_source = "full_pin";
+    r.budget_source = pin_budget_source::full_pin;
     r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);
   } else if (config.pin_weight_budget_gb > 0.0) {
     const std::uint64_t asked = gib_to_bytes(config.pin_weight_budget_gb);
-    r.budget_source = "explicit";
+    r.budget_source = pin_budget_source::explicit_budget;
     r.budget_detail = "pin_weight_budget_gb = " + format_bytes(asked);
     r.budget_bytes = asked;
     if (asked > usable) {
@@ -125,16 +125,16 @@ pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
     const auto asked = static_cast<std::uint64_t>(static_cast<long double>(streamed_bytes) * ratio);
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "pin_weight_budget_ratio %.3f x streamed ", ratio);
-    r.budget_source = "ratio";
+    r.budget_source = pin_budget_source::ratio;
     r.budget_detail = buffer + format_bytes(streamed_bytes);
     r.budget_bytes = limit(asked, r.budget_detail);
   } else {
-    r.budget_source = "auto";
+    r.budget_source = pin_budget_source::automatic;
     r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
     r.budget_bytes = limit(streamed_bytes, r.budget_detail);
   }
   r.selection = std::string(selection_label<Selection>(config.pin_weight_selection));
-  if (r.budget_source != "wsl" && r.budget_source != "disabled")
+  if (r.budget_source != pin_budget_source::wsl && r.budget_source != pin_budget_source::disabled)
     not_pinned_reason = "not pinned: pin budget (" + r.selection + ") spent";
 
   auto [candidates, members] = group_by_module(c, [&](std::size_t i) { return !residency.resident[i]; });

@@ -9,9 +9,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/plan/budget_source.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -64,10 +68,10 @@ struct plan_group {
 /// @brief The budgets a plan was made under (bytes), and where each came from.
 struct plan_budgets {
   std::uint64_t resident_budget_bytes = 0;  ///< device bytes allowed for resident weights
-  std::string resident_budget_source;       ///< "explicit", "balanced", "profile",
-                                            ///< "full_pin_zero_resident", "none"
+  /// The rule that set resident_budget_bytes.
+  resident_budget_source resident_source = resident_budget_source::none;
   std::uint64_t pin_budget_bytes = 0;       ///< host bytes allowed to be page-locked
-  std::string pin_budget_source;      ///< "explicit", "ratio", "auto", "full_pin", "disabled", ...
+  pin_budget_source pin_source = pin_budget_source::disabled;  ///< the rule that set pin_budget_bytes
   std::uint64_t free_vram_bytes = 0;  ///< as seen or stated at planning time
   std::uint64_t available_ram_bytes = 0;  ///< usable system RAM at planning time
   bool full_pin_zero_resident = false;    ///< the reference's full-pin zero-resident rule fired
@@ -76,8 +80,11 @@ struct plan_budgets {
   std::uint64_t total_vram_bytes = 0;     ///< as seen or stated at planning time
   std::uint64_t usable_ram_bytes = 0;     ///< available RAM minus system_ram_headroom_gb
   std::uint64_t max_group_bytes = 0;      ///< the transport's slot/staging limit (0 = none)
-  std::string resident_selection;         ///< "first", "spread" or "largest"
-  std::string pin_selection;              ///< "first", "spread" or "largest"
+  /// How the resident budget picked its winners: "first", "spread", "largest" (the config's
+  /// selection or one an engine compiled in), "custom" for an engine's own selector; empty for
+  /// route plans, which select nothing.
+  std::string resident_selection;
+  std::string pin_selection;  ///< how the pin budget picked, named as resident_selection
 };
 
 /// @brief The complete plan of one model component.

@@ -89,7 +89,7 @@ struct residency_result {
   std::vector<char> managed;   ///< per weight: 1 = dynamically managed (streamed unless resident)
   std::vector<std::string> reason;  ///< per weight: the rule or selector that decided
   std::uint64_t budget_bytes = 0;   ///< the resident module budget
-  std::string budget_source;  ///< "explicit", "build_profile", "profile", "balanced", "full_pin_zero_resident", "none"
+  resident_budget_source budget_source = resident_budget_source::none;  ///< the rule that decided
   std::string budget_detail;        ///< how the budget was computed, for the summary
   /// The selection that picked the winners ("first", "spread", "largest", "custom"); empty:
   /// the config's `resident_module_selection`.
@@ -105,7 +105,7 @@ struct pin_result {
   std::vector<placement> where;     ///< per weight
   std::vector<std::string> reason;  ///< per weight (kept from residency for resident weights)
   std::uint64_t budget_bytes = 0;   ///< pinned host bytes allowed
-  std::string budget_source;        ///< "explicit", "ratio", "auto", "full_pin", "disabled", "wsl"
+  pin_budget_source budget_source = pin_budget_source::disabled;  ///< the rule that decided
   std::string budget_detail;
   /// The selection that picked the winners; empty: the config's `pin_weight_selection`.
   std::string selection;

@@ -13,15 +13,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "ddo/config/enum_names.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/detail/json.hpp"
 #include "ddo/model/weight_table.hpp"
-#include "ddo/plan/format_bytes.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/plan/plan.hpp"
 
 namespace ddo {
@@ -84,17 +86,22 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
   return f;
 }
 
+// A budget's selection by name; "" for route plans, which select nothing.
+[[nodiscard]] inline std::string_view selection_text(const std::string& which) noexcept {
+  return which;
+}
+
 [[nodiscard]] inline encoded_fields budget_fields(const plan_budgets& b) {
   auto q = [](std::string_view s) { return json_quote(s); };
   encoded_fields f;
   f.emplace_back("resident_budget_bytes", std::to_string(b.resident_budget_bytes));
-  f.emplace_back("resident_budget_source", q(b.resident_budget_source));
+  f.emplace_back("resident_budget_source", q(to_string(b.resident_source)));
   f.emplace_back("resident_budget_detail", q(b.resident_budget_detail));
-  f.emplace_back("resident_selection", q(b.resident_selection));
+  f.emplace_back("resident_selection", q(selection_text(b.resident_selection)));
   f.emplace_back("pin_budget_bytes", std::to_string(b.pin_budget_bytes));
-  f.emplace_back("pin_budget_source", q(b.pin_budget_source));
+  f.emplace_back("pin_budget_source", q(to_string(b.pin_source)));
   f.emplace_back("pin_budget_detail", q(b.pin_budget_detail));
-  f.emplace_back("pin_selection", q(b.pin_selection));
+  f.emplace_back("pin_selection", q(selection_text(b.pin_selection)));
   f.emplace_back("full_pin_zero_resident", b.full_pin_zero_resident ? "true" : "false");
   f.emplace_back("free_vram_bytes", std::to_string(b.free_vram_bytes));
   f.emplace_back("total_vram_bytes", std::to_string(b.total_vram_bytes));
@@ -151,11 +158,15 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
                format_bytes(b.available_ram_bytes).c_str(),
                format_bytes(b.usable_ram_bytes).c_str());
   plan_appendf(out, "  resident budget: %s [%s, selection %s] %s\n",
-               format_bytes(b.resident_budget_bytes).c_str(), b.resident_budget_source.c_str(),
-               b.resident_selection.c_str(), b.resident_budget_detail.c_str());
+               format_bytes(b.resident_budget_bytes).c_str(),
+               std::string(to_string(b.resident_source)).c_str(),
+               std::string(detail::selection_text(b.resident_selection)).c_str(),
+               b.resident_budget_detail.c_str());
   plan_appendf(out, "  pin budget: %s [%s, selection %s] %s\n",
-               format_bytes(b.pin_budget_bytes).c_str(), b.pin_budget_source.c_str(),
-               b.pin_selection.c_str(), b.pin_budget_detail.c_str());
+               format_bytes(b.pin_budget_bytes).c_str(),
+               std::string(to_string(b.pin_source)).c_str(),
+               std::string(detail::selection_text(b.pin_selection)).c_str(),
+               b.pin_budget_detail.c_str());
   plan_appendf(out, "  full-pin zero-resident: %s\n", b.full_pin_zero_resident ? "yes" : "no");
 
   std::array<std::size_t, placement_count> counts{};

@@ -175,10 +175,10 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
 
   plan_budgets& b = plan.budgets;
   b.resident_budget_bytes = residency.budget_bytes;
-  b.resident_budget_source = residency.budget_source;
+  b.resident_source = residency.budget_source;
   b.resident_budget_detail = residency.budget_detail;
   b.pin_budget_bytes = pins.budget_bytes;
-  b.pin_budget_source = pins.budget_source;
+  b.pin_source = pins.budget_source;
   b.pin_budget_detail = pins.budget_detail;
   b.free_vram_bytes = machine.free_vram_bytes;
   b.total_vram_bytes = machine.total_vram_bytes;
@@ -210,7 +210,8 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
         "device", resident, machine.free_vram_bytes,
         "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
             format_bytes(machine.free_vram_bytes) + " is free (resident budget " +
-            format_bytes(b.resident_budget_bytes) + ", " + b.resident_budget_source +
+            format_bytes(b.resident_budget_bytes) + ", " +
+            std::string(to_string(b.resident_source)) +
             "); lower resident_module_budget_gb or the always-resident patterns");
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
   DDO_EXPECTS(pinned <= b.pin_budget_bytes,

@@ -190,21 +190,21 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
   r.pin_all_streamed = r.full_pin_zero_resident || calibrating || from_profile;
   if (calibrating) {
     r.budget_bytes = 0;
-    r.budget_source = "build_profile";
+    r.budget_source = resident_budget_source::build_profile;
     r.budget_detail = "zero-resident calibration for profile '" + config.profile_name + "'" +
                       (explicit_budget ? " (resident_module_budget_gb ignored)" : "");
   } else if (from_profile) {
     r.budget_bytes = *c.machine.profile_resident_budget_bytes;
-    r.budget_source = "profile";
+    r.budget_source = resident_budget_source::profile;
     r.budget_detail = "capacity profile '" + config.profile_name + "' recommends " +
                       format_bytes(r.budget_bytes);
   } else if (explicit_budget) {
     r.budget_bytes = gib_to_bytes(config.resident_module_budget_gb);
-    r.budget_source = "explicit";
+    r.budget_source = resident_budget_source::explicit_budget;
     r.budget_detail = "resident_module_budget_gb = " + format_bytes(r.budget_bytes);
   } else if (r.full_pin_zero_resident) {
     r.budget_bytes = 0;
-    r.budget_source = "full_pin_zero_resident";
+    r.budget_source = resident_budget_source::full_pin_zero_resident;
   } else if (balanced) {
     const std::uint64_t headroom = gib_to_bytes(config.auto_vram_headroom_gb);
     const std::uint64_t free = c.machine.free_vram_bytes;
@@ -213,13 +213,13 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
     const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
     if (cap != 0 && budget > cap) budget = cap;
     r.budget_bytes = budget;
-    r.budget_source = "balanced";
+    r.budget_source = resident_budget_source::balanced;
     r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " + format_bytes(headroom) +
                       " - rule-resident " + format_bytes(rule_resident_bytes) + ", cap " +
                       (cap == 0 ? std::string("none") : format_bytes(cap));
   } else {
     r.budget_bytes = 0;
-    r.budget_source = "none";
+    r.budget_source = resident_budget_source::none;
     r.budget_detail = "auto_budget_policy off and no resident_module_budget_gb";
   }
 

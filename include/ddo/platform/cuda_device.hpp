@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief CUDA device queries that never throw on a machine without a GPU: whether CUDA is usable
-/// (and why not), device count, name, free and total VRAM.
+/// @brief CUDA device queries: the non-throwing probes (query_cuda_availability,
+/// probe_cuda_device) that work on a machine without a GPU, and the throwing per-device queries
+/// (memory, name) for code that already knows a device is there.
 
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +66,73 @@ struct device_memory_info {
   if (previous != device) DDO_CUDA_TRY_NOTHROW(cudaSetDevice(previous));
   DDO_CUDA_TRY(status);
   return {free_bytes, total_bytes};
+}
+
+/// @brief What ddo::probe_cuda_device found out about one device.
+struct cuda_device_probe {
+  bool available = false;        ///< the device exists and its properties and memory were read
+  int device = 0;                ///< the ordinal probed
+  int device_count = 0;          ///< devices the runtime reports (0 when CUDA is unusable)
+  std::string name;              ///< e.g. "NVIDIA H200"; empty when unavailable
+  std::uint64_t free_bytes = 0;  ///< cudaMemGetInfo, at the time of the probe
+  std::uint64_t total_bytes = 0;  ///< cudaMemGetInfo
+  std::string reason;  ///< empty when available; otherwise what failed, for a person
+};
+
+/// @brief The one GPU probe: whether device @p device is usable, its name and its free and total
+/// memory, without throwing. A machine with no GPU or no driver gives `available == false` and a
+/// reason naming the CUDA error (the reason of ddo::query_cuda_availability); an ordinal CUDA
+/// does not have gives a reason saying how many devices it sees. Examples, benchmarks and tests
+/// use this (or query_cuda_availability) rather than calling cudaGetDeviceCount themselves.
+/// @note The device is made current for the memory query and the previous one restored.
+[[nodiscard]] inline cuda_device_probe probe_cuda_device(int device = 0) noexcept {
+  cuda_device_probe result;
+  result.device = device;
+  const cuda_availability availability = query_cuda_availability();
+  result.device_count = availability.device_count;
+  if (!availability.available) {
+    result.reason = availability.reason;
+    return result;
+  }
+  if (device < 0 || device >= availability.device_count) {
+    result.reason = "CUDA sees " + std::to_string(availability.device_count) +
+                    " device(s); device " + std::to_string(device) + " was asked for";
+    return result;
+  }
+  const auto failed = [&](const char* call, cudaError_t status) {
+    (void)cudaGetLastError();
+    const char* name = cudaGetErrorName(status);
+    result.reason = "device " + std::to_string(device) + " unusable: " + call + " returned " +
+                    (name ? name : "unknown");
+  };
+  cudaDeviceProp prop{};
+  if (const cudaError_t status = cudaGetDeviceProperties(&prop, device); status != cudaSuccess) {
+    failed("cudaGetDeviceProperties", status);
+    return result;
+  }
+  int previous = 0;
+  if (const cudaError_t status = cudaGetDevice(&previous); status != cudaSuccess) {
+    failed("cudaGetDevice", status);
+    return result;
+  }
+  if (previous != device)
+    if (const cudaError_t status = cudaSetDevice(device); status != cudaSuccess) {
+      failed("cudaSetDevice", status);
+      return result;
+    }
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  const cudaError_t status = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (previous != device) (void)cudaSetDevice(previous);
+  if (status != cudaSuccess) {
+    failed("cudaMemGetInfo", status);
+    return result;
+  }
+  result.available = true;
+  result.name = prop.name;
+  result.free_bytes = free_bytes;
+  result.total_bytes = total_bytes;
+  return result;
 }
 
 /// @brief The device's marketing name, e.g. "NVIDIA H200". @throws cuda_error.

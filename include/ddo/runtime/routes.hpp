@@ -79,8 +79,7 @@ inline void add_to_plan(offload_plan& plan, const weight_table& table, std::stri
   for (const auto& g : groups)
     detail::add_to_plan(plan, table, g.name, g.weights, placement::gpu_resident, "route none");
   plan.budgets.resident_budget_bytes = plan.total_bytes(placement::gpu_resident);
-  plan.budgets.resident_budget_source = "route none";
-  plan.budgets.resident_selection = plan.budgets.pin_selection = "none (every weight resident)";
+  plan.budgets.resident_source = resident_budget_source::route_none;
   return plan;
 }
 
@@ -149,9 +148,9 @@ inline void add_to_plan(offload_plan& plan, const weight_table& table, std::stri
       for (const auto& m : order) add(m.empty() ? block.name : m, by_module[m]);
     }
   }
-  plan.budgets.resident_budget_source = "route diffusers_group_offload";
-  plan.budgets.resident_selection = plan.budgets.pin_selection = "none (group offload)";
-  plan.budgets.pin_budget_source = streamed == placement::pinned_host ? "group offload pin" : "not pinned";
+  plan.budgets.resident_source = resident_budget_source::route_group_offload;
+  plan.budgets.pin_source = streamed == placement::pinned_host ? pin_budget_source::group_offload
+                                                               : pin_budget_source::not_pinned;
   plan.budgets.pin_budget_bytes = plan.total_bytes(placement::pinned_host);
   return plan;
 }

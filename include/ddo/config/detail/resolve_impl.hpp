@@ -123,10 +123,9 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
       provenance.set(index, {detected ? origin::detected : origin::default_value,
                              std::string(name)});
     }
-    for (const auto& [name, value] : preset_values(choice.name)) {
-      const std::size_t index = *find_field(name);
-      fields[index].set(config, value);
-      provenance.set(index, {origin::preset, choice.name});
+    for (const auto& [id, value] : preset_values(choice.id)) {
+      field(id).set(config, value);
+      provenance.set(id, {origin::preset, choice.name});
     }
   }
   for (const auto& layer : layers)
@@ -189,7 +188,7 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
   settings.effective_pin_cpu_memory =
       config.pin_cpu_memory && !(settings.running_on_wsl && settings.disable_pin_on_wsl);
   config.pin_cpu_memory = settings.effective_pin_cpu_memory;
-  settings.enabled = settings.effective_preset != "off" &&
+  settings.enabled = choice.id != preset_id::off &&
                      (config.execution_mode != exec_mode::plan || settings.plan);
 
   for (const auto& layer : layers) {
