@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ddo/core/units.hpp"
-#include "ddo/model/detail/json.hpp"
+#include "ddo/core/detail/json.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan.hpp"
