@@ -24,7 +24,8 @@
 #include <vector>
 
 #include "ddo/config/concepts.hpp"
-#include "ddo/config/resolve.hpp"
+#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/config/resolve_context.hpp"  // the resolver itself: ddo/config/resolve.hpp
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/plan/concepts.hpp"
