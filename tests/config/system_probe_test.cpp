@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "ddo/platform/windows_standby.hpp"
+#include "ddo/config/windows_standby.hpp"
 #include "support.hpp"
 
 namespace {

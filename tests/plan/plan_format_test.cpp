@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 #include <toml++/toml.h>
 
-#include "ddo/model/detail/json.hpp"
+#include "ddo/core/detail/json.hpp"
 #include "ddo/plan/planner.hpp"
 #include "plan/plan_test_support.hpp"
 

@@ -16,7 +16,7 @@
 
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/text.hpp"
-#include "ddo/model/detail/json.hpp"
+#include "ddo/core/detail/json.hpp"
 #include "ddo/profile/profile_store.hpp"
 #include "model/model_test_support.hpp"
 

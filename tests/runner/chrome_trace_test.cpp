@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddo/model/detail/json.hpp"
+#include "ddo/core/detail/json.hpp"
 
 TEST_SUITE("runner") {
   TEST_CASE("the Chrome trace is valid JSON holding every event on its track") {

@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "ddo/model/detail/json.hpp"
+#include "ddo/core/detail/json.hpp"
 
 namespace {
 using ddo::bench::variant_result;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ddo/model/module_kind.hpp"
+#include "ddo/model/safetensors_backend.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -29,9 +30,6 @@ enum class selection { first, spread, largest };
 
 /// @brief off: budgets only as given. balanced: derive the resident budget from free VRAM.
 enum class budget_policy { off, balanced };
-
-/// @brief "" keeps the library default; mmap and pread are the explicit overrides.
-enum class safetensors_backend { library_default, mmap, pread };
 
 /// @brief Which transport moves non-resident weights (`--ddo-backend`, `DDO_BACKEND`).
 /// auto_select ("auto") follows execution_mode: vmm_runtime gives vmm, anything else linear;

@@ -23,25 +23,11 @@
 #include "ddo/config/dynamic_offload_settings.hpp"
 #include "ddo/config/env_source.hpp"
 #include "ddo/config/explicit_source.hpp"
+#include "ddo/config/resolve_context.hpp"
 #include "ddo/memory/system_probe.hpp"
 
 namespace ddo {
 inline namespace v0 {
-
-/// @brief What resolution needs besides the sources: the component being configured, the
-/// machine, and the model.
-struct resolve_context {
-  /// The component being configured ("" for a whole pipeline or a plain model). Its policy's
-  /// config overrides apply to the resolved config, and `route` applies to it.
-  std::string component;
-  std::vector<std::string> components;  ///< further components whose routes to resolve
-  std::optional<component_route> route;  ///< explicit route for `component` (wins over policies)
-  std::optional<std::uint64_t> model_bytes;  ///< total weight bytes, when known (for auto)
-  std::optional<bool> vmm_supported;         ///< device VMM support, when known (for auto)
-  std::optional<bool> running_on_wsl;        ///< overrides WSL detection (tests)
-  std::optional<double> detected_ram_gb;     ///< overrides RAM detection (tests)
-  system_paths paths;                        ///< where the probes read (tests inject files)
-};
 
 /// @brief Resolves settings from config sources composed at compile time, each a
 /// ddo::config_source, given lowest precedence first (they are ordered by their origin anyway).

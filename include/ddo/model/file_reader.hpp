@@ -27,10 +27,10 @@
 #include <string_view>
 #include <utility>
 
-#include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_fault_hook.hpp"
+#include "ddo/model/safetensors_backend.hpp"
 
 namespace ddo {
 inline namespace v0 {

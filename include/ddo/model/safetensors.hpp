@@ -26,10 +26,10 @@
 #include <utility>
 #include <vector>
 
-#include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/file_reader.hpp"
+#include "ddo/model/safetensors_backend.hpp"
 #include "ddo/model/weight_table.hpp"
 
 namespace ddo {

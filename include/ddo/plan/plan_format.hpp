@@ -21,7 +21,7 @@
 
 #include "ddo/config/enum_names.hpp"
 #include "ddo/core/units.hpp"
-#include "ddo/model/detail/json.hpp"
+#include "ddo/core/detail/json.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/plan/plan.hpp"

@@ -18,8 +18,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ddo/core/detail/json.hpp"
 #include "ddo/core/text.hpp"
-#include "ddo/model/detail/json.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/safetensors.hpp"
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief A small strict JSON reader for safetensors headers and index files (not API).
+/// @brief A small strict JSON reader for safetensors headers, index files and plan files (not
+/// API). It sits in core/detail because model/ (safetensors) and plan/ (plan files) both read JSON.
 ///
 /// The core may use only the standard library, so ddo carries its own parser. It is strict
 /// (RFC 8259: no trailing commas, no comments, no leading zeros, duplicate object keys refused)

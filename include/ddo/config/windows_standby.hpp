@@ -2,7 +2,8 @@
 #pragma once
 /// @file
 /// @brief maybe_purge_windows_standby_cache: the reference's optional Windows lifecycle helper.
-/// ddo targets Linux (and WSL): there it is a safe, reported no-op.
+/// ddo targets Linux (and WSL): there it is a safe, reported no-op. It reads the resolved settings,
+/// so it lives in config/ (platform/ sits below config/ and knows nothing of settings).
 
 #include <optional>
 #include <string>

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Build checks of ddo's header graph (run by `meson test --suite build_checks`).
+
+  check_layers.py layers INCLUDE_DIR   every header includes only its own layer and layers below
+                                       (docs/design.md, "Layers"), and another area's detail/
+                                       only for core/detail;
+  check_layers.py thirdparty INCLUDE_DIR  toml++ and Boost reach no header (directly or through
+                                       the headers it includes) except the TOML source, the
+                                       settings TOML writer and cli/;
+  check_layers.py self-test            both checks fail on a tree that breaks their rule.
+
+The order below is the one written in docs/design.md; keep the two in step.
+"""
+import os
+import re
+import sys
+import tempfile
+
+# Ground first: a header in layer N may include layers 0..N.
+LAYERS = ["core", "platform", "memory", "model", "transport", "config", "plan", "profile",
+          "runtime", "cli"]
+# Headers allowed to reach toml++ / Boost (relative to the include directory).
+THIRD_PARTY_ALLOWED = ("ddo/config/toml_source.hpp", "ddo/config/settings_toml.hpp", "ddo/cli/")
+THIRD_PARTY = re.compile(r'^\s*#\s*include\s*[<"](toml\+\+/|boost/)')
+DDO_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](ddo/[^>"]+)[>"]')
+
+
+def headers(root):
+    out = []
+    for dirpath, _, files in os.walk(os.path.join(root, "ddo")):
+        for f in files:
+            if f.endswith(".hpp"):
+                out.append(os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def includes(root, header):
+    ddo, third = [], []
+    with open(os.path.join(root, header), encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            m = DDO_INCLUDE.match(line)
+            if m:
+                ddo.append((n, m.group(1)))
+            if THIRD_PARTY.match(line):
+                third.append((n, line.strip()))
+    return ddo, third
+
+
+def area(header):
+    parts = header.split("/")
+    return parts[1] if len(parts) > 2 else None  # None: the umbrella ddo/ddo.hpp
+
+
+def check_layers(root):
+    errors = []
+    for h in headers(root):
+        mine = area(h)
+        if mine is None:
+            continue  # the umbrella sits above every layer
+        if mine not in LAYERS:
+            errors.append(f"{h}: area '{mine}' is not in the layer order "
+                          f"({' < '.join(LAYERS)}); add it to docs/design.md and {__file__}")
+            continue
+        for line, inc in includes(root, h)[0]:
+            theirs = area(inc)
+            if theirs is None:
+                errors.append(f"{h}:{line}: includes the umbrella {inc}")
+                continue
+            if theirs not in LAYERS:
+                errors.append(f"{h}:{line}: includes {inc} of unknown area '{theirs}'")
+                continue
+            if LAYERS.index(theirs) > LAYERS.index(mine):
+                errors.append(f"{h}:{line}: layer '{mine}' includes {inc} of layer '{theirs}', "
+                              f"which is above it (order, ground first: {' < '.join(LAYERS)})")
+            elif theirs != mine and "/detail/" in inc and theirs != "core":
+                errors.append(f"{h}:{line}: includes {inc}, a detail header of another area "
+                              f"(only core/detail is shared)")
+    return errors
+
+
+def check_third_party(root):
+    all_headers = headers(root)
+    direct = {h: includes(root, h) for h in all_headers}
+    errors = []
+    for h in all_headers:
+        if h.startswith(THIRD_PARTY_ALLOWED):
+            continue
+        # Walk the ddo headers h reaches; report the first path to a toml++/Boost include.
+        seen = {h: None}
+        queue = [h]
+        while queue:
+            cur = queue.pop(0)
+            ddo_incs, third = direct.get(cur, ([], []))
+            if third:
+                path = [cur]
+                while seen[path[-1]] is not None:
+                    path.append(seen[path[-1]])
+                chain = " <- ".join(path)
+                errors.append(f"{h}: reaches '{third[0][1]}' ({cur}:{third[0][0]}; through "
+                              f"{chain}); only {', '.join(THIRD_PARTY_ALLOWED)} may")
+                break
+            for _, inc in ddo_incs:
+                if inc in direct and inc not in seen:
+                    seen[inc] = cur
+                    queue.append(inc)
+    return errors
+
+
+def self_test():
+    failures = []
+    with tempfile.TemporaryDirectory() as root:
+        def write(rel, text):
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        write("ddo/core/a.hpp", "#pragma once\n#include <string>\n")
+        write("ddo/model/b.hpp", '#pragma once\n#include "ddo/core/a.hpp"\n')
+        write("ddo/config/c.hpp", '#pragma once\n#include "ddo/model/b.hpp"\n')
+        write("ddo/config/toml_source.hpp", "#pragma once\n#include <toml++/toml.h>\n")
+        if check_layers(root) or check_third_party(root):
+            failures.append("a clean tree was reported")
+        write("ddo/model/bad.hpp", '#pragma once\n#include "ddo/config/c.hpp"\n')
+        if not any("model/bad.hpp" in e and "above it" in e for e in check_layers(root)):
+            failures.append("model including config was not reported")
+        os.remove(os.path.join(root, "ddo/model/bad.hpp"))
+        write("ddo/plan/d.hpp", '#pragma once\n#include "ddo/model/detail/x.hpp"\n')
+        if not any("detail header" in e for e in check_layers(root)):
+            failures.append("a foreign detail include was not reported")
+        os.remove(os.path.join(root, "ddo/plan/d.hpp"))
+        write("ddo/config/e.hpp", '#pragma once\n#include "ddo/config/toml_source.hpp"\n')
+        write("ddo/model/f.hpp", '#pragma once\n#include <boost/program_options.hpp>\n')
+        third = check_third_party(root)
+        if not any(e.startswith("ddo/config/e.hpp") and "toml" in e for e in third):
+            failures.append("toml++ reached through an include was not reported")
+        if not any(e.startswith("ddo/model/f.hpp") and "boost" in e for e in third):
+            failures.append("a direct Boost include was not reported")
+    return failures
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "self-test":
+        failures = self_test()
+        for f in failures:
+            print("check_layers self-test: " + f, file=sys.stderr)
+        return 1 if failures else 0
+    if len(argv) != 3 or argv[1] not in ("layers", "thirdparty"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    root = argv[2]
+    errors = check_layers(root) if argv[1] == "layers" else check_third_party(root)
+    for e in errors:
+        print(e, file=sys.stderr)
+    if not errors:
+        print(f"{argv[1]}: {len(headers(root))} headers checked, order "
+              f"{' < '.join(LAYERS)}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

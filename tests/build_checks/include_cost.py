@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""What including ddo costs an engine, as a ratio to a translation unit that includes only the
+standard and CUDA headers ddo uses, both measured in the same run (user CPU of the compiler,
+the minimum of --repeat runs, the runs of the two TUs interleaved so that load on the machine
+touches both alike).
+
+  include_cost.py [--cxx g++] [--nvcc PATH] [--include DIR] [--cuda-include DIR] [--repeat N]
+                  [--check umbrella=2.0] [--slack 0.30] [--cases umbrella,offloader,nvcc]
+
+Cases (each against its own baseline):
+  umbrella   `#include <ddo/ddo.hpp>` alone, g++ -O2        vs the std + CUDA TU, g++ -O2
+  offloader  one offloader<host_sim_transport> built, acquire, a lease, metrics, g++ -O2
+                                                              vs the std + CUDA TU, g++ -O2
+  nvcc       a .cu including the umbrella, nvcc -O2           vs a .cu with the same std headers
+--check CASE=TARGET fails (exit 1) when CASE's ratio is above TARGET × (1 + slack): the CI check
+that keeps later work from giving the include-cost gain back (docs/development.md).
+"""
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+
+STD_HEADERS = ["vector", "string", "map", "unordered_map", "thread", "mutex",
+               "condition_variable", "optional", "functional", "memory", "chrono", "algorithm",
+               "filesystem", "span", "variant"]
+
+BASELINE = "#include <cuda_runtime_api.h>\n" + "".join(f"#include <{h}>\n" for h in STD_HEADERS)
+BASELINE += "int main() { return 0; }\n"
+
+UMBRELLA = "#include <ddo/ddo.hpp>\nint main() { return 0; }\n"
+
+OFFLOADER = r"""#include <ddo/ddo.hpp>
+#include <ddo/transport/host_sim.hpp>
+
+#include <cstddef>
+#include <vector>
+
+int main() {
+  std::vector<std::byte> bytes(64 * 64 * 2, std::byte{7});
+  ddo::weight_table table;
+  table.add({.name = "blocks.0.proj.weight", .module_name = "", .kind = ddo::module_kind::linear,
+             .type = ddo::dtype::bf16, .shape = {64, 64}, .bytes = 0,
+             .source = ddo::host_source{bytes.data()}});
+  ddo::host_sim_transport transport({.device_capacity_bytes = 64 * ddo::mib});
+  ddo::dynamic_offload_settings settings;
+  ddo::offloader<ddo::host_sim_transport> offloader(table, settings, {}, transport);
+  auto stream = transport.make_stream();
+  std::size_t seen = 0;
+  {
+    auto lease = offloader.acquire(0, transport.view(stream));
+    seen = lease.size();
+  }
+  transport.synchronize(transport.view(stream));
+  const auto metrics = offloader.metrics(true);
+  return seen == 1 && metrics.totals.bytes() > 0 ? 0 : 1;
+}
+"""
+
+
+def user_cpu(cmd):
+    """User CPU seconds of @p cmd and its children (it must succeed)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    if result.returncode != 0:
+        sys.stderr.write(" ".join(cmd) + "\n" + result.stdout[-4000:])
+        raise SystemExit(f"include_cost: the compile failed (exit {result.returncode})")
+    return after - before
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--cxx", default="g++")
+    ap.add_argument("--nvcc", default="/usr/local/cuda/bin/nvcc")
+    ap.add_argument("--include", default=os.path.normpath(os.path.join(here, "../../include")))
+    ap.add_argument("--cuda-include", default="/usr/local/cuda/include")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cases", default="umbrella")
+    ap.add_argument("--check", action="append", default=[],
+                    help="CASE=TARGET: fail when the ratio exceeds TARGET * (1 + slack)")
+    ap.add_argument("--slack", type=float, default=0.30)
+    args = ap.parse_args()
+
+    cases = [c for c in args.cases.split(",") if c]
+    for check in args.check:
+        if check.split("=")[0] not in cases:
+            cases.append(check.split("=")[0])
+    cxx_flags = ["-std=c++20", "-O2", "-c", "-o", os.devnull, "-I" + args.include,
+                 "-isystem", args.cuda_include]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def write(name, text):
+            path = os.path.join(tmp, name)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return path
+
+        base_cpp = write("baseline.cpp", BASELINE)
+        jobs = {}
+        if "umbrella" in cases:
+            jobs["umbrella"] = ([args.cxx, *cxx_flags, base_cpp],
+                                [args.cxx, *cxx_flags, write("umbrella.cpp", UMBRELLA)])
+        if "offloader" in cases:
+            jobs["offloader"] = ([args.cxx, *cxx_flags, base_cpp],
+                                 [args.cxx, *cxx_flags, write("offloader.cpp", OFFLOADER)])
+        if "nvcc" in cases:
+            if not shutil.which(args.nvcc):
+                raise SystemExit(f"include_cost: nvcc not found at {args.nvcc}")
+            nv = [args.nvcc, "-std=c++20", "-O2", "-c", "-o", os.devnull, "-I" + args.include,
+                  "-ccbin", args.cxx]
+            jobs["nvcc"] = ([*nv, write("baseline.cu", BASELINE)],
+                            [*nv, write("umbrella.cu", UMBRELLA)])
+        for name in cases:
+            if name not in jobs:
+                raise SystemExit(f"include_cost: unknown case '{name}'")
+            base_cmd, ddo_cmd = jobs[name]
+            base, ddo = [], []
+            for _ in range(args.repeat):
+                base.append(user_cpu(base_cmd))
+                ddo.append(user_cpu(ddo_cmd))
+            results[name] = (min(base), min(ddo), min(ddo) / min(base))
+
+    compiler = subprocess.run([args.cxx, "--version"], stdout=subprocess.PIPE,
+                              text=True).stdout.splitlines()[0]
+    print(f"include cost, user CPU, min of {args.repeat} ({compiler}; -O2):")
+    print("| case | baseline s | ddo s | ratio |")
+    print("|---|---|---|---|")
+    for name, (b, d, r) in results.items():
+        print(f"| {name} | {b:.2f} | {d:.2f} | {r:.2f}x |")
+    failed = False
+    for check in args.check:
+        name, target = check.split("=")
+        limit = float(target) * (1.0 + args.slack)
+        ratio = results[name][2]
+        verdict = "ok" if ratio <= limit else "FAIL"
+        print(f"{name}: {ratio:.2f}x against target {float(target):.1f}x "
+              f"(fails above {limit:.2f}x): {verdict}")
+        failed |= ratio > limit
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
