@@ -21,7 +21,9 @@
 ///
 /// Compile cost: an engine can instantiate the offloader for the shipped transports in one TU
 /// (ddo/runtime/instantiate_offloaders.hpp) and compile every other TU with DDO_EXTERN_TEMPLATES,
-/// which makes this header declare those instantiations extern (extern_templates.hpp).
+/// which makes this header declare those instantiations extern (extern_templates.hpp). Defining
+/// DDO_INSTANTIATE in that one TU (before including ddo) does the same as including
+/// instantiate_offloaders.hpp.
 
 #include <cstddef>
 #include <memory>
@@ -130,4 +132,7 @@ class basic_offloader {
 
 #if defined(DDO_EXTERN_TEMPLATES)
 #include "ddo/runtime/extern_templates.hpp"
+#endif
+#if defined(DDO_INSTANTIATE)
+#include "ddo/runtime/instantiate_offloaders.hpp"
 #endif

@@ -15,7 +15,8 @@
 ///
 /// The transport also polices the contract the CUDA transports rely on: copies outside a device
 /// allocation are usage errors, and a copy from a pageable (unpinned) source is counted in
-/// pageable_direct_copies(), which ddo's runtime keeps at zero.
+/// pageable_direct_copies(), which ddo's runtime keeps at zero. Its memory is accounted in an
+/// allocation_ledger (ledger()); unlike linear it checks every copy in every build.
 
 #include <algorithm>
 #include <atomic>

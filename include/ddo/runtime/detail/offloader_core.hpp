@@ -10,7 +10,7 @@
 /// - slot_ring.hpp: slot occupancy, eviction and prefetch scheduling;
 /// - step_timing.hpp: steps, timing events, metrics and trace spans;
 /// - pointer_bindings.hpp: the swap strategy's engine pointers;
-/// - setup_meter.hpp: setup progress reports; nvtx_range.hpp: the NVTX guard.
+/// - setup_meter.hpp: setup progress reports; ddo/runtime/nvtx_range.hpp: the NVTX guard.
 ///
 /// Protocol (docs/transports.md has the long form):
 /// - Every slot has a `ready` event (recorded after the last copy into it) and a `release` event

@@ -14,7 +14,7 @@
 #include <variant>
 
 #include "ddo/core/error.hpp"
-#include "ddo/runtime/detail/nvtx_range.hpp"
+#include "ddo/runtime/nvtx_range.hpp"
 #include "ddo/runtime/detail/offloader_core.hpp"
 #include "ddo/runtime/detail/offloader_core_setup.hpp"
 

@@ -12,7 +12,7 @@
 #include <variant>
 
 #include "ddo/runtime/detail/budget_check.hpp"
-#include "ddo/runtime/detail/nvtx_range.hpp"
+#include "ddo/runtime/nvtx_range.hpp"
 #include "ddo/runtime/detail/offloader_core.hpp"
 
 namespace ddo {

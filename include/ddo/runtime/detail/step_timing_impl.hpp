@@ -23,11 +23,11 @@ void step_timing<T>::setup(T& t, bool metrics, trace_sink* trace,
   if (!metrics_) return;
   epoch_event_ = t.make_event(true);
   const std::size_t n = std::min<std::size_t>(64 + 8 * groups.size(), 4096);
+  free_.reserve(2 * n);  // room for a pool that grows under load, without reallocating
   for (std::size_t i = 0; i < n; ++i) {
     pool_.push_back(t.make_event(true));
     free_.push_back(pool_.size() - 1);
   }
-  free_.reserve(n);
 }
 
 template <class T>

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief ddo's one NVTX guard. NVTX costs nothing unless asked for: only a translation unit
+/// @brief ddo::nvtx_range, ddo's one NVTX guard (the runtime's acquire/release/setup ranges use
+/// it; programs may too, for their own ranges). NVTX costs nothing unless asked for: only a translation unit
 /// compiled with DDO_ENABLE_NVTX defined (and the toolkit's nvtx3 headers present) includes
 /// nvtx3 and pushes ranges; everywhere else the guard is an empty object and no NVTX header is
 /// included. ddo's own programs (examples/, bench/) opt in through their compile arguments;
@@ -19,12 +20,12 @@
 
 namespace ddo {
 inline namespace v0 {
-namespace detail {
 
 /// @brief Whether this translation unit pushes NVTX ranges at all.
 inline constexpr bool nvtx_compiled_in = DDO_HAS_NVTX != 0;
 
-/// @brief Pushes an NVTX range for its lifetime when @p on and NVTX is compiled in.
+/// @brief Pushes an NVTX range named @p name for its lifetime when @p on and NVTX is compiled
+/// in (DDO_ENABLE_NVTX); otherwise does nothing. @p name must outlive the constructor call.
 class nvtx_range {
  public:
   nvtx_range(bool on, const char* name) noexcept : on_(on && nvtx_compiled_in) {
@@ -46,6 +47,5 @@ class nvtx_range {
   bool on_;
 };
 
-}  // namespace detail
 }  // namespace v0
 }  // namespace ddo
