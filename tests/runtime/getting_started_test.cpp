@@ -34,7 +34,7 @@ TEST_SUITE("runtime") {
       }
 
     // 2. Enable offloading with a preset (settings resolved preset -> config -> DDO_* env).
-    ddo::enable_options options;
+    ddo::setup_options options;
     options.inputs.use_environment = false;  // the guide's code reads DDO_*; tests stay hermetic
     options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
                                 {"resident_module_budget_gb", 0.0}};
