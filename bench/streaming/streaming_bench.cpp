@@ -607,7 +607,7 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
     setup_options.reserve_device_bytes =
         2 * static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(std::max(m.hidden, m.mlp)) *
         ddo::size_of(ddo::dtype::bf16);
-    auto transport = ddo::make_transport<ddo::linear_transport>(settings, setup_options);
+    auto transport = ddo::make_transport<ddo::linear_transport>(settings, setup_options.host_sim);
     auto setup = ddo::setup_offload(d.table, settings, ddo::component_for(settings, inputs),
                                     setup_options, transport);
     for (const auto& g : setup.plan.groups) r.streamed_bytes += g.streamed_bytes();

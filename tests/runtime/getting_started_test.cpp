@@ -41,7 +41,7 @@ TEST_SUITE("runtime") {
     // The guide uses ddo::linear_transport on a GPU. A simulated 4 MiB device: the 3 MiB model
     // does not fit beside the ring, so "auto" has to stream it.
     ddo::host_sim_transport transport({.device_capacity_bytes = 4 * ddo::mib});
-    auto enabled = ddo::enable_offload(model, "auto", options, transport);
+    auto enabled = ddo::enable_offload(model, std::nullopt, options, transport);  // DDO_PRESET, else auto
     auto& offloader = *enabled.offloader;
     CHECK(offloader.group_count() == 6);
 
