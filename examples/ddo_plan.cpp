@@ -161,14 +161,14 @@ int main(int argc, char** argv) {
     const auto component = ddo::component_for(settings, options.inputs, &notes);
     ddo::offload_setup setup;
     if (gpu) {
-      auto transport = ddo::make_transport<ddo::linear_transport>(settings, options);
+      auto transport = ddo::make_transport<ddo::linear_transport>(settings, options.host_sim);
       setup = ddo::setup_offload(table, settings, component, options, transport);
       vram_note = "device " + settings.config.execution_device + " as probed now";
     } else {
       options.host_sim.device_capacity_bytes =
           vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
                         : ddo::runner::default_sim_device_bytes(table, settings, reserve);
-      auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options);
+      auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
       setup = ddo::setup_offload(table, settings, component, options, transport);
       vram_note = vram_gb > 0.0 ? "host_sim device of --vram-gb"
                                 : "no GPU: ddo-run's default host_sim device";

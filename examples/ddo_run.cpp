@@ -26,7 +26,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <variant>
 #include <vector>
 
@@ -740,7 +739,7 @@ int run(int argc, char** argv) {
       inputs, activations,
       opt.ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(opt.ram_gb)) : std::nullopt);
 
-  if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup));
+  if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup.host_sim));
   ddo::host_sim_options sim;
   // Default: room for half the model besides the ring and the reserves, so a plan has to stream.
   sim.device_capacity_bytes = opt.sim_vram_gb > 0.0
@@ -750,7 +749,7 @@ int run(int argc, char** argv) {
               opt.sim_vram_gb > 0.0 ? ""
                                     : " (half the model + the ring and reserves; --sim-vram-gb to change)");
   ctx.setup.host_sim = sim;
-  return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup));
+  return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup.host_sim));
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "ddo/platform/cuda_device.hpp"
-#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/offloader.hpp"
+#include "bench_arguments.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 
@@ -52,7 +53,7 @@ double per_pair_us(Transport t, const model& m, View stream, std::size_t iterati
                    std::size_t slots) {
   ddo::runtime_options o;
   o.slot_count = slots;
-  ddo::basic_offloader<Transport> off(t, m.table, m.plan, o);
+  ddo::offloader<Transport> off(m.table, m.plan, o, t);
   const std::size_t groups = off.group_count();
   for (std::size_t i = 0; i < 2 * groups; ++i) auto lease = off.acquire(i % groups, stream);
   const auto start = std::chrono::steady_clock::now();
@@ -72,17 +73,16 @@ struct row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t iterations = 200000;
+  namespace po = boost::program_options;
+  constexpr const char* program = "acquire_bench";
   std::string json;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--iterations" && i + 1 < argc) iterations = std::stoul(argv[++i]);
-    else if (k == "--json" && i + 1 < argc) json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: acquire_bench [--iterations N] [--json FILE]\n");
-      return k == "--help" ? 0 : 2;
-    }
-  }
+  po::options_description desc("options");
+  desc.add_options()("iterations", po::value<std::string>()->value_name("N"),
+                     "acquire/release pairs per measurement, at least 16 (default 200000)")(
+      "json", po::value<std::string>(&json)->value_name("FILE"), "write the results as JSON");
+  const auto vm = ddo_bench::parse_or_exit(program, argc, argv, desc, "[--iterations N] [--json FILE]");
+  const auto iterations = static_cast<std::size_t>(
+      ddo_bench::number_or(program, vm, "iterations", 200000, 16, std::int64_t{1} << 40));
   try {
     std::vector<row> rows;
     const model resident = make(32, ddo::placement::gpu_resident);
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
                       per_pair_us(lin, streamed, lin.view(s), iterations / 10, 4)});
     }
     std::string command;
-    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    command = ddo_bench::command_line(argc, argv);
     std::printf("command: %s\n", command.c_str());
     std::printf("acquire_bench: %zu iterations, groups of 4 x 64 KiB, device: %s\n\n", iterations,
                 device.c_str());

@@ -45,7 +45,9 @@
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/planner.hpp"
-#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "bench_arguments.hpp"
 #include "ddo/transport/linear.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/synthetic_forward.hpp"
@@ -81,76 +83,48 @@ struct options {
   std::string command;
 };
 
-[[noreturn]] void usage_exit(const std::string& message) {
-  std::fprintf(stderr,
-               "streaming_bench: %s\n"
-               "usage: streaming_bench [--blocks N] [--hidden H] [--mlp M] [--tokens T[,T...]]\n"
-               "                       [--steps N] [--warmup N] [--only NAME[,NAME...]]\n"
-               "                       [--json FILE] [--quick]\n",
-               message.c_str());
-  std::exit(2);
-}
-
-std::vector<std::int64_t> parse_list(const std::string& text) {
-  std::vector<std::int64_t> values;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      values.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      usage_exit("not a number: '" + item + "' in '" + text + "'");
-    }
-  }
-  return values;
-}
+constexpr const char* program = "streaming_bench";
 
 options parse_options(int argc, char** argv) {
+  namespace po = boost::program_options;
   options opt;
-  for (int i = 0; i < argc; ++i) {
-    if (i > 0) opt.command += ' ';
-    opt.command += argv[i];
+  opt.command = ddo_bench::command_line(argc, argv);
+  po::options_description desc("options");
+  desc.add_options()("blocks", po::value<std::string>()->value_name("N"), "transformer blocks (default 24)")(
+      "hidden", po::value<std::string>()->value_name("H"), "hidden size, at least 128 (default 3072)")(
+      "mlp", po::value<std::string>()->value_name("M"), "MLP width (default 12288)")(
+      "tokens", po::value<std::string>()->value_name("T[,T...]"),
+      "activation rows per GEMM, one run each (default 4608,32768)")(
+      "steps", po::value<std::string>()->value_name("N"), "measured steps, median taken (default 7)")(
+      "warmup", po::value<std::string>()->value_name("N"), "steps run before measuring (default 2)")(
+      "only", po::value<std::string>(&opt.only)->value_name("NAME[,NAME...]"),
+      "variants to run (default: all)")(
+      "json", po::value<std::string>(&opt.json_path)->value_name("FILE"), "write the results as JSON")(
+      "threads", po::value<std::string>()->value_name("N"),
+      "pinning threads (default: the hardware threads)")(
+      "quick", "a small model and few steps (4 blocks, hidden 1024, 1024 tokens, 3 steps)");
+  const auto vm = ddo_bench::parse_or_exit(
+      program, argc, argv, desc,
+      "[--blocks N] [--hidden H] [--mlp M] [--tokens T[,T...]] [--steps N] [--warmup N] "
+      "[--only NAME[,NAME...]] [--json FILE] [--threads N] [--quick]");
+  if (vm.count("quick") != 0) {
+    opt.blocks = 4;
+    opt.hidden = 1024;
+    opt.mlp = 4096;
+    opt.tokens = {1024};
+    opt.steps = 3;
+    opt.warmup = 1;
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_exit(arg + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() -> std::int64_t {
-      const std::string v = value();
-      try {
-        return std::stoll(v);
-      } catch (const std::exception&) {
-        usage_exit(arg + " needs a number, got '" + v + "'");
-      }
-    };
-    if (arg == "--blocks") opt.blocks = static_cast<int>(number());
-    else if (arg == "--hidden") opt.hidden = number();
-    else if (arg == "--mlp") opt.mlp = number();
-    else if (arg == "--tokens") opt.tokens = parse_list(value());
-    else if (arg == "--steps") opt.steps = static_cast<int>(number());
-    else if (arg == "--warmup") opt.warmup = static_cast<int>(number());
-    else if (arg == "--json") opt.json_path = value();
-    else if (arg == "--only") opt.only = value();
-    else if (arg == "--threads") opt.threads = static_cast<unsigned>(number());
-    else if (arg == "--quick") {
-      opt.blocks = 4;
-      opt.hidden = 1024;
-      opt.mlp = 4096;
-      opt.tokens = {1024};
-      opt.steps = 3;
-      opt.warmup = 1;
-    } else if (arg == "--help" || arg == "-h") {
-      usage_exit("help");
-    } else {
-      usage_exit("unknown argument '" + arg + "'");
-    }
-  }
-  if (opt.blocks < 1 || opt.hidden < 128 || opt.mlp < 1 || opt.tokens.empty() || opt.steps < 1 ||
-      opt.warmup < 1)
-    usage_exit("need --blocks >= 1, --hidden >= 128, --mlp >= 1, --steps >= 1, --warmup >= 1");
-  if (opt.threads == 0) opt.threads = std::max(1u, std::thread::hardware_concurrency());
+  constexpr std::int64_t big = std::int64_t{1} << 20;
+  opt.blocks = static_cast<int>(ddo_bench::number_or(program, vm, "blocks", opt.blocks, 1, 4096));
+  opt.hidden = ddo_bench::number_or(program, vm, "hidden", opt.hidden, 128, big);
+  opt.mlp = ddo_bench::number_or(program, vm, "mlp", opt.mlp, 1, big);
+  if (vm.count("tokens") != 0)
+    opt.tokens = ddo_bench::whole_numbers(program, "tokens", vm["tokens"].as<std::string>(), 1, big);
+  opt.steps = static_cast<int>(ddo_bench::number_or(program, vm, "steps", opt.steps, 1, 100000));
+  opt.warmup = static_cast<int>(ddo_bench::number_or(program, vm, "warmup", opt.warmup, 1, 100000));
+  opt.threads = static_cast<unsigned>(ddo_bench::number_or(
+      program, vm, "threads", std::max(1u, std::thread::hardware_concurrency()), 1, 1024));
   return opt;
 }
 
@@ -621,21 +595,24 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
   r.description = std::move(description);
   memory_sampler mem;
   {
-    ddo::linear_transport transport;
-    std::size_t free = 0, total = 0;
-    DDO_CUDA_TRY(cudaMemGetInfo(&free, &total));
-    ddo::machine_capacity machine;
-    machine.free_vram_bytes = free;
-    machine.total_vram_bytes = total;
-    machine.available_ram_bytes = ddo::available_ram_bytes().value_or(0);
+    // The one setup path (ddo/runtime/setup.hpp), as ddo-run and enable_offload take it: the
+    // plan sees device memory minus the ring, the forward's activations and ddo's reserve.
+    ddo::resolve_inputs inputs;
+    inputs.config = config;
+    inputs.use_environment = false;
     const auto t0 = std::chrono::steady_clock::now();
-    ddo::offload_plan plan = ddo::make_plan(d.table, config, machine);
-    for (const auto& g : plan.groups) r.streamed_bytes += g.streamed_bytes();
-    r.resident_bytes = plan.total_bytes(ddo::placement::gpu_resident);
-    ddo::runtime_options runtime;
-    runtime.pin_workers = static_cast<int>(opt.threads);
-    ddo::basic_offloader<ddo::linear_transport> offloader(transport, d.table, std::move(plan),
-                                                          runtime);
+    const auto settings = ddo::resolve_settings(inputs);
+    ddo::setup_options setup_options;
+    setup_options.inputs = inputs;
+    setup_options.reserve_device_bytes =
+        2 * static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(std::max(m.hidden, m.mlp)) *
+        ddo::size_of(ddo::dtype::bf16);
+    auto transport = ddo::make_transport<ddo::linear_transport>(settings, setup_options.host_sim);
+    auto setup = ddo::setup_offload(d.table, settings, ddo::component_for(settings, inputs),
+                                    setup_options, transport);
+    for (const auto& g : setup.plan.groups) r.streamed_bytes += g.streamed_bytes();
+    r.resident_bytes = setup.plan.total_bytes(ddo::placement::gpu_resident);
+    ddo::offloader<ddo::linear_transport> offloader(d.table, std::move(setup), transport);
     const double setup_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stream_owner compute;
@@ -673,8 +650,10 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
 
 /// The planning config of the ddo variants: the linear runtime, blocks as residency candidates,
 /// @p resident_fraction of the weights as an explicit resident budget, pinned or pageable.
-ddo::dynamic_offload_config ddo_config(const model& m, double resident_fraction, bool pinned) {
+ddo::dynamic_offload_config ddo_config(const options& opt, const model& m, double resident_fraction,
+                                       bool pinned) {
   ddo::dynamic_offload_config c;
+  c.pin_cpu_workers = static_cast<int>(opt.threads);
   c.execution_mode = ddo::exec_mode::linear_runtime;
   c.resident_module_patterns = {"auto"};
   c.resident_module_selection = ddo::selection::spread;
@@ -757,22 +736,22 @@ int main(int argc, char** argv) {
       attempt("naive_sync_pageable", 0, [&] { return run_naive(opt, m, tokens, false); });
       attempt("ddo_zero_resident", 1.05, [&] {
         return run_ddo(opt, m, d, tokens, "ddo_zero_resident", "ddo linear, nothing resident, pinned",
-                       ddo_config(m, 0.0, true));
+                       ddo_config(opt, m, 0.0, true));
       });
       attempt("ddo_resident_25", 1.05, [&] {
         return run_ddo(opt, m, d, tokens, "ddo_resident_25",
                        "ddo linear, 25% resident budget (planner picks blocks), rest pinned",
-                       ddo_config(m, 0.25, true));
+                       ddo_config(opt, m, 0.25, true));
       });
       attempt("ddo_resident_50", 1.05, [&] {
         return run_ddo(opt, m, d, tokens, "ddo_resident_50",
                        "ddo linear, 50% resident budget (planner picks blocks), rest pinned",
-                       ddo_config(m, 0.50, true));
+                       ddo_config(opt, m, 0.50, true));
       });
       attempt("ddo_pageable_staged", 1.10, [&] {
         variant_result r = run_ddo(opt, m, d, tokens, "ddo_pageable_staged",
                                    "ddo linear, nothing pinned: pageable sources staged",
-                                   ddo_config(m, 0.0, false));
+                                   ddo_config(opt, m, 0.0, false));
         r.source = ddo::bench::bound_source::staging;
         return r;
       });

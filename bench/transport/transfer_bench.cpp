@@ -22,7 +22,8 @@
 
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/platform/cuda_device.hpp"
-#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/offloader.hpp"
+#include "bench_arguments.hpp"
 #include "ddo/transport/linear.hpp"
 
 namespace {
@@ -36,30 +37,26 @@ struct args_t {
   std::string json;
 };
 
+constexpr const char* program = "transfer_bench";
+
 args_t parse(int argc, char** argv) {
+  namespace po = boost::program_options;
   args_t a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "transfer_bench: %s needs a value\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--groups") a.groups = std::stoul(next());
-    else if (k == "--group-mib") a.group_mib = std::stoull(next());
-    else if (k == "--steps") a.steps = std::stoi(next());
-    else if (k == "--trials") a.trials = std::max(1, std::stoi(next()));
-    else if (k == "--slots") a.slots = std::stoul(next());
-    else if (k == "--json") a.json = next();
-    else {
-      std::fprintf(stderr,
-                   "usage: transfer_bench [--groups N] [--group-mib M] [--steps S] [--trials T] [--slots K] "
-                   "[--json FILE]\n");
-      std::exit(k == "--help" ? 0 : 2);
-    }
-  }
+  po::options_description desc("options");
+  desc.add_options()("groups", po::value<std::string>()->value_name("N"), "groups per step (default 16)")(
+      "group-mib", po::value<std::string>()->value_name("M"), "MiB per group (default 128)")(
+      "steps", po::value<std::string>()->value_name("S"), "steps per trial (default 5)")(
+      "trials", po::value<std::string>()->value_name("T"), "trials, median taken (default 5)")(
+      "slots", po::value<std::string>()->value_name("K"), "ring slots (default 3)")(
+      "json", po::value<std::string>(&a.json)->value_name("FILE"), "write the results as JSON");
+  const auto vm = ddo_bench::parse_or_exit(
+      program, argc, argv, desc,
+      "[--groups N] [--group-mib M] [--steps S] [--trials T] [--slots K] [--json FILE]");
+  a.groups = static_cast<std::size_t>(ddo_bench::number_or(program, vm, "groups", 16, 1, 4096));
+  a.group_mib = static_cast<std::uint64_t>(ddo_bench::number_or(program, vm, "group-mib", 128, 1, 65536));
+  a.steps = static_cast<int>(ddo_bench::number_or(program, vm, "steps", 5, 1, 100000));
+  a.trials = static_cast<int>(ddo_bench::number_or(program, vm, "trials", 5, 1, 1000));
+  a.slots = static_cast<std::size_t>(ddo_bench::number_or(program, vm, "slots", 3, 1, 64));
   return a;
 }
 
@@ -119,7 +116,7 @@ double ddo_gbps(const ddo::weight_table& table, const ddo::offload_plan& plan, s
   o.staging_threads = staging_threads;
   o.pin_workers = 4;
   o.staging_buffer_bytes = 32 * ddo::mib;
-  ddo::basic_offloader<ddo::linear_transport> off(ddo::linear_transport{}, table, plan, o);
+  ddo::offloader<ddo::linear_transport> off(table, plan, o, ddo::linear_transport{});
   auto run = [&] {
     for (int step = 0; step < steps; ++step)
       for (std::size_t g = 0; g < off.group_count(); ++g) auto lease = off.acquire(g, compute);
@@ -145,7 +142,7 @@ int main(int argc, char** argv) {
     const std::uint64_t group_bytes = a.group_mib * ddo::mib;
     const std::uint64_t total = group_bytes * a.groups;
     std::string command;
-    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    command = ddo_bench::command_line(argc, argv);
     std::printf("command: %s\n", command.c_str());
     std::printf("transfer_bench on %s: %zu groups x %llu MiB, %d steps, median of %d trials, %zu slots\n",
                 device.c_str(), a.groups, static_cast<unsigned long long>(a.group_mib), a.steps,

@@ -87,7 +87,7 @@ TEST_SUITE("runner") {
           auto plan_options = ddo::runner::run_setup_options(inputs, reserve, ram_gib * ddo::gib);
           plan_options.host_sim.device_capacity_bytes = device;
           const auto component = ddo::component_for(settings, plan_options.inputs);
-          auto plan_transport = ddo::make_transport<ddo::host_sim_transport>(settings, plan_options);
+          auto plan_transport = ddo::make_transport<ddo::host_sim_transport>(settings, plan_options.host_sim);
           if (std::string(preset) == "off" &&
               model_bytes > device - reserve - ddo::runtime_device_reserve_bytes) {
             // Route none keeps every weight: refused at planning time, as ddo-run would be.
@@ -103,7 +103,7 @@ TEST_SUITE("runner") {
           auto run_options = ddo::runner::run_setup_options(inputs, reserve, ram_gib * ddo::gib);
           run_options.host_sim.device_capacity_bytes = device;
           run_options.runtime.metrics = true;  // ddo-run's runtime extras do not change the plan
-          auto run_transport = ddo::make_transport<ddo::host_sim_transport>(settings, run_options);
+          auto run_transport = ddo::make_transport<ddo::host_sim_transport>(settings, run_options.host_sim);
           auto run_setup = ddo::setup_offload(model.table, settings,
                                               ddo::component_for(settings, run_options.inputs),
                                               run_options, run_transport);
@@ -135,7 +135,7 @@ TEST_SUITE("runner") {
     auto options = ddo::runner::run_setup_options(inputs, reserve, 3 * ddo::gib);
     options.host_sim.device_capacity_bytes =
         ddo::runner::default_sim_device_bytes(model.table, settings, reserve);
-    auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options);
+    auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
     const auto groups = ddo::infer_execution_groups(model.table, settings.config.resident_module_patterns);
     const auto m = ddo::machine_for(transport, model.table, groups, settings,
                                     ddo::runtime_options_from(settings.config), options);

@@ -34,14 +34,14 @@ TEST_SUITE("runtime") {
       }
 
     // 2. Enable offloading with a preset (settings resolved preset -> config -> DDO_* env).
-    ddo::enable_options options;
+    ddo::setup_options options;
     options.inputs.use_environment = false;  // the guide's code reads DDO_*; tests stay hermetic
     options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
                                 {"resident_module_budget_gb", 0.0}};
     // The guide uses ddo::linear_transport on a GPU. A simulated 4 MiB device: the 3 MiB model
     // does not fit beside the ring, so "auto" has to stream it.
     ddo::host_sim_transport transport({.device_capacity_bytes = 4 * ddo::mib});
-    auto enabled = ddo::enable_offload(model, "auto", options, transport);
+    auto enabled = ddo::enable_offload(model, std::nullopt, options, transport);  // DDO_PRESET, else auto
     auto& offloader = *enabled.offloader;
     CHECK(offloader.group_count() == 6);
 

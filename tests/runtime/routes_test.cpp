@@ -173,7 +173,7 @@ TEST_CASE("an offloader plans from resolved settings against the transport's dev
 
 TEST_CASE("enable_offload resolves a preset and returns a ready offloader with its settings") {
   block_model m(5, 6);
-  ddo::enable_options options;
+  ddo::setup_options options;
   options.inputs = quiet_inputs();
   host_sim_transport sim;
   auto enabled = ddo::enable_offload(m.table, "auto", options, sim);
@@ -192,7 +192,7 @@ TEST_CASE("enable_offload resolves a preset and returns a ready offloader with i
 TEST_CASE("enable_pipeline_offload routes each component by its own policy") {
   block_model transformer(4, 7);
   block_model vae(2, 8, "decoder_layers");
-  ddo::enable_options options;
+  ddo::setup_options options;
   options.inputs = quiet_inputs();
   ddo::component_policy leaf;
   leaf.route = ddo::component_route::diffusers_group_offload;

@@ -146,7 +146,7 @@ TEST_SUITE("runtime") {
     CHECK(d.cuda);
     CHECK(d.index == 3);
     // The transport ddo makes for these settings is on that device (host_sim: simulated).
-    CHECK(ddo::make_transport<ddo::host_sim_transport>(s, options).name() == "host_sim");
+    CHECK(ddo::make_transport<ddo::host_sim_transport>(s, options.host_sim).name() == "host_sim");
     options.inputs.overrides.back().second = std::string("gpu0");
     CHECK_THROWS_AS((void)ddo::resolve_settings(options.inputs), ddo::config_error);
   }

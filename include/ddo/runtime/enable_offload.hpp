@@ -124,7 +124,7 @@ template <class... Policies>
     setup_options options = {}) {
   using result = offloader<Policies...>;
   auto settings = detail::resolve_for(model, preset, options);
-  auto transport = make_transport<typename result::transport_type>(settings, options);
+  auto transport = make_transport<typename result::transport_type>(settings, options.host_sim);
   return detail::enable_resolved<result>(model, std::move(settings), options, std::move(transport));
 }
 
@@ -148,7 +148,7 @@ decltype(auto) with_offload_backend(const weight_table& model,
   auto settings = detail::resolve_for(model, preset, options);
   switch (settings.config.backend) {
     case offload_backend::host_sim: {
-      auto transport = make_transport<host_sim_transport>(settings, options);
+      auto transport = make_transport<host_sim_transport>(settings, options.host_sim);
       auto enabled = detail::enable_resolved<typename sim_result::offloader_type>(
           model, std::move(settings), options, std::move(transport));
       return std::forward<Engine>(engine)(enabled);
@@ -164,7 +164,7 @@ decltype(auto) with_offload_backend(const weight_table& model,
                              ": this build has no such transport; use linear or host_sim");
     }
   }
-  auto transport = make_transport<linear_transport>(settings, options);
+  auto transport = make_transport<linear_transport>(settings, options.host_sim);
   auto enabled = detail::enable_resolved<typename linear_result::offloader_type>(
       model, std::move(settings), options, std::move(transport));
   return std::forward<Engine>(engine)(enabled);
@@ -227,7 +227,7 @@ template <class... Policies>
   auto inputs = options.inputs;
   if (preset) inputs.preset = std::string(*preset);
   const auto settings = resolve_settings(inputs);
-  auto transport = make_transport<transport_type>(settings, options);
+  auto transport = make_transport<transport_type>(settings, options.host_sim);
   return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
 }
 

@@ -73,7 +73,7 @@ class offloader : public basic_offloader<typename detail::policy_set<Policies...
   /// @brief As above over the transport the settings give (make_transport: execution_device).
   explicit offloader(const weight_table& table, const dynamic_offload_settings& settings,
                      const setup_options& options = {})
-      : offloader(table, settings, options, make_transport<transport_type>(settings, options)) {}
+      : offloader(table, settings, options, make_transport<transport_type>(settings, options.host_sim)) {}
 
   /// @brief Resolves settings from the config source objects (consulted in the reference's
   /// precedence whatever the order given), then plans and sets up.

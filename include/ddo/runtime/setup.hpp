@@ -19,7 +19,8 @@
 ///   options to run it with. It checks the transport against `backend` and `execution_device`
 ///   and prints the setup details when `verbose` is on.
 /// - make_offloader(): setup_offload() and the composed ddo::offloader in one call.
-/// - make_transport(): the transport a Transport type gets from the settings (execution_device).
+/// - make_transport(): the transport a Transport type gets from the settings (execution_device;
+///   runtime/transport_setup.hpp).
 
 #include <algorithm>
 #include <concepts>
@@ -48,6 +49,7 @@
 #include "ddo/runtime/plan_cache.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/runtime/runtime_options.hpp"
+#include "ddo/runtime/transport_setup.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
@@ -110,108 +112,7 @@ struct offload_setup {
   bool plan_from_cache = false;      ///< the plan came from setup_options::plans
 };
 
-/// @brief Whether field @p name was set by the application or the user (code config, TOML,
-/// environment, flag or component policy), not by a default, detection or the preset.
-[[nodiscard]] inline bool set_explicitly(const dynamic_offload_settings& s, std::string_view name) {
-  switch (s.provenance.of(name).source) {
-    case origin::config:
-    case origin::toml:
-    case origin::env:
-    case origin::cli:
-    case origin::component:
-      return true;
-    default:
-      return false;
-  }
-}
-
-/// @brief A parsed `execution_device`: "cpu", "cuda" (device 0) or "cuda:N".
-struct execution_device_spec {
-  bool cuda = true;
-  int index = 0;
-};
-
-/// @brief Parses `execution_device`. @throws config_error naming its source for other text.
-[[nodiscard]] inline execution_device_spec parse_execution_device(const dynamic_offload_settings& s) {
-  const std::string& text = s.config.execution_device;
-  const auto& where = s.provenance.of("execution_device");
-  auto bad = [&] {
-    return config_error(std::string(to_string(where.source)), where.key,
-                        describe(where) + ": execution_device = \"" + text +
-                            "\" is not a device; expected \"cuda\", \"cuda:N\" (N a device "
-                            "ordinal) or \"cpu\"");
-  };
-  if (text == "cpu") return {false, 0};
-  if (text == "cuda") return {true, 0};
-  if (text.rfind("cuda:", 0) != 0 || text.size() == 5 || text.size() > 8) throw bad();
-  int index = 0;
-  for (char c : std::string_view(text).substr(5)) {
-    if (c < '0' || c > '9') throw bad();
-    index = index * 10 + (c - '0');
-  }
-  return {true, index};
-}
-
-/// @brief The transport @p Transport gets from the settings: linear on the device
-/// `execution_device` names; host_sim with setup_options::host_sim; others default-constructed.
-/// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
-template <class Transport>
-[[nodiscard]] Transport make_transport(const dynamic_offload_settings& s, const setup_options& o) {
-  static_assert(detail::check_transport<Transport>());
-  if constexpr (std::same_as<Transport, host_sim_transport>) {
-    (void)parse_execution_device(s);  // checked even where the simulation ignores it
-    return host_sim_transport(o.host_sim);
-  } else if constexpr (std::constructible_from<Transport, linear_options>) {
-    const auto device = parse_execution_device(s);
-    if (!device.cuda) {
-      const auto& where = s.provenance.of("execution_device");
-      throw config_error(std::string(to_string(where.source)), where.key,
-                         describe(where) +
-                             ": execution_device = \"cpu\" but this transport copies to a CUDA "
-                             "device; use \"cuda:N\", or backend host_sim");
-    }
-    linear_options options;
-    options.device = device.index;
-    return Transport(options);
-  } else {
-    return Transport{};
-  }
-}
-
 namespace detail {
-
-/// Refuses a `backend` or `execution_device` the engine's transport cannot honour.
-template <class Transport>
-void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
-                              std::vector<std::string>& notes) {
-  const std::string_view have = t.name();
-  const std::string_view want = enum_name(s.config.backend);
-  if (want != have) {
-    const auto& where = s.provenance.of("backend");
-    if (set_explicitly(s, "backend"))
-      throw config_error(
-          std::string(to_string(where.source)), where.key,
-          describe(where) + ": backend = " + std::string(want) + " but this engine fixed the " +
-              std::string(have) + " transport at compile time; set backend to " +
-              std::string(have) + " (or leave it unset), or let ddo choose the transport with "
-              "ddo::with_offload_backend (runtime/enable_offload.hpp)");
-    if (s.provenance.of("backend").source != origin::default_value ||
-        s.config.execution_mode == exec_mode::vmm_runtime)
-      notes.push_back("backend " + std::string(want) + " (" + describe(where) +
-                      "): no such transport here; the engine's " + std::string(have) +
-                      " transport streams instead");
-  }
-  if constexpr (requires { { t.device() } -> std::convertible_to<int>; }) {
-    const auto device = parse_execution_device(s);
-    if (set_explicitly(s, "execution_device") && (!device.cuda || device.index != t.device())) {
-      const auto& where = s.provenance.of("execution_device");
-      throw config_error(std::string(to_string(where.source)), where.key,
-                         describe(where) + ": execution_device = \"" + s.config.execution_device +
-                             "\" but the engine's transport uses cuda:" + std::to_string(t.device()) +
-                             "; construct the transport for that device or let ddo make it");
-    }
-  }
-}
 
 inline std::string policy_names(const std::type_info& planner, const std::type_info& pins) {
   return std::string(planner.name()) + '+' + pins.name();
