@@ -190,6 +190,9 @@ TEST_SUITE("core") {
     CHECK(error_of("a{5000}").find("above 1000") != std::string::npos);
     CHECK(error_of("[z-a]").find("out of order") != std::string::npos);
     CHECK(error_of("\\q").find("unknown escape '\\q'") != std::string::npos);
+    CHECK(error_of("[]a]").find("']' first in a character class") != std::string::npos);
+    CHECK(error_of("[^]]").find("']' first in a character class") != std::string::npos);
+    CHECK(ddo::pattern("[\\]a]").search("]"));
     CHECK(error_of("a\\").find("end of the pattern") != std::string::npos);
     CHECK(error_of("^*").find("quantifier after an assertion") != std::string::npos);
     CHECK(error_of("(((((a){1000}){1000}){1000}))").find("instructions") != std::string::npos);

@@ -17,7 +17,8 @@
 /// Rejected with a ddo::pattern_error naming the pattern, the offset and the construct:
 /// backreferences (`\1`, `\k<name>`), lookahead and lookbehind (`(?=`, `(?!`, `(?<=`, `(?<!`),
 /// named groups, inline flags, `\p{...}`, `\c`, unknown letter escapes, a `{` that does not start a
-/// repetition, a quantifier with nothing to repeat, unbalanced parentheses and brackets.
+/// repetition, a quantifier with nothing to repeat, a `]` first in a class (`[]` is an empty class
+/// in ECMAScript and a literal `]` in Python's re: write `\]`), unbalanced parentheses and brackets.
 ///
 /// Matching has std::regex_search's semantics (the match is the leftmost, and among matches
 /// starting there the one a backtracking ECMAScript matcher would find first), but runs as a Pike

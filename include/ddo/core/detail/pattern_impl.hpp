@@ -135,6 +135,10 @@ struct pattern_compiler {
       negate = true;
       ++pos;
     }
+    // ECMAScript reads "[]" as an empty class, Python's re (the reference's) as a class holding
+    // ']': refuse the ambiguity rather than guess.
+    if (!at_end() && peek() == ']')
+      fail(pos, "']' first in a character class (ambiguous across dialects: write '\\]')");
     byte_class set;
     // One class atom: a byte (>= 0) or a named class (-1, merged into set).
     auto atom = [&]() -> int {
