@@ -4,14 +4,17 @@
 //
 // Input layout: the first 8 bytes (little-endian) give the size of the data section the header
 // is checked against; the rest is the header's JSON text. Every input must either parse into a
-// header whose tensors lie inside the data section without overlapping, or throw
-// ddo::format_error. Any other exception, a crash or a sanitizer report is a bug.
+// header whose tensors tile the data section exactly (the reference implementation's rule: each
+// begins where the previous ended, the last ends at the data section's end; no gap, no overlap)
+// with UTF-8 names, or throw ddo::format_error whose message is valid UTF-8. Any other
+// exception, a crash or a sanitizer report is a bug.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "ddo/core/text.hpp"
 #include "ddo/model/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -24,11 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         ddo::parse_safetensors_header(header, data_bytes, "fuzz-input");
     std::uint64_t previous_end = 0;
     for (const auto& t : h.tensors) {
-      if (t.begin > t.end || t.end > data_bytes) std::abort();
-      if (t.begin != t.end) {
-        if (t.begin < previous_end) std::abort();
-        previous_end = t.end;
-      }
+      if (t.begin != previous_end || t.begin > t.end || t.end > data_bytes) std::abort();
+      previous_end = t.end;
+      if (!ddo::is_valid_utf8(t.name)) std::abort();
       std::uint64_t elements = 1;
       for (auto d : t.shape) {
         if (d < 0) std::abort();
@@ -36,8 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       if (elements * ddo::size_of(t.type) != t.end - t.begin) std::abort();
     }
+    if (previous_end != data_bytes) std::abort();
   } catch (const ddo::format_error& e) {
-    if (e.file() != "fuzz-input") std::abort();
+    if (e.file() != "fuzz-input" || !ddo::is_valid_utf8(e.what())) std::abort();
   }
   return 0;
 }

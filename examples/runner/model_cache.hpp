@@ -81,9 +81,9 @@ inline std::string ensure_synthetic_model(synthetic_model_options o,
     throw io_error(tmp.string(), ec.value(),
                    "cannot create the model cache directory " + tmp.string() + ": " + ec.message() +
                        " (give a writable directory with --cache-dir)");
-  std::uint64_t bytes = 0;
-  for (const auto& spec : synthetic_model_specs(o)) bytes += spec.bytes();
   try {
+    std::uint64_t bytes = 0;
+    for (const auto& spec : synthetic_model_specs(o)) bytes += spec.bytes();
     require_free_space(cache_dir, bytes + bytes / 100 + (1u << 20),
                        "synthetic model " + key + " into the cache");
   } catch (...) {

@@ -81,6 +81,9 @@ expect_error 'FIFO (named pipe), not a regular file' -- --config "$tmp/fifo.toml
 expect_error 'character device, not a regular file' -- --config /dev/zero
 head -c 5000000 /dev/zero | tr '\0' '#' >"$tmp/huge.toml"
 expect_error 'more than the limit of 4194304' -- --config "$tmp/huge.toml"
+# A table header that toml++ asserted on (found by the TOML fuzzer): an error, not an abort.
+printf '[=settings]\nplan = true\n' >"$tmp/assert.toml"
+expect_error 'invalid TOML' -- --config "$tmp/assert.toml"
 # The same setting at the top level and in [config]: refused naming both places.
 printf 'verbose = true\n[config]\nverbose = false\n' >"$tmp/twice.toml"
 expect_error 'TOML sets verbose twice: at' -- --config "$tmp/twice.toml"

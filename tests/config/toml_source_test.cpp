@@ -205,4 +205,26 @@ TEST_SUITE("config") {
     std::remove(fifo.c_str());
     ::rmdir(dir.c_str());
   }
+
+  TEST_CASE("a table header toml++ asserts on is an invalid-TOML error, not an abort") {
+    // Found by fuzz/toml_config_fuzzer.cpp: toml++'s parse_key asserted on "[=" and aborted.
+    for (const char* text : {"[=settings]\nplan = true\n", "[=]\n", "[[=x]]\n", "[ =x]\n"}) {
+      INFO(text);
+      CHECK(error_of(text).find("invalid TOML") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("characters toml++ 3.3 would read with undefined behaviour are refused by position") {
+    // Found by fuzz/toml_config_fuzzer.cpp under UBSan (toml++'s whitespace lookup reaches
+    // TOML_UNREACHABLE for these code points).
+    const std::string message = error_of("verbose = true\nplan = true \xc3\xa9\n");
+    CHECK(message.find("test.toml:2:13") != std::string::npos);
+    CHECK(message.find("U+00E9") != std::string::npos);
+    CHECK(ddo::detail::tomlpp_whitespace_lookup_undefined(U'\uFB30'));
+    CHECK_FALSE(ddo::detail::tomlpp_whitespace_lookup_undefined(U'\u3000'));
+    CHECK_FALSE(ddo::detail::tomlpp_whitespace_lookup_undefined(U'\u2003'));
+    CHECK_FALSE(ddo::detail::tomlpp_whitespace_lookup_undefined(U'a'));
+    // Escaped inside a string, the same character is fine.
+    CHECK(ddo::parse_toml_config("profile_name = \"caf\\u00e9\"\n", "t.toml").fields.size() == 1);
+  }
 }

@@ -14,9 +14,19 @@
 /// ddo-config's own output reads back: its derived [settings] keys (effective_preset, enabled,
 /// *_pin_cpu_memory, running_on_wsl) and its [provenance] table are accepted and ignored.
 
+// toml++ 3.x checks some of its parser's states with assert(): a config file such as "[=x]"
+// trips one (parse_key) and aborts the program, although the code after the assertion reports
+// the input as invalid TOML. A config file is untrusted input, so the assertions are compiled
+// out, as toml++ itself does under NDEBUG, and the parser's own error is what the user sees
+// (found by fuzz/toml_config_fuzzer.cpp; the fuzzer runs this way under ASan and UBSan).
+#ifndef TOML_ASSERT
+#define TOML_ASSERT(expr) static_assert(true)
+#endif
 #include <toml++/toml.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -33,6 +43,7 @@
 #include "ddo/config/parse_value.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/regular_file.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -178,10 +189,57 @@ inline component_policy read_toml_component(const std::string& file, const std::
 
 }  // namespace detail
 
-/// @brief Reads TOML text @p text (named @p file in messages) into a layer (origin toml).
-/// @throws config_error for a syntax error (file:line:column), an unknown key (with the closest
-/// known key) or a value of the wrong type (key, type seen, type expected).
-[[nodiscard]] inline config_layer parse_toml_config(std::string_view text, const std::string& file) {
+namespace detail {
+/// toml++ up to 3.3 classifies some non-ASCII code points as whitespace through a lookup that
+/// reaches TOML_UNREACHABLE (undefined behaviour) for code points in its "no match" buckets —
+/// é (U+00E9) or U+FB30 at a token boundary is enough (found by fuzz/toml_config_fuzzer.cpp
+/// under UBSan). This is the same predicate: true where that lookup would be undefined.
+[[nodiscard]] constexpr bool tomlpp_whitespace_lookup_undefined(char32_t c) noexcept {
+  if (c <= U'\xA0' || c >= U'\uFEFF' || c == U'\u3000') return false;
+  const auto bucket = (static_cast<std::uint64_t>(c) - 0xA0ull) / 0x3FAull;
+  if ((1ull << bucket) & 0x7FFFFFFFFFFFF75Eull) return false;
+  return bucket != 0x05 && bucket != 0x07;
+}
+
+/// Refuses text toml++ would parse with undefined behaviour (see above), naming the character's
+/// line and column. @throws config_error.
+inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& file) {
+#if TOML_LIB_MAJOR < 3 || (TOML_LIB_MAJOR == 3 && TOML_LIB_MINOR <= 3)
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_sequence_length(text, i);
+    if (n == 0) return;  // invalid UTF-8: toml++ reports it
+    char32_t c = static_cast<unsigned char>(text[i]);
+    if (n > 1) {
+      c &= (n == 2 ? 0x1Fu : n == 3 ? 0x0Fu : 0x07u);
+      for (std::size_t k = 1; k < n; ++k) c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3Fu);
+    }
+    if (tomlpp_whitespace_lookup_undefined(c)) {
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(c));
+      throw config_error("toml", file,
+                         file + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                             ": the character " + code + " cannot be read safely by the TOML "
+                             "library ddo uses (toml++ 3.3 or older); remove it or "
+                             "write it as a \\u escape inside a string");
+    }
+    if (c == U'\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += n;
+  }
+#else
+  (void)text;
+  (void)file;
+#endif
+}
+
+[[nodiscard]] inline config_layer parse_toml_config_unsanitized(std::string_view text,
+                                                                const std::string& file) {
+  refuse_tomlpp_unsafe_text(text, file);
   toml::table root;
   try {
     root = toml::parse(text, std::string_view(file));
@@ -262,6 +320,20 @@ inline component_policy read_toml_component(const std::string& file, const std::
     detail::read_toml_field(layer, file, {}, key, node);
   }
   return layer;
+}
+}  // namespace detail
+
+/// @brief Reads TOML text @p text (named @p file in messages) into a layer (origin toml).
+/// @throws config_error for a syntax error (file:line:column), an unknown key (with the closest
+/// known key), a value of the wrong type (key, type seen, type expected) or a setting given
+/// twice (top level and [config]). Messages are one line of UTF-8: bytes from the file that are
+/// not (control characters, toml++'s quotes of them) are shown as \xHH.
+[[nodiscard]] inline config_layer parse_toml_config(std::string_view text, const std::string& file) {
+  try {
+    return detail::parse_toml_config_unsanitized(text, file);
+  } catch (const config_error& e) {
+    throw config_error(e.source(), sanitize_utf8(e.key()), sanitize_utf8(e.what()));
+  }
 }
 
 /// @brief The largest TOML config file read (a config is a few KiB; this refuses `/dev/zero`-like

@@ -17,7 +17,10 @@
 ///   positions p_j = round(j·(n−1)/(k−1)), j = 0..k−1 (halves round up; k = 1 gives position 0),
 ///   so k ≥ 2 always includes the first and the last candidate. The selector takes the largest k
 ///   (from n down) whose subset fits the budget; any budget left after that is filled first fit
-///   in execution order from the candidates not yet taken. For equal-sized candidates the filling
+///   in execution order from the candidates not yet taken. The search starts at the largest k
+///   whose k smallest candidates fit (no larger k can) and is exact up to a work cap of
+///   8n + 4,000,000 additions (milliseconds; every list of up to 2,000 candidates is exact); past it (very many irregular candidates) the rest of the range is bisected,
+///   which gives the same k whenever the subset sums grow with k. Cost: O(n log n). For equal-sized candidates the filling
 ///   never adds anything, so the result is exactly the evenly spaced k-subset.
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -118,18 +122,59 @@ struct spread_selector {
     const std::size_t n = candidates.size();
     std::vector<char> taken(n, 0);
     std::uint64_t used = 0;
-    for (std::size_t k = n; k >= 1; --k) {
+    // The k-subset's sum is at least the sum of the k smallest candidates: every k above the
+    // largest k whose k smallest fit cannot fit, so the downward search starts there instead of
+    // at n (checking each k costs up to k additions: starting at n made a large model's plan
+    // quadratic — 100,000 equal tensors took seconds). For equal sizes the first k checked fits.
+    std::vector<std::uint64_t> sizes(n);
+    for (std::size_t i = 0; i < n; ++i) sizes[i] = candidates[i].bytes;
+    std::sort(sizes.begin(), sizes.end());
+    std::size_t k_max = 0;
+    for (std::uint64_t sum = 0; k_max < n && sizes[k_max] <= budget - sum; ++k_max)
+      sum += sizes[k_max];
+    // Sum of the k-subset, or nullopt when it exceeds the budget (stops adding there).
+    std::uint64_t work = 0;
+    const auto subset_sum = [&](std::size_t k) -> std::optional<std::uint64_t> {
       std::uint64_t sum = 0;
-      bool fits = true;
-      for (std::size_t j = 0; j < k && fits; ++j) {
+      for (std::size_t j = 0; j < k; ++j) {
+        ++work;
         const std::uint64_t b = candidates[position(j, k, n)].bytes;
-        fits = b <= budget - sum;
-        sum += fits ? b : 0;
+        if (b > budget - sum) return std::nullopt;
+        sum += b;
       }
-      if (!fits) continue;
-      for (std::size_t j = 0; j < k; ++j) taken[position(j, k, n)] = 1;
-      used = sum;
-      break;
+      return sum;
+    };
+    std::size_t chosen_k = 0;
+    std::uint64_t chosen_sum = 0;
+    // Exact downward search while it is cheap; on irregular sizes where many k between k_max
+    // and the answer would each need a long sum, after work_cap additions the rest of the range
+    // is bisected instead (a k whose subset fits while k + 1's does not): deterministic, and
+    // the same answer whenever the subset sums grow with k (equal sizes, repeating blocks).
+    const std::uint64_t work_cap = 8 * static_cast<std::uint64_t>(n) + 4000000;
+    std::size_t k = k_max;
+    for (; k >= 1 && work < work_cap; --k)
+      if (const auto sum = subset_sum(k)) {
+        chosen_k = k;
+        chosen_sum = *sum;
+        break;
+      }
+    if (chosen_k == 0 && k >= 1) {
+      std::size_t lo = 0, hi = k;  // invariant: lo fits (0 trivially), everything tried above hi did not
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo + 1) / 2;
+        if (const auto sum = subset_sum(mid)) {
+          lo = mid;
+          chosen_sum = *sum;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      chosen_k = lo;
+      if (chosen_k > 0) chosen_sum = *subset_sum(chosen_k);
+    }
+    if (chosen_k > 0) {
+      for (std::size_t j = 0; j < chosen_k; ++j) taken[position(j, chosen_k, n)] = 1;
+      used = chosen_sum;
     }
     std::vector<std::size_t> order(n);
     std::iota(order.begin(), order.end(), std::size_t{0});

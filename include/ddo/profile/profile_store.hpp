@@ -9,6 +9,7 @@
 /// Saves are atomic (write to a temporary file, then rename), so a run that crashes mid-save never
 /// leaves a half profile for the next run to trust.
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -153,8 +154,17 @@ class profile_store {
     if (p.name != expected_name)
       throw format_error(file, "name", file + ": the profile inside is named '" + sanitize_utf8(p.name) +
                                            "', expected '" + std::string(expected_name) + "'");
-    if (!is_valid_utf8(p.device_name) || !is_valid_utf8(p.name))
-      throw format_error(file, "device_name", file + ": text values must be UTF-8");
+    // Text values are one line of UTF-8 without control characters: what save() writes, so
+    // that what is read formats back to the same file.
+    for (const std::string* text : {&p.name, &p.device_name})
+      if (!is_valid_utf8(*text) ||
+          std::any_of(text->begin(), text->end(), [](char c) {
+            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+          }))
+        throw format_error(file, text == &p.name ? "name" : "device_name",
+                           file + ": " + (text == &p.name ? "name" : "device_name") +
+                               " must be UTF-8 text without control characters, got \"" +
+                               sanitize_utf8(text->substr(0, 200)) + "\"");
     return p;
   }
 

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+// libFuzzer target for the capacity-profile reader (ddo::profile_store::parse, the format
+// profile_store::save writes).
+//
+// Every input must either parse into a profile that formats back to text which parses to the
+// same profile (a round trip), or throw ddo::format_error naming the file with a message that is
+// valid UTF-8. Any other exception, a crash or a sanitizer report is a bug.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "ddo/core/text.hpp"
+#include "ddo/profile/profile_store.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  try {
+    const auto p = ddo::profile_store::parse(text, "fuzz.toml", "fuzz");
+    if (!ddo::is_valid_utf8(p.device_name)) std::abort();
+    const auto again = ddo::profile_store::parse(ddo::profile_store::format(p), "fuzz.toml", "fuzz");
+    if (!(again == p)) std::abort();
+  } catch (const ddo::format_error& e) {
+    if (e.file() != "fuzz.toml" || !ddo::is_valid_utf8(e.what())) std::abort();
+  }
+  return 0;
+}
