@@ -10,8 +10,8 @@
 
 #include "ddo/config/enum_names.hpp"
 #include "ddo/config/field_id.hpp"
-#include "ddo/config/presets.hpp"
 #include "ddo/config/field_registry.hpp"
+#include "ddo/config/presets.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "support.hpp"
@@ -99,7 +99,8 @@ TEST_SUITE("config") {
     auto inputs = ddo_test::hermetic_inputs();
     ddo::config_layer cli;
     cli.source = ddo::origin::cli;
-    cli.fields.push_back({ddo::field_index(ddo::field_id::vmm_dxgi_local_headroom_gb), headroom,
+    cli.fields.push_back({ddo::field_index(ddo::field_id::vmm_dxgi_local_headroom_gb),
+                          headroom,
                           {ddo::origin::cli, "--ddo-vmm-dxgi-local-headroom-gb"}});
     inputs.cli = cli;
     auto flag = ddo::resolve_settings(inputs);
