@@ -94,10 +94,10 @@ int main(int argc, char** argv) {
       rows.push_back({"host_sim", "streamed group already in a slot",
                       per_pair_us(sim, streamed, sim.view(s), iterations / 4, 4)});
     }
-    const auto avail = ddo::query_cuda_availability();
-    std::string device = "none (" + avail.reason + ")";
-    if (avail.available) {
-      device = ddo::query_device_name(0);
+    const auto gpu = ddo::probe_cuda_device(0);
+    std::string device = "none (" + gpu.reason + ")";
+    if (gpu.available) {
+      device = gpu.name;
       ddo::linear_transport lin;
       auto s = lin.make_stream();
       rows.push_back({"linear", "resident group", per_pair_us(lin, resident, lin.view(s), iterations, 3)});

@@ -132,13 +132,13 @@ double ddo_gbps(const ddo::weight_table& table, const ddo::offload_plan& plan, s
 
 int main(int argc, char** argv) {
   const args_t a = parse(argc, argv);
-  const auto avail = ddo::query_cuda_availability();
-  if (!avail.available) {
-    std::printf("transfer_bench: skipped: %s\n", avail.reason.c_str());
+  const auto gpu = ddo::probe_cuda_device(0);
+  if (!gpu.available) {
+    std::printf("transfer_bench: skipped: %s\n", gpu.reason.c_str());
     return 77;
   }
   try {
-    const std::string device = ddo::query_device_name(0);
+    const std::string device = gpu.name;
     const std::uint64_t group_bytes = a.group_mib * ddo::mib;
     const std::uint64_t total = group_bytes * a.groups;
     std::string command;

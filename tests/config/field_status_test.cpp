@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "ddo/config/enum_names.hpp"
 #include "ddo/config/field_id.hpp"
 #include "ddo/config/field_registry.hpp"
+#include "ddo/config/presets.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "support.hpp"
@@ -49,6 +51,11 @@ TEST_SUITE("config") {
     CHECK(ddo::to_string(ddo::field_id::pin_cpu_workers) == "pin_cpu_workers");
     CHECK(ddo::field(ddo::field_id::backend).env == "DDO_BACKEND");
     CHECK_FALSE(ddo::parse_field_id("pin_cpu_worker").has_value());
+    // The generic name tables of config/enum_names.hpp cover field_id and preset_id too.
+    CHECK(ddo::enum_name(ddo::field_id::verbose) == "verbose");
+    CHECK(ddo::parse_enum<ddo::field_id>("backend") == ddo::field_id::backend);
+    CHECK(ddo::enum_values<ddo::preset_id>().size() == ddo::preset_names.size());
+    CHECK(ddo::parse_enum<ddo::preset_id>("off") == ddo::preset_id::off);
   }
 
   TEST_CASE("the registry marks the VMM fields not yet implemented and DXGI fields Windows-only") {
@@ -92,7 +99,8 @@ TEST_SUITE("config") {
     auto inputs = ddo_test::hermetic_inputs();
     ddo::config_layer cli;
     cli.source = ddo::origin::cli;
-    cli.fields.push_back({ddo::field_index(ddo::field_id::vmm_dxgi_local_headroom_gb), headroom,
+    cli.fields.push_back({ddo::field_index(ddo::field_id::vmm_dxgi_local_headroom_gb),
+                          headroom,
                           {ddo::origin::cli, "--ddo-vmm-dxgi-local-headroom-gb"}});
     inputs.cli = cli;
     auto flag = ddo::resolve_settings(inputs);

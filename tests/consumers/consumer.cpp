@@ -16,10 +16,10 @@ int main() {
              .shape = {64, 64},
              .bytes = 0,
              .source = ddo::host_source{bytes.data()}});
-  int devices = 0;
-  const cudaError_t status = cudaGetDeviceCount(&devices);
+  // The library's GPU probe: links the CUDA runtime and says why there is no device.
+  const auto gpu = ddo::query_cuda_availability();
   std::printf("consumer: %zu weight(s), %llu bytes; CUDA devices: %d (%s)\n", table.size(),
-              static_cast<unsigned long long>(table.total_bytes()), devices,
-              cudaGetErrorName(status));
+              static_cast<unsigned long long>(table.total_bytes()), gpu.device_count,
+              gpu.available ? "available" : gpu.reason.c_str());
   return table.total_bytes() == bytes.size() ? 0 : 1;
 }

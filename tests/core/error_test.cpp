@@ -50,6 +50,18 @@ TEST_SUITE("core") {
     }
   }
 
+  TEST_CASE("out_of_memory names its tier by memory_tier, canonically") {
+    const ddo::out_of_memory by_enum(ddo::memory_tier::pinned_host, 300, 200, "pinned: too much");
+    CHECK(by_enum.tier() == "pinned_host");
+    CHECK(by_enum.tier_kind() == ddo::memory_tier::pinned_host);
+    const ddo::out_of_memory by_text("pinned host", 300, 200, "older spelling");
+    CHECK_FALSE(by_text.tier_kind().has_value());
+    for (std::size_t i = 0; i < ddo::memory_tier_names.size(); ++i) {
+      const auto tier = static_cast<ddo::memory_tier>(i);
+      CHECK(ddo::parse_memory_tier(ddo::to_string(tier)) == tier);
+    }
+  }
+
   TEST_CASE("out_of_memory is a bad_alloc that names the tier and both numbers") {
     try {
       throw ddo::out_of_memory("device", 100, 50, "device: need 100 B, 50 B available");

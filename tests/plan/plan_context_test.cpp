@@ -59,8 +59,8 @@ TEST_SUITE("plan") {
 
     // DDO_AVAILABLE_SYSTEM_RAM_GB set explicitly outranks what the engine states.
     const double explicit_gb = static_cast<double>(2 + rng() % 6);
-    const auto set = resolve_with(detected_gb, {{"DDO_AVAILABLE_SYSTEM_RAM_GB",
-                                                 std::to_string(explicit_gb)}});
+    const auto set =
+        resolve_with(detected_gb, {{"DDO_AVAILABLE_SYSTEM_RAM_GB", std::to_string(explicit_gb)}});
     REQUIRE(set.provenance.of(ddo::field_id::available_system_ram_gb).source == ddo::origin::env);
     machine = big_gpu();
     CHECK_FALSE(ddo::state_available_ram(machine, stated, set.config, set.provenance));

@@ -12,6 +12,8 @@
 #include <string_view>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/field_id.hpp"
+#include "ddo/config/preset_id.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -52,6 +54,17 @@ template <>
 struct enum_names<offload_backend> {
   static constexpr std::array<std::string_view, 5> values = {"auto", "linear", "vmm", "nvme",
                                                              "host_sim"};
+};
+
+/// @brief Field names (config/field_id.hpp), so enum_name / parse_enum work on field_id too.
+template <>
+struct enum_names<field_id> {
+  static constexpr const auto& values = field_id_names;
+};
+/// @brief Preset names (config/preset_id.hpp).
+template <>
+struct enum_names<preset_id> {
+  static constexpr const auto& values = preset_id_names;
 };
 
 /// @brief The canonical name of @p value.

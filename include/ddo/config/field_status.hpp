@@ -23,9 +23,12 @@ enum class field_status {
 /// @brief "active", "no_effect_on_this_platform" or "not_yet_implemented".
 [[nodiscard]] constexpr std::string_view to_string(field_status status) noexcept {
   switch (status) {
-    case field_status::active: return "active";
-    case field_status::no_effect_on_this_platform: return "no_effect_on_this_platform";
-    case field_status::not_yet_implemented: return "not_yet_implemented";
+    case field_status::active:
+      return "active";
+    case field_status::no_effect_on_this_platform:
+      return "no_effect_on_this_platform";
+    case field_status::not_yet_implemented:
+      return "not_yet_implemented";
   }
   return "?";
 }

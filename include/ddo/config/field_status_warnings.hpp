@@ -36,9 +36,8 @@ inline void warn_inactive_fields(const dynamic_offload_config& config,
                                  ? "has no effect on this platform"
                                  : "is not implemented yet";
     warnings.push_back("ddo: " + describe(where) + " sets " + std::string(info.name) + ", which " +
-                       what + " (" + std::string(to_string(info.status)) +
-                       "): " + std::string(info.status_reason) +
-                       "; the value is kept but changes nothing");
+                       what + " (" + std::string(to_string(info.status)) + "): " +
+                       std::string(info.status_reason) + "; the value is kept but changes nothing");
   }
 }
 

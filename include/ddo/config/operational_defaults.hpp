@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/config/field_id.hpp"
 #include "ddo/config/field_value.hpp"
 #include "ddo/core/units.hpp"
 
@@ -35,16 +36,17 @@ inline constexpr std::int64_t operational_pin_cpu_workers = 4;
 
 /// @brief The operational defaults as (field, value) pairs; available_system_ram_gb is the
 /// detected value when one is known (else the field keeps its dataclass default of 0).
-[[nodiscard]] inline std::vector<std::pair<std::string_view, field_value>> operational_defaults(
+[[nodiscard]] inline std::vector<std::pair<field_id, field_value>> operational_defaults(
     double detected_ram_gb) {
-  std::vector<std::pair<std::string_view, field_value>> values = {
-      {"small_tensor_threshold_bytes",
+  std::vector<std::pair<field_id, field_value>> values = {
+      {field_id::small_tensor_threshold_bytes,
        static_cast<std::int64_t>(operational_small_tensor_threshold_bytes)},
-      {"pin_cpu_workers", operational_pin_cpu_workers},
-      {"always_resident_modules_pattern", builtin_always_resident_patterns()},
-      {"show_profile", false},
+      {field_id::pin_cpu_workers, operational_pin_cpu_workers},
+      {field_id::always_resident_modules_pattern, builtin_always_resident_patterns()},
+      {field_id::show_profile, false},
   };
-  if (detected_ram_gb > 0.0) values.emplace_back("available_system_ram_gb", detected_ram_gb);
+  if (detected_ram_gb > 0.0)
+    values.emplace_back(field_id::available_system_ram_gb, detected_ram_gb);
   return values;
 }
 

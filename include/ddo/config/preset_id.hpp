@@ -28,9 +28,15 @@ enum class preset_id {
 
 /// @brief The canonical preset names, indexed by preset_id.
 inline constexpr std::array<std::string_view, 10> preset_id_names = {
-    "auto",         "one_shot_fast",            "low_ram_safe",
-    "wsl_compat",   "diffusers_offload_compat", "diffusers_leaf_offload_compat",
-    "off",          "warm_process",             "nvme_baseline",
+    "auto",
+    "one_shot_fast",
+    "low_ram_safe",
+    "wsl_compat",
+    "diffusers_offload_compat",
+    "diffusers_leaf_offload_compat",
+    "off",
+    "warm_process",
+    "nvme_baseline",
     "vmm_fast_runtime"};
 
 /// @brief "auto", "one_shot_fast", ...

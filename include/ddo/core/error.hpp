@@ -10,11 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
+
+#include "ddo/core/memory_tier.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -61,19 +64,29 @@ class cuda_error : public std::runtime_error {
 /// @brief A memory tier (device, pinned host, VMM backing, staging) could not hold a request.
 class out_of_memory : public std::bad_alloc {
  public:
+  /// @brief Names the tier by ddo::memory_tier (preferred: its name is canonical).
+  out_of_memory(memory_tier tier, std::uint64_t requested, std::uint64_t available,
+                std::string what)
+      : out_of_memory(std::string(to_string(tier)), requested, available, std::move(what)) {}
+  /// @brief Names the tier by text; a canonical memory_tier name also sets tier_kind().
   out_of_memory(std::string tier, std::uint64_t requested, std::uint64_t available,
                 std::string what)
       : tier_(std::move(tier)),
+        tier_kind_(parse_memory_tier(tier_)),
         requested_(requested),
         available_(available),
         what_(std::move(what)) {}
   [[nodiscard]] const char* what() const noexcept override { return what_.c_str(); }
+  /// @brief The tier's name ("device", "pinned_host", ...).
   [[nodiscard]] const std::string& tier() const noexcept { return tier_; }
+  /// @brief The tier, when it was given as (or named by) a ddo::memory_tier.
+  [[nodiscard]] std::optional<memory_tier> tier_kind() const noexcept { return tier_kind_; }
   [[nodiscard]] std::uint64_t requested_bytes() const noexcept { return requested_; }
   [[nodiscard]] std::uint64_t available_bytes() const noexcept { return available_; }
 
  private:
   std::string tier_;
+  std::optional<memory_tier> tier_kind_;
   std::uint64_t requested_;
   std::uint64_t available_;
   std::string what_;

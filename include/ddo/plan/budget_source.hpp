@@ -38,8 +38,9 @@ enum class pin_budget_source {
 
 namespace detail {
 inline constexpr std::array<std::string_view, 8> resident_budget_source_names = {
-    "none",    "explicit",          "build_profile", "profile",
-    "balanced", "full_pin_zero_resident", "route_none", "route_group_offload"};
+    "none",       "explicit",           "build_profile",
+    "profile",    "balanced",           "full_pin_zero_resident",
+    "route_none", "route_group_offload"};
 inline constexpr std::array<std::string_view, 8> pin_budget_source_names = {
     "disabled", "wsl", "full_pin", "explicit", "ratio", "auto", "group_offload", "not_pinned"};
 

@@ -110,7 +110,7 @@ pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
     r.budget_bytes = asked;
     if (asked > usable) {
       if (!config.allow_pin_memory_fallback)
-        throw out_of_memory("pinned_host", asked, usable,
+        throw out_of_memory(memory_tier::pinned_host, asked, usable,
                             "pin_weight_budget_gb asks to pin " + format_bytes(asked) +
                                 " but only " + format_bytes(usable) + " of RAM is usable (" +
                                 ram_text +

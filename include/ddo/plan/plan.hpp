@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/core/memory_tier.hpp"
 #include "ddo/plan/budget_source.hpp"
 
 namespace ddo {
@@ -40,6 +41,17 @@ inline constexpr std::size_t placement_count = 4;
       return "file";
   }
   return "?";
+}
+
+/// @brief The memory tier a placement keeps a weight in between uses (gpu_resident: device).
+[[nodiscard]] constexpr memory_tier tier_of(placement p) noexcept {
+  switch (p) {
+    case placement::gpu_resident: return memory_tier::device;
+    case placement::pinned_host: return memory_tier::pinned_host;
+    case placement::pageable_host: return memory_tier::pageable_host;
+    case placement::file: return memory_tier::file;
+  }
+  return memory_tier::device;
 }
 
 /// @brief The decision for one weight (index i of the weight table is decisions[i]).

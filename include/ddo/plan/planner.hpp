@@ -197,7 +197,7 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
     for (const auto& g : plan.groups)
       if (g.streamed_bytes() > machine.max_group_bytes)
         throw out_of_memory(
-            "transport_slot", g.streamed_bytes(), machine.max_group_bytes,
+            memory_tier::transport_slot, g.streamed_bytes(), machine.max_group_bytes,
             "execution group '" + g.name + "' streams " + std::to_string(g.streamed_bytes()) +
                 " bytes (" + format_bytes(g.streamed_bytes()) +
                 ") but the transport's slot/staging holds " +
@@ -207,7 +207,7 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
   if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
     throw out_of_memory(
-        "device", resident, machine.free_vram_bytes,
+        memory_tier::device, resident, machine.free_vram_bytes,
         "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
             format_bytes(machine.free_vram_bytes) + " is free (resident budget " +
             format_bytes(b.resident_budget_bytes) + ", " +

@@ -152,8 +152,8 @@ inline config_layer env_source::collect() const {
     }
     if (name == "DDO_SAFETENSORS_BACKEND") {
       if (variables.count("DDO_LOAD_SAFETENSORS_BACKEND")) continue;  // the main name wins
-      const auto index = *find_field("load_safetensors_backend");
-      layer.fields.push_back({index, parse_field_text(config_fields()[index], value, where), where});
+      const auto id = field_id::load_safetensors_backend;
+      layer.fields.push_back({field_index(id), parse_field_text(field(id), value, where), where});
       continue;
     }
     if (name == "DDO_PRESET") {

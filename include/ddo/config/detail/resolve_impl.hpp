@@ -114,14 +114,13 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
     for (std::size_t i = 0; i < fields.size(); ++i)
       provenance.set(i, {origin::config, std::string(fields[i].name)});
   } else {
-    for (const auto& [name, value] : operational_defaults(detected_ram_gb.value_or(0.0))) {
-      const std::size_t index = *find_field(name);
-      fields[index].set(config, value);
+    for (const auto& [id, value] : operational_defaults(detected_ram_gb.value_or(0.0))) {
+      field(id).set(config, value);
       // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
       // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.
-      const bool detected = index == field_index(field_id::available_system_ram_gb);
-      provenance.set(index, {detected ? origin::detected : origin::default_value,
-                             std::string(name)});
+      const bool detected = id == field_id::available_system_ram_gb;
+      provenance.set(id, {detected ? origin::detected : origin::default_value,
+                          std::string(to_string(id))});
     }
     for (const auto& [id, value] : preset_values(choice.id)) {
       field(id).set(config, value);

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::memory_tier: the kinds of memory ddo budgets and reports on (out_of_memory names
+/// one), with their canonical names.
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief A kind of memory a request can run out of.
+enum class memory_tier {
+  device,          ///< GPU memory (resident weights, the slot ring, transport allocations)
+  pinned_host,     ///< page-locked host memory
+  pageable_host,   ///< ordinary host memory
+  host,            ///< host memory of unspecified kind (mappings, bench buffers)
+  file,            ///< a weight's file (the NVMe route)
+  transport_slot,  ///< one slot/staging buffer of a transport (an execution group must fit)
+  staging,         ///< pinned staging buffers of the pageable and file routes
+  vmm_backing,     ///< physical backing of the VMM route
+};
+
+/// @brief The canonical names, indexed by memory_tier.
+inline constexpr std::array<std::string_view, 8> memory_tier_names = {
+    "device", "pinned_host",    "pageable_host", "host",
+    "file",   "transport_slot", "staging",       "vmm_backing"};
+
+/// @brief "device", "pinned_host", "pageable_host", "host", "file", "transport_slot",
+/// "staging" or "vmm_backing".
+[[nodiscard]] constexpr std::string_view to_string(memory_tier tier) noexcept {
+  const auto index = static_cast<std::size_t>(tier);
+  return index < memory_tier_names.size() ? memory_tier_names[index] : std::string_view{"?"};
+}
+
+/// @brief The tier named @p name (canonical spelling), or nullopt.
+[[nodiscard]] constexpr std::optional<memory_tier> parse_memory_tier(
+    std::string_view name) noexcept {
+  for (std::size_t i = 0; i < memory_tier_names.size(); ++i)
+    if (memory_tier_names[i] == name) return static_cast<memory_tier>(i);
+  return std::nullopt;
+}
+
+}  // namespace v0
+}  // namespace ddo
