@@ -24,6 +24,7 @@ struct host_sim_vmm_traits {
   }
   static std::size_t cycles() { return 2000; }
   static std::uint64_t device_used(transport_type& t) { return t.ledger().in_use(ddo::ledger_kind::device); }
+  static std::uint64_t tolerance() { return 0; }
   static std::size_t live_handles(transport_type& t) { return t.live_handles(); }
   static std::size_t live_mappings(transport_type& t) { return t.live_mappings() + t.live_reservations(); }
 };

@@ -201,7 +201,7 @@ class host_sim_vmm_driver {
   }
 
   [[noreturn]] void fail(driver_result r, const char* call) const {
-    throw_driver_error(r, r == not_ready ? "CUDA_ERROR_NOT_READY" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUresult",
+    detail::throw_driver_error(r, r == not_ready ? "CUDA_ERROR_NOT_READY" : r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUresult",
                        call, __FILE__, __LINE__);
   }
 
