@@ -50,6 +50,7 @@
 #include "ddo/runtime/runtime_options.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/vmm.hpp"
 #include "ddo/transport/linear.hpp"
 
 namespace ddo {
@@ -161,6 +162,22 @@ template <class Transport>
   if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it
     return host_sim_transport(o.host_sim);
+  } else if constexpr (std::same_as<Transport, vmm_transport>) {
+    const auto device = parse_execution_device(s);
+    if (!device.cuda) {
+      const auto& where = s.provenance.of("execution_device");
+      throw config_error(std::string(to_string(where.source)), where.key,
+                         describe(where) + ": execution_device = \"cpu\" but the VMM transport "
+                                           "maps CUDA device memory; use \"cuda:N\", or backend host_sim");
+    }
+    // The VMM fields (docs/transports.md): budget = resident set + mapped window; page size
+    // (0: measured default); the pinned staging buffer must fit the largest group's staged bytes.
+    vmm_options options;
+    options.device.device = device.index;
+    options.window.budget_bytes = gib_to_bytes(s.config.vmm_resident_weight_budget_gb);
+    options.window.handle_bytes = s.config.vmm_page_mb * mib;
+    options.window.staging_buffer_bytes = gib_to_bytes(s.config.vmm_staging_buffer_gb);
+    return vmm_transport(options);
   } else if constexpr (std::constructible_from<Transport, linear_options>) {
     const auto device = parse_execution_device(s);
     if (!device.cuda) {
@@ -333,7 +350,8 @@ template <class Planner = default_residency_planner, class PinSelector = default
   DDO_EXPECTS(component.route != component_route::auto_select,
               "setup_offload: the component's route must be resolved (component_for)");
   detail::check_transport_settings(settings, transport, r.notes);
-  if (settings.config.execution_mode == exec_mode::vmm_runtime)
+  if (!transport_with_stable_addresses<Transport> &&
+      settings.config.execution_mode == exec_mode::vmm_runtime)
     r.notes.push_back("execution_mode vmm_runtime: no VMM transport in this build; the " +
                       std::string(transport.name()) + " transport streams instead");
 
@@ -407,6 +425,15 @@ template <class Planner = default_residency_planner, class PinSelector = default
       break;
     }
   }
+  // A stable-address transport (VMM) sizes its window from its budget: as many slots as that
+  // holds, up to one per streamed group (transport/detail/vmm_window.hpp).
+  // vmm_staging_buffer_gb is the route's total pinned staging (two buffers of half each).
+  if constexpr (transport_with_stable_addresses<Transport>)
+    if (component.route != component_route::none) {
+      r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
+      const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
+      if (staging >= 2) r.runtime.staging_buffer_bytes = staging / 2;
+    }
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;
 }
