@@ -84,10 +84,10 @@ TEST_SUITE("config") {
 
     // Environment.
     auto env = ddo::resolve_settings(
-        ddo_test::hermetic_inputs({{"DDO_VMM_NATIVE_SOURCE_CACHE_SLOT_MB", page_mb}}));
-    auto found = warnings_naming(env, "vmm_native_source_cache_slot_mb");
+        ddo_test::hermetic_inputs({{"DDO_VMM_MODULE_PATTERN", page_mb}}));
+    auto found = warnings_naming(env, "vmm_module_pattern");
     REQUIRE(found.size() == 1);
-    CHECK(found[0].find("environment variable DDO_VMM_NATIVE_SOURCE_CACHE_SLOT_MB") != std::string::npos);
+    CHECK(found[0].find("environment variable DDO_VMM_MODULE_PATTERN") != std::string::npos);
     CHECK(found[0].find("not_yet_implemented") != std::string::npos);
     CHECK(found[0].find("VMM route") != std::string::npos);
     CHECK(inactive_warnings(env) == 1);

@@ -427,12 +427,13 @@ template <class Planner = default_residency_planner, class PinSelector = default
   }
   // A stable-address transport (VMM) sizes its window from its budget: as many slots as that
   // holds, up to one per streamed group (transport/detail/vmm_window.hpp).
-  // vmm_staging_buffer_gb is the route's total pinned staging (two buffers of half each).
+  // vmm_staging_buffer_gb is one of the legacy route's two pinned staging buffers
+  // (--ddo-vmm-total-staging-gb splits the total over two): it must fit the largest group.
   if constexpr (transport_with_stable_addresses<Transport>)
     if (component.route != component_route::none) {
       r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
       const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
-      if (staging >= 2) r.runtime.staging_buffer_bytes = staging / 2;
+      if (staging > 0) r.runtime.staging_buffer_bytes = staging;
     }
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;
