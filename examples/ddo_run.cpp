@@ -168,21 +168,25 @@ using gpu_engine = gpu_engine_t<ddo::linear_transport>;
 using gpu_vmm_engine = gpu_engine_t<ddo::vmm_transport>;
 
 /// No GPU: the CPU stand-in, each product a task on a host_sim stream (the engine's "kernels").
-struct cpu_engine {
-  using transport_type = ddo::host_sim_transport;
-  transport_type::stream stream;
+template <class Transport>
+struct cpu_engine_t {
+  using transport_type = Transport;
+  typename transport_type::stream stream;
   std::shared_ptr<ddo::runner::cpu_synthetic_forward> forward;
 
-  cpu_engine(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype)
+  cpu_engine_t(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype)
       : stream(t.make_stream()),
         forward(std::make_shared<ddo::runner::cpu_synthetic_forward>(tokens, width)) {}
-  [[nodiscard]] transport_type::stream_view view() { return transport_type::view(stream); }
+  [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
   void linear(transport_type& t, const std::byte* w, std::int64_t out, std::int64_t in,
               ddo::dtype type, float alpha) {
     t.enqueue(view(), [f = forward, w, out, in, type, alpha] { f->linear(w, out, in, type, alpha); });
   }
   [[nodiscard]] static const char* compute_name() { return "CPU stand-in"; }
 };
+using cpu_engine = cpu_engine_t<ddo::host_sim_transport>;
+/// The CPU stand-in on host_sim's VMM mode (execution_mode vmm_runtime / backend vmm).
+using cpu_vmm_engine = cpu_engine_t<ddo::host_sim_vmm_transport>;
 
 // --- the model as the runner computes it ------------------------------------------------------
 
@@ -757,6 +761,8 @@ int run(int argc, char** argv) {
               opt.sim_vram_gb > 0.0 ? ""
                                     : " (half the model + the ring and reserves; --sim-vram-gb to change)");
   ctx.setup.host_sim = sim;
+  if (settings.config.backend == ddo::offload_backend::vmm)
+    return run_steps<cpu_vmm_engine>(ctx, ddo::make_transport<ddo::host_sim_vmm_transport>(settings, ctx.setup));
   return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup));
 }
 

@@ -50,6 +50,7 @@
 #include "ddo/runtime/runtime_options.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
 #include "ddo/transport/vmm.hpp"
 #include "ddo/transport/linear.hpp"
 
@@ -153,6 +154,17 @@ struct execution_device_spec {
   return {true, index};
 }
 
+namespace detail {
+/// The VMM window's settings from the legacy VMM fields (docs/transports.md).
+[[nodiscard]] inline vmm_window_options vmm_window_options_from(const dynamic_offload_settings& s) {
+  vmm_window_options w;
+  w.budget_bytes = gib_to_bytes(s.config.vmm_resident_weight_budget_gb);
+  w.handle_bytes = s.config.vmm_page_mb * mib;
+  w.staging_buffer_bytes = gib_to_bytes(s.config.vmm_staging_buffer_gb);
+  return w;
+}
+}  // namespace detail
+
 /// @brief The transport @p Transport gets from the settings: linear on the device
 /// `execution_device` names; host_sim with setup_options::host_sim; others default-constructed.
 /// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
@@ -162,7 +174,17 @@ template <class Transport>
   if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it
     return host_sim_transport(o.host_sim);
-  } else if constexpr (std::same_as<Transport, vmm_transport>) {
+  }
+#if defined(__linux__)
+  else if constexpr (std::same_as<Transport, host_sim_vmm_transport>) {
+    (void)parse_execution_device(s);
+    host_sim_vmm_options options;
+    options.device = o.host_sim;
+    options.window = detail::vmm_window_options_from(s);
+    return host_sim_vmm_transport(options);
+  }
+#endif
+  else if constexpr (std::same_as<Transport, vmm_transport>) {
     const auto device = parse_execution_device(s);
     if (!device.cuda) {
       const auto& where = s.provenance.of("execution_device");
@@ -174,9 +196,7 @@ template <class Transport>
     // (0: measured default); the pinned staging buffer must fit the largest group's staged bytes.
     vmm_options options;
     options.device.device = device.index;
-    options.window.budget_bytes = gib_to_bytes(s.config.vmm_resident_weight_budget_gb);
-    options.window.handle_bytes = s.config.vmm_page_mb * mib;
-    options.window.staging_buffer_bytes = gib_to_bytes(s.config.vmm_staging_buffer_gb);
+    options.window = detail::vmm_window_options_from(s);
     return vmm_transport(options);
   } else if constexpr (std::constructible_from<Transport, linear_options>) {
     const auto device = parse_execution_device(s);
@@ -203,7 +223,8 @@ void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
                               std::vector<std::string>& notes) {
   const std::string_view have = t.name();
   const std::string_view want = enum_name(s.config.backend);
-  if (want != have) {
+  // host_sim's VMM mode is the vmm backend simulated (stable addresses, mapped budget).
+  if (want != have && !(want == "vmm" && transport_with_stable_addresses<Transport>)) {
     const auto& where = s.provenance.of("backend");
     if (set_explicitly(s, "backend"))
       throw config_error(

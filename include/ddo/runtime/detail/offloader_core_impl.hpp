@@ -305,6 +305,11 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
   m.staging_bytes = staging_.buffer_bytes();
   m.device_bytes = resident_.bytes + ring_.bytes;
   m.peak_device_bytes = peak_device_bytes_;
+  if constexpr (requires { { t_.vmm_physical_bytes() } -> std::convertible_to<std::uint64_t>; }) {
+    // A VMM transport's physical handles are ddo's device memory too (made at setup).
+    m.device_bytes += t_.vmm_physical_bytes();
+    m.peak_device_bytes += t_.vmm_physical_bytes();
+  }
   m.cached_blocks_reused = pinning_.cached_blocks_reused();
   return m;
 }
