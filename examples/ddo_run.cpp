@@ -145,39 +145,47 @@ class trace_adapter final : public ddo::trace_sink {
 // --- compute engines: what the runner does with a lease ---------------------------------------
 
 /// GPU: cuBLAS GEMMs on a non-blocking stream of the linear transport.
-struct gpu_engine {
-  using transport_type = ddo::linear_transport;
-  transport_type::stream stream;
+template <class Transport>
+struct gpu_engine_t {
+  using transport_type = Transport;
+  typename transport_type::stream stream;
   std::unique_ptr<ddo::runner::gpu_synthetic_forward> forward;
 
-  gpu_engine(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype type)
+  gpu_engine_t(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype type)
       : stream(t.make_stream()) {
     forward = std::make_unique<ddo::runner::gpu_synthetic_forward>(tokens, width, type, stream.get());
   }
-  [[nodiscard]] transport_type::stream_view view() { return transport_type::view(stream); }
+  [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
   void linear(transport_type&, const std::byte* w, std::int64_t out, std::int64_t in, ddo::dtype,
               float alpha) {
     forward->linear(w, out, in, alpha);
   }
   [[nodiscard]] static const char* compute_name() { return "cuBLAS GEMM"; }
 };
+using gpu_engine = gpu_engine_t<ddo::linear_transport>;
+/// The same engine on the VMM route (execution_mode vmm_runtime / backend vmm).
+using gpu_vmm_engine = gpu_engine_t<ddo::vmm_transport>;
 
 /// No GPU: the CPU stand-in, each product a task on a host_sim stream (the engine's "kernels").
-struct cpu_engine {
-  using transport_type = ddo::host_sim_transport;
-  transport_type::stream stream;
+template <class Transport>
+struct cpu_engine_t {
+  using transport_type = Transport;
+  typename transport_type::stream stream;
   std::shared_ptr<ddo::runner::cpu_synthetic_forward> forward;
 
-  cpu_engine(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype)
+  cpu_engine_t(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype)
       : stream(t.make_stream()),
         forward(std::make_shared<ddo::runner::cpu_synthetic_forward>(tokens, width)) {}
-  [[nodiscard]] transport_type::stream_view view() { return transport_type::view(stream); }
+  [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
   void linear(transport_type& t, const std::byte* w, std::int64_t out, std::int64_t in,
               ddo::dtype type, float alpha) {
     t.enqueue(view(), [f = forward, w, out, in, type, alpha] { f->linear(w, out, in, type, alpha); });
   }
   [[nodiscard]] static const char* compute_name() { return "CPU stand-in"; }
 };
+using cpu_engine = cpu_engine_t<ddo::host_sim_transport>;
+/// The CPU stand-in on host_sim's VMM mode (execution_mode vmm_runtime / backend vmm).
+using cpu_vmm_engine = cpu_engine_t<ddo::host_sim_vmm_transport>;
 
 // --- the model as the runner computes it ------------------------------------------------------
 
@@ -620,10 +628,11 @@ int run(int argc, char** argv) {
   const auto early = ddo::resolve_settings(inputs);
   const bool backend_sim = early.config.backend == ddo::offload_backend::host_sim;
   if (ddo::set_explicitly(early, "backend") && !backend_sim &&
-      early.config.backend != ddo::offload_backend::linear)
+      early.config.backend != ddo::offload_backend::linear &&
+      early.config.backend != ddo::offload_backend::vmm)
     return fail(ddo::describe(early.provenance.of("backend")) + ": backend = " +
                     std::string(ddo::enum_name(early.config.backend)) +
-                    ": this build has no such transport; use linear or host_sim",
+                    ": this build has no such transport; use linear, vmm or host_sim",
                 exit_usage);
 
   // An unwritable trace path is reported now, not after the whole run.
@@ -739,6 +748,8 @@ int run(int argc, char** argv) {
       inputs, activations,
       opt.ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(opt.ram_gb)) : std::nullopt);
 
+  if (gpu && settings.config.backend == ddo::offload_backend::vmm)
+    return run_steps<gpu_vmm_engine>(ctx, ddo::make_transport<ddo::vmm_transport>(settings, ctx.setup.host_sim));
   if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup.host_sim));
   ddo::host_sim_options sim;
   // Default: room for half the model besides the ring and the reserves, so a plan has to stream.
@@ -749,6 +760,8 @@ int run(int argc, char** argv) {
               opt.sim_vram_gb > 0.0 ? ""
                                     : " (half the model + the ring and reserves; --sim-vram-gb to change)");
   ctx.setup.host_sim = sim;
+  if (settings.config.backend == ddo::offload_backend::vmm)
+    return run_steps<cpu_vmm_engine>(ctx, ddo::make_transport<ddo::host_sim_vmm_transport>(settings, ctx.setup.host_sim));
   return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup.host_sim));
 }
 

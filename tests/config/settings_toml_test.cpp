@@ -41,7 +41,7 @@ TEST_SUITE("config") {
           "enabled = true\n", "plan = false\n", "requested_pin_cpu_memory = true\n",
           "effective_pin_cpu_memory = true\n", "disable_pin_on_wsl = true\n",
           "running_on_wsl = false\n", "\n[config]\n", "small_tensor_threshold_bytes = 1048576\n",
-          "vmm_staging_buffer_gb = 0.625  # not_yet_implemented\n", "load_safetensors_backend = \"\"\n",
+          "vmm_staging_buffer_gb = 0.625\n", "load_safetensors_backend = \"\"\n",
           "target_module_classes = [\"linear\", \"embedding\"]\n", "\n[components.vae]\n",
           "route = \"diffusers_group_offload\"\n", "offload_type = \"leaf_level\"\n",
           "\n[components.transformer]\n", "route = \"dynamic_offload\"\n",

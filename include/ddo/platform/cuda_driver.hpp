@@ -7,6 +7,7 @@
 /// The driver types are declared here as the opaque integers and handles the driver ABI uses:
 /// ddo never includes <cuda.h> in the core, so an engine that does is not affected.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -56,6 +57,94 @@ class driver_api {
  private:
   driver_result (*get_error_name_)(driver_result, const char**) = nullptr;
 };
+
+/// @brief The driver's virtual-memory-management entry points (cuMemAddressReserve and
+/// friends), fetched through driver_entry_point, with ABI-compatible declarations of the few
+/// driver structures they take (cuda.h's CUmemAllocationProp_v1 and CUmemAccessDesc_v1).
+class vmm_driver_api : public driver_api {
+ public:
+  using device_ptr = unsigned long long;     ///< CUdeviceptr
+  using handle = unsigned long long;         ///< CUmemGenericAllocationHandle
+  struct mem_location {                      ///< CUmemLocation
+    int type = 1;                            ///< CU_MEM_LOCATION_TYPE_DEVICE
+    int id = 0;
+  };
+  struct allocation_prop {                   ///< CUmemAllocationProp_v1
+    int type = 1;                            ///< CU_MEM_ALLOCATION_TYPE_PINNED
+    int requested_handle_types = 0;          ///< CU_MEM_HANDLE_TYPE_NONE
+    mem_location location;
+    void* win32_handle_meta_data = nullptr;
+    unsigned char compression_type = 0;
+    unsigned char gpu_direct_rdma_capable = 0;
+    unsigned short usage = 0;
+    unsigned char reserved[4] = {};
+  };
+  struct access_desc {                       ///< CUmemAccessDesc_v1
+    mem_location location;
+    int flags = 3;                           ///< CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+  };
+  static constexpr int attribute_vmm_supported = 102;  ///< CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+  static constexpr int granularity_minimum = 0;        ///< CU_MEM_ALLOC_GRANULARITY_MINIMUM
+  static constexpr int granularity_recommended = 1;    ///< CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+  static constexpr driver_result not_ready = 600;      ///< CUDA_ERROR_NOT_READY
+
+  /// @brief Fetches the entry points. @throws cuda_error naming the first one the driver lacks.
+  vmm_driver_api() {
+    fetch(device_get_, "cuDeviceGet");
+    fetch(device_get_attribute_, "cuDeviceGetAttribute");
+    fetch(granularity_, "cuMemGetAllocationGranularity");
+    fetch(address_reserve_, "cuMemAddressReserve");
+    fetch(address_free_, "cuMemAddressFree");
+    fetch(create_, "cuMemCreate");
+    fetch(release_, "cuMemRelease");
+    fetch(map_, "cuMemMap");
+    fetch(unmap_, "cuMemUnmap");
+    fetch(set_access_, "cuMemSetAccess");
+  }
+
+  driver_result device_get(int* device, int ordinal) const { return device_get_(device, ordinal); }
+  driver_result device_attribute(int* value, int attribute, int device) const {
+    return device_get_attribute_(value, attribute, device);
+  }
+  driver_result granularity(std::size_t* g, const allocation_prop& p, int option) const {
+    return granularity_(g, &p, option);
+  }
+  driver_result address_reserve(device_ptr* p, std::size_t bytes, std::size_t alignment) const {
+    return address_reserve_(p, bytes, alignment, 0, 0);
+  }
+  driver_result address_free(device_ptr p, std::size_t bytes) const { return address_free_(p, bytes); }
+  driver_result create(handle* h, std::size_t bytes, const allocation_prop& p) const {
+    return create_(h, bytes, &p, 0);
+  }
+  driver_result release(handle h) const { return release_(h); }
+  driver_result map(device_ptr p, std::size_t bytes, handle h) const { return map_(p, bytes, 0, h, 0); }
+  driver_result unmap(device_ptr p, std::size_t bytes) const { return unmap_(p, bytes); }
+  driver_result set_access(device_ptr p, std::size_t bytes, const access_desc& d) const {
+    return set_access_(p, bytes, &d, 1);
+  }
+
+ private:
+  template <class Fn>
+  static void fetch(Fn& into, const char* symbol) {
+    into = driver_entry_point<Fn>(symbol);
+    if (into == nullptr)
+      detail::throw_driver_error(500, "CUDA_ERROR_NOT_FOUND", symbol, __FILE__, __LINE__);
+  }
+  driver_result (*device_get_)(int*, int) = nullptr;
+  driver_result (*device_get_attribute_)(int*, int, int) = nullptr;
+  driver_result (*granularity_)(std::size_t*, const allocation_prop*, int) = nullptr;
+  driver_result (*address_reserve_)(device_ptr*, std::size_t, std::size_t, device_ptr,
+                                    unsigned long long) = nullptr;
+  driver_result (*address_free_)(device_ptr, std::size_t) = nullptr;
+  driver_result (*create_)(handle*, std::size_t, const allocation_prop*, unsigned long long) = nullptr;
+  driver_result (*release_)(handle) = nullptr;
+  driver_result (*map_)(device_ptr, std::size_t, std::size_t, handle, unsigned long long) = nullptr;
+  driver_result (*unmap_)(device_ptr, std::size_t) = nullptr;
+  driver_result (*set_access_)(device_ptr, std::size_t, const access_desc*, std::size_t) = nullptr;
+};
+
+static_assert(sizeof(vmm_driver_api::allocation_prop) == 32, "CUmemAllocationProp_v1 is 32 bytes");
+static_assert(sizeof(vmm_driver_api::access_desc) == 12, "CUmemAccessDesc_v1 is 12 bytes");
 
 namespace detail {
 [[noreturn]] inline void throw_cu_error(const driver_api& api, driver_result status,

@@ -113,6 +113,13 @@ class basic_offloader {
   [[nodiscard]] std::byte* resident_data(std::size_t weight_index) const {
     return core_->resident_data(weight_index);
   }
+  /// @brief Device address of a weight for the whole run, known at setup: a resident weight's,
+  /// or (a transport with stable addresses, e.g. VMM) a streamed weight's reserved address,
+  /// backed by memory whenever a lease of its group is alive.
+  /// @throws usage_error for a streamed weight of a transport without stable addresses.
+  [[nodiscard]] std::byte* stable_data(std::size_t weight_index) const {
+    return core_->stable_data(weight_index);
+  }
   [[nodiscard]] const offload_plan& plan() const noexcept { return core_->plan(); }
   [[nodiscard]] const runtime_options& options() const noexcept { return core_->options(); }
   /// @brief Bytes of one ring slot (largest streamed group, aligned).

@@ -17,7 +17,7 @@
 /// - `enable_offload<Policies...>(model, preset, options)`: ddo makes the policies' transport
 ///   (default linear) on the device `execution_device` names;
 /// - `with_offload_backend<Policies...>(model, preset, options, engine)`: ddo chooses the
-///   transport from `backend` (host_sim or linear; vmm and nvme when they exist) and calls
+///   transport from `backend` (host_sim, linear or vmm; nvme when it exists) and calls
 ///   `engine(enabled)` with the concrete `enabled_offload<offloader<Transport, Policies...>>`.
 
 #include <cstddef>
@@ -141,6 +141,7 @@ decltype(auto) with_offload_backend(const weight_table& model,
                 "one in the policies (use enable_offload to fix the transport at compile time)");
   using sim_result = enabled_offload<offloader<host_sim_transport, Policies...>>;
   using linear_result = enabled_offload<offloader<linear_transport, Policies...>>;
+  using vmm_result = enabled_offload<offloader<vmm_transport, Policies...>>;
   static_assert(std::is_same_v<std::invoke_result_t<Engine, sim_result&>,
                                std::invoke_result_t<Engine, linear_result&>>,
                 "ddo::with_offload_backend: the engine callback must return the same type for "
@@ -153,6 +154,12 @@ decltype(auto) with_offload_backend(const weight_table& model,
           model, std::move(settings), options, std::move(transport));
       return std::forward<Engine>(engine)(enabled);
     }
+    case offload_backend::vmm: {
+      auto transport = make_transport<vmm_transport>(settings, options.host_sim);
+      auto enabled = detail::enable_resolved<typename vmm_result::offloader_type>(
+          model, std::move(settings), options, std::move(transport));
+      return std::forward<Engine>(engine)(enabled);
+    }
     case offload_backend::linear:
     case offload_backend::auto_select:
       break;
@@ -161,7 +168,7 @@ decltype(auto) with_offload_backend(const weight_table& model,
       throw config_error(std::string(to_string(where.source)), where.key,
                          describe(where) + ": backend = " +
                              std::string(enum_name(settings.config.backend)) +
-                             ": this build has no such transport; use linear or host_sim");
+                             ": this build has no such transport; use linear, vmm or host_sim");
     }
   }
   auto transport = make_transport<linear_transport>(settings, options.host_sim);

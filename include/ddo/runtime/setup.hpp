@@ -234,9 +234,12 @@ template <class Planner = default_residency_planner, class PinSelector = default
   DDO_EXPECTS(component.route != component_route::auto_select,
               "setup_offload: the component's route must be resolved (component_for)");
   detail::check_transport_settings(settings, transport, r.notes);
-  if (settings.config.execution_mode == exec_mode::vmm_runtime)
-    r.notes.push_back("execution_mode vmm_runtime: no VMM transport in this build; the " +
-                      std::string(transport.name()) + " transport streams instead");
+  if (!transport_with_stable_addresses<Transport> &&
+      settings.config.execution_mode == exec_mode::vmm_runtime)
+    r.notes.push_back("execution_mode vmm_runtime: this engine fixed the " +
+                      std::string(transport.name()) +
+                      " transport (no stable addresses), which streams instead; the VMM transport "
+                      "runs where ddo chooses it (ddo::with_offload_backend, ddo-run)");
 
   auto groups = options.groups ? *options.groups
                                : infer_execution_groups(table, settings.config.resident_module_patterns);
@@ -308,6 +311,16 @@ template <class Planner = default_residency_planner, class PinSelector = default
       break;
     }
   }
+  // A stable-address transport (VMM) sizes its window from its budget: as many slots as that
+  // holds, up to one per streamed group (transport/detail/vmm_window.hpp).
+  // vmm_staging_buffer_gb is one of the legacy route's two pinned staging buffers
+  // (--ddo-vmm-total-staging-gb splits the total over two): it must fit the largest group.
+  if constexpr (transport_with_stable_addresses<Transport>)
+    if (component.route != component_route::none) {
+      r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
+      const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
+      if (staging > 0) r.runtime.staging_buffer_bytes = staging;
+    }
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;
 }

@@ -15,7 +15,9 @@
 #include "ddo/core/error.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
 #include "ddo/transport/linear.hpp"
+#include "ddo/transport/vmm.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -62,8 +64,30 @@ struct execution_device_spec {
   return {true, index};
 }
 
-/// @brief The transport @p Transport gets from the settings: linear on the device
-/// `execution_device` names; host_sim with @p sim; others default-constructed.
+namespace detail {
+/// The VMM window's settings from the legacy VMM fields (docs/transports.md): budget = resident
+/// set + mapped window; page size (0: measured default); the pinned staging buffer must fit the
+/// largest group's staged bytes.
+[[nodiscard]] inline vmm_window_options vmm_window_options_from(const dynamic_offload_settings& s) {
+  vmm_window_options w;
+  w.budget_bytes = gib_to_bytes(s.config.vmm_resident_weight_budget_gb);
+  w.handle_bytes = s.config.vmm_page_mb * mib;
+  w.staging_buffer_bytes = gib_to_bytes(s.config.vmm_staging_buffer_gb);
+  return w;
+}
+
+[[nodiscard]] inline config_error cpu_device_refused(const dynamic_offload_settings& s,
+                                                     std::string_view what) {
+  const auto& where = s.provenance.of("execution_device");
+  return config_error(std::string(to_string(where.source)), where.key,
+                      describe(where) + ": execution_device = \"cpu\" but " + std::string(what) +
+                          "; use \"cuda:N\", or backend host_sim");
+}
+}  // namespace detail
+
+/// @brief The transport @p Transport gets from the settings: linear or VMM on the device
+/// `execution_device` names (VMM with its window from the vmm_* fields); host_sim (and its VMM
+/// mode) with @p sim; others default-constructed.
 /// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
 template <class Transport>
 [[nodiscard]] Transport make_transport(const dynamic_offload_settings& s,
@@ -72,15 +96,26 @@ template <class Transport>
   if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it
     return host_sim_transport(sim);
+  }
+#if defined(__linux__)
+  else if constexpr (std::same_as<Transport, host_sim_vmm_transport>) {
+    (void)parse_execution_device(s);
+    host_sim_vmm_options options;
+    options.device = sim;
+    options.window = detail::vmm_window_options_from(s);
+    return host_sim_vmm_transport(options);
+  }
+#endif
+  else if constexpr (std::same_as<Transport, vmm_transport>) {
+    const auto device = parse_execution_device(s);
+    if (!device.cuda) throw detail::cpu_device_refused(s, "the VMM transport maps CUDA device memory");
+    vmm_options options;
+    options.device.device = device.index;
+    options.window = detail::vmm_window_options_from(s);
+    return vmm_transport(options);
   } else if constexpr (std::constructible_from<Transport, linear_options>) {
     const auto device = parse_execution_device(s);
-    if (!device.cuda) {
-      const auto& where = s.provenance.of("execution_device");
-      throw config_error(std::string(to_string(where.source)), where.key,
-                         describe(where) +
-                             ": execution_device = \"cpu\" but this transport copies to a CUDA "
-                             "device; use \"cuda:N\", or backend host_sim");
-    }
+    if (!device.cuda) throw detail::cpu_device_refused(s, "this transport copies to a CUDA device");
     linear_options options;
     options.device = device.index;
     return Transport(options);
@@ -91,14 +126,14 @@ template <class Transport>
 
 namespace detail {
 
-
 /// Refuses a `backend` or `execution_device` the engine's transport cannot honour.
 template <class Transport>
 void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
                               std::vector<std::string>& notes) {
   const std::string_view have = t.name();
   const std::string_view want = enum_name(s.config.backend);
-  if (want != have) {
+  // host_sim's VMM mode is the vmm backend simulated (stable addresses, mapped budget).
+  if (want != have && !(want == "vmm" && transport_with_stable_addresses<Transport>)) {
     const auto& where = s.provenance.of("backend");
     if (set_explicitly(s, "backend"))
       throw config_error(

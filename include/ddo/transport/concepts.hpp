@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
@@ -114,6 +115,34 @@ template <class T>
 concept transport_with_ledger = transport<T> && requires(const T& t) {
   { t.ledger().in_use(ledger_kind::device) } -> std::convertible_to<std::uint64_t>;
 };
+
+/// @brief What the runtime tells a transport with stable addresses at setup (see below).
+struct stable_address_request {
+  std::vector<std::uint64_t> group_bytes;  ///< per group: bytes of its streamed image (0: none)
+  std::uint64_t slot_bytes = 0;            ///< the largest streamed group's image
+  std::uint64_t resident_bytes = 0;        ///< the resident arena (counts against the budget)
+  std::uint64_t largest_staged_bytes = 0;  ///< most bytes one group stages (pageable/file)
+  std::size_t max_slots = 0;               ///< upper bound on slots (0: one per streamed group)
+};
+
+/// @brief Whether a transport gives every streamed group a stable device address (VMM):
+/// - `prepare_stable_addresses(const stable_address_request&)` at setup reserves the ranges and
+///   creates the physical memory; it returns how many groups can be mapped at once (the ring's
+///   slot count; the runtime allocates no ring);
+/// - `stable_address(g)` is group g's address for the whole run;
+/// - `bind_stable(slot, g)` runs on ddo's staging thread once the slot's previous occupant's
+///   release and ready events completed: it maps g's range on the slot's memory;
+/// - `release_stable_addresses()` at teardown, after every event completed (no throw).
+/// The runtime then issues every load of a streamed group from its staging thread (map, then
+/// copy); see docs/transports.md.
+template <class T>
+concept transport_with_stable_addresses =
+    transport<T> && requires(T& t, const stable_address_request& r, std::size_t n) {
+      { t.prepare_stable_addresses(r) } -> std::same_as<std::size_t>;
+      { t.stable_address(n) } -> std::same_as<std::byte*>;
+      t.bind_stable(n, n);
+      t.release_stable_addresses();
+    };
 
 namespace detail {
 /// Used by templates that take a transport, for a readable error on misuse.

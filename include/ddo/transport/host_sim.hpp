@@ -317,6 +317,26 @@ class host_sim_transport {
     ::operator delete(p, std::align_val_t{256});
   }
 
+  /// @brief Accounts [p, p + bytes) as simulated device memory held by an extension of the
+  /// simulator (VMM mode's physical handles, host_sim_vmm.hpp), with allocate_device's capacity
+  /// check. @throws out_of_memory("device", ...) over the capacity.
+  void add_device_range(const void* p, std::uint64_t bytes, std::string_view who) {
+    std::lock_guard lock(state_->alloc_mutex);
+    const std::uint64_t capacity = state_->options.device_capacity_bytes;
+    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
+    const std::uint64_t available = capacity > used ? capacity - used : 0;
+    if (bytes > available)
+      throw out_of_memory("device", bytes, available,
+                          std::string(who) + ": " + std::to_string(bytes) + " bytes refused: " +
+                              std::to_string(available) + " of " + std::to_string(capacity) +
+                              " simulated device bytes are free");
+    state_->ledger.add(ledger_kind::device, p, bytes, who);
+  }
+  /// @brief Ends the account add_device_range() started.
+  void remove_device_range(const void* p, std::uint64_t bytes, std::string_view who) {
+    state_->ledger.remove(ledger_kind::device, p, bytes, who);
+  }
+
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_pinned: zero bytes requested");
     auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));

@@ -37,11 +37,11 @@
     "functional hands out leases; swap rewrites the engine's bound tensor pointers for " \
     "the lease and restores them after.") \
   X(vmm_resident_weight_budget_gb, real, "DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB", 1.0, true, \
-    "GiB", no_choices, not_yet_implemented, reason_vmm_pending, \
+    "GiB", no_choices, active, "", \
     "Mapped physical-weight budget of vmm_runtime; must be positive when that route is " \
     "selected.") \
   X(vmm_staging_buffer_gb, real, "DDO_VMM_STAGING_BUFFER_GB", 1.0, true, "GiB", no_choices, \
-    not_yet_implemented, reason_vmm_pending, \
+    active, "", \
     "Total pinned host staging for VMM/NVMe group uploads; must fit the largest " \
     "execution group.") \
   X(pin_cpu_memory, boolean, "DDO_PIN_CPU_MEMORY", 1.0, true, "", no_choices, active, "", \
@@ -131,8 +131,7 @@
   X(vmm_module_pattern, text, "DDO_VMM_MODULE_PATTERN", 1.0, true, "", no_choices, \
     not_yet_implemented, reason_vmm_pending, \
     "Regex selecting the native attachment units.") \
-  X(vmm_page_mb, count, "DDO_VMM_PAGE_MB", 1.0, true, "MiB", no_choices, not_yet_implemented, \
-    reason_vmm_pending, \
+  X(vmm_page_mb, count, "DDO_VMM_PAGE_MB", 1.0, true, "MiB", no_choices, active, "", \
     "VMM page size; 0 requests the default geometry, else a multiple of the 2 MiB " \
     "granularity.") \
   X(vmm_dxgi_local_headroom_gb, real, "DDO_VMM_DXGI_LOCAL_HEADROOM_GB", 1.0, true, "GiB", \

@@ -90,6 +90,8 @@ class offloader_core {
     return table_->find(name);
   }
   [[nodiscard]] std::byte* resident_data(std::size_t w) const;
+  /// Weight w's address for the whole run: resident, or streamed by a stable-address transport.
+  [[nodiscard]] std::byte* stable_data(std::size_t w) const;
   [[nodiscard]] const offload_plan& plan() const noexcept { return plan_; }
   [[nodiscard]] const runtime_options& options() const noexcept { return options_; }
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return layout_.slot_bytes; }
@@ -113,6 +115,7 @@ class offloader_core {
   void wait_staged(slot_state<T>& st);
   void load(std::size_t g, std::size_t s);
   void load_unguarded(std::size_t g, std::size_t s);
+  void load_stable(std::size_t g, std::size_t s);
   void prefetch();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
 

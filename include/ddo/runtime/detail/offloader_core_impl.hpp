@@ -169,6 +169,10 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
   auto& gr = layout_.groups[g];
   wait_staged(st);  // the previous occupant's staging job must have recorded its events
   ring_schedule_.assign(g, s);
+  if constexpr (transport_with_stable_addresses<T>) {
+    load_stable(g, s);
+    return;
+  }
   bind_slot_to(st, g);
   st.released = false;
   auto& step = timing_.current();
@@ -218,6 +222,65 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
   if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, st.staged_ticket);
 }
 
+/// A stable-address transport (VMM): the staging thread maps g's range on slot s's memory once
+/// the previous occupant's events completed, then copies every part (pinned directly, pageable
+/// and file through the staging buffers) and records the slot's ready event.
+template <class T>
+void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
+  auto& st = slots_[s];
+  auto& gr = layout_.groups[g];
+  st.image = t_.stable_address(g);
+  for (std::size_t i = 0; i < gr.weights.size(); ++i)
+    st.pointers[i] = gr.slot_offset[i] == not_streamed ? gr.resident[i] : st.image + gr.slot_offset[i];
+  st.released = false;
+  auto& step = timing_.current();
+  ++step.group_loads;
+  for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += gr.bytes_by_source[i];
+  std::size_t t_start = no_group, t_end = no_group;
+  if (timing_.timing()) {
+    t_start = timing_.take();
+    t_end = timing_.take();
+  }
+  typename staging_worker<T>::job job;
+  job.release = &st.release;
+  job.ready = &st.ready;
+  job.image = st.image;
+  job.poison_bytes = options_.poison_slots ? gr.slot_bytes : 0;
+  job.pieces = &gr.staged;
+  job.timing_start = t_start == no_group ? nullptr : &timing_.at(t_start);
+  job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
+  job.bind_slot = s;
+  job.bind_group = g;
+  if (gr.has_block_copy()) {
+    job.block = gr.block->data();
+    job.block_bytes = gr.pinned_bytes;
+    job.block_chunk = options_.max_copy_bytes;
+    step.copies += options_.max_copy_bytes == 0 ? 1 : (gr.pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
+  }
+  job.direct = &gr.in_place;
+  step.copies += gr.in_place.size() + staging_.estimate_copies(gr.staged);
+  st.staged_ticket = staging_.submit(job);
+  if (t_start != no_group) timing_.add_pending(span_kind::copy, g, gr.load_bytes(), t_start, t_end, st.staged_ticket);
+}
+
+template <class T>
+std::byte* offloader_core<T>::stable_data(std::size_t w) const {
+  DDO_EXPECTS(w < table_->size(), "stable_data: weight index " + std::to_string(w) + " is out of range");
+  if (resident_ptr_[w] != nullptr) return resident_ptr_[w];
+  if constexpr (transport_with_stable_addresses<T>) {
+    const std::size_t g = layout_.group_of[w];
+    if (g != no_group && layout_.groups[g].streamed()) {
+      const auto& gr = layout_.groups[g];
+      for (std::size_t i = 0; i < gr.weights.size(); ++i)
+        if (gr.weights[i] == w && gr.slot_offset[i] != not_streamed)
+          return const_cast<T&>(t_).stable_address(g) + gr.slot_offset[i];
+    }
+  }
+  throw usage_error("stable_data: weight '" + (*table_)[w].name +
+                    "' has no stable device address (it is neither resident nor streamed by a "
+                    "transport with stable addresses, e.g. VMM)");
+}
+
 // --- steps, metrics, bindings, queries -----------------------------------------------------------
 
 template <class T>
@@ -242,6 +305,11 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
   m.staging_bytes = staging_.buffer_bytes();
   m.device_bytes = resident_.bytes + ring_.bytes;
   m.peak_device_bytes = peak_device_bytes_;
+  if constexpr (requires { { t_.vmm_physical_bytes() } -> std::convertible_to<std::uint64_t>; }) {
+    // A VMM transport's physical handles are ddo's device memory too (made at setup).
+    m.device_bytes += t_.vmm_physical_bytes();
+    m.peak_device_bytes += t_.vmm_physical_bytes();
+  }
   m.cached_blocks_reused = pinning_.cached_blocks_reused();
   return m;
 }

@@ -58,7 +58,8 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     for (auto p : {setup_phase::reading, setup_phase::packing, setup_phase::pinning, setup_phase::uploading})
       meter_.finish(p);
     timing_.start_epoch(T::view(copy_stream_));
-    if (layout_.staging_needed) staging_.start(slots_.size() + 1);
+    if (layout_.staging_needed || (transport_with_stable_addresses<T> && !slots_.empty()))
+      staging_.start(slots_.size() + 1);
   } catch (...) {
     teardown();
     throw;
@@ -121,9 +122,32 @@ void offloader_core<T>::allocate_ring() {
     for (std::size_t i = 0; i < gr.weights.size(); ++i) gr.resident[i] = resident_ptr_[gr.weights[i]];
     if (!gr.streamed()) gr.pointers = gr.resident;
   }
-  const std::size_t count = layout_.slot_count;
+  std::size_t count = layout_.slot_count;
   if (count == 0) return;
   const std::uint64_t slot = layout_.slot_bytes;
+  if constexpr (transport_with_stable_addresses<T>) {
+    // The transport maps each group at its own range on physical memory it sized from its
+    // budget: no ring is allocated, and the slot count is what that budget holds.
+    stable_address_request r;
+    r.slot_bytes = slot;
+    r.resident_bytes = resident_.bytes;
+    for (const auto& gr : layout_.groups) {
+      r.group_bytes.push_back(gr.slot_bytes);
+      std::uint64_t staged = 0;
+      for (const auto& p : gr.staged) staged += p.bytes;
+      r.largest_staged_bytes = std::max(r.largest_staged_bytes, staged);
+    }
+    r.max_slots = options_.slot_count;
+    count = t_.prepare_stable_addresses(r);
+    layout_.slot_count = count;
+    slots_.resize(count);
+    for (auto& st : slots_) {
+      st.pointers.assign(layout_.max_group_weights, nullptr);
+      st.ready = t_.make_event(false);
+      st.release = t_.make_event(false);
+    }
+    return;
+  }
   ring_ = allocate_device_bytes(t_, ring_bytes_for(slot, count));
   note_device_peak();
   slots_.resize(count);
@@ -161,6 +185,7 @@ void offloader_core<T>::teardown() noexcept {
   }
   if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
   if (staging_.has_stream()) quiet([&] { t_.synchronize(staging_.stream()); });
+  if constexpr (transport_with_stable_addresses<T>) quiet([&] { t_.release_stable_addresses(); });
   bindings_.restore_all();
   slots_.clear();
   timing_.release();

@@ -61,6 +61,14 @@ class staging_worker {
     const std::vector<staged_piece>* pieces = nullptr;
     event* timing_start = nullptr;   // recorded before the copies (metrics)
     event* timing_end = nullptr;     // recorded after them
+    // Stable-address transports (VMM): map group bind_group on slot bind_slot first (after
+    // release and ready completed on the host), then copy the pinned parts directly.
+    std::size_t bind_slot = no_group;
+    std::size_t bind_group = no_group;
+    const std::byte* block = nullptr;  // packed pinned block copied to image[0, block_bytes)
+    std::uint64_t block_bytes = 0;
+    std::uint64_t block_chunk = 0;     // largest single copy (0: one copy)
+    const std::vector<staged_piece>* direct = nullptr;  // pinned in place: copied directly
   };
 
   staging_worker() = default;

@@ -202,10 +202,26 @@ template <class T>
 void staging_worker<T>::run(const job& j) {
   auto& t = *t_;
   const auto v = stream();
+  if constexpr (transport_with_stable_addresses<T>) {
+    if (j.bind_group != no_group) {
+      // Unmapping needs the previous occupant's readers and copies finished, not merely
+      // ordered: the host waits here, on ddo's thread, for those two events only.
+      t.synchronize(*j.release);
+      t.synchronize(*j.ready);
+      t.bind_stable(j.bind_slot, j.bind_group);
+    }
+  }
   t.wait(v, *j.release);
   t.wait(v, *j.ready);
   if (j.poison_bytes != 0) t.fill_device(j.image, 0xCD, j.poison_bytes, v);
   if (j.timing_start != nullptr) t.record(*j.timing_start, v);
+  if (j.block_bytes != 0) {
+    const std::uint64_t chunk = j.block_chunk == 0 ? j.block_bytes : j.block_chunk;
+    for (std::uint64_t off = 0; off < j.block_bytes; off += chunk)
+      t.copy_to_device(j.image + off, j.block + off, std::min(chunk, j.block_bytes - off), v);
+  }
+  if (j.direct != nullptr)
+    for (const auto& piece : *j.direct) t.copy_to_device(j.image + piece.slot_offset, piece.host, piece.bytes, v);
   stage(j.image, *j.pieces, v);
   if (j.timing_end != nullptr) t.record(*j.timing_end, v);
   t.record(*j.ready, v);

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The VMM conformance suite, written once: run on host_sim's VMM mode in tests/transport and on
+// the CUDA VMM transport in tests/gpu. A Traits type supplies:
+//   using transport_type;                              // models transport_with_stable_addresses
+//   static std::string skip_reason();                  // non-empty: print it and skip
+//   static transport_type make(const ddo::vmm_window_options&);
+//   static void delay(transport_type&, stream_view, int microseconds);  // a slow "kernel"
+//   static std::size_t cycles();                       // map/unmap cycles of the leak test
+//   static std::uint64_t device_used(transport_type&); // device bytes in use (sampled or ledger)
+//   static std::uint64_t tolerance();                  // slack of device_used (driver bookkeeping)
+// Engine "kernels" are device→host copies of every leased byte on the compute stream after a
+// stall, compared with the source at the end: a remap before the kernel read gives wrong bytes
+// (or a fault on host_sim).
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/concepts.hpp"
+#include "ddo/transport/detail/vmm_window.hpp"
+#include "runtime/runtime_fixtures.hpp"
+
+namespace ddo_vmm_test {
+
+/// |a − b| ≤ tolerance: device memory is "back to its starting level".
+inline bool back_to(std::uint64_t now, std::uint64_t before, std::uint64_t tolerance) {
+  return (now > before ? now - before : before - now) <= tolerance;
+}
+
+template <class T>
+struct readback {
+  T* t;
+  std::byte* host;
+  std::size_t capacity;
+  std::size_t used = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> items;  // (offset, weight)
+  readback(T& tr, std::size_t bytes) : t(&tr), host(tr.allocate_pinned(bytes)), capacity(bytes) {
+    std::memset(host, 0x3C, bytes);
+  }
+  ~readback() { t->free_pinned(host, capacity); }
+  readback(const readback&) = delete;
+  readback& operator=(const readback&) = delete;
+
+  template <class Lease>
+  void enqueue(typename T::stream_view s, const Lease& lease, const ddo_test::synthetic_model& m) {
+    for (std::size_t i = 0; i < lease.size(); ++i) {
+      const std::size_t w = lease.weight_index(i);
+      const std::size_t n = m.expected[w].size();
+      REQUIRE(used + n <= capacity);
+      t->copy_to_host(host + used, lease.data(i), n, s);
+      items.emplace_back(used, w);
+      used += n;
+    }
+  }
+  [[nodiscard]] std::size_t mismatches(const ddo_test::synthetic_model& m) const {
+    std::size_t bad = 0;
+    for (const auto& [off, w] : items)
+      if (std::memcmp(host + off, m.expected[w].data(), m.expected[w].size()) != 0) ++bad;
+    return bad;
+  }
+};
+
+inline std::uint64_t model_bytes(const ddo_test::synthetic_model& m) {
+  std::uint64_t b = 0;
+  for (const auto& e : m.expected) b += e.size();
+  return b;
+}
+
+/// A budget that holds the whole model resident plus @p slots groups of @p slot bytes rounded to
+/// @p handle (the slot count is then bounded by runtime_options::slot_count).
+inline std::uint64_t roomy_budget(const ddo_test::synthetic_model& m, std::uint64_t max_group) {
+  return model_bytes(m) + 64 * ddo::mib + 64 * ((max_group + 2 * ddo::mib - 1) / (2 * ddo::mib)) * 2 * ddo::mib;
+}
+
+inline ddo::runtime_options vmm_runtime_options(std::size_t slots) {
+  ddo::runtime_options o;
+  o.poison_slots = true;
+  o.staging_buffer_bytes = 256 * 1024;
+  o.slot_count = slots;
+  return o;
+}
+
+inline ddo_test::model_spec vmm_spec(std::uint32_t seed, std::size_t groups, std::uint64_t max_bytes) {
+  ddo_test::model_spec spec;
+  spec.groups = groups;
+  spec.min_bytes = 1000;
+  spec.max_bytes = max_bytes;
+  spec.seed = seed;
+  return spec;
+}
+
+}  // namespace ddo_vmm_test
+
+#define DDO_VMM_SKIP(Traits)                               \
+  do {                                                     \
+    const std::string ddo_skip_ = Traits::skip_reason();   \
+    if (!ddo_skip_.empty()) {                              \
+      MESSAGE("skipped: " << ddo_skip_);                   \
+      return;                                              \
+    }                                                      \
+  } while (0)
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: every weight reads back at its stable address under prefetch",
+                          Traits, vmm_prefetch_readback) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  static_assert(ddo::transport_with_stable_addresses<T>);
+  auto m = ddo_test::make_model(vmm_spec(301, 8, 3 * ddo::mib));
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 3 * ddo::mib);
+  auto t = Traits::make(w);
+  const int steps = 3;
+  auto compute = t.make_stream();
+  const auto v = T::view(compute);
+  readback<T> rb(t, steps * model_bytes(*m) + 1024);
+  {
+    ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(3));
+    CHECK(off.slot_count() == 3);
+    // Every weight's address is known at setup and never changes.
+    std::vector<std::byte*> stable(m->table.size());
+    for (std::size_t i = 0; i < m->table.size(); ++i) stable[i] = off.stable_data(i);
+    for (int step = 0; step < steps; ++step) {
+      off.begin_step();
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, v);
+        for (std::size_t i = 0; i < lease.size(); ++i) CHECK(lease.data(i) == stable[lease.weight_index(i)]);
+        Traits::delay(t, v, 300);
+        rb.enqueue(v, lease, *m);
+      }
+    }
+    t.synchronize(v);
+    const auto stats = t.vmm_stats();
+    CHECK(stats.binds > 0);
+    CHECK(stats.slots == 3);
+    CHECK(stats.handle_count * stats.handle_bytes <= w.budget_bytes);
+  }
+  CHECK(rb.items.size() == steps * m->table.size());
+  CHECK(rb.mismatches(*m) == 0);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: random acquisition orders never return wrong bytes", Traits,
+                          vmm_random_orders) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(302, 7, 1 * ddo::mib));
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  auto t = Traits::make(w);
+  auto a = t.make_stream();
+  auto b = t.make_stream();
+  const std::size_t acquires = 120;
+  readback<T> rb(t, acquires * 4 * ddo::mib);
+  {
+    ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(3));
+    std::mt19937 rng(302);
+    std::vector<typename ddo::basic_offloader<T>::lease_type> held;
+    for (std::size_t k = 0; k < acquires; ++k) {
+      const std::size_t g = rng() % off.group_count();
+      const auto v = (rng() & 1u) ? T::view(a) : T::view(b);
+      if (held.size() >= 2) held.erase(held.begin() + static_cast<long>(rng() % held.size()));
+      held.push_back(off.acquire(g, v));
+      Traits::delay(t, v, 100);
+      rb.enqueue(v, held.back(), *m);
+    }
+    held.clear();
+    t.synchronize(T::view(a));
+    t.synchronize(T::view(b));
+  }
+  CHECK(rb.mismatches(*m) == 0);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: no handle or address leak over many map/unmap cycles",
+                          Traits, vmm_leak_cycles) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto spec = vmm_spec(303, 4, 200000);
+  spec.where = [](std::size_t, std::size_t) { return ddo::placement::pinned_host; };
+  auto m = ddo_test::make_model(spec);
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  auto t = Traits::make(w);
+  const std::uint64_t before = Traits::device_used(t);
+  auto compute = t.make_stream();
+  const auto v = T::view(compute);
+  readback<T> rb(t, 64 * ddo::mib);
+  {
+    // One slot: every acquire of another group unmaps the previous one and maps the next.
+    auto opts = vmm_runtime_options(1);
+    opts.poison_slots = false;
+    ddo::basic_offloader<T> off(t, m->table, m->plan, opts);
+    CHECK(off.slot_count() == 1);
+    const std::size_t cycles = Traits::cycles();
+    for (std::size_t k = 0; k < cycles; ++k) {
+      auto lease = off.acquire(k % off.group_count(), v);
+      if (k % 97 == 0) {
+        rb.used = 0;
+        rb.items.clear();
+        rb.enqueue(v, lease, *m);
+        t.synchronize(v);
+        REQUIRE(rb.mismatches(*m) == 0);
+      }
+    }
+    t.synchronize(v);
+    const auto stats = t.vmm_stats();
+    CHECK(stats.binds >= cycles);
+    CHECK(stats.unmaps + 1 >= stats.binds);
+    CHECK(Traits::device_used(t) <= before + stats.handle_count * stats.handle_bytes + 64 * ddo::mib);
+  }
+  CHECK(Traits::live_handles(t) == 0);
+  CHECK(Traits::live_mappings(t) == 0);
+  CHECK(back_to(Traits::device_used(t), before, Traits::tolerance()));
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: setup failure and teardown give every byte back", Traits,
+                          vmm_setup_failure) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(304, 6, 1 * ddo::mib));
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  w.fail_create_after = 2;  // the third physical handle fails like CUDA_ERROR_OUT_OF_MEMORY
+  auto t = Traits::make(w);
+  const std::uint64_t before = Traits::device_used(t);
+  CHECK_THROWS_AS(ddo::basic_offloader<T>(t, m->table, m->plan, vmm_runtime_options(4)), ddo::cuda_error);
+  CHECK(Traits::live_handles(t) == 0);
+  CHECK(Traits::live_mappings(t) == 0);
+  CHECK(back_to(Traits::device_used(t), before, Traits::tolerance()));
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: budgets, staging and page sizes are refused with the numbers",
+                          Traits, vmm_refusals) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(305, 4, 1 * ddo::mib));
+  auto refused = [&](ddo::vmm_window_options w, const char* key) {
+    auto t = Traits::make(w);
+    const std::uint64_t before = Traits::device_used(t);
+    try {
+      ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(3));
+      FAIL("setup was not refused for " << key);
+    } catch (const ddo::config_error& e) {
+      CHECK(e.key() == key);
+      CHECK(std::string(e.what()).find("bytes") != std::string::npos);
+    }
+    CHECK(back_to(Traits::device_used(t), before, Traits::tolerance()));
+    CHECK(Traits::live_handles(t) == 0);
+  };
+  ddo::vmm_window_options w;
+  w.budget_bytes = 0;
+  refused(w, "vmm_resident_weight_budget_gb");
+  w.budget_bytes = 1 * ddo::mib;  // smaller than the resident set plus one group
+  refused(w, "vmm_resident_weight_budget_gb");
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  w.staging_buffer_bytes = 1000;  // cannot hold the largest group's staged bytes
+  refused(w, "vmm_staging_buffer_gb");
+  w.staging_buffer_bytes = 0;
+  w.handle_bytes = 3 * ddo::mib + 4096;  // not a granularity multiple
+  refused(w, "vmm_page_mb");
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: CUDA_ERROR_NOT_READY is retried, then reported", Traits,
+                          vmm_not_ready) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(306, 5, 500000));
+  {
+    ddo::vmm_window_options w;
+    w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+    w.not_ready_every = 3;
+    auto t = Traits::make(w);
+    auto compute = t.make_stream();
+    const auto v = T::view(compute);
+    readback<T> rb(t, 2 * model_bytes(*m) + 1024);
+    {
+      ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(2));
+      for (int step = 0; step < 2; ++step)
+        for (std::size_t g = 0; g < off.group_count(); ++g) {
+          auto lease = off.acquire(g, v);
+          rb.enqueue(v, lease, *m);
+        }
+      t.synchronize(v);
+      CHECK(t.vmm_stats().retries > 0);
+    }
+    CHECK(rb.mismatches(*m) == 0);
+  }
+  {
+    ddo::vmm_window_options w;
+    w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+    w.not_ready_every = 1;  // never succeeds: reported after max_attempts
+    w.max_attempts = 3;
+    auto t = Traits::make(w);
+    try {
+      ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(2));
+      FAIL("setup did not report the persistent CUDA_ERROR_NOT_READY");
+    } catch (const ddo::cuda_error& e) {
+      CHECK(std::string(e.what()).find("NOT_READY") != std::string::npos);
+    }
+    CHECK(Traits::live_handles(t) == 0);
+  }
+}

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// host_sim's VMM mode: the VMM conformance suite (vmm_conformance.hpp) on the simulated driver,
+// plus the simulated driver's own ordering rules.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "ddo/transport/host_sim_vmm.hpp"
+#include "vmm_conformance.hpp"
+
+namespace {
+
+struct host_sim_vmm_traits {
+  using transport_type = ddo::host_sim_vmm_transport;
+  static std::string skip_reason() { return {}; }
+  static transport_type make(const ddo::vmm_window_options& w) {
+    ddo::host_sim_vmm_options o;
+    o.window = w;
+    return transport_type(o);
+  }
+  static void delay(transport_type& t, transport_type::stream_view s, int microseconds) {
+    t.enqueue(s, [microseconds] { std::this_thread::sleep_for(std::chrono::microseconds(microseconds)); });
+  }
+  static std::size_t cycles() { return 2000; }
+  static std::uint64_t device_used(transport_type& t) { return t.ledger().in_use(ddo::ledger_kind::device); }
+  static std::uint64_t tolerance() { return 0; }
+  static std::size_t live_handles(transport_type& t) { return t.live_handles(); }
+  static std::size_t live_mappings(transport_type& t) { return t.live_mappings() + t.live_reservations(); }
+};
+
+}  // namespace
+
+TEST_SUITE_BEGIN("transport");
+
+TEST_CASE_TEMPLATE_INVOKE(vmm_prefetch_readback, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_random_orders, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_not_ready, host_sim_vmm_traits);
+
+TEST_CASE("host_sim vmm: the simulated driver enforces the mapping order") {
+  ddo::host_sim_vmm_transport t;
+  auto& d = t.driver();
+  const std::uint64_t g = d.granularity();
+  std::byte* base = nullptr;
+  REQUIRE(d.reserve(&base, 4 * g, g) == 0);
+  std::uint64_t h1 = 0, h2 = 0;
+  REQUIRE(d.create(&h1, g) == 0);
+  REQUIRE(d.create(&h2, g) == 0);
+  CHECK(t.ledger().in_use(ddo::ledger_kind::device) == 2 * g);
+  REQUIRE(d.map(base, g, h1) == 0);
+  // A handle still mapped (its range not unmapped) cannot back another range.
+  CHECK_THROWS_AS((void)d.map(base + g, g, h1), ddo::usage_error);
+  // A mapped range cannot be mapped over.
+  CHECK_THROWS_AS((void)d.map(base, g, h2), ddo::usage_error);
+  // Access needs the whole range mapped.
+  CHECK_THROWS_AS((void)d.set_access(base, 2 * g), ddo::usage_error);
+  CHECK_FALSE(d.accessible(base, g));
+  REQUIRE(d.set_access(base, g) == 0);
+  CHECK(d.accessible(base, g));
+  std::memset(base, 0x5A, g);
+  // A mapped handle cannot be released; a reservation with mappings cannot be freed.
+  CHECK_THROWS_AS((void)d.release(h1, g), ddo::usage_error);
+  CHECK_THROWS_AS((void)d.free_reservation(base, 4 * g), ddo::usage_error);
+  // Unmapping is by whole mapping.
+  CHECK_THROWS_AS((void)d.unmap(base, g / 2), ddo::usage_error);
+  REQUIRE(d.unmap(base, g) == 0);
+  CHECK_FALSE(d.accessible(base, g));
+  // The bytes live in the handle: mapped elsewhere, they are still there.
+  REQUIRE(d.map(base + 2 * g, g, h1) == 0);
+  REQUIRE(d.set_access(base + 2 * g, g) == 0);
+  CHECK(static_cast<unsigned char>(base[2 * g + 17]) == 0x5A);
+  REQUIRE(d.unmap(base + 2 * g, g) == 0);
+  // Outside a reservation, off the granularity.
+  CHECK_THROWS_AS((void)d.map(base + 8 * g, g, h2), ddo::usage_error);
+  CHECK_THROWS_AS((void)d.map(base + 4096, g, h2), ddo::usage_error);
+  REQUIRE(d.release(h1, g) == 0);
+  REQUIRE(d.release(h2, g) == 0);
+  REQUIRE(d.free_reservation(base, 4 * g) == 0);
+  CHECK(t.ledger().in_use(ddo::ledger_kind::device) == 0);
+  CHECK(t.live_handles() == 0);
+  CHECK(t.live_reservations() == 0);
+}
+
+TEST_CASE("host_sim vmm: physical handles count against the simulated device capacity") {
+  ddo::host_sim_vmm_options o;
+  o.device.device_capacity_bytes = 3 * o.granularity;
+  ddo::host_sim_vmm_transport t(o);
+  auto& d = t.driver();
+  std::uint64_t h[4] = {};
+  for (int i = 0; i < 3; ++i) REQUIRE(d.create(&h[i], o.granularity) == 0);
+  CHECK(d.create(&h[3], o.granularity) == 2);  // CUDA_ERROR_OUT_OF_MEMORY
+  for (int i = 0; i < 3; ++i) REQUIRE(d.release(h[i], o.granularity) == 0);
+}
+
+TEST_CASE("host_sim vmm: a device without VMM support is refused clearly") {
+  ddo::host_sim_vmm_options o;
+  o.vmm_supported = false;
+  CHECK_THROWS_WITH_AS((void)ddo::host_sim_vmm_transport{o}, doctest::Contains("no virtual-memory-management"),
+                       ddo::usage_error);
+}
+
+TEST_CASE("host_sim vmm: a copy into an unmapped part of the reservation is refused") {
+  auto m = ddo_test::make_model(ddo_vmm_test::vmm_spec(310, 4, 100000));
+  ddo::host_sim_vmm_options o;
+  o.window.budget_bytes = ddo_vmm_test::roomy_budget(*m, ddo::mib);
+  ddo::host_sim_vmm_transport t(o);
+  ddo::basic_offloader<ddo::host_sim_vmm_transport> off(t, m->table, m->plan, ddo_vmm_test::vmm_runtime_options(1));
+  auto s = t.make_stream();
+  const auto v = ddo::host_sim_vmm_transport::view(s);
+  std::size_t streamed_w = m->table.size();
+  for (std::size_t w = 0; w < m->table.size() && streamed_w == m->table.size(); ++w)
+    if (m->plan.decisions[w].where != ddo::placement::gpu_resident) streamed_w = w;
+  REQUIRE(streamed_w < m->table.size());
+  std::byte* p = off.stable_data(streamed_w);
+  std::vector<std::byte> host(16);
+  // Before any acquire nothing of the window is mapped (setup warmed and unmapped every range).
+  CHECK_THROWS_AS(t.copy_to_host(host.data(), p, host.size(), v), ddo::usage_error);
+}
+
+TEST_SUITE_END();
