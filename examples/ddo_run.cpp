@@ -84,7 +84,7 @@ struct run_options {
   bool use_environment = true;
   bool force_cpu = false;
   bool print_settings = false;
-  double sim_vram_gb = 0.0;   // 0: half the model (so something streams)
+  double sim_vram_gb = 0.0;   // 0: the rule-resident weights + half the rest (so something streams)
   double ram_gb = 0.0;        // 0: probe available RAM
   std::string cache_dir;
   ddo::synthetic_model_options synthetic;
@@ -564,7 +564,7 @@ int run(int argc, char** argv) {
       "Print the full resolved settings as TOML (with where each value came from)")(
       "cpu", po::bool_switch(&opt.force_cpu), "Use host_sim and the CPU stand-in even with a GPU")(
       "sim-vram-gb", po::value<double>(&opt.sim_vram_gb)->value_name("GiB"),
-      "host_sim device memory (default: half the model, so that weights stream)")(
+      "host_sim device memory (default: the weights kept resident by rule + half the rest, so that weights stream)")(
       "ram-gb", po::value<double>(&opt.ram_gb)->value_name("GiB"),
       "Available system RAM to plan with, as an engine states it (default: probed; "
       "available_system_ram_gb set explicitly wins)");
@@ -752,13 +752,13 @@ int run(int argc, char** argv) {
     return run_steps<gpu_vmm_engine>(ctx, ddo::make_transport<ddo::vmm_transport>(settings, ctx.setup.host_sim));
   if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup.host_sim));
   ddo::host_sim_options sim;
-  // Default: room for half the model besides the ring and the reserves, so a plan has to stream.
+  // Default: room for the rule-resident weights and half the rest besides the ring and the reserves, so a plan has to stream.
   sim.device_capacity_bytes = opt.sim_vram_gb > 0.0
                                   ? ddo::gib_to_bytes(opt.sim_vram_gb)
                                   : ddo::runner::default_sim_device_bytes(table, settings, activations);
   std::printf("host_sim: simulated device memory %s%s\n", gb(sim.device_capacity_bytes).c_str(),
               opt.sim_vram_gb > 0.0 ? ""
-                                    : " (half the model + the ring and reserves; --sim-vram-gb to change)");
+                                    : " (rule-resident weights + half the rest + the ring and reserves; --sim-vram-gb to change)");
   ctx.setup.host_sim = sim;
   if (settings.config.backend == ddo::offload_backend::vmm)
     return run_steps<cpu_vmm_engine>(ctx, ddo::make_transport<ddo::host_sim_vmm_transport>(settings, ctx.setup.host_sim));

@@ -13,6 +13,7 @@
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
+#include "ddo/plan/planner.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
 #include "ddo/runtime/setup.hpp"
@@ -60,9 +61,24 @@ struct compute_shape {
          size_of(c.type);
 }
 
-/// The simulated device when none is stated: room for half the model besides what setup
-/// subtracts (the ring, the engine's reserve, runtime_device_reserve_bytes), so a plan has to
-/// stream. Uses the formulas machine_for uses.
+/// The bytes the planner's rules keep resident whatever the budget (small tensors, kinds outside
+/// target_module_classes, the skip and always-resident patterns): a plan on an unbounded machine
+/// with no resident budget keeps exactly those.
+[[nodiscard]] inline std::uint64_t rule_resident_bytes(const weight_table& table,
+                                                       const dynamic_offload_config& config) {
+  dynamic_offload_config rules_only = config;
+  rules_only.auto_budget_policy = budget_policy::off;
+  rules_only.resident_module_budget_gb = 0.0;
+  rules_only.build_profile = false;
+  machine_capacity unbounded;
+  unbounded.free_vram_bytes = unbounded.total_vram_bytes = std::uint64_t{1} << 60;
+  unbounded.available_ram_bytes = std::uint64_t{1} << 60;
+  return make_plan(table, rules_only, unbounded).total_bytes(placement::gpu_resident);
+}
+
+/// The simulated device when none is stated: room for what the rules keep resident and half of
+/// the rest besides what setup subtracts (the ring, the engine's reserve,
+/// runtime_device_reserve_bytes), so a plan has to stream. Uses the formulas machine_for uses.
 [[nodiscard]] inline std::uint64_t default_sim_device_bytes(const weight_table& table,
                                                             const dynamic_offload_settings& settings,
                                                             std::uint64_t engine_reserve) {
@@ -70,8 +86,10 @@ struct compute_shape {
   std::uint64_t slot = 0;
   const auto groups = infer_execution_groups(table, settings.config.resident_module_patterns);
   for (const auto& g : groups) slot = std::max(slot, slot_bytes_for(table, g.weights, runtime.alignment));
-  return table.total_bytes() / 2 + ring_bytes_for(slot, std::min(runtime.slot_count, groups.size())) +
-         engine_reserve + runtime_device_reserve_bytes;
+  const std::uint64_t kept = rule_resident_bytes(table, settings.config);
+  return kept + (table.total_bytes() - kept) / 2 +
+         ring_bytes_for(slot, std::min(runtime.slot_count, groups.size())) + engine_reserve +
+         runtime_device_reserve_bytes;
 }
 
 /// The setup options of a run: the component, the engine's reserve, stated RAM.

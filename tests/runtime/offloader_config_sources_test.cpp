@@ -40,7 +40,7 @@ TEST_SUITE("runtime") {
     ddo::resolve_context context;
     context.running_on_wsl = false;
     context.detected_ram_gb = 64.0;
-    ddo::offloader<ddo::host_sim_transport, ddo::explicit_source> offloader(table, context, code);
+    ddo::offloader<ddo::host_sim_transport> offloader(table, context, code);
     REQUIRE(offloader.settings() != nullptr);
     CHECK(offloader.settings()->config.small_tensor_threshold_bytes == 1024);
     CHECK(offloader.settings()->provenance.of("small_tensor_threshold_bytes").source ==

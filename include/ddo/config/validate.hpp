@@ -38,13 +38,14 @@ inline std::string format_number(double value) {
 
 inline void check_patterns(const config_provenance& provenance, std::string_view name,
                            const std::vector<std::string>& patterns) {
-  for (const auto& pattern : patterns) {
-    if (pattern == "auto" && name == "resident_module_patterns") continue;
+  // The loop variable is not called `pattern`: nvcc's front end then fails to see ddo::pattern.
+  for (const auto& text : patterns) {
+    if (text == "auto" && name == "resident_module_patterns") continue;
     try {
-      const ddo::pattern compiled(pattern);
+      const ddo::pattern compiled(text);
       (void)compiled;
     } catch (const pattern_error& error) {
-      throw_invalid(provenance, name, "\"" + pattern + "\"",
+      throw_invalid(provenance, name, "\"" + text + "\"",
                     std::string("not a valid regular expression (") + error.what() + ")");
     }
   }

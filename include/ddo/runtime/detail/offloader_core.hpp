@@ -115,7 +115,10 @@ class offloader_core {
   void wait_staged(slot_state<T>& st);
   void load(std::size_t g, std::size_t s);
   void load_unguarded(std::size_t g, std::size_t s);
-  void load_stable(std::size_t g, std::size_t s);
+  // Constrained, so an explicit instantiation for a transport without stable addresses
+  // (instantiate_offloaders.hpp) leaves it out.
+  void load_stable(std::size_t g, std::size_t s)
+    requires transport_with_stable_addresses<Transport>;
   void prefetch();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
 

@@ -226,7 +226,9 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
 /// the previous occupant's events completed, then copies every part (pinned directly, pageable
 /// and file through the staging buffers) and records the slot's ready event.
 template <class T>
-void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
+void offloader_core<T>::load_stable(std::size_t g, std::size_t s)
+  requires transport_with_stable_addresses<T>
+{
   auto& st = slots_[s];
   auto& gr = layout_.groups[g];
   st.image = t_.stable_address(g);
