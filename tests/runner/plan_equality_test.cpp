@@ -144,7 +144,10 @@ TEST_SUITE("runner") {
     CHECK(m.ring_bytes == ddo::ring_bytes_for(m.slot_bytes, m.slots));
     CHECK(m.capacity.available_ram_bytes == 3 * ddo::gib);
     CHECK(m.ram_source == "stated by the engine");
-    // The default simulated device leaves exactly half the model to the plan.
-    CHECK(m.capacity.free_vram_bytes == model.table.total_bytes() / 2);
+    // The default simulated device leaves the plan what the rules keep resident and half of the
+    // rest: exactly that, once the ring and both reserves are taken off.
+    const std::uint64_t kept = ddo::runner::rule_resident_bytes(model.table, settings.config);
+    CHECK(kept <= model.table.total_bytes());
+    CHECK(m.capacity.free_vram_bytes == kept + (model.table.total_bytes() - kept) / 2);
   }
 }
