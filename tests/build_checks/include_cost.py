@@ -10,7 +10,8 @@ touches both alike).
 
 Cases (each against its own baseline):
   umbrella   `#include <ddo/ddo.hpp>` alone, g++ -O2        vs the std + CUDA TU, g++ -O2
-  offloader  one offloader<host_sim_transport> built, acquire, a lease, metrics, g++ -O2
+  offloader  one offloader<host_sim_transport> planned from settings (the setup path), acquire,
+             a lease, metrics, g++ -O2
                                                               vs the std + CUDA TU, g++ -O2
   nvcc       a .cu including the umbrella, nvcc -O2           vs a .cu with the same std headers
 --check CASE=TARGET fails (exit 1) when CASE's ratio is above TARGET × (1 + slack): the CI check
@@ -34,6 +35,7 @@ BASELINE += "int main() { return 0; }\n"
 UMBRELLA = "#include <ddo/ddo.hpp>\nint main() { return 0; }\n"
 
 OFFLOADER = r"""#include <ddo/ddo.hpp>
+#include <ddo/runtime/setup.hpp>
 #include <ddo/transport/host_sim.hpp>
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The offloader's config-source constructor: runtime/offloader.hpp includes only
-// config/resolve_context.hpp; resolve_from_sources comes from config/resolve.hpp, included by the
-// code that uses the constructor (here after the offloader, which must work).
-#include "ddo/runtime/offloader.hpp"
+// The offloader's config-source constructor: runtime/offloader.hpp names neither the resolver nor
+// the setup path; both come with runtime/setup.hpp, which code that plans from settings or
+// sources includes (tests/compile_fail/offloader_settings_without_setup_path.cpp is the miss).
+#include "ddo/runtime/setup.hpp"
 
 #include <doctest/doctest.h>
 

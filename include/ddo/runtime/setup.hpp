@@ -46,6 +46,7 @@
 #include "ddo/plan/residency_planner.hpp"
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/device_footprint.hpp"
+#include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/plan_cache.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/runtime/runtime_options.hpp"
@@ -325,10 +326,53 @@ template <class Planner = default_residency_planner, class PinSelector = default
   return r;
 }
 
-template <class... Policies>
-class offloader;
+namespace detail {
+
+/// The offloader's settings constructors come here (runtime/offloader.hpp): setup_offload with
+/// the offloader's planner and pin selector, make_transport, resolve_from_sources.
+template <>
+struct setup_path<dynamic_offload_settings> {
+  using options_type = setup_options;
+
+  template <class Planner, class PinSelector, class Transport>
+  static offload_setup run(const weight_table& table, const dynamic_offload_settings& settings,
+                           const setup_options& options, Transport& transport) {
+    return setup_offload(table, settings, component_for(settings, options.inputs), options,
+                         transport, Planner{}, PinSelector{});
+  }
+
+  template <class Transport>
+  static Transport transport(const dynamic_offload_settings& settings,
+                             const setup_options& options) {
+    return make_transport<Transport>(settings, options.host_sim);
+  }
+
+  template <class... Sources>
+  static dynamic_offload_settings resolve(const resolve_context& context,
+                                          const Sources&... sources) {
+    return resolve_from_sources(context, sources...);
+  }
+};
+
+}  // namespace detail
+
+/// @brief setup_offload() and the composed offloader in one call: "make me an offloader".
+/// @tparam Policies as for ddo::offloader; the transport type is that of @p transport.
+template <class... Policies, class Transport>
+[[nodiscard]] offloader<Policies...> make_offloader(const weight_table& table,
+                                                    const dynamic_offload_settings& settings,
+                                                    const resolved_component& component,
+                                                    const setup_options& options,
+                                                    Transport transport) {
+  using result = offloader<Policies...>;
+  static_assert(std::is_same_v<typename result::transport_type, Transport>,
+                "ddo::make_offloader: the transport object's type differs from the offloader's "
+                "transport policy");
+  auto setup = setup_offload(table, settings, component, options, transport,
+                             typename result::planner_type{}, typename result::pin_selector_type{});
+  return result(table, std::move(setup), std::move(transport));
+}
+
 
 }  // namespace v0
 }  // namespace ddo
-
-#include "ddo/runtime/offloader.hpp"
