@@ -13,7 +13,9 @@
 // copy per block, event ordering only: the bar ddo is judged against); naive synchronous copy then
 // compute (pageable and pinned sources); ddo's linear transport with zero, 25% and 50% of the
 // weights resident (the planner choosing which blocks under a resident budget) and with pageable
-// sources staged through pinned buffers.
+// sources staged through pinned buffers; ddo's VMM transport (execution_mode vmm_runtime: stable
+// addresses, a mapped budget of the resident set plus a window of 3 groups' handles) with zero,
+// 25% and 50% resident, judged against the same pinned bound.
 //
 // Output: a Markdown table on stdout and, with --json FILE, the same numbers as JSON.
 // Exit status: 0 ok, 1 failure, 77 no GPU (skipped).
@@ -49,6 +51,7 @@
 #include "ddo/runtime/setup.hpp"
 #include "bench_arguments.hpp"
 #include "ddo/transport/linear.hpp"
+#include "ddo/transport/vmm.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/synthetic_forward.hpp"
 #include "streaming_report.hpp"
@@ -584,9 +587,10 @@ ddo_model build_table(const model& m) {
   return d;
 }
 
-/// A ddo variant: plan with @p config against this machine, set up a basic_offloader over the
-/// linear transport, then per step acquire every group in order on the compute stream and run its
+/// A ddo variant: plan with @p config against this machine, set up an offloader over @p Transport
+/// (linear or VMM, made from the settings as ddo-run makes it), then per step acquire every group in order on the compute stream and run its
 /// GEMMs on the lease's pointers; leases drop at the end of each group (no host sync anywhere).
+template <class Transport = ddo::linear_transport>
 variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, std::int64_t tokens,
                        std::string name, std::string description,
                        const ddo::dynamic_offload_config& config) {
@@ -607,12 +611,12 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
     setup_options.reserve_device_bytes =
         2 * static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(std::max(m.hidden, m.mlp)) *
         ddo::size_of(ddo::dtype::bf16);
-    auto transport = ddo::make_transport<ddo::linear_transport>(settings, setup_options.host_sim);
+    auto transport = ddo::make_transport<Transport>(settings, setup_options.host_sim);
     auto setup = ddo::setup_offload(d.table, settings, ddo::component_for(settings, inputs),
                                     setup_options, transport);
     for (const auto& g : setup.plan.groups) r.streamed_bytes += g.streamed_bytes();
     r.resident_bytes = setup.plan.total_bytes(ddo::placement::gpu_resident);
-    ddo::offloader<ddo::linear_transport> offloader(d.table, std::move(setup), transport);
+    ddo::offloader<Transport> offloader(d.table, std::move(setup), transport);
     const double setup_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stream_owner compute;
@@ -662,6 +666,19 @@ ddo::dynamic_offload_config ddo_config(const options& opt, const model& m, doubl
   c.max_resident_module_budget_gb = 0.0;
   c.pin_cpu_memory = pinned;
   c.allow_pin_memory_fallback = true;
+  return c;
+}
+
+/// The VMM variants' config: as ddo_config's, on the VMM route, with a mapped budget of the
+/// resident set plus a window of three blocks (rounded up to the 2 MiB handle granularity per
+/// tensor, so rounding never shrinks the window below three groups).
+ddo::dynamic_offload_config vmm_config(const options& opt, const model& m, double resident_fraction) {
+  ddo::dynamic_offload_config c = ddo_config(opt, m, resident_fraction, true);
+  c.execution_mode = ddo::exec_mode::vmm_runtime;
+  const double window = 3.0 * static_cast<double>(m.block_bytes + m.tensors.size() * 2 * ddo::mib);
+  c.vmm_resident_weight_budget_gb =
+      (resident_fraction * static_cast<double>(m.total_bytes()) + window) / static_cast<double>(ddo::gib);
+  c.vmm_staging_buffer_gb = static_cast<double>(2 * m.block_stride) / static_cast<double>(ddo::gib);
   return c;
 }
 
@@ -748,6 +765,16 @@ int main(int argc, char** argv) {
                        "ddo linear, 50% resident budget (planner picks blocks), rest pinned",
                        ddo_config(opt, m, 0.50, true));
       });
+      for (const auto& [vmm_name, fraction] :
+           {std::pair<const char*, double>{"vmm_zero_resident", 0.0}, {"vmm_resident_25", 0.25},
+            {"vmm_resident_50", 0.50}})
+        attempt(vmm_name, 1.03, [&] {
+          return run_ddo<ddo::vmm_transport>(
+              opt, m, d, tokens, vmm_name,
+              "ddo VMM route, " + std::to_string(static_cast<int>(fraction * 100)) +
+                  "% resident in the mapped budget, window of 3 blocks, pinned",
+              vmm_config(opt, m, fraction));
+        });
       attempt("ddo_pageable_staged", 1.10, [&] {
         variant_result r = run_ddo(opt, m, d, tokens, "ddo_pageable_staged",
                                    "ddo linear, nothing pinned: pageable sources staged",

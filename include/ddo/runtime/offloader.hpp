@@ -166,7 +166,8 @@ class offloader : public basic_offloader<typename detail::policy_set<Policies...
   std::optional<dynamic_offload_settings> settings_;
 };
 
-static_assert(std::is_same_v<offloader<>::transport_type, linear_transport>);
+static_assert(std::is_same_v<detail::policy_set<>::transport_type, linear_transport>,
+              "ddo::offloader<> streams over the linear transport");
 
 }  // namespace v0
 }  // namespace ddo
