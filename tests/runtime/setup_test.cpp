@@ -86,6 +86,43 @@ TEST_SUITE("runtime") {
     CHECK(m2.ram_source.find("available_system_ram_gb") != std::string::npos);
   }
 
+  TEST_CASE("an explicit config struct leaves auto fields to detection: RAM, backend") {
+    // An engine that fills a dynamic_offload_config carries every field, the "auto" ones too
+    // (available_system_ram_gb 0, backend auto): those must keep meaning auto. Found on the H200:
+    // the streaming bench's config made the plan see 0 B of RAM and pin nothing.
+    const blocks_model m(std::random_device{}());
+    ddo::host_sim_transport sim({.device_capacity_bytes = 256 * ddo::mib});
+    auto options = quiet();
+    options.ram_bytes = 64 * ddo::gib;  // above system_ram_headroom_gb, so there is RAM to pin
+    ddo::dynamic_offload_config config;
+    config.small_tensor_threshold_bytes = 1024;
+    config.execution_mode = ddo::exec_mode::linear_runtime;
+    config.resident_module_budget_gb = 0.0;
+    config.pin_cpu_memory = true;
+    REQUIRE(config.available_system_ram_gb == 0.0);
+    REQUIRE(config.backend == ddo::offload_backend::auto_select);
+    options.inputs.config = config;
+    const auto settings = ddo::resolve_settings(options.inputs);
+    CHECK(settings.provenance.of("backend").source == ddo::origin::detected);
+    // The fixed host_sim transport is not refused for the backend auto resolved to.
+    const auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
+                                          options, sim);
+    CHECK(setup.machine.ram_source == "stated by the engine");
+    CHECK(setup.machine.capacity.available_ram_bytes == 64 * ddo::gib);
+    std::uint64_t streamed = 0;
+    for (const auto& g : setup.plan.groups) streamed += g.streamed_bytes();
+    CHECK(streamed > 0);
+    CHECK(setup.plan.total_bytes(ddo::placement::pinned_host) == streamed);
+
+    // A backend the code names is still refused when the engine fixed another transport.
+    config.backend = ddo::offload_backend::linear;
+    options.inputs.config = config;
+    const auto named = ddo::resolve_settings(options.inputs);
+    CHECK_THROWS_AS(ddo::setup_offload(m.table, named, ddo::component_for(named, options.inputs),
+                                       options, sim),
+                    ddo::config_error);
+  }
+
   TEST_CASE("cache_plan reuses plans from the application's cache, keyed by table, config, budgets") {
     const blocks_model m(std::random_device{}());
     ddo::plan_cache cache;

@@ -178,7 +178,9 @@ template <class Transport>
     // 0 means "unknown" to the planner (checks off): keep at least one byte.
     c.free_vram_bytes = m.device.free_bytes > reserve ? m.device.free_bytes - reserve : 1;
   }
-  if (set_explicitly(settings, "available_system_ram_gb")) {
+  // 0 asks for detection (the reference's "None"), also when an explicit config struct carries it.
+  if (set_explicitly(settings, "available_system_ram_gb") &&
+      settings.config.available_system_ram_gb > 0.0) {
     m.ram_source = "available_system_ram_gb (" + describe(settings.provenance.of("available_system_ram_gb")) + ")";
     c.available_ram_bytes = gib_to_bytes(settings.config.available_system_ram_gb);
   } else if (options.ram_bytes) {

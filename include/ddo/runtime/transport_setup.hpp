@@ -142,7 +142,8 @@ void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
               std::string(have) + " transport at compile time; set backend to " +
               std::string(have) + " (or leave it unset), or let ddo choose the transport with "
               "ddo::with_offload_backend (runtime/enable_offload.hpp)");
-    if (s.provenance.of("backend").source != origin::default_value ||
+    const origin from = s.provenance.of("backend").source;
+    if ((from != origin::default_value && from != origin::detected) ||
         s.config.execution_mode == exec_mode::vmm_runtime)
       notes.push_back("backend " + std::string(want) + " (" + describe(where) +
                       "): no such transport here; the engine's " + std::string(have) +

@@ -144,8 +144,10 @@ class host_sim_vmm_driver {
     require(it->second.mapped_at == nullptr,
             "map: the handle is still mapped at another range (a range that was not released and "
             "unmapped first)");
-    require(bytes > 0 && bytes <= it->second.bytes && bytes % granularity_ == 0,
-            "map: size is zero, larger than the handle or off the granularity");
+    // As cuMemMap: a handle is mapped whole (offset 0, size = the handle's size); anything
+    // else is CUDA_ERROR_NOT_SUPPORTED on the device.
+    require(bytes == it->second.bytes,
+            "map: the size differs from the handle's (the driver maps whole handles only)");
     require(reinterpret_cast<std::uintptr_t>(p) % granularity_ == 0, "map: address off the granularity");
     require(inside_reservation(p, bytes), "map: the range is not inside one reservation");
     require(!overlaps_mapping(p, bytes), "map: the range overlaps a mapped range (unmap it first)");

@@ -171,9 +171,17 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
     provenance.set(index, where);
   }
 
-  if (config.backend == offload_backend::auto_select)
+  // "auto" follows execution_mode. The value is then derived, not chosen: record it as detected,
+  // so an engine that fixed its transport is not refused for a backend nobody named (an explicit
+  // config struct carries every field, backend = auto included).
+  if (config.backend == offload_backend::auto_select) {
     config.backend = config.execution_mode == exec_mode::vmm_runtime ? offload_backend::vmm
                                                                      : offload_backend::linear;
+    provenance.set(field_id::backend,
+                   field_origin{origin::detected,
+                                "from backend auto and execution_mode " +
+                                    std::string(enum_name(config.execution_mode))});
+  }
   validate(config, provenance, settings.warnings);
   warn_inactive_fields(config, provenance, settings.warnings);
   if (config.backend == offload_backend::vmm && context.vmm_supported == false)

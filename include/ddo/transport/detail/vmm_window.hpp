@@ -144,7 +144,10 @@ class vmm_window {
       if (r.group_bytes[g] == 0) continue;
       ++streamed;
       offsets_[g] = total;
-      ranges_[g] = round_up(r.group_bytes[g], gran_);
+      // cuMemMap maps whole handles only (offset 0, size = the handle's size; a smaller size is
+      // CUDA_ERROR_NOT_SUPPORTED), so a group's range is a whole number of handles. The padding
+      // costs address space only: a slot holds per_slot_ whole handles either way.
+      ranges_[g] = round_up(r.group_bytes[g], handle_);
       total += ranges_[g];
     }
     const std::size_t fit = static_cast<std::size_t>((o.budget_bytes - r.resident_bytes) / slot_physical);
@@ -232,23 +235,32 @@ class vmm_window {
     return std::min(handle_, ranges_[g] - i * handle_);
   }
 
+  /// Maps group g's range on slot s's handles. A failure unmaps the pieces already mapped before
+  /// it propagates, so the slot stays empty and teardown can free the reservation.
   void map_range(std::size_t s, std::size_t g) {
     auto& d = *driver_;
     std::byte* p = base_ + offsets_[g];
-    for (std::size_t i = 0; i < pieces(g); ++i) {
-      const auto h = handles_[s * per_slot_ + i];
-      timed(stats_.map_ms, [&] {
-        call("map", [&] {
-          const std::size_t n = options_.not_ready_every;
-          if (n != 0 && ++map_calls_ % n == 0) return Driver::not_ready;
-          return d.map(p + i * handle_, piece_bytes(g, i), h);
+    std::size_t mapped = 0;
+    try {
+      for (; mapped < pieces(g); ++mapped) {
+        const std::size_t i = mapped;
+        const auto h = handles_[s * per_slot_ + i];
+        timed(stats_.map_ms, [&] {
+          call("map", [&] {
+            const std::size_t n = options_.not_ready_every;
+            if (n != 0 && ++map_calls_ % n == 0) return Driver::not_ready;
+            return d.map(p + i * handle_, piece_bytes(g, i), h);
+          });
         });
-      });
-      ++stats_.maps;
+        ++stats_.maps;
+      }
+      timed(stats_.access_ms, [&] { call("set_access", [&] { return d.set_access(p, ranges_[g]); }); });
+      ++stats_.access_calls;
+    } catch (...) {
+      for (std::size_t i = 0; i < mapped; ++i) quiet(d.unmap(p + i * handle_, piece_bytes(g, i)), "unmap");
+      throw;
     }
     occupant_[s] = g;
-    timed(stats_.access_ms, [&] { call("set_access", [&] { return d.set_access(p, ranges_[g]); }); });
-    ++stats_.access_calls;
   }
 
   void unmap_range(std::size_t s, std::size_t g) {
