@@ -39,15 +39,9 @@ namespace {
 constexpr int exit_error = 1;
 constexpr int exit_usage = 2;
 
-/// Whether device 0 is a usable CUDA device (ddo-run's choice between linear and host_sim).
-bool have_gpu() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return true;
-}
+/// Whether device 0 is a usable CUDA device (ddo-run's choice between linear and host_sim),
+/// through ddo's one probe.
+bool have_gpu() { return ddo::probe_cuda_device(0).available; }
 
 }  // namespace
 

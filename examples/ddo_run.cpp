@@ -646,7 +646,7 @@ int run(int argc, char** argv) {
   const bool gpu = gpu_probe.available && !opt.force_cpu && !backend_sim;
   if (gpu) {
     std::printf("ddo-run: GPU 0: %s (%s): linear transport, cuBLAS compute\n",
-                gpu_probe.name.c_str(), gb(gpu_probe.total_memory_bytes).c_str());
+                gpu_probe.name.c_str(), gb(gpu_probe.total_bytes).c_str());
   } else if (opt.force_cpu || backend_sim) {
     std::printf("ddo-run: %s: host_sim transport with the CPU stand-in compute\n",
                 opt.force_cpu ? "--cpu" : "backend host_sim");

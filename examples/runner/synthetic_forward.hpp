@@ -30,52 +30,18 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/model/dtype.hpp"
+#include "ddo/platform/cuda_device.hpp"
 
 namespace ddo {
 inline namespace v0 {
 namespace runner {
 
-/// @brief What probing for a GPU found: a usable device (name, memory) or the reason there is none.
-struct gpu_probe_result {
-  bool available = false;   ///< a device could be selected and its properties read
-  int device = 0;           ///< the device ordinal probed
-  std::string name;         ///< e.g. "NVIDIA H200"
-  std::uint64_t total_memory_bytes = 0;
-  std::string reason;       ///< when !available: what CUDA said, for a person at a terminal
-};
-
-/// @brief Looks for CUDA device @p device without throwing: a machine without a GPU (or without a
-/// driver) gives `available == false` and a reason naming the CUDA error.
-[[nodiscard]] inline gpu_probe_result probe_gpu(int device = 0) {
-  gpu_probe_result result;
-  result.device = device;
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    const char* name = cudaGetErrorName(status);
-    const char* text = cudaGetErrorString(status);
-    result.reason = std::string("no GPU found: cudaGetDeviceCount returned ") +
-                    (name ? name : "unknown") + " (" + (text ? text : "") + ")";
-    return result;
-  }
-  if (count <= device) {
-    result.reason = "no GPU found: CUDA sees " + std::to_string(count) + " device(s), device " +
-                    std::to_string(device) + " was asked for";
-    return result;
-  }
-  cudaDeviceProp prop{};
-  const cudaError_t prop_status = cudaGetDeviceProperties(&prop, device);
-  if (prop_status != cudaSuccess) {
-    (void)cudaGetLastError();
-    result.reason = std::string("GPU ") + std::to_string(device) +
-                    " unusable: cudaGetDeviceProperties returned " +
-                    cudaGetErrorName(prop_status);
-    return result;
-  }
-  result.available = true;
-  result.name = prop.name;
-  result.total_memory_bytes = prop.totalGlobalMem;
+/// @brief The runner's GPU probe: ddo::probe_cuda_device (platform/cuda_device.hpp, ddo's one
+/// probe), with "no GPU found: " before its reason, since the runner prints it to a person
+/// deciding why it fell back to host_sim.
+[[nodiscard]] inline cuda_device_probe probe_gpu(int device = 0) {
+  cuda_device_probe result = probe_cuda_device(device);
+  if (!result.available) result.reason = "no GPU found: " + result.reason;
   return result;
 }
 

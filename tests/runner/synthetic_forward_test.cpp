@@ -119,7 +119,7 @@ TEST_SUITE("runner") {
     const auto probe = ddo::runner::probe_gpu(0);
     if (probe.available) {
       CHECK(!probe.name.empty());
-      CHECK(probe.total_memory_bytes > 0);
+      CHECK(probe.total_bytes > 0);
     } else {
       CHECK(probe.reason.find("no GPU") != std::string::npos);
     }

@@ -13,7 +13,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
-#include "ddo/runtime/detail/human_bytes.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
 
@@ -32,26 +32,26 @@ inline void check_runtime_budgets(const group_layout& layout, const offload_plan
                                   const runtime_options& options, std::uint64_t device_free_bytes) {
   const std::uint64_t need = runtime_device_bytes(layout);
   auto describe = [&] {
-    return "resident weights " + human_bytes(layout.resident_bytes) + " + ring of " +
-           std::to_string(layout.slot_count) + " slots x " + human_bytes(layout.slot_bytes) +
-           " (the largest streamed group) = " + human_bytes(need);
+    return "resident weights " + format_bytes_exact(layout.resident_bytes) + " + ring of " +
+           std::to_string(layout.slot_count) + " slots x " + format_bytes_exact(layout.slot_bytes) +
+           " (the largest streamed group) = " + format_bytes_exact(need);
   };
   if (options.device_budget_bytes != 0 && need > options.device_budget_bytes)
     throw out_of_memory("device", need, options.device_budget_bytes,
                         "offloader setup refused: " + describe() + " exceeds the device budget of " +
-                            human_bytes(options.device_budget_bytes) +
+                            format_bytes_exact(options.device_budget_bytes) +
                             "; lower the resident budget, use smaller groups or fewer slots");
   if (need > device_free_bytes)
     throw out_of_memory("device", need, device_free_bytes,
                         "offloader setup refused: " + describe() + " but only " +
-                            human_bytes(device_free_bytes) + " of device memory are free");
+                            format_bytes_exact(device_free_bytes) + " of device memory are free");
   const std::uint64_t pinned = layout.pinned_weight_bytes();  // as the planner counted them
   const std::uint64_t pin_budget =
       options.pinned_budget_bytes != 0 ? options.pinned_budget_bytes : plan.budgets.pin_budget_bytes;
   if (pin_budget != 0 && pinned > pin_budget)
     throw out_of_memory("pinned host", pinned, pin_budget,
-                        "offloader setup refused: the plan pins " + human_bytes(pinned) +
-                            " but the pinned budget is " + human_bytes(pin_budget));
+                        "offloader setup refused: the plan pins " + format_bytes_exact(pinned) +
+                            " but the pinned budget is " + format_bytes_exact(pin_budget));
 }
 
 }  // namespace detail

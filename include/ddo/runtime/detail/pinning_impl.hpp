@@ -19,7 +19,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
-#include "ddo/runtime/detail/human_bytes.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/runtime/detail/pinning.hpp"
 #include "ddo/runtime/detail/staging_worker.hpp"
 
@@ -178,7 +178,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     if (!gr.block->registered()) {
       if (!options.allow_pin_fallback)
         throw out_of_memory("pinned host", gr.pinned_bytes, 0,
-                            "offloader setup: page-locking " + human_bytes(gr.pinned_bytes) +
+                            "offloader setup: page-locking " + format_bytes_exact(gr.pinned_bytes) +
                                 " for group '" + gr.name +
                                 "' failed (cudaHostRegister refused) and "
                                 "allow_pin_memory_fallback is false");
