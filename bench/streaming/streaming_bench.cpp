@@ -731,10 +731,11 @@ ddo::bench::file_baseline measure_file_baseline(const model_file& f, unsigned th
 /// A ddo variant: plan with @p config against this machine, set up an offloader over @p Transport
 /// (linear or VMM, made from the settings as ddo-run makes it), then per step acquire every group in order on the compute stream and run its
 /// GEMMs on the lease's pointers; leases drop at the end of each group (no host sync anywhere).
+/// @p staging_bytes: each staging buffer's size (0: ddo's default).
 template <class Transport = ddo::linear_transport>
 variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, std::int64_t tokens,
                        std::string name, std::string description,
-                       const ddo::dynamic_offload_config& config) {
+                       const ddo::dynamic_offload_config& config, std::uint64_t staging_bytes = 0) {
   variant_result r;
   r.name = std::move(name);
   r.description = std::move(description);
@@ -757,6 +758,7 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
                                     setup_options, transport);
     for (const auto& g : setup.plan.groups) r.streamed_bytes += g.streamed_bytes();
     r.resident_bytes = setup.plan.total_bytes(ddo::placement::gpu_resident);
+    if (staging_bytes != 0) setup.runtime.staging_buffer_bytes = staging_bytes;
     const auto setup_t0 = std::chrono::steady_clock::now();
     ddo::offloader<Transport> offloader(d.table, std::move(setup), transport);
     const double setup_s =
@@ -832,7 +834,8 @@ bool wanted(const options& opt, const std::string& name);
 
 /// Whether a file variant runs (only then is the model file written).
 bool wanted_file(const options& opt) {
-  return wanted(opt, "ddo_file_pinned") || wanted(opt, "ddo_file_pageable");
+  return wanted(opt, "ddo_file_pinned") || wanted(opt, "ddo_file_pageable") ||
+         wanted(opt, "ddo_file_pageable_64m");
 }
 
 bool wanted(const options& opt, const std::string& name) {
@@ -978,6 +981,13 @@ int main(int argc, char** argv) {
                          "ddo linear, nothing pinned: file pieces staged by parallel preads "
                          "from the cached model file",
                          ddo_config(opt, m, 0.0, false));
+        });
+        // The same with 64 MiB staging buffers (default 16 MiB): fewer fork-joins of the read
+        // threads per group, to tell whether the buffer size or the read rate is the limit.
+        attempt("ddo_file_pageable_64m", 1.25, [&] {
+          return run_ddo(opt, m, *file_table, tokens, "ddo_file_pageable_64m",
+                         "as ddo_file_pageable, with two 64 MiB staging buffers",
+                         ddo_config(opt, m, 0.0, false), 64 * ddo::mib);
         });
       }
       runs.push_back(std::move(run));
