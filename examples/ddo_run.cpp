@@ -43,6 +43,7 @@
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
+#include "ddo/memory/process_memory.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/file_reader.hpp"
@@ -199,11 +200,12 @@ struct model_compute {
   std::size_t skipped_other_dtype = 0;
 };
 
-/// Opens every file of the table once (for --verify and for sampling scales).
-std::vector<ddo::file_reader> open_files(const ddo::weight_table& table,
-                                         ddo::safetensors_backend backend) {
+/// Opens every file of the table once (for --verify and for sampling scales), for positional
+/// reads whatever load_safetensors_backend says: reading through a mapping would add the files'
+/// pages to the runner's RSS, and the memory figures it prints are ddo's, not the runner's.
+std::vector<ddo::file_reader> open_files(const ddo::weight_table& table) {
   std::vector<ddo::file_reader> readers;
-  for (const auto& path : table.files()) readers.emplace_back(path, backend);
+  for (const auto& path : table.files()) readers.emplace_back(path, ddo::safetensors_backend::pread);
   return readers;
 }
 
@@ -321,6 +323,20 @@ void print_step_metrics(const ddo::step_metrics& m, bool timing) {
   std::printf("\n");
 }
 
+/// The host-memory line of the summary (docs/runner.md says how to read it).
+void print_host_memory(ddo::memory_watch& watch, std::uint64_t weight_bytes, bool simulated_device) {
+  const auto& now = watch.sample();
+  const double w = weight_bytes > 0 ? static_cast<double>(weight_bytes) : 1.0;
+  auto ratio = [&](std::uint64_t b) { return static_cast<double>(b) / w; };
+  std::printf("  host memory, weights %s: peak RSS %s (%.2fx; file pages now %s)", gb(weight_bytes).c_str(),
+              gb(now.peak_rss_bytes).c_str(), ratio(now.peak_rss_bytes), gb(now.rss_file_bytes).c_str());
+  if (now.has_pss) std::printf(", PSS %s (%.2fx)", gb(now.pss_bytes).c_str(), ratio(now.pss_bytes));
+  std::printf(", MemTotal-MemAvailable +%s (%.2fx) since CUDA started (RSS then %s)%s\n",
+              gb(watch.used_growth_bytes()).c_str(), ratio(watch.used_growth_bytes()),
+              gb(watch.at_start().rss_bytes).c_str(),
+              simulated_device ? "; on host_sim the simulated device memory is host memory and counts too" : "");
+}
+
 // --- the run -----------------------------------------------------------------------------------
 
 struct run_context {
@@ -347,6 +363,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   // machine the plan sees (device memory minus the ring, the activations and ddo's reserve; a
   // stored capacity profile), then the component's route: dynamic_offload, the Diffusers
   // group-offload translation, or none.
+  // Host memory from here on: the transport exists, so CUDA has started (its context's own host
+  // memory is in the baseline); what grows after is planning, ddo's setup and the steps.
+  ddo::memory_watch host_memory;
+  host_memory.start();
   chrome_trace trace;
   trace_adapter adapter(trace);
   ctx.setup.runtime.metrics = config.show_profile || !opt.trace_path.empty();
@@ -380,6 +400,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   const auto setup_t0 = std::chrono::steady_clock::now();
   ddo::offloader<transport_type> offloader(ctx.table, std::move(setup), transport);
   trace.reset_origin();  // the runtime's spans count from the end of its setup too
+  host_memory.sample();
   std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
@@ -454,6 +475,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     if (!opt.trace_path.empty())
       trace.add(step_name, "step", t0_us, trace.now_us() - t0_us, chrome_trace::host);
     if (sampler) sampler->sample();
+    host_memory.sample();
     bar.interrupt([&] {
       std::printf("  step %d: %.1f ms\n", step, ms);
       if (config.show_profile) {
@@ -487,6 +509,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                   gb(sampler->peak_above_baseline()).c_str());
     std::printf("\n");
   }
+  print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   if (opt.verify)
     std::printf("  verify: %s checked against the files, %llu mismatch(es)\n",
                 gb(verified_bytes).c_str(), static_cast<unsigned long long>(mismatches));
@@ -725,7 +748,7 @@ int run(int argc, char** argv) {
   }
 
   load_files(table);
-  const auto files = open_files(table, settings.config.load_safetensors_backend);
+  const auto files = open_files(table);
   const model_compute compute = describe_compute(table, files);
   if (compute.gemms == 0)
     return fail("the model has no 2-D weights of a supported dtype (bf16, F16, F32) to multiply",

@@ -6,14 +6,19 @@
 // Every figure is a ratio measured in this run: a variant's step time over
 //   bound = max(C, W / B)
 // where C is the step time with every weight resident, W the bytes the variant streams per step
-// and B the raw pinned host→device bandwidth measured here. Pageable variants are judged against
-// W / (pageable staging throughput measured here) as well.
+// and B the raw pinned host→device bandwidth measured here — pageable and file variants too.
+// Host memory per variant: the peak RSS above the variant's start (VmHWM reset through
+// /proc/self/clear_refs when it starts), PSS, and the largest growth of MemTotal − MemAvailable
+// sampled after setup and after the steps. The file route's setup is compared with a plain
+// parallel pread of the same file, with the same threads, in the same run.
 //
 // Variants: everything resident (C); a hand-written 3-slot ring (one pinned buffer per block, one
 // copy per block, event ordering only: the bar ddo is judged against); naive synchronous copy then
 // compute (pageable and pinned sources); ddo's linear transport with zero, 25% and 50% of the
 // weights resident (the planner choosing which blocks under a resident budget) and with pageable
-// sources staged through pinned buffers; ddo's VMM transport (execution_mode vmm_runtime: stable
+// sources staged through pinned buffers; the same model read from a file (written once beside the
+// bench, page cache warm): pinned blocks packed by reads (ddo_file_pinned) and nothing pinned,
+// file pieces staged by parallel reads (ddo_file_pageable); ddo's VMM transport (execution_mode vmm_runtime: stable
 // addresses, a mapped budget of the resident set plus a window of 3 groups' handles) with zero,
 // 25% and 50% resident, judged against the same pinned bound.
 //
@@ -21,6 +26,9 @@
 // Exit status: 0 ok, 1 failure, 77 no GPU (skipped).
 
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -43,6 +52,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/memory/process_memory.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/weight_table.hpp"
@@ -83,6 +93,7 @@ struct options {
   std::string json_path;
   std::string only;  // comma-separated variant names to run (empty: all)
   unsigned threads = 0;
+  std::string file_dir;  // where the model file of the file variants is written
   std::string command;
 };
 
@@ -105,11 +116,14 @@ options parse_options(int argc, char** argv) {
       "json", po::value<std::string>(&opt.json_path)->value_name("FILE"), "write the results as JSON")(
       "threads", po::value<std::string>()->value_name("N"),
       "pinning threads (default: the hardware threads)")(
+      "file-dir", po::value<std::string>(&opt.file_dir)->value_name("DIR"),
+      "directory for the file variants' model file, removed at exit (default: the bench's own "
+      "directory, i.e. the build directory: a real disk, not a tmpfs)")(
       "quick", "a small model and few steps (4 blocks, hidden 1024, 1024 tokens, 3 steps)");
   const auto vm = ddo_bench::parse_or_exit(
       program, argc, argv, desc,
       "[--blocks N] [--hidden H] [--mlp M] [--tokens T[,T...]] [--steps N] [--warmup N] "
-      "[--only NAME[,NAME...]] [--json FILE] [--threads N] [--quick]");
+      "[--only NAME[,NAME...]] [--json FILE] [--threads N] [--file-dir DIR] [--quick]");
   if (vm.count("quick") != 0) {
     opt.blocks = 4;
     opt.hidden = 1024;
@@ -423,6 +437,19 @@ bandwidths measure_bandwidths(const model& m) {
 // ---------------------------------------------------------------------------------------------
 // Variants
 
+// Host memory of the variant that runs now: attempt() starts the watch, time_steps() and run_ddo()
+// sample it while the variant's memory is still held (a variant frees everything before it
+// returns). A pointer at namespace scope because the variants' signatures stay those of their
+// bodies; the bench runs one variant at a time on one thread.
+ddo::memory_watch* variant_memory = nullptr;
+std::uint64_t variant_pss = 0;
+
+void sample_variant_memory() {
+  if (variant_memory == nullptr) return;
+  const auto& m = variant_memory->sample();
+  variant_pss = std::max(variant_pss, m.pss_bytes);
+}
+
 /// Runs warmup + steps of @p enqueue_step (which enqueues one step; the harness records an event
 /// on the compute stream after each) and returns the median of the measured intervals between
 /// step ends: steady-state step time, including any prefetch that wraps into the next step.
@@ -438,6 +465,7 @@ std::vector<double> time_steps(const options& opt, cudaStream_t compute,
   }
   DDO_CUDA_TRY(cudaStreamSynchronize(compute));
   DDO_CUDA_TRY(cudaDeviceSynchronize());
+  sample_variant_memory();
   std::vector<double> ms;
   for (int i = opt.warmup; i < total; ++i)
     ms.push_back(elapsed_ms(ends[static_cast<std::size_t>(i - 1)].event,
@@ -564,8 +592,10 @@ struct ddo_model {
   std::vector<float> alpha;  // by table index; 0 for weights that are not GEMMs
 };
 
-ddo_model build_table(const model& m) {
+ddo_model build_table(const model& m, const std::string& file = {}) {
   ddo_model d;
+  // With a file: every weight is read from it at the offset it has in host memory.
+  const std::size_t file_index = file.empty() ? 0 : d.table.add_file(file);
   for (int b = 0; b < m.blocks; ++b) {
     for (std::size_t t = 0; t < m.tensors.size(); ++t) {
       const auto& desc = m.tensors[t];
@@ -576,7 +606,10 @@ ddo_model build_table(const model& m) {
       w.type = ddo::dtype::bf16;
       w.shape = desc.shape;
       w.bytes = desc.bytes;
-      w.source = ddo::host_source{m.block(b) + desc.offset};
+      if (file.empty())
+        w.source = ddo::host_source{m.block(b) + desc.offset};
+      else
+        w.source = ddo::file_source{file_index, static_cast<std::uint64_t>(m.block(b) - m.host) + desc.offset};
       d.table.add(std::move(w));
       d.alpha.push_back(0.0f);
     }
@@ -587,13 +620,122 @@ ddo_model build_table(const model& m) {
   return d;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The model in a file (the file variants)
+
+/// The model's host bytes written once to a file (each weight at the offset it has in host
+/// memory), removed when the bench ends. Written back before any measurement (fsync), so no
+/// writeback runs under them; its pages stay in the page cache: the file variants read it warm.
+class model_file {
+ public:
+  model_file(const model& m, const std::string& dir) {
+    path_ = (std::filesystem::path(dir) /
+             ("streaming_bench_model_" + std::to_string(::getpid()) + ".bin")).string();
+    bytes_ = m.block_stride * static_cast<std::uint64_t>(m.blocks);
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail(errno, "cannot create");
+    std::uint64_t done = 0;
+    while (done < bytes_) {
+      const ssize_t n = ::write(fd, m.host + done, std::min<std::uint64_t>(bytes_ - done, ddo::gib));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = n < 0 ? errno : EIO;
+        ::close(fd);
+        ::unlink(path_.c_str());
+        fail(e, "cannot write");
+      }
+      done += static_cast<std::uint64_t>(n);
+    }
+    if (::fsync(fd) != 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(path_.c_str());
+      fail(e, "cannot fsync");
+    }
+    ::close(fd);
+  }
+  model_file(const model_file&) = delete;
+  model_file& operator=(const model_file&) = delete;
+  ~model_file() { ::unlink(path_.c_str()); }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
+
+ private:
+  [[noreturn]] void fail(int e, const char* what) const {
+    throw ddo::io_error(path_, e, std::string("streaming_bench: ") + what + " the model file '" +
+                                      path_ + "': " + std::strerror(e) + " (--file-dir DIR to move it)");
+  }
+  std::string path_;
+  std::uint64_t bytes_ = 0;
+};
+
+/// The yardstick of the file route's setup: the whole file read by @p threads threads with 4 MiB
+/// preads (each claims the next 4 MiB) into fresh anonymous memory (the read is its first touch,
+/// as in ddo's packing), median of 3 passes; then cudaHostRegister of that memory, timed.
+ddo::bench::file_baseline measure_file_baseline(const model_file& f, unsigned threads) {
+  ddo::bench::file_baseline b;
+  b.bytes = f.bytes();
+  b.threads = threads;
+  const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw ddo::io_error(f.path(), errno, "streaming_bench: cannot open " + f.path());
+  std::vector<double> passes;
+  for (int pass = 0; pass < 3; ++pass) {
+    void* raw = ::mmap(nullptr, b.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+      ::close(fd);
+      throw ddo::out_of_memory("host", b.bytes, 0, "streaming_bench: no memory for the pread baseline");
+    }
+    auto* dst = static_cast<std::byte*>(raw);
+    std::atomic<std::uint64_t> next{0};
+    std::atomic<int> error{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&] {
+        for (;;) {
+          const std::uint64_t off = next.fetch_add(4 * ddo::mib);
+          if (off >= b.bytes || error.load() != 0) return;
+          const std::uint64_t end = std::min<std::uint64_t>(b.bytes, off + 4 * ddo::mib);
+          for (std::uint64_t at = off; at < end;) {
+            const ssize_t n = ::pread(fd, dst + at, end - at, static_cast<off_t>(at));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+              error.store(n < 0 ? errno : EIO);
+              return;
+            }
+            at += static_cast<std::uint64_t>(n);
+          }
+        }
+      });
+    for (auto& th : pool) th.join();
+    passes.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (pass == 2 && error.load() == 0) {
+      const auto r0 = std::chrono::steady_clock::now();
+      DDO_CUDA_TRY(cudaHostRegister(raw, b.bytes, cudaHostRegisterDefault));
+      b.register_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+      DDO_CUDA_TRY(cudaHostUnregister(raw));
+    }
+    ::munmap(raw, b.bytes);
+    if (const int e = error.load(); e != 0) {
+      ::close(fd);
+      throw ddo::io_error(f.path(), e, "streaming_bench: pread of the model file failed: " +
+                                           std::string(std::strerror(e)));
+    }
+  }
+  ::close(fd);
+  b.read_s = median(passes);
+  return b;
+}
+
 /// A ddo variant: plan with @p config against this machine, set up an offloader over @p Transport
 /// (linear or VMM, made from the settings as ddo-run makes it), then per step acquire every group in order on the compute stream and run its
 /// GEMMs on the lease's pointers; leases drop at the end of each group (no host sync anywhere).
+/// @p staging_bytes: each staging buffer's size (0: ddo's default).
 template <class Transport = ddo::linear_transport>
 variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, std::int64_t tokens,
                        std::string name, std::string description,
-                       const ddo::dynamic_offload_config& config) {
+                       const ddo::dynamic_offload_config& config, std::uint64_t staging_bytes = 0) {
   variant_result r;
   r.name = std::move(name);
   r.description = std::move(description);
@@ -616,9 +758,15 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
                                     setup_options, transport);
     for (const auto& g : setup.plan.groups) r.streamed_bytes += g.streamed_bytes();
     r.resident_bytes = setup.plan.total_bytes(ddo::placement::gpu_resident);
+    if (staging_bytes != 0) setup.runtime.staging_buffer_bytes = staging_bytes;
+    const auto setup_t0 = std::chrono::steady_clock::now();
     ddo::offloader<Transport> offloader(d.table, std::move(setup), transport);
     const double setup_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The offloader's own setup (pack + pin, residents, ring): what the file route's setup
+    // target compares with a plain parallel pread.
+    r.setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_t0).count();
+    sample_variant_memory();
     stream_owner compute;
     gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
     const std::size_t groups = offloader.group_count();
@@ -682,6 +830,14 @@ ddo::dynamic_offload_config vmm_config(const options& opt, const model& m, doubl
   return c;
 }
 
+bool wanted(const options& opt, const std::string& name);
+
+/// Whether a file variant runs (only then is the model file written).
+bool wanted_file(const options& opt) {
+  return wanted(opt, "ddo_file_pinned") || wanted(opt, "ddo_file_pageable") ||
+         wanted(opt, "ddo_file_pageable_64m");
+}
+
 bool wanted(const options& opt, const std::string& name) {
   if (opt.only.empty() || name == "resident") return true;  // C is always needed
   std::stringstream stream(opt.only);
@@ -713,6 +869,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "streaming_bench: pinned %.1f GB/s, pageable %.1f GB/s, staging %.1f GB/s"
                  " (best of 1/2/4/8 threads)\n",
                  bw.pinned_h2d / 1e9, bw.pageable_h2d / 1e9, bw.pageable_staging / 1e9);
+    // The file variants' model file, its yardstick, and its weight table.
+    std::optional<model_file> file;
+    std::optional<ddo_model> file_table;
+    ddo::bench::file_baseline file_base;
+    if (wanted_file(opt)) {
+      const std::string dir = opt.file_dir.empty()
+                                  ? std::filesystem::read_symlink("/proc/self/exe").parent_path().string()
+                                  : opt.file_dir;
+      const auto f0 = std::chrono::steady_clock::now();
+      file.emplace(m, dir);
+      file_base = measure_file_baseline(*file, opt.threads);
+      file_table.emplace(build_table(m, file->path()));
+      std::fprintf(stderr,
+                   "streaming_bench: model file %s written in %.1f s; plain pread with %u threads "
+                   "%.2f s (%.1f GB/s), cudaHostRegister %.2f s\n",
+                   file->path().c_str(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count(),
+                   file_base.threads, file_base.read_s,
+                   static_cast<double>(file_base.bytes) / file_base.read_s / 1e9, file_base.register_s);
+    }
     std::vector<token_run> runs;
     int failures = 0;
     for (const auto tokens : opt.tokens) {
@@ -733,8 +909,20 @@ int main(int argc, char** argv) {
       // A variant that throws is reported (and fails the run) without hiding the others.
       auto attempt = [&](const std::string& name, double target, auto&& body) {
         if (!wanted(opt, name)) return;
+        ddo::memory_watch watch;
+        watch.start(true);
+        variant_memory = &watch;
+        variant_pss = 0;
         try {
           variant_result r = body();
+          variant_memory = nullptr;
+          const auto& end = watch.sample();
+          r.host.measured = true;
+          r.host.rss_start_bytes = watch.at_start().rss_bytes;
+          r.host.peak_rss_bytes = end.peak_rss_bytes;
+          r.host.peak_reset = watch.peak_reset();
+          r.host.pss_bytes = variant_pss;
+          r.host.used_growth_bytes = watch.used_growth_bytes();
           add(std::move(r), target);
         } catch (const std::exception& e) {
           variant_result r;
@@ -742,6 +930,7 @@ int main(int argc, char** argv) {
           r.note = std::string("error: ") + e.what();
           r.ms = r.ratio = std::numeric_limits<double>::quiet_NaN();
           r.target = target;
+          variant_memory = nullptr;
           std::fprintf(stderr, "streaming_bench: %lld tokens, %s failed: %s\n",
                        static_cast<long long>(tokens), name.c_str(), e.what());
           run.variants.push_back(std::move(r));
@@ -776,12 +965,31 @@ int main(int argc, char** argv) {
               vmm_config(opt, m, fraction));
         });
       attempt("ddo_pageable_staged", 1.10, [&] {
-        variant_result r = run_ddo(opt, m, d, tokens, "ddo_pageable_staged",
-                                   "ddo linear, nothing pinned: pageable sources staged",
-                                   ddo_config(opt, m, 0.0, false));
-        r.source = ddo::bench::bound_source::staging;
-        return r;
+        return run_ddo(opt, m, d, tokens, "ddo_pageable_staged",
+                       "ddo linear, nothing pinned: pageable sources staged by the copy threads",
+                       ddo_config(opt, m, 0.0, false));
       });
+      if (file_table) {
+        attempt("ddo_file_pinned", 1.05, [&] {
+          return run_ddo(opt, m, *file_table, tokens, "ddo_file_pinned",
+                         "ddo linear, nothing resident, pinned blocks packed by parallel preads "
+                         "from the cached model file",
+                         ddo_config(opt, m, 0.0, true));
+        });
+        attempt("ddo_file_pageable", 1.25, [&] {
+          return run_ddo(opt, m, *file_table, tokens, "ddo_file_pageable",
+                         "ddo linear, nothing pinned: file pieces staged by parallel preads "
+                         "from the cached model file",
+                         ddo_config(opt, m, 0.0, false));
+        });
+        // The same with 64 MiB staging buffers (default 16 MiB): fewer fork-joins of the read
+        // threads per group, to tell whether the buffer size or the read rate is the limit.
+        attempt("ddo_file_pageable_64m", 1.25, [&] {
+          return run_ddo(opt, m, *file_table, tokens, "ddo_file_pageable_64m",
+                         "as ddo_file_pageable, with two 64 MiB staging buffers",
+                         ddo_config(opt, m, 0.0, false), 64 * ddo::mib);
+        });
+      }
       runs.push_back(std::move(run));
     }
     ddo::bench::report_context ctx;
@@ -795,6 +1003,7 @@ int main(int argc, char** argv) {
     ctx.steps = opt.steps;
     ctx.warmup = opt.warmup;
     ctx.bw = bw;
+    ctx.file = file_base;
     std::fputs(ddo::bench::markdown(ctx, runs).c_str(), stdout);
     if (!opt.json_path.empty()) {
       std::ofstream out(opt.json_path);

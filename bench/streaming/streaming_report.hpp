@@ -24,15 +24,39 @@ namespace bench {
 struct bandwidths {
   double pinned_h2d = 0;        ///< B: large cudaMemcpyAsync from pinned memory
   double pageable_h2d = 0;      ///< a direct cudaMemcpyAsync from pageable memory
-  double pageable_staging = 0;  ///< pageable → pinned (CPU memcpy) → device: the best below
+  /// pageable → pinned (CPU memcpy) → device through a hand-written double-buffered loop: the
+  /// best below. Reported for reference only — every variant is judged against W / B (ddo's
+  /// staging beats this loop, so a bound made of it would measure nothing).
+  double pageable_staging = 0;
   /// (copy threads, bytes/s) of the hand-written double-buffered staging loop.
   std::vector<std::pair<unsigned, double>> staging_by_threads;
 };
 
-/// @brief What a variant's bound is made of.
-enum class bound_source {
-  pinned,   ///< max(C, W / B)
-  staging,  ///< max(C, W / pageable staging throughput)
+/// @brief Host memory of one variant, measured in the bench's own process: the peak RSS above
+/// the variant's start (the peak is reset when the variant starts), PSS at its largest sample,
+/// and the largest growth of MemTotal − MemAvailable seen after setup and after the steps.
+struct host_memory_result {
+  bool measured = false;
+  std::uint64_t rss_start_bytes = 0;    ///< RSS when the variant started (the bench's model)
+  std::uint64_t peak_rss_bytes = 0;     ///< VmHWM after the variant (reset at its start)
+  std::uint64_t pss_bytes = 0;          ///< PSS at the sample after setup
+  std::uint64_t used_growth_bytes = 0;  ///< MemTotal − MemAvailable, largest growth seen
+  bool peak_reset = false;              ///< the kernel reset VmHWM (else it is the process's)
+  /// @brief Peak RSS above the start (what the variant itself added).
+  [[nodiscard]] std::uint64_t rss_growth_bytes() const noexcept {
+    return peak_rss_bytes > rss_start_bytes ? peak_rss_bytes - rss_start_bytes : 0;
+  }
+};
+
+/// @brief The file route's setup yardstick, measured in the same run: a plain parallel pread of
+/// the whole model file (warm page cache) into fresh anonymous memory with the same thread count
+/// as ddo's pin workers, then cudaHostRegister of that memory. Setup (read + pin) is judged as
+/// (setup − register) / read against 1.5.
+struct file_baseline {
+  std::uint64_t bytes = 0;
+  unsigned threads = 0;
+  double read_s = 0;      ///< median of the passes
+  double register_s = 0;  ///< cudaHostRegister of the read bytes
 };
 
 /// @brief One variant at one token count.
@@ -45,10 +69,11 @@ struct variant_result {
   std::uint64_t resident_bytes = 0;
   std::uint64_t peak_device_bytes = 0;  ///< peak above the start, cudaMemGetInfo sampled
   std::uint64_t pinned_host_bytes = 0;
-  bound_source source = bound_source::pinned;
+  host_memory_result host;
+  double setup_s = 0;  ///< offloader setup (plan, pack + pin, residents, ring); 0: not ddo
   double bound_ms = 0;
   double ratio = 0;
-  std::string bound_kind;  ///< "compute", "pinned copy", "pageable staging"
+  std::string bound_kind;  ///< "compute", "pinned copy"
   double target = 0;       ///< ratio target, 0 = none
   std::string note;
   /// @brief Whether the variant met its target (true when it has none).
@@ -78,6 +103,7 @@ struct report_context {
   int steps = 0;
   int warmup = 0;
   bandwidths bw;
+  file_baseline file;  ///< bytes 0: no file variant ran
 };
 
 /// @brief Median (mean of the middle two for an even count); 0 for none.
@@ -88,20 +114,40 @@ struct report_context {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// @brief Fills ms, bound_ms, bound_kind and ratio: bound = max(C, W / bandwidth), the
-/// bandwidth being B or the staging throughput per the variant's bound source.
+/// @brief Fills ms, bound_ms, bound_kind and ratio: bound = max(C, W / B) for every variant,
+/// pageable and file ones included (the PCIe bound is what they are judged against).
 inline void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
   r.ms = median(r.step_ms);
-  const double rate = r.source == bound_source::staging ? bw.pageable_staging : bw.pinned_h2d;
+  const double rate = bw.pinned_h2d;
   const double copy_ms = rate > 0 ? static_cast<double>(r.streamed_bytes) / rate * 1e3 : 0.0;
   r.bound_ms = std::max(compute_ms, copy_ms);
-  r.bound_kind = r.streamed_bytes == 0 || compute_ms >= copy_ms ? "compute"
-                 : r.source == bound_source::staging          ? "pageable staging"
-                                                              : "pinned copy";
+  r.bound_kind = r.streamed_bytes == 0 || compute_ms >= copy_ms ? "compute" : "pinned copy";
   r.ratio = r.bound_ms > 0 ? r.ms / r.bound_ms : 0;
 }
 
+/// @brief A file variant's setup over the same run's plain parallel pread:
+/// (setup − register) / read; 0 when there is no baseline or no setup.
+[[nodiscard]] inline double setup_ratio(const variant_result& r, const file_baseline& f) {
+  if (f.read_s <= 0 || r.setup_s <= 0) return 0;
+  return (r.setup_s - f.register_s) / f.read_s;
+}
+
+/// @brief Targets of the pinned file route's host memory (issue 11): peak RSS growth
+/// ≤ 1.10x the weights, MemTotal − MemAvailable growth ≤ 1.05x, setup ≤ 1.5x the plain pread
+/// (plus registration).
+inline constexpr double rss_target = 1.10;
+inline constexpr double used_growth_target = 1.05;
+inline constexpr double setup_target = 1.5;
+
 namespace detail {
+inline std::string fixed(double value, int digits);
+/// "1.23 (1.02x)" — bytes in GB and their ratio to the weights; "-" when not measured.
+inline std::string memory_cell(bool measured, std::uint64_t bytes, std::uint64_t weights) {
+  if (!measured) return "-";
+  const double gbs = static_cast<double>(bytes) / 1e9;
+  if (weights == 0) return fixed(gbs, 2);
+  return fixed(gbs, 2) + " (" + fixed(static_cast<double>(bytes) / static_cast<double>(weights), 2) + "x)";
+}
 inline std::string fixed(double value, int digits) {
   if (!std::isfinite(value)) return "-";
   char buf[64];
@@ -137,6 +183,7 @@ inline std::string str(const std::string& s) {
                                           const std::vector<token_run>& runs) {
   using detail::fixed;
   using detail::gb;
+  using detail::memory_cell;
   std::ostringstream out;
   out << "\n## streaming_bench on " << ctx.device << "\n\n"
       << "model: " << ctx.blocks << " blocks, hidden " << ctx.hidden << ", MLP " << ctx.mlp
@@ -144,7 +191,8 @@ inline std::string str(const std::string& s) {
       << " GB of weights\n"
       << "measured in this run: pinned H2D B = " << fixed(ctx.bw.pinned_h2d / 1e9, 1)
       << " GB/s, pageable H2D " << fixed(ctx.bw.pageable_h2d / 1e9, 1)
-      << " GB/s, pageable staging " << fixed(ctx.bw.pageable_staging / 1e9, 1) << " GB/s";
+      << " GB/s, hand-written pageable staging loop (for reference, not a bound) "
+      << fixed(ctx.bw.pageable_staging / 1e9, 1) << " GB/s";
   if (!ctx.bw.staging_by_threads.empty()) {
     out << " (best of";
     for (const auto& [threads, rate] : ctx.bw.staging_by_threads)
@@ -152,7 +200,13 @@ inline std::string str(const std::string& s) {
     out << ")";
   }
   out << "\n"
-      << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n"
+      << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n";
+  if (ctx.file.bytes != 0)
+    out << "model file: " << gb(ctx.file.bytes) << " GB; plain parallel pread (warm cache, "
+        << ctx.file.threads << " threads, into fresh memory) " << fixed(ctx.file.read_s, 2)
+        << " s (" << fixed(static_cast<double>(ctx.file.bytes) / ctx.file.read_s / 1e9, 1)
+        << " GB/s), cudaHostRegister of it " << fixed(ctx.file.register_s, 2) << " s\n";
+  out
       << "command: " << ctx.command << "\n";
   for (const auto& run : runs) {
     const double copy_ms =
@@ -160,18 +214,24 @@ inline std::string str(const std::string& s) {
     out << "\n### " << run.tokens << " tokens (C = " << fixed(run.compute_ms, 1)
         << " ms, all weights W/B = " << fixed(copy_ms, 1) << " ms)\n\n"
         << "| variant | ms/step | bound ms | x bound | target | GB/s | streamed GB | "
-           "peak device GB | pinned host GB |\n"
-        << "|---|---:|---:|---:|---|---:|---:|---:|---:|\n";
+           "peak device GB | pinned host GB | RSS growth GB (x W) | MemAvail drop GB (x W) |\n"
+        << "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& v : run.variants) {
       std::string target = "-";
       if (v.target > 0) target = (v.pass() ? "<= " : "MISS > ") + fixed(v.target, 2);
       out << "| " << v.name << " | " << fixed(v.ms, 1) << " | " << fixed(v.bound_ms, 1) << " | "
           << fixed(v.ratio, 3) << " | " << target << " | "
           << fixed(v.effective_bytes_per_second() / 1e9, 1) << " | " << gb(v.streamed_bytes)
-          << " | " << gb(v.peak_device_bytes) << " | " << gb(v.pinned_host_bytes) << " |\n";
+          << " | " << gb(v.peak_device_bytes) << " | " << gb(v.pinned_host_bytes) << " | "
+          << memory_cell(v.host.measured, v.host.rss_growth_bytes(), ctx.weight_bytes) << " | "
+          << memory_cell(v.host.measured, v.host.used_growth_bytes, ctx.weight_bytes) << " |\n";
     }
-    for (const auto& v : run.variants)
+    for (const auto& v : run.variants) {
       if (!v.note.empty()) out << "\n- " << v.name << ": " << v.note;
+      if (v.setup_s > 0 && ctx.file.read_s > 0 && v.name.find("file") != std::string::npos)
+        out << "; setup " << fixed(v.setup_s, 2) << " s = " << fixed(setup_ratio(v, ctx.file), 2)
+            << " x the plain pread + registration (target <= " << fixed(setup_target, 2) << ")";
+    }
     out << "\n";
   }
   return out.str();
@@ -196,7 +256,9 @@ inline std::string str(const std::string& s) {
   for (std::size_t i = 0; i < ctx.bw.staging_by_threads.size(); ++i)
     out << (i ? ", " : "") << "\"" << ctx.bw.staging_by_threads[i].first
         << "\": " << num(ctx.bw.staging_by_threads[i].second / 1e9);
-  out << "}},\n  \"runs\": [";
+  out << "}},\n  \"file_baseline\": {\"bytes\": " << ctx.file.bytes
+      << ", \"threads\": " << ctx.file.threads << ", \"read_s\": " << num(ctx.file.read_s)
+      << ", \"register_s\": " << num(ctx.file.register_s) << "},\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto& run = runs[i];
     out << (i ? "," : "") << "\n    {\"tokens\": " << run.tokens
@@ -212,7 +274,15 @@ inline std::string str(const std::string& s) {
           << ", \"resident_bytes\": " << v.resident_bytes
           << ", \"effective_gbps\": " << num(v.effective_bytes_per_second() / 1e9)
           << ", \"peak_device_bytes\": " << v.peak_device_bytes
-          << ", \"pinned_host_bytes\": " << v.pinned_host_bytes << ", \"note\": " << str(v.note)
+          << ", \"pinned_host_bytes\": " << v.pinned_host_bytes << ", \"setup_s\": " << num(v.setup_s)
+          << ", \"host_memory\": {\"measured\": " << (v.host.measured ? "true" : "false")
+          << ", \"rss_start_bytes\": " << v.host.rss_start_bytes
+          << ", \"peak_rss_bytes\": " << v.host.peak_rss_bytes
+          << ", \"peak_rss_reset\": " << (v.host.peak_reset ? "true" : "false")
+          << ", \"rss_growth_bytes\": " << v.host.rss_growth_bytes()
+          << ", \"pss_bytes\": " << v.host.pss_bytes
+          << ", \"mem_used_growth_bytes\": " << v.host.used_growth_bytes << "}"
+          << ", \"note\": " << str(v.note)
           << ", \"steps_ms\": [";
       for (std::size_t s = 0; s < v.step_ms.size(); ++s) out << (s ? ", " : "") << num(v.step_ms[s]);
       out << "]}";
@@ -235,6 +305,22 @@ inline std::string str(const std::string& s) {
         out << ", \"target\": " << str("<= " + detail::fixed(v.target, 2))
             << ", \"pass\": " << (v.pass() ? "true" : "false");
       out << "}";
+      // The pinned file route's memory and setup targets (issue 11), as rows of their own.
+      if (v.name == "ddo_file_pinned" && v.host.measured && ctx.weight_bytes != 0) {
+        const double w = static_cast<double>(ctx.weight_bytes);
+        auto row = [&](const std::string& metric, double value, const char* unit, double target) {
+          out << ",\n    {\"metric\": " << str(std::to_string(run.tokens) + " tok " + metric)
+              << ", \"value\": " << num(value) << ", \"unit\": " << str(unit)
+              << ", \"target\": " << str("<= " + detail::fixed(target, 2))
+              << ", \"pass\": " << (value <= target ? "true" : "false") << "}";
+        };
+        row("file pinned peak RSS growth", static_cast<double>(v.host.rss_growth_bytes()) / w,
+            "x weights", rss_target);
+        row("file pinned MemTotal-MemAvailable growth",
+            static_cast<double>(v.host.used_growth_bytes) / w, "x weights", used_growth_target);
+        if (const double sr = setup_ratio(v, ctx.file); sr > 0)
+          row("file pinned setup", sr, "x plain pread (+ registration)", setup_target);
+      }
     }
   }
   out << "\n  ]\n}\n";

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -103,13 +104,16 @@ inline model_spec fault_model_spec(std::uint32_t seed) {
   return spec;
 }
 
-inline ddo::runtime_options fault_options(ddo::fault_injector& faults) {
+/// Changes the suite's runtime options (e.g. the parallel-read variant); empty: none.
+using options_tweak = std::function<void(ddo::runtime_options&)>;
+
+inline ddo::runtime_options fault_options(ddo::fault_injector& faults, const options_tweak& tweak = {}) {
   ddo::runtime_options o;
   o.staging_buffer_bytes = 16 * 1024;
   o.strategy = ddo::runtime_strategy::swap;
   o.allow_pin_fallback = false;
-  o.file_backend = ddo::safetensors_backend::pread;
   o.file_faults = &faults;
+  if (tweak) tweak(o);
   return o;
 }
 
@@ -156,10 +160,10 @@ struct call_counts {
 };
 
 template <class Traits>
-call_counts count_calls(const synthetic_model& m) {
+call_counts count_calls(const synthetic_model& m, const options_tweak& tweak = {}) {
   auto faults = std::make_shared<ddo::fault_injector>();
   ddo::fault_injection_transport<typename Traits::transport_type> t(Traits::make(), faults);
-  const auto options = fault_options(*faults);
+  const auto options = fault_options(*faults, tweak);
   call_counts c;
   {
     ddo::basic_offloader<decltype(t)> off(t, m.table, m.plan, options);
@@ -180,7 +184,8 @@ call_counts count_calls(const synthetic_model& m) {
 template <class Traits, class Expected>
 void expect_fault(const synthetic_model& m, ddo::fault_point point, std::uint64_t n,
                   const std::string& needle,
-                  ddo::file_read_fault read_fault = {ddo::file_read_fault::kind::error, EIO}) {
+                  ddo::file_read_fault read_fault = {ddo::file_read_fault::kind::error, EIO},
+                  const options_tweak& tweak = {}) {
   auto faults = std::make_shared<ddo::fault_injector>();
   ddo::fault_injection_transport<typename Traits::transport_type> t(Traits::make(), faults);
   const std::string what_case =
@@ -191,7 +196,7 @@ void expect_fault(const synthetic_model& m, ddo::fault_point point, std::uint64_
   std::uint64_t mismatches = 0;
   bool thrown = false;
   try {
-    run_model(t, m, fault_options(*faults), 2, mismatches);
+    run_model(t, m, fault_options(*faults, tweak), 2, mismatches);
   } catch (const Expected& e) {
     thrown = true;
     CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());

@@ -45,15 +45,46 @@ TEST_SUITE("runner") {
     CHECK(r.ratio == doctest::Approx(1.0));
   }
 
-  TEST_CASE("pageable-staged variants are judged against the staging throughput") {
+  TEST_CASE("pageable-staged variants are judged against the pinned bound, not the staging loop") {
     ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
-    auto v = variant("staged", {520}, 5'000'000'000);  // W / staging = 500 ms
-    v.source = ddo::bench::bound_source::staging;
+    auto v = variant("ddo_pageable_staged", {520}, 5'000'000'000);  // W / B = 100 ms
     v.target = 1.10;
     ddo::bench::finish(v, 30.0, bw);
-    CHECK(v.bound_ms == doctest::Approx(500.0));
-    CHECK(v.bound_kind == "pageable staging");
-    CHECK(v.pass());
+    CHECK(v.bound_ms == doctest::Approx(100.0));
+    CHECK(v.bound_kind == "pinned copy");
+    CHECK_FALSE(v.pass());  // 5.2x the PCIe bound, though under W / (staging loop) = 500 ms
+  }
+
+  TEST_CASE("the pinned file route's memory and setup rows carry their targets") {
+    ddo::bench::report_context ctx;
+    ctx.device = "GPU";
+    ctx.weight_bytes = 1'000'000'000;
+    ctx.bw = {50e9, 9e9, 10e9, {}};
+    ctx.file = {1'000'000'000, 8, 0.10, 0.05};
+    ddo::bench::token_run run;
+    run.tokens = 4608;
+    run.compute_ms = 10;
+    auto v = variant("ddo_file_pinned", {21}, 1'000'000'000);
+    v.host.measured = true;
+    v.host.rss_start_bytes = 500'000'000;
+    v.host.peak_rss_bytes = 1'550'000'000;   // +1.05 GB: 1.05x, under 1.10
+    v.host.used_growth_bytes = 1'100'000'000;  // 1.10x: over 1.05
+    v.setup_s = 0.20;                          // (0.20 - 0.05) / 0.10 = 1.5: at the target
+    ddo::bench::finish(v, run.compute_ms, ctx.bw);
+    run.variants.push_back(v);
+    CHECK(ddo::bench::setup_ratio(v, ctx.file) == doctest::Approx(1.5));
+    const std::string text = ddo::bench::json(ctx, {run});
+    (void)ddo::detail::parse_json(text);  // throws on invalid JSON
+    CHECK(text.find("file pinned peak RSS growth") != std::string::npos);
+    CHECK(text.find("\"value\": 1.05, \"unit\": \"x weights\", \"target\": \"<= 1.10\", \"pass\": true") !=
+          std::string::npos);
+    CHECK(text.find("\"value\": 1.1, \"unit\": \"x weights\", \"target\": \"<= 1.05\", \"pass\": false") !=
+          std::string::npos);
+    CHECK(text.find("file pinned setup") != std::string::npos);
+    const std::string md = ddo::bench::markdown(ctx, {run});
+    CHECK(md.find("1.05 (1.05x)") != std::string::npos);  // RSS growth column
+    CHECK(md.find("1.10 (1.10x)") != std::string::npos);  // MemAvailable column
+    CHECK(md.find("plain parallel pread") != std::string::npos);
   }
 
   TEST_CASE("the JSON report parses and its summary carries targets and verdicts") {

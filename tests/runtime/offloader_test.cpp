@@ -573,7 +573,6 @@ TEST_CASE("a staging failure (a file cut short after setup) surfaces as io_error
   host_sim_transport sim;
   auto s = sim.make_stream();
   auto opts = test_options();
-  opts.file_backend = ddo::safetensors_backend::pread;
   offloader off(sim, m->table, m->plan, opts);
   std::filesystem::resize_file(m->file, 64);
   bool thrown = false;

@@ -55,7 +55,7 @@ TEST_CASE("packed blocks hold the pinned weights at their slot offsets, page-loc
   ddo::runtime_options o;
   o.pin_workers = 2;
   auto l = ddo::detail::make_group_layout(m->table, m->plan, o);
-  auto files = ddo::detail::open_source_files(m->table, l, o.file_backend);
+  auto files = ddo::detail::open_source_files(m->table, l);
   ddo::detail::setup_meter meter;
   ddo::detail::group_pinning<sim> pinning;
   pinning.pin(t, l, m->table, m->plan, o, files, meter);
@@ -96,7 +96,7 @@ TEST_CASE("refused registration stages the block (fallback) or fails naming the 
   sim t(so);
   ddo::runtime_options o;
   auto l = ddo::detail::make_group_layout(m->table, m->plan, o);
-  auto files = ddo::detail::open_source_files(m->table, l, o.file_backend);
+  auto files = ddo::detail::open_source_files(m->table, l);
   for (const auto& gr : l.groups) CHECK(gr.staged.empty());
   ddo::detail::setup_meter meter;
   ddo::detail::group_pinning<sim> pinning;

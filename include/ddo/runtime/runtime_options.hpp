@@ -78,8 +78,6 @@ struct runtime_options {
   bool nvtx = false;
   /// Fill each slot with a poison byte before every load (tests; costs device bandwidth).
   bool poison_slots = false;
-  /// How file-sourced weights are read (load_safetensors_backend).
-  safetensors_backend file_backend = safetensors_backend::library_default;
   /// Consulted before every file read (fault-injection tests, ddo/transport/fault_injection.hpp).
   /// Not owned; must outlive the offloader.
   file_fault_hook* file_faults = nullptr;
@@ -91,7 +89,7 @@ struct runtime_options {
 };
 
 /// @brief The runtime fields of a resolved config on top of @p base: strategy, pin workers and
-/// fallback, cache namespace, the file backend, and the application's pinned-weight cache when
+/// fallback, cache namespace, and the application's pinned-weight cache when
 /// `cache_pinned_weights` is on (the cache object itself is the application's to pass).
 /// @throws config_error when pin_cpu_workers is below 1 (never raised silently).
 [[nodiscard]] inline runtime_options runtime_options_from(const dynamic_offload_config& config,
@@ -105,7 +103,6 @@ struct runtime_options {
   base.pin_workers = config.pin_cpu_workers;
   base.allow_pin_fallback = config.allow_pin_memory_fallback;
   base.cache_namespace = config.pinned_weight_cache_namespace;
-  base.file_backend = config.load_safetensors_backend;
   base.pinned_cache = config.cache_pinned_weights ? cache : nullptr;
   return base;
 }

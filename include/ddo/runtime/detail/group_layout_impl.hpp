@@ -169,12 +169,12 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
 }
 
 inline source_files open_source_files(const weight_table& table, const group_layout& layout,
-                                      safetensors_backend backend, file_fault_hook* faults) {
+                                      file_fault_hook* faults) {
   source_files files(table.files().size());
   for (std::size_t f = 0; f < layout.file_used.size(); ++f)
     if (layout.file_used[f])
       files[f] = std::make_unique<file_reader>(
-          table.files()[f], backend, file_reader_options{.direct_io = false, .faults = faults});
+          table.files()[f], safetensors_backend::pread, file_reader_options{.direct_io = false, .faults = faults});
   return files;
 }
 

@@ -40,7 +40,7 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       for (const auto& gr : layout_.groups) weights.push_back(gr.weights);
       bindings_.reset(layout_.group_of, weights);
     }
-    files_ = open_source_files(table, layout_, options_.file_backend, options_.file_faults);
+    files_ = open_source_files(table, layout_, options_.file_faults);
     copy_stream_ = t_.make_stream();
     staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
     plan_setup_progress();

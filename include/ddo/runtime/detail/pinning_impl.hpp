@@ -4,21 +4,19 @@
 /// @brief Definitions of pinning.hpp (not API).
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <variant>
 
 #include "ddo/core/error.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
+#include "ddo/model/parallel_reader.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/runtime/detail/pinning.hpp"
 #include "ddo/runtime/detail/staging_worker.hpp"
@@ -119,60 +117,50 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   }
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
 
-  std::atomic<std::size_t> next{0};
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  auto work = [&] {
-    try {
-      bind_runtime_thread(t);
-    } catch (...) {
-      std::lock_guard lock(error_mutex);
-      if (!error) error = std::current_exception();
-      return;
-    }
-    for (;;) {
-      const std::size_t k = next.fetch_add(1);
-      if (k >= todo.size()) return;
-      {
-        std::lock_guard lock(error_mutex);
-        if (error) return;
+  // Every block is mapped first (not touched: the read is the first touch of its pages), then
+  // the weights of all groups are read or copied into them by pin_workers threads sharing the
+  // bytes in grains (parallel_reader), so a few large groups keep every thread busy; the thread
+  // that completes a group page-locks its block while the others read on. File bytes are read
+  // with positional reads straight into the block, never through a mapping: the file's pages
+  // stay in the page cache and are not counted in the process twice (docs/transports.md).
+  std::vector<read_task> tasks;
+  std::vector<std::uint64_t> file_bytes(todo.size(), 0), host_bytes(todo.size(), 0);
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    auto& gr = groups[todo[k]];
+    auto block = std::make_shared<pinned_block>(gr.pinned_bytes);
+    gr.block = block;
+    for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
+      const auto& info = table[w];
+      if (info.bytes == 0) return;
+      read_task task;
+      task.dst = block->data() + gr.slot_offset[i];
+      task.bytes = info.bytes;
+      task.batch = k;
+      if (const auto* h = std::get_if<host_source>(&info.source)) {
+        task.src = h->data;
+        host_bytes[k] += info.bytes;
+      } else {
+        const auto& f = std::get<file_source>(info.source);
+        task.file = files[f.file_index].get();
+        task.file_offset = f.offset;
+        file_bytes[k] += info.bytes;
       }
-      try {
-        auto& gr = groups[todo[k]];
-        auto block = std::make_shared<pinned_block>(gr.pinned_bytes);
-        gr.block = block;
-        for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
-          const auto& info = table[w];
-          if (info.bytes == 0) return;
-          std::byte* dst = block->data() + gr.slot_offset[i];
-          if (const auto* h = std::get_if<host_source>(&info.source)) {
-            std::memcpy(dst, h->data, info.bytes);
-            meter.advance(setup_phase::packing, info.bytes);
-          } else {
-            const auto& f = std::get<file_source>(info.source);
-            // The file read is the first touch of these pages (physical-limits.md).
-            files[f.file_index]->read(f.offset, std::span<std::byte>(dst, info.bytes));
-            meter.advance(setup_phase::reading, info.bytes);
-          }
-        });
-        T copy = t;
-        std::byte* p = block->data();
-        if (copy.register_host(p, block->size()))
-          block->set_registered([copy, p]() mutable { copy.unregister_host(p); });
-        meter.advance(setup_phase::pinning, block->size());
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
+      tasks.push_back(task);
+    });
+  }
+  const auto group_packed = [&](std::size_t k) {
+    if (file_bytes[k] != 0) meter.advance(setup_phase::reading, file_bytes[k]);
+    if (host_bytes[k] != 0) meter.advance(setup_phase::packing, host_bytes[k]);
+    auto& block = *groups[todo[k]].block;
+    bind_runtime_thread(t);  // this may be a pool thread: the transport's device, once per group
+    T copy = t;
+    std::byte* p = block.data();
+    if (copy.register_host(p, block.size()))
+      block.set_registered([copy, p]() mutable { copy.unregister_host(p); });
+    meter.advance(setup_phase::pinning, block.size());
   };
-  const std::size_t workers =
-      std::min<std::size_t>(static_cast<std::size_t>(std::max(1, options.pin_workers)), todo.size());
-  std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < workers; ++i) threads.emplace_back(work);
-  work();
-  for (auto& th : threads) th.join();
-  if (error) std::rethrow_exception(error);
+  parallel_reader pool(static_cast<std::size_t>(std::max(1, options.pin_workers)));
+  pool.run(tasks, todo.size(), group_packed);
   for (std::size_t g : todo) {
     auto& gr = groups[g];
     if (!gr.block->registered()) {

@@ -2,7 +2,8 @@
 #pragma once
 /// @file
 /// @brief The staging worker (not API): pageable and file bytes reach the device through two
-/// pinned staging buffers on ddo's staging stream, filled by a pool of copy threads and issued
+/// pinned staging buffers on ddo's staging stream, filled by a pool of threads (host copies and
+/// positional file reads, ddo/model/parallel_reader.hpp) and issued
 /// by one worker thread, so the engine's thread never copies or reads a file on the hot path.
 ///
 /// Protocol with the engine thread: submit() queues a job (a slot's staged pieces) and returns
@@ -30,9 +31,9 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/model/parallel_reader.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
 #include "ddo/runtime/detail/owned_memory.hpp"
-#include "ddo/runtime/detail/parallel_copy.hpp"
 #include "ddo/runtime/detail/setup_meter.hpp"
 #include "ddo/transport/concepts.hpp"
 
@@ -128,8 +129,8 @@ class staging_worker {
   std::array<pinned_allocation<T>, 2> buffers_{};
   std::array<event, 2> buffer_free_{};
   unsigned buffer_ = 0;                 // used by one thread at a time (setup, then worker)
-  std::vector<copy_segment> segments_;  // likewise
-  std::unique_ptr<parallel_copier> copier_;
+  std::vector<read_task> tasks_;        // likewise: the chunk being filled
+  std::unique_ptr<parallel_reader> reader_;  // copies and reads a chunk with several threads
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

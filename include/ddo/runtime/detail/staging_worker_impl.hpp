@@ -16,7 +16,7 @@ void staging_worker<T>::prepare(T& t, std::uint64_t buffer_bytes, std::size_t co
   files_ = &files;
   buffer_bytes_ = buffer_bytes;
   stream_ = t.make_stream();
-  copier_ = std::make_unique<parallel_copier>(std::max<std::size_t>(1, copy_threads));
+  reader_ = std::make_unique<parallel_reader>(std::max<std::size_t>(1, copy_threads));
 }
 
 template <class T>
@@ -42,10 +42,15 @@ std::uint64_t staging_worker<T>::stage(std::byte* dst_base, const std::vector<st
   bool filling = false;
   std::uint64_t chunk_start = 0, chunk_end = 0;
   std::uint64_t chunk_weight_bytes = 0;  // weight bytes in the chunk (without alignment gaps)
-  segments_.clear();
+  std::uint64_t chunk_file_bytes = 0;    // of which read from files
+  tasks_.clear();
   auto flush = [&] {
-    copier_->copy(segments_);
-    segments_.clear();
+    // Host copies and file reads of the chunk run on the pool's threads in parallel (one thread
+    // reads cached file pages at ~7 GB/s, far below PCIe; parallel_reader.hpp).
+    reader_->run(tasks_);
+    tasks_.clear();
+    if (meter != nullptr && chunk_file_bytes != 0) meter->advance(setup_phase::reading, chunk_file_bytes);
+    chunk_file_bytes = 0;
     t.copy_to_device(dst_base + chunk_start, buffers_[buffer_].data, chunk_end - chunk_start, v);
     t.record(buffer_free_[buffer_], v);
     if (meter != nullptr) meter->advance(setup_phase::uploading, chunk_weight_bytes);
@@ -79,13 +84,17 @@ std::uint64_t staging_worker<T>::stage(std::byte* dst_base, const std::vector<st
         filling = true;
       }
       const std::uint64_t take = std::min(piece.bytes - done, chunk_start + cap - off);
-      std::byte* dst = buffers_[buffer_].data + (off - chunk_start);
+      read_task task;
+      task.dst = buffers_[buffer_].data + (off - chunk_start);
+      task.bytes = take;
       if (piece.host != nullptr) {
-        segments_.push_back({dst, piece.host + done, static_cast<std::size_t>(take)});
+        task.src = piece.host + done;
       } else {
-        (*files_)[piece.file]->read(piece.file_offset + done, std::span<std::byte>(dst, take));
-        if (meter != nullptr) meter->advance(setup_phase::reading, take);
+        task.file = (*files_)[piece.file].get();
+        task.file_offset = piece.file_offset + done;
+        chunk_file_bytes += take;
       }
+      tasks_.push_back(task);
       off += take;
       done += take;
       chunk_weight_bytes += take;
@@ -241,7 +250,7 @@ template <class T>
 void staging_worker<T>::release() noexcept {
   for (auto& e : buffer_free_) e = event{};
   for (auto& b : buffers_) b = pinned_allocation<T>{};
-  copier_.reset();
+  reader_.reset();
   stream_ = typename T::stream{};
 }
 

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::parallel_reader: a fork-join pool that fills host memory from model files
+/// (positional reads, file_reader::read) and from host memory (memcpy) with several threads.
+///
+/// Why: one thread reads cached file pages at ~7 GB/s and copies pageable memory at ~5-6 GB/s,
+/// while 8 threads reach ~47 GB/s from the page cache (physical-limits.md) — the difference
+/// between a staged route far below PCIe and one near it, and between a setup that reads the
+/// weights once at disk/page-cache speed and one that crawls. The reads are positional reads
+/// into the destination (never through a mapping), so the file's pages stay in the page cache and
+/// are never counted in the process (RSS), and a file that shrank is an io_error naming the file
+/// and offset, never a SIGBUS.
+///
+/// The work of one run() is the concatenation of its tasks, claimed in grains (a few MiB, less
+/// for small runs so every thread gets some) by the caller and the helper threads; a grain may
+/// span tasks. A failure (an io_error of a read, an exception of a batch callback) stops the
+/// other participants at their next grain; run() returns only after every participant stopped
+/// touching the destinations, then rethrows the first failure — so the caller may free the
+/// destinations while unwinding.
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/model/file_reader.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief One destination range and where its bytes come from: host memory (src) or a file.
+struct read_task {
+  std::byte* dst = nullptr;           ///< destination (bytes bytes)
+  std::uint64_t bytes = 0;            ///< length
+  const std::byte* src = nullptr;     ///< host source; null: read from `file`
+  const file_reader* file = nullptr;  ///< file source (when src is null); must outlive run()
+  std::uint64_t file_offset = 0;      ///< offset of the first byte in `file`
+  std::size_t batch = 0;              ///< tasks of one batch complete together (see run())
+};
+
+/// @brief A pool of `threads` participants (the calling thread and threads-1 helpers) that
+/// fills destinations from files and host memory. Move-free; helpers live as long as the pool.
+///
+/// run() is called by one thread at a time (it is not reentrant); the pool may be handed from
+/// one thread to another between runs when that hand-off is itself ordered (a thread start, a
+/// mutex).
+class parallel_reader {
+ public:
+  /// Largest amount of work one participant claims at a time: 4 MiB reads reach the page
+  /// cache's throughput (physical-limits.md measured 4 MiB preads) and keep threads balanced.
+  static constexpr std::uint64_t max_grain = 4 * mib;
+  /// Smallest claim: below this, per-call overhead shows.
+  static constexpr std::uint64_t min_grain = 256 * kib;
+  /// Runs smaller than this stay on the calling thread (waking helpers costs more).
+  static constexpr std::uint64_t parallel_threshold = 2 * mib;
+
+  /// @brief Starts threads-1 helper threads (0 is taken as 1: the caller alone).
+  explicit parallel_reader(std::size_t threads) : participants_(threads == 0 ? 1 : threads) {
+    helpers_.reserve(participants_ - 1);
+    for (std::size_t i = 1; i < participants_; ++i) helpers_.emplace_back([this] { loop(); });
+  }
+  parallel_reader(const parallel_reader&) = delete;
+  parallel_reader& operator=(const parallel_reader&) = delete;
+  ~parallel_reader() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : helpers_) t.join();
+  }
+
+  /// @brief Participants (the caller included).
+  [[nodiscard]] std::size_t threads() const noexcept { return participants_; }
+
+  /// @brief Fills every task's destination; returns when all bytes are in place.
+  /// @throws io_error of a failed read (naming the file and offset); the first failure wins, and
+  /// nothing is being written when it is thrown.
+  void run(std::span<const read_task> tasks) { run(tasks, 0, {}); }
+
+  /// @brief As run(tasks), and calls @p batch_done(b) once for every batch b in
+  /// [0, @p batch_count) right after the last byte of that batch is in place, on whichever
+  /// participant wrote it (batches without bytes: on the caller, before any read). Lets a caller
+  /// act on a finished part (page-lock a packed block) while the rest is still being read.
+  /// @throws usage_error when a task's batch is not below @p batch_count; io_error of a failed
+  /// read; whatever batch_done threw. The first failure wins; nothing is being written when it
+  /// is thrown.
+  void run(std::span<const read_task> tasks, std::size_t batch_count,
+           const std::function<void(std::size_t)>& batch_done) {
+    std::uint64_t total = 0;
+    const std::size_t batches = batch_done ? batch_count : 0;
+    starts_.clear();
+    for (const auto& t : tasks) {
+      DDO_EXPECTS(t.bytes == 0 || t.dst != nullptr, "parallel_reader: a task without destination");
+      DDO_EXPECTS(t.bytes == 0 || t.src != nullptr || t.file != nullptr,
+                  "parallel_reader: a task with neither a host source nor a file");
+      DDO_EXPECTS(!batch_done || t.batch < batches,
+                  "parallel_reader: a task of batch " + std::to_string(t.batch) + " but only " +
+                      std::to_string(batches) + " batches");
+      starts_.push_back(total);
+      total += t.bytes;
+    }
+    tasks_ = tasks;
+    total_ = total;
+    done_ = batch_done ? &batch_done : nullptr;
+    if (done_ != nullptr) {
+      remaining_ = std::make_unique<std::atomic<std::uint64_t>[]>(batches);
+      std::vector<std::uint64_t> sums(batches, 0);
+      for (const auto& t : tasks) sums[t.batch] += t.bytes;
+      for (std::size_t b = 0; b < batches; ++b) remaining_[b].store(sums[b], std::memory_order_relaxed);
+      for (std::size_t b = 0; b < batches; ++b)
+        if (sums[b] == 0) (*done_)(b);
+    }
+    const std::size_t workers = participants_ == 1 || total < parallel_threshold ? 1 : participants_;
+    grain_ = std::clamp(round_up((total + 2 * workers - 1) / (2 * workers), 4 * kib), min_grain,
+                        max_grain);
+    next_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    if (workers > 1) {
+      {
+        std::lock_guard lock(mutex_);
+        busy_ = participants_ - 1;
+        ++generation_;
+      }
+      cv_.notify_all();
+    }
+    work();
+    if (workers > 1) {
+      std::unique_lock lock(mutex_);
+      idle_cv_.wait(lock, [&] { return busy_ == 0; });
+    }
+    tasks_ = {};
+    done_ = nullptr;
+    remaining_.reset();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work();
+      {
+        std::lock_guard lock(mutex_);
+        --busy_;
+      }
+      idle_cv_.notify_one();
+    }
+  }
+
+  /// Claims grains until the work is done or a participant failed.
+  void work() noexcept {
+    try {
+      for (;;) {
+        if (failed_.load(std::memory_order_relaxed)) return;
+        const std::uint64_t begin = next_.fetch_add(grain_, std::memory_order_relaxed);
+        if (begin >= total_) return;
+        do_range(begin, std::min(total_, begin + grain_));
+      }
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+
+  /// Bytes [begin, end) of the concatenated tasks.
+  void do_range(std::uint64_t begin, std::uint64_t end) {
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), begin);
+    std::size_t i = static_cast<std::size_t>(it - starts_.begin()) - 1;
+    while (begin < end) {
+      const read_task& t = tasks_[i];
+      const std::uint64_t a = begin - starts_[i];
+      const std::uint64_t n = std::min(end, starts_[i] + t.bytes) - begin;
+      if (n != 0) {
+        if (t.src != nullptr)
+          std::memcpy(t.dst + a, t.src + a, static_cast<std::size_t>(n));
+        else
+          t.file->read(t.file_offset + a, std::span<std::byte>(t.dst + a, static_cast<std::size_t>(n)));
+        if (done_ != nullptr &&
+            remaining_[t.batch].fetch_sub(n, std::memory_order_acq_rel) == n)
+          (*done_)(t.batch);
+      }
+      begin += n;
+      ++i;
+    }
+  }
+
+  std::size_t participants_;
+  std::vector<std::thread> helpers_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::size_t busy_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+
+  // The run in progress: written by run() before the helpers are woken (under mutex_), read by
+  // every participant.
+  std::span<const read_task> tasks_;
+  std::vector<std::uint64_t> starts_;  // per task: its first byte in the concatenation
+  std::uint64_t total_ = 0;
+  std::uint64_t grain_ = max_grain;
+  const std::function<void(std::size_t)>* done_ = nullptr;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> remaining_;  // per batch (with done_)
+  std::atomic<std::uint64_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace v0
+}  // namespace ddo
