@@ -98,7 +98,8 @@ class native_stager {
   const source_files* files_ = nullptr;
   native_vmm_options options_;
   std::unique_ptr<parallel_copier> copier_;
-  std::vector<copy_segment> segments_;
+  std::vector<copy_segment> segments_;       // the open window chunk's host copies
+  std::vector<copy_segment> fill_segments_;  // a retained or micro-cache fill
   std::vector<std::byte*> registered_;  // every registered range's start
 
   host_buffer windows_;
@@ -146,6 +147,7 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
                              " bytes within the retained storage vmm_source_cache_gb = " +
                              std::to_string(o.source_cache_bytes) + " bytes (0 registers all of it)");
     copier_ = std::make_unique<parallel_copier>(std::max<std::size_t>(1, copy_threads));
+    fill_segments_.reserve(1);
     windows_ = host_buffer(window_count_ * o.window_bytes);
     if (!register_range(windows_.data(), window_count_ * o.window_bytes))
       throw out_of_memory("registered host", window_count_ * o.window_bytes, 0,
@@ -215,10 +217,10 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
 template <class T>
 void native_stager<T>::fill(std::byte* dst, const staged_piece& p, setup_meter* meter) {
   if (p.host != nullptr) {
-    segments_.clear();
-    segments_.push_back({dst, p.host, static_cast<std::size_t>(p.bytes)});
-    copier_->copy(segments_);
-    segments_.clear();
+    // Its own segment list: segments_ may hold the open window chunk's pending copies.
+    fill_segments_.clear();
+    fill_segments_.push_back({dst, p.host, static_cast<std::size_t>(p.bytes)});
+    copier_->copy(fill_segments_);
   } else {
     (*files_)[p.file]->read(p.file_offset, std::span<std::byte>(dst, p.bytes));
     if (meter != nullptr) meter->advance(setup_phase::reading, p.bytes);
