@@ -21,6 +21,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
+#include "ddo/runtime/native_vmm_options.hpp"
 
 namespace po = boost::program_options;
 
@@ -131,6 +132,11 @@ int run(int argc, char** argv) {
 
   const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
   std::ostringstream out;
+  // Which VMM route these settings run (a TOML comment, so the output still reads back).
+  if (const auto vmm = ddo::vmm_route_name(settings.config); !vmm.empty())
+    out << "# VMM route: " << vmm
+        << (vmm == "vmm_fast_runtime" ? " (native: registered windows, retained sources)\n"
+                                       : " (legacy: two pinned staging buffers)\n");
   ddo::write_settings_toml(out, settings);
   for (const auto& warning : settings.warnings) std::cerr << warning << '\n';
   std::cout << out.str();

@@ -191,6 +191,10 @@ int main(int argc, char** argv) {
                   ddo::format_bytes(m.capacity.free_vram_bytes).c_str(),
                   ddo::format_bytes(m.capacity.available_ram_bytes).c_str(), m.ram_source.c_str());
       if (!m.profile_note.empty()) std::printf("%s\n", m.profile_note.c_str());
+      if (const auto vmm = ddo::vmm_route_name(settings.config); !vmm.empty())
+        std::printf("VMM route: %s (%s)\n", std::string(vmm).c_str(),
+                    vmm == "vmm_fast_runtime" ? "native: registered windows, retained sources"
+                                              : "legacy: two pinned staging buffers");
       for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
       for (const auto& w : settings.warnings) std::printf("warning: %s\n", w.c_str());
     }

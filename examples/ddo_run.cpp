@@ -380,8 +380,13 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (!setup.machine.profile_note.empty()) std::printf("%s\n", setup.machine.profile_note.c_str());
   const std::uint64_t free_before = setup.machine.device.free_bytes;
   const std::uint64_t activations = ctx.setup.reserve_device_bytes;
-  const std::string executed_route = std::string(ddo::to_string(setup.component.route)) + " (" +
-                                     std::string(transport.name()) + " transport)";
+  // The VMM route that runs (vmm_fast_runtime: native; vmm_runtime: legacy) is the runtime's
+  // route name; a fixed transport without stable addresses runs the linear route (a note says so).
+  std::string executed_route = std::string(ddo::to_string(setup.component.route)) + " (" +
+                               std::string(transport.name()) + " transport";
+  if (setup.runtime.route == "vmm_fast_runtime" || setup.runtime.route == "vmm_runtime")
+    executed_route += ", " + setup.runtime.route;
+  executed_route += ")";
   std::printf("\nmachine the plan sees: device %s free of %s - ring %zu x %s - activations %s - "
               "ddo reserve %s = %s\n",
               gb(setup.machine.device.free_bytes).c_str(), gb(setup.machine.device.total_bytes).c_str(),
@@ -494,9 +499,20 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   std::sort(sorted.begin(), sorted.end());
   std::printf("\nsummary: %d steps, median %.1f ms/step (first %.1f ms)\n", ctx.steps,
               sorted[sorted.size() / 2], step_ms.front());
-  std::printf("  route: requested %s (execution_mode %s), executed %s\n", ctx.requested_route.c_str(),
+  const std::string_view vmm_route = ddo::vmm_route_name(ctx.settings.config);
+  std::printf("  route: requested %s (execution_mode %s%s%s), executed %s\n", ctx.requested_route.c_str(),
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
-              executed_route.c_str());
+              vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(), executed_route.c_str());
+  if (metrics.native.enabled)
+    std::printf("  native VMM: %zu registered windows x %s; retained sources %s (%s registered), "
+                "%s read once, %s copied straight, %s via windows; micro-cache %llu hits, %llu "
+                "misses\n",
+                metrics.native.windows, gb(metrics.native.window_bytes).c_str(),
+                gb(metrics.native.retained_capacity).c_str(), gb(metrics.native.retained_registered).c_str(),
+                gb(metrics.native.retained_bytes).c_str(), gb(metrics.native.retained_direct_bytes).c_str(),
+                gb(metrics.native.window_bytes_staged).c_str(),
+                static_cast<unsigned long long>(metrics.native.micro_cache_hits),
+                static_cast<unsigned long long>(metrics.native.micro_cache_misses));
   if (config.show_profile) {
     std::printf("  totals:\n");
     print_step_metrics(metrics.totals, metrics.timing);

@@ -20,7 +20,9 @@
 // bench, page cache warm): pinned blocks packed by reads (ddo_file_pinned) and nothing pinned,
 // file pieces staged by parallel reads (ddo_file_pageable); ddo's VMM transport (execution_mode vmm_runtime: stable
 // addresses, a mapped budget of the resident set plus a window of 3 groups' handles) with zero,
-// 25% and 50% resident, judged against the same pinned bound.
+// 25% and 50% resident, judged against the same pinned bound; the native VMM route
+// (vmm_fast_runtime) from pageable sources through its registered windows, judged against the
+// pinned bound too.
 //
 // Output: a Markdown table on stdout and, with --json FILE, the same numbers as JSON.
 // Exit status: 0 ok, 1 failure, 77 no GPU (skipped).
@@ -838,6 +840,17 @@ bool wanted_file(const options& opt) {
          wanted(opt, "ddo_file_pageable_64m");
 }
 
+/// The native VMM variant's config (vmm_fast_runtime): nothing resident, nothing pinned, a window
+/// of three blocks; pageable sources staged through the route's registered 64 MiB windows
+/// (vmm_staging_buffer_gb is their TOTAL: the preset's 1.25 GiB, twenty windows).
+ddo::dynamic_offload_config vmm_native_config(const options& opt, const model& m) {
+  ddo::dynamic_offload_config c = vmm_config(opt, m, 0.0);
+  c.pin_cpu_memory = false;
+  c.vmm_native_transport = true;
+  c.vmm_staging_buffer_gb = 1.25;
+  return c;
+}
+
 bool wanted(const options& opt, const std::string& name) {
   if (opt.only.empty() || name == "resident") return true;  // C is always needed
   std::stringstream stream(opt.only);
@@ -964,6 +977,15 @@ int main(int argc, char** argv) {
                   "% resident in the mapped budget, window of 3 blocks, pinned",
               vmm_config(opt, m, fraction));
         });
+      // The native route from pageable sources, judged (like ddo_pageable_staged) against the
+      // pinned bound max(C, W/B) of this run: the PCIe bound, not a staging loop's.
+      attempt("vmm_native_pageable", 1.10, [&] {
+        return run_ddo<ddo::vmm_transport>(
+            opt, m, d, tokens, "vmm_native_pageable",
+            "ddo VMM native route (vmm_fast_runtime), nothing resident or pinned: pageable sources "
+            "through 20 registered 64 MiB windows",
+            vmm_native_config(opt, m));
+      });
       attempt("ddo_pageable_staged", 1.10, [&] {
         return run_ddo(opt, m, d, tokens, "ddo_pageable_staged",
                        "ddo linear, nothing pinned: pageable sources staged by the copy threads",

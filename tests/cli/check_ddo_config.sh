@@ -57,10 +57,10 @@ expect_ok 'requested_preset = "off"' DDO_PRESET=off --
 printf 'preset = "warm_process"\npin_cpu_workers = 6\n' >"$tmp/good.toml"
 expect_ok 'pin_cpu_workers = "toml"' -- --config "$tmp/good.toml"
 expect_ok 'effective_preset = "nvme_baseline"' -- --model-gb 1000 --ddo-available-system-ram-gb 32
-expect_ok 'vmm_native_transport = false  # not_yet_implemented' --
+expect_ok 'vmm_host_cache_gb = 0.0  # not_yet_implemented' --
 expect_ok 'vmm_dxgi_local_headroom_gb = 0.0  # no_effect_on_this_platform' --
-expect_ok 'read only by the native VMM route' -- --fields
-expect_warning 'environment variable DDO_VMM_NATIVE_TRANSPORT sets vmm_native_transport' DDO_VMM_NATIVE_TRANSPORT=1 --
+expect_ok 'not read by any VMM route of ddo yet' -- --fields
+expect_warning 'environment variable DDO_VMM_HOST_CACHE_GB sets vmm_host_cache_gb' DDO_VMM_HOST_CACHE_GB=1 --
 expect_warning 'flag --ddo-vmm-dxgi-system-headroom-gb sets vmm_dxgi_system_headroom_gb' -- --ddo-vmm-dxgi-system-headroom-gb 2
 expect_warning 'DDO_PURGE_WINDOWS_STANDBY' DDO_PURGE_WINDOWS_STANDBY_BEFORE_VAE=1 --
 

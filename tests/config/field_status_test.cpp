@@ -66,9 +66,16 @@ TEST_SUITE("config") {
       // The legacy VMM route reads these (issue 10, transport/vmm.hpp): active.
       const bool legacy_vmm = info.name == "vmm_resident_weight_budget_gb" ||
                               info.name == "vmm_staging_buffer_gb" || info.name == "vmm_page_mb";
+      // The native route reads these (issue 10 section 2, runtime/native_vmm_options.hpp).
+      const bool native_vmm = info.name == "vmm_native_transport" || info.name == "vmm_source_cache_gb" ||
+                              info.name == "vmm_source_registered_gb" ||
+                              info.name == "vmm_component_tensor_ownership" ||
+                              info.name == "vmm_component_buffer_limit_mb" ||
+                              info.name == "vmm_native_source_cache_slot_mb" ||
+                              info.name == "vmm_native_source_cache_slots";
       if (dxgi)
         CHECK(info.status == ddo::field_status::no_effect_on_this_platform);
-      else if (vmm && !legacy_vmm)
+      else if (vmm && !legacy_vmm && !native_vmm)
         CHECK(info.status == ddo::field_status::not_yet_implemented);
       else
         CHECK(info.status == ddo::field_status::active);

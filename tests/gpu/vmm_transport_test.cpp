@@ -57,6 +57,11 @@ TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_not_ready, vmm_traits);
+// The native route (vmm_fast_runtime): windows, retained sources, micro-cache, refusals.
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_readback, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_random_orders, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_setup_failure, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_refusals, vmm_traits);
 
 TEST_CASE("vmm: the driver's VMM support and granularity are probed") {
   const std::string skip = ddo_test::gpu_skip_reason();

@@ -314,3 +314,176 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: CUDA_ERROR_NOT_READY is retried, the
     CHECK(Traits::live_handles(t) == 0);
   }
 }
+
+// --- the native route (vmm_fast_runtime): registered windows, retained sources, micro-cache ---
+
+namespace ddo_vmm_test {
+
+/// Native settings sized for the test models: 4 windows of 256 KiB (the total rounds down),
+/// retained storage of @p retained bytes with its first 256 KiB segment registered, a
+/// micro-cache of 16 slots of 256 KiB.
+inline ddo::runtime_options native_runtime_options(std::size_t slots, std::uint64_t retained) {
+  auto o = vmm_runtime_options(slots);
+  auto& n = o.native_vmm;
+  n.enabled = true;
+  n.window_bytes = 256 * 1024;
+  n.staging_total_bytes = 4 * 256 * 1024 + 100000;
+  n.segment_bytes = 256 * 1024;
+  n.source_cache_bytes = retained;
+  n.source_registered_bytes = retained >= 256 * 1024 ? 256 * 1024 : 0;
+  n.micro_cache_slot_bytes = 256 * 1024;
+  n.micro_cache_slots = 16;
+  return o;
+}
+
+/// Bytes of file-sourced weights the plan streams.
+inline std::uint64_t streamed_file_bytes(const ddo_test::synthetic_model& m) {
+  std::uint64_t b = 0;
+  for (std::size_t w = 0; w < m.table.size(); ++w)
+    if (std::holds_alternative<ddo::file_source>(m.table[w].source) &&
+        m.plan.decisions[w].where != ddo::placement::gpu_resident &&
+        m.plan.decisions[w].where != ddo::placement::pinned_host)
+      b += m.expected[w].size();
+  return b;
+}
+
+}  // namespace ddo_vmm_test
+
+TEST_CASE_TEMPLATE_DEFINE("vmm native: every weight reads back through windows, retained sources and the micro-cache",
+                          Traits, vmm_native_readback) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(311, 8, 600000));
+  const std::uint64_t file_bytes = streamed_file_bytes(*m);
+  REQUIRE(file_bytes > 512 * 1024);
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 3 * ddo::mib);
+  auto t = Traits::make(w);
+  const std::uint64_t registered_before = t.ledger().in_use(ddo::ledger_kind::registered);
+  const int steps = 3;
+  auto compute = t.make_stream();
+  const auto v = T::view(compute);
+  readback<T> rb(t, steps * model_bytes(*m) + 1024);
+  {
+    // Retain about half the streamed file bytes: some retained registered, some retained
+    // unregistered, some read from the file every time.
+    ddo::basic_offloader<T> off(t, m->table, m->plan, native_runtime_options(3, file_bytes / 2));
+    std::vector<std::byte*> stable(m->table.size());
+    for (std::size_t i = 0; i < m->table.size(); ++i) stable[i] = off.stable_data(i);
+    for (int step = 0; step < steps; ++step) {
+      off.begin_step();
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, v);
+        for (std::size_t i = 0; i < lease.size(); ++i) CHECK(lease.data(i) == stable[lease.weight_index(i)]);
+        Traits::delay(t, v, 200);
+        rb.enqueue(v, lease, *m);
+      }
+    }
+    t.synchronize(v);
+    const auto n = off.metrics().native;
+    CHECK(n.enabled);
+    CHECK(n.windows == 4);
+    CHECK(n.retained_capacity <= file_bytes / 2);
+    CHECK(n.retained_registered == 256 * 1024);
+    CHECK(n.retained_direct_bytes > 0);
+    CHECK(n.retained_staged_bytes > 0);
+    CHECK(n.window_bytes_staged > 0);
+    CHECK(n.micro_cache_hits > 0);
+    CHECK(t.ledger().in_use(ddo::ledger_kind::registered) > registered_before);
+  }
+  CHECK(rb.items.size() == steps * m->table.size());
+  CHECK(rb.mismatches(*m) == 0);
+  CHECK(t.ledger().in_use(ddo::ledger_kind::registered) == registered_before);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm native: random acquisition orders never return wrong bytes", Traits,
+                          vmm_native_random_orders) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(312, 7, 400000));
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  auto t = Traits::make(w);
+  auto a = t.make_stream();
+  auto b = t.make_stream();
+  const std::size_t acquires = 120;
+  readback<T> rb(t, acquires * 2 * ddo::mib);
+  {
+    auto opts = native_runtime_options(3, streamed_file_bytes(*m) / 2);
+    opts.native_vmm.micro_cache_slots = 3;  // fewer slots than pieces: slots are reused
+    ddo::basic_offloader<T> off(t, m->table, m->plan, opts);
+    std::mt19937 rng(312);
+    std::vector<typename ddo::basic_offloader<T>::lease_type> held;
+    for (std::size_t k = 0; k < acquires; ++k) {
+      const std::size_t g = rng() % off.group_count();
+      const auto v = (rng() & 1u) ? T::view(a) : T::view(b);
+      if (held.size() >= 2) held.erase(held.begin() + static_cast<long>(rng() % held.size()));
+      held.push_back(off.acquire(g, v));
+      Traits::delay(t, v, 100);
+      rb.enqueue(v, held.back(), *m);
+    }
+    held.clear();
+    t.synchronize(T::view(a));
+    t.synchronize(T::view(b));
+    CHECK(off.metrics().native.micro_cache_misses > 3);
+  }
+  CHECK(rb.mismatches(*m) == 0);
+  CHECK(t.ledger().in_use(ddo::ledger_kind::registered) == 0);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm native: a setup failure after registration gives every byte back", Traits,
+                          vmm_native_setup_failure) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(313, 6, 400000));
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  w.fail_create_after = 2;  // the windows and storage are registered; the third handle fails
+  auto t = Traits::make(w);
+  const std::uint64_t before = Traits::device_used(t);
+  const std::uint64_t registered_before = t.ledger().in_use(ddo::ledger_kind::registered);
+  CHECK_THROWS_AS(ddo::basic_offloader<T>(t, m->table, m->plan,
+                                          native_runtime_options(4, streamed_file_bytes(*m))),
+                  ddo::cuda_error);
+  CHECK(t.ledger().in_use(ddo::ledger_kind::registered) == registered_before);
+  CHECK(Traits::live_handles(t) == 0);
+  CHECK(Traits::live_mappings(t) == 0);
+  CHECK(back_to(Traits::device_used(t), before, Traits::tolerance()));
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm native: window totals and registered segments are refused with the numbers",
+                          Traits, vmm_native_refusals) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(314, 4, 400000));
+  auto refused = [&](const ddo::runtime_options& o, const char* key) {
+    ddo::vmm_window_options w;
+    w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+    auto t = Traits::make(w);
+    const std::uint64_t before = Traits::device_used(t);
+    const std::uint64_t registered_before = t.ledger().in_use(ddo::ledger_kind::registered);
+    try {
+      ddo::basic_offloader<T> off(t, m->table, m->plan, o);
+      FAIL("setup was not refused for " << key);
+    } catch (const ddo::config_error& e) {
+      CHECK(e.key() == key);
+      CHECK(std::string(e.what()).find("bytes") != std::string::npos);
+    }
+    CHECK(t.ledger().in_use(ddo::ledger_kind::registered) == registered_before);
+    CHECK(back_to(Traits::device_used(t), before, Traits::tolerance()));
+    CHECK(Traits::live_handles(t) == 0);
+  };
+  auto o = native_runtime_options(3, 1 * ddo::mib);
+  o.native_vmm.staging_total_bytes = o.native_vmm.window_bytes + 1;  // one whole window only
+  refused(o, "vmm_staging_buffer_gb");
+  o = native_runtime_options(3, 1 * ddo::mib);
+  o.native_vmm.source_registered_bytes = 256 * 1024 + 4096;  // not whole segments
+  refused(o, "vmm_source_registered_gb");
+  o = native_runtime_options(3, 1 * ddo::mib);
+  o.native_vmm.source_registered_bytes = 2 * ddo::mib;  // beyond the storage ceiling
+  refused(o, "vmm_source_registered_gb");
+}

@@ -39,6 +39,10 @@ TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_not_ready, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_readback, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_random_orders, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_setup_failure, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_native_refusals, host_sim_vmm_traits);
 
 TEST_CASE("host_sim vmm: the simulated driver enforces the mapping order") {
   ddo::host_sim_vmm_transport t;

@@ -71,7 +71,8 @@ inline constexpr std::uint64_t vmm_segment_bytes = 64 * mib;
 /// vmm_page_mb not a multiple of 2; vmm_source_registered_gb not whole 64 MiB segments or above
 /// vmm_source_cache_gb; vmm_runtime without a positive vmm_resident_weight_budget_gb or
 /// vmm_staging_buffer_gb; backend vmm without execution_mode vmm_runtime; a micro-cache slot
-/// size without a slot count (or the reverse); build_profile without profile_name; invalid regexes.
+/// size without a slot count (or the reverse); vmm_component_tensor_ownership off the native
+/// route; build_profile without profile_name; invalid regexes.
 inline void validate(dynamic_offload_config& config, const config_provenance& provenance,
                      std::vector<std::string>& warnings) {
   using detail::format_number;
@@ -144,6 +145,16 @@ inline void validate(dynamic_offload_config& config, const config_provenance& pr
     require_positive("vmm_resident_weight_budget_gb", config.vmm_resident_weight_budget_gb, "4.0");
     require_positive("vmm_staging_buffer_gb", config.vmm_staging_buffer_gb, "0.625");
   }
+  // Ownership is the native route's (the reference: "native fast only").
+  if (config.vmm_component_tensor_ownership &&
+      !(config.execution_mode == exec_mode::vmm_runtime &&
+        (config.vmm_native_transport || config.vmm_source_cache_gb > 0.0)))
+    throw_invalid(provenance, "vmm_component_tensor_ownership", "true",
+                  "component tensor ownership is for the native VMM route only (vmm_fast_runtime: "
+                  "execution_mode vmm_runtime with vmm_native_transport or a positive "
+                  "vmm_source_cache_gb); execution_mode is \"" +
+                      std::string(enum_name(config.execution_mode)) + "\" (" +
+                      describe(provenance.of("execution_mode")) + ")");
   if (config.backend == offload_backend::vmm && config.execution_mode != exec_mode::vmm_runtime)
     throw_invalid(provenance, "backend", "\"vmm\"",
                   "backend vmm needs execution_mode vmm_runtime, but execution_mode is \"" +

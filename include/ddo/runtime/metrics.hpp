@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/runtime/native_vmm_options.hpp"
+
 namespace ddo {
 inline namespace v0 {
 
@@ -100,6 +102,7 @@ struct offload_metrics {
   std::uint64_t device_bytes = 0;        ///< ddo's device bytes now (resident + ring)
   std::uint64_t peak_device_bytes = 0;   ///< ddo's accounting; the runner samples cudaMemGetInfo
   std::uint64_t cached_blocks_reused = 0;  ///< pinned blocks taken from the pinned-weight cache
+  native_vmm_stats native;  ///< the native VMM route's windows, retained sources, micro-cache
 };
 
 }  // namespace v0

@@ -15,6 +15,7 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/runtime/setup_progress.hpp"
 #include "ddo/model/file_fault_hook.hpp"
 
@@ -86,6 +87,9 @@ struct runtime_options {
   /// Receives setup progress (reading, packing, pinning, uploading; setup_progress.hpp); empty:
   /// none.
   setup_progress_callback on_setup_progress;
+  /// The native VMM route's host side (registered windows, retained sources, micro-cache);
+  /// used by transports with stable addresses when enabled (runtime/native_vmm_options.hpp).
+  native_vmm_options native_vmm;
 };
 
 /// @brief The runtime fields of a resolved config on top of @p base: strategy, pin workers and

@@ -45,7 +45,9 @@
 #include "ddo/plan/planner.hpp"
 #include "ddo/plan/residency_planner.hpp"
 #include "ddo/profile/profile_lookup.hpp"
+#include "ddo/runtime/component_ownership.hpp"
 #include "ddo/runtime/device_footprint.hpp"
+#include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/plan_cache.hpp"
 #include "ddo/runtime/routes.hpp"
@@ -239,10 +241,11 @@ template <class Planner = default_residency_planner, class PinSelector = default
   detail::check_transport_settings(settings, transport, r.notes);
   if (!transport_with_stable_addresses<Transport> &&
       settings.config.execution_mode == exec_mode::vmm_runtime)
-    r.notes.push_back("execution_mode vmm_runtime: this engine fixed the " +
-                      std::string(transport.name()) +
-                      " transport (no stable addresses), which streams instead; the VMM transport "
-                      "runs where ddo chooses it (ddo::with_offload_backend, ddo-run)");
+    r.notes.push_back("execution_mode vmm_runtime (" + std::string(vmm_route_name(settings.config)) +
+                      "): this engine fixed the " + std::string(transport.name()) +
+                      " transport (no stable addresses), which streams instead (executed: the " +
+                      "linear route); the VMM transport runs where ddo chooses it "
+                      "(ddo::with_offload_backend, ddo-run)");
 
   auto groups = options.groups ? *options.groups
                                : infer_execution_groups(table, settings.config.resident_module_patterns);
@@ -318,11 +321,28 @@ template <class Planner = default_residency_planner, class PinSelector = default
   // holds, up to one per streamed group (transport/detail/vmm_window.hpp).
   // vmm_staging_buffer_gb is one of the legacy route's two pinned staging buffers
   // (--ddo-vmm-total-staging-gb splits the total over two): it must fit the largest group.
+  // The native route (vmm_fast_runtime) stages through its registered windows instead
+  // (runtime/native_vmm_options.hpp) and may own the whole component (component_ownership.hpp).
   if constexpr (transport_with_stable_addresses<Transport>)
     if (component.route != component_route::none) {
       r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
-      const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
-      if (staging > 0) r.runtime.staging_buffer_bytes = staging;
+      if (native_vmm_selected(settings.config)) {
+        r.runtime.native_vmm = native_vmm_options_from(settings.config);
+        r.runtime.route = "vmm_fast_runtime";
+        if (r.runtime.native_vmm.component_tensor_ownership) {
+          const auto owned = apply_component_ownership(r.plan, table,
+                                                       r.runtime.native_vmm.component_buffer_limit_bytes);
+          r.notes.push_back("vmm_component_tensor_ownership: " + std::to_string(owned.once_copied) +
+                            " tensor(s) copied once (" + format_bytes(owned.once_copied_bytes) +
+                            " of the " + format_bytes(r.runtime.native_vmm.component_buffer_limit_bytes) +
+                            " limit), " + std::to_string(owned.mapped) + " mapped and streamed (" +
+                            format_bytes(owned.mapped_bytes) + ")");
+        }
+      } else {
+        const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
+        if (staging > 0) r.runtime.staging_buffer_bytes = staging;
+        if (settings.config.execution_mode == exec_mode::vmm_runtime) r.runtime.route = "vmm_runtime";
+      }
     }
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;

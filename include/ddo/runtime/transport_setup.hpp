@@ -13,6 +13,7 @@
 #include "ddo/config/dynamic_offload_settings.hpp"
 #include "ddo/config/enum_names.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
@@ -72,7 +73,8 @@ namespace detail {
   vmm_window_options w;
   w.budget_bytes = gib_to_bytes(s.config.vmm_resident_weight_budget_gb);
   w.handle_bytes = s.config.vmm_page_mb * mib;
-  w.staging_buffer_bytes = gib_to_bytes(s.config.vmm_staging_buffer_gb);
+  // The native route streams through whole windows: no group has to fit its staging.
+  w.staging_buffer_bytes = native_vmm_selected(s.config) ? 0 : gib_to_bytes(s.config.vmm_staging_buffer_gb);
   return w;
 }
 

@@ -118,14 +118,14 @@
   X(show_profile, boolean, "DDO_SHOW_PROFILE", 1.0, true, "", no_choices, active, "", \
     "Print the offload profile summary; from_env() resolves false.") \
   X(vmm_native_transport, boolean, "DDO_VMM_NATIVE_TRANSPORT", 1.0, true, "", no_choices, \
-    not_yet_implemented, reason_vmm_pending, \
+    active, "", \
     "Native reusable registered-host windows for the VMM route.") \
   X(vmm_source_cache_gb, real, "DDO_VMM_SOURCE_CACHE_GB", 1.0, true, "GiB", no_choices, \
-    not_yet_implemented, reason_vmm_pending, \
+    active, "", \
     "Native retained-storage ceiling, separate from GPU and registration; 0 disables " \
     "retained sources.") \
   X(vmm_source_registered_gb, real, "DDO_VMM_SOURCE_REGISTERED_GB", 1.0, true, "GiB", \
-    no_choices, not_yet_implemented, reason_vmm_pending, \
+    no_choices, active, "", \
     "Registration within retained storage; 0 uses the storage ceiling, explicit values " \
     "are whole 64 MiB segments within it.") \
   X(vmm_module_pattern, text, "DDO_VMM_MODULE_PATTERN", 1.0, true, "", no_choices, \
@@ -144,16 +144,16 @@
     no_choices, no_effect_on_this_platform, reason_windows_only, \
     "Windows system reserve; Linux uses host/cgroup admission.") \
   X(vmm_component_tensor_ownership, boolean, "", 1.0, true, "", no_choices, \
-    not_yet_implemented, reason_vmm_pending, \
+    active, "", \
     "Opt-in whole-component tensor ownership (native fast route only).") \
   X(vmm_component_buffer_limit_mb, count, "", 1.0, true, "MiB", no_choices, \
-    not_yet_implemented, reason_vmm_pending, \
+    active, "", \
     "Ceiling of once-copied device-buffer payload per component.") \
   X(vmm_native_source_cache_slot_mb, count, "DDO_VMM_NATIVE_SOURCE_CACHE_SLOT_MB", 1.0, true, \
-    "MiB", no_choices, not_yet_implemented, reason_vmm_pending, \
+    "MiB", no_choices, active, "", \
     "Legacy explicit micro-cache slot size; paired with the slot count.") \
   X(vmm_native_source_cache_slots, count, "DDO_VMM_NATIVE_SOURCE_CACHE_SLOTS", 1.0, true, "", \
-    no_choices, not_yet_implemented, reason_vmm_pending, \
+    no_choices, active, "", \
     "Legacy micro-cache slot count; 0 keeps the cache off.") \
   X(vmm_host_cache_gb, real, "DDO_VMM_HOST_CACHE_GB", 1.0, true, "GiB", no_choices, \
     not_yet_implemented, reason_vmm_pending, \

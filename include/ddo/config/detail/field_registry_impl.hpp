@@ -118,9 +118,9 @@ inline constexpr std::array<std::string_view, 5> module_kind_names = {"linear", 
 inline constexpr std::span<const std::string_view> no_choices{};
 
 inline constexpr std::string_view reason_vmm_pending =
-    "read only by the native VMM route (registered host windows, retained sources, component "
-    "ownership), which ddo does not implement yet; the VMM transport reads only "
-    "vmm_resident_weight_budget_gb, vmm_page_mb and vmm_staging_buffer_gb";
+    "not read by any VMM route of ddo yet (native attachment-unit selection, the older route's "
+    "CPU-source registration cache); the VMM routes read the other vmm_* fields "
+    "(docs/transports.md)";
 inline constexpr std::string_view reason_windows_only =
     "a Windows DXGI budget reserve; on Linux admission uses host RAM and the cgroup limit";
 

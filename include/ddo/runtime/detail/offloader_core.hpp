@@ -7,6 +7,8 @@
 /// - budget_check.hpp: resident + ring against the budgets (device_footprint.hpp's formula);
 /// - pinning.hpp: packing and page-locking pinned groups, fallback, the pinned-weight cache;
 /// - staging_worker.hpp: the staging thread, its buffers and pageable/file pieces;
+/// - native_staging.hpp: the native VMM route's registered windows, retained sources and
+///   micro-cache (used instead of the staging buffers when runtime_options::native_vmm is on);
 /// - slot_ring.hpp: slot occupancy, eviction and prefetch scheduling;
 /// - step_timing.hpp: steps, timing events, metrics and trace spans;
 /// - pointer_bindings.hpp: the swap strategy's engine pointers;
@@ -36,6 +38,7 @@
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/detail/native_staging.hpp"
 #include "ddo/runtime/detail/owned_memory.hpp"
 #include "ddo/runtime/detail/pinning.hpp"
 #include "ddo/runtime/detail/pointer_bindings.hpp"
@@ -131,6 +134,7 @@ class offloader_core {
   source_files files_;
   setup_meter meter_;
   group_pinning<T> pinning_;
+  native_stager<T> native_;  // before staging_: its thread stops before the windows go
   staging_worker<T> staging_;
   ring_schedule ring_schedule_;
   step_timing<T> timing_;

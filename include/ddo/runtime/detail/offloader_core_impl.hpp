@@ -304,7 +304,11 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
   m.slot_count = slots_.size();
   m.pinned_bytes = pinning_.pinned_bytes();
   m.pin_fallback_bytes = pinning_.fallback_bytes();
-  m.staging_bytes = staging_.buffer_bytes();
+  m.staging_bytes = native_.active() ? native_.staging_bytes() : staging_.buffer_bytes();
+  // The native counters belong to the staging thread: read them once its queued jobs ran (a
+  // host wait in metrics(), never on the hot path).
+  if (native_.active()) staging_.wait_all();
+  m.native = native_.stats();
   m.device_bytes = resident_.bytes + ring_.bytes;
   m.peak_device_bytes = peak_device_bytes_;
   if constexpr (requires { { t_.vmm_physical_bytes() } -> std::convertible_to<std::uint64_t>; }) {

@@ -45,7 +45,14 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
     plan_setup_progress();
     pinning_.pin(t_, layout_, table, plan_, options_, files_, meter_);
-    if (layout_.staging_needed) staging_.ensure_buffers();
+    // After pinning: a pin fallback adds staged pieces, and the native stager keys on them.
+    if (options_.native_vmm.enabled) {
+      native_.prepare(t_, options_.native_vmm, layout_, files_, options_.staging_threads,
+                      options_.allow_pin_fallback);
+      staging_.use_native(&native_);
+    } else if (layout_.staging_needed) {
+      staging_.ensure_buffers();
+    }
     upload_residents();
     allocate_ring();
     ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
@@ -112,7 +119,10 @@ void offloader_core<T>::upload_residents() {
     pieces.push_back(p);
   }
   meter_.start(setup_phase::uploading);
-  staging_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
+  if (native_.active())
+    native_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
+  else
+    staging_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
 }
 
 template <class T>
@@ -191,6 +201,7 @@ void offloader_core<T>::teardown() noexcept {
   timing_.release();
   ring_ = device_allocation<T>{};
   resident_ = device_allocation<T>{};
+  native_.release();
   staging_.release();
   for (auto& gr : layout_.groups) gr.block.reset();
   pinning_.release(t_);

@@ -33,6 +33,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/model/parallel_reader.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/detail/native_staging.hpp"
 #include "ddo/runtime/detail/owned_memory.hpp"
 #include "ddo/runtime/detail/setup_meter.hpp"
 #include "ddo/transport/concepts.hpp"
@@ -95,6 +96,10 @@ class staging_worker {
   /// Copies stage() would issue for @p pieces (metrics, without running them).
   [[nodiscard]] std::uint64_t estimate_copies(const std::vector<staged_piece>& pieces) const noexcept;
 
+  /// Routes the worker's jobs through the native VMM route's windows (native_staging.hpp)
+  /// instead of the two pinned buffers; @p n outlives the worker's thread (null: legacy).
+  void use_native(native_stager<T>* n) noexcept { native_ = n; }
+
   /// Starts the worker thread; @p max_outstanding bounds the jobs queued at once.
   void start(std::size_t max_outstanding);
   /// Queues @p j; returns its ticket (tickets grow by one from 1). Never allocates.
@@ -131,6 +136,7 @@ class staging_worker {
   unsigned buffer_ = 0;                 // used by one thread at a time (setup, then worker)
   std::vector<read_task> tasks_;        // likewise: the chunk being filled
   std::unique_ptr<parallel_reader> reader_;  // copies and reads a chunk with several threads
+  native_stager<T>* native_ = nullptr;
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

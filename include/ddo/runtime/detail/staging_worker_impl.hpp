@@ -231,7 +231,10 @@ void staging_worker<T>::run(const job& j) {
   }
   if (j.direct != nullptr)
     for (const auto& piece : *j.direct) t.copy_to_device(j.image + piece.slot_offset, piece.host, piece.bytes, v);
-  stage(j.image, *j.pieces, v);
+  if (native_ != nullptr)
+    native_->stage(j.image, *j.pieces, v);
+  else
+    stage(j.image, *j.pieces, v);
   if (j.timing_end != nullptr) t.record(*j.timing_end, v);
   t.record(*j.ready, v);
 }

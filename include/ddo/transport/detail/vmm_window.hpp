@@ -203,8 +203,7 @@ class vmm_window {
     for (std::size_t s = 0; s < occupant_.size(); ++s)
       if (occupant_[s] != no_occupant) {
         const std::size_t g = occupant_[s];
-        for (std::size_t i = 0; i < pieces(g); ++i)
-          quiet(d.unmap(base_ + offsets_[g] + i * handle_, piece_bytes(g, i)), "unmap");
+        for (std::size_t i = 0; i < handles_of(g); ++i) quiet(d.unmap(base_ + offsets_[g] + i * handle_, handle_), "unmap");
         occupant_[s] = no_occupant;
       }
     for (auto h : handles_) quiet(d.release(h, handle_), "release");
@@ -228,28 +227,26 @@ class vmm_window {
   static constexpr std::uint64_t not_reserved = static_cast<std::uint64_t>(-1);
   static std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
 
-  [[nodiscard]] std::size_t pieces(std::size_t g) const noexcept {
-    return static_cast<std::size_t>((ranges_[g] + handle_ - 1) / handle_);
-  }
-  [[nodiscard]] std::uint64_t piece_bytes(std::size_t g, std::size_t i) const noexcept {
-    return std::min(handle_, ranges_[g] - i * handle_);
+  /// Group g's range is whole handles (prepare rounds it), so piece i is handle i of its slot.
+  [[nodiscard]] std::size_t handles_of(std::size_t g) const noexcept {
+    return static_cast<std::size_t>(ranges_[g] / handle_);
   }
 
-  /// Maps group g's range on slot s's handles. A failure unmaps the pieces already mapped before
-  /// it propagates, so the slot stays empty and teardown can free the reservation.
+  /// Maps group g's range on slot s's handles, one whole handle per piece. A failure unmaps the
+  /// handles already mapped before it propagates, so the slot stays empty and teardown can free
+  /// the reservation.
   void map_range(std::size_t s, std::size_t g) {
     auto& d = *driver_;
     std::byte* p = base_ + offsets_[g];
     std::size_t mapped = 0;
     try {
-      for (; mapped < pieces(g); ++mapped) {
-        const std::size_t i = mapped;
-        const auto h = handles_[s * per_slot_ + i];
+      for (; mapped < handles_of(g); ++mapped) {
+        const auto h = handles_[s * per_slot_ + mapped];
         timed(stats_.map_ms, [&] {
           call("map", [&] {
             const std::size_t n = options_.not_ready_every;
             if (n != 0 && ++map_calls_ % n == 0) return Driver::not_ready;
-            return d.map(p + i * handle_, piece_bytes(g, i), h);
+            return d.map(p + mapped * handle_, handle_, h);
           });
         });
         ++stats_.maps;
@@ -257,7 +254,7 @@ class vmm_window {
       timed(stats_.access_ms, [&] { call("set_access", [&] { return d.set_access(p, ranges_[g]); }); });
       ++stats_.access_calls;
     } catch (...) {
-      for (std::size_t i = 0; i < mapped; ++i) quiet(d.unmap(p + i * handle_, piece_bytes(g, i)), "unmap");
+      for (std::size_t i = 0; i < mapped; ++i) quiet(d.unmap(p + i * handle_, handle_), "unmap");
       throw;
     }
     occupant_[s] = g;
@@ -266,8 +263,8 @@ class vmm_window {
   void unmap_range(std::size_t s, std::size_t g) {
     auto& d = *driver_;
     std::byte* p = base_ + offsets_[g];
-    for (std::size_t i = 0; i < pieces(g); ++i) {
-      timed(stats_.unmap_ms, [&] { call("unmap", [&] { return d.unmap(p + i * handle_, piece_bytes(g, i)); }); });
+    for (std::size_t i = 0; i < handles_of(g); ++i) {
+      timed(stats_.unmap_ms, [&] { call("unmap", [&] { return d.unmap(p + i * handle_, handle_); }); });
       ++stats_.unmaps;
     }
     occupant_[s] = no_occupant;
@@ -312,7 +309,7 @@ class vmm_window {
   std::byte* base_ = nullptr;
   std::uint64_t reserved_ = 0;
   std::vector<std::uint64_t> offsets_;  // per group
-  std::vector<std::uint64_t> ranges_;   // per group (granularity multiple)
+  std::vector<std::uint64_t> ranges_;   // per group: whole handles
   std::vector<handle_type> handles_;    // slot-major
   std::vector<std::size_t> occupant_;   // per slot
   vmm_window_stats stats_;

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The native VMM route end to end on host_sim's VMM mode: `--ddo-backend vmm --ddo-preset auto`
+# selects vmm_fast_runtime, which ddo-run executes with --verify (every acquired byte compared)
+# and reports as executed; ddo-config and ddo-plan name the route.
+# Usage: check_native_vmm.sh DDO_RUN DDO_CONFIG DDO_PLAN CACHE_DIR
+set -euo pipefail
+run="$1" config="$2" plan="$3" cache="$4"
+out="$("$run" --cpu --verify --steps 2 --blocks 2 --no-environment --cache-dir "$cache" \
+        --ddo-backend vmm --ddo-preset auto --ddo-show-profile 2>&1)" || {
+  echo "$out"
+  echo "check_native_vmm: ddo-run failed" >&2
+  exit 1
+}
+fail() { echo "$out"; echo "check_native_vmm: $1" >&2; exit 1; }
+grep -q 'executed dynamic_offload (host_sim_vmm transport, vmm_fast_runtime)' <<<"$out" ||
+  fail "the summary does not report vmm_fast_runtime as executed"
+grep -q 'native VMM: 20 registered windows' <<<"$out" ||
+  fail "vmm_fast_runtime's 1.25 GiB of total staging is not 20 registered 64 MiB windows"
+out="$("$config" --no-environment --ddo-backend vmm --ddo-preset auto)"
+grep -q '^# VMM route: vmm_fast_runtime' <<<"$out" || fail "ddo-config does not name the native route"
+out="$("$config" --no-environment --ddo-preset nvme_baseline)"
+grep -q '^# VMM route: vmm_runtime' <<<"$out" || fail "ddo-config does not name the legacy route"
+model=$(find "$cache" -name '*.safetensors' | head -n 1)
+[ -n "$model" ] || fail "no synthetic model under $cache"
+out="$("$plan" "$model" --no-environment --ddo-preset vmm_fast_runtime)"
+grep -q '^VMM route: vmm_fast_runtime' <<<"$out" || fail "ddo-plan does not name the native route"
+echo "check_native_vmm: ok"
