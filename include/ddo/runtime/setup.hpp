@@ -191,6 +191,12 @@ template <class Transport>
     c.available_ram_bytes = available_ram_bytes().value_or(0);
   }
   c.max_group_bytes = options.max_group_bytes;
+  // The file route stages a group through one of its two pinned slots: a group streaming more
+  // than a slot holds is refused by make_plan with the numbers (vmm_staging_buffer_gb).
+  if constexpr (transport_with_file_staging<Transport>) {
+    const std::uint64_t slot = transport.staging_slot_bytes();
+    if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
+  }
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir);
@@ -292,7 +298,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
             {"stated_ram", options.ram_bytes.value_or(0)},
             {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
             {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
-            {"max_group", options.max_group_bytes},
+            {"max_group", r.machine.capacity.max_group_bytes},
         };
         key = plan_cache_key(table, groups, config,
                              detail::policy_names(typeid(Planner), typeid(PinSelector)), budgets);
