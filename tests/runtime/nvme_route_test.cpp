@@ -25,73 +25,13 @@
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
 #include "ddo/transport/nvme.hpp"
-
-#ifndef DDO_TEST_BUILD_DIR
-#error "DDO_TEST_BUILD_DIR must name a directory in the build tree (tests/runtime/meson.build)"
-#endif
+#include "nvme_file_model.hpp"
 
 namespace {
 
+using ddo_test::file_model;
 using nvme_sim = ddo::nvme_transport<ddo::host_sim_transport>;
 using nvme_sim_vmm = ddo::nvme_transport<ddo::host_sim_vmm_transport>;
-
-/// Weights in one or two files (shards) in the build directory; every weight streamed from
-/// its file (placement file), groups of `per_group` weights; odd sizes and offsets, so O_DIRECT
-/// reads must widen every piece.
-struct file_model {
-  ddo::weight_table table;
-  ddo::offload_plan plan;
-  std::vector<std::vector<std::byte>> expected;
-  std::vector<std::filesystem::path> files;
-
-  file_model(std::uint32_t seed, std::size_t groups, std::size_t per_group, std::uint64_t max_bytes,
-             std::size_t shards = 2) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<std::uint64_t> size(max_bytes / 3, max_bytes);
-    std::vector<std::ofstream> out(shards);
-    std::vector<std::uint64_t> offset(shards, 0);
-    for (std::size_t s = 0; s < shards; ++s) {
-      files.push_back(std::filesystem::path(DDO_TEST_BUILD_DIR) /
-                      ("ddo_nvme_" + std::to_string(::getpid()) + "_" + std::to_string(seed) + "_" +
-                       std::to_string(s) + ".bin"));
-      out[s].open(files.back(), std::ios::binary | std::ios::trunc);
-      REQUIRE(out[s].good());
-      table.add_file(files.back().string());
-      const char header[77] = "odd-sized header so the first weight is not block aligned";
-      out[s].write(header, sizeof header);
-      offset[s] = sizeof header;
-    }
-    plan.groups.resize(groups);
-    for (std::size_t g = 0; g < groups; ++g)
-      for (std::size_t i = 0; i < per_group; ++i) {
-        const std::size_t s = (g + i) % shards;
-        std::vector<std::byte> bytes(size(rng) | 1);  // odd: never a whole block
-        for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
-        out[s].write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-        ddo::weight_info info;
-        info.name = "blocks." + std::to_string(g) + ".w" + std::to_string(i) + ".weight";
-        info.kind = ddo::module_kind::linear;
-        info.type = ddo::dtype::u8;
-        info.shape = {static_cast<std::int64_t>(bytes.size())};
-        info.bytes = bytes.size();
-        info.source = ddo::file_source{s, offset[s]};
-        offset[s] += bytes.size();
-        const std::size_t w = table.add(info);
-        plan.decisions.push_back({ddo::placement::file, g, "test"});
-        plan.groups[g].name = "blocks." + std::to_string(g);
-        plan.groups[g].weights.push_back(w);
-        plan.groups[g].bytes_by_placement[static_cast<std::size_t>(ddo::placement::file)] += bytes.size();
-        expected.push_back(std::move(bytes));
-      }
-    for (auto& o : out) o.close();
-  }
-  file_model(const file_model&) = delete;
-  file_model& operator=(const file_model&) = delete;
-  ~file_model() {
-    std::error_code ec;
-    for (const auto& f : files) std::filesystem::remove(f, ec);
-  }
-};
 
 ddo::runtime_options route_options() {
   ddo::runtime_options o;
