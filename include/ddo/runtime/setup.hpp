@@ -327,6 +327,17 @@ template <class Planner = default_residency_planner, class PinSelector = default
   if constexpr (transport_with_stable_addresses<Transport>)
     if (component.route != component_route::none) {
       r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
+      // ... but no more slots than the device memory the plan saw holds (its ring's share plus
+      // what the plan left free), in whole 2 MiB pages: the window's physical memory is device
+      // memory like the ring it replaces.
+      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      const std::uint64_t slot = round_up(r.machine.slot_bytes, 2 * mib);
+      if (free > 1 && slot != 0) {
+        const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
+        const std::uint64_t room = free + r.machine.ring_bytes > resident ? free + r.machine.ring_bytes - resident : 0;
+        r.runtime.slot_count =
+            std::min<std::size_t>(r.runtime.slot_count, std::max<std::uint64_t>(1, room / slot));
+      }
       const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
       if (staging > 0) r.runtime.staging_buffer_bytes = staging;
     }

@@ -115,6 +115,9 @@ struct file_staging_request {
   const std::vector<std::string>* paths = nullptr;  ///< the weight table's files, by index
   std::vector<bool> used;                  ///< per file: whether the plan reads it at run time
   file_fault_hook* faults = nullptr;       ///< consulted before every read (tests); may be null
+  /// The largest file piece the plan reads (0: unknown): staging larger than it is not
+  /// page-locked, a piece never needs more than one slot of it plus O_DIRECT's widening.
+  std::uint64_t largest_piece_bytes = 0;
 };
 
 /// @brief Whether a transport stages file pieces itself, through pinned memory it owns (the

@@ -182,7 +182,12 @@ class nvme_transport : public Inner {
         for (auto& f : st.files)
           if (f.reader && f.reader->direct_io_active())
             f.reader = std::make_unique<file_reader>(f.path, safetensors_backend::pread);
+      // No more than the largest piece needs (its O_DIRECT widening included): a small model
+      // does not page-lock the whole configured staging.
       st.slot_alloc_bytes = round_up(o.staging_slot_bytes, direct_io_alignment);
+      if (r.largest_piece_bytes != 0)
+        st.slot_alloc_bytes = std::min(st.slot_alloc_bytes,
+                                       round_up(r.largest_piece_bytes, direct_io_alignment) + 2 * direct_io_alignment);
       for (std::size_t s = 0; s < 2; ++s) {
         st.slot[s] = Inner::allocate_pinned(st.slot_alloc_bytes);
         DDO_EXPECTS(reinterpret_cast<std::uintptr_t>(st.slot[s]) % direct_io_alignment == 0,
@@ -198,7 +203,7 @@ class nvme_transport : public Inner {
                ? std::string()
                : " (O_DIRECT refused by the file system of '" + refused + "')") +
           ", " + std::to_string(o.read_threads) + " reader thread(s), " +
-          format_bytes(o.request_bytes) + " requests, 2 x " + format_bytes(o.staging_slot_bytes) +
+          format_bytes(o.request_bytes) + " requests, 2 x " + format_bytes(st.slot_alloc_bytes) +
           " pinned staging";
       st.prepared = true;
     } catch (...) {

@@ -33,7 +33,8 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
   nvtx_range range(options_.nvtx, "ddo setup");
   try {
     layout_ = make_group_layout(table, plan_, options_);
-    check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes);
+    check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes,
+                          !transport_with_stable_addresses<T>);
     resident_ptr_.assign(table.size(), nullptr);
     {
       std::vector<std::vector<std::size_t>> weights;
@@ -47,6 +48,12 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       request.paths = &table.files();
       request.used = layout_.file_used;
       request.faults = options_.file_faults;
+      for (const auto& gr : layout_.groups)
+        for (const auto& p : gr.staged)
+          if (p.host == nullptr) request.largest_piece_bytes = std::max(request.largest_piece_bytes, p.bytes);
+      for (std::size_t w = 0; w < table.size(); ++w)
+        if (layout_.resident_offset[w] != not_streamed && std::holds_alternative<file_source>(table[w].source))
+          request.largest_piece_bytes = std::max(request.largest_piece_bytes, table[w].bytes);
       t_.prepare_file_reads(request);
     }
     copy_stream_ = t_.make_stream();
