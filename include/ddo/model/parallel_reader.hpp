@@ -146,19 +146,26 @@ class parallel_reader {
   [[nodiscard]] std::uint64_t split() const noexcept { return split_; }
 
   /// @brief Reads every request, in parallel, and returns when all are done.
+  /// @param split cut requests into pieces of this size for this call (0: the pool's split;
+  /// otherwise a multiple of direct_io_alignment of at least 64 KiB).
   /// @throws io_error: the first failure (the other reads still finish before it is thrown, so
   /// no thread writes into the caller's memory afterwards).
-  void read_all(std::span<const file_read_request> requests) {
+  void read_all(std::span<const file_read_request> requests, std::uint64_t split = 0) {
+    if (split == 0) split = split_;
+    DDO_EXPECTS(split >= (64u << 10) && split % direct_io_alignment == 0,
+                "parallel_reader::read_all: split must be a multiple of " +
+                    std::to_string(direct_io_alignment) + " of at least 64 KiB, got " +
+                    std::to_string(split));
     std::unique_lock lock(mutex_);
     // A helper that woke late for the previous batch may still be looking at work_.
     done_cv_.wait(lock, [&] { return busy_ == 0; });
     work_.clear();
     for (const auto& r : requests) {
-      for (std::uint64_t off = 0; off < r.bytes; off += split_) {
+      for (std::uint64_t off = 0; off < r.bytes; off += split) {
         file_read_request part = r;
         part.offset = r.offset + off;
         part.dst = r.dst + off;
-        part.bytes = std::min(split_, r.bytes - off);
+        part.bytes = std::min(split, r.bytes - off);
         // Only the part holding the request's last required byte may end early.
         part.required = r.required <= off ? 0 : std::min(part.bytes, r.required - off);
         work_.push_back(part);

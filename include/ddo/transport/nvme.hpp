@@ -64,7 +64,8 @@ struct nvme_options {
   std::uint64_t staging_slot_bytes = 640 * mib;
   /// Reader threads (the loading thread is one of them).
   std::size_t read_threads = 8;
-  /// Reads longer than this are split, so one weight keeps every reader busy.
+  /// Largest read request: a fill is split over the reader threads in parts of at most this
+  /// (and at least 64 KiB), so one weight keeps every reader busy.
   std::uint64_t request_bytes = 8 * mib;
   file_io_mode io = file_io_mode::automatic;
 };
@@ -253,8 +254,13 @@ class nvme_transport : public Inner {
       req.dst = st.slot[k];
       req.bytes = st.direct ? len : hi - at;
       req.required = hi - at;
+      // Every reader gets a part of this fill (a piece is read before the next one starts), in
+      // parts of at most request_bytes and at least 64 KiB.
+      const std::uint64_t threads = st.reader->threads();
+      const std::uint64_t split = std::clamp<std::uint64_t>(
+          round_up((req.bytes + threads - 1) / threads, 64 * kib), 64 * kib, st.options.request_bytes);
       const auto start = std::chrono::steady_clock::now();
-      st.reader->read_all(std::span<const file_read_request>(&req, 1));
+      st.reader->read_all(std::span<const file_read_request>(&req, 1), split);
       st.stats.read_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       Inner::copy_to_device(dst + (lo - offset), st.slot[k] + (lo - at), hi - lo, s);
