@@ -154,16 +154,23 @@ int main(int argc, char** argv) {
     std::vector<std::string> notes;
     const auto component = ddo::component_for(settings, options.inputs, &notes);
     ddo::offload_setup setup;
+    // The file route plans against its transport too: its staging slot limits a group.
+    const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
+    auto plan_over = [&](auto transport) {
+      return ddo::setup_offload(table, settings, component, options, transport);
+    };
     if (gpu) {
-      auto transport = ddo::make_transport<ddo::linear_transport>(settings, options.host_sim);
-      setup = ddo::setup_offload(table, settings, component, options, transport);
+      setup = file_route
+                  ? plan_over(ddo::make_transport<ddo::nvme_transport<ddo::linear_transport>>(settings, options.host_sim))
+                  : plan_over(ddo::make_transport<ddo::linear_transport>(settings, options.host_sim));
       vram_note = "device " + settings.config.execution_device + " as probed now";
     } else {
       options.host_sim.device_capacity_bytes =
           vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
                         : ddo::runner::default_sim_device_bytes(table, settings, reserve);
-      auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
-      setup = ddo::setup_offload(table, settings, component, options, transport);
+      setup = file_route
+                  ? plan_over(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, options.host_sim))
+                  : plan_over(ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim));
       vram_note = vram_gb > 0.0 ? "host_sim device of --vram-gb"
                                 : "no GPU: ddo-run's default host_sim device";
     }

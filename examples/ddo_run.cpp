@@ -57,6 +57,7 @@
 #include "ddo/runtime/trace.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
+#include "ddo/transport/nvme.hpp"
 #include "runner/chrome_trace.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/interrupt_cleanup.hpp"
@@ -166,6 +167,10 @@ struct gpu_engine_t {
 using gpu_engine = gpu_engine_t<ddo::linear_transport>;
 /// The same engine on the VMM route (execution_mode vmm_runtime / backend vmm).
 using gpu_vmm_engine = gpu_engine_t<ddo::vmm_transport>;
+/// The file route (backend nvme): the linear ring, or VMM with execution_mode vmm_runtime
+/// (nvme_baseline: the legacy VMM route fed from files).
+using gpu_nvme_engine = gpu_engine_t<ddo::nvme_transport<ddo::linear_transport>>;
+using gpu_nvme_vmm_engine = gpu_engine_t<ddo::nvme_transport<ddo::vmm_transport>>;
 
 /// No GPU: the CPU stand-in, each product a task on a host_sim stream (the engine's "kernels").
 template <class Transport>
@@ -187,6 +192,8 @@ struct cpu_engine_t {
 using cpu_engine = cpu_engine_t<ddo::host_sim_transport>;
 /// The CPU stand-in on host_sim's VMM mode (execution_mode vmm_runtime / backend vmm).
 using cpu_vmm_engine = cpu_engine_t<ddo::host_sim_vmm_transport>;
+using cpu_nvme_engine = cpu_engine_t<ddo::nvme_transport<ddo::host_sim_transport>>;
+using cpu_nvme_vmm_engine = cpu_engine_t<ddo::nvme_transport<ddo::host_sim_vmm_transport>>;
 
 // --- the model as the runner computes it ------------------------------------------------------
 
@@ -409,6 +416,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
+  if constexpr (requires { transport.file_io_description(); })
+    std::printf("file route: %s\n", transport.file_io_description().c_str());
 
   Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
   auto view = engine.view();
@@ -524,6 +533,14 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
       std::printf(", cudaMemGetInfo sampled %s (with activations and cuBLAS)",
                   gb(sampler->peak_above_baseline()).c_str());
     std::printf("\n");
+  }
+  if constexpr (requires { transport.file_stats(); }) {
+    const auto fs = transport.file_stats();
+    std::printf("  file route: %s read, %s delivered in %llu slot fill(s); reading took %.2f s "
+                "(%.2f GB/s)\n",
+                gb(fs.bytes_read).c_str(), gb(fs.bytes_delivered).c_str(),
+                static_cast<unsigned long long>(fs.slot_fills), fs.read_seconds,
+                fs.read_seconds > 0 ? static_cast<double>(fs.bytes_read) / fs.read_seconds / 1e9 : 0.0);
   }
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   if (opt.verify)
@@ -668,10 +685,11 @@ int run(int argc, char** argv) {
   const bool backend_sim = early.config.backend == ddo::offload_backend::host_sim;
   if (ddo::set_explicitly(early, "backend") && !backend_sim &&
       early.config.backend != ddo::offload_backend::linear &&
-      early.config.backend != ddo::offload_backend::vmm)
+      early.config.backend != ddo::offload_backend::vmm &&
+      early.config.backend != ddo::offload_backend::nvme)
     return fail(ddo::describe(early.provenance.of("backend")) + ": backend = " +
                     std::string(ddo::enum_name(early.config.backend)) +
-                    ": this build has no such transport; use linear, vmm or host_sim",
+                    ": this build has no such transport; use linear, vmm, nvme or host_sim",
                 exit_usage);
 
   // An unwritable trace path is reported now, not after the whole run.
@@ -763,7 +781,10 @@ int run(int argc, char** argv) {
     std::printf("\n%s", out.str().c_str());
   }
 
-  load_files(table);
+  // The file route reads the files while it streams (O_DIRECT where allowed): warming the page
+  // cache first would measure the cache, and a model larger than RAM does not fit in it.
+  const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
+  if (!file_route) load_files(table);
   const auto files = open_files(table);
   const model_compute compute = describe_compute(table, files);
   if (compute.gemms == 0)
@@ -787,6 +808,13 @@ int run(int argc, char** argv) {
       inputs, activations,
       opt.ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(opt.ram_gb)) : std::nullopt);
 
+  const bool vmm_mode = settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
+  if (gpu && file_route && vmm_mode)
+    return run_steps<gpu_nvme_vmm_engine>(
+        ctx, ddo::make_transport<ddo::nvme_transport<ddo::vmm_transport>>(settings, ctx.setup.host_sim));
+  if (gpu && file_route)
+    return run_steps<gpu_nvme_engine>(
+        ctx, ddo::make_transport<ddo::nvme_transport<ddo::linear_transport>>(settings, ctx.setup.host_sim));
   if (gpu && settings.config.backend == ddo::offload_backend::vmm)
     return run_steps<gpu_vmm_engine>(ctx, ddo::make_transport<ddo::vmm_transport>(settings, ctx.setup.host_sim));
   if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup.host_sim));
@@ -799,6 +827,12 @@ int run(int argc, char** argv) {
               opt.sim_vram_gb > 0.0 ? ""
                                     : " (rule-resident weights + half the rest + the ring and reserves; --sim-vram-gb to change)");
   ctx.setup.host_sim = sim;
+  if (file_route && vmm_mode)
+    return run_steps<cpu_nvme_vmm_engine>(
+        ctx, ddo::make_transport<ddo::nvme_transport<ddo::host_sim_vmm_transport>>(settings, ctx.setup.host_sim));
+  if (file_route)
+    return run_steps<cpu_nvme_engine>(
+        ctx, ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, ctx.setup.host_sim));
   if (settings.config.backend == ddo::offload_backend::vmm)
     return run_steps<cpu_vmm_engine>(ctx, ddo::make_transport<ddo::host_sim_vmm_transport>(settings, ctx.setup.host_sim));
   return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup.host_sim));

@@ -118,6 +118,9 @@ class file_reader {
   [[nodiscard]] const std::byte* mapped_data() const noexcept { return map_; }
   /// @brief The buffered descriptor (valid while the reader lives).
   [[nodiscard]] int native_handle() const noexcept { return fd_; }
+  /// @brief The descriptor opened for direct I/O (O_DIRECT, or buffered after a fallback);
+  /// -1 unless file_reader_options::direct_io. Valid while the reader lives.
+  [[nodiscard]] int direct_handle() const noexcept { return direct_fd_; }
   /// @brief Whether the direct descriptor really has O_DIRECT (false after a fallback).
   [[nodiscard]] bool direct_io_active() const noexcept { return direct_active_; }
 

@@ -18,8 +18,9 @@
 /// Rules 3, 5 and 6 are then limited by usable RAM (available RAM − `system_ram_headroom_gb`) and
 /// by `max_pin_weight_budget_gb` (0 = uncapped). Candidates are the streamed modules in execution
 /// order (a module's streamed tensors together); `pin_weight_selection` picks the winners.
-/// Winners are pinned_host; the others are pageable_host, or file when file_route is set and the
-/// weight's source is a file (the NVMe route).
+/// Winners are pinned_host; the others are pageable_host, or file when the weight's source is a
+/// file and the file route is on: `backend = nvme` (preset nvme_baseline, which `auto` picks
+/// for a model larger than available RAM) or file_route set on the selector.
 
 #include <algorithm>
 #include <cstdio>
@@ -45,7 +46,7 @@ struct basic_pin_selector {
   using pin_selector_category = pin_selector_tag;
   using selection_type = Selection;
   /// Unpinned weights whose source is a file stream from the file (placement::file) instead of
-  /// pageable host memory: the NVMe transport's route.
+  /// pageable host memory: the NVMe transport's route. `backend = nvme` turns it on too.
   bool file_route = false;
 
   /// @throws out_of_memory when an explicit pin budget exceeds usable RAM and
@@ -137,6 +138,7 @@ pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
   if (r.budget_source != pin_budget_source::wsl && r.budget_source != pin_budget_source::disabled)
     not_pinned_reason = "not pinned: pin budget (" + r.selection + ") spent";
 
+  const bool route_file = file_route || config.backend == offload_backend::nvme;
   auto [candidates, members] = group_by_module(c, [&](std::size_t i) { return !residency.resident[i]; });
   std::vector<char> pinned(candidates.size(), 0);
   if (r.budget_bytes > 0)
@@ -152,7 +154,7 @@ pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
         r.where[i] = placement::pinned_host;
         r.reason[i] = prefix + pinned_reason;
       } else {
-        const bool from_file = file_route && std::holds_alternative<file_source>(table[i].source);
+        const bool from_file = route_file && std::holds_alternative<file_source>(table[i].source);
         r.where[i] = from_file ? placement::file : placement::pageable_host;
         r.reason[i] = prefix + not_pinned_reason;
       }

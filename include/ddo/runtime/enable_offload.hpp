@@ -131,7 +131,9 @@ template <class... Policies>
 /// @brief ddo chooses the transport from `backend` and calls @p engine with the ready
 /// `enabled_offload<offloader<Transport, Policies...>>&` (Transport: host_sim_transport or
 /// linear_transport); returns what @p engine returns (the same type for every transport).
-/// @throws config_error for a backend this build has no transport for (vmm, nvme).
+/// `backend = nvme` gives nvme_transport<vmm_transport> with execution_mode vmm_runtime
+/// (nvme_baseline), nvme_transport<linear_transport> otherwise.
+/// @throws config_error for a backend this build has no transport for.
 template <class... Policies, class Engine>
 decltype(auto) with_offload_backend(const weight_table& model,
                                     std::optional<std::string_view> preset,
@@ -142,6 +144,8 @@ decltype(auto) with_offload_backend(const weight_table& model,
   using sim_result = enabled_offload<offloader<host_sim_transport, Policies...>>;
   using linear_result = enabled_offload<offloader<linear_transport, Policies...>>;
   using vmm_result = enabled_offload<offloader<vmm_transport, Policies...>>;
+  using nvme_result = enabled_offload<offloader<nvme_transport<linear_transport>, Policies...>>;
+  using nvme_vmm_result = enabled_offload<offloader<nvme_transport<vmm_transport>, Policies...>>;
   static_assert(std::is_same_v<std::invoke_result_t<Engine, sim_result&>,
                                std::invoke_result_t<Engine, linear_result&>>,
                 "ddo::with_offload_backend: the engine callback must return the same type for "
@@ -160,6 +164,20 @@ decltype(auto) with_offload_backend(const weight_table& model,
           model, std::move(settings), options, std::move(transport));
       return std::forward<Engine>(engine)(enabled);
     }
+    case offload_backend::nvme: {
+      // The file route: the VMM route fed from files with execution_mode vmm_runtime
+      // (nvme_baseline), the linear ring otherwise.
+      if (settings.config.execution_mode == exec_mode::vmm_runtime) {
+        auto transport = make_transport<nvme_transport<vmm_transport>>(settings, options.host_sim);
+        auto enabled = detail::enable_resolved<typename nvme_vmm_result::offloader_type>(
+            model, std::move(settings), options, std::move(transport));
+        return std::forward<Engine>(engine)(enabled);
+      }
+      auto transport = make_transport<nvme_transport<linear_transport>>(settings, options.host_sim);
+      auto enabled = detail::enable_resolved<typename nvme_result::offloader_type>(
+          model, std::move(settings), options, std::move(transport));
+      return std::forward<Engine>(engine)(enabled);
+    }
     case offload_backend::linear:
     case offload_backend::auto_select:
       break;
@@ -168,7 +186,7 @@ decltype(auto) with_offload_backend(const weight_table& model,
       throw config_error(std::string(to_string(where.source)), where.key,
                          describe(where) + ": backend = " +
                              std::string(enum_name(settings.config.backend)) +
-                             ": this build has no such transport; use linear, vmm or host_sim");
+                             ": this build has no such transport; use linear, vmm, nvme or host_sim");
     }
   }
   auto transport = make_transport<linear_transport>(settings, options.host_sim);

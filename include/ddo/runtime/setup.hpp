@@ -193,6 +193,12 @@ template <class Transport>
     c.available_ram_bytes = available_ram_bytes().value_or(0);
   }
   c.max_group_bytes = options.max_group_bytes;
+  // The file route stages a group through one of its two pinned slots: a group streaming more
+  // than a slot holds is refused by make_plan with the numbers (vmm_staging_buffer_gb).
+  if constexpr (transport_with_file_staging<Transport>) {
+    const std::uint64_t slot = transport.staging_slot_bytes();
+    if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
+  }
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir);
@@ -295,7 +301,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
             {"stated_ram", options.ram_bytes.value_or(0)},
             {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
             {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
-            {"max_group", options.max_group_bytes},
+            {"max_group", r.machine.capacity.max_group_bytes},
         };
         key = plan_cache_key(table, groups, config,
                              detail::policy_names(typeid(Planner), typeid(PinSelector)), budgets);
@@ -326,6 +332,17 @@ template <class Planner = default_residency_planner, class PinSelector = default
   if constexpr (transport_with_stable_addresses<Transport>)
     if (component.route != component_route::none) {
       r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
+      // ... but no more slots than the device memory the plan saw holds (its ring's share plus
+      // what the plan left free), in whole 2 MiB pages: the window's physical memory is device
+      // memory like the ring it replaces.
+      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      const std::uint64_t slot = round_up(r.machine.slot_bytes, 2 * mib);
+      if (free > 1 && slot != 0) {
+        const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
+        const std::uint64_t room = free + r.machine.ring_bytes > resident ? free + r.machine.ring_bytes - resident : 0;
+        r.runtime.slot_count =
+            std::min<std::size_t>(r.runtime.slot_count, std::max<std::uint64_t>(1, room / slot));
+      }
       if (native_vmm_selected(settings.config)) {
         r.runtime.native_vmm = native_vmm_options_from(settings.config);
         r.runtime.route = "vmm_fast_runtime";

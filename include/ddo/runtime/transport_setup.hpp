@@ -18,6 +18,7 @@
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
 #include "ddo/transport/linear.hpp"
+#include "ddo/transport/nvme.hpp"
 #include "ddo/transport/vmm.hpp"
 
 namespace ddo {
@@ -78,6 +79,19 @@ namespace detail {
   return w;
 }
 
+/// The file route's settings: vmm_staging_buffer_gb is one of its two pinned staging slots
+/// (--ddo-vmm-total-staging-gb splits a total over the two, config/resolve).
+[[nodiscard]] inline nvme_options nvme_options_from(const dynamic_offload_settings& s) {
+  nvme_options o;
+  o.staging_slot_bytes = round_up(gib_to_bytes(s.config.vmm_staging_buffer_gb), direct_io_alignment);
+  return o;
+}
+
+template <class T>
+inline constexpr bool is_nvme_transport = false;
+template <class Inner>
+inline constexpr bool is_nvme_transport<nvme_transport<Inner>> = true;
+
 [[nodiscard]] inline config_error cpu_device_refused(const dynamic_offload_settings& s,
                                                      std::string_view what) {
   const auto& where = s.provenance.of("execution_device");
@@ -89,13 +103,17 @@ namespace detail {
 
 /// @brief The transport @p Transport gets from the settings: linear or VMM on the device
 /// `execution_device` names (VMM with its window from the vmm_* fields); host_sim (and its VMM
-/// mode) with @p sim; others default-constructed.
+/// mode) with @p sim; nvme_transport<Inner> over the Inner these rules make, its two staging
+/// slots of vmm_staging_buffer_gb each; others default-constructed.
 /// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
 template <class Transport>
 [[nodiscard]] Transport make_transport(const dynamic_offload_settings& s,
                                        const host_sim_options& sim = {}) {
   static_assert(detail::check_transport<Transport>());
-  if constexpr (std::same_as<Transport, host_sim_transport>) {
+  if constexpr (detail::is_nvme_transport<Transport>) {
+    return Transport(make_transport<typename Transport::inner_type>(s, sim),
+                     detail::nvme_options_from(s));
+  } else if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it
     return host_sim_transport(sim);
   }

@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/model/file_fault_hook.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
 
@@ -107,6 +108,30 @@ concept transport_with_file_reads =
     transport<T> && requires(T& t, std::byte* d, const std::string& path, std::uint64_t off,
                              std::size_t n, typename T::stream_view v) {
       t.read_file_to_device(d, path, off, n, v);
+    };
+
+/// @brief What the runtime tells a file-staging transport at setup (transport_with_file_staging).
+struct file_staging_request {
+  const std::vector<std::string>* paths = nullptr;  ///< the weight table's files, by index
+  std::vector<bool> used;                  ///< per file: whether the plan reads it at run time
+  file_fault_hook* faults = nullptr;       ///< consulted before every read (tests); may be null
+  /// The largest file piece the plan reads (0: unknown): staging larger than it is not
+  /// page-locked, a piece never needs more than one slot of it plus O_DIRECT's widening.
+  std::uint64_t largest_piece_bytes = 0;
+};
+
+/// @brief Whether a transport stages file pieces itself, through pinned memory it owns (the
+/// NVMe route, transport/nvme.hpp): `prepare_file_reads(const file_staging_request&)` at setup
+/// (opens the files, page-locks its staging), `read_file_to_device` for every file piece (see
+/// transport_with_file_reads), `release_file_reads()` at teardown after the streams were
+/// synchronized (no throw), and `staging_slot_bytes()`: the most one group may stream, which
+/// setup turns into the plan's per-group limit.
+template <class T>
+concept transport_with_file_staging =
+    transport_with_file_reads<T> && requires(T& t, const T& ct, const file_staging_request& r) {
+      t.prepare_file_reads(r);
+      t.release_file_reads();
+      { ct.staging_slot_bytes() } -> std::convertible_to<std::uint64_t>;
     };
 
 /// @brief Whether a transport exposes its allocation_ledger (allocation_ledger.hpp):

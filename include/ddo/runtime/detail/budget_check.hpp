@@ -21,17 +21,22 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
-/// Device bytes the runtime allocates for @p layout: resident arena + ring.
-[[nodiscard]] inline std::uint64_t runtime_device_bytes(const group_layout& layout) noexcept {
-  return layout.resident_bytes + ring_bytes_for(layout.slot_bytes, layout.slot_count);
+/// Device bytes the runtime allocates for @p layout: resident arena + ring (no ring for a
+/// stable-address transport: its window is sized, and refused, by the transport itself).
+[[nodiscard]] inline std::uint64_t runtime_device_bytes(const group_layout& layout,
+                                                        bool ring = true) noexcept {
+  return layout.resident_bytes + (ring ? ring_bytes_for(layout.slot_bytes, layout.slot_count) : 0);
 }
 
 /// @throws out_of_memory("device", ...) or out_of_memory("pinned host", ...) with the numbers.
 /// @param device_free_bytes what the transport reports free now.
+/// @param ring whether the runtime allocates a ring (false for stable-address transports).
 inline void check_runtime_budgets(const group_layout& layout, const offload_plan& plan,
-                                  const runtime_options& options, std::uint64_t device_free_bytes) {
-  const std::uint64_t need = runtime_device_bytes(layout);
+                                  const runtime_options& options, std::uint64_t device_free_bytes,
+                                  bool ring = true) {
+  const std::uint64_t need = runtime_device_bytes(layout, ring);
   auto describe = [&] {
+    if (!ring) return "resident weights " + format_bytes_exact(layout.resident_bytes);
     return "resident weights " + format_bytes_exact(layout.resident_bytes) + " + ring of " +
            std::to_string(layout.slot_count) + " slots x " + format_bytes_exact(layout.slot_bytes) +
            " (the largest streamed group) = " + format_bytes_exact(need);

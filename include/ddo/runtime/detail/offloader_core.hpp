@@ -113,6 +113,7 @@ class offloader_core {
   void allocate_ring();
   void note_device_peak() noexcept;
   void teardown() noexcept;
+  [[nodiscard]] bool stages_host_bytes() const;
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);

@@ -33,7 +33,8 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
   nvtx_range range(options_.nvtx, "ddo setup");
   try {
     layout_ = make_group_layout(table, plan_, options_);
-    check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes);
+    check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes,
+                          !transport_with_stable_addresses<T>);
     resident_ptr_.assign(table.size(), nullptr);
     {
       std::vector<std::vector<std::size_t>> weights;
@@ -41,6 +42,20 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       bindings_.reset(layout_.group_of, weights);
     }
     files_ = open_source_files(table, layout_, options_.file_faults);
+    if constexpr (transport_with_file_staging<T>) {
+      // The file route reads through the transport's own readers and pinned slots.
+      file_staging_request request;
+      request.paths = &table.files();
+      request.used = layout_.file_used;
+      request.faults = options_.file_faults;
+      for (const auto& gr : layout_.groups)
+        for (const auto& p : gr.staged)
+          if (p.host == nullptr) request.largest_piece_bytes = std::max(request.largest_piece_bytes, p.bytes);
+      for (std::size_t w = 0; w < table.size(); ++w)
+        if (layout_.resident_offset[w] != not_streamed && std::holds_alternative<file_source>(table[w].source))
+          request.largest_piece_bytes = std::max(request.largest_piece_bytes, table[w].bytes);
+      t_.prepare_file_reads(request);
+    }
     copy_stream_ = t_.make_stream();
     staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
     plan_setup_progress();
@@ -50,7 +65,8 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       native_.prepare(t_, options_.native_vmm, layout_, files_, options_.staging_threads,
                       options_.allow_pin_fallback);
       staging_.use_native(&native_);
-    } else if (layout_.staging_needed) {
+    } else if (layout_.staging_needed && (!transport_with_file_reads<T> || stages_host_bytes())) {
+      // A transport that stages file pieces itself needs ddo's buffers only for host bytes.
       staging_.ensure_buffers();
     }
     upload_residents();
@@ -80,6 +96,21 @@ offloader_core<T>::~offloader_core() {
     std::fprintf(stderr, "ddo: offloader destroyed while %d lease(s) are alive; their pointers dangle\n",
                  live_leases_);
   teardown();
+}
+
+/// Whether any host (not file) bytes go through the staging buffers: staged pieces of groups
+/// (pageable weights, pinning fallbacks) or residents uploaded from host memory.
+template <class T>
+bool offloader_core<T>::stages_host_bytes() const {
+  for (const auto& gr : layout_.groups)
+    for (const auto& p : gr.staged)
+      if (p.host != nullptr) return true;
+  const auto& table = *table_;
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (layout_.resident_offset[w] != not_streamed && table[w].bytes != 0 &&
+        std::holds_alternative<host_source>(table[w].source))
+      return true;
+  return false;
 }
 
 /// Totals of the resident phases (pinning plans its own before it starts).
@@ -196,6 +227,7 @@ void offloader_core<T>::teardown() noexcept {
   if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
   if (staging_.has_stream()) quiet([&] { t_.synchronize(staging_.stream()); });
   if constexpr (transport_with_stable_addresses<T>) quiet([&] { t_.release_stable_addresses(); });
+  if constexpr (transport_with_file_staging<T>) t_.release_file_reads();
   bindings_.restore_all();
   slots_.clear();
   timing_.release();

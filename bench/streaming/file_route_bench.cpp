@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: Apache-2.0
+// The streaming benchmark's file-route variant (transport/nvme.hpp): a model streamed from its
+// file, cold cache, judged against the raw read bandwidth of the same file measured in the same
+// run. Both sides use the same request size, the same reader threads and the same two buffers
+// of one group each:
+//   raw   = better of O_DIRECT and buffered reads of the whole file (file_read_pool, no copy);
+//   ddo   = one step of the offloader over nvme_transport: every group acquired in order, the
+//           bytes read into its pinned staging slots and copied to the device;
+//   ratio = ddo bytes/s ÷ raw bytes/s (target ≥ 0.90), each the median of --passes cold passes.
+// Cold: page cache dropped before every pass (`echo 3 > /proc/sys/vm/drop_caches` after sync,
+// where permitted; otherwise posix_fadvise(POSIX_FADV_DONTNEED) on the file — the table says
+// which). Without a GPU (or with --host-sim) the device is host_sim's: the reads are the same,
+// the copies are memcpy.
+//
+// Output: a Markdown table on stdout and, with --json FILE, the numbers as JSON.
+// Exit status: 0 ok (target met or not: the table says), 1 failure, 2 usage.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/memory/host_buffer.hpp"
+#include "ddo/model/file_reader.hpp"
+#include "ddo/model/file_read_pool.hpp"
+#include "ddo/platform/cuda_device.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+#include "ddo/transport/nvme.hpp"
+
+namespace {
+
+struct options {
+  std::string dir = ".";
+  double gib = 4.0;              // file size
+  std::uint64_t weight_mib = 72;  // one weight (a Flux MLP matrix is 72 MiB)
+  std::size_t per_group = 4;      // weights per group
+  std::size_t threads = 8;
+  std::uint64_t request_mib = 8;
+  int passes = 3;
+  bool host_sim = false;
+  bool keep_file = false;
+  bool global_drop = true;  // --drop fadvise: only the file's pages (shared machines)
+  std::string json;
+};
+
+[[noreturn]] void usage(const std::string& what) {
+  std::fprintf(stderr,
+               "file_route_bench: %s\n"
+               "usage: file_route_bench [--dir DIR (not a tmpfs)] [--gib 4] [--weight-mib 72] "
+               "[--per-group 4] [--threads 8] [--request-mib 8] [--passes 3] [--host-sim] "
+               "[--keep-file] [--drop auto|fadvise] [--json FILE]\n",
+               what.c_str());
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&](double lo, double hi) {
+      const std::string v = value();
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(x >= lo && x <= hi))
+        usage(a + " = " + v + ": expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      return x;
+    };
+    if (a == "--dir") o.dir = value();
+    else if (a == "--gib") o.gib = number(0.0625, 1024);
+    else if (a == "--weight-mib") o.weight_mib = static_cast<std::uint64_t>(number(1, 4096));
+    else if (a == "--per-group") o.per_group = static_cast<std::size_t>(number(1, 64));
+    else if (a == "--threads") o.threads = static_cast<std::size_t>(number(1, 64));
+    else if (a == "--request-mib") o.request_mib = static_cast<std::uint64_t>(number(1, 256));
+    else if (a == "--passes") o.passes = static_cast<int>(number(1, 15));
+    else if (a == "--host-sim") o.host_sim = true;
+    else if (a == "--keep-file") o.keep_file = true;
+    else if (a == "--drop") {
+      const std::string v = value();
+      if (v != "auto" && v != "fadvise") usage("--drop = " + v + ": expected auto or fadvise");
+      o.global_drop = v == "auto";
+    }
+    else if (a == "--json") o.json = value();
+    else usage("unknown argument " + a);
+  }
+  return o;
+}
+
+/// A field of /proc/self/status or /proc/meminfo in bytes ("VmRSS:", "Cached:"); 0 if absent.
+std::uint64_t proc_kib_field(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
+  return 0;
+}
+
+/// Resets the process's peak RSS (VmHWM) to its current RSS; false where the kernel refuses.
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return f.good();
+}
+
+/// Host memory during one ddo pass: peak RSS above the RSS at its start (after the transport,
+/// and with it CUDA, was made), the page cache's growth, and what the route may hold.
+struct memory_pass {
+  std::uint64_t rss_growth = 0;
+  std::int64_t cache_growth = 0;
+  std::uint64_t staging = 0;     // the two pinned slots
+  std::uint64_t sim_device = 0;  // host_sim's device memory is host memory (0 on a GPU)
+  bool peak_reset = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Writes @p bytes of random data (a fresh pattern per 64 MiB) and syncs it to the disk.
+void write_file(const std::string& path, std::uint64_t bytes) {
+  const std::uint64_t chunk = 64 * ddo::mib;
+  std::vector<std::uint64_t> buf(chunk / 8);
+  std::mt19937_64 rng(7);
+  for (auto& x : buf) x = rng();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw ddo::io_error(path, errno, "cannot create '" + path + "': " + std::strerror(errno));
+  for (std::uint64_t off = 0; off < bytes; off += chunk) {
+    buf[0] ^= off;  // every chunk differs
+    const std::size_t n = static_cast<std::size_t>(std::min(chunk, bytes - off));
+    const auto* p = reinterpret_cast<const char*>(buf.data());
+    for (std::size_t done = 0; done < n;) {
+      const ssize_t w = ::pwrite(fd, p + done, n - done, static_cast<off_t>(off + done));
+      if (w <= 0) {
+        const int e = errno;
+        ::close(fd);
+        throw ddo::io_error(path, e, "cannot write '" + path + "': " + std::strerror(e));
+      }
+      done += static_cast<std::size_t>(w);
+    }
+  }
+  ::fsync(fd);
+  ::close(fd);
+}
+
+/// Drops the page cache (whole system where permitted, else the file's pages); returns how.
+std::string drop_cache(const std::string& path, bool global) {
+  ::sync();
+  if (std::FILE* f = global ? std::fopen("/proc/sys/vm/drop_caches", "w") : nullptr) {
+    const bool ok = std::fputs("3\n", f) >= 0;
+    if (std::fclose(f) == 0 && ok) return "drop_caches";
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)::fdatasync(fd);
+    const int r = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (r == 0) return "posix_fadvise DONTNEED";
+  }
+  return "none (page cache may be warm)";
+}
+
+/// Raw reads of the whole file, group by group into two buffers of one group, the same way the
+/// file route fills its staging slots (no copy): bytes/s.
+double raw_pass(const options& o, const std::string& path, bool direct, std::uint64_t group_bytes,
+                std::uint64_t file_bytes, std::string* mode) {
+  const ddo::file_reader f(path, ddo::safetensors_backend::pread, {.direct_io = direct});
+  const bool d = direct && f.direct_io_active();
+  *mode = d ? "O_DIRECT" : "buffered";
+  ddo::host_buffer a(group_bytes), b(group_bytes);
+  ddo::file_read_pool reader(o.threads, o.request_mib * ddo::mib);
+  const auto t0 = std::chrono::steady_clock::now();
+  int k = 0;
+  for (std::uint64_t off = 0; off < file_bytes; off += group_bytes, k ^= 1) {
+    ddo::file_read_request r;
+    r.path = &path;
+    r.fd = d ? f.direct_handle() : f.native_handle();
+    r.buffered_fd = f.native_handle();
+    r.direct = d;
+    r.offset = off;
+    r.dst = k ? b.data() : a.data();
+    r.bytes = r.required = std::min(group_bytes, file_bytes - off);
+    reader.read_all({&r, 1});
+  }
+  return static_cast<double>(file_bytes) / seconds_since(t0);
+}
+
+/// The file laid out as a model: weights of weight_mib, per_group to a group, all streamed from
+/// the file (placement file).
+struct file_model {
+  ddo::weight_table table;
+  ddo::offload_plan plan;
+  std::uint64_t bytes = 0;
+  std::uint64_t largest_group = 0;
+};
+
+file_model make_model(const options& o, const std::string& path, std::uint64_t file_bytes) {
+  file_model m;
+  const std::size_t f = m.table.add_file(path);
+  const std::uint64_t w_bytes = o.weight_mib * ddo::mib;
+  std::size_t n = 0;
+  for (std::uint64_t off = 0; off + w_bytes <= file_bytes; off += w_bytes, ++n) {
+    const std::size_t g = n / o.per_group;
+    if (g == m.plan.groups.size()) {
+      m.plan.groups.emplace_back();
+      m.plan.groups.back().name = "blocks." + std::to_string(g);
+    }
+    ddo::weight_info w;
+    w.name = "blocks." + std::to_string(g) + ".w" + std::to_string(n % o.per_group) + ".weight";
+    w.kind = ddo::module_kind::linear;
+    w.type = ddo::dtype::u8;
+    w.shape = {static_cast<std::int64_t>(w_bytes)};
+    w.bytes = w_bytes;
+    w.source = ddo::file_source{f, off};
+    const std::size_t id = m.table.add(w);
+    m.plan.decisions.push_back({ddo::placement::file, g, "bench"});
+    m.plan.groups[g].weights.push_back(id);
+    m.plan.groups[g].bytes_by_placement[static_cast<std::size_t>(ddo::placement::file)] += w_bytes;
+    m.bytes += w_bytes;
+  }
+  for (const auto& g : m.plan.groups) m.largest_group = std::max(m.largest_group, g.streamed_bytes());
+  return m;
+}
+
+/// One cold step of ddo over the file route: every group acquired in order on one stream; the
+/// time ends when the last copy completed. A fresh offloader per pass, so nothing read before
+/// the cache drop is carried over (its setup is not timed).
+template <class Inner>
+double ddo_pass(const options& o, const file_model& m, Inner inner, std::string* description,
+                memory_pass* mem) {
+  const std::uint64_t rss0 = proc_kib_field("/proc/self/status", "VmRSS:");
+  const std::uint64_t cache0 = proc_kib_field("/proc/meminfo", "Cached:");
+  mem->peak_reset = reset_peak_rss();
+  ddo::nvme_options no;
+  no.staging_slot_bytes = ddo::round_up(m.largest_group, 4096);
+  no.read_threads = o.threads;
+  no.request_bytes = o.request_mib * ddo::mib;
+  using T = ddo::nvme_transport<Inner>;
+  T t(std::move(inner), no);
+  ddo::runtime_options ro;
+  ro.slot_count = 3;
+  ro.prefetch_depth = 2;
+  ddo::basic_offloader<T> off(t, m.table, m.plan, ro);
+  *description = t.file_io_description();
+  auto s = t.make_stream();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t g = 0; g < off.group_count(); ++g) (void)off.acquire(g, T::view(s));
+  t.synchronize(T::view(s));
+  const double sec = seconds_since(t0);
+  const std::uint64_t hwm = proc_kib_field("/proc/self/status", "VmHWM:");
+  mem->rss_growth = hwm > rss0 ? hwm - rss0 : 0;
+  mem->cache_growth = static_cast<std::int64_t>(proc_kib_field("/proc/meminfo", "Cached:")) -
+                      static_cast<std::int64_t>(cache0);
+  mem->staging = 2 * no.staging_slot_bytes;
+  if constexpr (std::is_same_v<Inner, ddo::host_sim_transport>)
+    mem->sim_device = t.ledger().peak(ddo::ledger_kind::device);
+  // The cyclic prefetch started loading the next step's first groups: those bytes are not
+  // counted, but their reads may have overlapped the end of the step (a slight underestimate).
+  return static_cast<double>(m.bytes) / sec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const options o = parse(argc, argv);
+    const auto cuda = ddo::query_cuda_availability();
+    const bool gpu = cuda.available && !o.host_sim;
+    const std::string path =
+        (std::filesystem::path(o.dir) / ("ddo_file_route_bench_" + std::to_string(::getpid()) + ".bin")).string();
+    const std::uint64_t group_bytes = o.weight_mib * ddo::mib * o.per_group;
+    std::uint64_t file_bytes = static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib));
+    file_bytes = std::max<std::uint64_t>(file_bytes / group_bytes, 1) * group_bytes;
+    std::printf("file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
+                "groups of %zu x %llu MiB, %d cold passes\n",
+                gpu ? "GPU 0 (linear transport)" : ("host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")").c_str(),
+                path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
+                static_cast<unsigned long long>(o.request_mib), o.per_group,
+                static_cast<unsigned long long>(o.weight_mib), o.passes);
+    const auto tw = std::chrono::steady_clock::now();
+    write_file(path, file_bytes);
+    std::printf("wrote the file in %.1f s\n", seconds_since(tw));
+    struct remover {
+      std::string p;
+      bool keep;
+      ~remover() {
+        if (!keep) std::filesystem::remove(p);
+      }
+    } cleanup{path, o.keep_file};
+
+    const file_model m = make_model(o, path, file_bytes);
+    std::vector<double> raw_direct, raw_buffered, via_ddo;
+    std::vector<memory_pass> memory;
+    std::string drop, direct_mode, buffered_mode, ddo_mode;
+    for (int p = 0; p < o.passes; ++p) {
+      drop = drop_cache(path, o.global_drop);
+      raw_direct.push_back(raw_pass(o, path, true, group_bytes, file_bytes, &direct_mode));
+      drop = drop_cache(path, o.global_drop);
+      raw_buffered.push_back(raw_pass(o, path, false, group_bytes, file_bytes, &buffered_mode));
+      drop = drop_cache(path, o.global_drop);
+      memory.emplace_back();
+      via_ddo.push_back(gpu ? ddo_pass(o, m, ddo::linear_transport{}, &ddo_mode, &memory.back())
+                            : ddo_pass(o, m, ddo::host_sim_transport{}, &ddo_mode, &memory.back()));
+      std::fprintf(stderr, "pass %d: raw %s %.2f GB/s, raw buffered %.2f GB/s, ddo %.2f GB/s\n", p + 1,
+                   direct_mode.c_str(), raw_direct.back() / 1e9, raw_buffered.back() / 1e9, via_ddo.back() / 1e9);
+    }
+    const double rd = median(raw_direct), rb = median(raw_buffered), dd = median(via_ddo);
+    const double raw = std::max(rd, rb);
+    const double ratio = dd / raw;
+    std::printf("\n| what | GB/s (median of %d cold passes) |\n|---|---|\n", o.passes);
+    std::printf("| raw %s reads of the file | %.3f |\n", direct_mode.c_str(), rd / 1e9);
+    std::printf("| raw buffered reads of the file | %.3f |\n", rb / 1e9);
+    std::printf("| ddo file route delivered to the %s (%s) | %.3f |\n", gpu ? "GPU" : "host_sim device",
+                ddo_mode.c_str(), dd / 1e9);
+    std::printf("\nfile route: %.3f x the better raw read (target >= 0.90: %s); cache dropped with %s\n",
+                ratio, ratio >= 0.90 ? "met" : "NOT met", drop.c_str());
+    // Host memory: the largest RSS growth of the passes against staging + 5% (+ host_sim's
+    // simulated device memory, which is host memory there).
+    std::uint64_t rss = 0, allowed = 0;
+    std::int64_t cache = 0;
+    for (const auto& p : memory) {
+      rss = std::max(rss, p.rss_growth);
+      cache = std::max(cache, p.cache_growth);
+      allowed = std::max<std::uint64_t>(allowed, p.staging + p.staging / 20 + p.sim_device);
+    }
+    const bool rss_ok = rss <= allowed;
+    std::printf("host memory: peak RSS growth %.3f GB during a pass (allowed: staging %.3f GB + 5%%%s = %.3f GB: %s%s); "
+                "page cache growth %.3f GB (%.1f%% of the %.2f GB read)\n",
+                static_cast<double>(rss) / 1e9, static_cast<double>(memory.front().staging) / 1e9,
+                gpu ? "" : " + host_sim device memory", static_cast<double>(allowed) / 1e9,
+                rss_ok ? "met" : "NOT met", memory.front().peak_reset ? "" : "; VmHWM not resettable here, peak since start",
+                static_cast<double>(cache) / 1e9, 100.0 * static_cast<double>(cache) / static_cast<double>(m.bytes),
+                static_cast<double>(m.bytes) / 1e9);
+    if (!o.json.empty()) {
+      std::ofstream j(o.json);
+      j << "{\"bench\":\"file_route\",\"device\":\"" << (gpu ? "gpu" : "host_sim") << "\",\"file_bytes\":" << file_bytes
+        << ",\"threads\":" << o.threads << ",\"request_bytes\":" << o.request_mib * ddo::mib
+        << ",\"group_bytes\":" << group_bytes << ",\"cache_drop\":\"" << drop << "\",\"raw_direct_mode\":\""
+        << direct_mode << "\",\"raw_direct_bps\":" << rd << ",\"raw_buffered_bps\":" << rb
+        << ",\"ddo_bps\":" << dd << ",\"ratio\":" << ratio << ",\"target\":0.90,\"passes\":{\"raw_direct\":[";
+      for (std::size_t i = 0; i < raw_direct.size(); ++i) j << (i ? "," : "") << raw_direct[i];
+      j << "],\"raw_buffered\":[";
+      for (std::size_t i = 0; i < raw_buffered.size(); ++i) j << (i ? "," : "") << raw_buffered[i];
+      j << "],\"ddo\":[";
+      for (std::size_t i = 0; i < via_ddo.size(); ++i) j << (i ? "," : "") << via_ddo[i];
+      j << "]},\"summary\":[{\"metric\":\"file route delivered / raw read, cold\",\"value\":" << ratio
+        << ",\"target\":\">= 0.90\",\"pass\":" << (ratio >= 0.90 ? "true" : "false")
+        << "},{\"metric\":\"raw read (better of O_DIRECT and buffered)\",\"value\":" << raw / 1e9
+        << ",\"unit\":\"GB/s\"},{\"metric\":\"ddo file route delivered\",\"value\":" << dd / 1e9
+        << ",\"unit\":\"GB/s\"},{\"metric\":\"file route peak RSS growth / allowed (staging + 5%)\",\"value\":"
+        << static_cast<double>(rss) / static_cast<double>(allowed) << ",\"target\":\"<= 1.0\",\"pass\":"
+        << (rss_ok ? "true" : "false") << "},{\"metric\":\"page cache growth during a ddo pass / bytes read\",\"value\":"
+        << static_cast<double>(cache) / static_cast<double>(m.bytes) << "}]}\n";
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "file_route_bench: %s\n", e.what());
+    return 1;
+  }
+}

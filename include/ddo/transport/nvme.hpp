@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::nvme_transport<Inner>: the file route. Weights placed `file` are read from their
+/// files straight into two pinned staging slots (page-locked once, at setup) by a pool of reader
+/// threads, many reads in flight, and each slot's host→device copy overlaps the next reads; a
+/// slot is refilled only after its copy's event completed. Everything else (streams, events,
+/// device memory, the ring or VMM's stable addresses) is @p Inner's: nvme_transport<linear_transport>
+/// feeds the linear ring, nvme_transport<vmm_transport> the VMM route (nvme_baseline: the legacy
+/// VMM route fed from files), and the host_sim variants do the same without a GPU.
+///
+/// I/O mode: O_DIRECT where the file system allows it (reads bypass the page cache, so neither
+/// the process's RSS nor the page cache grows with the weights), buffered positional reads
+/// otherwise (tmpfs and some overlay file systems refuse O_DIRECT) — file_io_description() says
+/// which, once, for the run's output. O_DIRECT needs offset, length and address aligned to
+/// direct_io_alignment: each piece is read as its aligned range and copied from its first byte.
+///
+/// Errors: a read error or a file that ends early (truncated while ddo streams it) is an
+/// io_error naming the file and the offset (model/file_read_pool.hpp), raised on the thread
+/// that loads the group and rethrown to the engine by the runtime — never a signal (nothing is
+/// mapped) and never wrong bytes (a copy is issued only after its read completed in full).
+///
+/// The runtime drives it through transport_with_file_staging (transport/concepts.hpp):
+/// prepare_file_reads() at setup, read_file_to_device() for every file piece (staging worker
+/// and resident upload; one caller at a time, serialized here), release_file_reads() at
+/// teardown, after the streams were synchronized. One offloader per transport object.
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/model/file_reader.hpp"
+#include "ddo/model/file_read_pool.hpp"
+#include "ddo/transport/concepts.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief How the file route reads.
+enum class file_io_mode {
+  automatic,  ///< O_DIRECT where the file system allows it, buffered otherwise
+  direct,     ///< O_DIRECT or a setup error naming the file
+  buffered,   ///< positional reads through the page cache
+};
+
+/// @brief The file route's settings (from vmm_staging_buffer_gb; runtime/transport_setup.hpp).
+struct nvme_options {
+  /// One of the two pinned staging slots (vmm_staging_buffer_gb; --ddo-vmm-total-staging-gb
+  /// splits a total over the two). A plan whose group streams more is refused at setup.
+  std::uint64_t staging_slot_bytes = 640 * mib;
+  /// Reader threads (the loading thread is one of them).
+  std::size_t read_threads = 8;
+  /// Largest read request: a fill is split over the reader threads in parts of at most this
+  /// (and at least 64 KiB), so one weight keeps every reader busy.
+  std::uint64_t request_bytes = 8 * mib;
+  file_io_mode io = file_io_mode::automatic;
+};
+
+/// @brief What the file route did so far (bytes and time are the runtime's, not the disk's).
+struct nvme_stats {
+  std::uint64_t bytes_delivered = 0;  ///< weight bytes copied to the device
+  std::uint64_t bytes_read = 0;       ///< bytes read from files (aligned ranges with O_DIRECT)
+  std::uint64_t slot_fills = 0;       ///< staging slot loads (one read batch + one copy each)
+  double read_seconds = 0.0;          ///< wall time spent reading (the loading thread's view)
+};
+
+namespace detail {
+
+struct nvme_file {
+  std::string path;
+  std::unique_ptr<file_reader> reader;
+};
+
+template <class Inner>
+struct nvme_state {
+  explicit nvme_state(const nvme_options& o) : options(o) {}
+  nvme_options options;
+  std::mutex mutex;  // prepare, reads and release: one caller at a time
+  bool prepared = false;
+  std::vector<nvme_file> files;  // by the weight table's file index (unused: empty)
+  std::array<std::byte*, 2> slot{};
+  std::array<typename Inner::event, 2> slot_free{};
+  std::uint64_t slot_alloc_bytes = 0;
+  unsigned next = 0;
+  std::unique_ptr<file_read_pool> reader;
+  std::string description;
+  bool direct = false;
+  nvme_stats stats;
+};
+
+}  // namespace detail
+
+/// @brief The file route over @p Inner (see the file comment). Models ddo::transport, every
+/// capability @p Inner models, and transport_with_file_staging.
+/// @tparam Inner linear_transport, vmm_transport, host_sim_transport or host_sim_vmm_transport.
+template <class Inner>
+class nvme_transport : public Inner {
+  static_assert(detail::check_transport<Inner>());
+
+ public:
+  using inner_type = Inner;
+  using typename Inner::stream_view;
+  using typename Inner::event;
+
+  /// @throws usage_error for options out of range (named, with the allowed values).
+  explicit nvme_transport(Inner inner = Inner{}, nvme_options options = {})
+      : Inner(std::move(inner)), nvme_(std::make_shared<detail::nvme_state<Inner>>(options)) {
+    DDO_EXPECTS(options.staging_slot_bytes >= 2 * direct_io_alignment,
+                "nvme_options::staging_slot_bytes (vmm_staging_buffer_gb) must be at least " +
+                    std::to_string(2 * direct_io_alignment) + " bytes, got " +
+                    std::to_string(options.staging_slot_bytes));
+    DDO_EXPECTS(options.read_threads >= 1 && options.read_threads <= 64,
+                "nvme_options::read_threads must be 1..64, got " + std::to_string(options.read_threads));
+    DDO_EXPECTS(options.request_bytes >= 64 * kib && options.request_bytes % direct_io_alignment == 0,
+                "nvme_options::request_bytes must be a multiple of 4096 of at least 64 KiB, got " +
+                    std::to_string(options.request_bytes));
+  }
+
+  [[nodiscard]] std::string_view name() const noexcept { return "nvme"; }
+  [[nodiscard]] Inner& inner() noexcept { return *this; }
+  [[nodiscard]] const Inner& inner() const noexcept { return *this; }
+  [[nodiscard]] const nvme_options& nvme_settings() const noexcept { return nvme_->options; }
+
+  /// @brief One staging slot's bytes: the most one execution group may stream (the plan is
+  /// refused at setup otherwise: runtime/setup.hpp sets machine_capacity::max_group_bytes).
+  [[nodiscard]] std::uint64_t staging_slot_bytes() const noexcept {
+    return nvme_->options.staging_slot_bytes;
+  }
+
+  /// @brief At setup: opens the files the plan reads (O_DIRECT per file_io_mode), page-locks the
+  /// two staging slots and starts the readers. On failure nothing stays allocated or open.
+  /// @throws usage_error when already prepared (one offloader per transport object);
+  /// io_error (a file); config_error (O_DIRECT demanded but refused); out_of_memory/cuda_error.
+  void prepare_file_reads(const file_staging_request& r) {
+    auto& st = *nvme_;
+    std::lock_guard lock(st.mutex);
+    DDO_EXPECTS(!st.prepared,
+                "nvme_transport: prepare_file_reads called twice; use one transport object per "
+                "offloader");
+    DDO_EXPECTS(r.paths != nullptr && r.used.size() == r.paths->size(),
+                "nvme_transport::prepare_file_reads: the request must name every file of the table");
+    try {
+      const auto& o = st.options;
+      st.files.clear();
+      st.files.resize(r.paths->size());
+      std::string refused;
+      std::size_t opened = 0, direct = 0;
+      for (std::size_t f = 0; f < r.paths->size(); ++f) {
+        if (!r.used[f]) continue;
+        const std::string& path = (*r.paths)[f];
+        st.files[f].path = path;
+        st.files[f].reader = std::make_unique<file_reader>(
+            path, safetensors_backend::pread,
+            file_reader_options{.direct_io = o.io != file_io_mode::buffered, .faults = nullptr});
+        ++opened;
+        if (st.files[f].reader->direct_io_active()) {
+          ++direct;
+        } else if (o.io != file_io_mode::buffered && refused.empty()) {
+          refused = path;
+        }
+      }
+      if (o.io == file_io_mode::direct && !refused.empty())
+        throw config_error("transport", "file_io_mode",
+                           "O_DIRECT was required but the file system of '" + refused +
+                               "' refuses it; use buffered or automatic I/O");
+      st.direct = opened != 0 && direct == opened;
+      // Mixed file systems: read all of them buffered, so one mode is said and measured.
+      if (!st.direct)
+        for (auto& f : st.files)
+          if (f.reader && f.reader->direct_io_active())
+            f.reader = std::make_unique<file_reader>(f.path, safetensors_backend::pread);
+      // No more than the largest piece needs (its O_DIRECT widening included): a small model
+      // does not page-lock the whole configured staging.
+      st.slot_alloc_bytes = round_up(o.staging_slot_bytes, direct_io_alignment);
+      if (r.largest_piece_bytes != 0)
+        st.slot_alloc_bytes = std::min(st.slot_alloc_bytes,
+                                       round_up(r.largest_piece_bytes, direct_io_alignment) + 2 * direct_io_alignment);
+      for (std::size_t s = 0; s < 2; ++s) {
+        st.slot[s] = Inner::allocate_pinned(st.slot_alloc_bytes);
+        DDO_EXPECTS(reinterpret_cast<std::uintptr_t>(st.slot[s]) % direct_io_alignment == 0,
+                    "nvme_transport: the inner transport's pinned memory is not 4096-aligned");
+        st.slot_free[s] = Inner::make_event(false);
+      }
+      st.reader = std::make_unique<file_read_pool>(o.read_threads, o.request_bytes, r.faults);
+      st.next = 0;
+      st.stats = {};
+      st.description =
+          std::string(st.direct ? "O_DIRECT reads" : "buffered reads") +
+          (st.direct || o.io == file_io_mode::buffered
+               ? std::string()
+               : " (O_DIRECT refused by the file system of '" + refused + "')") +
+          ", " + std::to_string(o.read_threads) + " reader thread(s), " +
+          format_bytes(o.request_bytes) + " requests, 2 x " + format_bytes(st.slot_alloc_bytes) +
+          " pinned staging";
+      st.prepared = true;
+    } catch (...) {
+      release_locked();
+      throw;
+    }
+  }
+
+  /// @brief Reads [offset, offset + bytes) of @p path into the device at @p dst, ordered on
+  /// @p s like a copy: the bytes are read into a staging slot (many reads in flight), then
+  /// copied on @p s; the slot is reused after that copy's event. Returns once the copies are
+  /// enqueued (the host waited for the reads, never for the device except to reuse a slot).
+  /// @throws io_error naming the file and the offset; usage_error when not prepared or
+  /// @p path is not one of the prepared files.
+  void read_file_to_device(std::byte* dst, const std::string& path, std::uint64_t offset,
+                           std::size_t bytes, stream_view s) {
+    auto& st = *nvme_;
+    std::lock_guard lock(st.mutex);
+    DDO_EXPECTS(st.prepared, "nvme_transport::read_file_to_device before prepare_file_reads");
+    const detail::nvme_file* file = nullptr;
+    for (const auto& f : st.files)
+      if (f.reader && f.path == path) file = &f;
+    DDO_EXPECTS(file != nullptr, "nvme_transport::read_file_to_device: '" + path +
+                                     "' is not a file the plan reads (prepare_file_reads)");
+    if (bytes == 0) return;
+    const file_reader& fr = *file->reader;
+    const std::uint64_t cap = st.slot_alloc_bytes;
+    // The range read: the piece itself, or its aligned widening for O_DIRECT.
+    const aligned_range ar = st.direct ? align_range(offset, bytes)
+                                       : aligned_range{offset, bytes, 0};
+    for (std::uint64_t c = 0; c < ar.aligned_length; c += cap) {
+      const std::uint64_t at = ar.aligned_offset + c;
+      const std::uint64_t len = std::min(cap, ar.aligned_length - c);
+      const std::uint64_t lo = std::max(at, offset);
+      const std::uint64_t hi = std::min(at + len, offset + bytes);
+      if (lo >= hi) continue;
+      const unsigned k = st.next;
+      st.next ^= 1u;
+      // The copy that last read this slot must be done before the readers overwrite it.
+      Inner::synchronize(st.slot_free[k]);
+      file_read_request req;
+      req.path = &file->path;
+      req.fd = st.direct ? fr.direct_handle() : fr.native_handle();
+      req.buffered_fd = fr.native_handle();
+      req.direct = st.direct;
+      req.offset = at;
+      req.dst = st.slot[k];
+      req.bytes = st.direct ? len : hi - at;
+      req.required = hi - at;
+      // Every reader gets a part of this fill (a piece is read before the next one starts), in
+      // parts of at most request_bytes and at least 64 KiB.
+      const std::uint64_t threads = st.reader->threads();
+      const std::uint64_t split = std::clamp<std::uint64_t>(
+          round_up((req.bytes + threads - 1) / threads, 64 * kib), 64 * kib, st.options.request_bytes);
+      const auto start = std::chrono::steady_clock::now();
+      st.reader->read_all(std::span<const file_read_request>(&req, 1), split);
+      st.stats.read_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Inner::copy_to_device(dst + (lo - offset), st.slot[k] + (lo - at), hi - lo, s);
+      Inner::record(st.slot_free[k], s);
+      st.stats.bytes_read += req.bytes;
+      st.stats.bytes_delivered += hi - lo;
+      ++st.stats.slot_fills;
+    }
+  }
+
+  /// @brief At teardown (after the streams were synchronized): waits for the slots' copies,
+  /// frees the slots, stops the readers, closes the files. Never throws; idempotent.
+  void release_file_reads() noexcept {
+    std::lock_guard lock(nvme_->mutex);
+    release_locked();
+  }
+
+  /// @brief What the route reads with, for the run's output ("O_DIRECT reads, 8 reader
+  /// thread(s), ..."); empty before prepare_file_reads.
+  [[nodiscard]] std::string file_io_description() const {
+    std::lock_guard lock(nvme_->mutex);
+    return nvme_->description;
+  }
+  /// @brief Whether the files are read with O_DIRECT (after prepare_file_reads).
+  [[nodiscard]] bool direct_io() const {
+    std::lock_guard lock(nvme_->mutex);
+    return nvme_->direct;
+  }
+  [[nodiscard]] nvme_stats file_stats() const {
+    std::lock_guard lock(nvme_->mutex);
+    return nvme_->stats;
+  }
+
+ private:
+  void release_locked() noexcept {
+    auto& st = *nvme_;
+    for (std::size_t s = 0; s < 2; ++s) {
+      try {
+        if (st.slot[s] != nullptr) {
+          Inner::synchronize(st.slot_free[s]);
+          Inner::free_pinned(st.slot[s], st.slot_alloc_bytes);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddo: nvme transport teardown: %s\n", e.what());
+      }
+      st.slot[s] = nullptr;
+      st.slot_free[s] = event{};
+    }
+    st.reader.reset();
+    st.files.clear();
+    st.prepared = false;
+  }
+
+  std::shared_ptr<detail::nvme_state<Inner>> nvme_;
+};
+
+}  // namespace v0
+}  // namespace ddo
