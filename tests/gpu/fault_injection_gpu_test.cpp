@@ -24,4 +24,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("every injected fault on linear is a clear error and leaves nothing behind") {
     ddo_test::fault_injection_suite<linear_fault_traits>(1302);
   }
+  TEST_CASE("file reads failing on the parallel read threads are clear errors and leave nothing (linear)") {
+    ddo_test::parallel_read_fault_suite<linear_fault_traits>(1410);
+  }
 }

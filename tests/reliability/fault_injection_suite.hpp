@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddo/core/units.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/fault_injection.hpp"
 #include "runtime/runtime_fixtures.hpp"
@@ -267,6 +268,41 @@ void fault_injection_suite(std::uint32_t seed) {
       CHECK(mismatches == 0);
       check_restored(before, resource_snapshot::take(t.inner()), "short read #" + std::to_string(n));
     }
+  }
+}
+
+/// The same file faults where several threads read: pinned blocks packed by 3 pin workers (the
+/// thread completing a group registers its block), file pieces staged through 4 MiB buffers by
+/// 4 read threads (weights of 1-3 MiB, so every chunk is split between the threads). A read
+/// failing on a helper thread must surface on the engine's thread as the same clear error, after
+/// every helper stopped writing; nothing stays behind.
+template <class Traits>
+void parallel_read_fault_suite(std::uint32_t seed) {
+  if (const auto why = Traits::skip_reason(); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  auto spec = fault_model_spec(seed);
+  spec.min_bytes = 1 * ddo::mib;
+  spec.max_bytes = 3 * ddo::mib;
+  auto m = make_model(spec);
+  const options_tweak parallel = [](ddo::runtime_options& o) {
+    o.staging_buffer_bytes = 4 * ddo::mib;
+    o.staging_threads = 4;
+    o.pin_workers = 3;
+  };
+  using ddo::fault_point;
+  const auto calls = count_calls<Traits>(*m, parallel);
+  const std::uint64_t setup = calls.setup[static_cast<std::size_t>(fault_point::file_read)];
+  const std::uint64_t total = calls.one_step[static_cast<std::size_t>(fault_point::file_read)];
+  REQUIRE(setup > 0);
+  REQUIRE(total > setup + 4);
+  // A sample of calls: the first at setup, the first, middle and last mid-run.
+  for (const std::uint64_t n : {std::uint64_t{1}, setup + 1, (setup + total) / 2, total}) {
+    expect_fault<Traits, ddo::io_error>(*m, fault_point::file_read, n, "Input/output error",
+                                        {ddo::file_read_fault::kind::error, EIO}, parallel);
+    expect_fault<Traits, ddo::io_error>(*m, fault_point::file_read, n, "unexpected end of file",
+                                        {ddo::file_read_fault::kind::end_of_file, 0}, parallel);
   }
 }
 

@@ -52,34 +52,7 @@ TEST_SUITE("reliability") {
 }
 
 TEST_SUITE("reliability") {
-  // The same faults where several threads read: pinned blocks packed by 3 pin workers, file
-  // pieces staged through 4 MiB buffers by 4 read threads (weights of 1-3 MiB, so every chunk is
-  // split between the threads). A read failing on a helper thread must surface on the engine's
-  // thread as the same clear error, after every helper stopped writing; nothing stays behind.
   TEST_CASE("file reads failing on the parallel read threads are clear errors and leave nothing") {
-    auto spec = ddo_test::fault_model_spec(1409);
-    spec.min_bytes = 1 * ddo::mib;
-    spec.max_bytes = 3 * ddo::mib;
-    auto m = ddo_test::make_model(spec);
-    const ddo_test::options_tweak parallel = [](ddo::runtime_options& o) {
-      o.staging_buffer_bytes = 4 * ddo::mib;
-      o.staging_threads = 4;
-      o.pin_workers = 3;
-    };
-    using ddo::fault_point;
-    const auto calls = ddo_test::count_calls<host_sim_traits>(*m, parallel);
-    const std::uint64_t setup = calls.setup[static_cast<std::size_t>(fault_point::file_read)];
-    const std::uint64_t total = calls.one_step[static_cast<std::size_t>(fault_point::file_read)];
-    REQUIRE(setup > 0);
-    REQUIRE(total > setup + 4);
-    // A sample of calls: the first at setup, the first, middle and last mid-run.
-    for (const std::uint64_t n : {std::uint64_t{1}, setup + 1, (setup + total) / 2, total}) {
-      ddo_test::expect_fault<host_sim_traits, ddo::io_error>(
-          *m, fault_point::file_read, n, "Input/output error",
-          {ddo::file_read_fault::kind::error, EIO}, parallel);
-      ddo_test::expect_fault<host_sim_traits, ddo::io_error>(
-          *m, fault_point::file_read, n, "unexpected end of file",
-          {ddo::file_read_fault::kind::end_of_file, 0}, parallel);
-    }
+    ddo_test::parallel_read_fault_suite<host_sim_traits>(1409);
   }
 }

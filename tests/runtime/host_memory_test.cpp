@@ -135,11 +135,20 @@ TEST_SUITE("runtime") {
       } else {
         INFO("RSS " << before.rss_bytes << " -> " << after.rss_bytes << ", file pages "
                     << before.rss_file_bytes << " -> " << after.rss_file_bytes << ", weights "
-                    << m.weight_bytes);
+                    << m.weight_bytes << ", ddo device bytes (host memory on host_sim) "
+                    << off.device_bytes());
         // No file page is mapped: the file stays in the page cache, outside the process.
         CHECK(after.rss_file_bytes <= before.rss_file_bytes + m.weight_bytes / 20);
-        // The packed blocks, touched once by the reads; the ring is not touched before a load.
-        CHECK(after.rss_bytes <= before.rss_bytes + m.weight_bytes + m.weight_bytes / 10);
+        // The packed blocks, touched once by the reads, plus host_sim's device memory (the ring:
+        // host memory here, touched when malloc perturbs it, as under meson test's
+        // MALLOC_PERTURB_). Under ThreadSanitizer every byte written also writes its shadow
+        // memory (several times the bytes, counted in RSS), so only the file-page check holds.
+#if defined(__SANITIZE_THREAD__)
+        MESSAGE("ThreadSanitizer build: the RSS bound is not checked (shadow memory counts)");
+#else
+        CHECK(after.rss_bytes <=
+              before.rss_bytes + off.device_bytes() + m.weight_bytes + m.weight_bytes / 10);
+#endif
       }
       for (int step = 0; step < 2; ++step)
         for (std::size_t g = 0; g < off.group_count(); ++g) {

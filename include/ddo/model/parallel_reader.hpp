@@ -68,20 +68,20 @@ class parallel_reader {
   static constexpr std::uint64_t parallel_threshold = 2 * mib;
 
   /// @brief Starts threads-1 helper threads (0 is taken as 1: the caller alone).
+  /// @throws std::system_error when a thread cannot be started (those already started are
+  /// stopped and joined first).
   explicit parallel_reader(std::size_t threads) : participants_(threads == 0 ? 1 : threads) {
-    helpers_.reserve(participants_ - 1);
-    for (std::size_t i = 1; i < participants_; ++i) helpers_.emplace_back([this] { loop(); });
+    try {
+      helpers_.reserve(participants_ - 1);
+      for (std::size_t i = 1; i < participants_; ++i) helpers_.emplace_back([this] { loop(); });
+    } catch (...) {
+      stop_helpers();  // a joinable std::thread destroyed unjoined would terminate the process
+      throw;
+    }
   }
   parallel_reader(const parallel_reader&) = delete;
   parallel_reader& operator=(const parallel_reader&) = delete;
-  ~parallel_reader() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : helpers_) t.join();
-  }
+  ~parallel_reader() { stop_helpers(); }
 
   /// @brief Participants (the caller included).
   [[nodiscard]] std::size_t threads() const noexcept { return participants_; }
@@ -150,6 +150,16 @@ class parallel_reader {
   }
 
  private:
+  void stop_helpers() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : helpers_) t.join();
+    helpers_.clear();
+  }
+
   void loop() {
     std::uint64_t seen = 0;
     for (;;) {
