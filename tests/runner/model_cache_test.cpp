@@ -60,7 +60,12 @@ TEST_SUITE("runner") {
     vary([](auto& o) { o.type = ddo::dtype::f16; });
     vary([](auto& o) { o.shards = 2; });
     vary([](auto& o) { o.seed = 7; });
-    CHECK(keys.size() == 7);
+    vary([](auto& o) { o.shape = ddo::synthetic_shape::flux; });
+    vary([](auto& o) {
+      o.shape = ddo::synthetic_shape::flux;
+      o.single_blocks = 2;
+    });
+    CHECK(keys.size() == 9);
     auto elsewhere = base;
     elsewhere.output = "/somewhere/else.safetensors";
     CHECK(ddo::runner::synthetic_model_key(elsewhere) == ddo::runner::synthetic_model_key(base));
