@@ -109,8 +109,9 @@ namespace detail {
   if (sampled) out += "---|";
   out += "---|---|\n";
   for (const auto& row : r.rows) {
-    out += "| " + row.variant + " | " + (row.vram_gib > 0.0 ? fixed(row.vram_gib, 0) : "device") +
-           " | ";
+    const bool whole = row.vram_gib == static_cast<double>(static_cast<long long>(row.vram_gib));
+    out += "| " + row.variant + " | " +
+           (row.vram_gib > 0.0 ? fixed(row.vram_gib, whole ? 0 : 2) : "device") + " | ";
     if (!row.skipped.empty()) {
       out += "skipped: " + row.skipped + " |  |  |  |  |  |";
       if (sampled) out += "  |";
