@@ -116,6 +116,12 @@ std::string gb(std::uint64_t bytes) {
   return buf;
 }
 
+std::string gib_text(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(ddo::gib));
+  return buf;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -253,7 +259,7 @@ bool report_budget(const run_context& ctx, std::uint64_t ddo_peak,
   const auto check = ddo::runner::check_accounted_peak(ctx.budget, ddo_peak);
   std::printf("  device budget: %s %s card: CUDA context %s + engine reserve %s + ddo's peak %s = "
               "%s accounted: %s\n",
-              ctx.emulated ? "emulated" : "real", gb(ctx.budget.vram_bytes).c_str(),
+              ctx.emulated ? "emulated" : "real", gib_text(ctx.budget.vram_bytes).c_str(),
               gb(ctx.budget.context_bytes).c_str(), gb(ctx.budget.engine_reserve_bytes).c_str(),
               gb(ddo_peak).c_str(), gb(check.accounted_peak_bytes).c_str(),
               check.within() ? "within" : "OVER the card");
@@ -466,7 +472,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   }
   if (!within_budget) {
     std::fprintf(stderr, "ddo-run: the accounted device peak exceeded the %s card\n",
-                 gb(ctx.budget.vram_bytes).c_str());
+                 gib_text(ctx.budget.vram_bytes).c_str());
     return exit_failure;
   }
   return 0;
@@ -532,7 +538,7 @@ int run_compare(run_context& ctx, typename Engine::transport_type base, MakeTran
 
   for (const auto& budget : ctx.sweep) {
     std::fprintf(stderr, "ddo-run: --compare: ddo's plan on %s card of %s...\n",
-                 ctx.emulated ? "an emulated" : "the real", gb(budget.vram_bytes).c_str());
+                 ctx.emulated ? "an emulated" : "the real", gib_text(budget.vram_bytes).c_str());
     ddo::setup_options options = ctx.setup;
     options.host_sim.device_capacity_bytes =
         budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
@@ -921,11 +927,11 @@ int run(int argc, char** argv) {
   else if (gpu)
     std::printf("device: emulating a %s card%s on the %s: ddo's transport capped at the card "
                 "minus the CUDA context (%s measured at start)%s\n",
-                gb(ctx.budget.vram_bytes).c_str(), opt.vram_gib.empty() ? " (the default)" : "",
+                gib_text(ctx.budget.vram_bytes).c_str(), opt.vram_gib.empty() ? " (the default)" : "",
                 gpu_probe.name.c_str(), gb(context_bytes).c_str(),
                 ctx.sweep.size() > 1 ? "; --compare sweeps every size given" : "");
   else
-    std::printf("host_sim: simulated device memory %s%s\n", gb(ctx.budget.vram_bytes).c_str(),
+    std::printf("host_sim: simulated device memory %s%s\n", gib_text(ctx.budget.vram_bytes).c_str(),
                 opt.vram_gib.empty() ? " (rule-resident weights + half the rest + the ring and "
                                        "reserves; --vram-gb to change)"
                                      : "");
