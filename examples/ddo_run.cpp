@@ -434,7 +434,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     std::printf("\n");
   }
   const bool within_budget =
-      report_budget(ctx, metrics.peak_device_bytes, sampler ? &*sampler : nullptr);
+      report_budget(ctx, ddo::runner::ddo_peak_device_bytes(t, metrics.peak_device_bytes),
+                    sampler ? &*sampler : nullptr);
   if (opt.verify)
     std::printf("  verify: %s checked against the files, %llu mismatch(es)\n",
                 gb(verified_bytes).c_str(), static_cast<unsigned long long>(mismatches));

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -240,8 +241,9 @@ class host_model_copy {
     std::vector<std::size_t> all;
     for (const auto& g : in.groups) all.insert(all.end(), g.weights.begin(), g.weights.end());
     offsets_ = detail::aligned_offsets(in.table, all, &bytes_);
-    // new[] without (): the pages are first touched by the reads below, once.
-    data_.reset(new std::byte[bytes_]);
+    // Page-aligned (cudaHostRegister page-locks whole pages) and not value-initialised: the
+    // pages are first touched by the reads below, once.
+    data_.reset(static_cast<std::byte*>(::operator new(bytes_, std::align_val_t{page})));
     for (std::size_t w : all)
       read_source(in.table, in.files, w,
                   std::span(data_.get() + offsets_[w], static_cast<std::size_t>(in.table[w].bytes)));
@@ -251,9 +253,13 @@ class host_model_copy {
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
 
  private:
+  static constexpr std::size_t page = 4096;
+  struct release {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{page}); }
+  };
   std::uint64_t bytes_ = 0;
   std::vector<std::uint64_t> offsets_;
-  std::unique_ptr<std::byte[]> data_;
+  std::unique_ptr<std::byte, release> data_;
 };
 
 /// @brief The naive loop: per group, copy its weights into one device buffer, wait, compute,
@@ -347,7 +353,8 @@ template <class Engine>
   };
   row.step_ms = detail::time_steps(in, step, [&] { t.synchronize(view); });
   const auto metrics = off.metrics(true);
-  const auto check = check_accounted_peak(budget, metrics.peak_device_bytes);
+  const auto check =
+      check_accounted_peak(budget, ddo_peak_device_bytes(t, metrics.peak_device_bytes));
   row.peak_device_bytes = check.accounted_peak_bytes;
   row.within_budget = check.within();
   meter.finish(row);

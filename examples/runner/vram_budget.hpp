@@ -19,6 +19,7 @@
 /// host→device bandwidth, and the kernel's page cache still holds what this machine's RAM holds;
 /// `--ram-gb` shapes the plan and the pin budget, not the cache. Example code (examples/runner/).
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +30,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/transport/allocation_ledger.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -121,7 +123,18 @@ struct budget_check {
   [[nodiscard]] bool within() const noexcept { return accounted_peak_bytes <= vram_bytes; }
 };
 
-/// @brief Checks ddo's peak device bytes (its ledger) against @p budget.
+/// @brief ddo's peak device bytes: the larger of the offloader's own count (resident + ring, VMM
+/// handles) and, where the transport keeps one, its allocation ledger's peak (every device byte
+/// ddo allocated through it, transient ones included).
+template <class Transport>
+[[nodiscard]] std::uint64_t ddo_peak_device_bytes(const Transport& t, std::uint64_t offloader_peak) {
+  if constexpr (requires { t.ledger().peak(ledger_kind::device); })
+    return std::max<std::uint64_t>(offloader_peak, t.ledger().peak(ledger_kind::device));
+  else
+    return offloader_peak;
+}
+
+/// @brief Checks ddo's peak device bytes against @p budget.
 [[nodiscard]] inline budget_check check_accounted_peak(const vram_budget& budget,
                                                        std::uint64_t ddo_peak_bytes) {
   return {budget.context_bytes + budget.engine_reserve_bytes + ddo_peak_bytes, budget.vram_bytes};

@@ -141,7 +141,9 @@ TEST_SUITE("runner") {
           for (std::size_t g = 0; g < off.group_count(); ++g) (void)off.acquire(g, view);
         }
         off.transport().synchronize(view);
-        const auto peak = off.metrics(true).peak_device_bytes;
+        const auto peak =
+            ddo::runner::ddo_peak_device_bytes(off.transport(), off.metrics(true).peak_device_bytes);
+        CHECK(peak >= off.transport().ledger().peak(ddo::ledger_kind::device));
         const auto check = ddo::runner::check_accounted_peak(card, peak);
         CHECK(check.within());
         CHECK(check.accounted_peak_bytes <= vram);
