@@ -60,8 +60,8 @@ TEST_SUITE("model") {
     CHECK(groups[3].name == "single_transformer_blocks.0");
     CHECK(groups[5].name == "single_transformer_blocks.2");
     CHECK(groups.back().name == "<after>");
-    CHECK(groups[1].weights.size() == 36);
-    CHECK(groups[3].weights.size() == 16);
+    CHECK(groups[1].weights.size() == 32);  // 14 linears with biases, 4 norms
+    CHECK(groups[3].weights.size() == 14);  // 6 linears with biases, 2 norms
   }
 
   TEST_CASE("single-stream blocks on the dit shape are refused, naming the shape") {
