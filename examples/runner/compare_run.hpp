@@ -323,18 +323,21 @@ template <class Engine>
   row.vram_gib = static_cast<double>(budget.vram_bytes) / static_cast<double>(gib);
   row.description = "ddo's plan (" + settings.effective_preset + ") on the emulated card";
   detail::variant_meter meter(in.gpu);
-  offload_setup setup;
+  // A card too small for the plan (or for the ring the offloader allocates) is a skipped row
+  // with ddo's refusal, not a failed sweep.
+  std::optional<offloader<transport_type>> held;
   try {
     const auto component = component_for(settings, options.inputs);
-    setup = setup_offload(in.table, settings, component, options, transport);
+    offload_setup setup = setup_offload(in.table, settings, component, options, transport);
+    row.description += ": " + std::string(to_string(setup.component.route));
+    row.resident_bytes = setup.plan.total_bytes(placement::gpu_resident);
+    row.streamed_bytes = in.table.total_bytes() - row.resident_bytes;
+    held.emplace(in.table, std::move(setup), transport);
   } catch (const out_of_memory& e) {
     row.skipped = std::string("ddo refused the plan: ") + e.what();
     return row;
   }
-  row.description += ": " + std::string(to_string(setup.component.route));
-  row.resident_bytes = setup.plan.total_bytes(placement::gpu_resident);
-  row.streamed_bytes = in.table.total_bytes() - row.resident_bytes;
-  offloader<transport_type> off(in.table, std::move(setup), transport);
+  auto& off = *held;
   auto& t = off.transport();
   Engine engine(t, in.tokens, in.compute.width, in.compute.type);
   const auto view = engine.view();

@@ -12,7 +12,7 @@ cache=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-common="--cpu --no-environment --steps 1 --blocks 2 --cache-dir $cache"
+common="--cpu --no-environment --steps 1 --blocks 2 --tokens 2 --cache-dir $cache"
 
 # One card: the table has every variant, the ddo row is within its card and verified.
 # shellcheck disable=SC2086
