@@ -6,7 +6,7 @@
 //                  [--hidden H] [--mlp-ratio R] [--dtype bf16|fp16|fp32] [--shards K] [--seed S]
 //
 // --shape flux writes FLUX.1's layout (ddo::flux_model_options): 19 double-stream blocks
-// (--blocks) and 38 single-stream blocks (--single-blocks; default twice --blocks), ≈ 23.7 GB.
+// (--blocks) and 38 single-stream blocks (--single-blocks; default twice --blocks), ≈ 23.8 GB.
 //
 // With --shards K > 1, PATH names the index (e.g. model.safetensors.index.json) and the shards
 // are written next to it as <stem>-0000i-of-0000K.safetensors.

@@ -685,7 +685,8 @@ int run(int argc, char** argv) {
                  "[--trace FILE.json]\n"
                  "               [--config FILE] [--ddo-FLAG VALUE]...\n"
                  "Runs steps of a synthetic transformer forward while ddo streams the weights.\n"
-                 "With no --model, a synthetic DiT-like model is generated once and cached.\n\n"
+                 "With no --model, a synthetic model is generated once and cached (on a GPU\n"
+                 "Flux-sized, run on an emulated 12 GiB card; --compare for the cost table).\n\n"
               << po::options_description().add(general).add(synth).add(ddo_flags) << '\n';
     return 0;
   }
@@ -777,7 +778,7 @@ int run(int argc, char** argv) {
   auto& synthetic = opt.synthetic;
   // CPU default: big enough that the attention and MLP weights (1024² and 4096×1024 bf16) pass
   // the 1 MiB small-tensor threshold the environment defaults give, so they really stream.
-  // GPU default: FLUX.1-sized (≈ 23.7 GB), so that a consumer card has to stream it.
+  // GPU default: FLUX.1-sized (≈ 23.8 GB), so that a consumer card has to stream it.
   std::string shape = gpu ? "flux" : "dit";
   if (vm.count("shape")) shape = vm["shape"].as<std::string>();
   if (shape == "flux") {

@@ -17,7 +17,7 @@
 /// model of the project's measurements. Tensors are written in execution order.
 ///
 /// `flux`, two kinds of blocks of different widths, named as diffusers' FluxTransformer2DModel
-/// names them (flux_model_options() gives FLUX.1's sizes, ≈ 23.7 GB of bf16):
+/// names them (flux_model_options() gives FLUX.1's sizes, ≈ 23.8 GB of bf16):
 ///  - before the blocks: x_embedder (h×64), context_embedder (h×4096), and
 ///    time_text_embed.{timestep,guidance}_embedder.linear_1 (h×256) / linear_2 (h×h),
 ///    time_text_embed.text_embedder.linear_1 (h×768) / linear_2 (h×h), each + bias;
@@ -80,7 +80,7 @@ struct synthetic_model_options {
 };
 
 /// @brief The Flux-like shape: FLUX.1's sizes by default (19 double-stream and 38
-/// single-stream blocks, hidden 3072, MLP ratio 4, bf16: ≈ 23.7 GB); smaller models keep the
+/// single-stream blocks, hidden 3072, MLP ratio 4, bf16: ≈ 23.8 GB); smaller models keep the
 /// 1 : 2 proportion of the two kinds when the caller scales both counts.
 [[nodiscard]] inline synthetic_model_options flux_model_options(std::uint32_t double_blocks = 19,
                                                                 std::uint32_t single_blocks = 38,
