@@ -106,7 +106,7 @@ TEST_SUITE("runner") {
     int ran = 0;
     // Nothing resident by budget, or most of what the card leaves the weights.
     for (double keep : {0.0, 0.8})
-      for (double fraction : {0.4, 0.7, 1.0, 1.6}) {
+      for (double fraction : {0.4, 1.0, 1.6}) {
         CAPTURE(keep);
         CAPTURE(fraction);
         const double budget_gb = keep * std::min(fraction, 1.0) * static_cast<double>(model_bytes) /
@@ -136,10 +136,8 @@ TEST_SUITE("runner") {
         ddo::offloader<ddo::host_sim_transport> off(model.table, std::move(setup), transport);
         auto stream = off.transport().make_stream();
         const auto view = ddo::host_sim_transport::view(stream);
-        for (int step = 0; step < 2; ++step) {
-          off.begin_step();
-          for (std::size_t g = 0; g < off.group_count(); ++g) (void)off.acquire(g, view);
-        }
+        off.begin_step();
+        for (std::size_t g = 0; g < off.group_count(); ++g) (void)off.acquire(g, view);
         off.transport().synchronize(view);
         const auto peak =
             ddo::runner::ddo_peak_device_bytes(off.transport(), off.metrics(true).peak_device_bytes);
@@ -154,6 +152,6 @@ TEST_SUITE("runner") {
         }
         ++ran;
       }
-    CHECK(ran == 8);
+    CHECK(ran == 6);
   }
 }
