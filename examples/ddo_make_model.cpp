@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// ddo-make-model: writes a synthetic DiT-like (Flux-like) safetensors model with random non-zero
+// ddo-make-model: writes a synthetic DiT-like or Flux-like safetensors model with random non-zero
 // values, for tests, the runner and the benchmarks.
 //
-//   ddo-make-model --output PATH [--blocks N] [--hidden H] [--mlp-ratio R]
-//                  [--dtype bf16|fp16|fp32] [--shards K] [--seed S]
+//   ddo-make-model --output PATH [--shape dit|flux] [--blocks N] [--single-blocks M]
+//                  [--hidden H] [--mlp-ratio R] [--dtype bf16|fp16|fp32] [--shards K] [--seed S]
+//
+// --shape flux writes FLUX.1's layout (ddo::flux_model_options): 19 double-stream blocks
+// (--blocks) and 38 single-stream blocks (--single-blocks; default twice --blocks), ≈ 23.8 GB.
 //
 // With --shards K > 1, PATH names the index (e.g. model.safetensors.index.json) and the shards
 // are written next to it as <stem>-0000i-of-0000K.safetensors.
@@ -41,7 +44,9 @@ int main(int argc, char** argv) {
   ddo::runner::interrupt_cleanup interrupts("ddo-make-model");
   ddo::synthetic_model_options options;
   std::string type_name = "bf16";
+  std::string shape_name = "dit";
   blocks_option blocks{24};
+  blocks_option single_blocks{38};
   hidden_option hidden{3072};
   mlp_ratio_option mlp_ratio{4};
   shards_option shards{1};
@@ -52,7 +57,12 @@ int main(int argc, char** argv) {
   description.add_options()("help,h", "show this help")(
       "output,o", po::value<std::string>(&options.output)->required(),
       "the .safetensors file to write (with --shards > 1: the .safetensors.index.json)")(
-      "blocks", po::value(&blocks)->default_value(blocks), "transformer blocks (1-4096)")(
+      "shape", po::value<std::string>(&shape_name)->default_value("dit"),
+      "dit (one kind of block) or flux (double- and single-stream blocks, as FLUX.1)")(
+      "blocks", po::value(&blocks), "transformer blocks; with --shape flux the double-stream "
+      "blocks (1-4096; default 24, flux 19)")(
+      "single-blocks", po::value(&single_blocks),
+      "--shape flux: single-stream blocks (1-4096; default twice --blocks)")(
       "hidden", po::value(&hidden)->default_value(hidden), "hidden size (1-65536)")(
       "mlp-ratio", po::value(&mlp_ratio)->default_value(mlp_ratio),
       "MLP width as a multiple of the hidden size (1-64)")(
@@ -68,7 +78,23 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(vm);
-    options.blocks = blocks;
+    if (shape_name == "flux") {
+      options.shape = ddo::synthetic_shape::flux;
+      options.blocks = vm.count("blocks") != 0 ? static_cast<std::uint32_t>(blocks) : 19u;
+      options.single_blocks = vm.count("single-blocks") != 0
+                                  ? static_cast<std::uint32_t>(single_blocks)
+                                  : (vm.count("blocks") != 0 ? 2 * options.blocks : 38u);
+    } else if (shape_name == "dit") {
+      if (vm.count("single-blocks") != 0) {
+        std::cerr << "ddo-make-model: --single-blocks needs --shape flux (the dit shape has one "
+                     "kind of block)\n";
+        return 2;
+      }
+      options.blocks = blocks;
+    } else {
+      std::cerr << "ddo-make-model: --shape '" << shape_name << "' is not one of dit, flux\n";
+      return 2;
+    }
     options.hidden = hidden;
     options.mlp_ratio = mlp_ratio;
     options.shards = shards;

@@ -9,10 +9,11 @@
 // MODEL is a .safetensors file or a sharded model's .safetensors.index.json (several may be
 // given: one table). Settings resolve as everywhere in ddo: preset < --config TOML < DDO_*
 // environment < --ddo-* flags, for the component "transformer" (its route: DDO_TRANSFORMER_ROUTE).
-// The machine: --vram-gb plans on a host_sim device of that size (as ddo-run --sim-vram-gb);
-// without it the GPU (as ddo-run on it) or, with none, ddo-run's default host_sim device.
-// The engine's reserve: --reserve-gb, or the activations of --tokens rows (default as ddo-run's)
-// of the model's width.
+// The machine: --vram-gb is the card, as in ddo-run (examples/runner/vram_budget.hpp): on a GPU
+// the linear transport capped at the card minus the CUDA context measured at start (default a
+// 12 GiB card; `device`: the whole GPU), without one a host_sim device of that size (default
+// ddo-run's). The engine's reserve: --reserve-gb, or what ddo-run reserves for --tokens rows
+// (default as ddo-run's) of the model's width (activations; on a GPU the cuBLAS workspace too).
 
 #include <boost/program_options.hpp>
 
@@ -31,6 +32,7 @@
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "runner/run_setup.hpp"
+#include "runner/vram_budget.hpp"
 
 namespace po = boost::program_options;
 
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::string config_path;
   std::string format_name = "text";
+  std::string vram_text;
+  std::string ram_text;
   double vram_gb = 0.0;
   double ram_gb = 0.0;
   double slot_gb = 0.0;
@@ -59,14 +63,15 @@ int main(int argc, char** argv) {
   general.add_options()("help,h", "show this help")(
       "config", po::value<std::string>(&config_path)->value_name("FILE"),
       "TOML config file (ranks below DDO_* variables and --ddo-* flags)")(
-      "vram-gb", po::value<double>(&vram_gb)->value_name("GiB"),
-      "plan on a host_sim device of this size (as ddo-run --sim-vram-gb) instead of the GPU")(
+      "vram-gb", po::value<std::string>(&vram_text)->value_name("GiB|device"),
+      "the card to plan for, as ddo-run --vram-gb: on a GPU the card minus the CUDA context "
+      "(default 12; 'device': the whole GPU), without one a host_sim device of this size")(
       "tokens", po::value<std::int64_t>(&tokens)->value_name("T"),
       "reserve the activations of T rows of the model's width, as ddo-run --tokens (default: "
       "ddo-run's, 4096 on a GPU, 8 on host_sim)")(
       "reserve-gb", po::value<double>(&reserve_gb)->value_name("GiB"),
       "device memory to leave to the engine (activations, workspaces) instead of --tokens")(
-      "ram-gb", po::value<double>(&ram_gb)->value_name("GiB"),
+      "ram-gb", po::value<std::string>(&ram_text)->value_name("GiB"),
       "plan for this much available system RAM instead of probing")(
       "slot-gb", po::value<double>(&slot_gb)->value_name("GiB"),
       "the transport's slot/staging size: refuse groups that stream more (default: unconstrained)")(
@@ -118,7 +123,23 @@ int main(int argc, char** argv) {
     std::cerr << "ddo-plan: --tokens must be 1..1048576, got " << tokens << "\n";
     return exit_usage;
   }
-  for (const char* flag : {"vram-gb", "ram-gb", "slot-gb", "reserve-gb"})
+  const bool vram_device = vram_text == "device";
+  try {
+    if (!vram_text.empty() && !vram_device) {
+      if (vram_text.find(',') != std::string::npos) {
+        std::cerr << "ddo-plan: --vram-gb " << vram_text
+                  << ": ddo-plan plans one card; a sweep is ddo-run --compare --vram-gb "
+                  << vram_text << "\n";
+        return exit_usage;
+      }
+      vram_gb = ddo::runner::parse_size_gib(vram_text, "--vram-gb");
+    }
+    if (!ram_text.empty()) ram_gb = ddo::runner::parse_size_gib(ram_text, "--ram-gb");
+  } catch (const ddo::usage_error& e) {
+    std::cerr << "ddo-plan: " << e.what() << "\n";
+    return exit_usage;
+  }
+  for (const char* flag : {"slot-gb", "reserve-gb"})
     if (vm.count(flag) != 0 && !(vm[flag].as<double>() > 0.0)) {
       std::cerr << "ddo-plan: --" << flag << " must be a positive size in GiB\n";
       return exit_usage;
@@ -139,13 +160,17 @@ int main(int argc, char** argv) {
       table = ddo::load_safetensors(models, settings.config.load_safetensors_backend);
 
     // The machine and the reserve exactly as ddo-run states them.
-    const bool gpu = vram_gb == 0.0 && settings.config.backend != ddo::offload_backend::host_sim &&
-                     have_gpu();
+    const bool gpu = settings.config.backend != ddo::offload_backend::host_sim && have_gpu();
+    std::uint64_t context = 0;
+    if (gpu) {
+      const auto memory = ddo::query_device_memory(0);
+      context = memory.total_bytes - memory.free_bytes;
+    }
     const std::uint64_t reserve =
         reserve_gb > 0.0 ? ddo::gib_to_bytes(reserve_gb)
-                         : ddo::runner::activation_reserve_bytes(
+                         : ddo::runner::engine_reserve_bytes(
                                tokens > 0 ? tokens : ddo::runner::default_tokens(gpu),
-                               ddo::runner::compute_shape_of(table));
+                               ddo::runner::compute_shape_of(table), gpu);
     auto options = ddo::runner::run_setup_options(
         inputs, reserve,
         ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(ram_gb)) : std::nullopt);
@@ -160,14 +185,27 @@ int main(int argc, char** argv) {
       return ddo::setup_offload(table, settings, component, options, transport);
     };
     if (gpu) {
-      setup = file_route
-                  ? plan_over(ddo::make_transport<ddo::nvme_transport<ddo::linear_transport>>(settings, options.host_sim))
-                  : plan_over(ddo::make_transport<ddo::linear_transport>(settings, options.host_sim));
-      vram_note = "device " + settings.config.execution_device + " as probed now";
+      ddo::linear_options o;
+      o.device = ddo::parse_execution_device(settings).index;
+      if (!vram_device) {
+        const ddo::runner::vram_budget card{
+            ddo::gib_to_bytes(vram_gb > 0.0 ? vram_gb : ddo::runner::default_gpu_vram_gib), context,
+            reserve};
+        o.device_limit_bytes = card.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+        vram_note = "an emulated " + ddo::format_bytes(card.vram_bytes) + " card on device " +
+                    settings.config.execution_device + " (CUDA context " +
+                    ddo::format_bytes(context) + " measured now)";
+      } else {
+        vram_note = "device " + settings.config.execution_device + " as probed now";
+      }
+      setup = file_route ? plan_over(ddo::nvme_transport<ddo::linear_transport>(
+                               ddo::linear_transport(o), ddo::detail::nvme_options_from(settings)))
+                         : plan_over(ddo::linear_transport(o));
     } else {
+      const std::uint64_t card = vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
+                                               : ddo::runner::default_sim_device_bytes(table, settings, reserve);
       options.host_sim.device_capacity_bytes =
-          vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
-                        : ddo::runner::default_sim_device_bytes(table, settings, reserve);
+          ddo::runner::vram_budget{card, 0, reserve}.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
       setup = file_route
                   ? plan_over(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, options.host_sim))
                   : plan_over(ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim));
@@ -176,6 +214,8 @@ int main(int argc, char** argv) {
     }
     notes.insert(notes.end(), setup.notes.begin(), setup.notes.end());
     const ddo::offload_plan& plan = setup.plan;
+    if (format == ddo::plan_format::text && (vram_gb > 0.0 || gpu))
+      std::printf("note: %s\n", ddo::runner::emulation_caveat);
     if (format == ddo::plan_format::text) {
       std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
                   ddo::format_bytes(table.total_bytes()).c_str());
@@ -210,6 +250,9 @@ int main(int argc, char** argv) {
   } catch (const ddo::config_error& e) {
     std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what()
               << "\n";
+    return exit_usage;
+  } catch (const ddo::usage_error& e) {
+    std::cerr << "ddo-plan: " << e.what() << "\n";
     return exit_usage;
   } catch (const std::exception& e) {
     std::cerr << "ddo-plan: " << e.what() << "\n";

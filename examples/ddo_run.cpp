@@ -59,17 +59,33 @@
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/nvme.hpp"
 #include "runner/chrome_trace.hpp"
+#include "runner/compare.hpp"
+#include "runner/compare_run.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/interrupt_cleanup.hpp"
 #include "runner/model_cache.hpp"
 #include "runner/progress.hpp"
+#include "runner/run_model.hpp"
 #include "runner/run_setup.hpp"
+#include "runner/setup_progress_printer.hpp"
 #include "runner/synthetic_forward.hpp"
 #include "runner/synthetic_options.hpp"
+#include "runner/vram_budget.hpp"
 
 namespace po = boost::program_options;
 using ddo::runner::chrome_trace;
+using ddo::runner::cpu_engine;
+using ddo::runner::cpu_vmm_engine;
+using ddo::runner::describe_compute;
+using ddo::runner::gpu_engine;
+using ddo::runner::gpu_vmm_engine;
+using ddo::runner::model_compute;
+using ddo::runner::open_files;
 using ddo::runner::progress_bar;
+using ddo::runner::read_source;
+
+static_assert(ddo::runner::cublas_workspace_bytes == ddo::runner::gpu_workspace_reserve_bytes,
+              "ddo-plan's reserve must be the GPU engine's workspace");
 
 namespace {
 
@@ -86,8 +102,11 @@ struct run_options {
   bool use_environment = true;
   bool force_cpu = false;
   bool print_settings = false;
-  double sim_vram_gb = 0.0;   // 0: the rule-resident weights + half the rest (so something streams)
-  double ram_gb = 0.0;        // 0: probe available RAM
+  std::vector<double> vram_gib;  // empty: the default card (GPU 12 GiB; host_sim: see run_setup.hpp)
+  bool vram_device = false;      // --vram-gb device: the whole real device, no emulation
+  double ram_gb = 0.0;           // 0: probe available RAM
+  bool compare = false;
+  std::string json_path;         // --json: the compare report
   std::string cache_dir;
   ddo::synthetic_model_options synthetic;
   bool synthetic_given = false;  // any of --blocks, --hidden, ... given
@@ -96,6 +115,12 @@ struct run_options {
 std::string gb(std::uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(bytes) / 1e9);
+  return buf;
+}
+
+std::string gib_text(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(ddo::gib));
   return buf;
 }
 
@@ -143,126 +168,6 @@ class trace_adapter final : public ddo::trace_sink {
  private:
   chrome_trace& trace_;
 };
-
-// --- compute engines: what the runner does with a lease ---------------------------------------
-
-/// GPU: cuBLAS GEMMs on a non-blocking stream of the linear transport.
-template <class Transport>
-struct gpu_engine_t {
-  using transport_type = Transport;
-  typename transport_type::stream stream;
-  std::unique_ptr<ddo::runner::gpu_synthetic_forward> forward;
-
-  gpu_engine_t(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype type)
-      : stream(t.make_stream()) {
-    forward = std::make_unique<ddo::runner::gpu_synthetic_forward>(tokens, width, type, stream.get());
-  }
-  [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
-  void linear(transport_type&, const std::byte* w, std::int64_t out, std::int64_t in, ddo::dtype,
-              float alpha) {
-    forward->linear(w, out, in, alpha);
-  }
-  [[nodiscard]] static const char* compute_name() { return "cuBLAS GEMM"; }
-};
-using gpu_engine = gpu_engine_t<ddo::linear_transport>;
-/// The same engine on the VMM route (execution_mode vmm_runtime / backend vmm).
-using gpu_vmm_engine = gpu_engine_t<ddo::vmm_transport>;
-/// The file route (backend nvme): the linear ring, or VMM with execution_mode vmm_runtime
-/// (nvme_baseline: the legacy VMM route fed from files).
-using gpu_nvme_engine = gpu_engine_t<ddo::nvme_transport<ddo::linear_transport>>;
-using gpu_nvme_vmm_engine = gpu_engine_t<ddo::nvme_transport<ddo::vmm_transport>>;
-
-/// No GPU: the CPU stand-in, each product a task on a host_sim stream (the engine's "kernels").
-template <class Transport>
-struct cpu_engine_t {
-  using transport_type = Transport;
-  typename transport_type::stream stream;
-  std::shared_ptr<ddo::runner::cpu_synthetic_forward> forward;
-
-  cpu_engine_t(transport_type& t, std::int64_t tokens, std::int64_t width, ddo::dtype)
-      : stream(t.make_stream()),
-        forward(std::make_shared<ddo::runner::cpu_synthetic_forward>(tokens, width)) {}
-  [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
-  void linear(transport_type& t, const std::byte* w, std::int64_t out, std::int64_t in,
-              ddo::dtype type, float alpha) {
-    t.enqueue(view(), [f = forward, w, out, in, type, alpha] { f->linear(w, out, in, type, alpha); });
-  }
-  [[nodiscard]] static const char* compute_name() { return "CPU stand-in"; }
-};
-using cpu_engine = cpu_engine_t<ddo::host_sim_transport>;
-/// The CPU stand-in on host_sim's VMM mode (execution_mode vmm_runtime / backend vmm).
-using cpu_vmm_engine = cpu_engine_t<ddo::host_sim_vmm_transport>;
-using cpu_nvme_engine = cpu_engine_t<ddo::nvme_transport<ddo::host_sim_transport>>;
-using cpu_nvme_vmm_engine = cpu_engine_t<ddo::nvme_transport<ddo::host_sim_vmm_transport>>;
-
-// --- the model as the runner computes it ------------------------------------------------------
-
-/// Per weight: whether it is a GEMM, its [out, in] and scale.
-struct model_compute {
-  ddo::dtype type = ddo::dtype::bf16;
-  std::int64_t width = 1;  // the activation width: the largest dimension of any GEMM
-  std::vector<char> is_gemm;
-  std::vector<float> alpha;
-  std::size_t gemms = 0;
-  std::size_t skipped_other_dtype = 0;
-};
-
-/// Opens every file of the table once (for --verify and for sampling scales), for positional
-/// reads whatever load_safetensors_backend says: reading through a mapping would add the files'
-/// pages to the runner's RSS, and the memory figures it prints are ddo's, not the runner's.
-std::vector<ddo::file_reader> open_files(const ddo::weight_table& table) {
-  std::vector<ddo::file_reader> readers;
-  for (const auto& path : table.files()) readers.emplace_back(path, ddo::safetensors_backend::pread);
-  return readers;
-}
-
-/// The source bytes of weight @p w (from its file or host pointer) into @p out.
-void read_source(const ddo::weight_table& table, const std::vector<ddo::file_reader>& files,
-                 std::size_t w, std::span<std::byte> out) {
-  const auto& info = table[w];
-  if (const auto* f = std::get_if<ddo::file_source>(&info.source)) {
-    files.at(f->file_index).read(f->offset, out);
-  } else {
-    const auto& h = std::get<ddo::host_source>(info.source);
-    std::memcpy(out.data(), h.data, out.size());
-  }
-}
-
-/// 2-D weights of the compute dtype are GEMMs ([out, in], as a linear layer stores them); the
-/// compute dtype is that of the first 2-D weight of a supported type. Scales keep the activation
-/// steady, estimated from the first 64 KiB of each weight.
-model_compute describe_compute(const ddo::weight_table& table,
-                               const std::vector<ddo::file_reader>& files) {
-  model_compute mc;
-  mc.is_gemm.assign(table.size(), 0);
-  mc.alpha.assign(table.size(), 1.0f);
-  bool have_type = false;
-  for (std::size_t w = 0; w < table.size(); ++w) {
-    const auto& info = table[w];
-    if (info.shape.size() != 2 || !ddo::runner::is_supported_compute_dtype(info.type)) continue;
-    if (!have_type) {
-      mc.type = info.type;
-      have_type = true;
-    }
-    if (info.type != mc.type) {
-      ++mc.skipped_other_dtype;
-      continue;
-    }
-    mc.is_gemm[w] = 1;
-    ++mc.gemms;
-    mc.width = std::max({mc.width, info.shape[0], info.shape[1]});
-    const std::size_t sample_bytes =
-        static_cast<std::size_t>(std::min<std::uint64_t>(info.bytes, 64 * ddo::kib));
-    std::vector<std::byte> sample(sample_bytes - sample_bytes % ddo::size_of(info.type));
-    read_source(table, files, w, sample);
-    const auto elements = static_cast<std::int64_t>(sample.size() / ddo::size_of(info.type));
-    // rms over the sample, scaled as if it were the whole [out, in] weight
-    mc.alpha[w] = ddo::runner::variance_preserving_alpha(sample.data(), info.type, 1, elements) *
-                  static_cast<float>(std::sqrt(static_cast<double>(elements) /
-                                               static_cast<double>(info.shape[1])));
-  }
-  return mc;
-}
 
 /// Reads every model file once, front to back, with a progress bar: the loading phase. It also
 /// brings the files into the page cache, so ddo's packing at setup reads memory, not the disk.
@@ -357,7 +262,38 @@ struct run_context {
   bool gpu;
   std::string requested_route;
   ddo::setup_options setup;  // the engine's reserve (activations), stated RAM, the component
+  ddo::runner::vram_budget budget;  // the card: context + engine reserve + ddo's bytes ≤ it
+  bool emulated = false;            // budget.vram_bytes is an emulated card (else the real one)
+  std::vector<ddo::runner::vram_budget> sweep;  // --compare: one ddo row per card
+  std::string device_name;
+  std::string model_name;
 };
+
+/// The accounted peak against the card, printed; false when it is over (a failed run).
+bool report_budget(const run_context& ctx, std::uint64_t ddo_peak,
+                   const ddo::runner::device_memory_sampler* sampler) {
+  const auto check = ddo::runner::check_accounted_peak(ctx.budget, ddo_peak);
+  std::printf("  device budget: %s %s card: CUDA context %s + engine reserve %s + ddo's peak %s = "
+              "%s accounted: %s\n",
+              ctx.emulated ? "emulated" : "real", gib_text(ctx.budget.vram_bytes).c_str(),
+              gb(ctx.budget.context_bytes).c_str(), gb(ctx.budget.engine_reserve_bytes).c_str(),
+              gb(ddo_peak).c_str(), gb(check.accounted_peak_bytes).c_str(),
+              check.within() ? "within" : "OVER the card");
+  if (sampler != nullptr) {
+    // Everything in use on the device, every allocation of every process: what the accounting
+    // cannot see (allocation rounding, cuBLAS's handle state) shows here.
+    const std::uint64_t used = sampler->peak_used();
+    std::printf("  device memory in use, sampled every 2 ms: peak %s%s\n", gb(used).c_str(),
+                !ctx.emulated ? ""
+                : used <= ctx.budget.vram_bytes
+                    ? " (within the emulated card)"
+                    : (" (" + gb(used - ctx.budget.vram_bytes) +
+                       " over the emulated card: memory ddo and the engine's reserve do not "
+                       "account for)").c_str());
+  }
+  if (ctx.emulated) std::printf("  note: %s\n", ddo::runner::emulation_caveat);
+  return check.within();
+}
 
 /// Plans, sets up the offloader over @p transport and runs the steps with @p Engine.
 template <class Engine>
@@ -410,7 +346,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                gb(setup.plan.total_bytes(ddo::placement::pinned_host)).c_str(),
                gb(setup.plan.total_bytes(ddo::placement::gpu_resident)).c_str());
   const auto setup_t0 = std::chrono::steady_clock::now();
+  ddo::runner::setup_progress_printer setup_progress;
+  setup.runtime.on_setup_progress = setup_progress.callback();
   ddo::offloader<transport_type> offloader(ctx.table, std::move(setup), transport);
+  setup_progress.finish();
   trace.reset_origin();  // the runtime's spans count from the end of its setup too
   host_memory.sample();
   std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
@@ -454,7 +393,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
         if (!ctx.compute.is_gemm[w]) continue;
         const auto& info = ctx.table[w];
         engine.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type,
-                      ctx.compute.alpha[w]);
+                      ctx.compute.alpha[w], ctx.compute.rows[w]);
       }
       if (!opt.trace_path.empty())
         trace.add("enqueue " + offloader.group_name(g), "compute", enqueue_us,
@@ -543,6 +482,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                 fs.read_seconds > 0 ? static_cast<double>(fs.bytes_read) / fs.read_seconds / 1e9 : 0.0);
   }
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
+  const bool within_budget =
+      report_budget(ctx, ddo::runner::ddo_peak_device_bytes(t, metrics.peak_device_bytes),
+                    sampler ? &*sampler : nullptr);
   if (opt.verify)
     std::printf("  verify: %s checked against the files, %llu mismatch(es)\n",
                 gb(verified_bytes).c_str(), static_cast<unsigned long long>(mismatches));
@@ -576,6 +518,127 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (mismatches != 0) {
     std::fprintf(stderr, "ddo-run: --verify found %llu weight(s) whose device bytes differ from the file\n",
                  static_cast<unsigned long long>(mismatches));
+    return exit_failure;
+  }
+  if (!within_budget) {
+    std::fprintf(stderr, "ddo-run: the accounted device peak exceeded the %s card\n",
+                 gib_text(ctx.budget.vram_bytes).c_str());
+    return exit_failure;
+  }
+  return 0;
+}
+
+// --- --compare ---------------------------------------------------------------------------------
+
+/// --compare: the same model, engine, tokens and steps as (a) everything resident (when it fits
+/// the real device), (b) ddo's plan on each emulated card of ctx.sweep, (c) the naive
+/// copy-then-compute loop from pageable and from pinned memory; one table, ratios to the bound
+/// measured now (runner/compare.hpp, runner/compare_run.hpp). @p base is an uncapped transport
+/// (B, the resident row, the naive loops); @p make_emulated makes ddo's transport for one card.
+template <class Engine, class MakeTransport>
+int run_compare(run_context& ctx, typename Engine::transport_type base, MakeTransport&& make_emulated) {
+  namespace r = ddo::runner;
+  const auto& opt = ctx.opt;
+  r::compare_inputs in{ctx.table,
+                       ctx.files,
+                       ctx.compute,
+                       ddo::infer_execution_groups(ctx.table, ctx.settings.config.resident_module_patterns),
+                       ctx.tokens,
+                       ctx.steps,
+                       ctx.gpu,
+                       opt.verify,
+                       ctx.budget.context_bytes,
+                       ctx.budget.engine_reserve_bytes};
+  r::compare_report report;
+  report.device = ctx.device_name;
+  report.transport = std::string(base.name());
+  report.model = ctx.model_name;
+  report.model_bytes = ctx.table.total_bytes();
+  report.tokens = ctx.tokens;
+  report.steps = ctx.steps;
+  report.context_bytes = ctx.budget.context_bytes;
+  report.engine_reserve_bytes = ctx.budget.engine_reserve_bytes;
+  report.caveat = r::emulation_caveat;
+  report.rss_reset = r::reset_peak_rss();
+
+  std::fprintf(stderr, "ddo-run: --compare: measuring pinned host-to-device bandwidth...\n");
+  report.pinned_gbps = r::measure_pinned_gbps(base, ctx.gpu ? 256 * ddo::mib : 64 * ddo::mib);
+
+  r::compare_row resident;
+  resident.variant = "resident";
+  if (!ctx.gpu) {
+    // host_sim's device is host memory: the real limit is the RAM beside the model's own pages.
+    const auto ram = ddo::available_ram_bytes();
+    if (ram && *ram < 2 * ctx.table.total_bytes())
+      resident.skipped = "host_sim: " + gb(*ram) + " of RAM available cannot hold the model twice";
+  }
+  if (resident.skipped.empty()) {
+    std::fprintf(stderr, "ddo-run: --compare: everything resident...\n");
+    resident = r::run_resident<Engine>(in, base);
+  }
+  if (resident.skipped.empty()) {
+    report.compute_ms = r::median_of(resident.step_ms);
+    report.compute_source = "the resident row";
+  } else {
+    std::fprintf(stderr, "ddo-run: --compare: compute only (every GEMM reading one buffer)...\n");
+    report.compute_ms = r::measure_compute_only<Engine>(in, base);
+    report.compute_source = "compute only: every GEMM reads one device buffer, nothing copied";
+  }
+  report.rows.push_back(std::move(resident));
+
+  for (const auto& budget : ctx.sweep) {
+    std::fprintf(stderr, "ddo-run: --compare: ddo's plan on %s card of %s...\n",
+                 ctx.emulated ? "an emulated" : "the real", gib_text(budget.vram_bytes).c_str());
+    ddo::setup_options options = ctx.setup;
+    options.host_sim.device_capacity_bytes =
+        budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+    r::setup_progress_printer progress;
+    options.runtime.on_setup_progress = progress.callback();
+    auto row = r::run_ddo<Engine>(in, make_emulated(budget, options.host_sim), ctx.settings,
+                                  options, budget);
+    progress.finish();
+    if (!ctx.emulated) row.vram_gib = 0.0;
+    report.rows.push_back(std::move(row));
+  }
+
+  {
+    std::fprintf(stderr, "ddo-run: --compare: naive copy-then-compute loops...\n");
+    // One host copy for both rows: pageable first, then the same pages registered.
+    r::host_model_copy host(in);
+    report.rows.push_back(r::run_naive<Engine>(in, base, host, false));
+    if (base.register_host(host.data(), host.bytes())) {
+      try {
+        report.rows.push_back(r::run_naive<Engine>(in, base, host, true));
+      } catch (...) {
+        base.unregister_host(host.data());
+        throw;
+      }
+      base.unregister_host(host.data());
+    } else {
+      r::compare_row pinned;
+      pinned.variant = "naive pinned";
+      pinned.skipped = "page-locking the host copy was refused";
+      report.rows.push_back(std::move(pinned));
+    }
+  }
+
+  bool ok = true;
+  for (auto& row : report.rows) {
+    if (row.skipped.empty()) r::finish_row(row, report.compute_ms, report.pinned_gbps);
+    if (row.within_budget && !*row.within_budget) ok = false;
+    if (row.verified && !*row.verified) ok = false;
+  }
+  std::printf("\n%s", r::format_compare_table(report).c_str());
+  std::string json_path = opt.json_path;
+  if (json_path.empty() && ctx.sweep.size() > 1) json_path = "ddo-run-compare.json";
+  if (!json_path.empty()) {
+    ddo::write_file_atomically(json_path, r::compare_json(report));
+    std::printf("compare: JSON written to %s%s\n", json_path.c_str(),
+                ctx.sweep.size() > 1 ? " (plot: tools/plot_bench.py FILE.json -o FILE.png)" : "");
+  }
+  if (!ok) {
+    std::fprintf(stderr, "ddo-run: --compare: a ddo row went over its card or failed its "
+                         "verification pass (see the table)\n");
     return exit_failure;
   }
   return 0;
@@ -619,14 +682,32 @@ int run(int argc, char** argv) {
       "print-settings", po::bool_switch(&opt.print_settings),
       "Print the full resolved settings as TOML (with where each value came from)")(
       "cpu", po::bool_switch(&opt.force_cpu), "Use host_sim and the CPU stand-in even with a GPU")(
-      "sim-vram-gb", po::value<double>(&opt.sim_vram_gb)->value_name("GiB"),
-      "host_sim device memory (default: the weights kept resident by rule + half the rest, so that weights stream)")(
-      "ram-gb", po::value<double>(&opt.ram_gb)->value_name("GiB"),
-      "Available system RAM to plan with, as an engine states it (default: probed; "
-      "available_system_ram_gb set explicitly wins)");
+      "vram-gb", po::value<std::string>()->value_name("GiB[,GiB...]|device"),
+      "The card to emulate: the plan and ddo's device bytes, the engine's reserve and the CUDA "
+      "context are held to it (default on a GPU 12, a consumer card; on host_sim the weights "
+      "kept resident by rule + half the rest + the ring and reserves). Several sizes sweep them "
+      "with --compare; 'device': the whole real device")(
+      "ram-gb", po::value<std::string>()->value_name("GiB"),
+      "Available system RAM to plan with, as an engine states it: shapes the plan and the pin "
+      "budget, not the kernel's page cache (default: probed; available_system_ram_gb set "
+      "explicitly wins)")(
+      "compare", po::bool_switch(&opt.compare),
+      "Run the model all resident, with ddo's plan, and as a naive copy-then-compute loop from "
+      "pinned and pageable memory; print one table (ratios to the bound measured now)")(
+      "json", po::value<std::string>(&opt.json_path)->value_name("FILE.json"),
+      "--compare: write the table as JSON (a sweep writes ddo-run-compare.json by default)");
+  po::options_description deprecated("deprecated");
+  deprecated.add_options()("sim-vram-gb", po::value<std::string>()->value_name("GiB"),
+                           "deprecated: --vram-gb (which now applies to a GPU too)");
   po::options_description synth("synthetic model (as ddo-make-model; cached by these values)");
-  synth.add_options()("blocks", po::value<ddo::runner::blocks_option>()->value_name("N"),
-                      "Transformer blocks (default 8 on the CPU, 24 on a GPU)")(
+  synth.add_options()("shape", po::value<std::string>()->value_name("dit|flux"),
+                      "dit: one kind of block; flux: FLUX.1's double- and single-stream blocks "
+                      "(default flux on a GPU, dit on the CPU)")(
+      "blocks", po::value<ddo::runner::blocks_option>()->value_name("N"),
+      "Transformer blocks; flux: double-stream blocks (default: dit 8 on the CPU; flux 19 on a "
+      "GPU, 2 on the CPU)")(
+      "single-blocks", po::value<ddo::runner::blocks_option>()->value_name("M"),
+      "flux: single-stream blocks (default twice --blocks)")(
       "hidden", po::value<ddo::runner::hidden_option>()->value_name("H"),
       "Hidden size (default 1024 on the CPU, 3072 on a GPU)")(
       "mlp-ratio", po::value<ddo::runner::mlp_ratio_option>()->value_name("R"), "MLP width / hidden (default 4)")(
@@ -638,7 +719,7 @@ int run(int argc, char** argv) {
   po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
   ddo::add_dynamic_offload_arguments(ddo_flags);
   po::options_description all;
-  all.add(general).add(synth).add(ddo_flags);
+  all.add(general).add(synth).add(ddo_flags).add(deprecated);
 
   po::variables_map vm;
   try {
@@ -653,8 +734,9 @@ int run(int argc, char** argv) {
                  "[--trace FILE.json]\n"
                  "               [--config FILE] [--ddo-FLAG VALUE]...\n"
                  "Runs steps of a synthetic transformer forward while ddo streams the weights.\n"
-                 "With no --model, a synthetic DiT-like model is generated once and cached.\n\n"
-              << all << '\n';
+                 "With no --model, a synthetic model is generated once and cached (on a GPU\n"
+                 "Flux-sized, run on an emulated 12 GiB card; --compare for the cost table).\n\n"
+              << po::options_description().add(general).add(synth).add(ddo_flags) << '\n';
     return 0;
   }
   opt.use_environment = vm.count("no-environment") == 0;
@@ -668,10 +750,32 @@ int run(int argc, char** argv) {
     if (opt.tokens < 1 || opt.tokens > (1 << 20))
       return fail("--tokens must be 1..1048576, got " + std::to_string(opt.tokens), exit_usage);
   }
-  if (vm.count("sim-vram-gb") && !(opt.sim_vram_gb > 0.0))
-    return fail("--sim-vram-gb must be a positive size in GiB", exit_usage);
-  if (vm.count("ram-gb") && !(opt.ram_gb > 0.0))
-    return fail("--ram-gb must be a positive size in GiB", exit_usage);
+  if (vm.count("sim-vram-gb") && vm.count("vram-gb"))
+    return fail("give --vram-gb only (--sim-vram-gb is its deprecated spelling)", exit_usage);
+  if (vm.count("sim-vram-gb") || vm.count("vram-gb")) {
+    const bool old = vm.count("sim-vram-gb") != 0;
+    const auto text = vm[old ? "sim-vram-gb" : "vram-gb"].as<std::string>();
+    if (old)
+      std::fprintf(stderr, "ddo-run: --sim-vram-gb is deprecated: use --vram-gb (the same size, "
+                           "now also on a GPU)\n");
+    if (!old && text == "device")
+      opt.vram_device = true;
+    else
+      opt.vram_gib = ddo::runner::parse_size_list_gib(text, old ? "--sim-vram-gb" : "--vram-gb");
+    if (old && opt.vram_gib.size() > 1)
+      return fail("--sim-vram-gb takes one size; a sweep is --compare --vram-gb 4,8,...", exit_usage);
+  }
+  if (opt.vram_gib.size() > 1 && !opt.compare)
+    return fail("--vram-gb " + vm["vram-gb"].as<std::string>() +
+                    ": several sizes are a sweep, which needs --compare",
+                exit_usage);
+  if (vm.count("ram-gb"))
+    opt.ram_gb = ddo::runner::parse_size_gib(vm["ram-gb"].as<std::string>(), "--ram-gb");
+  if (opt.compare && !opt.trace_path.empty())
+    return fail("--compare does not write a trace (--trace runs one plan)", exit_usage);
+  if (!opt.json_path.empty() && !opt.compare)
+    return fail("--json writes the --compare table; give --compare too", exit_usage);
+  if (!opt.json_path.empty()) ddo::check_output_path(opt.json_path, "--json file");
 
   // Settings: preset auto < --config < DDO_* < --ddo-* flags; the component is the transformer.
   ddo::resolve_inputs inputs;
@@ -713,14 +817,39 @@ int run(int argc, char** argv) {
                 gpu_probe.reason.c_str());
   }
 
+  // The CUDA context, measured now that CUDA has started and before anything is allocated: the
+  // part of the card that is neither ddo's nor the engine's.
+  std::uint64_t context_bytes = 0;
+  if (gpu) {
+    const auto memory = ddo::query_device_memory(0);
+    context_bytes = memory.total_bytes - memory.free_bytes;
+  }
+
   auto& synthetic = opt.synthetic;
   // CPU default: big enough that the attention and MLP weights (1024² and 4096×1024 bf16) pass
   // the 1 MiB small-tensor threshold the environment defaults give, so they really stream.
-  synthetic.blocks = gpu ? 24 : 8;
-  synthetic.hidden = gpu ? 3072 : 1024;
+  // GPU default: FLUX.1-sized (≈ 23.8 GB), so that a consumer card has to stream it.
+  std::string shape = gpu ? "flux" : "dit";
+  if (vm.count("shape")) shape = vm["shape"].as<std::string>();
+  if (shape == "flux") {
+    synthetic = gpu ? ddo::flux_model_options() : ddo::flux_model_options(2, 4, 1024);
+  } else if (shape == "dit") {
+    synthetic.blocks = gpu ? 24 : 8;
+    synthetic.hidden = gpu ? 3072 : 1024;
+    if (vm.count("single-blocks"))
+      return fail("--single-blocks needs --shape flux (the dit shape has one kind of block)",
+                  exit_usage);
+  } else {
+    return fail("--shape = \"" + shape + "\": expected dit or flux", exit_usage);
+  }
   synthetic.mlp_ratio = 4;
   synthetic.type = ddo::dtype::bf16;
-  if (vm.count("blocks")) synthetic.blocks = vm["blocks"].as<ddo::runner::blocks_option>();
+  if (vm.count("blocks")) {
+    synthetic.blocks = vm["blocks"].as<ddo::runner::blocks_option>();
+    if (shape == "flux") synthetic.single_blocks = 2 * synthetic.blocks;
+  }
+  if (vm.count("single-blocks"))
+    synthetic.single_blocks = vm["single-blocks"].as<ddo::runner::blocks_option>();
   if (vm.count("hidden")) synthetic.hidden = vm["hidden"].as<ddo::runner::hidden_option>();
   if (vm.count("mlp-ratio")) synthetic.mlp_ratio = vm["mlp-ratio"].as<ddo::runner::mlp_ratio_option>();
   if (vm.count("shards")) synthetic.shards = vm["shards"].as<ddo::runner::shards_option>();
@@ -732,7 +861,8 @@ int run(int argc, char** argv) {
                   exit_usage);
     synthetic.type = *type;
   }
-  for (const char* flag : {"blocks", "hidden", "mlp-ratio", "dtype", "shards", "seed"})
+  for (const char* flag :
+       {"shape", "blocks", "single-blocks", "hidden", "mlp-ratio", "dtype", "shards", "seed"})
     if (vm.count(flag)) opt.synthetic_given = true;
   if (opt.synthetic_given && !opt.models.empty())
     return fail("--model runs your files; the synthetic-model flags (--blocks, --hidden, ...) "
@@ -746,6 +876,18 @@ int run(int argc, char** argv) {
         opt.cache_dir.empty() ? ddo::runner::default_model_cache_dir() : std::filesystem::path(opt.cache_dir);
     bool generated = false;
     interrupts.watch(cache);
+    if (gpu && !opt.synthetic_given &&
+        !std::filesystem::exists(ddo::runner::cached_model_entry(synthetic, cache))) {
+      // The default Flux-sized model, made smaller when this machine cannot hold it (said so).
+      std::error_code ec;
+      std::filesystem::path probe = cache;
+      while (!probe.empty() && !std::filesystem::exists(probe, ec)) probe = probe.parent_path();
+      const auto space = std::filesystem::space(probe.empty() ? "." : probe, ec);
+      std::string why;
+      synthetic = ddo::runner::fit_flux_model(synthetic, ec ? 0 : space.available,
+                                              ddo::available_ram_bytes().value_or(0), &why);
+      if (!why.empty()) std::printf("model: %s\n", why.c_str());
+    }
     const auto entry = ddo::runner::cached_model_entry(synthetic, cache);
     if (!std::filesystem::exists(entry)) {
       std::fprintf(stderr, "ddo-run: generating the synthetic model %s (%s) into %s ...\n",
@@ -786,7 +928,8 @@ int run(int argc, char** argv) {
   const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
   if (!file_route) load_files(table);
   const auto files = open_files(table);
-  const model_compute compute = describe_compute(table, files);
+  const std::int64_t tokens = opt.tokens ? opt.tokens : ddo::runner::default_tokens(gpu);
+  const model_compute compute = describe_compute(table, files, tokens);
   if (compute.gemms == 0)
     return fail("the model has no 2-D weights of a supported dtype (bf16, F16, F32) to multiply",
                 exit_usage);
@@ -798,42 +941,126 @@ int run(int argc, char** argv) {
   for (const auto& c : settings.components)
     if (c.name == ddo::runner::run_component) requested_route = std::string(ddo::to_string(c.route));
 
-  run_context ctx{opt, settings, table, files, compute, 0, 0, gpu, requested_route, {}};
-  ctx.tokens = opt.tokens ? opt.tokens : ddo::runner::default_tokens(gpu);
+  run_context ctx{opt,   settings, table, files, compute, tokens, 0,  gpu, requested_route,
+                  {},    {},       false, {},    {},      {}};
   ctx.steps = opt.steps ? opt.steps : (gpu ? 3 : 4);
-  // The engine's reserve: the runner's two activation buffers (ddo-plan --tokens computes the same).
-  const std::uint64_t activations =
-      ddo::runner::activation_reserve_bytes(ctx.tokens, ddo::runner::compute_shape_of(table));
+  ctx.device_name = gpu ? gpu_probe.name + " (" + gb(gpu_probe.total_bytes) + ")"
+                        : std::string("host_sim (no GPU: host memory and a CPU stand-in)");
+  if (opt.models.empty()) {
+    ctx.model_name = "synthetic " + ddo::runner::synthetic_model_key(synthetic);
+  } else {
+    for (const auto& m : opt.models) ctx.model_name += (ctx.model_name.empty() ? "" : " ") + m;
+  }
+  // The engine's reserve: the runner's two activation buffers and, on a GPU, its cuBLAS
+  // workspace (ddo-plan --tokens computes the same).
+  const std::uint64_t reserve =
+      ddo::runner::engine_reserve_bytes(tokens, ddo::runner::compute_shape_of(table), gpu);
   ctx.setup = ddo::runner::run_setup_options(
-      inputs, activations,
+      inputs, reserve,
       opt.ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(opt.ram_gb)) : std::nullopt);
 
+  // The card(s): --vram-gb, else on a GPU a 12 GiB consumer card, on host_sim a device that
+  // holds the rule-resident weights, half the rest, the ring and the reserves (so weights stream).
+  ctx.emulated = !opt.vram_device;
+  std::vector<std::uint64_t> cards;
+  for (double v : opt.vram_gib) cards.push_back(ddo::gib_to_bytes(v));
+  if (opt.vram_device) {
+    cards.push_back(gpu ? gpu_probe.total_bytes
+                        : ddo::runner::default_sim_device_bytes(table, settings, reserve));
+  } else if (cards.empty()) {
+    cards.push_back(gpu ? ddo::gib_to_bytes(ddo::runner::default_gpu_vram_gib)
+                        : ddo::runner::default_sim_device_bytes(table, settings, reserve));
+  }
+  for (std::uint64_t card : cards) {
+    ddo::runner::vram_budget b{card, context_bytes, reserve};
+    (void)b.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);  // refuses a card too small, now
+    ctx.sweep.push_back(b);
+  }
+  ctx.budget = ctx.sweep.front();
+  if (gpu && opt.vram_device)
+    std::printf("device: the whole %s (no emulation)\n", gb(gpu_probe.total_bytes).c_str());
+  else if (gpu)
+    std::printf("device: emulating a %s card%s on the %s: ddo's transport capped at the card "
+                "minus the CUDA context (%s measured at start)%s\n",
+                gib_text(ctx.budget.vram_bytes).c_str(), opt.vram_gib.empty() ? " (the default)" : "",
+                gpu_probe.name.c_str(), gb(context_bytes).c_str(),
+                ctx.sweep.size() > 1 ? "; --compare sweeps every size given" : "");
+  else
+    std::printf("host_sim: simulated device memory %s%s\n", gib_text(ctx.budget.vram_bytes).c_str(),
+                opt.vram_gib.empty() ? " (rule-resident weights + half the rest + the ring and "
+                                       "reserves; --vram-gb to change)"
+                                     : "");
+  if (ctx.emulated) std::printf("note: %s\n", ddo::runner::emulation_caveat);
+
+  const bool vmm = settings.config.backend == ddo::offload_backend::vmm;
   const bool vmm_mode = settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
-  if (gpu && file_route && vmm_mode)
-    return run_steps<gpu_nvme_vmm_engine>(
-        ctx, ddo::make_transport<ddo::nvme_transport<ddo::vmm_transport>>(settings, ctx.setup.host_sim));
-  if (gpu && file_route)
+  if (opt.compare && (vmm || file_route))
+    return fail(std::string("--compare runs ddo's linear transport (host_sim without a GPU); backend ") +
+                    (vmm ? "vmm" : "nvme") + " is not compared",
+                exit_usage);
+  const auto device = ddo::parse_execution_device(settings);
+  // ddo's transport on one card: capped at the card minus the context (0: uncapped, the device).
+  auto gpu_limit = [&](const ddo::runner::vram_budget& b) -> std::uint64_t {
+    return ctx.emulated ? b.ddo_limit_bytes(ddo::runtime_device_reserve_bytes) : 0;
+  };
+  if (gpu && opt.compare) {
+    ddo::linear_options base;
+    base.device = device.index;
+    return run_compare<gpu_engine>(ctx, ddo::linear_transport(base),
+                                   [&](const ddo::runner::vram_budget& b, const ddo::host_sim_options&) {
+                                     ddo::linear_options o;
+                                     o.device = device.index;
+                                     o.device_limit_bytes = gpu_limit(b);
+                                     return ddo::linear_transport(o);
+                                   });
+  }
+  if (gpu && file_route) {
+    // The file route over the VMM transport (nvme_baseline: execution_mode vmm_runtime) or the
+    // linear ring, both capped at the card like the routes below.
+    if (vmm_mode) {
+      ddo::vmm_options o;
+      o.device.device = device.index;
+      o.device.device_limit_bytes = gpu_limit(ctx.budget);
+      o.window = ddo::detail::vmm_window_options_from(settings);
+      return run_steps<gpu_nvme_vmm_engine>(
+          ctx, ddo::nvme_transport<ddo::vmm_transport>(ddo::vmm_transport(o), ddo::detail::nvme_options_from(settings)));
+    }
+    ddo::linear_options o;
+    o.device = device.index;
+    o.device_limit_bytes = gpu_limit(ctx.budget);
     return run_steps<gpu_nvme_engine>(
-        ctx, ddo::make_transport<ddo::nvme_transport<ddo::linear_transport>>(settings, ctx.setup.host_sim));
-  if (gpu && settings.config.backend == ddo::offload_backend::vmm)
-    return run_steps<gpu_vmm_engine>(ctx, ddo::make_transport<ddo::vmm_transport>(settings, ctx.setup.host_sim));
-  if (gpu) return run_steps<gpu_engine>(ctx, ddo::make_transport<ddo::linear_transport>(settings, ctx.setup.host_sim));
-  ddo::host_sim_options sim;
-  // Default: room for the rule-resident weights and half the rest besides the ring and the reserves, so a plan has to stream.
-  sim.device_capacity_bytes = opt.sim_vram_gb > 0.0
-                                  ? ddo::gib_to_bytes(opt.sim_vram_gb)
-                                  : ddo::runner::default_sim_device_bytes(table, settings, activations);
-  std::printf("host_sim: simulated device memory %s%s\n", gb(sim.device_capacity_bytes).c_str(),
-              opt.sim_vram_gb > 0.0 ? ""
-                                    : " (rule-resident weights + half the rest + the ring and reserves; --sim-vram-gb to change)");
-  ctx.setup.host_sim = sim;
+        ctx, ddo::nvme_transport<ddo::linear_transport>(ddo::linear_transport(o), ddo::detail::nvme_options_from(settings)));
+  }
+  if (gpu && vmm) {
+    ddo::vmm_options o;
+    o.device.device = device.index;
+    o.device.device_limit_bytes = gpu_limit(ctx.budget);
+    o.window = ddo::detail::vmm_window_options_from(settings);
+    return run_steps<gpu_vmm_engine>(ctx, ddo::vmm_transport(o));
+  }
+  if (gpu) {
+    ddo::linear_options o;
+    o.device = device.index;
+    o.device_limit_bytes = gpu_limit(ctx.budget);
+    return run_steps<gpu_engine>(ctx, ddo::linear_transport(o));
+  }
+  ctx.setup.host_sim.device_capacity_bytes = ctx.budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+  if (opt.compare) {
+    // The uncapped stand-in for the real device: room for the whole model and the reserve.
+    ddo::host_sim_options base = ctx.setup.host_sim;
+    base.device_capacity_bytes = table.total_bytes() + reserve + ddo::gib;
+    return run_compare<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, base),
+                                   [&](const ddo::runner::vram_budget&, const ddo::host_sim_options& sim) {
+                                     return ddo::make_transport<ddo::host_sim_transport>(settings, sim);
+                                   });
+  }
   if (file_route && vmm_mode)
     return run_steps<cpu_nvme_vmm_engine>(
         ctx, ddo::make_transport<ddo::nvme_transport<ddo::host_sim_vmm_transport>>(settings, ctx.setup.host_sim));
   if (file_route)
     return run_steps<cpu_nvme_engine>(
         ctx, ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, ctx.setup.host_sim));
-  if (settings.config.backend == ddo::offload_backend::vmm)
+  if (vmm)
     return run_steps<cpu_vmm_engine>(ctx, ddo::make_transport<ddo::host_sim_vmm_transport>(settings, ctx.setup.host_sim));
   return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup.host_sim));
 }

@@ -64,6 +64,9 @@ class device_memory_sampler {
     }
   }
 
+  /// @brief Peak bytes in use on the device (by every allocation of every process).
+  [[nodiscard]] std::uint64_t peak_used() const { return peak_used_.load(); }
+
   /// @brief Peak bytes in use above what was in use when sampling started.
   [[nodiscard]] std::uint64_t peak_above_baseline() const {
     const std::uint64_t peak = peak_used_.load();

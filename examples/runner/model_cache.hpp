@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,11 +26,57 @@ inline namespace v0 {
 namespace runner {
 
 /// @brief A file-name-safe key naming every parameter of @p o (not its output path), e.g.
-/// "dit-b8-h256-r4-BF16-k1-s1".
+/// "dit-b8-h256-r4-BF16-k1-s1", "flux-b19-d38-h3072-r4-BF16-k1-s0" (d: single-stream blocks).
 [[nodiscard]] inline std::string synthetic_model_key(const synthetic_model_options& o) {
-  return "dit-b" + std::to_string(o.blocks) + "-h" + std::to_string(o.hidden) + "-r" +
+  return std::string(to_string(o.shape)) + "-b" + std::to_string(o.blocks) +
+         (o.shape == synthetic_shape::flux ? "-d" + std::to_string(o.single_blocks) : std::string()) +
+         "-h" + std::to_string(o.hidden) + "-r" +
          std::to_string(o.mlp_ratio) + "-" + std::string(to_string(o.type)) + "-k" +
          std::to_string(o.shards) + "-s" + std::to_string(o.seed);
+}
+
+/// @brief The largest Flux-shaped model no larger than @p o whose bytes fit @p disk_free_bytes
+/// (with 10% to spare; 0: already on disk, not checked) and half of @p ram_bytes (the rest is
+/// for the pinned copy and the page cache; 0: unknown, not checked): fewer double-stream blocks,
+/// twice as many single-stream ones, at least one of each. Returns @p o when it fits; @p why
+/// says what was too small when it did not.
+[[nodiscard]] inline synthetic_model_options fit_flux_model(synthetic_model_options o,
+                                                            std::uint64_t disk_free_bytes,
+                                                            std::uint64_t ram_bytes,
+                                                            std::string* why) {
+  auto bytes_of = [](const synthetic_model_options& m) {
+    std::uint64_t b = 0;
+    for (const auto& spec : synthetic_model_specs(m)) b += spec.bytes();
+    return b;
+  };
+  auto fits = [&](std::uint64_t b) {
+    return (disk_free_bytes == 0 || b + b / 10 <= disk_free_bytes) &&
+           (ram_bytes == 0 || 2 * b <= ram_bytes);
+  };
+  const std::uint64_t full = bytes_of(o);
+  if (fits(full)) return o;
+  auto smaller = o;
+  while (smaller.blocks > 1) {
+    --smaller.blocks;
+    smaller.single_blocks = std::max<std::uint32_t>(1, 2 * smaller.blocks);
+    if (fits(bytes_of(smaller))) break;
+  }
+  if (why != nullptr) {
+    auto gbs = [](std::uint64_t b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(b) / 1e9);
+      return std::string(buf);
+    };
+    *why = "the Flux-sized model (" + gbs(full) + ") needs " +
+           (disk_free_bytes != 0 && full + full / 10 > disk_free_bytes
+                ? gbs(full + full / 10) + " of disk, " + gbs(disk_free_bytes) + " free"
+                : gbs(2 * full) + " of RAM (the pinned copy and the page cache), " +
+                      gbs(ram_bytes) + " available") +
+           "; using " + std::to_string(smaller.blocks) + " double- and " +
+           std::to_string(smaller.single_blocks) + " single-stream blocks (" +
+           gbs(bytes_of(smaller)) + ") instead";
+  }
+  return smaller;
 }
 
 /// @brief Where cached models live when no directory is given: "synthetic-models" beside the

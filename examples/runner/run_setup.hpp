@@ -61,6 +61,18 @@ struct compute_shape {
          size_of(c.type);
 }
 
+/// The cuBLAS workspace the GPU engine sets (runner/synthetic_forward.hpp cublas_workspace_bytes,
+/// repeated here so that ddo-plan need not include cuBLAS).
+inline constexpr std::uint64_t gpu_workspace_reserve_bytes = 32ull << 20;
+
+/// The engine's whole device reserve: the activations, and on a GPU the cuBLAS workspace (the
+/// CPU stand-in keeps its activations in host memory, but host_sim plans as if they were on the
+/// device, so a plan on host_sim is the plan of the same card).
+[[nodiscard]] inline std::uint64_t engine_reserve_bytes(std::int64_t tokens, const compute_shape& c,
+                                                        bool gpu) {
+  return activation_reserve_bytes(tokens, c) + (gpu ? gpu_workspace_reserve_bytes : 0);
+}
+
 /// The bytes the planner's rules keep resident whatever the budget (small tensors, kinds outside
 /// target_module_classes, the skip and always-resident patterns): a plan on an unbounded machine
 /// with no resident budget keeps exactly those.

@@ -202,6 +202,11 @@ class cublas_handle {
   cublasHandle_t handle_ = nullptr;
 };
 
+/// @brief Device bytes of the cuBLAS workspace gpu_synthetic_forward gives its handle: set
+/// explicitly (cublasSetWorkspace) so that the engine's reserve is a number the plan can leave
+/// free, not whatever cuBLAS picks for the device (32 MiB is what it picks on Hopper).
+inline constexpr std::uint64_t cublas_workspace_bytes = 32ull << 20;
+
 /// @brief The GPU synthetic forward: ping-pong activations and one GEMM per linear weight.
 /// Everything is enqueued on the stream given at construction; nothing synchronises the host.
 class gpu_synthetic_forward {
@@ -231,32 +236,41 @@ class gpu_synthetic_forward {
         std::memcpy(host.data() + 2 * i, &bits, 2);
       }
     }
-    for (auto& buffer : buffers_) {
-      DDO_CUDA_TRY(cudaMalloc(&buffer, bytes_per_buffer_));
-      // Synchronous on purpose: setup, before any timed work, from pageable memory.
-      DDO_CUDA_TRY(cudaMemcpy(buffer, host.data(), bytes_per_buffer_, cudaMemcpyHostToDevice));
+    try {
+      for (auto& buffer : buffers_) {
+        DDO_CUDA_TRY(cudaMalloc(&buffer, bytes_per_buffer_));
+        // Synchronous on purpose: setup, before any timed work, from pageable memory.
+        DDO_CUDA_TRY(cudaMemcpy(buffer, host.data(), bytes_per_buffer_, cudaMemcpyHostToDevice));
+      }
+      DDO_CUDA_TRY(cudaMalloc(&workspace_, cublas_workspace_bytes));
+      DDO_RUNNER_CUBLAS_TRY(cublasSetWorkspace(cublas_.get(), workspace_, cublas_workspace_bytes));
+    } catch (...) {
+      release();
+      throw;
     }
   }
   gpu_synthetic_forward(const gpu_synthetic_forward&) = delete;
   gpu_synthetic_forward& operator=(const gpu_synthetic_forward&) = delete;
-  ~gpu_synthetic_forward() {
-    for (auto* buffer : buffers_)
-      if (buffer != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(buffer));
-  }
+  ~gpu_synthetic_forward() { release(); }
 
-  /// @brief Enqueues `Y[tokens, out] = alpha * X[tokens, in] * W^T` on the stream, where
+  /// @brief Enqueues `Y[rows, out] = alpha * X[rows, in] * W^T` on the stream, where
   /// @p weight_device is the `[out, in]` row-major weight on the device; X is the current
-  /// activation, Y becomes the next. Dimensions larger than max_dim are refused.
-  void linear(const void* weight_device, std::int64_t out, std::int64_t in, float alpha = 1.0f) {
+  /// activation, Y becomes the next. @p rows (1..tokens; 0: every token) is how many tokens the
+  /// weight sees (examples/runner/token_rows.hpp). Dimensions larger than max_dim are refused.
+  void linear(const void* weight_device, std::int64_t out, std::int64_t in, float alpha = 1.0f,
+              std::int64_t rows = 0) {
     DDO_EXPECTS(out <= max_dim_ && in <= max_dim_,
                 "synthetic forward: layer [" + std::to_string(out) + ", " + std::to_string(in) +
                     "] exceeds the activation width " + std::to_string(max_dim_));
+    DDO_EXPECTS(rows >= 0 && rows <= tokens_, "synthetic forward: rows " + std::to_string(rows) +
+                                                  " outside 0.." + std::to_string(tokens_));
+    const std::int64_t n = rows == 0 ? tokens_ : rows;
     const float beta = 0.0f;
     const cudaDataType_t t = cuda_type();
     // Row-major X[tokens, in] is column-major X^T (in × tokens); row-major W[out, in] is
     // column-major W^T (in × out). Column-major Y^T (out × tokens) = (W^T)^T · X^T.
     DDO_RUNNER_CUBLAS_TRY(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N,
-                                       static_cast<int>(out), static_cast<int>(tokens_),
+                                       static_cast<int>(out), static_cast<int>(n),
                                        static_cast<int>(in), &alpha, weight_device, t,
                                        static_cast<int>(in), buffers_[current_], t,
                                        static_cast<int>(in), &beta, buffers_[1 - current_], t,
@@ -265,12 +279,14 @@ class gpu_synthetic_forward {
     current_ = 1 - current_;
   }
 
-  /// @brief FLOPs of one linear(): 2 · tokens · out · in.
+  /// @brief FLOPs of one linear() over every token: 2 · tokens · out · in.
   [[nodiscard]] double flops(std::int64_t out, std::int64_t in) const noexcept {
     return 2.0 * static_cast<double>(tokens_) * static_cast<double>(out) * static_cast<double>(in);
   }
-  /// @brief Device bytes held by the activation buffers.
-  [[nodiscard]] std::uint64_t device_bytes() const noexcept { return 2 * bytes_per_buffer_; }
+  /// @brief Device bytes held: the activation buffers and the cuBLAS workspace.
+  [[nodiscard]] std::uint64_t device_bytes() const noexcept {
+    return 2 * bytes_per_buffer_ + cublas_workspace_bytes;
+  }
   /// @brief The stream every GEMM is enqueued on.
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
   /// @brief Tokens per activation row block.
@@ -283,6 +299,13 @@ class gpu_synthetic_forward {
     return type_ == dtype::bf16 ? CUDA_R_16BF : type_ == dtype::f16 ? CUDA_R_16F : CUDA_R_32F;
   }
 
+  void release() noexcept {
+    for (auto*& buffer : buffers_)
+      if (buffer != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(buffer));
+    if (workspace_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(workspace_));
+    buffers_[0] = buffers_[1] = workspace_ = nullptr;
+  }
+
   std::int64_t tokens_;
   std::int64_t max_dim_;
   dtype type_;
@@ -290,6 +313,7 @@ class gpu_synthetic_forward {
   cublas_handle cublas_;
   std::size_t bytes_per_buffer_ = 0;
   void* buffers_[2] = {nullptr, nullptr};
+  void* workspace_ = nullptr;
   int current_ = 0;
 };
 
@@ -311,12 +335,16 @@ class cpu_synthetic_forward {
     }
   }
 
-  /// @brief `Y = alpha * X * W^T` for a row-major `[out, in]` weight of @p type at @p weight.
+  /// @brief `Y = alpha * X * W^T` for a row-major `[out, in]` weight of @p type at @p weight,
+  /// over the first @p rows tokens (0: all; the rows after them keep their values).
   void linear(const std::byte* weight, std::int64_t out, std::int64_t in, dtype type,
-              float alpha = 1.0f) {
+              float alpha = 1.0f, std::int64_t rows = 0) {
     DDO_EXPECTS(out <= max_dim_ && in <= max_dim_,
                 "synthetic forward: layer [" + std::to_string(out) + ", " + std::to_string(in) +
                     "] exceeds the activation width " + std::to_string(max_dim_));
+    DDO_EXPECTS(rows >= 0 && rows <= tokens_, "synthetic forward: rows " + std::to_string(rows) +
+                                                  " outside 0.." + std::to_string(tokens_));
+    const std::int64_t n = rows == 0 ? tokens_ : rows;
     const auto& x = buffers_[current_];
     auto& y = buffers_[1 - current_];
     const auto width = static_cast<std::size_t>(max_dim_);
@@ -325,7 +353,7 @@ class cpu_synthetic_forward {
       const std::size_t base = static_cast<std::size_t>(o) * static_cast<std::size_t>(in);
       for (std::int64_t i = 0; i < in; ++i)
         row_[static_cast<std::size_t>(i)] = element_as_float(weight, type, base + static_cast<std::size_t>(i));
-      for (std::int64_t t = 0; t < tokens_; ++t) {
+      for (std::int64_t t = 0; t < n; ++t) {
         const float* xr = x.data() + static_cast<std::size_t>(t) * width;
         float acc = 0.0f;
         for (std::int64_t i = 0; i < in; ++i) acc += xr[i] * row_[static_cast<std::size_t>(i)];

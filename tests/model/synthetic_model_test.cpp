@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <set>
+#include <string>
 
 #include "ddo/model/execution_groups.hpp"
 #include "model/model_test_support.hpp"
@@ -22,6 +23,52 @@ TEST_SUITE("model") {
     CHECK(block0 == 16);
     CHECK(block_bytes > 5'430'000'000ull);
     CHECK(block_bytes < 5'450'000'000ull);
+  }
+
+  TEST_CASE("the flux shape is FLUX.1-sized: 19 double-stream blocks 2.4x the 38 single ones") {
+    const auto specs = ddo::synthetic_model_specs(ddo::flux_model_options());
+    std::uint64_t total = 0, double0 = 0, single0 = 0;
+    std::set<std::string> doubles, singles;
+    for (const auto& s : specs) {
+      total += s.bytes();
+      const auto dot = [&](std::size_t from) { return s.name.substr(0, s.name.find('.', from)); };
+      if (s.name.starts_with("transformer_blocks.")) doubles.insert(dot(19));
+      if (s.name.starts_with("single_transformer_blocks.")) singles.insert(dot(26));
+      if (s.name.starts_with("transformer_blocks.0.")) double0 += s.bytes();
+      if (s.name.starts_with("single_transformer_blocks.0.")) single0 += s.bytes();
+    }
+    CHECK(doubles.size() == 19);
+    CHECK(singles.size() == 38);
+    // 36 h^2 against 15 h^2 elements (plus biases and norms)
+    CHECK(static_cast<double>(double0) / static_cast<double>(single0) == doctest::Approx(2.4).epsilon(0.01));
+    CHECK(total > 23'500'000'000ull);
+    CHECK(total < 24'000'000'000ull);
+  }
+
+  TEST_CASE("a written flux-shaped model groups into its embedders, both kinds of block and the head") {
+    ddo_test::temp_dir dir;
+    auto o = ddo::flux_model_options(2, 3, 64);
+    o.output = dir.file("flux.safetensors");
+    o.mlp_ratio = 2;
+    const auto result = ddo::write_synthetic_model(o);
+    const auto table = ddo::load_safetensors(o.output);
+    CHECK(table.size() == result.tensors);
+    const auto groups = ddo::infer_execution_groups(table);
+    REQUIRE(groups.size() == 7);
+    CHECK(groups.front().name == "<before>");
+    CHECK(groups[1].name == "transformer_blocks.0");
+    CHECK(groups[3].name == "single_transformer_blocks.0");
+    CHECK(groups[5].name == "single_transformer_blocks.2");
+    CHECK(groups.back().name == "<after>");
+    CHECK(groups[1].weights.size() == 32);  // 14 linears with biases, 4 norms
+    CHECK(groups[3].weights.size() == 14);  // 6 linears with biases, 2 norms
+  }
+
+  TEST_CASE("single-stream blocks on the dit shape are refused, naming the shape") {
+    ddo::synthetic_model_options o;
+    o.single_blocks = 4;
+    CHECK_THROWS_WITH_AS((void)ddo::synthetic_model_specs(o),
+                         doctest::Contains("need the flux shape"), ddo::usage_error);
   }
 
   TEST_CASE("a written synthetic model loads, groups into its blocks and holds no zero element") {

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # ddo-plan prints the plan ddo-run runs, end to end through the two programs: for several presets
 # and budgets, the plan summary ddo-run prints before it sets up equals ddo-plan's for the same
-# inputs (--tokens, a simulated device of --vram-gb = ddo-run --sim-vram-gb, --ram-gb).
+# inputs (--tokens, the card of --vram-gb, --ram-gb), on host_sim (--ddo-backend host_sim, so that
+# a machine with a GPU compares the same plans).
 #   check_plan_equality.sh DDO_RUN DDO_PLAN CACHE_DIR
 set -eu
 run=$1
@@ -10,7 +11,7 @@ plan=$2
 cache=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common="--no-environment --tokens 8 --ram-gb 16"
+common="--no-environment --tokens 8 --ram-gb 16 --ddo-backend host_sim"
 # Generate (or reuse) the small synthetic model once.
 "$run" --cpu --steps 1 --blocks 2 --cache-dir "$cache" $common >"$tmp/gen.log" 2>&1
 model=$(find "$cache" -name 'model.safetensors' -path '*b2*' | head -n 1)
@@ -24,7 +25,7 @@ for settings in "--ddo-preset auto" "--ddo-preset low_ram_safe" "--ddo-preset on
   for vram in 0.12 0.17 0.25 0.5; do
     # shellcheck disable=SC2086
     run_rc=0
-    "$run" --cpu --steps 1 --model "$model" --sim-vram-gb "$vram" $common $settings \
+    "$run" --cpu --steps 1 --model "$model" --vram-gb "$vram" $common $settings \
       >"$tmp/run.out" 2>"$tmp/run.err" || run_rc=$?
     plan_rc=0
     # shellcheck disable=SC2086

@@ -60,10 +60,35 @@ TEST_SUITE("runner") {
     vary([](auto& o) { o.type = ddo::dtype::f16; });
     vary([](auto& o) { o.shards = 2; });
     vary([](auto& o) { o.seed = 7; });
-    CHECK(keys.size() == 7);
+    vary([](auto& o) { o.shape = ddo::synthetic_shape::flux; });
+    vary([](auto& o) {
+      o.shape = ddo::synthetic_shape::flux;
+      o.single_blocks = 2;
+    });
+    CHECK(keys.size() == 9);
     auto elsewhere = base;
     elsewhere.output = "/somewhere/else.safetensors";
     CHECK(ddo::runner::synthetic_model_key(elsewhere) == ddo::runner::synthetic_model_key(base));
+  }
+
+  TEST_CASE("the default Flux-sized model shrinks to what the disk and RAM hold, and says so") {
+    const auto full = ddo::flux_model_options();
+    std::string why;
+    auto same = ddo::runner::fit_flux_model(full, 100'000'000'000, 128'000'000'000, &why);
+    CHECK(same.blocks == 19);
+    CHECK(same.single_blocks == 38);
+    CHECK(why.empty());
+    auto disk = ddo::runner::fit_flux_model(full, 13'000'000'000, 0, &why);
+    CHECK(disk.blocks < 19);
+    CHECK(disk.single_blocks == 2 * disk.blocks);
+    std::uint64_t bytes = 0;
+    for (const auto& s : ddo::synthetic_model_specs(disk)) bytes += s.bytes();
+    CHECK(bytes + bytes / 10 <= 13'000'000'000ull);
+    CHECK(why.find("of disk, 13.0 GB free") != std::string::npos);
+    CHECK(why.find("double- and") != std::string::npos);
+    auto ram = ddo::runner::fit_flux_model(full, 0, 16'000'000'000, &why);
+    CHECK(ram.blocks < disk.blocks);
+    CHECK(why.find("of RAM") != std::string::npos);
   }
 
   TEST_CASE("the model is written once, loads, and later runs reuse the cached file") {

@@ -99,7 +99,7 @@ TEST_SUITE("runner") {
           const auto printed =
               ddo::setup_offload(model.table, settings, component, plan_options, plan_transport);
 
-          // ddo-run: --tokens T --sim-vram-gb X --ram-gb Y: the offloader it runs.
+          // ddo-run: --tokens T --vram-gb X --ram-gb Y: the offloader it runs.
           auto run_options = ddo::runner::run_setup_options(inputs, reserve, ram_gib * ddo::gib);
           run_options.host_sim.device_capacity_bytes = device;
           run_options.runtime.metrics = true;  // ddo-run's runtime extras do not change the plan

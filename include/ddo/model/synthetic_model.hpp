@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief A synthetic DiT-like (Flux-like) model written as safetensors: what ddo-make-model,
+/// @brief A synthetic DiT-like or Flux-like model written as safetensors: what ddo-make-model,
 /// the tests, the runner and the benchmarks use instead of downloaded weights.
 ///
-/// Layout (PyTorch Linear weights are [out, in]); h = hidden, m = hidden × mlp_ratio:
+/// Two shapes (synthetic_shape). `dit`, one kind of block (the default, and the model of the
+/// project's early measurements). Layout (PyTorch Linear weights are [out, in]); h = hidden,
+/// m = hidden × mlp_ratio:
 ///  - before the blocks: x_embedder (h×64 + bias), context_embedder (h×4096 + bias),
 ///    time_text_embed.timestep_embedder.linear_1 (h×256 + bias) and linear_2 (h×h + bias);
 ///  - per block `transformer_blocks.N.`: attn.to_q/to_k/to_v/to_out.0 (h×h + bias each),
@@ -13,6 +15,25 @@
 ///  - after the blocks: norm_out.linear (2h×h + bias), proj_out (64×h + bias).
 /// The defaults (24 blocks, h = 3072, ratio 4, bf16) give ≈ 5.4 GB of block weights: the Flux-like
 /// model of the project's measurements. Tensors are written in execution order.
+///
+/// `flux`, two kinds of blocks of different widths, named as diffusers' FluxTransformer2DModel
+/// names them (flux_model_options() gives FLUX.1's sizes, ≈ 23.8 GB of bf16):
+///  - before the blocks: x_embedder (h×64), context_embedder (h×4096), and
+///    time_text_embed.{timestep,guidance}_embedder.linear_1 (h×256) / linear_2 (h×h),
+///    time_text_embed.text_embedder.linear_1 (h×768) / linear_2 (h×h), each + bias;
+///  - `blocks` double-stream blocks `transformer_blocks.N.`: norm1.linear and
+///    norm1_context.linear (6h×h, the adaLN modulations), attn.to_q/to_k/to_v and
+///    attn.add_q_proj/add_k_proj/add_v_proj (h×h), attn.to_out.0 and attn.to_add_out (h×h),
+///    ff.net.0.proj / ff_context.net.0.proj (m×h), ff.net.2 / ff_context.net.2 (h×m), each +
+///    bias, and attn.norm_q/norm_k/norm_added_q/norm_added_k: 36·h² elements at ratio 4;
+///  - `single_blocks` single-stream blocks `single_transformer_blocks.N.`: norm.linear (3h×h),
+///    attn.to_q/to_k/to_v (h×h), proj_mlp (m×h), proj_out (h×(h+m)), each + bias, and
+///    attn.norm_q/norm_k: 15·h² elements at ratio 4, so a double block is 2.4× a single one;
+///  - after the blocks: norm_out.linear (2h×h), proj_out (64×h), each + bias.
+/// The image stream's weights see every image token, the text stream's (`add_`, `_context`,
+/// `context_embedder`) only the text tokens and the modulations (`norm1.linear`,
+/// `norm.linear`, the time embedders) one row: the two kinds differ in compute per byte too
+/// (the runner's synthetic compute follows these names; examples/runner/token_rows.hpp).
 ///
 /// Values are random and never zero: each element's bits are built directly (random sign, an
 /// exponent giving magnitudes in [2^-10, 2^-4), random mantissa) from a splitmix64 stream seeded
@@ -23,6 +44,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,16 +55,43 @@
 namespace ddo {
 inline namespace v0 {
 
+/// @brief The layout of a synthetic model (see the file comment).
+enum class synthetic_shape : unsigned char {
+  dit,   ///< one kind of block (`transformer_blocks.N.`, 16 tensors, 12·h²)
+  flux,  ///< double-stream blocks (36·h²) then single-stream blocks (15·h²), as FLUX.1
+};
+
+/// @brief "dit", "flux".
+[[nodiscard]] constexpr std::string_view to_string(synthetic_shape s) noexcept {
+  return s == synthetic_shape::flux ? "flux" : "dit";
+}
+
 /// @brief Parameters of a synthetic model.
 struct synthetic_model_options {
   std::string output;  ///< the .safetensors file, or the .index.json when shards > 1
-  std::uint32_t blocks = 24;
+  synthetic_shape shape = synthetic_shape::dit;
+  std::uint32_t blocks = 24;         ///< dit: blocks; flux: double-stream blocks
+  std::uint32_t single_blocks = 0;   ///< flux: single-stream blocks (dit: must be 0)
   std::uint32_t hidden = 3072;
   std::uint32_t mlp_ratio = 4;
   dtype type = dtype::bf16;  ///< bf16, f16 or f32
   std::uint32_t shards = 1;  ///< > 1 writes shards next to the index
   std::uint64_t seed = 0;
 };
+
+/// @brief The Flux-like shape: FLUX.1's sizes by default (19 double-stream and 38
+/// single-stream blocks, hidden 3072, MLP ratio 4, bf16: ≈ 23.8 GB); smaller models keep the
+/// 1 : 2 proportion of the two kinds when the caller scales both counts.
+[[nodiscard]] inline synthetic_model_options flux_model_options(std::uint32_t double_blocks = 19,
+                                                                std::uint32_t single_blocks = 38,
+                                                                std::uint32_t hidden = 3072) {
+  synthetic_model_options o;
+  o.shape = synthetic_shape::flux;
+  o.blocks = double_blocks;
+  o.single_blocks = single_blocks;
+  o.hidden = hidden;
+  return o;
+}
 
 /// @brief What was written.
 struct synthetic_model_result {
@@ -53,7 +102,8 @@ struct synthetic_model_result {
 };
 
 /// @brief The tensor specs of a synthetic model, in execution order.
-/// @throws usage_error for zero blocks/hidden/ratio or an unsupported dtype.
+/// @throws usage_error for zero blocks/hidden/ratio, single-stream blocks on the dit shape, or
+/// an unsupported dtype.
 [[nodiscard]] inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& options);
 

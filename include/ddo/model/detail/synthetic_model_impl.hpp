@@ -14,6 +14,9 @@ inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& o) {
   DDO_EXPECTS(o.blocks > 0 && o.hidden > 0 && o.mlp_ratio > 0,
               "synthetic model: blocks, hidden and mlp ratio must be positive");
+  DDO_EXPECTS(o.shape == synthetic_shape::flux || o.single_blocks == 0,
+              "synthetic model: single-stream blocks (" + std::to_string(o.single_blocks) +
+                  ") need the flux shape; the dit shape has one kind of block");
   DDO_EXPECTS(
       o.type == dtype::bf16 || o.type == dtype::f16 || o.type == dtype::f32,
       "synthetic model: dtype must be bf16, fp16 or fp32, got " + std::string(to_string(o.type)));
@@ -26,22 +29,65 @@ inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
     specs.push_back({module + ".bias", o.type, {out}});
   };
   auto vec = [&](const std::string& name, std::int64_t n) { specs.push_back({name, o.type, {n}}); };
-  linear("x_embedder", h, 64);
-  linear("context_embedder", h, 4096);
-  linear("time_text_embed.timestep_embedder.linear_1", h, 256);
-  linear("time_text_embed.timestep_embedder.linear_2", h, h);
-  for (std::uint32_t b = 0; b < o.blocks; ++b) {
-    const std::string p = "transformer_blocks." + std::to_string(b) + ".";
-    vec(p + "norm1.weight", h);
-    linear(p + "attn.to_q", h, h);
-    linear(p + "attn.to_k", h, h);
-    linear(p + "attn.to_v", h, h);
-    vec(p + "attn.norm_q.weight", head);
-    vec(p + "attn.norm_k.weight", head);
-    linear(p + "attn.to_out.0", h, h);
-    vec(p + "norm2.weight", h);
-    linear(p + "ff.net.0.proj", m, h);
-    linear(p + "ff.net.2", h, m);
+  if (o.shape == synthetic_shape::dit) {
+    linear("x_embedder", h, 64);
+    linear("context_embedder", h, 4096);
+    linear("time_text_embed.timestep_embedder.linear_1", h, 256);
+    linear("time_text_embed.timestep_embedder.linear_2", h, h);
+    for (std::uint32_t b = 0; b < o.blocks; ++b) {
+      const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+      vec(p + "norm1.weight", h);
+      linear(p + "attn.to_q", h, h);
+      linear(p + "attn.to_k", h, h);
+      linear(p + "attn.to_v", h, h);
+      vec(p + "attn.norm_q.weight", head);
+      vec(p + "attn.norm_k.weight", head);
+      linear(p + "attn.to_out.0", h, h);
+      vec(p + "norm2.weight", h);
+      linear(p + "ff.net.0.proj", m, h);
+      linear(p + "ff.net.2", h, m);
+    }
+  } else {
+    linear("x_embedder", h, 64);
+    linear("time_text_embed.timestep_embedder.linear_1", h, 256);
+    linear("time_text_embed.timestep_embedder.linear_2", h, h);
+    linear("time_text_embed.guidance_embedder.linear_1", h, 256);
+    linear("time_text_embed.guidance_embedder.linear_2", h, h);
+    linear("time_text_embed.text_embedder.linear_1", h, 768);
+    linear("time_text_embed.text_embedder.linear_2", h, h);
+    linear("context_embedder", h, 4096);
+    for (std::uint32_t b = 0; b < o.blocks; ++b) {
+      const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+      linear(p + "norm1.linear", 6 * h, h);
+      linear(p + "norm1_context.linear", 6 * h, h);
+      linear(p + "attn.to_q", h, h);
+      linear(p + "attn.to_k", h, h);
+      linear(p + "attn.to_v", h, h);
+      vec(p + "attn.norm_q.weight", head);
+      vec(p + "attn.norm_k.weight", head);
+      linear(p + "attn.add_q_proj", h, h);
+      linear(p + "attn.add_k_proj", h, h);
+      linear(p + "attn.add_v_proj", h, h);
+      vec(p + "attn.norm_added_q.weight", head);
+      vec(p + "attn.norm_added_k.weight", head);
+      linear(p + "attn.to_out.0", h, h);
+      linear(p + "attn.to_add_out", h, h);
+      linear(p + "ff.net.0.proj", m, h);
+      linear(p + "ff.net.2", h, m);
+      linear(p + "ff_context.net.0.proj", m, h);
+      linear(p + "ff_context.net.2", h, m);
+    }
+    for (std::uint32_t b = 0; b < o.single_blocks; ++b) {
+      const std::string p = "single_transformer_blocks." + std::to_string(b) + ".";
+      linear(p + "norm.linear", 3 * h, h);
+      linear(p + "attn.to_q", h, h);
+      linear(p + "attn.to_k", h, h);
+      linear(p + "attn.to_v", h, h);
+      vec(p + "attn.norm_q.weight", head);
+      vec(p + "attn.norm_k.weight", head);
+      linear(p + "proj_mlp", m, h);
+      linear(p + "proj_out", h, h + m);
+    }
   }
   linear("norm_out.linear", 2 * h, h);
   linear("proj_out", 64, h);

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The report of `ddo-run --compare`: one row per variant (everything resident, ddo's plan
+/// on each emulated card, a naive copy-then-compute loop from pinned and from pageable memory),
+/// each judged against the bound max(C, W / B) measured in the same run, as a Markdown table and
+/// as JSON (what tools/plot_bench.py plots). Pure host logic, tested in tests/runner/; the runs
+/// themselves are in examples/runner/compare_run.hpp. Example code (examples/runner/).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddo/core/text.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace runner {
+
+/// @brief One variant's measurements.
+struct compare_row {
+  std::string variant;      ///< "resident", "ddo", "naive pinned", "naive pageable"
+  std::string description;  ///< what it did, in words
+  double vram_gib = 0.0;    ///< the emulated card of a ddo row (0: the real device)
+  std::vector<double> step_ms;
+  std::uint64_t streamed_bytes = 0;         ///< host→device bytes per step
+  std::uint64_t resident_bytes = 0;         ///< weight bytes kept on the device
+  std::uint64_t peak_device_bytes = 0;      ///< accounted: context + engine reserve + ddo/loop peak
+  std::optional<std::uint64_t> sampled_peak_device_bytes;  ///< cudaMemGetInfo (GPU only)
+  std::optional<std::uint64_t> peak_rss_bytes;
+  std::string skipped;                      ///< why the variant did not run (empty: it ran)
+  std::optional<bool> within_budget;        ///< ddo rows: accounted peak ≤ the card
+  std::optional<bool> verified;             ///< the separate verification pass, when run
+  // filled by finish_row:
+  double ms = 0.0;        ///< median step
+  double bound_ms = 0.0;  ///< max(C, W / B)
+  double ratio = 0.0;     ///< ms / bound_ms
+};
+
+/// @brief The whole comparison.
+struct compare_report {
+  std::string device;             ///< "NVIDIA H200 (139.8 GB)", "host_sim (no GPU)"
+  std::string transport;          ///< "linear", "host_sim"
+  std::string model;              ///< the model's key or paths
+  std::uint64_t model_bytes = 0;
+  std::int64_t tokens = 0;
+  int steps = 0;
+  double compute_ms = 0.0;        ///< C: one step's compute with nothing to copy
+  std::string compute_source;     ///< how C was measured
+  double pinned_gbps = 0.0;       ///< B: pinned host→device bandwidth measured in this run
+  bool rss_reset = false;         ///< peak RSS reset before each row (else cumulative)
+  std::uint64_t context_bytes = 0;
+  std::uint64_t engine_reserve_bytes = 0;
+  std::string caveat;             ///< what emulation cannot reproduce
+  std::vector<compare_row> rows;
+};
+
+/// @brief The median of @p values (0 for none).
+[[nodiscard]] inline double median_of(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+/// @brief Fills a row's median, bound and ratio from C (ms) and B (GB/s).
+inline void finish_row(compare_row& row, double compute_ms, double pinned_gbps) {
+  row.ms = median_of(row.step_ms);
+  const double copy_ms =
+      pinned_gbps > 0.0 ? static_cast<double>(row.streamed_bytes) / (pinned_gbps * 1e9) * 1e3 : 0.0;
+  row.bound_ms = std::max(compute_ms, copy_ms);
+  row.ratio = row.bound_ms > 0.0 ? row.ms / row.bound_ms : 0.0;
+}
+
+namespace detail {
+[[nodiscard]] inline std::string fixed(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
+[[nodiscard]] inline std::string gb_text(std::uint64_t bytes) {
+  return fixed(static_cast<double>(bytes) / 1e9, 2);
+}
+}  // namespace detail
+
+/// @brief The report as a Markdown table with its header lines (what ddo-run prints).
+[[nodiscard]] inline std::string format_compare_table(const compare_report& r) {
+  using detail::fixed;
+  using detail::gb_text;
+  std::string out;
+  out += "compare: " + r.model + " (" + gb_text(r.model_bytes) + " GB), " +
+         std::to_string(r.tokens) + " tokens, " + std::to_string(r.steps) + " timed steps per " +
+         "variant, on " + r.device + "\n";
+  out += "bound = max(C, W / B): C = " + fixed(r.compute_ms, 1) + " ms (" + r.compute_source +
+         "), B = " + fixed(r.pinned_gbps, 1) + " GB/s pinned host-to-device, both measured now\n";
+  out += "peak device = CUDA context " + gb_text(r.context_bytes) + " GB + engine reserve " +
+         gb_text(r.engine_reserve_bytes) + " GB + the variant's own device bytes";
+  out += r.rss_reset ? "; peak RSS per variant\n" : "; peak RSS cumulative (could not reset it)\n";
+  const bool sampled = std::any_of(r.rows.begin(), r.rows.end(), [](const compare_row& row) {
+    return row.sampled_peak_device_bytes.has_value();
+  });
+  out += "\n| variant | VRAM GiB | ms/step | x bound | bound ms | streamed GB/step | resident GB "
+         "| peak device GB |";
+  if (sampled) out += " sampled GB |";
+  out += " peak RSS GB | verify |\n|---|---|---|---|---|---|---|---|";
+  if (sampled) out += "---|";
+  out += "---|---|\n";
+  for (const auto& row : r.rows) {
+    const bool whole = row.vram_gib == static_cast<double>(static_cast<long long>(row.vram_gib));
+    out += "| " + row.variant + " | " +
+           (row.vram_gib > 0.0 ? fixed(row.vram_gib, whole ? 0 : 2) : "device") + " | ";
+    if (!row.skipped.empty()) {
+      out += "skipped: " + row.skipped + " |  |  |  |  |  |";
+      if (sampled) out += "  |";
+      out += "  |  |\n";
+      continue;
+    }
+    out += fixed(row.ms, 1) + " | " + fixed(row.ratio, 2) + " | " + fixed(row.bound_ms, 1) + " | " +
+           gb_text(row.streamed_bytes) + " | " + gb_text(row.resident_bytes) + " | " +
+           gb_text(row.peak_device_bytes) +
+           (row.within_budget.has_value() ? (*row.within_budget ? " (within)" : " (OVER)") : "") +
+           " |";
+    if (sampled)
+      out += " " + (row.sampled_peak_device_bytes ? gb_text(*row.sampled_peak_device_bytes) : "-") +
+             " |";
+    out += " " + (row.peak_rss_bytes ? gb_text(*row.peak_rss_bytes) : "-") + " | " +
+           (row.verified.has_value() ? (*row.verified ? "ok" : "FAILED") : "-") + " |\n";
+  }
+  if (!r.caveat.empty()) out += "\nnote: " + r.caveat + "\n";
+  return out;
+}
+
+/// @brief The report as JSON (tools/plot_bench.py reads it: `"kind": "ddo-run compare"`).
+[[nodiscard]] inline std::string compare_json(const compare_report& r) {
+  using detail::fixed;
+  std::string o = "{\n  \"kind\": \"ddo-run compare\",\n  \"device\": ";
+  append_json_string(o, r.device);
+  o += ",\n  \"transport\": ";
+  append_json_string(o, r.transport);
+  o += ",\n  \"model\": ";
+  append_json_string(o, r.model);
+  o += ",\n  \"model_bytes\": " + std::to_string(r.model_bytes) +
+       ",\n  \"tokens\": " + std::to_string(r.tokens) + ",\n  \"steps\": " + std::to_string(r.steps) +
+       ",\n  \"compute_ms\": " + fixed(r.compute_ms, 3) + ",\n  \"compute_source\": ";
+  append_json_string(o, r.compute_source);
+  o += ",\n  \"pinned_gbps\": " + fixed(r.pinned_gbps, 3) +
+       ",\n  \"context_bytes\": " + std::to_string(r.context_bytes) +
+       ",\n  \"engine_reserve_bytes\": " + std::to_string(r.engine_reserve_bytes) +
+       ",\n  \"peak_rss_per_row\": " + (r.rss_reset ? "true" : "false") + ",\n  \"caveat\": ";
+  append_json_string(o, r.caveat);
+  o += ",\n  \"rows\": [";
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const auto& row = r.rows[i];
+    o += i == 0 ? "\n    {" : ",\n    {";
+    o += "\"variant\": ";
+    append_json_string(o, row.variant);
+    o += ", \"description\": ";
+    append_json_string(o, row.description);
+    o += ", \"vram_gib\": " + fixed(row.vram_gib, 3);
+    if (!row.skipped.empty()) {
+      o += ", \"skipped\": ";
+      append_json_string(o, row.skipped);
+      o += "}";
+      continue;
+    }
+    o += ", \"ms\": " + fixed(row.ms, 3) + ", \"bound_ms\": " + fixed(row.bound_ms, 3) +
+         ", \"ratio\": " + fixed(row.ratio, 4) + ", \"step_ms\": [";
+    for (std::size_t s = 0; s < row.step_ms.size(); ++s)
+      o += (s == 0 ? "" : ", ") + fixed(row.step_ms[s], 3);
+    o += "], \"streamed_bytes\": " + std::to_string(row.streamed_bytes) +
+         ", \"resident_bytes\": " + std::to_string(row.resident_bytes) +
+         ", \"peak_device_bytes\": " + std::to_string(row.peak_device_bytes);
+    if (row.sampled_peak_device_bytes)
+      o += ", \"sampled_peak_device_bytes\": " + std::to_string(*row.sampled_peak_device_bytes);
+    if (row.peak_rss_bytes) o += ", \"peak_rss_bytes\": " + std::to_string(*row.peak_rss_bytes);
+    if (row.within_budget) o += std::string(", \"within_budget\": ") + (*row.within_budget ? "true" : "false");
+    if (row.verified) o += std::string(", \"verified\": ") + (*row.verified ? "true" : "false");
+    o += "}";
+  }
+  o += "\n  ]\n}\n";
+  return o;
+}
+
+}  // namespace runner
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,67 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# ddo-run --compare on host_sim, small: the table and its JSON, a sweep of emulated cards with its
+# plot, the accounted peak within each card, the separate verification pass, and the argument
+# errors of --vram-gb / --ram-gb (each naming the option and the allowed range, exit status 2).
+#   check_compare.sh DDO_RUN DDO_PLAN PLOT_TOOL CACHE_DIR
+set -eu
+run=$1
+plan=$2
+plot=$3
+cache=$4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+common="--cpu --no-environment --steps 1 --blocks 2 --tokens 2 --cache-dir $cache"
+
+# A sweep of two cards, with the verification pass: the table has every variant (one ddo row per
+# card), each ddo row is within its card and verified, the JSON and a PNG plot of step time
+# against VRAM are written. (One run: under ThreadSanitizer every variant is slow.)
+# shellcheck disable=SC2086
+"$run" $common --compare --vram-gb 0.15,0.3 --verify --json "$tmp/sweep.json" >"$tmp/sweep.out" 2>"$tmp/sweep.err" ||
+  { cat "$tmp/sweep.out" "$tmp/sweep.err"; fail "ddo-run --compare (a sweep) failed"; }
+for variant in "| resident |" "| ddo | 0.15 |" "| ddo | 0.30 |" "| naive pageable |" "| naive pinned |"; do
+  grep -qF "$variant" "$tmp/sweep.out" || { cat "$tmp/sweep.out"; fail "no row '$variant'"; }
+done
+[ "$(grep -c '^| ddo |.*(within)' "$tmp/sweep.out")" -eq 2 ] ||
+  { cat "$tmp/sweep.out"; fail "a ddo row's accounted peak is not within its card"; }
+[ "$(grep -c '^| ddo |.*| ok |$' "$tmp/sweep.out")" -eq 2 ] ||
+  { cat "$tmp/sweep.out"; fail "a verification pass did not report ok"; }
+grep -qF "cannot reproduce the host side" "$tmp/sweep.out" || fail "the emulation caveat is missing"
+grep -q '"kind": "ddo-run compare"' "$tmp/sweep.json" || fail "no compare JSON"
+python3 "$plot" "$tmp/sweep.json" -o "$tmp/sweep.png" >"$tmp/plot.out" 2>&1 ||
+  { cat "$tmp/plot.out"; fail "the plot tool failed"; }
+[ "$(head -c 8 "$tmp/sweep.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] ||
+  fail "the plot is not a PNG"
+
+# The plain run states its card and its accounted peak; progress of setup shows in the log.
+# shellcheck disable=SC2086
+"$run" $common --vram-gb 0.2 >"$tmp/plain.out" 2>"$tmp/plain.err" || fail "the plain run failed"
+grep -q "device budget: emulated .* accounted: within" "$tmp/plain.out" || fail "no budget line"
+grep -q "^setup: pinning 100%" "$tmp/plain.err" || { cat "$tmp/plain.err"; fail "no setup progress"; }
+
+# Argument errors: exit status 2 and a message naming the option and the allowed values.
+expect_usage() {
+  pattern=$1
+  shift
+  rc=0
+  "$@" >"$tmp/bad.out" 2>"$tmp/bad.err" || rc=$?
+  [ "$rc" -eq 2 ] || { cat "$tmp/bad.err"; fail "status $rc, not 2, for: $*"; }
+  grep -qF -- "$pattern" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "no '$pattern' for: $*"; }
+}
+range="greater than 0 and at most 65536"
+# shellcheck disable=SC2086
+{
+  expect_usage "--vram-gb = \"0\": 0 is outside the range; expected a size in GiB $range" "$run" $common --vram-gb 0
+  expect_usage "--vram-gb = \"-1\": -1 is outside the range" "$run" $common --vram-gb -1
+  expect_usage "--vram-gb = \"4,x\": \"x\" is not a number" "$run" $common --compare --vram-gb 4,x
+  expect_usage "--ram-gb = \"0\"" "$run" $common --ram-gb 0
+  expect_usage "several sizes are a sweep, which needs --compare" "$run" $common --vram-gb 4,8
+  expect_usage "the emulated card does not hold" "$run" $common --vram-gb 0.01
+  expect_usage "--json writes the --compare table" "$run" $common --json "$tmp/x.json"
+}
+model=$(find "$cache" -name 'model.safetensors' -path '*dit-b2*' | head -n 1)
+expect_usage "--vram-gb = \"0\"" "$plan" "$model" --vram-gb 0
+expect_usage "ddo-plan plans one card" "$plan" "$model" --vram-gb 4,8
+expect_usage "--ram-gb = \"x\": \"x\" is not a number" "$plan" "$model" --ram-gb x
+echo "ddo-run --compare, its sweep and plot, the budget line and the argument errors: ok"
