@@ -193,7 +193,8 @@ template <class Transport>
   c.max_group_bytes = options.max_group_bytes;
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
-  m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir);
+  m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir, &table,
+                                          transport_device_name(transport));
   return m;
 }
 
