@@ -29,6 +29,7 @@
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/group_timing.hpp"
 #include "ddo/plan/overlap_search.hpp"
+#include "ddo/plan/plan.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/residency_planner.hpp"
 #include "ddo/plan/step_predictor.hpp"
@@ -120,6 +121,42 @@ inline residency_result overlap_residency_planner::plan_residency(const plan_con
                 choice.prediction.step_ms, choice.all_resident_ms, choice.none_resident_ms);
   r.budget_detail += buffer;
   return r;
+}
+
+/// @brief Search inputs straight from measured timings, as calibration streamed them: each
+/// group's measured bytes and times (groups that streamed nothing have bytes 0).
+[[nodiscard]] inline std::vector<overlap_candidate> candidates_from_timings(
+    std::span<const group_timing> timings) {
+  std::vector<overlap_candidate> out;
+  out.reserve(timings.size());
+  for (const auto& t : timings) out.push_back({t.bytes, t.compute_ms, t.transfer_ms});
+  return out;
+}
+
+/// @brief The predicted step of a finished @p plan (any planner's) from @p timings: a group
+/// streams when the plan streams bytes of it, its transfer scaled to those bytes.
+/// @throws usage_error naming a plan group that has no timing.
+[[nodiscard]] inline step_prediction predict_plan(const offload_plan& plan,
+                                                  std::span<const group_timing> timings,
+                                                  ring_shape ring = {}) {
+  std::unordered_map<std::string_view, const group_timing*> by_name;
+  for (const auto& t : timings) by_name.emplace(t.name, &t);
+  std::vector<group_load> loads(plan.groups.size());
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    const auto& pg = plan.groups[g];
+    const auto it = by_name.find(pg.name);
+    if (it == by_name.end())
+      throw usage_error("predict_plan: no measured times for execution group '" + pg.name +
+                        "': the timings are of another model or grouping (calibrate again)");
+    const group_timing& t = *it->second;
+    const std::uint64_t streamed = pg.streamed_bytes();
+    loads[g].compute_ms = t.compute_ms;
+    loads[g].streamed = streamed > 0;
+    loads[g].transfer_ms = t.bytes == 0 ? t.transfer_ms
+                                        : t.transfer_ms * static_cast<double>(streamed) /
+                                              static_cast<double>(t.bytes);
+  }
+  return predict_step(loads, ring);
 }
 
 }  // namespace v0

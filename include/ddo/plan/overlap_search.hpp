@@ -18,10 +18,11 @@
 ///  4. local search: swap a resident group for streamed ones (then fill) while the step gets
 ///     shorter;
 ///  5. the best of the four, ties to more resident bytes.
-/// With more than 64 candidates, each greedy round and swap pass looks at the 64 streamed
-/// groups under the most stall pressure (their own wait and that of the streamed groups after
-/// them), and the work is capped (at most ~2·10^8 simulated group visits), so planning stays
-/// in milliseconds for a model's groups and bounded for any input. Tests compare the result
+/// Each greedy round tries the 24 streamed groups under the most stall pressure (their own wait
+/// and that of the streamed groups after them), each swap pass the 10 resident groups whose
+/// streaming costs least against the 10 streamed ones under the most pressure, and the work is
+/// capped (at most ~2·10^7 simulated group visits, about a second), so planning stays in milliseconds for a
+/// model's groups and bounded for any input. Tests compare the result
 /// with an exhaustive search on up to 12 groups.
 
 #include <algorithm>
@@ -83,14 +84,15 @@ class overlap_search {
     // A cap on simulated group visits keeps the search bounded on any input.
     const std::uint64_t per_eval = 4 * static_cast<std::uint64_t>(std::max<std::size_t>(groups.size(), 1)) *
                                    std::max<std::size_t>(std::min(ring.slots, groups.size()), 1);
-    max_evals_ = std::max<std::uint64_t>(200, 200'000'000 / per_eval);
+    max_evals_ = std::max<std::uint64_t>(200, 20'000'000 / per_eval);
   }
 
   double eval(const std::vector<char>& r) {
     ++evals_;
     for (std::size_t g = 0; g < groups_.size(); ++g)
       loads_[g].streamed = groups_[g].bytes > 0 && !r[g];
-    return predict_step(loads_, ring_).step_ms;
+    detail::predict_into(replay_, loads_, ring_, scratch_);
+    return scratch_.step_ms;
   }
   step_prediction predict(const std::vector<char>& r) {
     for (std::size_t g = 0; g < groups_.size(); ++g)
@@ -105,12 +107,12 @@ class overlap_search {
   }
   bool out_of_work() const noexcept { return evals_ >= max_evals_; }
 
-  /// The streamed candidates to try: all, or the 64 under the most stall pressure.
-  std::vector<std::size_t> streamed_to_try(const std::vector<char>& r) {
+  /// The streamed candidates to try: all, or the @p limit under the most stall pressure.
+  std::vector<std::size_t> streamed_to_try(const std::vector<char>& r, std::size_t limit) {
     std::vector<std::size_t> out;
     for (std::size_t g : cands_)
       if (!r[g]) out.push_back(g);
-    if (out.size() <= 64) return out;
+    if (out.size() <= limit) return out;
     const auto p = predict(r);
     std::vector<double> pressure(groups_.size(), 0.0);
     // A group's copy delays its own compute and, through the copy stream, the streamed groups
@@ -123,7 +125,7 @@ class overlap_search {
       if (pressure[a] != pressure[b]) return pressure[a] > pressure[b];
       return ratio(a) > ratio(b);
     });
-    out.resize(64);
+    out.resize(limit);
     return out;
   }
 
@@ -137,7 +139,7 @@ class overlap_search {
     while (!out_of_work()) {
       std::size_t best = groups_.size();
       double best_gain = 0.0, best_t = t;
-      for (std::size_t g : streamed_to_try(r)) {
+      for (std::size_t g : streamed_to_try(r, greedy_width)) {
         if (groups_[g].bytes > budget_ - used) continue;
         r[g] = 1;
         const double tg = eval(r);
@@ -171,27 +173,32 @@ class overlap_search {
       }
   }
 
-  /// Swaps one resident group for streamed ones while the step gets shorter.
+  /// Swaps a resident group for a streamed one (then fills) while the step gets shorter: the
+  /// swap_width resident groups whose streaming costs least against the swap_width streamed
+  /// groups under the most pressure.
   void local_search(std::vector<char>& r, double& t) {
     for (int pass = 0; pass < 16 && !out_of_work(); ++pass) {
-      bool improved = false;
-      std::vector<std::size_t> resident;
+      std::vector<std::pair<double, std::size_t>> resident;
       for (std::size_t g : cands_)
-        if (r[g]) resident.push_back(g);
-      const auto streamed = streamed_to_try(r);
+        if (r[g]) {
+          r[g] = 0;
+          resident.push_back({eval(r) - t, g});
+          r[g] = 1;
+        }
+      std::stable_sort(resident.begin(), resident.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (resident.size() > swap_width) resident.resize(swap_width);
+      const auto streamed = streamed_to_try(r, swap_width);
       const std::uint64_t used = bytes_of(r);
-      for (std::size_t out : resident) {
+      bool improved = false;
+      for (const auto& [cost, out] : resident) {
         for (std::size_t in : streamed) {
-          if (out_of_work()) return;
           if (groups_[in].bytes > budget_ - (used - groups_[out].bytes)) continue;
           std::vector<char> trial = r;
           trial[out] = 0;
           trial[in] = 1;
-          double tt = eval(trial);
-          // What the swap freed may be better spent by greedy than by the fill order.
-          if (cands_.size() <= 64) greedy(trial, tt);
           fill(trial);
-          tt = eval(trial);
+          const double tt = eval(trial);
           if (tt < t - eps(t)) {
             r = std::move(trial);
             t = tt;
@@ -205,7 +212,31 @@ class overlap_search {
     }
   }
 
+  static constexpr std::size_t greedy_width = 24;  ///< streamed groups tried per greedy round
+  static constexpr std::size_t swap_width = 10;    ///< each side of a swap pass
+
   static double eps(double t) { return 1e-9 * std::max(1.0, t); }
+
+  /// The choice for a given residency, with its prediction and reasons.
+  overlap_choice describe(std::span<const char> resident) {
+    overlap_choice c;
+    c.budget_bytes = budget_;
+    std::vector<char> all(groups_.size(), 0), none(groups_.size(), 0);
+    std::uint64_t total = 0;
+    for (std::size_t g : cands_) {
+      all[g] = 1;
+      total += groups_[g].bytes;
+    }
+    c.all_resident_ms = eval(all);
+    c.none_resident_ms = eval(none);
+    c.resident.assign(resident.begin(), resident.end());
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      if (groups_[g].bytes == 0) c.resident[g] = 0;
+    c.resident_bytes = bytes_of(c.resident);
+    c.prediction = predict(c.resident);
+    explain(c, total <= budget_ && c.resident == all);
+    return c;
+  }
 
   overlap_choice run() {
     const std::size_t n = groups_.size();
@@ -292,7 +323,7 @@ class overlap_search {
     const std::size_t n = groups_.size();
     c.reasons.assign(n, std::string());
     const double t = c.prediction.step_ms;
-    const bool deltas = n <= 4096;  // one more prediction per group
+    const bool deltas = n <= 512;  // one more prediction per group
     const std::uint64_t left = budget_ - std::min(budget_, c.resident_bytes);
     for (std::size_t g = 0; g < n; ++g) {
       const auto& gr = groups_[g];
@@ -346,6 +377,8 @@ class overlap_search {
   std::uint64_t budget_;
   ring_shape ring_;
   std::vector<group_load> loads_;
+  ring_replay replay_;
+  step_prediction scratch_;
   std::vector<std::size_t> cands_;
   std::size_t exhaustive_limit_ = 0;
   std::uint64_t evals_ = 0;
@@ -375,6 +408,17 @@ inline constexpr std::size_t overlap_exhaustive_limit = 12;
   DDO_EXPECTS(exhaustive_limit <= 20, "choose_overlap_residency: exhaustive_limit above 20 "
                                       "(2^20 predictions) would take minutes");
   return detail::overlap_search(groups, budget_bytes, ring, exhaustive_limit).run();
+}
+
+/// @brief The prediction and the per-group reasons of a given residency (e.g. the plan another
+/// selection made), under @p budget_bytes (named in the reasons of stalled streamed groups).
+[[nodiscard]] inline overlap_choice explain_residency(std::span<const overlap_candidate> groups,
+                                                     std::span<const char> resident,
+                                                     std::uint64_t budget_bytes,
+                                                     ring_shape ring = {}) {
+  DDO_EXPECTS(resident.size() == groups.size(),
+              "explain_residency: one resident flag per group is needed");
+  return detail::overlap_search(groups, budget_bytes, ring, 0).describe(resident);
 }
 
 /// @brief The predicted step of a given residency (@p resident per group; groups of 0 bytes
@@ -428,6 +472,50 @@ struct budget_for_slowdown {
   out.budget_bytes = std::min(hi * step, total);
   out.choice = std::move(hi_choice);
   return out;
+}
+
+/// @brief The winners of selector @p S (first_selector, spread_selector, largest_selector) over
+/// @p groups' candidates (bytes > 0, in order) under @p budget_bytes, as resident flags.
+template <weight_selector S>
+[[nodiscard]] std::vector<char> selection_residency(std::span<const overlap_candidate> groups,
+                                                    std::uint64_t budget_bytes) {
+  std::vector<std::size_t> index;
+  std::vector<selection_candidate> sel;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    if (groups[g].bytes > 0) {
+      index.push_back(g);
+      sel.push_back({groups[g].bytes});
+    }
+  std::vector<char> r(groups.size(), 0);
+  for (std::size_t w : S{}.select(sel, budget_bytes)) r[index[w]] = 1;
+  return r;
+}
+
+/// @brief The least budget (bisected to @p granularity_bytes) at which selector @p S's plan is
+/// predicted within @p max_slowdown × all-resident: what a position-based selection needs, to
+/// compare with smallest_budget_within.
+template <weight_selector S>
+[[nodiscard]] std::uint64_t smallest_selection_budget_within(
+    std::span<const overlap_candidate> groups, double max_slowdown, ring_shape ring = {},
+    std::uint64_t granularity_bytes = 1024 * 1024) {
+  DDO_EXPECTS(max_slowdown >= 1.0 && max_slowdown < 1e6,
+              "smallest_selection_budget_within: max_slowdown must be a factor >= 1, got " +
+                  std::to_string(max_slowdown));
+  std::uint64_t total = 0;
+  std::vector<char> all(groups.size(), 1);
+  for (const auto& g : groups) total += g.bytes;
+  const double target = predict_residency(groups, all, ring).step_ms * max_slowdown + 1e-9;
+  const auto meets = [&](std::uint64_t budget) {
+    return predict_residency(groups, selection_residency<S>(groups, budget), ring).step_ms <= target;
+  };
+  const std::uint64_t step = std::max<std::uint64_t>(granularity_bytes, 1);
+  if (meets(0)) return 0;
+  std::uint64_t lo = 0, hi = (total + step - 1) / step;
+  while (hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    (meets(mid * step) ? hi : lo) = mid;
+  }
+  return std::min(hi * step, total);
 }
 
 }  // namespace v0

@@ -80,8 +80,14 @@ namespace detail {
 /// The ring policy of runtime/detail/slot_ring.hpp (ring_schedule), replayed with times.
 class ring_replay {
  public:
-  ring_replay(std::span<const group_load> groups, ring_shape ring) : groups_(groups) {
+  /// Prepares a replay of @p groups; the buffers are reused across calls (a search predicts
+  /// thousands of placements).
+  void reset(std::span<const group_load> groups, ring_shape ring) {
+    groups_ = groups;
     const std::size_t n = groups.size();
+    streamed_.clear();
+    next_expected_ = 0;
+    copy_free_ = 0.0;
     for (std::size_t g = 0; g < n; ++g)
       if (groups[g].streamed) streamed_.push_back(g);
     slots_ = std::min(ring.slots, streamed_.size());
@@ -108,6 +114,9 @@ class ring_replay {
   void run(std::size_t steps, step_prediction& out) {
     const std::size_t n = groups_.size();
     out.groups.assign(n, group_timeline{});
+    out.step_ms = 0.0;
+    out.transfer_ms = 0.0;
+    out.loads = 0;
     double engine = 0.0;  // the engine's stream: end of the last compute
     double step_start = 0.0;
     for (std::size_t step = 0; step < steps; ++step) {
@@ -232,6 +241,16 @@ class ring_replay {
   double transfer_in_step_ = 0.0;
 };
 
+/// predict_step without its checks, into reused buffers (the search's inner loop).
+inline void predict_into(ring_replay& replay, std::span<const group_load> groups, ring_shape ring,
+                         step_prediction& out) {
+  out.compute_ms = 0.0;
+  for (const auto& g : groups) out.compute_ms += g.compute_ms;
+  replay.reset(groups, ring);
+  replay.run(4, out);
+  out.stall_ms = std::max(0.0, out.step_ms - out.compute_ms);
+}
+
 }  // namespace detail
 
 /// @brief Predicts the steady-state step of @p groups (execution order) on @p ring (see this
@@ -246,10 +265,8 @@ class ring_replay {
                     " has a negative or non-finite compute or transfer time");
   DDO_EXPECTS(ring.slots >= 1, "predict_step: ring_shape::slots must be at least 1");
   step_prediction out;
-  for (const auto& g : groups) out.compute_ms += g.compute_ms;
-  detail::ring_replay replay(groups, ring);
-  replay.run(4, out);
-  out.stall_ms = std::max(0.0, out.step_ms - out.compute_ms);
+  detail::ring_replay replay;
+  detail::predict_into(replay, groups, ring, out);
   return out;
 }
 
