@@ -5,6 +5,7 @@
 //
 //   ddo-plan MODEL... [--ddo-* flags] [--config F] [--vram-gb X] [--ram-gb Y] [--tokens T |
 //            --reserve-gb R] [--slot-gb Z] [--wsl] [--no-environment] [--format text|toml|json]
+//            [--profile NAME [--max-slowdown X]]
 //
 // MODEL is a .safetensors file or a sharded model's .safetensors.index.json (several may be
 // given: one table). Settings resolve as everywhere in ddo: preset < --config TOML < DDO_*
@@ -13,6 +14,10 @@
 // without it the GPU (as ddo-run on it) or, with none, ddo-run's default host_sim device.
 // The engine's reserve: --reserve-gb, or the activations of --tokens rows (default as ddo-run's)
 // of the model's width.
+// --profile NAME plans with the overlap-aware residency planner from capacity profile NAME's
+// timings (at --tokens, default as ddo-run's) and prints the predicted step with the reason for
+// every group; --max-slowdown X also prints the smallest resident budget predicted within X
+// times the all-resident step, and what first / spread / largest need (runner/overlap_report.hpp).
 
 #include <boost/program_options.hpp>
 
@@ -30,6 +35,7 @@
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/runtime/setup.hpp"
+#include "runner/overlap_report.hpp"
 #include "runner/run_setup.hpp"
 
 namespace po = boost::program_options;
@@ -54,6 +60,8 @@ int main(int argc, char** argv) {
   double slot_gb = 0.0;
   double reserve_gb = 0.0;
   std::int64_t tokens = 0;
+  std::string profile_name;
+  double max_slowdown = 0.0;
 
   po::options_description general("ddo-plan MODEL... [options]\nOptions");
   general.add_options()("help,h", "show this help")(
@@ -72,7 +80,13 @@ int main(int argc, char** argv) {
       "the transport's slot/staging size: refuse groups that stream more (default: unconstrained)")(
       "wsl", "plan as if running under WSL")("no-environment",
                                              "ignore DDO_* environment variables")(
-      "format", po::value<std::string>(&format_name)->value_name("FORMAT"), "text, toml or json");
+      "format", po::value<std::string>(&format_name)->value_name("FORMAT"), "text, toml or json")(
+      "profile", po::value<std::string>(&profile_name)->value_name("NAME"),
+      "plan with the overlap-aware planner from capacity profile NAME (sets profile_name) and "
+      "print the predicted step")(
+      "max-slowdown", po::value<double>(&max_slowdown)->value_name("X"),
+      "with --profile: print the smallest resident budget predicted within X times the "
+      "all-resident step (e.g. 1.02)");
   po::options_description ddo_flags("ddo settings");
   ddo::add_dynamic_offload_arguments(ddo_flags);
   po::options_description hidden;
@@ -118,6 +132,12 @@ int main(int argc, char** argv) {
     std::cerr << "ddo-plan: --tokens must be 1..1048576, got " << tokens << "\n";
     return exit_usage;
   }
+  if (vm.count("max-slowdown") != 0 && (profile_name.empty() || !(max_slowdown >= 1.0) ||
+                                        max_slowdown > 1000.0)) {
+    std::cerr << "ddo-plan: --max-slowdown needs --profile NAME and a factor >= 1 (1.02: 2% "
+                 "slower than all-resident)\n";
+    return exit_usage;
+  }
   for (const char* flag : {"vram-gb", "ram-gb", "slot-gb", "reserve-gb"})
     if (vm.count(flag) != 0 && !(vm[flag].as<double>() > 0.0)) {
       std::cerr << "ddo-plan: --" << flag << " must be a positive size in GiB\n";
@@ -134,6 +154,7 @@ int main(int argc, char** argv) {
     inputs.component = ddo::runner::run_component;
     inputs.model_bytes = table.total_bytes();
     if (vm.count("wsl") != 0) inputs.running_on_wsl = true;
+    if (!profile_name.empty()) inputs.overrides.emplace_back("profile_name", profile_name);
     const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
     if (settings.config.load_safetensors_backend != ddo::safetensors_backend::library_default)
       table = ddo::load_safetensors(models, settings.config.load_safetensors_backend);
@@ -141,11 +162,11 @@ int main(int argc, char** argv) {
     // The machine and the reserve exactly as ddo-run states them.
     const bool gpu = vram_gb == 0.0 && settings.config.backend != ddo::offload_backend::host_sim &&
                      have_gpu();
+    const std::int64_t run_tokens = tokens > 0 ? tokens : ddo::runner::default_tokens(gpu);
     const std::uint64_t reserve =
         reserve_gb > 0.0 ? ddo::gib_to_bytes(reserve_gb)
-                         : ddo::runner::activation_reserve_bytes(
-                               tokens > 0 ? tokens : ddo::runner::default_tokens(gpu),
-                               ddo::runner::compute_shape_of(table));
+                         : ddo::runner::activation_reserve_bytes(run_tokens,
+                                                                 ddo::runner::compute_shape_of(table));
     auto options = ddo::runner::run_setup_options(
         inputs, reserve,
         ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(ram_gb)) : std::nullopt);
@@ -154,16 +175,36 @@ int main(int argc, char** argv) {
     std::vector<std::string> notes;
     const auto component = ddo::component_for(settings, options.inputs, &notes);
     ddo::offload_setup setup;
+    // --profile: the overlap-aware planner, with the profile's timings for this model and device.
+    std::optional<ddo::runner::overlap_timings> overlap;
+    ddo::overlap_residency_planner overlap_planner;
+    const std::string device_name = gpu ? ddo::query_device_name(0) : std::string();
+    if (!profile_name.empty())  // --profile: the profile must exist
+      overlap = ddo::runner::load_overlap_timings(settings, profile_name, table, device_name,
+                                                  static_cast<std::uint64_t>(run_tokens));
+    else  // profile_name from the settings: as ddo-run, once a format 2 profile is stored
+      overlap = ddo::runner::stored_overlap_timings(settings, table, device_name,
+                                                    static_cast<std::uint64_t>(run_tokens));
+    if (overlap) {
+      overlap_planner.timings = overlap->timings;
+      overlap_planner.ring =
+          ddo::runner::ring_of(ddo::runtime_options_from(settings.config, options.runtime));
+    }
+    const auto plan_with = [&](auto& transport) {
+      return overlap && !overlap->timings.empty()
+                 ? ddo::setup_offload(table, settings, component, options, transport, overlap_planner)
+                 : ddo::setup_offload(table, settings, component, options, transport);
+    };
     if (gpu) {
       auto transport = ddo::make_transport<ddo::linear_transport>(settings, options.host_sim);
-      setup = ddo::setup_offload(table, settings, component, options, transport);
+      setup = plan_with(transport);
       vram_note = "device " + settings.config.execution_device + " as probed now";
     } else {
       options.host_sim.device_capacity_bytes =
           vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
                         : ddo::runner::default_sim_device_bytes(table, settings, reserve);
       auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
-      setup = ddo::setup_offload(table, settings, component, options, transport);
+      setup = plan_with(transport);
       vram_note = vram_gb > 0.0 ? "host_sim device of --vram-gb"
                                 : "no GPU: ddo-run's default host_sim device";
     }
@@ -195,6 +236,14 @@ int main(int argc, char** argv) {
       for (const auto& w : settings.warnings) std::printf("warning: %s\n", w.c_str());
     }
     std::fputs(ddo::format_plan(plan, table, format).c_str(), stdout);
+    if (overlap && format == ddo::plan_format::text) {
+      if (!overlap->note.empty()) std::printf("%s\n", overlap->note.c_str());
+      if (!overlap->timings.empty()) {
+        ddo::runner::print_overlap_prediction(plan, *overlap, ddo::runner::ring_of(setup.runtime));
+        if (max_slowdown >= 1.0)
+          ddo::runner::print_max_slowdown(*overlap, ddo::runner::ring_of(setup.runtime), max_slowdown);
+      }
+    }
     return 0;
   } catch (const ddo::config_error& e) {
     std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what()
