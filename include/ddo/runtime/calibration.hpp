@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,9 @@ struct calibration_options {
   /// low-water mark). Empty: the transport's device_memory() (cudaMemGetInfo; host_sim's
   /// ledger).
   std::function<std::uint64_t()> free_vram;
+  /// Free device memory before the offloader was set up (setup_machine::device.free_bytes).
+  /// Empty: what is free now plus the offloader's own device bytes.
+  std::optional<std::uint64_t> free_vram_before;
 };
 
 /// @brief Runs the calibration steps through @p off and returns the profile to save (see this
@@ -157,8 +161,11 @@ template <class Offloader, class RunStep>
   m.total_vram_bytes = device.total_bytes;
   // Free before ddo's own allocations (resident rule weights and the ring), so that the peak
   // counts them like the engine's activations.
-  m.free_vram_before_bytes = std::min<std::uint64_t>(free_now() + off.device_bytes(),
-                                      device.total_bytes != 0 ? device.total_bytes : ~0ull);
+  m.free_vram_before_bytes =
+      options.free_vram_before
+          ? *options.free_vram_before
+          : std::min<std::uint64_t>(free_now() + off.device_bytes(),
+                                    device.total_bytes != 0 ? device.total_bytes : ~0ull);
   m.min_free_vram_bytes = m.free_vram_before_bytes;
   const int points = options.tokens_low == options.tokens_high ? 1 : 2;
   for (int point = 0; point < points; ++point) {
