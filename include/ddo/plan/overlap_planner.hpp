@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 

@@ -32,6 +32,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddo/core/error.hpp"
@@ -95,6 +96,7 @@ class overlap_search {
     return scratch_.step_ms;
   }
   step_prediction predict(const std::vector<char>& r) {
+    ++evals_;
     for (std::size_t g = 0; g < groups_.size(); ++g)
       loads_[g].streamed = groups_[g].bytes > 0 && !r[g];
     return predict_step(loads_, ring_);

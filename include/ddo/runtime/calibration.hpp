@@ -27,6 +27,7 @@
 /// compute span does not include the next one's wait.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -37,6 +38,7 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/plan/budget_source.hpp"
+#include "ddo/plan/plan.hpp"
 #include "ddo/profile/capacity_profile.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
