@@ -85,7 +85,7 @@ class overlap_search {
     // A cap on simulated group visits keeps the search bounded on any input.
     const std::uint64_t per_eval = 4 * static_cast<std::uint64_t>(std::max<std::size_t>(groups.size(), 1)) *
                                    std::max<std::size_t>(std::min(ring.slots, groups.size()), 1);
-    max_evals_ = std::max<std::uint64_t>(200, 20'000'000 / per_eval);
+    max_evals_ = std::max<std::uint64_t>(16, 20'000'000 / per_eval);
   }
 
   double eval(const std::vector<char>& r) {
