@@ -5,6 +5,7 @@
 //
 //   ddo-plan MODEL... [--ddo-* flags] [--config F] [--vram-gb X] [--ram-gb Y] [--tokens T |
 //            --reserve-gb R] [--slot-gb Z] [--wsl] [--no-environment] [--format text|toml|json]
+//            [--profile NAME [--max-slowdown X]]
 //
 // MODEL is a .safetensors file or a sharded model's .safetensors.index.json (several may be
 // given: one table). Settings resolve as everywhere in ddo: preset < --config TOML < DDO_*
@@ -14,6 +15,10 @@
 // 12 GiB card; `device`: the whole GPU), without one a host_sim device of that size (default
 // ddo-run's). The engine's reserve: --reserve-gb, or what ddo-run reserves for --tokens rows
 // (default as ddo-run's) of the model's width (activations; on a GPU the cuBLAS workspace too).
+// --profile NAME plans with the overlap-aware residency planner from capacity profile NAME's
+// timings (at --tokens, default as ddo-run's) and prints the predicted step with the reason for
+// every group; --max-slowdown X also prints the smallest resident budget predicted within X
+// times the all-resident step, and what first / spread / largest need (runner/overlap_report.hpp).
 
 #include <boost/program_options.hpp>
 
@@ -31,6 +36,7 @@
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/runtime/setup.hpp"
+#include "runner/overlap_report.hpp"
 #include "runner/run_setup.hpp"
 #include "runner/vram_budget.hpp"
 
@@ -58,6 +64,8 @@ int main(int argc, char** argv) {
   double slot_gb = 0.0;
   double reserve_gb = 0.0;
   std::int64_t tokens = 0;
+  std::string profile_name;
+  double max_slowdown = 0.0;
 
   po::options_description general("ddo-plan MODEL... [options]\nOptions");
   general.add_options()("help,h", "show this help")(
@@ -77,7 +85,13 @@ int main(int argc, char** argv) {
       "the transport's slot/staging size: refuse groups that stream more (default: unconstrained)")(
       "wsl", "plan as if running under WSL")("no-environment",
                                              "ignore DDO_* environment variables")(
-      "format", po::value<std::string>(&format_name)->value_name("FORMAT"), "text, toml or json");
+      "format", po::value<std::string>(&format_name)->value_name("FORMAT"), "text, toml or json")(
+      "profile", po::value<std::string>(&profile_name)->value_name("NAME"),
+      "plan with the overlap-aware planner from capacity profile NAME (sets profile_name) and "
+      "print the predicted step")(
+      "max-slowdown", po::value<double>(&max_slowdown)->value_name("X"),
+      "with --profile: print the smallest resident budget predicted within X times the "
+      "all-resident step (e.g. 1.02)");
   po::options_description ddo_flags("ddo settings");
   ddo::add_dynamic_offload_arguments(ddo_flags);
   po::options_description hidden;
@@ -139,6 +153,12 @@ int main(int argc, char** argv) {
     std::cerr << "ddo-plan: " << e.what() << "\n";
     return exit_usage;
   }
+  if (vm.count("max-slowdown") != 0 && (profile_name.empty() || !(max_slowdown >= 1.0) ||
+                                        max_slowdown > 1000.0)) {
+    std::cerr << "ddo-plan: --max-slowdown needs --profile NAME and a factor >= 1 (1.02: 2% "
+                 "slower than all-resident)\n";
+    return exit_usage;
+  }
   for (const char* flag : {"slot-gb", "reserve-gb"})
     if (vm.count(flag) != 0 && !(vm[flag].as<double>() > 0.0)) {
       std::cerr << "ddo-plan: --" << flag << " must be a positive size in GiB\n";
@@ -155,6 +175,7 @@ int main(int argc, char** argv) {
     inputs.component = ddo::runner::run_component;
     inputs.model_bytes = table.total_bytes();
     if (vm.count("wsl") != 0) inputs.running_on_wsl = true;
+    if (!profile_name.empty()) inputs.overrides.emplace_back("profile_name", profile_name);
     const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
     if (settings.config.load_safetensors_backend != ddo::safetensors_backend::library_default)
       table = ddo::load_safetensors(models, settings.config.load_safetensors_backend);
@@ -166,11 +187,10 @@ int main(int argc, char** argv) {
       const auto memory = ddo::query_device_memory(0);
       context = memory.total_bytes - memory.free_bytes;
     }
+    const std::int64_t run_tokens = tokens > 0 ? tokens : ddo::runner::default_tokens(gpu);
     const std::uint64_t reserve =
         reserve_gb > 0.0 ? ddo::gib_to_bytes(reserve_gb)
-                         : ddo::runner::engine_reserve_bytes(
-                               tokens > 0 ? tokens : ddo::runner::default_tokens(gpu),
-                               ddo::runner::compute_shape_of(table), gpu);
+                         : ddo::runner::engine_reserve_bytes(run_tokens, ddo::runner::compute_shape_of(table), gpu);
     auto options = ddo::runner::run_setup_options(
         inputs, reserve,
         ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(ram_gb)) : std::nullopt);
@@ -181,8 +201,25 @@ int main(int argc, char** argv) {
     ddo::offload_setup setup;
     // The file route plans against its transport too: its staging slot limits a group.
     const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
+    // --profile: the overlap-aware planner, with the profile's timings for this model and device.
+    std::optional<ddo::runner::overlap_timings> overlap;
+    ddo::overlap_residency_planner overlap_planner;
+    const std::string device_name = gpu ? ddo::query_device_name(0) : std::string();
+    if (!profile_name.empty())  // --profile: the profile must exist
+      overlap = ddo::runner::load_overlap_timings(settings, profile_name, table, device_name,
+                                                  static_cast<std::uint64_t>(run_tokens));
+    else  // profile_name from the settings: as ddo-run, once a format 2 profile is stored
+      overlap = ddo::runner::stored_overlap_timings(settings, table, device_name,
+                                                    static_cast<std::uint64_t>(run_tokens));
+    if (overlap) {
+      overlap_planner.timings = overlap->timings;
+      overlap_planner.ring =
+          ddo::runner::ring_of(ddo::runtime_options_from(settings.config, options.runtime));
+    }
     auto plan_over = [&](auto transport) {
-      return ddo::setup_offload(table, settings, component, options, transport);
+      return overlap && !overlap->timings.empty()
+                 ? ddo::setup_offload(table, settings, component, options, transport, overlap_planner)
+                 : ddo::setup_offload(table, settings, component, options, transport);
     };
     if (gpu) {
       ddo::linear_options o;
@@ -246,6 +283,14 @@ int main(int argc, char** argv) {
       for (const auto& w : settings.warnings) std::printf("warning: %s\n", w.c_str());
     }
     std::fputs(ddo::format_plan(plan, table, format).c_str(), stdout);
+    if (overlap && format == ddo::plan_format::text) {
+      if (!overlap->note.empty()) std::printf("%s\n", overlap->note.c_str());
+      if (!overlap->timings.empty()) {
+        ddo::runner::print_overlap_prediction(plan, *overlap, ddo::runner::ring_of(setup.runtime));
+        if (max_slowdown >= 1.0)
+          ddo::runner::print_max_slowdown(*overlap, ddo::runner::ring_of(setup.runtime), max_slowdown);
+      }
+    }
     return 0;
   } catch (const ddo::config_error& e) {
     std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what()

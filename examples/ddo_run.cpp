@@ -52,6 +52,7 @@
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/profile/profile_lookup.hpp"
+#include "ddo/runtime/calibration.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/runtime/trace.hpp"
@@ -64,6 +65,7 @@
 #include "runner/device_memory_sampler.hpp"
 #include "runner/interrupt_cleanup.hpp"
 #include "runner/model_cache.hpp"
+#include "runner/overlap_report.hpp"
 #include "runner/progress.hpp"
 #include "runner/run_model.hpp"
 #include "runner/run_setup.hpp"
@@ -114,6 +116,8 @@ struct run_options {
   std::string cache_dir;
   ddo::synthetic_model_options synthetic;
   bool synthetic_given = false;  // any of --blocks, --hidden, ... given
+  std::string profile_name;      // --profile
+  bool calibrate = false;        // --calibrate
 };
 
 std::string gb(std::uint64_t bytes) {
@@ -319,9 +323,27 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   ctx.setup.runtime.metrics = config.show_profile || !opt.trace_path.empty();
   ctx.setup.runtime.nvtx = ctx.gpu;
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
+  // Calibration (build_profile): the library's recorder times every group's compute and loads
+  // (forwarding spans to the trace). A stored format 2 profile: the overlap-aware planner, as
+  // ddo-plan plans it (runner/overlap_report.hpp).
+  ddo::calibration_recorder recorder(ctx.setup.runtime.trace);
+  if (config.build_profile) ctx.setup.runtime = recorder.runtime_options(ctx.setup.runtime);
+  const auto overlap = ddo::runner::stored_overlap_timings(
+      ctx.settings, ctx.table, ctx.gpu ? ddo::query_device_name(0) : std::string(),
+      static_cast<std::uint64_t>(ctx.tokens));
+  ddo::overlap_residency_planner overlap_planner;
+  if (overlap) {
+    overlap_planner.timings = overlap->timings;
+    overlap_planner.ring =
+        ddo::runner::ring_of(ddo::runtime_options_from(config, ctx.setup.runtime));
+  }
   std::vector<std::string> notes;
   const auto component = ddo::component_for(ctx.settings, ctx.setup.inputs, &notes);
-  auto setup = ddo::setup_offload(ctx.table, ctx.settings, component, ctx.setup, transport);
+  auto setup = overlap && !overlap->timings.empty()
+                   ? ddo::setup_offload(ctx.table, ctx.settings, component, ctx.setup, transport,
+                                        overlap_planner)
+                   : ddo::setup_offload(ctx.table, ctx.settings, component, ctx.setup, transport);
+  if (overlap && !overlap->note.empty()) notes.push_back(overlap->note);
   notes.insert(notes.end(), setup.notes.begin(), setup.notes.end());
   for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
   if (!setup.machine.profile_note.empty()) std::printf("%s\n", setup.machine.profile_note.c_str());
@@ -341,6 +363,12 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               gb(setup.machine.runtime_reserve_bytes).c_str(),
               gb(setup.machine.capacity.free_vram_bytes).c_str());
   std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
+  std::optional<double> predicted_ms;
+  if (overlap && !overlap->timings.empty()) {
+    predicted_ms = ddo::predict_plan(setup.plan, overlap->timings, ddo::runner::ring_of(setup.runtime)).step_ms;
+    std::printf("  overlap-aware plan from capacity profile '%s': predicted %.1f ms/step at %lld tokens\n",
+                overlap->profile.name.c_str(), *predicted_ms, static_cast<long long>(ctx.tokens));
+  }
   std::fflush(stdout);
 
   std::optional<ddo::runner::device_memory_sampler> sampler;
@@ -497,24 +525,54 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     std::printf("  trace: %s (%zu events; open in https://ui.perfetto.dev)\n",
                 opt.trace_path.c_str(), trace.size());
   }
+  if (predicted_ms)
+    std::printf("  predicted %.1f ms/step, measured median %.1f ms (%+.1f%%)\n", *predicted_ms,
+                sorted[sorted.size() / 2], 100.0 * (*predicted_ms - sorted[sorted.size() / 2]) / sorted[sorted.size() / 2]);
   if (config.build_profile) {
-    // Everything in use at the peak was ring, activations and library workspaces (the plan was
-    // zero-resident): on a GPU as sampled by cudaMemGetInfo, on host_sim by ddo's accounting.
-    const std::uint64_t in_use =
-        sampler ? sampler->peak_above_baseline() : metrics.peak_device_bytes + activations;
-    ddo::calibration_measurement measured;
-    measured.total_vram_bytes = offloader.plan().budgets.total_vram_bytes;
-    measured.free_vram_before_bytes = free_before;
-    measured.min_free_vram_bytes = free_before > in_use ? free_before - in_use : 0;
-    measured.model_bytes = ctx.table.total_bytes();
-    measured.device_name = ctx.gpu ? ddo::query_device_name(0) : std::string("host_sim");
-    const auto profile =
-        ddo::make_capacity_profile(config.profile_name, measured, config.profile_vram_headroom_gb);
+    // Through the library (ddo/runtime/calibration.hpp): compute timed at a quarter of the
+    // tokens and at the tokens of this run, loads per group, the free-memory low-water mark
+    // (on a GPU the sampled cudaMemGetInfo, on host_sim ddo's accounting plus the activations).
+    const std::int64_t low_tokens = std::max<std::int64_t>(1, ctx.tokens / 4);
+    Engine low_engine(offloader.transport(), low_tokens, ctx.compute.width, ctx.compute.type);
+    const auto run_at = [&](std::uint64_t tokens) {
+      Engine& e = static_cast<std::int64_t>(tokens) == ctx.tokens ? engine : low_engine;
+      auto v = e.view();
+      for (std::size_t g = 0; g < offloader.group_count(); ++g) {
+        auto lease = offloader.acquire(g, v);
+        for (std::size_t i = 0; i < lease.size(); ++i) {
+          const std::size_t w = lease.weight_index(i);
+          if (!ctx.compute.is_gemm[w]) continue;
+          const auto& info = ctx.table[w];
+          e.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type, ctx.compute.alpha[w]);
+        }
+      }
+      t.synchronize(v);
+    };
+    ddo::calibration_options calibration;
+    calibration.tokens_low = static_cast<std::uint64_t>(low_tokens);
+    calibration.tokens_high = static_cast<std::uint64_t>(ctx.tokens);
+    calibration.free_vram_before = free_before;
+    if (ctx.gpu) {
+      calibration.free_vram = [&] { return ddo::query_device_memory(0).free_bytes; };
+    } else {
+      calibration.free_vram = [&] {
+        const auto peak = offloader.metrics().peak_device_bytes + activations;
+        return free_before > peak ? free_before - peak : 0;
+      };
+    }
+    std::fprintf(stderr, "ddo-run: calibrating (compute at %lld and %lld tokens)...\n",
+                 static_cast<long long>(low_tokens), static_cast<long long>(ctx.tokens));
+    const auto profile = ddo::calibrate(offloader, recorder, config, run_at, calibration);
     const ddo::profile_store store(ctx.settings.profile_dir);
     store.save(profile);
-    std::printf("  capacity profile '%s' saved to %s: peak in use %s, next runs may keep %s "
+    double compute_ms = 0.0, copy_ms = 0.0;
+    for (const auto& g : ddo::timings_at(profile, static_cast<std::uint64_t>(ctx.tokens)))
+      compute_ms += g.compute_ms, copy_ms += g.transfer_ms;
+    std::printf("  capacity profile '%s' (format %d) saved to %s: %zu groups, compute %.1f ms and "
+                "copies %.1f ms per step at %lld tokens; peak in use %s, next runs may keep %s "
                 "resident\n",
-                profile.name.c_str(), store.path_of(profile.name).c_str(),
+                profile.name.c_str(), profile.format, store.path_of(profile.name).c_str(),
+                profile.groups.size(), compute_ms, copy_ms, static_cast<long long>(ctx.tokens),
                 gb(profile.peak_in_use_bytes).c_str(),
                 gb(profile.recommended_resident_budget_bytes).c_str());
   }
@@ -699,7 +757,13 @@ int run(int argc, char** argv) {
       "Run the model all resident, with ddo's plan, and as a naive copy-then-compute loop from "
       "pinned and pageable memory; print one table (ratios to the bound measured now)")(
       "json", po::value<std::string>(&opt.json_path)->value_name("FILE.json"),
-      "--compare: write the table as JSON (a sweep writes ddo-run-compare.json by default)");
+      "--compare: write the table as JSON (a sweep writes ddo-run-compare.json by default)")(
+      "profile", po::value<std::string>(&opt.profile_name)->value_name("NAME"),
+      "Capacity profile NAME (profile_name): with a stored format 2 profile, plan with the "
+      "overlap-aware planner and print predicted vs measured ms/step")(
+      "calibrate", po::bool_switch(&opt.calibrate),
+      "With --profile: calibrate (build_profile: zero resident, compute timed at a quarter of "
+      "--tokens and at --tokens) and save the profile");
   po::options_description deprecated("deprecated");
   deprecated.add_options()("sim-vram-gb", po::value<std::string>()->value_name("GiB"),
                            "deprecated: --vram-gb (which now applies to a GPU too)");
@@ -787,6 +851,10 @@ int run(int argc, char** argv) {
   inputs.use_environment = opt.use_environment;
   inputs.cli = ddo::cli_config_layer(vm);
   inputs.component = ddo::runner::run_component;
+  if (opt.calibrate && opt.profile_name.empty())
+    return fail("--calibrate needs --profile NAME (the name the profile is saved under)", exit_usage);
+  if (!opt.profile_name.empty()) inputs.overrides.emplace_back("profile_name", opt.profile_name);
+  if (opt.calibrate) inputs.overrides.emplace_back("build_profile", true);
   // `backend` picks the transport: host_sim runs the CPU stand-in even with a GPU (resolved once
   // here, before the model is known, only to read it).
   const auto early = ddo::resolve_settings(inputs);

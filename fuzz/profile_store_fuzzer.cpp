@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the capacity-profile reader (ddo::profile_store::parse, the format
-// profile_store::save writes).
+// profile_store::save writes: format 2 with its [[groups]] tables, and format 1, the
+// predecessor, which is read as a budget and formats back to its own layout).
 //
 // Every input must either parse into a profile that formats back to text which parses to the
 // same profile (a round trip), or throw ddo::format_error naming the file with a message that is
@@ -19,6 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const auto p = ddo::profile_store::parse(text, "fuzz.toml", "fuzz");
     if (!ddo::is_valid_utf8(p.device_name)) std::abort();
+    if (p.format != 1 && p.format != 2) std::abort();
+    if (p.format == 1 && !p.groups.empty()) std::abort();
+    for (const auto& g : p.groups)
+      if (g.name.empty() || !ddo::is_valid_utf8(g.name)) std::abort();
+    if (!p.groups.empty() && (p.tokens_low == 0 || p.tokens_low > p.tokens_high)) std::abort();
     const auto again = ddo::profile_store::parse(ddo::profile_store::format(p), "fuzz.toml", "fuzz");
     if (!(again == p)) std::abort();
   } catch (const ddo::format_error& e) {

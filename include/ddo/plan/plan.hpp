@@ -93,7 +93,8 @@ struct plan_budgets {
   std::uint64_t usable_ram_bytes = 0;     ///< available RAM minus system_ram_headroom_gb
   std::uint64_t max_group_bytes = 0;      ///< the transport's slot/staging limit (0 = none)
   /// How the resident budget picked its winners: "first", "spread", "largest" (the config's
-  /// selection or one an engine compiled in), "custom" for an engine's own selector; empty for
+  /// selection or one an engine compiled in), "custom" for an engine's own selector, "overlap" for
+  /// the overlap-aware planner (plan/overlap_planner.hpp); empty for
   /// route plans, which select nothing.
   std::string resident_selection;
   std::string pin_selection;  ///< how the pin budget picked, named as resident_selection

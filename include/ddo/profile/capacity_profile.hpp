@@ -9,11 +9,20 @@
 /// the transport's ring, the engine's activations and whatever else the process uses — never
 /// resident weights. What stayed free at that peak, less `profile_vram_headroom_gb`, is memory the
 /// next run can give to resident weights without ever going over.
+///
+/// Format 2 (this version) also records, per execution group, what the overlap-aware residency
+/// planner (plan/overlap_planner.hpp) needs: the group's streamed bytes by route, the time its
+/// load took, and its compute time on the engine's stream at two token counts (compute scales
+/// with tokens; profile/profile_timings.hpp interpolates). It names the device, the transport
+/// and the model (a fingerprint of the weight table, profile/model_fingerprint.hpp), so that a
+/// profile measured elsewhere is not applied. Format 1 profiles (budget only, no groups) are
+/// still read: they give a budget, never timings.
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
@@ -21,13 +30,42 @@
 namespace ddo {
 inline namespace v0 {
 
+/// @brief The profile format this ddo writes; it reads this one and its predecessor (1).
+inline constexpr int capacity_profile_format = 2;
+
+/// @brief What calibration measured for one execution group (nanoseconds, medians over the
+/// measured steps). Route bytes: how the group's streamed bytes reached the device.
+struct group_profile {
+  std::string name;                   ///< the execution group's name
+  std::uint64_t pinned_bytes = 0;     ///< copied from page-locked host memory
+  std::uint64_t staged_bytes = 0;     ///< pageable memory staged through pinned buffers
+  std::uint64_t file_bytes = 0;       ///< read from its file into pinned staging
+  std::uint64_t transfer_ns = 0;      ///< one load of the group (copy stream / staging), device time
+  std::uint64_t compute_ns_low = 0;   ///< the engine's use of the lease at tokens_low
+  std::uint64_t compute_ns_high = 0;  ///< the same at tokens_high
+
+  /// @brief Streamed bytes over every route.
+  [[nodiscard]] std::uint64_t bytes() const noexcept {
+    return pinned_bytes + staged_bytes + file_bytes;
+  }
+  friend bool operator==(const group_profile&, const group_profile&) = default;
+};
+
 /// @brief What one calibration run saw on its device (bytes).
 struct calibration_measurement {
   std::uint64_t total_vram_bytes = 0;        ///< the device's memory in total
   std::uint64_t free_vram_before_bytes = 0;  ///< free before the offloader was set up
   std::uint64_t min_free_vram_bytes = 0;     ///< the lowest free memory sampled during the run
   std::uint64_t model_bytes = 0;             ///< weight bytes of the component profiled
-  std::string device_name;                   ///< e.g. "NVIDIA H200" (informational)
+  std::string device_name;                   ///< e.g. "NVIDIA H200" (must match to apply)
+  // Format 2: what the overlap-aware planner reads (empty groups: a budget-only profile).
+  std::string model_fingerprint;             ///< profile/model_fingerprint.hpp
+  std::string transport;                     ///< "linear", "vmm", "host_sim"
+  std::uint64_t slot_count = 0;              ///< the ring calibrated with
+  std::uint64_t prefetch_depth = 0;          ///< as the runtime ran it (≤ slot_count)
+  std::uint64_t tokens_low = 0;              ///< token counts the compute was timed at
+  std::uint64_t tokens_high = 0;
+  std::vector<group_profile> groups;         ///< in execution order
 };
 
 /// @brief A stored recommendation for one named workload.
@@ -40,6 +78,16 @@ struct capacity_profile {
   std::uint64_t recommended_resident_budget_bytes = 0;  ///< for the next runs
   bool full_pin = true;  ///< calibration pinned every streamed weight; keep doing so
   std::string device_name;
+  /// 2 for profiles this ddo writes; 1 for a predecessor's (the fields below are then empty).
+  int format = capacity_profile_format;
+  std::string model_fingerprint;        ///< identity of the weight table profiled
+  std::string transport;                ///< the transport calibrated on
+  std::uint64_t min_free_vram_bytes = 0;  ///< the free-memory low-water mark of the run
+  std::uint64_t slot_count = 0;         ///< ring slots during calibration
+  std::uint64_t prefetch_depth = 0;     ///< prefetch depth during calibration
+  std::uint64_t tokens_low = 0;         ///< compute was timed at these token counts
+  std::uint64_t tokens_high = 0;        ///< (equal: one count, no interpolation)
+  std::vector<group_profile> groups;    ///< per execution group, in execution order
 
   friend bool operator==(const capacity_profile&, const capacity_profile&) = default;
 };
@@ -85,6 +133,18 @@ inline void validate_profile_name(std::string_view name) {
       m.min_free_vram_bytes > p.headroom_bytes ? m.min_free_vram_bytes - p.headroom_bytes : 0;
   p.full_pin = true;
   p.device_name = m.device_name;
+  p.model_fingerprint = m.model_fingerprint;
+  p.transport = m.transport;
+  p.min_free_vram_bytes = m.min_free_vram_bytes;
+  p.slot_count = m.slot_count;
+  p.prefetch_depth = m.prefetch_depth;
+  p.tokens_low = m.tokens_low;
+  p.tokens_high = m.tokens_high;
+  DDO_EXPECTS(m.groups.empty() || (m.tokens_low > 0 && m.tokens_low <= m.tokens_high),
+              "make_capacity_profile: group timings need token counts 0 < tokens_low <= "
+              "tokens_high, got " + std::to_string(m.tokens_low) + " and " +
+                  std::to_string(m.tokens_high));
+  p.groups = m.groups;
   return p;
 }
 

@@ -11,20 +11,26 @@
 
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/plan/machine_capacity.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/profile/profile_store.hpp"
+#include "ddo/profile/profile_timings.hpp"
 
 namespace ddo {
 inline namespace v0 {
 
 /// @brief Looks up `config.profile_name` under @p profile_dir and, when a profile exists (and
 /// this is not a calibration run), puts its recommendation into @p machine. A profile measured
-/// on a device of another size is not applied (its numbers would not hold) and the returned
-/// note says so.
+/// on another device (its total memory, or its name when @p device_name is given) or another
+/// model (when @p table is given and the profile has a fingerprint) is not applied — its
+/// numbers would not hold — and the returned note is a warning that says so.
 /// @return a one-line note for the settings summary ("" when profile_name is empty).
 /// @throws config_error for an invalid name; format_error / io_error for a bad profile file.
 inline std::string apply_capacity_profile(machine_capacity& machine,
                                           const dynamic_offload_config& config,
-                                          std::string_view profile_dir) {
+                                          std::string_view profile_dir,
+                                          const weight_table* table = nullptr,
+                                          std::string_view device_name = {}) {
   if (config.profile_name.empty()) return {};
   const profile_store store(profile_dir);
   if (config.build_profile)
@@ -34,14 +40,19 @@ inline std::string apply_capacity_profile(machine_capacity& machine,
   if (!profile)
     return "capacity profile '" + config.profile_name + "': none stored in " +
            store.directory().string() + " (run once with build_profile to calibrate)";
-  if (machine.total_vram_bytes != 0 && profile->total_vram_bytes != machine.total_vram_bytes)
-    return "capacity profile '" + config.profile_name + "': measured on a device with " +
-           std::to_string(profile->total_vram_bytes) + " B, this one has " +
-           std::to_string(machine.total_vram_bytes) + " B: not applied (calibrate again)";
+  if (const auto why = profile_mismatch(
+          *profile, table != nullptr && !profile->model_fingerprint.empty() ? model_fingerprint(*table) : "",
+          device_name, machine.total_vram_bytes))
+    return *why;
   machine.profile_resident_budget_bytes = profile->recommended_resident_budget_bytes;
   return "capacity profile '" + config.profile_name + "': resident budget " +
          std::to_string(profile->recommended_resident_budget_bytes) + " B from " +
-         store.path_of(config.profile_name).string();
+         store.path_of(config.profile_name).string() +
+         (profile->format < capacity_profile_format
+              ? " (format " + std::to_string(profile->format) +
+                    ": a budget only, no per-group timings; calibrate again for the overlap-aware "
+                    "planner)"
+              : "");
 }
 
 }  // namespace v0

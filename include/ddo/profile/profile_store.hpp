@@ -5,7 +5,7 @@
 /// `DDO_PROFILE_DIR` (default `~/.ddo/profiles`).
 ///
 /// The files are a small TOML subset that ddo writes itself (`key = value`, quoted strings,
-/// integers, booleans), so the core reads them without toml++ and any TOML tool can read them.
+/// integers, booleans, `[[groups]]` tables), so the core reads them without toml++ and any TOML tool can read them.
 /// Saves are atomic (write to a temporary file, then rename), so a run that crashes mid-save never
 /// leaves a half profile for the next run to trust.
 
@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 
 #include <unistd.h>
 
@@ -73,8 +74,9 @@ class profile_store {
                  path.string(), name);
   }
 
-  /// @brief The largest profile file read (a profile is a few hundred bytes).
-  static constexpr std::uint64_t max_profile_bytes = 64 * 1024;
+  /// @brief The largest profile file read (a group's entry is about 200 bytes: room for 20,000
+  /// groups; a format 1 profile is a few hundred bytes).
+  static constexpr std::uint64_t max_profile_bytes = 4 * 1024 * 1024;
 
   /// @brief Writes @p profile atomically, creating the directory when missing.
   /// @throws io_error naming the path on failure (nothing half-written is left behind).
@@ -92,11 +94,18 @@ class profile_store {
     write_file_atomically(path, format(profile));
   }
 
-  /// @brief The text of a profile file.
+  /// @brief The text of a profile file, in the profile's format (1: the predecessor's layout, so
+  /// that a profile read from it formats back to the same text).
   [[nodiscard]] static std::string format(const capacity_profile& p) {
     std::ostringstream out;
-    out << "# ddo capacity profile: written by a zero-resident calibration run.\n"
-        << "name = \"" << p.name << "\"\n"
+    if (p.format == 1) {
+      out << "# ddo capacity profile: written by a zero-resident calibration run.\n";
+    } else {
+      out << "# ddo capacity profile (format " << capacity_profile_format
+          << "): written by a zero-resident calibration run.\n"
+          << "format = " << capacity_profile_format << "\n";
+    }
+    out << "name = \"" << p.name << "\"\n"
         << "device_name = \"" << escape(sanitize_utf8(p.device_name)) << "\"\n"
         << "total_vram_bytes = " << p.total_vram_bytes << "\n"
         << "model_bytes = " << p.model_bytes << "\n"
@@ -104,16 +113,58 @@ class profile_store {
         << "headroom_bytes = " << p.headroom_bytes << "\n"
         << "recommended_resident_budget_bytes = " << p.recommended_resident_budget_bytes << "\n"
         << "full_pin = " << (p.full_pin ? "true" : "false") << "\n";
+    if (p.format == 1) return out.str();
+    out << "model_fingerprint = \"" << escape(sanitize_utf8(p.model_fingerprint)) << "\"\n"
+        << "transport = \"" << escape(sanitize_utf8(p.transport)) << "\"\n"
+        << "min_free_vram_bytes = " << p.min_free_vram_bytes << "\n"
+        << "slot_count = " << p.slot_count << "\n"
+        << "prefetch_depth = " << p.prefetch_depth << "\n"
+        << "tokens_low = " << p.tokens_low << "\n"
+        << "tokens_high = " << p.tokens_high << "\n";
+    for (const auto& g : p.groups)
+      out << "\n[[groups]]\n"
+          << "name = \"" << escape(sanitize_utf8(g.name)) << "\"\n"
+          << "pinned_bytes = " << g.pinned_bytes << "\n"
+          << "staged_bytes = " << g.staged_bytes << "\n"
+          << "file_bytes = " << g.file_bytes << "\n"
+          << "transfer_ns = " << g.transfer_ns << "\n"
+          << "compute_ns_low = " << g.compute_ns_low << "\n"
+          << "compute_ns_high = " << g.compute_ns_high << "\n";
     return out.str();
   }
 
-  /// @brief Parses a profile file's text. Every key must be present exactly once.
-  /// @throws format_error naming @p file and the key.
+  /// @brief Parses a profile file's text: format 2 (a `format = 2` line, the keys of format 1
+  /// and the calibration's, then one `[[groups]]` table per execution group), or format 1 (no
+  /// `format` line, exactly the budget keys). Every key must be present exactly once.
+  /// @throws format_error naming @p file and the key; a profile of a newer format is refused
+  /// with the formats this ddo reads.
   [[nodiscard]] static capacity_profile parse(std::string_view text, const std::string& file,
                                               std::string_view expected_name) {
+    // Keys of the top table, in file order; the first v1_keys are format 1's.
+    static constexpr std::string_view top_keys[] = {
+        "name", "device_name", "total_vram_bytes", "model_bytes", "peak_in_use_bytes",
+        "headroom_bytes", "recommended_resident_budget_bytes", "full_pin", "format",
+        "model_fingerprint", "transport", "min_free_vram_bytes", "slot_count", "prefetch_depth",
+        "tokens_low", "tokens_high"};
+    constexpr std::size_t v1_keys = 8;
+    static constexpr std::string_view group_keys[] = {"name", "pinned_bytes", "staged_bytes",
+                                                      "file_bytes", "transfer_ns",
+                                                      "compute_ns_low", "compute_ns_high"};
+    constexpr std::uint32_t all_top = (1u << std::size(top_keys)) - 1;
+    constexpr std::uint32_t all_group = (1u << std::size(group_keys)) - 1;
     capacity_profile p;
-    unsigned seen = 0;
+    std::uint32_t seen = 0, group_seen = 0;
+    bool in_group = false;
     std::size_t line_number = 0;
+    const auto finish_group = [&] {
+      if (in_group && group_seen != all_group)
+        throw format_error(file, "groups", file + ": group " + std::to_string(p.groups.size()) +
+                                               " ('" + sanitize_utf8(p.groups.back().name.substr(0, 200)) +
+                                               "') is missing a key; each [[groups]] needs " +
+                                               "name, pinned_bytes, staged_bytes, file_bytes, "
+                                               "transfer_ns, compute_ns_low, compute_ns_high");
+      group_seen = 0;
+    };
     while (!text.empty()) {
       const auto end = text.find('\n');
       std::string_view line = text.substr(0, end);
@@ -121,50 +172,133 @@ class profile_store {
       ++line_number;
       line = trim(line);
       if (line.empty() || line.front() == '#') continue;
+      if (line.front() == '[') {
+        if (line != "[[groups]]")
+          throw format_error(file, "", file + ":" + std::to_string(line_number) +
+                                           ": unknown table '" + sanitize_utf8(line.substr(0, 200)) +
+                                           "' (a capacity profile has only [[groups]])");
+        finish_group();
+        in_group = true;
+        p.groups.emplace_back();
+        continue;
+      }
       const auto eq = line.find('=');
       if (eq == std::string_view::npos)
         throw format_error(file, "", file + ":" + std::to_string(line_number) +
                                          ": expected 'key = value', got '" + sanitize_utf8(line.substr(0, 200)) + "'");
       const std::string key = sanitize_utf8(trim(line.substr(0, eq)));
       const std::string_view value = trim(line.substr(eq + 1));
-      const auto mark = [&](unsigned bit) {
-        if (seen & bit) throw format_error(file, key, file + ": key '" + key + "' appears twice");
-        seen |= bit;
-      };
-      if (key == "name") mark(1), p.name = parse_string(value, file, key);
-      else if (key == "device_name") mark(2), p.device_name = parse_string(value, file, key);
-      else if (key == "total_vram_bytes") mark(4), p.total_vram_bytes = parse_u64(value, file, key);
-      else if (key == "model_bytes") mark(8), p.model_bytes = parse_u64(value, file, key);
-      else if (key == "peak_in_use_bytes") mark(16), p.peak_in_use_bytes = parse_u64(value, file, key);
-      else if (key == "headroom_bytes") mark(32), p.headroom_bytes = parse_u64(value, file, key);
+      if (in_group) {
+        const auto at = std::find(std::begin(group_keys), std::end(group_keys), key);
+        if (at == std::end(group_keys))
+          throw format_error(file, key, file + ": unknown key '" + key + "' in a [[groups]] table");
+        const auto bit = 1u << (at - std::begin(group_keys));
+        if (group_seen & bit)
+          throw format_error(file, key, file + ": key '" + key + "' appears twice in group " +
+                                            std::to_string(p.groups.size() - 1));
+        group_seen |= bit;
+        auto& g = p.groups.back();
+        if (key == "name") g.name = parse_string(value, file, key);
+        else if (key == "pinned_bytes") g.pinned_bytes = parse_u64(value, file, key);
+        else if (key == "staged_bytes") g.staged_bytes = parse_u64(value, file, key);
+        else if (key == "file_bytes") g.file_bytes = parse_u64(value, file, key);
+        else if (key == "transfer_ns") g.transfer_ns = parse_u64(value, file, key);
+        else if (key == "compute_ns_low") g.compute_ns_low = parse_u64(value, file, key);
+        else g.compute_ns_high = parse_u64(value, file, key);
+        continue;
+      }
+      const auto at = std::find(std::begin(top_keys), std::end(top_keys), key);
+      if (at == std::end(top_keys))
+        throw format_error(file, key, file + ": unknown key '" + key + "' in a capacity profile");
+      const auto bit = 1u << (at - std::begin(top_keys));
+      if (seen & bit) throw format_error(file, key, file + ": key '" + key + "' appears twice");
+      seen |= bit;
+      if (key == "name") p.name = parse_string(value, file, key);
+      else if (key == "device_name") p.device_name = parse_string(value, file, key);
+      else if (key == "total_vram_bytes") p.total_vram_bytes = parse_u64(value, file, key);
+      else if (key == "model_bytes") p.model_bytes = parse_u64(value, file, key);
+      else if (key == "peak_in_use_bytes") p.peak_in_use_bytes = parse_u64(value, file, key);
+      else if (key == "headroom_bytes") p.headroom_bytes = parse_u64(value, file, key);
       else if (key == "recommended_resident_budget_bytes")
-        mark(64), p.recommended_resident_budget_bytes = parse_u64(value, file, key);
+        p.recommended_resident_budget_bytes = parse_u64(value, file, key);
       else if (key == "full_pin") {
-        mark(128);
         if (value != "true" && value != "false")
           throw format_error(file, key, file + ": full_pin must be true or false, got '" +
                                             sanitize_utf8(value.substr(0, 200)) + "'");
         p.full_pin = value == "true";
-      } else {
-        throw format_error(file, key, file + ": unknown key '" + key + "' in a capacity profile");
-      }
+      } else if (key == "format") {
+        const std::uint64_t f = parse_u64(value, file, key);
+        if (f != static_cast<std::uint64_t>(capacity_profile_format))
+          throw format_error(file, key, file + ": capacity profile format " +
+                                            sanitize_utf8(value.substr(0, 20)) +
+                                            " is not one this ddo reads (2, or 1 without a format "
+                                            "line): calibrate again with build_profile");
+        p.format = capacity_profile_format;
+      } else if (key == "model_fingerprint") p.model_fingerprint = parse_string(value, file, key);
+      else if (key == "transport") p.transport = parse_string(value, file, key);
+      else if (key == "min_free_vram_bytes") p.min_free_vram_bytes = parse_u64(value, file, key);
+      else if (key == "slot_count") p.slot_count = parse_u64(value, file, key);
+      else if (key == "prefetch_depth") p.prefetch_depth = parse_u64(value, file, key);
+      else if (key == "tokens_low") p.tokens_low = parse_u64(value, file, key);
+      else p.tokens_high = parse_u64(value, file, key);
     }
-    if (seen != 255u)
-      throw format_error(file, "", file + ": incomplete capacity profile (a key is missing)");
+    finish_group();
+    const bool v2 = (seen & (1u << 8)) != 0;
+    if (!v2) {
+      // The predecessor's layout: exactly its keys, no groups.
+      p.format = 1;
+      for (std::size_t k = v1_keys; k < std::size(top_keys); ++k)
+        if (seen & (1u << k))
+          throw format_error(file, std::string(top_keys[k]),
+                             file + ": key '" + std::string(top_keys[k]) +
+                                 "' belongs to format 2, but the file has no 'format = 2' line");
+      if (!p.groups.empty())
+        throw format_error(file, "groups", file + ": [[groups]] belong to format 2, but the file "
+                                                  "has no 'format = 2' line");
+      if (seen != (1u << v1_keys) - 1)
+        throw format_error(file, "", file + ": incomplete capacity profile (a key is missing)");
+    } else if (seen != all_top) {
+      std::string missing;
+      for (std::size_t k = 0; k < std::size(top_keys); ++k)
+        if (!(seen & (1u << k))) missing += (missing.empty() ? "" : ", ") + std::string(top_keys[k]);
+      throw format_error(file, "", file + ": incomplete capacity profile (missing: " + missing + ")");
+    }
     if (p.name != expected_name)
       throw format_error(file, "name", file + ": the profile inside is named '" + sanitize_utf8(p.name) +
                                            "', expected '" + std::string(expected_name) + "'");
     // Text values are one line of UTF-8 without control characters: what save() writes, so
     // that what is read formats back to the same file.
-    for (const std::string* text : {&p.name, &p.device_name})
-      if (!is_valid_utf8(*text) ||
-          std::any_of(text->begin(), text->end(), [](char c) {
+    const auto check_text = [&](const std::string& value, const std::string& key) {
+      if (!is_valid_utf8(value) || std::any_of(value.begin(), value.end(), [](char c) {
             return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
           }))
-        throw format_error(file, text == &p.name ? "name" : "device_name",
-                           file + ": " + (text == &p.name ? "name" : "device_name") +
-                               " must be UTF-8 text without control characters, got \"" +
-                               sanitize_utf8(text->substr(0, 200)) + "\"");
+        throw format_error(file, key, file + ": " + key +
+                                          " must be UTF-8 text without control characters, got \"" +
+                                          sanitize_utf8(value.substr(0, 200)) + "\"");
+    };
+    check_text(p.name, "name");
+    check_text(p.device_name, "device_name");
+    check_text(p.model_fingerprint, "model_fingerprint");
+    check_text(p.transport, "transport");
+    std::unordered_set<std::string_view> names;
+    for (std::size_t i = 0; i < p.groups.size(); ++i) {
+      const auto& g = p.groups[i];
+      check_text(g.name, "groups");
+      if (g.name.empty())
+        throw format_error(file, "groups", file + ": group " + std::to_string(i) + " has an empty name");
+      if (!names.insert(g.name).second)
+          throw format_error(file, "groups", file + ": group '" + sanitize_utf8(g.name.substr(0, 200)) +
+                                                 "' appears twice");
+      if (g.pinned_bytes > UINT64_MAX - g.staged_bytes ||
+          g.pinned_bytes + g.staged_bytes > UINT64_MAX - g.file_bytes)
+        throw format_error(file, "groups", file + ": group '" + sanitize_utf8(g.name.substr(0, 200)) +
+                                               "' has more bytes than 64 bits count");
+    }
+    if (!p.groups.empty() && (p.tokens_low == 0 || p.tokens_low > p.tokens_high))
+      throw format_error(file, "tokens_low",
+                         file + ": a profile with group timings needs 0 < tokens_low <= tokens_high, "
+                                "got " + std::to_string(p.tokens_low) + " and " +
+                             std::to_string(p.tokens_high));
     return p;
   }
 

@@ -121,6 +121,8 @@ class basic_offloader {
     return core_->stable_data(weight_index);
   }
   [[nodiscard]] const offload_plan& plan() const noexcept { return core_->plan(); }
+  /// @brief The weight table the offloader runs (the engine's; not owned).
+  [[nodiscard]] const weight_table& table() const noexcept { return core_->table(); }
   [[nodiscard]] const runtime_options& options() const noexcept { return core_->options(); }
   /// @brief Bytes of one ring slot (largest streamed group, aligned).
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return core_->slot_bytes(); }

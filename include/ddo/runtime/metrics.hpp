@@ -50,6 +50,9 @@ struct step_metrics {
   std::uint64_t timed_bytes = 0;  ///< bytes of the loads whose time is in copy_ms
   double stall_ms = 0.0;          ///< compute streams waiting for loads (metrics on)
   double host_wait_ms = 0.0;      ///< engine thread waiting for the staging thread to issue a load
+  /// The engine's streams inside leases, after the wait for the load (runtime_options::
+  /// time_compute): the compute a calibration measures.
+  double compute_ms = 0.0;
 
   /// @brief All streamed bytes of the step.
   [[nodiscard]] std::uint64_t bytes() const noexcept {
@@ -82,6 +85,7 @@ struct step_metrics {
     timed_bytes += o.timed_bytes;
     stall_ms += o.stall_ms;
     host_wait_ms += o.host_wait_ms;
+    compute_ms += o.compute_ms;
     return *this;
   }
 };

@@ -73,6 +73,11 @@ struct runtime_options {
   std::uint64_t pinned_budget_bytes = 0;
   /// Record timing events (copy and stall times, GB/s, overlap) — costs a few events per load.
   bool metrics = false;
+  /// With metrics: also record a timing event pair on the engine's stream around each lease
+  /// (after acquire's wait for the load, and at release): compute spans and
+  /// step_metrics::compute_ms, what a calibration (runtime/calibration.hpp) measures. Two more
+  /// events per acquire.
+  bool time_compute = false;
   /// Receives spans when set (metrics must be on for device spans). Not owned.
   trace_sink* trace = nullptr;
   /// Push NVTX ranges (acquire, release, setup) when the toolkit's nvtx3 headers exist.

@@ -201,7 +201,11 @@ template <class Transport>
   }
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
-  m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir);
+  // host_sim stands in for any device (ddo-plan --vram-gb plans for a GPU on it): a profile's
+  // device name is checked on real devices only; its size is checked everywhere.
+  const std::string device_name = transport_device_name(transport);
+  m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir, &table,
+                                          device_name == "host_sim" ? "" : device_name);
   return m;
 }
 

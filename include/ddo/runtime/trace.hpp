@@ -26,6 +26,7 @@ enum class span_kind {
   copy,   ///< a group load on a copy stream (device time)
   stall,  ///< a compute stream waiting for a load (device time)
   lease,  ///< acquire → release on the host
+  compute,  ///< the engine's stream inside a lease, after its wait (device time; time_compute)
   step,   ///< one pass over the groups (host time)
   setup   ///< the offloader's setup (host time)
 };
@@ -37,6 +38,7 @@ enum class span_kind {
     case span_kind::lease: return "lease";
     case span_kind::step: return "step";
     case span_kind::setup: return "setup";
+    case span_kind::compute: return "compute";
   }
   return "?";
 }

@@ -13,6 +13,7 @@
 #include "ddo/config/dynamic_offload_settings.hpp"
 #include "ddo/config/enum_names.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -106,6 +107,24 @@ inline constexpr bool is_nvme_transport<nvme_transport<Inner>> = true;
 /// mode) with @p sim; nvme_transport<Inner> over the Inner these rules make, its two staging
 /// slots of vmm_staging_buffer_gb each; others default-constructed.
 /// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
+/// @brief The name of the device @p transport runs on, as capacity profiles record it: the
+/// CUDA device's name for a transport on a device (device()), the transport's own name
+/// ("host_sim") otherwise; "" when the device cannot be asked.
+template <class Transport>
+[[nodiscard]] std::string transport_device_name(const Transport& transport) {
+  if constexpr (requires { { transport.device() } -> std::convertible_to<int>; }) {
+    try {
+      return query_device_name(transport.device());
+    } catch (const cuda_error&) {
+      return {};
+    }
+  } else {
+    // host_sim and its VMM mode simulate the same "device".
+    return transport.name().starts_with("host_sim") ? std::string("host_sim")
+                                                    : std::string(transport.name());
+  }
+}
+
 template <class Transport>
 [[nodiscard]] Transport make_transport(const dynamic_offload_settings& s,
                                        const host_sim_options& sim = {}) {

@@ -59,6 +59,12 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
     }
     ring_schedule_.hold(static_cast<std::size_t>(slot));
   }
+  if (timing_.timing() && options_.time_compute && gr.leases == 0) {
+    // After the wait above: the span is the engine's compute, not its stall.
+    const std::size_t e = timing_.take();
+    t_.record(timing_.at(e), s);
+    timing_.compute_started(g, e);
+  }
   ++gr.leases;
   ++live_leases_;
   std::byte* const* ptrs =
@@ -76,7 +82,14 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
   nvtx_range range(options_.nvtx, "ddo release");
   auto& gr = layout_.groups[g];
   --live_leases_;
-  if (--gr.leases == 0) bindings_.restore(g);
+  if (--gr.leases == 0) {
+    bindings_.restore(g);
+    if (timing_.timing() && options_.time_compute) {
+      const std::size_t e = timing_.take();
+      t_.record(timing_.at(e), s);
+      timing_.compute_ended(g, e);
+    }
+  }
   if (slot >= 0) {
     auto& st = slots_[static_cast<std::size_t>(slot)];
     // One release event covers every lease of this occupancy: a release on another stream

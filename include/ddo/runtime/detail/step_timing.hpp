@@ -63,6 +63,17 @@ class step_timing {
   void harvest(bool wait);
 
   void lease_started(std::size_t g) { if (tracing()) lease_start_[g] = clock::now(); }
+  /// The engine's compute for group @p g starts at timing event @p e (time_compute).
+  void compute_started(std::size_t g, std::size_t e) { compute_start_[g] = e; }
+  /// The compute of @p g ended at timing event @p e: a compute span (none when it never started).
+  void compute_ended(std::size_t g, std::size_t e) {
+    if (compute_start_[g] == none) {
+      free_.push_back(e);
+      return;
+    }
+    add_pending(span_kind::compute, g, 0, compute_start_[g], e, 0);
+    compute_start_[g] = none;
+  }
   void lease_ended(std::size_t g);
   /// Drops every event (teardown, after the streams were synchronized).
   void release() noexcept;
@@ -94,6 +105,7 @@ class step_timing {
   clock::time_point epoch_{};
   clock::time_point step_start_{};
   std::vector<clock::time_point> lease_start_;
+  std::vector<std::size_t> compute_start_;  // per group: its open compute span's start event
   std::size_t last_group_ = 0;
   bool acquired_any_ = false;
   bool explicit_step_ = false;

@@ -20,6 +20,7 @@ void step_timing<T>::setup(T& t, bool metrics, trace_sink* trace,
   groups_ = &groups;
   worker_ = &worker;
   lease_start_.assign(groups.size(), clock::time_point{});
+  compute_start_.assign(groups.size(), none);
   if (!metrics_) return;
   epoch_event_ = t.make_event(true);
   const std::size_t n = std::min<std::size_t>(64 + 8 * groups.size(), 4096);
@@ -131,6 +132,8 @@ void step_timing<T>::harvest(bool wait) {
     if (p.kind == span_kind::copy) {
       step.copy_ms += ms;
       step.timed_bytes += p.bytes;
+    } else if (p.kind == span_kind::compute) {
+      step.compute_ms += ms;
     } else {
       step.stall_ms += ms;
     }

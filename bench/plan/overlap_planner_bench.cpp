@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: Apache-2.0
+// The overlap-aware residency planner on the GPU: a Flux-like model built through the API (19
+// double-stream blocks about twice the size of its 38 single-stream blocks; the double blocks'
+// text half runs on 512 tokens, so they have less compute per byte), calibrated through
+// ddo::calibrate at two token counts, then at resident budgets of 25, 37.5 and 50% of the model:
+// the overlap-aware plan against spread, first and largest, each measured (ms/step) and
+// predicted, in the same run; and the smallest budget predicted within 1.02x all-resident for
+// the overlap-aware plan and for spread / first, measured at the overlap-aware one.
+//
+// The token count is picked from the profile: where the interpolated compute of a step equals
+// its copy time (neither dominates), within the calibrated range; --tokens fixes it.
+//
+// Output: a Markdown table on stdout (and --json FILE). Exit status: 0 ok (the prediction
+// targets are reported, not enforced), 1 failure, 77 no GPU (skipped).
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_arguments.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/memory/pinned_weight_cache.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/overlap_planner.hpp"
+#include "ddo/plan/overlap_search.hpp"
+#include "ddo/platform/cuda_device.hpp"
+#include "ddo/profile/profile_store.hpp"
+#include "ddo/profile/profile_timings.hpp"
+#include "ddo/runtime/calibration.hpp"
+#include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/linear.hpp"
+#include "runner/synthetic_forward.hpp"
+
+namespace {
+
+constexpr const char* program = "overlap_planner_bench";
+constexpr std::int64_t text_tokens = 512;
+
+struct options {
+  std::int64_t hidden = 2048;
+  int double_blocks = 19;
+  int single_blocks = 38;
+  std::int64_t tokens_low = 4096;
+  std::int64_t tokens_high = 24576;
+  std::int64_t tokens = 0;  // 0: picked from the profile
+  int steps = 5;
+  int warmup = 2;
+  std::string json_path;
+  std::string command;
+};
+
+options parse_options(int argc, char** argv) {
+  namespace po = boost::program_options;
+  options opt;
+  opt.command = ddo_bench::command_line(argc, argv);
+  po::options_description desc("options");
+  desc.add_options()("hidden", po::value<std::string>()->value_name("H"), "hidden size (default 2048)")(
+      "double-blocks", po::value<std::string>()->value_name("N"), "double-stream blocks (default 19)")(
+      "single-blocks", po::value<std::string>()->value_name("N"), "single-stream blocks (default 38)")(
+      "tokens", po::value<std::string>()->value_name("T"),
+      "image tokens to compare at (default: where compute and copies balance in the profile)")(
+      "steps", po::value<std::string>()->value_name("N"), "measured steps per plan (default 5)")(
+      "json", po::value<std::string>(&opt.json_path)->value_name("FILE"), "write the results as JSON")(
+      "quick", "a small model (hidden 512, 4 + 8 blocks, 1024..4096 tokens, 3 steps)");
+  const auto vm = ddo_bench::parse_or_exit(
+      program, argc, argv, desc,
+      "[--hidden H] [--double-blocks N] [--single-blocks N] [--tokens T] [--steps N] [--json FILE] [--quick]");
+  if (vm.count("quick") != 0) {
+    opt.hidden = 512;
+    opt.double_blocks = 4;
+    opt.single_blocks = 8;
+    opt.tokens_low = 1024;
+    opt.tokens_high = 4096;
+    opt.steps = 3;
+  }
+  opt.hidden = ddo_bench::number_or(program, vm, "hidden", opt.hidden, 128, 16384);
+  opt.double_blocks = static_cast<int>(ddo_bench::number_or(program, vm, "double-blocks", opt.double_blocks, 1, 1000));
+  opt.single_blocks = static_cast<int>(ddo_bench::number_or(program, vm, "single-blocks", opt.single_blocks, 1, 1000));
+  opt.tokens = ddo_bench::number_or(program, vm, "tokens", 0, 0, std::int64_t{1} << 20);
+  opt.steps = static_cast<int>(ddo_bench::number_or(program, vm, "steps", opt.steps, 1, 1000));
+  return opt;
+}
+
+// --- the model, built through the API ----------------------------------------------------------
+
+/// One linear weight: [out, in], run on the image (or, for a double block's text half, the text)
+/// activations.
+struct linear_weight {
+  std::size_t index = 0;  // in the table
+  std::int64_t out = 0, in = 0;
+  bool text = false;
+  float alpha = 1.0f;
+};
+
+struct flux_like {
+  ddo::weight_table table;
+  std::vector<ddo::execution_group> groups;
+  std::vector<std::vector<linear_weight>> ops;  // per group
+  std::unique_ptr<std::byte, decltype(&std::free)> host{nullptr, &std::free};
+  std::int64_t max_dim = 0;
+};
+
+/// Random bf16 of magnitude 2^-7..2^-5, never zeros (splitmix64, parallel).
+void fill_random(std::byte* p, std::size_t bytes) {
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t words = bytes / 8;
+  auto* w = reinterpret_cast<std::uint64_t*>(p);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([=] {
+      std::uint64_t state = 0x0dd0'5eedull ^ (0x9e3779b97f4a7c15ull * (t + 1));
+      for (std::size_t i = words * t / threads; i < words * (t + 1) / threads; ++i) {
+        std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        w[i] = (z & 0x807f807f807f807full) | 0x3c003c003c003c00ull | ((z >> 7) & 0x0080008000800080ull);
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
+flux_like build_model(const options& opt) {
+  flux_like m;
+  const std::int64_t h = opt.hidden;
+  struct spec {
+    std::string name;
+    std::int64_t out, in;
+    bool text;
+  };
+  std::vector<std::pair<std::string, std::vector<spec>>> blocks;
+  for (int b = 0; b < opt.double_blocks; ++b) {
+    std::vector<spec> s;
+    for (const char* stream : {"img", "txt"}) {
+      const bool text = std::string(stream) == "txt";
+      const std::string p = std::string(stream) + "_";
+      s.push_back({p + "attn.qkv", 3 * h, h, text});
+      s.push_back({p + "attn.proj", h, h, text});
+      s.push_back({p + "mlp.0", 4 * h, h, text});
+      s.push_back({p + "mlp.2", h, 4 * h, text});
+    }
+    blocks.emplace_back("double_blocks." + std::to_string(b), std::move(s));
+  }
+  for (int b = 0; b < opt.single_blocks; ++b)
+    blocks.emplace_back("single_blocks." + std::to_string(b),
+                        std::vector<spec>{{"linear1", 7 * h, h, false}, {"linear2", h, 5 * h, false}});
+  m.max_dim = 7 * h;
+  std::uint64_t total = 0;
+  for (const auto& [name, specs] : blocks)
+    for (const auto& s : specs) total += ddo::round_up(static_cast<std::uint64_t>(s.out * s.in * 2), 4096);
+  m.host.reset(static_cast<std::byte*>(std::aligned_alloc(2 * ddo::mib, ddo::round_up(total, 2 * ddo::mib))));
+  if (!m.host) throw ddo::out_of_memory("host", total, 0, "overlap_planner_bench: cannot allocate the model");
+  fill_random(m.host.get(), total);
+  std::uint64_t offset = 0;
+  for (const auto& [name, specs] : blocks) {
+    ddo::execution_group g;
+    g.name = name;
+    g.is_block = true;
+    std::vector<linear_weight> ops;
+    for (const auto& s : specs) {
+      ddo::weight_info w;
+      w.name = name + "." + s.name + ".weight";
+      w.module_name = name + "." + s.name;
+      w.kind = ddo::module_kind::linear;
+      w.type = ddo::dtype::bf16;
+      w.shape = {s.out, s.in};
+      w.source = ddo::host_source{m.host.get() + offset};
+      const std::size_t index = m.table.size();
+      m.table.add(w);
+      g.weights.push_back(index);
+      ops.push_back({index, s.out, s.in, s.text,
+                     ddo::runner::variance_preserving_alpha(m.host.get() + offset, ddo::dtype::bf16, s.out, s.in)});
+      offset += ddo::round_up(static_cast<std::uint64_t>(s.out * s.in * 2), 4096);
+    }
+    m.groups.push_back(std::move(g));
+    m.ops.push_back(std::move(ops));
+  }
+  return m;
+}
+
+// --- the engine ----------------------------------------------------------------------------------
+
+/// cuBLAS forwards at the token counts in use, all on one stream; the text half of a double
+/// block runs on the text forward.
+struct engine {
+  ddo::linear_transport::stream stream;
+  std::map<std::int64_t, std::unique_ptr<ddo::runner::gpu_synthetic_forward>> forwards;
+  std::int64_t max_dim;
+
+  engine(ddo::linear_transport& t, std::int64_t max_dim_) : stream(t.make_stream()), max_dim(max_dim_) {}
+  ddo::runner::gpu_synthetic_forward& at(std::int64_t tokens) {
+    auto& f = forwards[tokens];
+    if (!f) f = std::make_unique<ddo::runner::gpu_synthetic_forward>(tokens, max_dim, ddo::dtype::bf16, stream.get());
+    return *f;
+  }
+  template <class Offloader>
+  void step(Offloader& off, const flux_like& m, std::int64_t tokens) {
+    auto& image = at(tokens);
+    auto& text = at(text_tokens);
+    const auto view = ddo::linear_transport::view(stream);
+    for (std::size_t g = 0; g < m.groups.size(); ++g) {
+      auto lease = off.acquire(g, view);
+      for (std::size_t i = 0; i < m.ops[g].size(); ++i) {
+        const auto& op = m.ops[g][i];
+        (op.text ? text : image).linear(lease.data(i), op.out, op.in, op.alpha);
+      }
+    }
+  }
+};
+
+// --- runs ------------------------------------------------------------------------------------------
+
+ddo::setup_options base_options(const flux_like& m, ddo::pinned_weight_cache* cache) {
+  ddo::setup_options o;
+  o.inputs.environment = std::map<std::string, std::string>{};
+  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
+                        {"pin_cpu_memory", true},
+                        {"cache_pinned_weights", true},
+                        // Non-empty patterns make the position-based selections pick whole blocks
+                        // (the groups themselves are the engine's).
+                        {"resident_module_patterns",
+                         std::vector<std::string>{R"((double|single)_blocks\.\d+)"}}};
+  o.groups = m.groups;
+  o.pinned_cache = cache;
+  o.reserve_device_bytes = 4 * ddo::gib;  // the activations
+  o.log = nullptr;
+  return o;
+}
+
+struct measured {
+  double ms = 0.0;
+  std::uint64_t resident = 0;
+  double predicted = 0.0;
+};
+
+/// Plans with @p planner at @p budget, runs warm-up and measured steps back to back (events on
+/// the engine's stream, no host sync between steps) and predicts the same plan.
+template <class Planner>
+measured run_plan(const options& opt, const flux_like& m, ddo::linear_transport& transport, engine& e,
+                  ddo::pinned_weight_cache& cache, std::uint64_t budget, std::int64_t tokens,
+                  const std::vector<ddo::group_timing>& timings, const Planner& planner) {
+  auto o = base_options(m, &cache);
+  o.inputs.overrides.emplace_back("resident_module_budget_gb",
+                                  std::max(1e-9, static_cast<double>(budget) / static_cast<double>(ddo::gib)));
+  const auto settings = ddo::resolve_settings(o.inputs);
+  auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, transport, planner);
+  const ddo::ring_shape ring{setup.runtime.slot_count, setup.runtime.prefetch_depth};
+  measured r;
+  r.predicted = ddo::predict_plan(setup.plan, timings, ring).step_ms;
+  r.resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
+  ddo::offloader<ddo::linear_transport> off(m.table, std::move(setup), transport);
+  for (int s = 0; s < opt.warmup; ++s) e.step(off, m, tokens);
+  cudaEvent_t a, b;
+  DDO_CUDA_TRY(cudaEventCreate(&a));
+  DDO_CUDA_TRY(cudaEventCreate(&b));
+  DDO_CUDA_TRY(cudaEventRecord(a, e.stream.get()));
+  for (int s = 0; s < opt.steps; ++s) e.step(off, m, tokens);
+  DDO_CUDA_TRY(cudaEventRecord(b, e.stream.get()));
+  DDO_CUDA_TRY(cudaEventSynchronize(b));
+  float ms = 0;
+  DDO_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+  DDO_CUDA_TRY(cudaEventDestroy(a));
+  DDO_CUDA_TRY(cudaEventDestroy(b));
+  off.synchronize();
+  r.ms = ms / static_cast<float>(opt.steps);
+  return r;
+}
+
+std::string gb(std::uint64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GB", static_cast<double>(b) / 1e9);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto opt = parse_options(argc, argv);
+    const auto probe = ddo::probe_cuda_device(0);
+    if (!probe.available) {
+      std::printf("%s: skipped: %s\n", program, probe.reason.c_str());
+      return 77;
+    }
+    const auto t_start = std::chrono::steady_clock::now();
+    const flux_like m = build_model(opt);
+    std::uint64_t total = m.table.total_bytes();
+    ddo::linear_transport transport;
+    engine e(transport, m.max_dim);
+    ddo::pinned_weight_cache cache;
+    std::printf("# overlap_planner_bench\n\ndevice: %s; command: %s\n", probe.name.c_str(), opt.command.c_str());
+    const auto group_bytes = [&](const ddo::execution_group& g) {
+      std::uint64_t b = 0;
+      for (std::size_t i : g.weights) b += m.table[i].bytes;
+      return b;
+    };
+    std::printf("model: %d double-stream blocks (%s each) + %d single-stream blocks (%s each), hidden %lld, "
+                "bf16, %s; text tokens %lld\n",
+                opt.double_blocks, gb(group_bytes(m.groups.front())).c_str(), opt.single_blocks,
+                gb(group_bytes(m.groups.back())).c_str(), static_cast<long long>(opt.hidden),
+                gb(total).c_str(), static_cast<long long>(text_tokens));
+
+    // 1. Calibration through the library: zero resident, every group streamed and timed.
+    ddo::capacity_profile profile;
+    {
+      ddo::calibration_recorder recorder;
+      auto o = base_options(m, &cache);
+      o.inputs.overrides.emplace_back("build_profile", true);
+      o.inputs.overrides.emplace_back("profile_name", std::string("overlap-bench"));
+      o.runtime = recorder.runtime_options(o.runtime);
+      const auto settings = ddo::resolve_settings(o.inputs);
+      auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, transport);
+      ddo::offloader<ddo::linear_transport> off(m.table, std::move(setup), transport);
+      ddo::calibration_options c;
+      c.tokens_low = static_cast<std::uint64_t>(opt.tokens_low);
+      c.tokens_high = static_cast<std::uint64_t>(opt.tokens_high);
+      c.warmup_steps = 1;
+      c.measured_steps = 3;
+      profile = ddo::calibrate(off, recorder, settings.config,
+                               [&](std::uint64_t tokens) { e.step(off, m, static_cast<std::int64_t>(tokens)); }, c);
+      off.synchronize();
+    }
+    const auto dir = std::filesystem::temp_directory_path() / "ddo-overlap-bench";
+    ddo::profile_store(dir.string()).save(profile);
+    if (!(ddo::profile_store(dir.string()).find(profile.name) == profile))
+      throw std::runtime_error("the saved profile did not read back identical");
+
+    // 2. The token count where a step's compute equals its copies (bisection on the profile).
+    std::int64_t tokens = opt.tokens;
+    const auto sums = [&](std::uint64_t t) {
+      double c = 0, x = 0;
+      for (const auto& g : ddo::timings_at(profile, t)) c += g.compute_ms, x += g.transfer_ms;
+      return std::pair{c, x};
+    };
+    if (tokens == 0) {
+      std::uint64_t lo = profile.tokens_low, hi = profile.tokens_high;
+      if (sums(lo).first >= sums(lo).second) hi = lo;
+      else if (sums(hi).first <= sums(hi).second) lo = hi;
+      while (hi - lo > 256) {
+        const std::uint64_t mid = (lo + hi) / 2;
+        (sums(mid).first < sums(mid).second ? lo : hi) = mid;
+      }
+      tokens = static_cast<std::int64_t>(ddo::round_up(hi, 256));
+    }
+    const auto [compute_sum, copy_sum] = sums(static_cast<std::uint64_t>(tokens));
+    std::printf("calibrated at %llu and %llu tokens; comparing at %lld tokens: compute %.1f ms, copies "
+                "%.1f ms per step (compute/copy %.2f)%s\n\n",
+                static_cast<unsigned long long>(profile.tokens_low),
+                static_cast<unsigned long long>(profile.tokens_high), static_cast<long long>(tokens),
+                compute_sum, copy_sum, compute_sum / copy_sum,
+                opt.tokens ? " (--tokens)" : " (picked: where neither dominates)");
+    const auto timings = ddo::timings_at(profile, static_cast<std::uint64_t>(tokens));
+
+    // 3. Budgets of 25-50% of the model: overlap-aware vs spread / first / largest.
+    ddo::overlap_residency_planner overlap;
+    overlap.timings = timings;
+    overlap.ring = {3, ddo::runtime_options{}.prefetch_depth};
+    const auto all = run_plan(opt, m, transport, e, cache, total, tokens, timings,
+                              ddo::basic_residency_planner<ddo::first_selector>{});
+    const auto none = run_plan(opt, m, transport, e, cache, 0, tokens, timings,
+                               ddo::basic_residency_planner<ddo::first_selector>{});
+    std::printf("| budget | plan | resident | measured ms/step | predicted | error | x all-resident |\n"
+                "|---|---|---|---|---|---|---|\n");
+    const auto row = [&](const char* budget, const char* name, const measured& r) {
+      std::printf("| %s | %s | %s | %.2f | %.2f | %+.1f%% | %.3f |\n", budget, name, gb(r.resident).c_str(),
+                  r.ms, r.predicted, 100.0 * (r.predicted - r.ms) / r.ms, r.ms / all.ms);
+    };
+    row("100%", "all resident", all);
+    row("0%", "nothing resident", none);
+    int wins = 0, cases = 0;
+    double worst_error = 0.0;
+    for (const double share : {0.25, 0.375, 0.5}) {
+      const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(total));
+      char label[16];
+      std::snprintf(label, sizeof label, "%.1f%%", 100 * share);
+      const auto o = run_plan(opt, m, transport, e, cache, budget, tokens, timings, overlap);
+      const auto s = run_plan(opt, m, transport, e, cache, budget, tokens, timings,
+                              ddo::basic_residency_planner<ddo::spread_selector>{});
+      const auto f = run_plan(opt, m, transport, e, cache, budget, tokens, timings,
+                              ddo::basic_residency_planner<ddo::first_selector>{});
+      const auto l = run_plan(opt, m, transport, e, cache, budget, tokens, timings,
+                              ddo::basic_residency_planner<ddo::largest_selector>{});
+      row(label, "overlap-aware", o);
+      row(label, "spread", s);
+      row(label, "first", f);
+      row(label, "largest", l);
+      ++cases;
+      if (o.ms < std::min({s.ms, f.ms, l.ms})) ++wins;
+      for (const auto* r : {&o, &s, &f, &l})
+        worst_error = std::max(worst_error, std::abs(r->predicted - r->ms) / r->ms);
+    }
+
+    // 4. The smallest budget within 1.02x all-resident (predicted), measured for overlap-aware.
+    const auto cands = ddo::candidates_from_timings(timings);
+    const ddo::ring_shape ring = overlap.ring;
+    const auto best = ddo::smallest_budget_within(cands, 1.02, ring);
+    const auto spread_needs = ddo::smallest_selection_budget_within<ddo::spread_selector>(cands, 1.02, ring);
+    const auto first_needs = ddo::smallest_selection_budget_within<ddo::first_selector>(cands, 1.02, ring);
+    const auto at_best = run_plan(opt, m, transport, e, cache, best.budget_bytes, tokens, timings, overlap);
+    row("min for 1.02x", "overlap-aware", at_best);
+    std::printf("\nsmallest budget predicted within 1.02x all-resident: overlap-aware %s (%.0f%% of the model), "
+                "spread %s, first %s; measured at the overlap-aware one: %.3fx all-resident\n",
+                gb(best.budget_bytes).c_str(), 100.0 * static_cast<double>(best.budget_bytes) / static_cast<double>(total),
+                gb(spread_needs).c_str(), gb(first_needs).c_str(), at_best.ms / all.ms);
+    std::printf("overlap-aware fastest at %d of %d budgets; worst prediction error %.1f%% (target 5%%); "
+                "total %.0f s\n",
+                wins, cases, 100 * worst_error,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+    if (!opt.json_path.empty()) {
+      std::ofstream out(opt.json_path);
+      out << "{\"device\":\"" << probe.name << "\",\"tokens\":" << tokens << ",\"all_resident_ms\":" << all.ms
+          << ",\"none_resident_ms\":" << none.ms << ",\"wins\":" << wins << ",\"cases\":" << cases
+          << ",\"worst_prediction_error\":" << worst_error << ",\"min_budget_overlap\":" << best.budget_bytes
+          << ",\"min_budget_spread\":" << spread_needs << ",\"min_budget_first\":" << first_needs
+          << ",\"measured_at_min_budget\":" << at_best.ms / all.ms << "}\n";
+    }
+    return 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: %s\n", program, error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The overlap-aware planner in ddo-plan and ddo-run: loading a capacity profile's timings for
+// this model and device, printing the predicted step with the reason for every group, and the
+// smallest budget within a slowdown of all-resident. Kept apart from the programs' own option
+// handling.
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/format_bytes.hpp"
+#include "ddo/plan/overlap_planner.hpp"
+#include "ddo/plan/overlap_search.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/plan/selectors.hpp"
+#include "ddo/profile/model_fingerprint.hpp"
+#include "ddo/profile/profile_store.hpp"
+#include "ddo/profile/profile_timings.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace runner {
+
+/// A profile's timings for this run, or why there are none.
+struct overlap_timings {
+  capacity_profile profile;
+  std::vector<group_timing> timings;  // empty: not applied (see note)
+  std::uint64_t tokens = 0;
+  std::string note;  // a warning (another device or model, extrapolated tokens), or ""
+};
+
+/// Loads profile @p name from the settings' profile directory and its timings at @p tokens.
+/// A profile of another model (fingerprint) or device (@p device_name; "" for host_sim, which
+/// stands in for any device) gives no timings and a warning.
+/// @throws usage_error when there is no such profile or it has no timings (format 1).
+inline overlap_timings load_overlap_timings(const dynamic_offload_settings& settings,
+                                            const std::string& name, const weight_table& table,
+                                            const std::string& device_name, std::uint64_t tokens) {
+  const profile_store store(settings.profile_dir);
+  auto found = store.find(name);
+  if (!found)
+    throw usage_error("no capacity profile '" + name + "' in " + store.directory().string() +
+                      ": calibrate first (ddo-run --ddo-build-profile true --ddo-profile-name " +
+                      name + ")");
+  overlap_timings out;
+  out.profile = std::move(*found);
+  out.tokens = tokens;
+  if (const auto why = profile_mismatch(out.profile, model_fingerprint(table), device_name, 0)) {
+    out.note = *why;
+    return out;
+  }
+  out.timings = timings_at(out.profile, tokens, &out.note);
+  return out;
+}
+
+/// The overlap-aware planner's timings when the run names a stored format 2 profile
+/// (`profile_name`, not calibrating): ddo-run and ddo-plan both plan with it then, so that they
+/// print the same plan. nullopt: no profile_name, calibrating, or no profile stored yet.
+/// A format 1 profile or one of another device or model gives timings-less result with a note.
+inline std::optional<overlap_timings> stored_overlap_timings(const dynamic_offload_settings& settings,
+                                                             const weight_table& table,
+                                                             const std::string& device_name,
+                                                             std::uint64_t tokens) {
+  const auto& c = settings.config;
+  if (c.profile_name.empty() || c.build_profile) return std::nullopt;
+  if (!profile_store(settings.profile_dir).find(c.profile_name)) return std::nullopt;
+  try {
+    return load_overlap_timings(settings, c.profile_name, table, device_name, tokens);
+  } catch (const usage_error& e) {  // a format 1 profile: its budget still applies
+    overlap_timings t;
+    t.note = std::string("note: ") + e.what();
+    return t;
+  }
+}
+
+/// The ring a plan runs on, as the runtime will run it.
+inline ring_shape ring_of(const runtime_options& r) { return {r.slot_count, r.prefetch_depth}; }
+
+/// Prints the predicted step of @p plan and the reason for each group's placement.
+inline void print_overlap_prediction(const offload_plan& plan, const overlap_timings& t,
+                                     ring_shape ring) {
+  const auto cands = candidates_from_timings(t.timings);
+  std::vector<char> resident(cands.size(), 0);
+  std::unordered_map<std::string_view, std::size_t> index;
+  for (std::size_t g = 0; g < t.timings.size(); ++g) index.emplace(t.timings[g].name, g);
+  for (const auto& pg : plan.groups) {
+    const auto it = index.find(pg.name);
+    if (it == index.end())
+      throw usage_error("capacity profile '" + t.profile.name + "' has no group '" + pg.name +
+                        "' (calibrated with other groups: calibrate again)");
+    resident[it->second] = pg.streamed_bytes() == 0 ? 1 : 0;
+  }
+  const auto c = explain_residency(cands, resident, plan.budgets.resident_budget_bytes, ring);
+  const auto& p = c.prediction;
+  std::printf("\noverlap-aware prediction (capacity profile '%s', %s, %s transport; compute at %llu "
+              "tokens, calibrated at %llu and %llu):\n",
+              t.profile.name.c_str(), t.profile.device_name.c_str(), t.profile.transport.c_str(),
+              static_cast<unsigned long long>(t.tokens),
+              static_cast<unsigned long long>(t.profile.tokens_low),
+              static_cast<unsigned long long>(t.profile.tokens_high));
+  std::printf("  predicted step %.3f ms = compute %.3f ms + stall %.3f ms; %zu loads, %.3f ms of "
+              "copies; all resident %.3f ms (x%.3f), nothing resident %.3f ms\n",
+              p.step_ms, p.compute_ms, p.stall_ms, p.loads, p.transfer_ms, c.all_resident_ms,
+              c.all_resident_ms > 0 ? p.step_ms / c.all_resident_ms : 1.0, c.none_resident_ms);
+  std::printf("  ring %zu slot(s), prefetch %s; resident %s of budget %s\n", ring.slots,
+              ring.prefetch_depth > 64 ? "as far as the ring allows"
+                                       : std::to_string(ring.prefetch_depth).c_str(),
+              format_bytes(c.resident_bytes).c_str(), format_bytes(c.budget_bytes).c_str());
+  std::printf("  %-28s %10s %9s %9s %9s  %s\n", "group", "bytes", "compute", "copy", "stall", "why");
+  for (std::size_t g = 0; g < cands.size(); ++g)
+    std::printf("  %-28s %10s %7.3fms %7.3fms %7.3fms  %s\n", t.timings[g].name.c_str(),
+                format_bytes(cands[g].bytes).c_str(), cands[g].compute_ms, cands[g].transfer_ms,
+                p.groups[g].stall_ms, c.reasons[g].c_str());
+}
+
+/// Prints the smallest resident budget whose predicted step is within @p slowdown of
+/// all-resident, for the overlap-aware planner and for first / spread / largest.
+inline void print_max_slowdown(const overlap_timings& t, ring_shape ring, double slowdown) {
+  const auto cands = candidates_from_timings(t.timings);
+  const auto best = smallest_budget_within(cands, slowdown, ring);
+  std::printf("\nsmallest resident budget predicted within %.3fx all-resident (%.3f ms):\n", slowdown,
+              best.choice.all_resident_ms);
+  std::printf("  overlap-aware: %s (predicted %.3f ms, x%.4f)\n", format_bytes(best.budget_bytes).c_str(),
+              best.choice.prediction.step_ms,
+              best.choice.all_resident_ms > 0 ? best.choice.prediction.step_ms / best.choice.all_resident_ms : 1.0);
+  std::printf("  first: %s, spread: %s, largest: %s\n",
+              format_bytes(smallest_selection_budget_within<first_selector>(cands, slowdown, ring)).c_str(),
+              format_bytes(smallest_selection_budget_within<spread_selector>(cands, slowdown, ring)).c_str(),
+              format_bytes(smallest_selection_budget_within<largest_selector>(cands, slowdown, ring)).c_str());
+  if (best.budget_bytes > 0)
+    std::printf("  (use it: --ddo-resident-module-budget-gb %.3f)\n",
+                static_cast<double>(best.budget_bytes) / static_cast<double>(gib) + 0.0005);
+}
+
+}  // namespace runner
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::predict_step: the time of one steady-state step for a given residency, from
+/// per-group compute and transfer times, modelling the runtime's slot ring.
+///
+/// The model is the runtime's protocol (docs/transports.md), replayed on two clocks:
+/// - the engine's stream runs the groups in order; a streamed group's compute starts when the
+///   compute before it ended and its load is ready;
+/// - the copy stream runs loads one after the other, in the order the host issues them; a load
+///   into a slot starts when the copy stream is free and the slot's previous occupant was
+///   released (its compute ended: the release event);
+/// - which load is issued when, and into which slot, is the runtime's ring policy
+///   (runtime/detail/slot_ring.hpp): after every acquire and release, the next
+///   `prefetch_depth` streamed groups are loaded, each into the unheld slot whose occupant is
+///   needed latest; a miss loads into such a slot on acquire. The host is assumed to run ahead
+///   of the device (acquire and release never block it), as it does when the engine enqueues
+///   asynchronously.
+/// So a streamed group's copy can only overlap the compute issued after its slot became free:
+/// a run of streamed groups whose copies take longer than the compute before them stalls, and a
+/// resident group in the run gives the copies of the next ones its compute time to hide behind.
+///
+/// Steps repeat (the next step's first groups are prefetched during this one's last), so the
+/// prediction is the steady state: the length of the last of a few simulated steps. Pageable and
+/// file loads go through the staging worker on its own stream; the model puts them on the one
+/// copy stream with their measured time (they share the bus), a simplification that holds when
+/// one route dominates. Cost: O(steps · groups · slots).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief One execution group as the predictor sees it (milliseconds).
+struct group_load {
+  double compute_ms = 0.0;   ///< the engine's compute for the group, on its stream
+  double transfer_ms = 0.0;  ///< one load of its streamed bytes (ignored when not streamed)
+  bool streamed = false;     ///< loaded into a ring slot every step (else resident)
+};
+
+/// @brief The ring the runtime runs (runtime_options::slot_count, prefetch_depth).
+struct ring_shape {
+  std::size_t slots = 3;  ///< reduced to the number of streamed groups when there are fewer
+  std::size_t prefetch_depth = std::numeric_limits<std::size_t>::max();  ///< bounded by the ring
+};
+
+/// @brief The predicted timeline of one group in the steady-state step (milliseconds from the
+/// start of that step on the engine's stream).
+struct group_timeline {
+  double compute_start_ms = 0.0;
+  double compute_end_ms = 0.0;
+  double copy_start_ms = 0.0;  ///< streamed groups: when its load started on the copy stream
+  double copy_end_ms = 0.0;
+  double slot_free_ms = 0.0;   ///< when the slot it loads into was released (may be negative:
+                               ///< the previous step)
+  double stall_ms = 0.0;       ///< the engine's stream waited this long for its load
+  bool streamed = false;
+};
+
+/// @brief A predicted step.
+struct step_prediction {
+  double step_ms = 0.0;      ///< steady-state step time
+  double compute_ms = 0.0;   ///< the sum of the groups' compute (the all-resident step)
+  double transfer_ms = 0.0;  ///< the sum of the loads issued in the step
+  double stall_ms = 0.0;     ///< step_ms - compute_ms
+  std::size_t loads = 0;     ///< loads issued in the step (streamed groups that the ring did not keep)
+  std::vector<group_timeline> groups;  ///< per group, in execution order
+};
+
+namespace detail {
+
+/// The ring policy of runtime/detail/slot_ring.hpp (ring_schedule), replayed with times.
+class ring_replay {
+ public:
+  /// Prepares a replay of @p groups; the buffers are reused across calls (a search predicts
+  /// thousands of placements).
+  void reset(std::span<const group_load> groups, ring_shape ring) {
+    groups_ = groups;
+    const std::size_t n = groups.size();
+    streamed_.clear();
+    next_expected_ = 0;
+    copy_free_ = 0.0;
+    for (std::size_t g = 0; g < n; ++g)
+      if (groups[g].streamed) streamed_.push_back(g);
+    slots_ = std::min(ring.slots, streamed_.size());
+    depth_ = std::min(ring.prefetch_depth, slots_);
+    streamed_pos_.assign(n, 0);
+    if (!streamed_.empty()) {
+      std::size_t pos = 0;
+      for (std::size_t g = 0; g < n; ++g) {
+        while (pos < streamed_.size() && streamed_[pos] < g) ++pos;
+        streamed_pos_[g] = pos % streamed_.size();
+      }
+    }
+    where_.assign(n, -1);
+    occupant_.assign(slots_, npos);
+    held_.assign(slots_, 0);
+    released_at_.assign(slots_, 0.0);
+    ready_at_.assign(n, 0.0);
+    load_start_.assign(n, 0.0);
+    load_slot_free_.assign(n, 0.0);
+    protect_.assign(slots_, 0);
+  }
+
+  /// Runs @p steps steps; fills @p out with the last one.
+  void run(std::size_t steps, step_prediction& out) {
+    const std::size_t n = groups_.size();
+    out.groups.assign(n, group_timeline{});
+    out.step_ms = 0.0;
+    out.transfer_ms = 0.0;
+    out.loads = 0;
+    double engine = 0.0;  // the engine's stream: end of the last compute
+    double step_start = 0.0;
+    for (std::size_t step = 0; step < steps; ++step) {
+      const bool last = step + 1 == steps;
+      step_start = engine;
+      loads_in_step_ = 0;
+      transfer_in_step_ = 0.0;
+      for (std::size_t g = 0; g < n; ++g) {
+        const group_load& gl = groups_[g];
+        double start = engine;
+        int slot = -1;
+        if (gl.streamed) {
+          slot = where_[g];
+          if (slot < 0) {
+            slot = victim((g + 1) % n);
+            DDO_EXPECTS(slot >= 0, "predict_step: the ring has no unheld slot (slots must be >= 1)");
+            load(g, static_cast<std::size_t>(slot));
+          }
+          start = std::max(start, ready_at_[g]);
+          ++held_[static_cast<std::size_t>(slot)];
+        }
+        next_expected_ = (g + 1) % n;
+        prefetch();
+        const double end = start + gl.compute_ms;
+        if (last) {
+          auto& t = out.groups[g];
+          t.streamed = gl.streamed;
+          t.compute_start_ms = start - step_start;
+          t.compute_end_ms = end - step_start;
+          t.stall_ms = start - engine;
+          if (gl.streamed) {  // the load this acquire used (maybe issued in the step before)
+            t.copy_start_ms = load_start_[g] - step_start;
+            t.copy_end_ms = ready_at_[g] - step_start;
+            t.slot_free_ms = load_slot_free_[g] - step_start;
+          }
+        }
+        engine = end;
+        if (slot >= 0) {  // release: recorded after the compute on the engine's stream
+          released_at_[static_cast<std::size_t>(slot)] = end;
+          --held_[static_cast<std::size_t>(slot)];
+        }
+        prefetch();
+      }
+      if (last) {
+        out.step_ms = engine - step_start;
+        out.loads = loads_in_step_;
+        out.transfer_ms = transfer_in_step_;
+      }
+    }
+  }
+
+ private:
+  static constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
+
+  std::size_t distance(std::size_t g, std::size_t expected) const noexcept {
+    const std::size_t n = groups_.size();
+    return (g + n - expected) % n;
+  }
+  int farthest_unprotected(std::size_t expected) const noexcept {
+    int best = -1;
+    std::size_t best_distance = 0;
+    for (std::size_t s = 0; s < slots_; ++s) {
+      if (protect_[s]) continue;
+      const std::size_t d = occupant_[s] == npos ? groups_.size() : distance(occupant_[s], expected);
+      if (best < 0 || d > best_distance) {
+        best = static_cast<int>(s);
+        best_distance = d;
+      }
+    }
+    return best;
+  }
+  int victim(std::size_t expected) {
+    for (std::size_t s = 0; s < slots_; ++s) protect_[s] = held_[s] > 0;
+    return farthest_unprotected(expected);
+  }
+  void load(std::size_t g, std::size_t s) {
+    if (occupant_[s] != npos) where_[occupant_[s]] = -1;
+    occupant_[s] = g;
+    where_[g] = static_cast<int>(s);
+    const double start = std::max(copy_free_, released_at_[s]);
+    copy_free_ = start + groups_[g].transfer_ms;
+    ready_at_[g] = copy_free_;
+    load_start_[g] = start;
+    load_slot_free_[g] = released_at_[s];
+    ++loads_in_step_;
+    transfer_in_step_ += groups_[g].transfer_ms;
+  }
+  void prefetch() {
+    if (depth_ == 0 || streamed_.empty()) return;
+    for (std::size_t s = 0; s < slots_; ++s) protect_[s] = held_[s] > 0;
+    const std::size_t count = streamed_.size();
+    const std::size_t first = streamed_pos_[next_expected_];
+    const std::size_t window = std::min(depth_, count);
+    for (std::size_t k = 0; k < window; ++k) {
+      const std::size_t g = streamed_[(first + k) % count];
+      if (where_[g] >= 0) {
+        protect_[static_cast<std::size_t>(where_[g])] = 1;
+        continue;
+      }
+      const int v = farthest_unprotected(next_expected_);
+      if (v < 0) return;
+      load(g, static_cast<std::size_t>(v));
+      protect_[static_cast<std::size_t>(v)] = 1;
+    }
+  }
+  std::span<const group_load> groups_;
+  std::vector<std::size_t> streamed_;
+  std::vector<std::size_t> streamed_pos_;
+  std::size_t slots_ = 0;
+  std::size_t depth_ = 0;
+  std::size_t next_expected_ = 0;
+  std::vector<int> where_;
+  std::vector<std::size_t> occupant_;
+  std::vector<int> held_;
+  std::vector<double> released_at_;
+  std::vector<double> ready_at_;
+  mutable std::vector<char> protect_;
+  double copy_free_ = 0.0;
+  std::vector<double> load_start_;      // per group: its latest load's start
+  std::vector<double> load_slot_free_;  // per group: when that load's slot was released
+  std::size_t loads_in_step_ = 0;
+  double transfer_in_step_ = 0.0;
+};
+
+/// predict_step without its checks, into reused buffers (the search's inner loop).
+inline void predict_into(ring_replay& replay, std::span<const group_load> groups, ring_shape ring,
+                         step_prediction& out) {
+  out.compute_ms = 0.0;
+  for (const auto& g : groups) out.compute_ms += g.compute_ms;
+  replay.reset(groups, ring);
+  replay.run(4, out);
+  out.stall_ms = std::max(0.0, out.step_ms - out.compute_ms);
+}
+
+}  // namespace detail
+
+/// @brief Predicts the steady-state step of @p groups (execution order) on @p ring (see this
+/// header's description).
+/// @throws usage_error for a negative or non-finite time.
+[[nodiscard]] inline step_prediction predict_step(std::span<const group_load> groups,
+                                                  ring_shape ring = {}) {
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    DDO_EXPECTS(groups[g].compute_ms >= 0.0 && groups[g].transfer_ms >= 0.0 &&
+                    groups[g].compute_ms < 1e12 && groups[g].transfer_ms < 1e12,
+                "predict_step: group " + std::to_string(g) +
+                    " has a negative or non-finite compute or transfer time");
+  DDO_EXPECTS(ring.slots >= 1, "predict_step: ring_shape::slots must be at least 1");
+  step_prediction out;
+  detail::ring_replay replay;
+  detail::predict_into(replay, groups, ring, out);
+  return out;
+}
+
+}  // namespace v0
+}  // namespace ddo

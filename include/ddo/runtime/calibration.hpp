@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Calibration through the library: an engine runs a few steps of its own model at two
+/// token counts on a zero-resident calibration plan (`build_profile` with a `profile_name`), and
+/// ddo turns what it measured into a capacity profile (format 2) for the overlap-aware planner.
+///
+/// @code
+/// ddo::calibration_recorder recorder;
+/// ddo::setup_options options;
+/// options.runtime = recorder.runtime_options(options.runtime);  // metrics, compute timing, spans
+/// auto setup = ddo::setup_offload(table, settings, component, options, transport);
+/// ddo::offloader<ddo::linear_transport> off(table, std::move(setup), transport);
+/// const auto profile = ddo::calibrate(off, recorder, settings.config,
+///     [&](std::uint64_t tokens) { engine.step(off, tokens); }, ddo::calibration_options{1024, 4096});
+/// ddo::profile_store(settings.profile_dir).save(profile);
+/// @endcode
+///
+/// What is measured, per execution group: its compute on the engine's stream (timing events
+/// after acquire's wait and at release: runtime_options::time_compute; on host_sim, the host
+/// time the simulated stream ran it), the device time of each load (copy spans) and its bytes
+/// by route (pinned, staged, file) as the plan placed them; the device's name, the transport,
+/// the model's fingerprint, the ring, and the free-memory low-water mark (sampled after every
+/// step). Medians over the measured steps; the first steps at each token count are warm-up and
+/// are not used for compute (their loads are, so groups the ring keeps loaded count too).
+/// The engine should drop each lease before acquiring the next group, so that one group's
+/// compute span does not include the next one's wait.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/plan/budget_source.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/profile/capacity_profile.hpp"
+#include "ddo/profile/model_fingerprint.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+#include "ddo/runtime/trace.hpp"
+#include "ddo/runtime/transport_setup.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief A trace_sink that keeps the copy and compute spans of a calibration, per group and
+/// per token count. Forwards every span to @p next when given (the engine's own trace).
+class calibration_recorder final : public trace_sink {
+ public:
+  explicit calibration_recorder(trace_sink* next = nullptr) : next_(next) {}
+
+  /// @brief @p base with what calibration needs: metrics, compute timing, this recorder as
+  /// the trace sink.
+  [[nodiscard]] ddo::runtime_options runtime_options(ddo::runtime_options base = {}) {
+    base.metrics = true;
+    base.time_compute = true;
+    base.trace = this;
+    return base;
+  }
+
+  void on_span(const trace_span& s) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (s.kind == span_kind::copy || s.kind == span_kind::compute) {
+        auto& per = s.kind == span_kind::copy ? copies_ : compute_[point_ < 0 ? 2 : point_];
+        if (per.size() <= s.group) per.resize(s.group + 1);
+        per[s.group].push_back(s.end_us - s.start_us);
+      }
+    }
+    if (next_ != nullptr) next_->on_span(s);
+  }
+
+  /// @brief Spans from now on are compute at token point @p point (0: low, 1: high, -1:
+  /// warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)).
+  void set_point(int point) {
+    std::lock_guard lock(mutex_);
+    point_ = point;
+  }
+
+  /// @brief Median load time (ns) of group @p g, 0 when it was never loaded.
+  [[nodiscard]] std::uint64_t transfer_ns(std::size_t g) const {
+    std::lock_guard lock(mutex_);
+    return g < copies_.size() ? median_ns(copies_[g]) : 0;
+  }
+  /// @brief Median compute (ns) of group @p g at point @p point (0 or 1), 0 when none.
+  [[nodiscard]] std::uint64_t compute_ns(std::size_t g, int point) const {
+    std::lock_guard lock(mutex_);
+    const auto& per = compute_[point];
+    return g < per.size() ? median_ns(per[g]) : 0;
+  }
+  /// @brief Compute spans seen at point @p point for group @p g.
+  [[nodiscard]] std::size_t compute_samples(std::size_t g, int point) const {
+    std::lock_guard lock(mutex_);
+    return g < compute_[point].size() ? compute_[point][g].size() : 0;
+  }
+
+ private:
+  static std::uint64_t median_ns(std::vector<double> us) {
+    if (us.empty()) return 0;
+    std::nth_element(us.begin(), us.begin() + static_cast<std::ptrdiff_t>(us.size() / 2), us.end());
+    return static_cast<std::uint64_t>(std::max(0.0, us[us.size() / 2]) * 1000.0 + 0.5);
+  }
+
+  trace_sink* next_;
+  mutable std::mutex mutex_;
+  int point_ = -1;
+  std::vector<std::vector<double>> copies_;      // per group: load spans (µs)
+  std::vector<std::vector<double>> compute_[3];  // low, high, warm-up
+};
+
+/// @brief How calibrate() runs.
+struct calibration_options {
+  std::uint64_t tokens_low = 0;   ///< the two token counts compute is timed at (0 < low ≤ high;
+  std::uint64_t tokens_high = 0;  ///< equal: one count, no interpolation)
+  int warmup_steps = 1;           ///< per token count, not used for compute
+  int measured_steps = 3;         ///< per token count; medians over these
+  /// Free device memory now; sampled before the first step and after every step (the
+  /// low-water mark). Empty: the transport's device_memory() (cudaMemGetInfo; host_sim's
+  /// ledger).
+  std::function<std::uint64_t()> free_vram;
+  /// Free device memory before the offloader was set up (setup_machine::device.free_bytes).
+  /// Empty: what is free now plus the offloader's own device bytes.
+  std::optional<std::uint64_t> free_vram_before;
+};
+
+/// @brief Runs the calibration steps through @p off and returns the profile to save (see this
+/// header's description). @p run_step(tokens) runs one step of the engine's model through
+/// @p off at that many tokens.
+/// @throws usage_error when @p off does not run a calibration plan (`build_profile`), was not
+/// set up with @p recorder's runtime_options(), or the options are invalid; config_error for an
+/// invalid profile name.
+template <class Offloader, class RunStep>
+[[nodiscard]] capacity_profile calibrate(Offloader& off, calibration_recorder& recorder,
+                                         const dynamic_offload_config& config, RunStep&& run_step,
+                                         const calibration_options& options) {
+  DDO_EXPECTS(config.build_profile && !config.profile_name.empty(),
+              "calibrate: set build_profile and profile_name (the profile is saved under that name)");
+  validate_profile_name(config.profile_name);
+  DDO_EXPECTS(off.plan().budgets.resident_source == resident_budget_source::build_profile,
+              "calibrate: the offloader does not run a calibration plan (resident budget source '" +
+                  std::string(to_string(off.plan().budgets.resident_source)) +
+                  "'); plan it with build_profile = true so that nothing but rule weights is resident");
+  DDO_EXPECTS(off.options().metrics && off.options().time_compute && off.options().trace == &recorder,
+              "calibrate: set the offloader up with recorder.runtime_options() (metrics, "
+              "time_compute and the recorder as trace sink)");
+  DDO_EXPECTS(options.tokens_low > 0 && options.tokens_low <= options.tokens_high,
+              "calibrate: need 0 < tokens_low <= tokens_high, got " +
+                  std::to_string(options.tokens_low) + " and " + std::to_string(options.tokens_high));
+  DDO_EXPECTS(options.warmup_steps >= 0 && options.measured_steps >= 1,
+              "calibrate: warmup_steps must be >= 0 and measured_steps >= 1");
+
+  auto& transport = off.transport();
+  const auto free_now = [&]() -> std::uint64_t {
+    return options.free_vram ? options.free_vram() : transport.device_memory().free_bytes;
+  };
+  calibration_measurement m;
+  const auto device = transport.device_memory();
+  m.total_vram_bytes = device.total_bytes;
+  // Free before ddo's own allocations (resident rule weights and the ring), so that the peak
+  // counts them like the engine's activations.
+  m.free_vram_before_bytes =
+      options.free_vram_before
+          ? *options.free_vram_before
+          : std::min<std::uint64_t>(free_now() + off.device_bytes(),
+                                    device.total_bytes != 0 ? device.total_bytes : ~0ull);
+  m.min_free_vram_bytes = m.free_vram_before_bytes;
+  const int points = options.tokens_low == options.tokens_high ? 1 : 2;
+  for (int point = 0; point < points; ++point) {
+    const std::uint64_t tokens = point == 0 ? options.tokens_low : options.tokens_high;
+    for (int step = 0; step < options.warmup_steps + options.measured_steps; ++step) {
+      // Spans arrive when harvested: harvest before switching what they count as.
+      (void)off.metrics(true);
+      recorder.set_point(step < options.warmup_steps ? -1 : point);
+      off.begin_step();
+      run_step(tokens);
+      m.min_free_vram_bytes = std::min(m.min_free_vram_bytes, free_now());
+    }
+  }
+  (void)off.metrics(true);
+  recorder.set_point(-1);
+
+  const auto& plan = off.plan();
+  m.model_bytes = off.table().total_bytes();
+  m.device_name = transport_device_name(transport);
+  m.model_fingerprint = model_fingerprint(off.table());
+  m.transport = std::string(transport.name());
+  m.slot_count = off.slot_count();
+  m.prefetch_depth = std::min<std::uint64_t>(off.options().prefetch_depth, off.slot_count());
+  m.tokens_low = options.tokens_low;
+  m.tokens_high = options.tokens_high;
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    const auto& pg = plan.groups[g];
+    group_profile gp;
+    gp.name = pg.name;
+    gp.pinned_bytes = pg.bytes(placement::pinned_host);
+    gp.staged_bytes = pg.bytes(placement::pageable_host);
+    gp.file_bytes = pg.bytes(placement::file);
+    gp.transfer_ns = recorder.transfer_ns(g);
+    gp.compute_ns_low = recorder.compute_ns(g, 0);
+    gp.compute_ns_high = points == 2 ? recorder.compute_ns(g, 1) : gp.compute_ns_low;
+    DDO_EXPECTS(recorder.compute_samples(g, 0) > 0,
+                "calibrate: no compute was timed for group '" + pg.name +
+                    "': run_step must acquire every group through the offloader");
+    m.groups.push_back(std::move(gp));
+  }
+  return make_capacity_profile(config.profile_name, m, config.profile_vram_headroom_gb);
+}
+
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// Format 2 of capacity profiles: per-group timings, device and model identity, reading format 1,
+// refusing newer formats; interpolation of compute between the two token counts.
+#include "ddo/profile/capacity_profile.hpp"
+#include "ddo/profile/model_fingerprint.hpp"
+#include "ddo/profile/profile_lookup.hpp"
+#include "ddo/profile/profile_store.hpp"
+#include "ddo/profile/profile_timings.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+
+#include "../plan/plan_test_support.hpp"
+
+namespace {
+
+ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
+  ddo::calibration_measurement m;
+  m.total_vram_bytes = 80 * ddo::gib;
+  m.free_vram_before_bytes = 78 * ddo::gib;
+  m.min_free_vram_bytes = 70 * ddo::gib - rng() % ddo::gib;
+  m.model_bytes = 12 * ddo::gib;
+  m.device_name = "NVIDIA H200";
+  m.model_fingerprint = "0123456789abcdef";
+  m.transport = "linear";
+  m.slot_count = 3;
+  m.prefetch_depth = 3;
+  m.tokens_low = 1024;
+  m.tokens_high = 4096;
+  for (std::size_t g = 0; g < groups; ++g) {
+    ddo::group_profile gp;
+    gp.name = "transformer_blocks." + std::to_string(g);
+    gp.pinned_bytes = 100 * ddo::mib + rng() % ddo::mib;
+    gp.staged_bytes = g % 3 == 0 ? rng() % ddo::mib : 0;
+    gp.transfer_ns = 2'000'000 + rng() % 100'000;
+    gp.compute_ns_low = 300'000 + rng() % 1000;
+    gp.compute_ns_high = 1'200'000 + rng() % 1000;
+    m.groups.push_back(gp);
+  }
+  return ddo::make_capacity_profile("timed", m, 1.0);
+}
+
+}  // namespace
+
+TEST_SUITE("profile") {
+  TEST_CASE("a format 2 profile with group timings reads back identical") {
+    std::mt19937_64 rng(std::random_device{}());
+    const auto p = timed_profile(rng, 57);
+    CHECK(p.format == 2);
+    CHECK(p.min_free_vram_bytes > 0);
+    const auto text = ddo::profile_store::format(p);
+    CHECK(text.find("format = 2") != std::string::npos);
+    CHECK(text.find("[[groups]]") != std::string::npos);
+    CHECK(ddo::profile_store::parse(text, "t.toml", "timed") == p);
+  }
+
+  TEST_CASE("a format 1 profile is read as a budget without timings") {
+    const std::string v1 =
+        "# ddo capacity profile: written by a zero-resident calibration run.\n"
+        "name = \"old\"\ndevice_name = \"NVIDIA H200\"\ntotal_vram_bytes = 85899345920\n"
+        "model_bytes = 1000\npeak_in_use_bytes = 10\nheadroom_bytes = 0\n"
+        "recommended_resident_budget_bytes = 5000\nfull_pin = true\n";
+    const auto p = ddo::profile_store::parse(v1, "old.toml", "old");
+    CHECK(p.format == 1);
+    CHECK(p.groups.empty());
+    CHECK(p.recommended_resident_budget_bytes == 5000);
+    CHECK(ddo::profile_store::format(p) == v1);  // formats back to the predecessor's layout
+    CHECK_THROWS_WITH_AS((void)ddo::timings_at(p, 1024), doctest::Contains("format 1"),
+                         ddo::usage_error);
+    // A format 2 key without the format line is an error, not silently format 1.
+    CHECK_THROWS_AS((void)ddo::profile_store::parse(v1 + "tokens_low = 5\n", "old.toml", "old"),
+                    ddo::format_error);
+  }
+
+  TEST_CASE("a newer format, a group missing a key or a bad token range are refused") {
+    std::mt19937_64 rng(1);
+    const auto good = ddo::profile_store::format(timed_profile(rng, 3));
+    const auto expect = [&](std::string text, const char* key, const char* says) {
+      try {
+        (void)ddo::profile_store::parse(text, "p.toml", "timed");
+        FAIL("no error");
+      } catch (const ddo::format_error& e) {
+        CHECK(e.file() == "p.toml");
+        CHECK(e.tensor() == key);
+        CHECK(std::string(e.what()).find(says) != std::string::npos);
+      }
+    };
+    std::string newer = good;
+    newer.replace(newer.find("format = 2"), 10, "format = 3");
+    expect(newer, "format", "format 3 is not one this ddo reads");
+    std::string no_transfer = good;
+    no_transfer.erase(no_transfer.rfind("transfer_ns"), no_transfer.find('\n', no_transfer.rfind("transfer_ns")) -
+                                                         no_transfer.rfind("transfer_ns") + 1);
+    expect(no_transfer, "groups", "is missing a key");
+    std::string twice = good + "\n[[groups]]\nname = \"transformer_blocks.0\"\npinned_bytes = 1\n"
+                               "staged_bytes = 0\nfile_bytes = 0\ntransfer_ns = 1\ncompute_ns_low = 1\n"
+                               "compute_ns_high = 1\n";
+    expect(twice, "groups", "appears twice");
+    std::string reversed = good;
+    reversed.replace(reversed.find("tokens_low = 1024"), 17, "tokens_low = 9999");
+    expect(reversed, "tokens_low", "tokens_low <= tokens_high");
+    expect(good + "[other]\n", "", "unknown table");
+    expect(good + "bogus = 1\n", "bogus", "unknown key");
+  }
+
+  TEST_CASE("compute is interpolated between the calibrated token counts") {
+    ddo::capacity_profile p;
+    p.name = "x";
+    p.tokens_low = 1000;
+    p.tokens_high = 3000;
+    p.groups.push_back({"g", 10, 0, 0, 4'000'000, 2'000'000, 6'000'000});
+    std::string note;
+    auto t = ddo::timings_at(p, 2000, &note);
+    REQUIRE(t.size() == 1);
+    CHECK(t[0].compute_ms == doctest::Approx(4.0));
+    CHECK(t[0].transfer_ms == doctest::Approx(4.0));
+    CHECK(t[0].bytes == 10);
+    CHECK(note.empty());
+    t = ddo::timings_at(p, 4000, &note);
+    CHECK(t[0].compute_ms == doctest::Approx(8.0));
+    CHECK(note.find("extrapolated") != std::string::npos);
+    CHECK(ddo::timings_at(p, 0)[0].compute_ms == doctest::Approx(6.0));  // 0: the higher count
+    p.tokens_high = p.tokens_low;
+    CHECK(ddo::timings_at(p, 9000)[0].compute_ms == doctest::Approx(2.0));
+  }
+
+  TEST_CASE("the model fingerprint changes with names, shapes and dtypes, not with sources") {
+    const auto a = ddo_test::flux_table(4);
+    CHECK(ddo::model_fingerprint(a) == ddo::model_fingerprint(ddo_test::flux_table(4)));
+    CHECK(ddo::model_fingerprint(a).size() == 16);
+    CHECK(ddo::model_fingerprint(a) != ddo::model_fingerprint(ddo_test::flux_table(5)));
+    CHECK(ddo::model_fingerprint(a) != ddo::model_fingerprint(ddo_test::flux_table(4, 256)));
+  }
+
+  TEST_CASE("a profile from another device or model is not applied, with a warning") {
+    std::mt19937_64 rng(2);
+    auto p = timed_profile(rng, 2);
+    const std::string fp = p.model_fingerprint;
+    CHECK_FALSE(ddo::profile_mismatch(p, fp, "NVIDIA H200", 80 * ddo::gib).has_value());
+    CHECK_FALSE(ddo::profile_mismatch(p, "", "", 0).has_value());  // nothing known: applied
+    const auto other_device = ddo::profile_mismatch(p, fp, "NVIDIA A100", 80 * ddo::gib);
+    REQUIRE(other_device.has_value());
+    CHECK(other_device->starts_with("warning:"));
+    CHECK(other_device->find("NVIDIA A100") != std::string::npos);
+    const auto other_model = ddo::profile_mismatch(p, "fedcba9876543210", "NVIDIA H200", 0);
+    REQUIRE(other_model.has_value());
+    CHECK(other_model->find("another model") != std::string::npos);
+    CHECK(ddo::profile_mismatch(p, fp, "NVIDIA H200", 24 * ddo::gib).has_value());
+  }
+}
