@@ -543,7 +543,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
           const std::size_t w = lease.weight_index(i);
           if (!ctx.compute.is_gemm[w]) continue;
           const auto& info = ctx.table[w];
-          e.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type, ctx.compute.alpha[w]);
+          const std::int64_t rows = &e == &engine ? ctx.compute.rows[w]
+                                                  : ddo::runner::token_rows(ddo::runner::token_stream_of(info.name),
+                                                                            low_tokens);
+          e.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type, ctx.compute.alpha[w], rows);
         }
       }
       t.synchronize(v);
