@@ -57,7 +57,12 @@ struct read_task {
 /// run() is called by one thread at a time (it is not reentrant); the pool may be handed from
 /// one thread to another between runs when that hand-off is itself ordered (a thread start, a
 /// mutex).
-class parallel_reader {
+/// A class template only so that its member functions are instantiated where a pool is used:
+/// as a plain class its bodies (std::function, atomics, threads) were compiled in every
+/// translation unit that includes the offloader — 6 MB of template instantiation in the
+/// umbrella header's compile (tests/build_checks/include_cost.py). Use the alias below.
+template <class Unused = void>
+class basic_parallel_reader {
  public:
   /// Largest amount of work one participant claims at a time: 4 MiB reads reach the page
   /// cache's throughput (physical-limits.md measured 4 MiB preads) and keep threads balanced.
@@ -70,7 +75,7 @@ class parallel_reader {
   /// @brief Starts threads-1 helper threads (0 is taken as 1: the caller alone).
   /// @throws std::system_error when a thread cannot be started (those already started are
   /// stopped and joined first).
-  explicit parallel_reader(std::size_t threads) : participants_(threads == 0 ? 1 : threads) {
+  explicit basic_parallel_reader(std::size_t threads) : participants_(threads == 0 ? 1 : threads) {
     try {
       helpers_.reserve(participants_ - 1);
       for (std::size_t i = 1; i < participants_; ++i) helpers_.emplace_back([this] { loop(); });
@@ -79,9 +84,9 @@ class parallel_reader {
       throw;
     }
   }
-  parallel_reader(const parallel_reader&) = delete;
-  parallel_reader& operator=(const parallel_reader&) = delete;
-  ~parallel_reader() { stop_helpers(); }
+  basic_parallel_reader(const basic_parallel_reader&) = delete;
+  basic_parallel_reader& operator=(const basic_parallel_reader&) = delete;
+  ~basic_parallel_reader() { stop_helpers(); }
 
   /// @brief Participants (the caller included).
   [[nodiscard]] std::size_t threads() const noexcept { return participants_; }
@@ -238,6 +243,10 @@ class parallel_reader {
   std::mutex error_mutex_;
   std::exception_ptr error_;
 };
+
+/// @brief The pool (see basic_parallel_reader).
+using parallel_reader = basic_parallel_reader<>;
+
 
 }  // namespace v0
 }  // namespace ddo
