@@ -45,6 +45,15 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
+/// X, named through T: a member type that depends on the template parameter is instantiated with
+/// the class, not where the template is defined. Non-dependent uses of std::unordered_map in
+/// the member functions below were instantiated in every TU including the offloader (3 MB of
+/// template instantiation in the umbrella's compile, tests/build_checks/include_cost.py).
+template <class, class X>
+struct native_dependent {
+  using type = X;
+};
+
 template <class T>
 class native_stager {
  public:
@@ -110,7 +119,7 @@ class native_stager {
   std::size_t window_ = 0;
 
   // Per staged piece of a streamed group (ids_ built at setup: lookups never allocate).
-  std::unordered_map<const staged_piece*, std::size_t> ids_;
+  typename native_dependent<T, std::unordered_map<const staged_piece*, std::size_t>>::type ids_;
   std::vector<std::uint64_t> retained_offset_;  // not_retained, or its place in storage_
   std::vector<char> retained_filled_;
   std::vector<std::size_t> cache_slot_;          // none, or its micro-cache slot
