@@ -72,6 +72,25 @@ TEST_SUITE("plan") {
     CHECK(p.loads == 0);
   }
 
+  TEST_CASE("predictor: the engine's lead-ins add to the all-resident step and run under copies") {
+    std::vector<ddo::group_load> resident{{1.0, 5.0, false, 0.5}, {2.0, 5.0, false, 0.25}};
+    const auto r = ddo::predict_step(resident);
+    CHECK(r.step_ms == doctest::Approx(3.75));
+    CHECK(r.compute_ms == doctest::Approx(3.75));
+    CHECK(r.stall_ms == doctest::Approx(0.0));
+    // One slot, two streamed groups: copy-bound (3 + 1 + 3 + 1 ms). A lead-in of 2 ms before the
+    // second group runs while its copy does: the step does not grow, the stall shrinks.
+    std::vector<ddo::group_load> streamed{{1.0, 3.0, true, 0.0}, {1.0, 3.0, true, 0.0}};
+    const auto a = ddo::predict_step(streamed, {1, 1});
+    streamed[1].lead_in_ms = 2.0;
+    const auto b = ddo::predict_step(streamed, {1, 1});
+    CHECK(a.step_ms == doctest::Approx(8.0));
+    CHECK(b.step_ms == doctest::Approx(8.0));
+    CHECK(b.groups[1].stall_ms == doctest::Approx(a.groups[1].stall_ms - 2.0));
+    CHECK_THROWS_AS((void)ddo::predict_step(std::vector<ddo::group_load>{{1.0, 1.0, true, -1.0}}),
+                    ddo::usage_error);
+  }
+
   TEST_CASE("predictor: copy-bound streaming takes the sum of the copies, stalls between groups") {
     // 4 streamed groups, 2 slots: each load waits for the copy before it (3 ms), compute 1 ms.
     const auto p = ddo::predict_step(

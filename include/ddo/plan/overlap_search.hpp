@@ -50,6 +50,7 @@ struct overlap_candidate {
   std::uint64_t bytes = 0;
   double compute_ms = 0.0;
   double transfer_ms = 0.0;  ///< one load of its bytes when streamed
+  double lead_in_ms = 0.0;   ///< the engine's own stream time before its compute (group_timing)
 };
 
 /// @brief The search's answer.
@@ -80,6 +81,7 @@ class overlap_search {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       loads_[g].compute_ms = groups[g].compute_ms;
       loads_[g].transfer_ms = groups[g].transfer_ms;
+      loads_[g].lead_in_ms = groups[g].lead_in_ms;
       if (groups[g].bytes > 0) cands_.push_back(g);
     }
     // A cap on simulated group visits keeps the search bounded on any input.
@@ -132,7 +134,7 @@ class overlap_search {
   }
 
   double ratio(std::size_t g) const {
-    return groups_[g].transfer_ms / std::max(groups_[g].compute_ms, 1e-9);
+    return groups_[g].transfer_ms / std::max(groups_[g].compute_ms + groups_[g].lead_in_ms, 1e-9);
   }
 
   /// Greedy: add the group that shortens the step most per byte while one does.
@@ -403,9 +405,10 @@ inline constexpr std::size_t overlap_exhaustive_limit = 12;
     std::size_t exhaustive_limit = overlap_exhaustive_limit) {
   for (std::size_t g = 0; g < groups.size(); ++g)
     DDO_EXPECTS(groups[g].compute_ms >= 0.0 && groups[g].transfer_ms >= 0.0 &&
-                    groups[g].compute_ms < 1e12 && groups[g].transfer_ms < 1e12,
+                    groups[g].lead_in_ms >= 0.0 && groups[g].compute_ms < 1e12 &&
+                    groups[g].transfer_ms < 1e12 && groups[g].lead_in_ms < 1e12,
                 "choose_overlap_residency: group " + std::to_string(g) +
-                    " has a negative or non-finite compute or transfer time");
+                    " has a negative or non-finite compute, transfer or lead-in time");
   DDO_EXPECTS(ring.slots >= 1, "choose_overlap_residency: ring_shape::slots must be at least 1");
   DDO_EXPECTS(exhaustive_limit <= 20, "choose_overlap_residency: exhaustive_limit above 20 "
                                       "(2^20 predictions) would take minutes");
@@ -432,7 +435,8 @@ inline constexpr std::size_t overlap_exhaustive_limit = 12;
               "predict_residency: one resident flag per group is needed");
   std::vector<group_load> loads(groups.size());
   for (std::size_t g = 0; g < groups.size(); ++g)
-    loads[g] = {groups[g].compute_ms, groups[g].transfer_ms, groups[g].bytes > 0 && !resident[g]};
+    loads[g] = {groups[g].compute_ms, groups[g].transfer_ms, groups[g].bytes > 0 && !resident[g],
+                groups[g].lead_in_ms};
   return predict_step(loads, ring);
 }
 
