@@ -329,6 +329,11 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
     m.device_bytes += t_.vmm_physical_bytes();
     m.peak_device_bytes += t_.vmm_physical_bytes();
   }
+  if constexpr (requires { { t_.vmm_stats() } -> std::same_as<vmm_window_stats>; }) {
+    // A snapshot under the transport's lock: binds still queued on the staging thread are
+    // counted by a later call (no host wait here).
+    m.vmm = t_.vmm_stats();
+  }
   m.cached_blocks_reused = pinning_.cached_blocks_reused();
   return m;
 }
