@@ -114,6 +114,7 @@ TEST_CASE("cuda graphs: an event wait node waits on the record its event had at 
     CAPTURE(captured);
     DDO_CUDA_TRY(cudaMemset(buf.x, 0x11, n));
     DDO_CUDA_TRY(cudaMemset(buf.y, 0x00, n));
+    DDO_CUDA_TRY(cudaDeviceSynchronize());  // test-only: the memsets are done before anything else
     t.record(e, ddo::linear_transport::view(a));
     t.synchronize(ddo::linear_transport::view(a));  // e's record now: complete, x = 0x11
     graph_owner g;
@@ -162,6 +163,7 @@ TEST_CASE("cuda graphs: an event record node records its event at every launch")
   constexpr std::size_t n = 4096;
   buffers buf(n);
   DDO_CUDA_TRY(cudaMemset(buf.x, 0x33, n));
+  DDO_CUDA_TRY(cudaDeviceSynchronize());  // test-only
   t.record(r, ddo::linear_transport::view(c));
   t.synchronize(ddo::linear_transport::view(c));
   graph_owner g;
@@ -294,12 +296,12 @@ TEST_CASE("cuda graphs: capturing an acquire that the window cannot keep loaded 
   auto spec = vmm_spec(331, 6, 1 * ddo::mib);
   spec.where = [](std::size_t, std::size_t) { return ddo::placement::pinned_host; };
   auto m = ddo_test::make_model(spec);
-  ddo::vmm_options vo;
-  vo.window.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
-  T t(vo);
-  auto compute = t.make_stream();
-  const auto v = T::view(compute);
   auto refused = [&](const ddo::runtime_options& o, const char* says) {
+    ddo::vmm_options vo;
+    vo.window.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+    T t(vo);  // one offloader per transport object
+    auto compute = t.make_stream();
+    const auto v = T::view(compute);
     ddo::basic_offloader<T> off(t, m->table, m->plan, o);
     DDO_CUDA_TRY(cudaStreamBeginCapture(v.handle, cudaStreamCaptureModeRelaxed));
     std::string message;
