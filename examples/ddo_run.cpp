@@ -493,6 +493,13 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                 gb(metrics.native.window_bytes_staged).c_str(),
                 static_cast<unsigned long long>(metrics.native.micro_cache_hits),
                 static_cast<unsigned long long>(metrics.native.micro_cache_misses));
+  if (metrics.vmm.slots > 0)
+    std::printf("  VMM window: %zu slots, %llu handles x %s (%s mapped budget part); %llu binds, "
+                "map/access/unmap host time %.1f ms = %.3f ms per GB loaded\n",
+                metrics.vmm.slots, static_cast<unsigned long long>(metrics.vmm.handle_count),
+                gb(metrics.vmm.handle_bytes).c_str(), gb(metrics.vmm.physical_bytes()).c_str(),
+                static_cast<unsigned long long>(metrics.vmm.binds), metrics.vmm.host_ms(),
+                metrics.vmm.host_ms_per_gb(metrics.totals.bytes()));
   if (config.show_profile) {
     std::printf("  totals:\n");
     print_step_metrics(metrics.totals, metrics.timing);

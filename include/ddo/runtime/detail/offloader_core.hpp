@@ -113,7 +113,6 @@ class offloader_core {
   void allocate_ring();
   void note_device_peak() noexcept;
   void teardown() noexcept;
-  [[nodiscard]] bool stages_host_bytes() const;
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);
@@ -125,6 +124,7 @@ class offloader_core {
     requires transport_with_stable_addresses<Transport>;
   void prefetch();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
+  void refuse_unreplayable_capture(std::size_t g) const;
 
   T t_;
   const weight_table* table_;
