@@ -18,6 +18,12 @@
 /// other participants at their next grain; run() returns only after every participant stopped
 /// touching the destinations, then rethrows the first failure — so the caller may free the
 /// destinations while unwinding.
+///
+/// A gated run (start_gated) is the staging pipeline's mode (runtime/detail/staging_pipeline.hpp):
+/// the helper threads alone fill the tasks batch by batch, each batch only after the caller
+/// opened it (its destination is free again), while the caller waits for finished batches and
+/// hands them on (a host→device copy) — no fork-join barrier between batches, so the threads
+/// keep copying while the caller issues copies.
 
 #include <algorithm>
 #include <atomic>
@@ -91,6 +97,97 @@ class basic_parallel_reader {
   /// @brief Participants (the caller included).
   [[nodiscard]] std::size_t threads() const noexcept { return participants_; }
 
+  /// @brief Starts a gated run: the helper threads (not the caller) fill @p tasks, whose batches
+  /// must not decrease along the span, each batch b only after open(b). The tasks (and their
+  /// destinations) must stay valid until finish(). Batches without bytes are complete at once.
+  /// @throws usage_error when the pool has no helper thread, a batch is out of order or not below
+  /// @p batch_count.
+  void start_gated(std::span<const read_task> tasks, std::size_t batch_count) {
+    DDO_EXPECTS(participants_ > 1, "parallel_reader: a gated run needs helper threads (threads >= 2)");
+    if (gated_capacity_ < batch_count) {
+      remaining_ = std::make_unique<std::atomic<std::uint64_t>[]>(batch_count);
+      gated_capacity_ = batch_count;
+    }
+    for (std::size_t b = 0; b < batch_count; ++b) remaining_[b].store(0, std::memory_order_relaxed);
+    starts_.clear();
+    items_.clear();
+    std::uint64_t total = 0;
+    std::size_t last = 0;
+    for (const auto& t : tasks) {
+      DDO_EXPECTS(t.bytes == 0 || t.dst != nullptr, "parallel_reader: a task without destination");
+      DDO_EXPECTS(t.bytes == 0 || t.src != nullptr || t.file != nullptr,
+                  "parallel_reader: a task with neither a host source nor a file");
+      DDO_EXPECTS(t.batch < batch_count && t.batch >= last,
+                  "parallel_reader: gated task of batch " + std::to_string(t.batch) + " after batch " +
+                      std::to_string(last) + " (of " + std::to_string(batch_count) + ")");
+      last = t.batch;
+      starts_.push_back(total);
+      remaining_[t.batch].fetch_add(t.bytes, std::memory_order_relaxed);
+      total += t.bytes;
+    }
+    // Claims never cross a batch: a grain waiting for its batch to open must not hold bytes of
+    // an earlier batch, whose completion may be what opens it.
+    const std::uint64_t helpers = participants_ - 1;
+    std::uint64_t at = 0;
+    for (std::size_t b = 0; b < batch_count; ++b) {
+      const std::uint64_t bytes = remaining_[b].load(std::memory_order_relaxed);
+      const std::uint64_t grain =
+          std::clamp(round_up((bytes + helpers - 1) / helpers, 64 * kib), min_grain, max_grain);
+      for (std::uint64_t off = 0; off < bytes; off += grain)
+        items_.push_back({at + off, at + std::min(bytes, off + grain), b});
+      at += bytes;
+    }
+    tasks_ = tasks;
+    total_ = total;
+    done_ = nullptr;
+    next_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      gated_ = true;
+      open_ = 0;
+      busy_ = participants_ - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+  }
+
+  /// @brief Lets the helpers write batches [0, @p batch] of the gated run.
+  void open_through(std::size_t batch) {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = std::max(open_, batch + 1);
+    }
+    gate_cv_.notify_all();
+  }
+
+  /// @brief Waits until batch @p b of the gated run is in place; false when a helper failed
+  /// instead (finish() then throws its failure).
+  [[nodiscard]] bool wait_batch(std::size_t b) {
+    if (remaining_[b].load(std::memory_order_acquire) == 0) return true;
+    std::unique_lock lock(mutex_);
+    filled_cv_.wait(lock, [&] {
+      return remaining_[b].load(std::memory_order_acquire) == 0 || failed_.load(std::memory_order_relaxed);
+    });
+    return remaining_[b].load(std::memory_order_acquire) == 0;
+  }
+
+  /// @brief Ends the gated run: waits until every helper stopped touching the destinations and
+  /// rethrows the first failure. With @p cancel, the helpers stop at their next grain instead of
+  /// finishing (the caller is unwinding).
+  void finish(bool cancel = false) {
+    {
+      std::unique_lock lock(mutex_);
+      if (cancel) failed_.store(true, std::memory_order_relaxed);
+      gate_cv_.notify_all();
+      idle_cv_.wait(lock, [&] { return busy_ == 0; });
+      gated_ = false;
+    }
+    tasks_ = {};
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
   /// @brief Fills every task's destination; returns when all bytes are in place.
   /// @throws io_error of a failed read (naming the file and offset); the first failure wins, and
   /// nothing is being written when it is thrown.
@@ -122,7 +219,10 @@ class basic_parallel_reader {
     total_ = total;
     done_ = batch_done ? &batch_done : nullptr;
     if (done_ != nullptr) {
-      remaining_ = std::make_unique<std::atomic<std::uint64_t>[]>(batches);
+      if (gated_capacity_ < batches) {
+        remaining_ = std::make_unique<std::atomic<std::uint64_t>[]>(batches);
+        gated_capacity_ = batches;
+      }
       std::vector<std::uint64_t> sums(batches, 0);
       for (const auto& t : tasks) sums[t.batch] += t.bytes;
       for (std::size_t b = 0; b < batches; ++b) remaining_[b].store(sums[b], std::memory_order_relaxed);
@@ -150,17 +250,22 @@ class basic_parallel_reader {
     }
     tasks_ = {};
     done_ = nullptr;
-    remaining_.reset();
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
  private:
+  struct grain_item {
+    std::uint64_t begin, end;
+    std::size_t batch;
+  };
+
   void stop_helpers() noexcept {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
     }
     cv_.notify_all();
+    gate_cv_.notify_all();
     for (auto& t : helpers_) t.join();
     helpers_.clear();
   }
@@ -174,7 +279,15 @@ class basic_parallel_reader {
         if (stop_) return;
         seen = generation_;
       }
-      work();
+      bool gated = false;
+      {
+        std::lock_guard lock(mutex_);
+        gated = gated_;
+      }
+      if (gated)
+        work_gated();
+      else
+        work();
       {
         std::lock_guard lock(mutex_);
         --busy_;
@@ -196,6 +309,38 @@ class basic_parallel_reader {
       std::lock_guard lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
       failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+
+  /// A helper's share of a gated run: grains in order, each once its batch is open.
+  void work_gated() noexcept {
+    try {
+      for (;;) {
+        if (failed_.load(std::memory_order_relaxed)) return;
+        const std::size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+        if (i >= items_.size()) return;
+        const grain_item item = items_[i];
+        {
+          std::unique_lock lock(mutex_);
+          gate_cv_.wait(lock, [&] { return open_ > item.batch || failed_.load(std::memory_order_relaxed) || stop_; });
+          if (open_ <= item.batch) return;
+        }
+        do_range(item.begin, item.end);
+        if (remaining_[item.batch].fetch_sub(item.end - item.begin, std::memory_order_acq_rel) ==
+            item.end - item.begin) {
+          { std::lock_guard lock(mutex_); }  // a waiter between its check and its wait sees it
+          filled_cv_.notify_all();
+        }
+      }
+    } catch (...) {
+      {
+        std::lock_guard lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true, std::memory_order_relaxed);
+      }
+      { std::lock_guard lock(mutex_); }
+      filled_cv_.notify_all();
+      gate_cv_.notify_all();
     }
   }
 
@@ -226,9 +371,13 @@ class basic_parallel_reader {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
+  std::condition_variable gate_cv_;    // a gated batch opened (or a failure)
+  std::condition_variable filled_cv_;  // a gated batch is complete (or a failure)
   std::size_t busy_ = 0;
   std::uint64_t generation_ = 0;
   bool stop_ = false;
+  bool gated_ = false;  // the run in progress is gated (under mutex_)
+  std::size_t open_ = 0;  // gated: batches [0, open_) may be written (under mutex_)
 
   // The run in progress: written by run() before the helpers are woken (under mutex_), read by
   // every participant.
@@ -237,7 +386,9 @@ class basic_parallel_reader {
   std::uint64_t total_ = 0;
   std::uint64_t grain_ = max_grain;
   const std::function<void(std::size_t)>* done_ = nullptr;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> remaining_;  // per batch (with done_)
+  std::unique_ptr<std::atomic<std::uint64_t>[]> remaining_;  // per batch (done_, or gated)
+  std::size_t gated_capacity_ = 0;                          // remaining_'s length
+  std::vector<grain_item> items_;                           // gated: the grains, in order
   std::atomic<std::uint64_t> next_{0};
   std::atomic<bool> failed_{false};
   std::mutex error_mutex_;
