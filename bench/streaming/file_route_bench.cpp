@@ -3,7 +3,7 @@
 // file, cold cache, judged against the raw read bandwidth of the same file measured in the same
 // run. Both sides use the same request size, the same reader threads and the same two buffers
 // of one group each:
-//   raw   = better of O_DIRECT and buffered reads of the whole file (file_read_pool, no copy);
+//   raw   = better of O_DIRECT and buffered reads of the whole file (parallel_reader, no copy);
 //   ddo   = one step of the offloader over nvme_transport: every group acquired in order, the
 //           bytes read into its pinned staging slots and copied to the device;
 //   ratio = ddo bytes/s ÷ raw bytes/s (target ≥ 0.90), each the median of --passes cold passes.
@@ -37,7 +37,7 @@
 #include "ddo/core/units.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/model/file_reader.hpp"
-#include "ddo/model/file_read_pool.hpp"
+#include "ddo/model/parallel_reader.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -222,19 +222,18 @@ double raw_pass(const options& o, const std::string& path, bool direct, std::uin
   const bool d = direct && f.direct_io_active();
   *mode = d ? "O_DIRECT" : "buffered";
   ddo::host_buffer a(group_bytes), b(group_bytes);
-  ddo::file_read_pool reader(o.threads, o.request_mib * ddo::mib);
+  ddo::parallel_reader reader(o.threads, o.request_mib * ddo::mib);
   const auto t0 = std::chrono::steady_clock::now();
   int k = 0;
   for (std::uint64_t off = 0; off < file_bytes; off += group_bytes, k ^= 1) {
-    ddo::file_read_request r;
-    r.path = &path;
-    r.fd = d ? f.direct_handle() : f.native_handle();
-    r.buffered_fd = f.native_handle();
-    r.direct = d;
-    r.offset = off;
+    ddo::read_task r;
+    r.file = &f;
+    r.file_offset = off;
     r.dst = k ? b.data() : a.data();
     r.bytes = r.required = std::min(group_bytes, file_bytes - off);
-    reader.read_all({&r, 1});
+    r.direct = d;
+    if (d) r.bytes = ddo::round_up(r.bytes, ddo::direct_io_alignment);
+    reader.run(std::span<const ddo::read_task>(&r, 1));
   }
   return static_cast<double>(file_bytes) / seconds_since(t0);
 }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief ddo::parallel_reader: a fork-join pool that fills host memory from model files
-/// (positional reads, file_reader::read) and from host memory (memcpy) with several threads.
+/// @brief ddo::parallel_reader: the one pool of threads that fills host memory from model files
+/// (positional reads: file_reader::read, or O_DIRECT through file_reader::read_direct) and from
+/// host memory (memcpy) — for packing, for the staging loop and for the file route's slots.
 ///
 /// Why: one thread reads cached file pages at ~7 GB/s and copies pageable memory at ~5-6 GB/s,
 /// while 8 threads reach ~47 GB/s from the page cache (physical-limits.md) — the difference
@@ -55,6 +56,12 @@ struct read_task {
   const file_reader* file = nullptr;  ///< file source (when src is null); must outlive run()
   std::uint64_t file_offset = 0;      ///< offset of the first byte in `file`
   std::size_t batch = 0;              ///< tasks of one batch complete together (see run())
+  /// Read through the file's O_DIRECT descriptor (file_reader::read_direct): file_offset, dst
+  /// and bytes are multiples of direct_io_alignment, and bytes past `required` may be cut short
+  /// by the end of the file (an aligned range widened past it). A part of the task a grain
+  /// leaves unaligned is read buffered, its required bytes only.
+  bool direct = false;
+  std::uint64_t required = 0;  ///< direct: bytes from the task's start that must arrive
 };
 
 /// @brief A pool of `threads` participants (the calling thread and threads-1 helpers) that
@@ -70,18 +77,26 @@ struct read_task {
 template <class Unused = void>
 class basic_parallel_reader {
  public:
-  /// Largest amount of work one participant claims at a time: 4 MiB reads reach the page
-  /// cache's throughput (physical-limits.md measured 4 MiB preads) and keep threads balanced.
-  static constexpr std::uint64_t max_grain = 4 * mib;
+  /// Default largest amount of work one participant claims at a time: 4 MiB reads reach the
+  /// page cache's throughput (physical-limits.md measured 4 MiB preads) and keep threads
+  /// balanced. A pool reading a disk with O_DIRECT may want larger requests (constructor).
+  static constexpr std::uint64_t default_max_grain = 4 * mib;
   /// Smallest claim: below this, per-call overhead shows.
   static constexpr std::uint64_t min_grain = 256 * kib;
   /// Runs smaller than this stay on the calling thread (waking helpers costs more).
   static constexpr std::uint64_t parallel_threshold = 2 * mib;
 
-  /// @brief Starts threads-1 helper threads (0 is taken as 1: the caller alone).
-  /// @throws std::system_error when a thread cannot be started (those already started are
-  /// stopped and joined first).
-  explicit basic_parallel_reader(std::size_t threads) : participants_(threads == 0 ? 1 : threads) {
+  /// @brief Starts threads-1 helper threads (0 is taken as 1: the caller alone); a participant
+  /// claims at most @p max_grain bytes at a time (a request's size; a multiple of
+  /// direct_io_alignment, at least 64 KiB).
+  /// @throws usage_error for a bad @p max_grain; std::system_error when a thread cannot be
+  /// started (those already started are stopped and joined first).
+  explicit basic_parallel_reader(std::size_t threads, std::uint64_t max_grain = default_max_grain)
+      : participants_(threads == 0 ? 1 : threads), max_grain_(max_grain) {
+    DDO_EXPECTS(max_grain >= 64 * kib && max_grain % direct_io_alignment == 0,
+                "parallel_reader: the largest grain must be a multiple of " +
+                    std::to_string(direct_io_alignment) + " of at least 64 KiB, got " +
+                    std::to_string(max_grain));
     try {
       helpers_.reserve(participants_ - 1);
       for (std::size_t i = 1; i < participants_; ++i) helpers_.emplace_back([this] { loop(); });
@@ -131,8 +146,7 @@ class basic_parallel_reader {
     std::uint64_t at = 0;
     for (std::size_t b = 0; b < batch_count; ++b) {
       const std::uint64_t bytes = remaining_[b].load(std::memory_order_relaxed);
-      const std::uint64_t grain =
-          std::clamp(round_up((bytes + helpers - 1) / helpers, 64 * kib), min_grain, max_grain);
+      const std::uint64_t grain = clamp_grain(round_up((bytes + helpers - 1) / helpers, 64 * kib));
       for (std::uint64_t off = 0; off < bytes; off += grain)
         items_.push_back({at + off, at + std::min(bytes, off + grain), b});
       at += bytes;
@@ -230,8 +244,7 @@ class basic_parallel_reader {
         if (sums[b] == 0) (*done_)(b);
     }
     const std::size_t workers = participants_ == 1 || total < parallel_threshold ? 1 : participants_;
-    grain_ = std::clamp(round_up((total + 2 * workers - 1) / (2 * workers), 4 * kib), min_grain,
-                        max_grain);
+    grain_ = clamp_grain(round_up((total + 2 * workers - 1) / (2 * workers), 4 * kib));
     next_.store(0, std::memory_order_relaxed);
     failed_.store(false, std::memory_order_relaxed);
     error_ = nullptr;
@@ -254,6 +267,10 @@ class basic_parallel_reader {
   }
 
  private:
+  [[nodiscard]] std::uint64_t clamp_grain(std::uint64_t g) const noexcept {
+    return std::min(max_grain_, std::max(std::min(min_grain, max_grain_), g));
+  }
+
   struct grain_item {
     std::uint64_t begin, end;
     std::size_t batch;
@@ -344,6 +361,18 @@ class basic_parallel_reader {
     }
   }
 
+  /// Bytes [a, a + n) of direct task @p t: O_DIRECT when the part is aligned (a grain of a
+  /// task whose concatenated start is aligned), else its required bytes through the page cache.
+  static void read_direct_part(const read_task& t, std::uint64_t a, std::uint64_t n) {
+    const std::uint64_t need = t.required > a ? std::min(n, t.required - a) : 0;
+    const bool aligned = (t.file_offset + a) % direct_io_alignment == 0 && n % direct_io_alignment == 0 &&
+                         reinterpret_cast<std::uintptr_t>(t.dst + a) % direct_io_alignment == 0;
+    if (aligned)
+      (void)t.file->read_direct(t.file_offset + a, std::span<std::byte>(t.dst + a, static_cast<std::size_t>(n)), need);
+    else if (need != 0)
+      t.file->read(t.file_offset + a, std::span<std::byte>(t.dst + a, static_cast<std::size_t>(need)));
+  }
+
   /// Bytes [begin, end) of the concatenated tasks.
   void do_range(std::uint64_t begin, std::uint64_t end) {
     auto it = std::upper_bound(starts_.begin(), starts_.end(), begin);
@@ -355,6 +384,8 @@ class basic_parallel_reader {
       if (n != 0) {
         if (t.src != nullptr)
           std::memcpy(t.dst + a, t.src + a, static_cast<std::size_t>(n));
+        else if (t.direct)
+          read_direct_part(t, a, n);
         else
           t.file->read(t.file_offset + a, std::span<std::byte>(t.dst + a, static_cast<std::size_t>(n)));
         if (done_ != nullptr &&
@@ -367,6 +398,7 @@ class basic_parallel_reader {
   }
 
   std::size_t participants_;
+  std::uint64_t max_grain_;
   std::vector<std::thread> helpers_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -384,7 +416,7 @@ class basic_parallel_reader {
   std::span<const read_task> tasks_;
   std::vector<std::uint64_t> starts_;  // per task: its first byte in the concatenation
   std::uint64_t total_ = 0;
-  std::uint64_t grain_ = max_grain;
+  std::uint64_t grain_ = default_max_grain;
   const std::function<void(std::size_t)>* done_ = nullptr;
   std::unique_ptr<std::atomic<std::uint64_t>[]> remaining_;  // per batch (done_, or gated)
   std::size_t gated_capacity_ = 0;                          // remaining_'s length
