@@ -392,23 +392,24 @@ double staged_rate(const model& m, std::size_t span, cudaStream_t s, std::byte* 
   return static_cast<double>(moved) / seconds;
 }
 
-/// The pageable routes' own ceiling: @p threads threads fill a 256 MiB pinned region in 4 MiB
+/// The pageable routes' own ceiling: @p threads threads fill a pinned region of @p region bytes
+/// (the linear route's staging ring is 64 MiB; the native route's windows 1.25 GiB) in 4 MiB
 /// grains with @p fill (source offset, destination, bytes; over [0, @p span) of the source,
 /// round robin), first alone for 200 ms, then while a stream runs back-to-back 256 MiB pinned
 /// host→device copies (~0.25 s at PCIe Gen5 rate). A staged route needs both at once and they
 /// share the host's memory bandwidth, so the slower of the two side by side bounds it.
 ddo::bench::concurrent_fill measure_fill(
-    unsigned threads, std::uint64_t span,
+    unsigned threads, std::uint64_t span, std::uint64_t region,
     const std::function<void(std::uint64_t, std::byte*, std::uint64_t)>& fill) {
   constexpr std::uint64_t grain = 4 * ddo::mib;
-  constexpr std::uint64_t region = 256 * ddo::mib;
+  constexpr std::uint64_t chunk = 256 * ddo::mib;  // each pinned H2D copy
   constexpr int copies = 48;
   ddo::bench::concurrent_fill result;
   const std::uint64_t grains = span / grain;
   if (grains == 0 || threads == 0) return result;
-  pinned_buffer dst(region), src(region);
-  fill_random_bf16(src.data(), region, 11, 4);
-  device_buffer dev(region);
+  pinned_buffer dst(region), src(chunk);
+  fill_random_bf16(src.data(), chunk, 11, 4);
+  device_buffer dev(chunk);
   stream_owner s;
   event_owner a, b;
   std::atomic<std::uint64_t> next{0}, filled{0};
@@ -446,7 +447,7 @@ ddo::bench::concurrent_fill measure_fill(
   result.beside_dma = rate_over([&] {
     DDO_CUDA_TRY(cudaEventRecord(a.event, s.stream));
     for (int i = 0; i < copies; ++i)
-      DDO_CUDA_TRY(cudaMemcpyAsync(dev.ptr, src.ptr, region, cudaMemcpyHostToDevice, s.stream));
+      DDO_CUDA_TRY(cudaMemcpyAsync(dev.ptr, src.ptr, chunk, cudaMemcpyHostToDevice, s.stream));
     DDO_CUDA_TRY(cudaEventRecord(b.event, s.stream));
     // Polled, not synchronized: this thread only watches while the fill threads work.
     while (cudaEventQuery(b.event) == cudaErrorNotReady)
@@ -456,14 +457,19 @@ ddo::bench::concurrent_fill measure_fill(
   for (auto& th : pool) th.join();
   DDO_CUDA_TRY(cudaEventSynchronize(b.event));
   if (failed.load()) throw std::runtime_error("streaming_bench: a host fill failed: " + failure);
-  result.dma_beside = copies * static_cast<double>(region) / (elapsed_ms(a.event, b.event) * 1e-3);
+  result.dma_beside = copies * static_cast<double>(chunk) / (elapsed_ms(a.event, b.event) * 1e-3);
   result.threads = threads;
+  result.region_bytes = region;
   return result;
 }
 
+/// The linear route's staging ring (2 x 32 MiB by default), the destination of the ceilings.
+constexpr std::uint64_t ring_region = 64 * ddo::mib;
+
 /// measure_fill for pageable memory → pinned (memcpy from the model's own pages).
-ddo::bench::concurrent_fill measure_host_copy_fill(const model& m, unsigned threads) {
-  return measure_fill(threads, m.block_stride * static_cast<std::uint64_t>(m.blocks),
+ddo::bench::concurrent_fill measure_host_copy_fill(const model& m, unsigned threads,
+                                                   std::uint64_t region = ring_region) {
+  return measure_fill(threads, m.block_stride * static_cast<std::uint64_t>(m.blocks), region,
                       [&](std::uint64_t off, std::byte* dst, std::uint64_t n) {
                         std::memcpy(dst, m.host + off, static_cast<std::size_t>(n));
                       });
@@ -514,6 +520,8 @@ bandwidths measure_bandwidths(const model& m) {
   // With as many threads as ddo's staging uses by default.
   result.host_copy =
       measure_host_copy_fill(m, static_cast<unsigned>(ddo::default_staging_threads()));
+  result.host_copy_windows = measure_host_copy_fill(
+      m, static_cast<unsigned>(ddo::default_staging_threads()), 20 * 64 * ddo::mib);
   return result;
 }
 
@@ -762,7 +770,7 @@ ddo::bench::concurrent_fill measure_file_fill(const model_file& f, unsigned thre
     ~descriptor() { ::close(fd); }
   } file{::open(f.path().c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) throw ddo::io_error(f.path(), errno, "streaming_bench: cannot open " + f.path());
-  return measure_fill(threads, f.bytes(), [&](std::uint64_t off, std::byte* dst, std::uint64_t n) {
+  return measure_fill(threads, f.bytes(), ring_region, [&](std::uint64_t off, std::byte* dst, std::uint64_t n) {
     for (std::uint64_t at = 0; at < n;) {
       const ssize_t got = ::pread(file.fd, dst + at, n - at, static_cast<off_t>(off + at));
       if (got < 0 && errno == EINTR) continue;

@@ -27,6 +27,7 @@ namespace bench {
 /// miss the PCIe bound (both share the host's memory bandwidth).
 struct concurrent_fill {
   unsigned threads = 0;   ///< 0: not measured
+  std::uint64_t region_bytes = 0;  ///< the pinned destination the fills cycle through
   double alone = 0;       ///< bytes/s of the fill with the copy engine idle
   double beside_dma = 0;  ///< bytes/s of the fill while the pinned H2D stream runs
   double dma_beside = 0;  ///< bytes/s of the pinned H2D stream meanwhile
@@ -55,6 +56,10 @@ struct bandwidths {
   /// Cached model file → pinned pread, alone and beside the pinned copies (the ceiling of the
   /// variants staging file pieces; measured only when a file variant runs).
   concurrent_fill file_read;
+  /// The host copy again into a destination as large as the native VMM route's windows (1.25
+  /// GiB, far beyond the CPU's caches, where the ring above may stay in them): how much a
+  /// staging ring's size costs. Reported, not a ceiling.
+  concurrent_fill host_copy_windows;
 };
 
 /// @brief Where a variant's streamed bytes come from when they are not pinned: they then have
@@ -247,7 +252,8 @@ inline std::string str(const std::string& s) {
   out << "\n";
   auto fill_line = [&](const concurrent_fill& f, const char* what) {
     if (f.threads == 0) return;
-    out << what << ", " << f.threads << " threads: " << fixed(f.alone / 1e9, 1)
+    out << what << ", " << f.threads << " threads into " << fixed(static_cast<double>(f.region_bytes) / (1 << 20), 0)
+        << " MiB of pinned memory: " << fixed(f.alone / 1e9, 1)
         << " GB/s alone, " << fixed(f.beside_dma / 1e9, 1)
         << " GB/s beside a running pinned H2D stream (which meanwhile moved "
         << fixed(f.dma_beside / 1e9, 1) << " GB/s): ceiling of the routes staging them "
@@ -255,6 +261,7 @@ inline std::string str(const std::string& s) {
   };
   fill_line(ctx.bw.host_copy, "host fill pageable memory -> pinned (memcpy)");
   fill_line(ctx.bw.file_read, "host fill cached file -> pinned (pread)");
+  fill_line(ctx.bw.host_copy_windows, "host fill pageable memory -> pinned (memcpy), native-window-sized destination");
   out << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n";
   if (ctx.file.bytes != 0)
     out << "model file: " << gb(ctx.file.bytes) << " GB; plain parallel pread (warm cache, "
@@ -320,7 +327,8 @@ inline std::string str(const std::string& s) {
     out << (i ? ", " : "") << "\"" << ctx.bw.staging_by_threads[i].first
         << "\": " << num(ctx.bw.staging_by_threads[i].second / 1e9);
   auto fill_json = [&](const concurrent_fill& f) {
-    out << "{\"threads\": " << f.threads << ", \"alone\": " << num(f.alone / 1e9)
+    out << "{\"threads\": " << f.threads << ", \"region_bytes\": " << f.region_bytes
+        << ", \"alone\": " << num(f.alone / 1e9)
         << ", \"beside_dma\": " << num(f.beside_dma / 1e9)
         << ", \"dma_beside\": " << num(f.dma_beside / 1e9)
         << ", \"ceiling\": " << num(f.ceiling(ctx.bw.pinned_h2d) / 1e9) << "}";
@@ -329,6 +337,8 @@ inline std::string str(const std::string& s) {
   fill_json(ctx.bw.host_copy);
   out << ", \"file_read\": ";
   fill_json(ctx.bw.file_read);
+  out << ", \"host_copy_windows\": ";
+  fill_json(ctx.bw.host_copy_windows);
   out << "},\n  \"file_baseline\": {\"bytes\": " << ctx.file.bytes
       << ", \"threads\": " << ctx.file.threads << ", \"read_s\": " << num(ctx.file.read_s)
       << ", \"register_s\": " << num(ctx.file.register_s) << "},\n  \"runs\": [";
