@@ -3,7 +3,7 @@
 // file, cold cache, judged against the raw read bandwidth of the same file measured in the same
 // run. Both sides use the same request size, the same reader threads and the same two buffers
 // of one group each:
-//   raw   = better of O_DIRECT and buffered reads of the whole file (file_read_pool, no copy);
+//   raw   = better of O_DIRECT and buffered reads of the whole file (parallel_reader, no copy);
 //   ddo   = one step of the offloader over nvme_transport: every group acquired in order, the
 //           bytes read into its pinned staging slots and copied to the device;
 //   ratio = ddo bytes/s ÷ raw bytes/s (target ≥ 0.90), each the median of --passes cold passes.
@@ -16,6 +16,8 @@
 // Exit status: 0 ok (target met or not: the table says), 1 failure, 2 usage.
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +37,7 @@
 #include "ddo/core/units.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/model/file_reader.hpp"
-#include "ddo/model/file_read_pool.hpp"
+#include "ddo/model/parallel_reader.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -113,6 +115,33 @@ std::uint64_t proc_kib_field(const char* file, const std::string& key) {
   return 0;
 }
 
+/// Bytes of @p path resident in the page cache (mincore over a mapping that is never touched,
+/// so it faults nothing in): the file's own pages, which "Cached:" in /proc/meminfo mixes with
+/// shared memory — and pinned memory from cudaHostAlloc is counted there too (Shmem), so the
+/// route's pinned staging slots would read as page-cache growth.
+std::uint64_t file_cached_bytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ddo::io_error(path, errno, "cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    ::close(fd);
+    return 0;
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw ddo::io_error(path, errno, "cannot map '" + path + "' for mincore");
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((size + page - 1) / page);
+  const int rc = ::mincore(map, size, resident.data());
+  const int e = errno;
+  ::munmap(map, size);
+  if (rc != 0) throw ddo::io_error(path, e, "mincore of '" + path + "' failed: " + std::strerror(e));
+  std::uint64_t pages = 0;
+  for (const unsigned char r : resident) pages += r & 1u;
+  return pages * page;
+}
+
 /// Resets the process's peak RSS (VmHWM) to its current RSS; false where the kernel refuses.
 bool reset_peak_rss() {
   std::ofstream f("/proc/self/clear_refs");
@@ -125,7 +154,9 @@ bool reset_peak_rss() {
 /// and with it CUDA, was made), the page cache's growth, and what the route may hold.
 struct memory_pass {
   std::uint64_t rss_growth = 0;
-  std::int64_t cache_growth = 0;
+  std::int64_t cache_growth = 0;      // "Cached:" of /proc/meminfo (file pages and Shmem)
+  std::int64_t shmem_growth = 0;      // "Shmem:" (pinned memory shows here on a GPU machine)
+  std::int64_t file_cache_growth = 0; // the model file's own resident pages (mincore)
   std::uint64_t staging = 0;     // the two pinned slots
   std::uint64_t sim_device = 0;  // host_sim's device memory is host memory (0 on a GPU)
   bool peak_reset = false;
@@ -191,19 +222,18 @@ double raw_pass(const options& o, const std::string& path, bool direct, std::uin
   const bool d = direct && f.direct_io_active();
   *mode = d ? "O_DIRECT" : "buffered";
   ddo::host_buffer a(group_bytes), b(group_bytes);
-  ddo::file_read_pool reader(o.threads, o.request_mib * ddo::mib);
+  ddo::parallel_reader reader(o.threads, o.request_mib * ddo::mib);
   const auto t0 = std::chrono::steady_clock::now();
   int k = 0;
   for (std::uint64_t off = 0; off < file_bytes; off += group_bytes, k ^= 1) {
-    ddo::file_read_request r;
-    r.path = &path;
-    r.fd = d ? f.direct_handle() : f.native_handle();
-    r.buffered_fd = f.native_handle();
-    r.direct = d;
-    r.offset = off;
+    ddo::read_task r;
+    r.file = &f;
+    r.file_offset = off;
     r.dst = k ? b.data() : a.data();
     r.bytes = r.required = std::min(group_bytes, file_bytes - off);
-    reader.read_all({&r, 1});
+    r.direct = d;
+    if (d) r.bytes = ddo::round_up(r.bytes, ddo::direct_io_alignment);
+    reader.run(std::span<const ddo::read_task>(&r, 1));
   }
   return static_cast<double>(file_bytes) / seconds_since(t0);
 }
@@ -211,6 +241,7 @@ double raw_pass(const options& o, const std::string& path, bool direct, std::uin
 /// The file laid out as a model: weights of weight_mib, per_group to a group, all streamed from
 /// the file (placement file).
 struct file_model {
+  std::string path;
   ddo::weight_table table;
   ddo::offload_plan plan;
   std::uint64_t bytes = 0;
@@ -219,6 +250,7 @@ struct file_model {
 
 file_model make_model(const options& o, const std::string& path, std::uint64_t file_bytes) {
   file_model m;
+  m.path = path;
   const std::size_t f = m.table.add_file(path);
   const std::uint64_t w_bytes = o.weight_mib * ddo::mib;
   std::size_t n = 0;
@@ -253,6 +285,8 @@ double ddo_pass(const options& o, const file_model& m, Inner inner, std::string*
                 memory_pass* mem) {
   const std::uint64_t rss0 = proc_kib_field("/proc/self/status", "VmRSS:");
   const std::uint64_t cache0 = proc_kib_field("/proc/meminfo", "Cached:");
+  const std::uint64_t shmem0 = proc_kib_field("/proc/meminfo", "Shmem:");
+  const std::uint64_t file0 = file_cached_bytes(m.path);
   mem->peak_reset = reset_peak_rss();
   ddo::nvme_options no;
   no.staging_slot_bytes = ddo::round_up(m.largest_group, 4096);
@@ -274,6 +308,10 @@ double ddo_pass(const options& o, const file_model& m, Inner inner, std::string*
   mem->rss_growth = hwm > rss0 ? hwm - rss0 : 0;
   mem->cache_growth = static_cast<std::int64_t>(proc_kib_field("/proc/meminfo", "Cached:")) -
                       static_cast<std::int64_t>(cache0);
+  mem->shmem_growth = static_cast<std::int64_t>(proc_kib_field("/proc/meminfo", "Shmem:")) -
+                      static_cast<std::int64_t>(shmem0);
+  mem->file_cache_growth =
+      static_cast<std::int64_t>(file_cached_bytes(m.path)) - static_cast<std::int64_t>(file0);
   mem->staging = 2 * no.staging_slot_bytes;
   if constexpr (std::is_same_v<Inner, ddo::host_sim_transport>)
     mem->sim_device = t.ledger().peak(ddo::ledger_kind::device);
@@ -340,10 +378,12 @@ int main(int argc, char** argv) {
     // Host memory: the largest RSS growth of the passes against staging + 5% (+ host_sim's
     // simulated device memory, which is host memory there).
     std::uint64_t rss = 0, allowed = 0;
-    std::int64_t cache = 0;
+    std::int64_t cache = 0, shmem = 0, file_cache = 0;
     for (const auto& p : memory) {
       rss = std::max(rss, p.rss_growth);
       cache = std::max(cache, p.cache_growth);
+      shmem = std::max(shmem, p.shmem_growth);
+      file_cache = std::max(file_cache, p.file_cache_growth);
       allowed = std::max<std::uint64_t>(allowed, p.staging + p.staging / 20 + p.sim_device);
     }
     const bool rss_ok = rss <= allowed;
@@ -354,6 +394,13 @@ int main(int argc, char** argv) {
                 rss_ok ? "met" : "NOT met", memory.front().peak_reset ? "" : "; VmHWM not resettable here, peak since start",
                 static_cast<double>(cache) / 1e9, 100.0 * static_cast<double>(cache) / static_cast<double>(m.bytes),
                 static_cast<double>(m.bytes) / 1e9);
+    // The target (page-cache growth <= 5% of the weights with O_DIRECT) is about the file's
+    // pages; "Cached:" also counts Shmem, where pinned memory shows.
+    const double file_share = static_cast<double>(file_cache) / static_cast<double>(m.bytes);
+    std::printf("page cache: the model file's own resident pages grew %.3f GB during a pass (%.1f%% of the read; "
+                "target <= 5%% with O_DIRECT: %s); of the \"Cached:\" growth, Shmem (pinned memory among it) %.3f GB\n",
+                static_cast<double>(file_cache) / 1e9, 100.0 * file_share, file_share <= 0.05 ? "met" : "NOT met",
+                static_cast<double>(shmem) / 1e9);
     if (!o.json.empty()) {
       std::ofstream j(o.json);
       j << "{\"bench\":\"file_route\",\"device\":\"" << (gpu ? "gpu" : "host_sim") << "\",\"file_bytes\":" << file_bytes
@@ -373,7 +420,10 @@ int main(int argc, char** argv) {
         << ",\"unit\":\"GB/s\"},{\"metric\":\"file route peak RSS growth / allowed (staging + 5%)\",\"value\":"
         << static_cast<double>(rss) / static_cast<double>(allowed) << ",\"target\":\"<= 1.0\",\"pass\":"
         << (rss_ok ? "true" : "false") << "},{\"metric\":\"page cache growth during a ddo pass / bytes read\",\"value\":"
-        << static_cast<double>(cache) / static_cast<double>(m.bytes) << "}]}\n";
+        << static_cast<double>(cache) / static_cast<double>(m.bytes)
+        << "},{\"metric\":\"model file pages cached during a ddo pass (mincore) / bytes read\",\"value\":"
+        << static_cast<double>(file_cache) / static_cast<double>(m.bytes) << ",\"target\":\"<= 0.05\",\"pass\":"
+        << (file_share <= 0.05 ? "true" : "false") << "}]}\n";
     }
     return 0;
   } catch (const std::exception& e) {

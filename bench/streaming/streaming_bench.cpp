@@ -46,6 +46,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -392,6 +393,89 @@ double staged_rate(const model& m, std::size_t span, cudaStream_t s, std::byte* 
   return static_cast<double>(moved) / seconds;
 }
 
+/// The pageable routes' own ceiling: @p threads threads fill a pinned region of @p region bytes
+/// (the linear route's staging ring is 64 MiB; the native route's windows 1.25 GiB) in 4 MiB
+/// grains with @p fill (source offset, destination, bytes; over [0, @p span) of the source,
+/// round robin), first alone for 200 ms, then while a stream runs back-to-back 256 MiB pinned
+/// host→device copies (~0.25 s at PCIe Gen5 rate). A staged route needs both at once and they
+/// share the host's memory bandwidth, so the slower of the two side by side bounds it.
+ddo::bench::concurrent_fill measure_fill(
+    unsigned threads, std::uint64_t span, std::uint64_t region,
+    const std::function<void(std::uint64_t, std::byte*, std::uint64_t)>& fill) {
+  constexpr std::uint64_t grain = 4 * ddo::mib;
+  constexpr std::uint64_t chunk = 256 * ddo::mib;  // each pinned H2D copy
+  constexpr int copies = 48;
+  ddo::bench::concurrent_fill result;
+  const std::uint64_t grains = span / grain;
+  if (grains == 0 || threads == 0) return result;
+  pinned_buffer dst(region), src(chunk);
+  fill_random_bf16(src.data(), chunk, 11, 4);
+  device_buffer dev(chunk);
+  stream_owner s;
+  event_owner a, b;
+  std::atomic<std::uint64_t> next{0}, filled{0};
+  std::atomic<int> phase{0};  // 0 wait, 1 fill, 2 stop
+  std::atomic<bool> failed{false};
+  std::string failure;
+  std::mutex failure_mutex;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      while (phase.load() == 0) std::this_thread::yield();
+      while (phase.load() == 1) {
+        const std::uint64_t i = next.fetch_add(1);
+        try {
+          fill((i % grains) * grain, dst.data() + (i % (region / grain)) * grain, grain);
+        } catch (const std::exception& e) {
+          std::lock_guard lock(failure_mutex);
+          if (!failed.exchange(true)) failure = e.what();
+          return;
+        }
+        filled.fetch_add(grain);
+      }
+    });
+  auto rate_over = [&](auto&& wait) {
+    const std::uint64_t b0 = filled.load();
+    const auto t0 = std::chrono::steady_clock::now();
+    wait();
+    const std::uint64_t b1 = filled.load();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return static_cast<double>(b1 - b0) / seconds;
+  };
+  phase.store(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every thread filling
+  result.alone = rate_over([] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
+  result.beside_dma = rate_over([&] {
+    DDO_CUDA_TRY(cudaEventRecord(a.event, s.stream));
+    for (int i = 0; i < copies; ++i)
+      DDO_CUDA_TRY(cudaMemcpyAsync(dev.ptr, src.ptr, chunk, cudaMemcpyHostToDevice, s.stream));
+    DDO_CUDA_TRY(cudaEventRecord(b.event, s.stream));
+    // Polled, not synchronized: this thread only watches while the fill threads work.
+    while (cudaEventQuery(b.event) == cudaErrorNotReady)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  });
+  phase.store(2);
+  for (auto& th : pool) th.join();
+  DDO_CUDA_TRY(cudaEventSynchronize(b.event));
+  if (failed.load()) throw std::runtime_error("streaming_bench: a host fill failed: " + failure);
+  result.dma_beside = copies * static_cast<double>(chunk) / (elapsed_ms(a.event, b.event) * 1e-3);
+  result.threads = threads;
+  result.region_bytes = region;
+  return result;
+}
+
+/// The linear route's staging ring (2 x 32 MiB by default), the destination of the ceilings.
+constexpr std::uint64_t ring_region = 64 * ddo::mib;
+
+/// measure_fill for pageable memory → pinned (memcpy from the model's own pages).
+ddo::bench::concurrent_fill measure_host_copy_fill(const model& m, unsigned threads,
+                                                   std::uint64_t region = ring_region) {
+  return measure_fill(threads, m.block_stride * static_cast<std::uint64_t>(m.blocks), region,
+                      [&](std::uint64_t off, std::byte* dst, std::uint64_t n) {
+                        std::memcpy(dst, m.host + off, static_cast<std::size_t>(n));
+                      });
+}
+
 bandwidths measure_bandwidths(const model& m) {
   bandwidths result;
   const std::size_t chunk = 256 * ddo::mib;
@@ -434,6 +518,11 @@ bandwidths measure_bandwidths(const model& m) {
     result.staging_by_threads.emplace_back(threads, rate);
     result.pageable_staging = std::max(result.pageable_staging, rate);
   }
+  // With as many threads as ddo's staging uses by default.
+  result.host_copy =
+      measure_host_copy_fill(m, static_cast<unsigned>(ddo::default_staging_threads()));
+  result.host_copy_windows = measure_host_copy_fill(
+      m, static_cast<unsigned>(ddo::default_staging_threads()), 20 * 64 * ddo::mib);
   return result;
 }
 
@@ -675,6 +764,26 @@ class model_file {
 /// The yardstick of the file route's setup: the whole file read by @p threads threads with 4 MiB
 /// preads (each claims the next 4 MiB) into fresh anonymous memory (the read is its first touch,
 /// as in ddo's packing), median of 3 passes; then cudaHostRegister of that memory, timed.
+/// measure_fill for the cached model file → pinned (pread, as ddo's read pool does).
+ddo::bench::concurrent_fill measure_file_fill(const model_file& f, unsigned threads) {
+  struct descriptor {
+    int fd;
+    ~descriptor() { ::close(fd); }
+  } file{::open(f.path().c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) throw ddo::io_error(f.path(), errno, "streaming_bench: cannot open " + f.path());
+  return measure_fill(threads, f.bytes(), ring_region, [&](std::uint64_t off, std::byte* dst, std::uint64_t n) {
+    for (std::uint64_t at = 0; at < n;) {
+      const ssize_t got = ::pread(file.fd, dst + at, n - at, static_cast<off_t>(off + at));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0)
+        throw ddo::io_error(f.path(), got < 0 ? errno : EIO,
+                            "streaming_bench: pread of " + f.path() + " at " + std::to_string(off + at) +
+                                " failed");
+      at += static_cast<std::uint64_t>(got);
+    }
+  });
+}
+
 ddo::bench::file_baseline measure_file_baseline(const model_file& f, unsigned threads) {
   ddo::bench::file_baseline b;
   b.bytes = f.bytes();
@@ -893,11 +1002,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "streaming_bench: %s GB of random bf16 weights built in %.1f s\n",
                  gb(static_cast<double>(m.total_bytes())).c_str(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    const bandwidths bw = measure_bandwidths(m);
+    bandwidths bw = measure_bandwidths(m);
     const ddo_model d = build_table(m);
     std::fprintf(stderr, "streaming_bench: pinned %.1f GB/s, pageable %.1f GB/s, staging %.1f GB/s"
-                 " (best of 1/2/4/8 threads)\n",
-                 bw.pinned_h2d / 1e9, bw.pageable_h2d / 1e9, bw.pageable_staging / 1e9);
+                 " (best of 1/2/4/8 threads); %u threads memcpy pageable->pinned %.1f GB/s alone,"
+                 " %.1f GB/s beside the pinned copies (which meanwhile ran at %.1f GB/s)\n",
+                 bw.pinned_h2d / 1e9, bw.pageable_h2d / 1e9, bw.pageable_staging / 1e9,
+                 bw.host_copy.threads, bw.host_copy.alone / 1e9, bw.host_copy.beside_dma / 1e9,
+                 bw.host_copy.dma_beside / 1e9);
     // The file variants' model file, its yardstick, and its weight table.
     std::optional<model_file> file;
     std::optional<ddo_model> file_table;
@@ -909,6 +1021,7 @@ int main(int argc, char** argv) {
       const auto f0 = std::chrono::steady_clock::now();
       file.emplace(m, dir);
       file_base = measure_file_baseline(*file, opt.threads);
+      bw.file_read = measure_file_fill(*file, static_cast<unsigned>(ddo::default_staging_threads()));
       file_table.emplace(build_table(m, file->path()));
       std::fprintf(stderr,
                    "streaming_bench: model file %s written in %.1f s; plain pread with %u threads "
@@ -923,8 +1036,9 @@ int main(int argc, char** argv) {
     for (const auto tokens : opt.tokens) {
       token_run run;
       run.tokens = tokens;
-      auto add = [&](variant_result r, double target) {
+      auto add = [&](variant_result r, double target, ddo::bench::staged_source staged) {
         r.target = target;
+        r.staged = staged;
         ddo::bench::finish(r, run.compute_ms, bw);
         std::fprintf(stderr, "streaming_bench: %lld tokens, %-26s %8.1f ms/step  %.3fx bound\n",
                      static_cast<long long>(tokens), r.name.c_str(), r.ms, r.ratio);
@@ -933,10 +1047,12 @@ int main(int argc, char** argv) {
       {
         variant_result r = run_resident(opt, m, tokens);
         run.compute_ms = median(r.step_ms);
-        add(std::move(r), 0);
+        add(std::move(r), 0, ddo::bench::staged_source::none);
       }
       // A variant that throws is reported (and fails the run) without hiding the others.
-      auto attempt = [&](const std::string& name, double target, auto&& body) {
+      // staged: where a non-pinned variant's bytes come from (its fill ceiling, measured above).
+      auto attempt = [&](const std::string& name, double target, auto&& body,
+                         ddo::bench::staged_source staged = ddo::bench::staged_source::none) {
         if (!wanted(opt, name)) return;
         ddo::memory_watch watch;
         watch.start(true);
@@ -952,7 +1068,7 @@ int main(int argc, char** argv) {
           r.host.peak_reset = watch.peak_reset();
           r.host.pss_bytes = variant_pss;
           r.host.used_growth_bytes = watch.used_growth_bytes();
-          add(std::move(r), target);
+          add(std::move(r), target, staged);
         } catch (const std::exception& e) {
           variant_result r;
           r.name = name;
@@ -1001,12 +1117,12 @@ int main(int argc, char** argv) {
             "ddo VMM native route (vmm_fast_runtime), nothing resident or pinned: pageable sources "
             "through 20 registered 64 MiB windows",
             vmm_native_config(opt, m));
-      });
+      }, ddo::bench::staged_source::host_memory);
       attempt("ddo_pageable_staged", 1.10, [&] {
         return run_ddo(opt, m, d, tokens, "ddo_pageable_staged",
                        "ddo linear, nothing pinned: pageable sources staged by the copy threads",
                        ddo_config(opt, m, 0.0, false));
-      });
+      }, ddo::bench::staged_source::host_memory);
       if (file_table) {
         attempt("ddo_file_pinned", 1.05, [&] {
           return run_ddo(opt, m, *file_table, tokens, "ddo_file_pinned",
@@ -1019,14 +1135,14 @@ int main(int argc, char** argv) {
                          "ddo linear, nothing pinned: file pieces staged by parallel preads "
                          "from the cached model file",
                          ddo_config(opt, m, 0.0, false));
-        });
+        }, ddo::bench::staged_source::file);
         // The same with 64 MiB staging buffers (default 16 MiB): fewer fork-joins of the read
         // threads per group, to tell whether the buffer size or the read rate is the limit.
         attempt("ddo_file_pageable_64m", 1.25, [&] {
           return run_ddo(opt, m, *file_table, tokens, "ddo_file_pageable_64m",
                          "as ddo_file_pageable, with two 64 MiB staging buffers",
                          ddo_config(opt, m, 0.0, false), 64 * ddo::mib);
-        });
+        }, ddo::bench::staged_source::file);
       }
       runs.push_back(std::move(run));
     }

@@ -20,6 +20,26 @@ namespace ddo {
 inline namespace v0 {
 namespace bench {
 
+/// @brief A host fill (pageable memory → pinned by memcpy, or a cached file → pinned by pread)
+/// with `threads` threads, measured alone and while a pinned host→device copy stream runs at
+/// full rate: a pageable route needs both at once, so its ceiling is the slower of the fill
+/// beside the copies and the copies beside the fill — the measured reason a pageable route can
+/// miss the PCIe bound (both share the host's memory bandwidth).
+struct concurrent_fill {
+  unsigned threads = 0;   ///< 0: not measured
+  std::uint64_t region_bytes = 0;  ///< the pinned destination the fills cycle through
+  double alone = 0;       ///< bytes/s of the fill with the copy engine idle
+  double beside_dma = 0;  ///< bytes/s of the fill while the pinned H2D stream runs
+  double dma_beside = 0;  ///< bytes/s of the pinned H2D stream meanwhile
+  /// @brief The rate a pipeline of this fill and the copies can sustain: the slower of the two
+  /// measured side by side, and never above @p pinned (B); 0 when not measured.
+  [[nodiscard]] double ceiling(double pinned) const noexcept {
+    if (threads == 0 || beside_dma <= 0) return 0;
+    const double dma = dma_beside > 0 ? std::min(pinned, dma_beside) : pinned;
+    return std::min(dma, beside_dma);
+  }
+};
+
 /// @brief Bandwidths measured in the same run, bytes per second.
 struct bandwidths {
   double pinned_h2d = 0;        ///< B: large cudaMemcpyAsync from pinned memory
@@ -30,7 +50,21 @@ struct bandwidths {
   double pageable_staging = 0;
   /// (copy threads, bytes/s) of the hand-written double-buffered staging loop.
   std::vector<std::pair<unsigned, double>> staging_by_threads;
+  /// Pageable memory → pinned memcpy, alone and beside the pinned copies (the ceiling of the
+  /// variants staging pageable memory).
+  concurrent_fill host_copy;
+  /// Cached model file → pinned pread, alone and beside the pinned copies (the ceiling of the
+  /// variants staging file pieces; measured only when a file variant runs).
+  concurrent_fill file_read;
+  /// The host copy again into a destination as large as the native VMM route's windows (1.25
+  /// GiB, far beyond the CPU's caches, where the ring above may stay in them): how much a
+  /// staging ring's size costs. Reported, not a ceiling.
+  concurrent_fill host_copy_windows;
 };
+
+/// @brief Where a variant's streamed bytes come from when they are not pinned: they then have
+/// a measured ceiling besides the PCIe bound (concurrent_fill).
+enum class staged_source { none, host_memory, file };
 
 /// @brief Host memory of one variant, measured in the bench's own process: the peak RSS above
 /// the variant's start (the peak is reset when the variant starts), PSS at its largest sample,
@@ -101,7 +135,12 @@ struct variant_result {
   double bound_ms = 0;
   double ratio = 0;
   std::string bound_kind;  ///< "compute", "pinned copy"
-  double target = 0;       ///< ratio target, 0 = none
+  /// Non-pinned sources: the ceiling max(C, W / fill ceiling) (concurrent_fill::ceiling) and the
+  /// step over it; 0 when the variant has none or it was not measured.
+  staged_source staged = staged_source::none;
+  double ceiling_ms = 0;
+  double ceiling_ratio = 0;
+  double target = 0;       ///< ratio target (over bound_ms), 0 = none
   std::string note;
   vmm_result vmm;  ///< measured only by the VMM variants
   /// @brief Whether the variant met its target (true when it has none). A VMM variant's device
@@ -144,7 +183,8 @@ struct report_context {
 }
 
 /// @brief Fills ms, bound_ms, bound_kind and ratio: bound = max(C, W / B) for every variant,
-/// pageable and file ones included (the PCIe bound is what they are judged against).
+/// pageable and file ones included (the PCIe bound is what they are judged against); for a
+/// variant with a staged source also its ceiling (ceiling_ms, ceiling_ratio).
 inline void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
   r.ms = median(r.step_ms);
   const double rate = bw.pinned_h2d;
@@ -152,6 +192,16 @@ inline void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
   r.bound_ms = std::max(compute_ms, copy_ms);
   r.bound_kind = r.streamed_bytes == 0 || compute_ms >= copy_ms ? "compute" : "pinned copy";
   r.ratio = r.bound_ms > 0 ? r.ms / r.bound_ms : 0;
+  r.ceiling_ms = r.ceiling_ratio = 0;
+  const concurrent_fill* fill = r.staged == staged_source::host_memory ? &bw.host_copy
+                                : r.staged == staged_source::file      ? &bw.file_read
+                                                                       : nullptr;
+  if (fill != nullptr && r.streamed_bytes != 0) {
+    if (const double ceiling = fill->ceiling(bw.pinned_h2d); ceiling > 0) {
+      r.ceiling_ms = std::max(compute_ms, static_cast<double>(r.streamed_bytes) / ceiling * 1e3);
+      r.ceiling_ratio = r.ms / r.ceiling_ms;
+    }
+  }
 }
 
 /// @brief A file variant's setup over the same run's plain parallel pread:
@@ -228,8 +278,20 @@ inline std::string str(const std::string& s) {
       out << " " << threads << "t " << fixed(rate / 1e9, 1);
     out << ")";
   }
-  out << "\n"
-      << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n";
+  out << "\n";
+  auto fill_line = [&](const concurrent_fill& f, const char* what) {
+    if (f.threads == 0) return;
+    out << what << ", " << f.threads << " threads into " << fixed(static_cast<double>(f.region_bytes) / (1 << 20), 0)
+        << " MiB of pinned memory: " << fixed(f.alone / 1e9, 1)
+        << " GB/s alone, " << fixed(f.beside_dma / 1e9, 1)
+        << " GB/s beside a running pinned H2D stream (which meanwhile moved "
+        << fixed(f.dma_beside / 1e9, 1) << " GB/s): ceiling of the routes staging them "
+        << fixed(f.ceiling(ctx.bw.pinned_h2d) / 1e9, 1) << " GB/s\n";
+  };
+  fill_line(ctx.bw.host_copy, "host fill pageable memory -> pinned (memcpy)");
+  fill_line(ctx.bw.file_read, "host fill cached file -> pinned (pread)");
+  fill_line(ctx.bw.host_copy_windows, "host fill pageable memory -> pinned (memcpy), native-window-sized destination");
+  out << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n";
   if (ctx.file.bytes != 0)
     out << "model file: " << gb(ctx.file.bytes) << " GB; plain parallel pread (warm cache, "
         << ctx.file.threads << " threads, into fresh memory) " << fixed(ctx.file.read_s, 2)
@@ -242,14 +304,16 @@ inline std::string str(const std::string& s) {
         ctx.bw.pinned_h2d > 0 ? static_cast<double>(ctx.weight_bytes) / ctx.bw.pinned_h2d * 1e3 : 0;
     out << "\n### " << run.tokens << " tokens (C = " << fixed(run.compute_ms, 1)
         << " ms, all weights W/B = " << fixed(copy_ms, 1) << " ms)\n\n"
-        << "| variant | ms/step | bound ms | x bound | target | GB/s | streamed GB | "
-           "peak device GB | pinned host GB | RSS growth GB (x W) | MemAvail drop GB (x W) |\n"
-        << "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
+        << "| variant | ms/step | bound ms | x bound | target | x fill ceiling | GB/s | "
+           "streamed GB | peak device GB | pinned host GB | RSS growth GB (x W) | "
+           "MemAvail drop GB (x W) |\n"
+        << "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& v : run.variants) {
       std::string target = "-";
       if (v.target > 0) target = (v.pass() ? "<= " : "MISS > ") + fixed(v.target, 2);
       out << "| " << v.name << " | " << fixed(v.ms, 1) << " | " << fixed(v.bound_ms, 1) << " | "
           << fixed(v.ratio, 3) << " | " << target << " | "
+          << (v.ceiling_ms > 0 ? fixed(v.ceiling_ratio, 3) : std::string("-")) << " | "
           << fixed(v.effective_bytes_per_second() / 1e9, 1) << " | " << gb(v.streamed_bytes)
           << " | " << gb(v.peak_device_bytes) << " | " << gb(v.pinned_host_bytes) << " | "
           << memory_cell(v.host.measured, v.host.rss_growth_bytes(), ctx.weight_bytes) << " | "
@@ -257,6 +321,12 @@ inline std::string str(const std::string& s) {
     }
     for (const auto& v : run.variants) {
       if (!v.note.empty()) out << "\n- " << v.name << ": " << v.note;
+      if (v.ceiling_ms > 0 && !v.pass())
+        out << "\n- " << v.name << " misses its target over the PCIe bound; its own ceiling (the "
+            << (v.staged == staged_source::file ? "file read" : "host copy")
+            << " beside the copies) is " << fixed(v.ceiling_ms, 1) << " ms = "
+            << fixed(v.ceiling_ms / v.bound_ms, 3) << " x bound, and it runs at "
+            << fixed(v.ceiling_ratio, 3) << " x that ceiling";
       if (v.setup_s > 0 && ctx.file.read_s > 0 && v.name.find("file") != std::string::npos)
         out << "; setup " << fixed(v.setup_s, 2) << " s = " << fixed(setup_ratio(v, ctx.file), 2)
             << " x the plain pread + registration (target <= " << fixed(setup_target, 2) << ")";
@@ -296,7 +366,20 @@ inline std::string str(const std::string& s) {
   for (std::size_t i = 0; i < ctx.bw.staging_by_threads.size(); ++i)
     out << (i ? ", " : "") << "\"" << ctx.bw.staging_by_threads[i].first
         << "\": " << num(ctx.bw.staging_by_threads[i].second / 1e9);
-  out << "}},\n  \"file_baseline\": {\"bytes\": " << ctx.file.bytes
+  auto fill_json = [&](const concurrent_fill& f) {
+    out << "{\"threads\": " << f.threads << ", \"region_bytes\": " << f.region_bytes
+        << ", \"alone\": " << num(f.alone / 1e9)
+        << ", \"beside_dma\": " << num(f.beside_dma / 1e9)
+        << ", \"dma_beside\": " << num(f.dma_beside / 1e9)
+        << ", \"ceiling\": " << num(f.ceiling(ctx.bw.pinned_h2d) / 1e9) << "}";
+  };
+  out << "}, \"host_copy\": ";
+  fill_json(ctx.bw.host_copy);
+  out << ", \"file_read\": ";
+  fill_json(ctx.bw.file_read);
+  out << ", \"host_copy_windows\": ";
+  fill_json(ctx.bw.host_copy_windows);
+  out << "},\n  \"file_baseline\": {\"bytes\": " << ctx.file.bytes
       << ", \"threads\": " << ctx.file.threads << ", \"read_s\": " << num(ctx.file.read_s)
       << ", \"register_s\": " << num(ctx.file.register_s) << "},\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -308,7 +391,8 @@ inline std::string str(const std::string& s) {
       out << (j ? "," : "") << "\n      {\"name\": " << str(v.name)
           << ", \"description\": " << str(v.description) << ", \"ms_per_step\": " << num(v.ms)
           << ", \"bound_ms\": " << num(v.bound_ms) << ", \"ratio\": " << num(v.ratio)
-          << ", \"bound_kind\": " << str(v.bound_kind) << ", \"target\": " << num(v.target)
+          << ", \"bound_kind\": " << str(v.bound_kind) << ", \"ceiling_ms\": " << num(v.ceiling_ms)
+          << ", \"ceiling_ratio\": " << num(v.ceiling_ratio) << ", \"target\": " << num(v.target)
           << ", \"pass\": " << (v.pass() ? "true" : "false")
           << ", \"streamed_bytes\": " << v.streamed_bytes
           << ", \"resident_bytes\": " << v.resident_bytes
@@ -371,6 +455,9 @@ inline std::string str(const std::string& s) {
             << str("<= " + detail::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
             << ", \"pass\": " << (m.sampled_ok(v.peak_device_bytes) ? "true" : "false") << "}";
       }
+      if (v.ceiling_ms > 0)
+        out << ",\n    {\"metric\": " << str(std::to_string(run.tokens) + " tok " + v.name + " over its fill ceiling")
+            << ", \"value\": " << num(v.ceiling_ratio) << ", \"unit\": \"x ceiling\"}";
       // The pinned file route's memory and setup targets (issue 11), as rows of their own.
       if (v.name == "ddo_file_pinned" && v.host.measured && ctx.weight_bytes != 0) {
         const double w = static_cast<double>(ctx.weight_bytes);

@@ -11,7 +11,9 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+#include <chrono>
 
 #include "model/model_test_support.hpp"
 
@@ -154,6 +156,82 @@ TEST_SUITE("model") {
       pool.run(random_tasks(dst, expected, &file, 22));
       CHECK(std::memcmp(dst.data(), expected.data(), dst.size()) == 0);
     }
+  }
+
+  TEST_CASE("a gated run writes a batch only after it was opened, and reports each as it completes") {
+    const auto host = ddo_test::random_bytes(6 * ddo::mib + 77, 31);
+    std::vector<std::byte> dst(host.size(), std::byte{0xCD});
+    std::vector<ddo::read_task> tasks;
+    const std::uint64_t batch_bytes = ddo::mib + 13;  // six batches, two tasks each
+    for (std::uint64_t at = 0, b = 0; at < host.size(); at += batch_bytes, ++b) {
+      const std::uint64_t n = std::min<std::uint64_t>(batch_bytes, host.size() - at);
+      tasks.push_back({dst.data() + at, n / 3, host.data() + at, nullptr, 0, b});
+      tasks.push_back({dst.data() + at + n / 3, n - n / 3, host.data() + at + n / 3, nullptr, 0, b});
+    }
+    const std::size_t batches = tasks.back().batch + 1;
+    auto batch_is = [&](std::size_t b, bool written) {
+      const std::uint64_t at = b * batch_bytes, n = std::min<std::uint64_t>(batch_bytes, host.size() - at);
+      if (written) return std::memcmp(dst.data() + at, host.data() + at, n) == 0;
+      return std::all_of(dst.begin() + static_cast<std::ptrdiff_t>(at),
+                         dst.begin() + static_cast<std::ptrdiff_t>(at + n),
+                         [](std::byte x) { return x == std::byte{0xCD}; });
+    };
+    ddo::parallel_reader pool(4);
+    for (int round = 0; round < 2; ++round) {  // the pool is reusable
+      std::fill(dst.begin(), dst.end(), std::byte{0xCD});
+      pool.start_gated(tasks, batches);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (std::size_t b = 0; b < batches; ++b) CHECK(batch_is(b, false));
+      pool.open_through(1);
+      CHECK(pool.wait_batch(0));
+      CHECK(pool.wait_batch(1));
+      CHECK(batch_is(0, true));
+      CHECK(batch_is(1, true));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      CHECK(batch_is(2, false));
+      pool.open_through(batches - 1);
+      for (std::size_t b = 0; b < batches; ++b) CHECK(pool.wait_batch(b));
+      pool.finish();
+      CHECK(std::memcmp(dst.data(), host.data(), host.size()) == 0);
+    }
+    SUBCASE("cancelled before anything opened: nothing written, no error") {
+      std::fill(dst.begin(), dst.end(), std::byte{0xCD});
+      pool.start_gated(tasks, batches);
+      pool.finish(true);
+      for (std::size_t b = 0; b < batches; ++b) CHECK(batch_is(b, false));
+    }
+    SUBCASE("batches out of order are refused") {
+      std::vector<ddo::read_task> bad{tasks[2], tasks[0]};
+      CHECK_THROWS_AS(pool.start_gated(bad, batches), ddo::usage_error);
+      CHECK_THROWS_AS(ddo::parallel_reader(1).start_gated(tasks, batches), ddo::usage_error);
+    }
+  }
+
+  TEST_CASE("a gated run's failed read stops the waiter and is thrown by finish, naming the file") {
+    ddo_test::temp_dir dir;
+    const auto path = dir.file("gated.bin");
+    const auto expected = ddo_test::random_bytes(4 * ddo::mib, 17);
+    ddo_test::write_raw(path, std::string_view(reinterpret_cast<const char*>(expected.data()), expected.size()));
+    const ddo::file_reader file(path, ddo::safetensors_backend::pread);
+    std::filesystem::resize_file(path, ddo::mib);
+    std::vector<std::byte> dst(expected.size());
+    std::vector<ddo::read_task> tasks{{dst.data(), ddo::mib, nullptr, &file, 0, 0},
+                                      {dst.data() + ddo::mib, 3 * ddo::mib, nullptr, &file, ddo::mib, 1}};
+    ddo::parallel_reader pool(3);
+    pool.start_gated(tasks, 2);
+    pool.open_through(1);
+    CHECK(pool.wait_batch(0));
+    CHECK_FALSE(pool.wait_batch(1));
+    try {
+      pool.finish();
+      FAIL("no error for a truncated file");
+    } catch (const ddo::io_error& e) {
+      CHECK(e.path() == path);
+      CHECK(std::string(e.what()).find("offset") != std::string::npos);
+    }
+    std::vector<ddo::read_task> ok{{dst.data(), ddo::mib, nullptr, &file, 0, 0}};
+    pool.run(ok);
+    CHECK(std::memcmp(dst.data(), expected.data(), ddo::mib) == 0);
   }
 
   TEST_CASE("parallel_reader refuses a task without a source or destination") {

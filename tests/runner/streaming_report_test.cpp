@@ -24,7 +24,7 @@ variant_result variant(std::string name, std::vector<double> steps, std::uint64_
 
 TEST_SUITE("runner") {
   TEST_CASE("a copy-bound variant's ratio is its median step over W / B") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
     auto v = variant("ring", {101, 99, 130, 100, 98}, 5'000'000'000);  // W/B = 100 ms
     ddo::bench::finish(v, 30.0, bw);
     CHECK(v.ms == 100.0);
@@ -34,7 +34,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("a compute-bound variant's bound is C, and a resident one's too") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
     auto v = variant("ring", {230, 226}, 5'000'000'000);
     ddo::bench::finish(v, 220.0, bw);
     CHECK(v.bound_ms == 220.0);
@@ -46,7 +46,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("pageable-staged variants are judged against the pinned bound, not the staging loop") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
     auto v = variant("ddo_pageable_staged", {520}, 5'000'000'000);  // W / B = 100 ms
     v.target = 1.10;
     ddo::bench::finish(v, 30.0, bw);
@@ -55,11 +55,66 @@ TEST_SUITE("runner") {
     CHECK_FALSE(v.pass());  // 5.2x the PCIe bound, though under W / (staging loop) = 500 ms
   }
 
+  TEST_CASE("a staged variant's fill ceiling is the slower of the fill and the copies beside it") {
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    bw.host_copy = {8, 64u << 20, 60e9, 40e9, 45e9};  // the fill beside the copies is the slower: 40 GB/s
+    bw.file_read = {8, 64u << 20, 70e9, 48e9, 30e9};  // the copies beside the reads are the slower: 30 GB/s
+    auto host = variant("ddo_pageable_staged", {130}, 5'000'000'000);  // W/B 100 ms, ceiling 125
+    host.staged = ddo::bench::staged_source::host_memory;
+    host.target = 1.10;
+    ddo::bench::finish(host, 30.0, bw);
+    CHECK(host.ratio == doctest::Approx(1.30));
+    CHECK(host.ceiling_ms == doctest::Approx(125.0));
+    CHECK(host.ceiling_ratio == doctest::Approx(130.0 / 125.0));
+    auto file = variant("ddo_file_pageable", {170}, 5'000'000'000);
+    file.staged = ddo::bench::staged_source::file;
+    ddo::bench::finish(file, 30.0, bw);
+    CHECK(file.ceiling_ms == doctest::Approx(5e9 / 30e9 * 1e3));
+    auto pinned = variant("ddo_zero_resident", {100}, 5'000'000'000);
+    ddo::bench::finish(pinned, 30.0, bw);
+    CHECK(pinned.ceiling_ms == 0.0);
+    // Compute-bound: the ceiling is C like the bound.
+    auto slow = variant("ddo_pageable_staged", {300}, 5'000'000'000);
+    slow.staged = ddo::bench::staged_source::host_memory;
+    ddo::bench::finish(slow, 290.0, bw);
+    CHECK(slow.ceiling_ms == 290.0);
+    // Not measured: no ceiling.
+    ddo::bench::bandwidths none{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ddo::bench::finish(host, 30.0, none);
+    CHECK(host.ceiling_ms == 0.0);
+    ddo::bench::finish(host, 30.0, bw);
+
+    ddo::bench::report_context ctx;
+    ctx.device = "GPU";
+    ctx.weight_bytes = 5'000'000'000;
+    ctx.bw = bw;
+    ddo::bench::token_run run;
+    run.tokens = 4608;
+    run.compute_ms = 30.0;
+    run.variants = {host, file, pinned};
+    const std::string md = ddo::bench::markdown(ctx, {run});
+    CHECK(md.find("ceiling of the routes staging them 40.0 GB/s") != std::string::npos);
+    CHECK(md.find("ceiling of the routes staging them 30.0 GB/s") != std::string::npos);
+    CHECK(md.find("into 64 MiB of pinned memory") != std::string::npos);
+    CHECK(md.find("native-window-sized destination") == std::string::npos);  // not measured
+    CHECK(md.find("ddo_pageable_staged misses its target over the PCIe bound") != std::string::npos);
+    CHECK(md.find("| 1.300 | MISS > 1.10 | 1.040 |") != std::string::npos);
+    ctx.bw.host_copy_windows = {8, 1280u << 20, 30e9, 20e9, 50e9};
+    CHECK(ddo::bench::markdown(ctx, {run}).find(
+              "native-window-sized destination, 8 threads into 1280 MiB of pinned memory: 30.0 GB/s alone") !=
+          std::string::npos);
+    const std::string text = ddo::bench::json(ctx, {run});
+    const auto doc = ddo::detail::parse_json(text);
+    CHECK(doc.find("bandwidth_gbps")->find("host_copy")->find("ceiling")->text() == "40");
+    CHECK(doc.find("bandwidth_gbps")->find("host_copy_windows")->find("region_bytes")->text() == "1342177280");
+    CHECK(text.find("4608 tok ddo_pageable_staged over its fill ceiling") != std::string::npos);
+  }
+
   TEST_CASE("the pinned file route's memory and setup rows carry their targets") {
     ddo::bench::report_context ctx;
     ctx.device = "GPU";
     ctx.weight_bytes = 1'000'000'000;
-    ctx.bw = {50e9, 9e9, 10e9, {}};
+    ctx.bw = {50e9, 9e9, 10e9, {}, {}, {}, {}};
     ctx.file = {1'000'000'000, 8, 0.10, 0.05};
     ddo::bench::token_run run;
     run.tokens = 4608;
@@ -135,7 +190,7 @@ TEST_SUITE("runner") {
     ctx.command = "streaming_bench --json out.json";
     ctx.blocks = 24;
     ctx.weight_bytes = 5'436'000'000;
-    ctx.bw = {55e9, 9e9, 11e9, {{1, 5.2e9}, {4, 11e9}}};
+    ctx.bw = {55e9, 9e9, 11e9, {{1, 5.2e9}, {4, 11e9}}, {}, {}, {}};
     ddo::bench::token_run run;
     run.tokens = 4608;
     run.compute_ms = 31.0;

@@ -103,10 +103,13 @@ class file_reader {
 
   /// @brief Reads [offset, offset + dst.size()) through the O_DIRECT descriptor (opened with
   /// file_reader_options::direct_io). offset, dst.data() and dst.size() must be multiples of
-  /// direct_io_alignment (use align_range). Reading past the end of the file is allowed: the
-  /// return value is the number of bytes actually read (short only at end of file).
-  /// @throws usage_error when misaligned or not opened for direct I/O; io_error on read failure.
-  std::uint64_t read_direct(std::uint64_t offset, std::span<std::byte> dst) const;
+  /// direct_io_alignment (use align_range). Reading past the end of the file is allowed once the
+  /// first @p required bytes arrived: the return value is the number of bytes actually read
+  /// (short only at end of file). A short read that leaves the position unaligned continues on
+  /// the buffered descriptor (same bytes); the fault hook is consulted before every read.
+  /// @throws usage_error when misaligned or not opened for direct I/O; io_error naming the file
+  /// and offset on a read failure or an end of file before @p required bytes.
+  std::uint64_t read_direct(std::uint64_t offset, std::span<std::byte> dst, std::uint64_t required = 0) const;
 
   /// @brief The file size in bytes at open time.
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
@@ -128,6 +131,8 @@ class file_reader {
   void close_all() noexcept;
   /// One positional read of at most @p n bytes: >= 0 bytes read, or -1 with errno set.
   [[nodiscard]] long read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const;
+  /// The same through the direct descriptor (aligned; an injected short count stays aligned).
+  [[nodiscard]] long read_direct_some(std::uint64_t offset, std::byte* dst, std::size_t n) const;
   [[noreturn]] void fail(int error_number, const std::string& what) const {
     throw io_error(path_, error_number, what + " '" + path_ + "': " + std::strerror(error_number));
   }

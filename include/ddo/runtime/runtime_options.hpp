@@ -47,8 +47,10 @@ struct runtime_options {
   /// Largest single copy (0: a group's pinned bytes are one copy). Chunks below 16 MiB lose
   /// bandwidth (physical-limits.md), so values under 16 MiB are raised to it.
   std::uint64_t max_copy_bytes = 0;
-  /// Size of each of the two pinned staging buffers pageable and file weights go through.
-  std::uint64_t staging_buffer_bytes = 16 * mib;
+  /// Size of each of the two pinned staging buffers pageable and file weights go through. The
+  /// staging loop cuts each into parts of at most 16 MiB (at least two), so the default makes a
+  /// ring of four 16 MiB buffers: two copies queued while the copy threads fill the others.
+  std::uint64_t staging_buffer_bytes = 32 * mib;
   /// Threads copying pageable bytes into the staging buffers (one alone copies at ~5 GB/s,
   /// far below PCIe; on the H200 machine 4 threads reached 17 GB/s and 8 reached 29 GB/s). The
   /// default is half the hardware threads, between 1 and 8, so an engine's own threads keep cores.

@@ -16,7 +16,7 @@
 /// direct_io_alignment: each piece is read as its aligned range and copied from its first byte.
 ///
 /// Errors: a read error or a file that ends early (truncated while ddo streams it) is an
-/// io_error naming the file and the offset (model/file_read_pool.hpp), raised on the thread
+/// io_error naming the file and the offset (model/file_reader.hpp), raised on the thread
 /// that loads the group and rethrown to the engine by the runtime — never a signal (nothing is
 /// mapped) and never wrong bytes (a copy is issued only after its read completed in full).
 ///
@@ -44,7 +44,7 @@
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_reader.hpp"
-#include "ddo/model/file_read_pool.hpp"
+#include "ddo/model/parallel_reader.hpp"
 #include "ddo/transport/concepts.hpp"
 
 namespace ddo {
@@ -96,7 +96,7 @@ struct nvme_state {
   std::array<typename Inner::event, 2> slot_free{};
   std::uint64_t slot_alloc_bytes = 0;
   unsigned next = 0;
-  std::unique_ptr<file_read_pool> reader;
+  std::unique_ptr<parallel_reader> reader;
   std::string description;
   bool direct = false;
   nvme_stats stats;
@@ -165,7 +165,7 @@ class nvme_transport : public Inner {
         st.files[f].path = path;
         st.files[f].reader = std::make_unique<file_reader>(
             path, safetensors_backend::pread,
-            file_reader_options{.direct_io = o.io != file_io_mode::buffered, .faults = nullptr});
+            file_reader_options{.direct_io = o.io != file_io_mode::buffered, .faults = r.faults});
         ++opened;
         if (st.files[f].reader->direct_io_active()) {
           ++direct;
@@ -182,7 +182,8 @@ class nvme_transport : public Inner {
       if (!st.direct)
         for (auto& f : st.files)
           if (f.reader && f.reader->direct_io_active())
-            f.reader = std::make_unique<file_reader>(f.path, safetensors_backend::pread);
+            f.reader = std::make_unique<file_reader>(f.path, safetensors_backend::pread,
+                                                     file_reader_options{.direct_io = false, .faults = r.faults});
       // No more than the largest piece needs (its O_DIRECT widening included): a small model
       // does not page-lock the whole configured staging.
       st.slot_alloc_bytes = round_up(o.staging_slot_bytes, direct_io_alignment);
@@ -195,7 +196,8 @@ class nvme_transport : public Inner {
                     "nvme_transport: the inner transport's pinned memory is not 4096-aligned");
         st.slot_free[s] = Inner::make_event(false);
       }
-      st.reader = std::make_unique<file_read_pool>(o.read_threads, o.request_bytes, r.faults);
+      // ddo's one read pool (model/parallel_reader.hpp), its requests at most request_bytes.
+      st.reader = std::make_unique<parallel_reader>(o.read_threads, o.request_bytes);
       st.next = 0;
       st.stats = {};
       st.description =
@@ -245,22 +247,18 @@ class nvme_transport : public Inner {
       st.next ^= 1u;
       // The copy that last read this slot must be done before the readers overwrite it.
       Inner::synchronize(st.slot_free[k]);
-      file_read_request req;
-      req.path = &file->path;
-      req.fd = st.direct ? fr.direct_handle() : fr.native_handle();
-      req.buffered_fd = fr.native_handle();
-      req.direct = st.direct;
-      req.offset = at;
+      // Every reader gets a part of this fill (a piece is read before the next one starts), in
+      // parts of at most request_bytes; with O_DIRECT the aligned range, of which the bytes up
+      // to hi must arrive (the rest may be cut by the end of the file).
+      read_task req;
+      req.file = &fr;
+      req.file_offset = at;
       req.dst = st.slot[k];
       req.bytes = st.direct ? len : hi - at;
+      req.direct = st.direct;
       req.required = hi - at;
-      // Every reader gets a part of this fill (a piece is read before the next one starts), in
-      // parts of at most request_bytes and at least 64 KiB.
-      const std::uint64_t threads = st.reader->threads();
-      const std::uint64_t split = std::clamp<std::uint64_t>(
-          round_up((req.bytes + threads - 1) / threads, 64 * kib), 64 * kib, st.options.request_bytes);
       const auto start = std::chrono::steady_clock::now();
-      st.reader->read_all(std::span<const file_read_request>(&req, 1), split);
+      st.reader->run(std::span<const read_task>(&req, 1));
       st.stats.read_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       Inner::copy_to_device(dst + (lo - offset), st.slot[k] + (lo - at), hi - lo, s);

@@ -190,8 +190,27 @@ inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::si
   return static_cast<long>(::pread(fd_, dst, n, static_cast<off_t>(offset)));
 }
 
-inline std::uint64_t file_reader::read_direct(std::uint64_t offset,
-                                              std::span<std::byte> dst) const {
+inline long file_reader::read_direct_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
+  if (faults_ != nullptr) {
+    const file_read_fault f = faults_->before_read(path_, offset, n);
+    switch (f.what) {
+      case file_read_fault::kind::error:
+        errno = f.error_number;
+        return -1;
+      case file_read_fault::kind::end_of_file:
+        return 0;
+      case file_read_fault::kind::short_count:
+        n = std::max<std::size_t>(direct_io_alignment, (n > 1 ? n / 2 : n) & ~(direct_io_alignment - 1));
+        break;
+      case file_read_fault::kind::none:
+        break;
+    }
+  }
+  return static_cast<long>(::pread(direct_fd_, dst, n, static_cast<off_t>(offset)));
+}
+
+inline std::uint64_t file_reader::read_direct(std::uint64_t offset, std::span<std::byte> dst,
+                                              std::uint64_t required) const {
   DDO_EXPECTS(direct_fd_ >= 0, "file_reader::read_direct: '" + path_ +
                                    "' was not opened with file_reader_options::direct_io");
   const auto address = reinterpret_cast<std::uintptr_t>(dst.data());
@@ -202,15 +221,24 @@ inline std::uint64_t file_reader::read_direct(std::uint64_t offset,
                   std::to_string(direct_io_alignment) + " (use align_range)");
   std::uint64_t done = 0;
   while (done < dst.size()) {
+    const std::uint64_t at = offset + done;
+    // Linux moves at most 0x7ffff000 bytes per call; 1 GiB keeps the count aligned.
     const std::size_t chunk =
         static_cast<std::size_t>(std::min<std::uint64_t>(dst.size() - done, 0x40000000ull));
-    const ssize_t n =
-        ::pread(direct_fd_, dst.data() + done, chunk, static_cast<off_t>(offset + done));
+    const bool aligned = at % direct_io_alignment == 0 &&
+                         reinterpret_cast<std::uintptr_t>(dst.data() + done) % direct_io_alignment == 0;
+    const long n = aligned ? read_direct_some(at, dst.data() + done, chunk)
+                           : read_some(at, dst.data() + done, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail(errno, "direct read failed at offset " + std::to_string(offset + done) + " of");
+      fail(errno, "direct read failed at offset " + std::to_string(at) + " of");
     }
-    if (n == 0) break;  // end of file: the caller asked for whole blocks past it
+    if (n == 0) {
+      if (done >= required) break;  // end of file: the caller asked for whole blocks past it
+      fail(EIO, "unexpected end of file at offset " + std::to_string(at) + ": " +
+                    std::to_string(required - done) +
+                    " more bytes were expected (was the file truncated while ddo streamed it?) in");
+    }
     done += static_cast<std::uint64_t>(n);
   }
   return done;

@@ -19,8 +19,10 @@
 ///   bytes beyond the ceiling); a piece found there is copied straight from its slot. Slots are
 ///   reused round robin, each after the copy that last read it completed.
 ///
-/// Everything is sized and registered at setup; stage() runs on ddo's staging thread (or the
-/// constructing thread at setup) and allocates nothing. A failed setup releases what it made.
+/// Everything is sized and registered at setup. stage() decides where each piece goes and plans
+/// it onto the one staging loop (staging_pipeline.hpp: the windows are its ring, the micro-cache
+/// slots its addressed buffers), which fills and copies; it runs on ddo's staging thread (or
+/// the constructing thread at setup). A failed setup releases what it made.
 
 #include <algorithm>
 #include <cstddef>
@@ -39,6 +41,7 @@
 #include "ddo/model/parallel_reader.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
 #include "ddo/runtime/detail/setup_meter.hpp"
+#include "ddo/runtime/detail/staging_pipeline.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 
 namespace ddo {
@@ -70,13 +73,24 @@ class native_stager {
   /// @throws config_error (window count, registered segments), out_of_memory (registration
   /// refused where no fallback is allowed).
   void prepare(T& t, const native_vmm_options& o, const group_layout& layout, const source_files& files,
-               std::size_t copy_threads, bool allow_fallback);
+               bool allow_fallback);
   [[nodiscard]] bool active() const noexcept { return t_ != nullptr; }
 
-  /// Copies @p pieces (sorted by offset) to dst_base + offset on @p v (see the file comment).
-  /// Returns the copies issued.
-  std::uint64_t stage(std::byte* dst_base, const std::vector<staged_piece>& pieces, stream_view v,
-                      setup_meter* meter = nullptr);
+  /// The staging loop's buffer set: the windows (its ring), then the micro-cache slots.
+  [[nodiscard]] std::vector<std::byte*> buffers() const {
+    std::vector<std::byte*> b;
+    for (std::size_t i = 0; i < window_count_; ++i) b.push_back(windows_.data() + i * options_.window_bytes);
+    for (std::size_t i = 0; i < slot_owner_.size(); ++i)
+      b.push_back(cache_.data() + i * options_.micro_cache_slot_bytes);
+    return b;
+  }
+  [[nodiscard]] std::size_t window_count() const noexcept { return window_count_; }
+  [[nodiscard]] std::uint64_t window_bytes() const noexcept { return options_.window_bytes; }
+
+  /// Copies @p pieces (sorted by offset) to dst_base + offset on @p v through @p loop, whose
+  /// buffer set is buffers() (see the file comment). Returns the copies issued.
+  std::uint64_t stage(staging_pipeline<T>& loop, std::byte* dst_base, const std::vector<staged_piece>& pieces,
+                      stream_view v, setup_meter* meter = nullptr);
 
   /// Host staging bytes: windows + micro-cache slots (the retained storage is reported apart).
   [[nodiscard]] std::uint64_t staging_bytes() const noexcept {
@@ -102,21 +116,14 @@ class native_stager {
     auto it = ids_.find(&p);
     return it == ids_.end() ? none : it->second;
   }
-  /// Host bytes of piece p read or copied into @p dst (file pieces read, host pieces memcpy'd).
-  void fill(std::byte* dst, const staged_piece& p, setup_meter* meter);
-
   T* t_ = nullptr;
   const source_files* files_ = nullptr;
   native_vmm_options options_;
-  std::unique_ptr<parallel_reader> copier_;
-  std::vector<read_task> segments_;       // the open window chunk's host copies
-  std::vector<read_task> fill_segments_;  // a retained or micro-cache fill
+  std::vector<read_task> first_reads_;  // a job's first reads into the retained storage
   std::vector<std::byte*> registered_;  // every registered range's start
 
   host_buffer windows_;
   std::size_t window_count_ = 0;
-  std::vector<event> window_free_;
-  std::size_t window_ = 0;
 
   // Per staged piece of a streamed group (ids_ built at setup: lookups never allocate).
   typename native_dependent<T, std::unordered_map<const staged_piece*, std::size_t>>::type ids_;
@@ -128,7 +135,6 @@ class native_stager {
 
   host_buffer cache_;
   std::vector<std::size_t> slot_owner_;
-  std::vector<event> slot_free_;
   std::size_t next_slot_ = 0;
 
   native_vmm_stats stats_;
@@ -136,7 +142,7 @@ class native_stager {
 
 template <class T>
 void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_layout& layout,
-                               const source_files& files, std::size_t copy_threads, bool allow_fallback) {
+                               const source_files& files, bool allow_fallback) {
   DDO_EXPECTS(t_ == nullptr, "native_stager: prepared twice (a ddo bug)");
   DDO_EXPECTS(o.window_bytes > 0 && o.segment_bytes > 0, "native_stager: zero window or segment size");
   options_ = o;
@@ -157,8 +163,6 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
                              " bytes must be whole segments of " + std::to_string(o.segment_bytes) +
                              " bytes within the retained storage vmm_source_cache_gb = " +
                              std::to_string(o.source_cache_bytes) + " bytes (0 registers all of it)");
-    copier_ = std::make_unique<parallel_reader>(std::max<std::size_t>(1, copy_threads));
-    fill_segments_.reserve(1);
     windows_ = host_buffer(window_count_ * o.window_bytes);
     if (!register_range(windows_.data(), window_count_ * o.window_bytes))
       throw out_of_memory("registered host", window_count_ * o.window_bytes, 0,
@@ -166,8 +170,6 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
                               " x " + std::to_string(o.window_bytes) +
                               " bytes) could not be registered with the driver; lower "
                               "vmm_staging_buffer_gb or free page-locked memory");
-    window_free_.resize(window_count_);
-    for (auto& e : window_free_) e = t.make_event(false);
 
     // Piece ids, and the retained storage's layout in plan order up to the ceiling.
     std::uint64_t end = 0;
@@ -213,8 +215,6 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
                             "vmm_native_source_cache_slot_mb = " + std::to_string(n) +
                                 " bytes) could not be registered; lower or disable it");
       slot_owner_.assign(o.micro_cache_slots, none);
-      slot_free_.resize(o.micro_cache_slots);
-      for (auto& e : slot_free_) e = t.make_event(false);
     }
   } catch (...) {
     release();
@@ -226,117 +226,68 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
 }
 
 template <class T>
-void native_stager<T>::fill(std::byte* dst, const staged_piece& p, setup_meter* meter) {
-  if (p.host != nullptr) {
-    // Its own segment list: segments_ may hold the open window chunk's pending copies.
-    fill_segments_.clear();
+std::uint64_t native_stager<T>::stage(staging_pipeline<T>& loop, std::byte* dst_base,
+                                      const std::vector<staged_piece>& pieces, stream_view v,
+                                      setup_meter* meter) {
+  // First reads into the retained storage, all of this job's at once on the loop's threads:
+  // those bytes were never copied, so no copy in flight reads them.
+  first_reads_.clear();
+  std::uint64_t first_bytes = 0;
+  for (const auto& piece : pieces) {
+    const std::size_t id = id_of(piece);
+    if (id == none || retained_offset_[id] == not_retained || retained_filled_[id] != 0) continue;
     read_task task;
-    task.dst = dst;
-    task.bytes = p.bytes;
-    task.src = p.host;
-    fill_segments_.push_back(task);
-    copier_->run(fill_segments_);
-  } else {
-    (*files_)[p.file]->read(p.file_offset, std::span<std::byte>(dst, p.bytes));
-    if (meter != nullptr) meter->advance(setup_phase::reading, p.bytes);
+    task.dst = storage_.data() + retained_offset_[id];
+    task.bytes = piece.bytes;
+    task.file = (*files_)[piece.file].get();
+    task.file_offset = piece.file_offset;
+    first_reads_.push_back(task);
+    first_bytes += piece.bytes;
   }
-}
-
-template <class T>
-std::uint64_t native_stager<T>::stage(std::byte* dst_base, const std::vector<staged_piece>& pieces,
-                                      stream_view v, setup_meter* meter) {
-  auto& t = *t_;
-  const std::uint64_t cap = options_.window_bytes;
-  std::uint64_t copies = 0;
-  bool filling = false;
-  std::uint64_t chunk_start = 0, chunk_end = 0, chunk_weight_bytes = 0;
-  segments_.clear();
-  auto window = [&] { return windows_.data() + window_ * cap; };
-  auto flush = [&] {
-    copier_->run(segments_);
-    segments_.clear();
-    t.copy_to_device(dst_base + chunk_start, window(), chunk_end - chunk_start, v);
-    t.record(window_free_[window_], v);
-    if (meter != nullptr) meter->advance(setup_phase::uploading, chunk_weight_bytes);
-    stats_.window_bytes_staged += chunk_weight_bytes;
-    chunk_weight_bytes = 0;
-    window_ = (window_ + 1) % window_count_;
-    filling = false;
-    ++copies;
-  };
-  // A piece copied straight from registered memory: the open window chunk is sent first, so
-  // its copy (which spans alignment gaps) never overwrites the piece.
-  auto direct = [&](const staged_piece& p, const std::byte* src) {
-    if (filling) flush();
-    t.copy_to_device(dst_base + p.slot_offset, src, p.bytes, v);
-    if (meter != nullptr) meter->advance(setup_phase::uploading, p.bytes);
-    ++copies;
-  };
+  if (!first_reads_.empty()) {
+    loop.pool().run(first_reads_);
+    for (const auto& piece : pieces)
+      if (const std::size_t id = id_of(piece); id != none && retained_offset_[id] != not_retained &&
+                                               retained_filled_[id] == 0) {
+        retained_filled_[id] = 1;
+        stats_.retained_bytes += piece.bytes;
+      }
+    if (meter != nullptr) meter->advance(setup_phase::reading, first_bytes);
+  }
+  loop.begin(dst_base);
   for (const auto& piece : pieces) {
     const std::byte* host = piece.host;
     const std::size_t id = id_of(piece);
     if (id != none && retained_offset_[id] != not_retained) {
-      std::byte* kept = storage_.data() + retained_offset_[id];
-      if (retained_filled_[id] == 0) {  // the first read of these bytes, kept from now on
-        fill(kept, piece, meter);
-        retained_filled_[id] = 1;
-        stats_.retained_bytes += piece.bytes;
-      }
+      const std::byte* kept = storage_.data() + retained_offset_[id];
       if (retained_offset_[id] + piece.bytes <= registered_end_) {
         stats_.retained_direct_bytes += piece.bytes;
-        direct(piece, kept);
+        loop.add_direct(piece, kept);
         continue;
       }
       stats_.retained_staged_bytes += piece.bytes;
       host = kept;
     } else if (id != none && !slot_owner_.empty() && piece.bytes <= options_.micro_cache_slot_bytes) {
       std::size_t s = cache_slot_[id];
-      if (s != none) {
-        ++stats_.micro_cache_hits;
-      } else {
+      const bool miss = s == none;
+      if (miss) {
         ++stats_.micro_cache_misses;
         s = next_slot_;
         next_slot_ = (next_slot_ + 1) % slot_owner_.size();
-        t.synchronize(slot_free_[s]);  // the copy that last read this slot is done
         if (slot_owner_[s] != none) cache_slot_[slot_owner_[s]] = none;
         slot_owner_[s] = id;
-        fill(cache_.data() + s * options_.micro_cache_slot_bytes, piece, meter);
         cache_slot_[id] = s;
+      } else {
+        ++stats_.micro_cache_hits;
       }
-      direct(piece, cache_.data() + s * options_.micro_cache_slot_bytes);
-      t.record(slot_free_[s], v);
+      // The loop fills the slot once the copy that last read it completed.
+      loop.add_buffered(piece, window_count_ + s, miss);
       continue;
     }
-    std::uint64_t off = piece.slot_offset;
-    std::uint64_t done = 0;
-    while (done < piece.bytes) {
-      if (filling && off >= chunk_start + cap) flush();
-      if (!filling) {
-        t.synchronize(window_free_[window_]);  // the copy that last read this window is done
-        chunk_start = chunk_end = off;
-        filling = true;
-      }
-      const std::uint64_t take = std::min(piece.bytes - done, chunk_start + cap - off);
-      std::byte* dst = window() + (off - chunk_start);
-      if (host != nullptr) {
-        read_task task;
-        task.dst = dst;
-        task.bytes = take;
-        task.src = host + done;
-        segments_.push_back(task);
-      } else {
-        (*files_)[piece.file]->read(piece.file_offset + done, std::span<std::byte>(dst, take));
-        if (meter != nullptr) meter->advance(setup_phase::reading, take);
-      }
-      off += take;
-      done += take;
-      chunk_weight_bytes += take;
-      chunk_end = off;
-      if (chunk_end - chunk_start == cap) flush();
-    }
+    stats_.window_bytes_staged += piece.bytes;
+    loop.add_staged(piece, host);
   }
-  if (filling) flush();
-  return copies;
+  return loop.run(v, meter);
 }
 
 template <class T>
@@ -350,12 +301,9 @@ void native_stager<T>::release() noexcept {
     }
   }
   registered_.clear();
-  window_free_.clear();
-  slot_free_.clear();
   windows_ = host_buffer{};
   storage_ = host_buffer{};
   cache_ = host_buffer{};
-  copier_.reset();
   ids_.clear();
   t_ = nullptr;
 }

@@ -64,8 +64,7 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     pinning_.pin(t_, layout_, table, plan_, options_, files_, meter_);
     // After pinning: a pin fallback adds staged pieces, and the native stager keys on them.
     if (options_.native_vmm.enabled) {
-      native_.prepare(t_, options_.native_vmm, layout_, files_, options_.staging_threads,
-                      options_.allow_pin_fallback);
+      native_.prepare(t_, options_.native_vmm, layout_, files_, options_.allow_pin_fallback);
       staging_.use_native(&native_);
     } else {
       // Buffers as large as what passes through them, capped by the setting (staging_size.hpp);
@@ -143,10 +142,7 @@ void offloader_core<T>::upload_residents() {
     pieces.push_back(p);
   }
   meter_.start(setup_phase::uploading);
-  if (native_.active())
-    native_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
-  else
-    staging_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
+  staging_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
 }
 
 template <class T>

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief The staging worker (not API): pageable and file bytes reach the device through two
-/// pinned staging buffers on ddo's staging stream, filled by a pool of threads (host copies and
-/// positional file reads, ddo/model/parallel_reader.hpp) and issued
-/// by one worker thread, so the engine's thread never copies or reads a file on the hot path.
+/// @brief The staging worker (not API): pageable and file bytes reach the device on ddo's
+/// staging stream through a ring of pinned staging buffers (two allocations of
+/// staging_buffer_bytes, cut into ring buffers of at most 16 MiB) or the native VMM route's
+/// windows, by the one staging loop (staging_pipeline.hpp: a pool of threads fills, this
+/// worker's thread issues the copies), so the engine's thread never copies or reads a file on
+/// the hot path.
 ///
 /// Protocol with the engine thread: submit() queues a job (a slot's staged pieces) and returns
 /// its ticket; the worker waits (on the staging stream) for the slot's release and ready events,
@@ -36,6 +38,7 @@
 #include "ddo/runtime/detail/native_staging.hpp"
 #include "ddo/runtime/detail/owned_memory.hpp"
 #include "ddo/runtime/detail/setup_meter.hpp"
+#include "ddo/runtime/detail/staging_pipeline.hpp"
 #include "ddo/transport/concepts.hpp"
 
 namespace ddo {
@@ -78,10 +81,15 @@ class staging_worker {
   staging_worker& operator=(const staging_worker&) = delete;
   ~staging_worker() { stop(); }
 
+  /// Largest ring buffer: copies of 16 MiB reach the PCIe ceiling (physical-limits.md), and
+  /// more, smaller buffers let the threads fill ahead while copies travel.
+  static constexpr std::uint64_t max_ring_bytes = 16 * mib;
+
   /// Creates the staging stream and the copy threads; @p files must outlive the worker.
   void prepare(T& t, std::uint64_t buffer_bytes, std::size_t copy_threads, const source_files& files);
-  /// Allocates the two pinned staging buffers of @p bytes each, 0: the size given to prepare()
-  /// (idempotent; the offloader passes the layout's demand capped by the setting, staging_size.hpp).
+  /// Allocates the two pinned staging buffers of @p bytes each, 0: the size given to prepare(),
+  /// and cuts them into the ring (idempotent; the offloader passes the layout's demand capped
+  /// by the setting, staging_size.hpp).
   void ensure_buffers(std::uint64_t bytes = 0);
   /// Frees the buffers (after the copies that read them completed): setup used them for the
   /// residents only and no group stages while running.
@@ -100,9 +108,13 @@ class staging_worker {
   /// Copies stage() would issue for @p pieces (metrics, without running them).
   [[nodiscard]] std::uint64_t estimate_copies(const std::vector<staged_piece>& pieces) const noexcept;
 
-  /// Routes the worker's jobs through the native VMM route's windows (native_staging.hpp)
-  /// instead of the two pinned buffers; @p n outlives the worker's thread (null: legacy).
-  void use_native(native_stager<T>* n) noexcept { native_ = n; }
+  /// Routes staging through the native VMM route's windows and micro-cache (native_staging.hpp
+  /// plans onto the same loop) instead of the pinned ring; @p n is prepared and outlives the
+  /// worker's thread.
+  void use_native(native_stager<T>* n) {
+    native_ = n;
+    pipeline_.set_buffers(n->buffers(), n->window_count(), n->window_bytes());
+  }
 
   /// Starts the worker thread; @p max_outstanding bounds the jobs queued at once.
   void start(std::size_t max_outstanding);
@@ -134,12 +146,11 @@ class staging_worker {
   T* t_ = nullptr;
   const source_files* files_ = nullptr;
   std::uint64_t buffer_bytes_ = 0;
+  std::uint64_t ring_bytes_ = 0;  // one ring buffer (a part of a staging buffer)
+  void size_ring(std::uint64_t buffer_bytes);  // buffer_bytes_ and ring_bytes_
   typename T::stream stream_;
   std::array<pinned_allocation<T>, 2> buffers_{};
-  std::array<event, 2> buffer_free_{};
-  unsigned buffer_ = 0;                 // used by one thread at a time (setup, then worker)
-  std::vector<read_task> tasks_;        // likewise: the chunk being filled
-  std::unique_ptr<parallel_reader> reader_;  // copies and reads a chunk with several threads
+  staging_pipeline<T> pipeline_;  // used by one thread at a time (setup, then worker)
   native_stager<T>* native_ = nullptr;
 
   mutable std::mutex mutex_;

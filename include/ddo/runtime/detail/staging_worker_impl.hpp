@@ -14,104 +14,70 @@ void staging_worker<T>::prepare(T& t, std::uint64_t buffer_bytes, std::size_t co
                                 const source_files& files) {
   t_ = &t;
   files_ = &files;
-  buffer_bytes_ = buffer_bytes;
+  size_ring(buffer_bytes);
   stream_ = t.make_stream();
-  reader_ = std::make_unique<parallel_reader>(std::max<std::size_t>(1, copy_threads));
+  pipeline_.prepare(t, copy_threads, files);
+}
+
+template <class T>
+void staging_worker<T>::size_ring(std::uint64_t buffer_bytes) {
+  buffer_bytes_ = buffer_bytes;
+  // Each buffer in parts of at most max_ring_bytes, at least two (whole 4 KiB pages where it
+  // allows), so the ring has four buffers or more: two copies queued while others fill.
+  std::uint64_t parts = std::max<std::uint64_t>(2, (buffer_bytes + max_ring_bytes - 1) / max_ring_bytes);
+  if (buffer_bytes / parts < 4096) parts = 1;
+  ring_bytes_ = buffer_bytes / parts;
+  if (ring_bytes_ >= 4096) ring_bytes_ -= ring_bytes_ % 4096;
 }
 
 template <class T>
 void staging_worker<T>::ensure_buffers(std::uint64_t bytes) {
   if (has_buffers()) return;
-  if (bytes != 0) buffer_bytes_ = bytes;
+  if (bytes != 0) size_ring(bytes);
   for (auto& b : buffers_) b = allocate_pinned_bytes(*t_, buffer_bytes_);
-  for (auto& e : buffer_free_) e = t_->make_event(false);
+  std::vector<std::byte*> ring;
+  for (auto& b : buffers_)
+    for (std::uint64_t off = 0; off + ring_bytes_ <= buffer_bytes_; off += ring_bytes_) ring.push_back(b.data + off);
+  // Alternating between the two allocations: neighbours in the ring are in different buffers.
+  std::vector<std::byte*> alternating;
+  const std::size_t half = ring.size() / 2;
+  for (std::size_t i = 0; i < half; ++i) {
+    alternating.push_back(ring[i]);
+    alternating.push_back(ring[half + i]);
+  }
+  const std::size_t count = alternating.size();
+  pipeline_.set_buffers(std::move(alternating), count, ring_bytes_);
 }
 
 template <class T>
 void staging_worker<T>::release_buffers() noexcept {
+  if (native_ == nullptr) pipeline_.clear_buffers();  // the ring pointed into the buffers
   for (auto& b : buffers_) b = pinned_allocation<T>{};
-  for (auto& e : buffer_free_) e = event{};
-  buffer_ = 0;
 }
 
 template <class T>
 std::uint64_t staging_worker<T>::estimate_copies(const std::vector<staged_piece>& pieces) const noexcept {
   if (pieces.empty()) return 0;
+  const std::uint64_t chunk = native_ != nullptr ? native_->window_bytes() : ring_bytes_;
   const std::uint64_t span = pieces.back().slot_offset + pieces.back().bytes - pieces.front().slot_offset;
-  return (span + buffer_bytes_ - 1) / buffer_bytes_;
+  return (span + chunk - 1) / chunk;
 }
 
 template <class T>
 std::uint64_t staging_worker<T>::stage(std::byte* dst_base, const std::vector<staged_piece>& pieces,
                                        stream_view v, setup_meter* meter) {
-  auto& t = *t_;
-  const std::uint64_t cap = buffer_bytes_;
-  std::uint64_t copies = 0;
-  bool filling = false;
-  std::uint64_t chunk_start = 0, chunk_end = 0;
-  std::uint64_t chunk_weight_bytes = 0;  // weight bytes in the chunk (without alignment gaps)
-  std::uint64_t chunk_file_bytes = 0;    // of which read from files
-  tasks_.clear();
-  auto flush = [&] {
-    // Host copies and file reads of the chunk run on the pool's threads in parallel (one thread
-    // reads cached file pages at ~7 GB/s, far below PCIe; parallel_reader.hpp).
-    reader_->run(tasks_);
-    tasks_.clear();
-    if (meter != nullptr && chunk_file_bytes != 0) meter->advance(setup_phase::reading, chunk_file_bytes);
-    chunk_file_bytes = 0;
-    t.copy_to_device(dst_base + chunk_start, buffers_[buffer_].data, chunk_end - chunk_start, v);
-    t.record(buffer_free_[buffer_], v);
-    if (meter != nullptr) meter->advance(setup_phase::uploading, chunk_weight_bytes);
-    chunk_weight_bytes = 0;
-    buffer_ ^= 1u;
-    filling = false;
-    ++copies;
-  };
+  if (native_ != nullptr) return native_->stage(pipeline_, dst_base, pieces, v, meter);
+  pipeline_.begin(dst_base);
   for (const auto& piece : pieces) {
     if constexpr (transport_with_file_reads<T>) {
       if (piece.host == nullptr) {  // the transport reads the file into the device itself
-        if (filling) flush();  // a chunk copy must not span (and overwrite) the piece
-        t.read_file_to_device(dst_base + piece.slot_offset, (*files_)[piece.file]->path(),
-                              piece.file_offset, piece.bytes, v);
-        if (meter != nullptr) {
-          meter->advance(setup_phase::reading, piece.bytes);
-          meter->advance(setup_phase::uploading, piece.bytes);
-        }
-        ++copies;
+        pipeline_.add_device_read(piece);
         continue;
       }
     }
-    std::uint64_t off = piece.slot_offset;
-    std::uint64_t done = 0;
-    while (done < piece.bytes) {
-      if (filling && off >= chunk_start + cap) flush();
-      if (!filling) {
-        // The host waits (on this thread) until the copy that last read this buffer is done.
-        t.synchronize(buffer_free_[buffer_]);
-        chunk_start = chunk_end = off;
-        filling = true;
-      }
-      const std::uint64_t take = std::min(piece.bytes - done, chunk_start + cap - off);
-      read_task task;
-      task.dst = buffers_[buffer_].data + (off - chunk_start);
-      task.bytes = take;
-      if (piece.host != nullptr) {
-        task.src = piece.host + done;
-      } else {
-        task.file = (*files_)[piece.file].get();
-        task.file_offset = piece.file_offset + done;
-        chunk_file_bytes += take;
-      }
-      tasks_.push_back(task);
-      off += take;
-      done += take;
-      chunk_weight_bytes += take;
-      chunk_end = off;
-      if (chunk_end - chunk_start == cap) flush();
-    }
+    pipeline_.add_staged(piece, piece.host);
   }
-  if (filling) flush();
-  return copies;
+  return pipeline_.run(v, meter);
 }
 
 template <class T>
@@ -239,10 +205,7 @@ void staging_worker<T>::run(const job& j) {
   }
   if (j.direct != nullptr)
     for (const auto& piece : *j.direct) t.copy_to_device(j.image + piece.slot_offset, piece.host, piece.bytes, v);
-  if (native_ != nullptr)
-    native_->stage(j.image, *j.pieces, v);
-  else
-    stage(j.image, *j.pieces, v);
+  stage(j.image, *j.pieces, v);
   if (j.timing_end != nullptr) t.record(*j.timing_end, v);
   t.record(*j.ready, v);
 }
@@ -259,9 +222,8 @@ void staging_worker<T>::stop() noexcept {
 
 template <class T>
 void staging_worker<T>::release() noexcept {
-  for (auto& e : buffer_free_) e = event{};
+  pipeline_.release();
   for (auto& b : buffers_) b = pinned_allocation<T>{};
-  reader_.reset();
   stream_ = typename T::stream{};
 }
 
