@@ -11,7 +11,7 @@
 ///   into a slot starts when the copy stream is free and the slot's previous occupant was
 ///   released (its compute ended: the release event);
 /// - which load is issued when, and into which slot, is the runtime's ring policy, driven here
-///   as the runtime drives it (ring_schedule, plan/detail/ring_schedule.hpp): after every
+///   as the runtime drives it (ring_schedule, core/detail/ring_schedule.hpp): after every
 ///   acquire and release, the next `prefetch_depth` streamed groups are loaded, each into the
 ///   unheld slot whose occupant is needed latest; a miss loads into such a slot on acquire. The host is assumed to run ahead
 ///   of the device (acquire and release never block it), as it does when the engine enqueues
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
-#include "ddo/plan/detail/ring_schedule.hpp"
+#include "ddo/core/detail/ring_schedule.hpp"
 
 namespace ddo {
 inline namespace v0 {

@@ -3,13 +3,13 @@
 /// @file
 /// @brief The slot ring (not API): slot_state<T>, a slot's device side (its memory, its
 /// ready/release events). The policy — occupancy, eviction, prefetch — is ring_schedule
-/// (plan/detail/ring_schedule.hpp), which the step predictor replays as well.
+/// (core/detail/ring_schedule.hpp), which the step predictor replays as well.
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "ddo/plan/detail/ring_schedule.hpp"
+#include "ddo/core/detail/ring_schedule.hpp"
 
 namespace ddo {
 inline namespace v0 {
