@@ -339,4 +339,20 @@ TEST_CASE("a route-none component counts in every phase and is never released") 
                        doctest::Contains("route-none components vae"), ddo::out_of_memory);
 }
 
+TEST_CASE("under a shared budget a component run once per phase keeps nothing resident") {
+  const three_components m;
+  host_sim_transport sim;
+  auto options = quiet_options();
+  options.pipeline_device_budget_bytes = ddo::runtime_device_reserve_bytes + 8 * ddo::mib;
+  auto pipeline = m.pipeline();
+  pipeline[0].passes_per_phase = 1;  // the text encoder
+  pipeline[1].passes_per_phase = 4;  // the transformer's steps
+  auto pipe = ddo::enable_pipeline_offload(pipeline, "auto", options, sim);
+  CHECK(pipe["text_encoder"]->plan().total_bytes(ddo::placement::gpu_resident) == 0);
+  CHECK(pipe["transformer"]->plan().total_bytes(ddo::placement::gpu_resident) > 0);
+  pipe.enter_phase("text_encoder");
+  CHECK(pipe.phase_counts().restored_bytes == 0);
+  CHECK(run_and_check(*pipe["text_encoder"], sim, m.text_encoder, 1) == 0);
+}
+
 TEST_SUITE_END();

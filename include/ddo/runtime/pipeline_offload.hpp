@@ -50,6 +50,12 @@ struct pipeline_component {
   std::string name;
   const weight_table* model = nullptr;
   std::optional<std::vector<execution_group>> groups;
+  /// How many times the engine runs the component's groups in one phase (the transformer: its
+  /// steps; a text encoder or a VAE decode: 1); 0: unknown. Under a shared device budget a
+  /// component run once per phase keeps nothing resident beyond its rules (always-resident
+  /// patterns, small tensors): its phase moves every byte once either way, and streaming them
+  /// overlaps its compute where re-uploading residents at the phase switch does not.
+  int passes_per_phase = 0;
 };
 
 /// @brief What the phase switches of a pipeline did so far (for reports and tests).
@@ -257,6 +263,11 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
         o.runtime.device_budget_bytes = shares[i].device_bytes;
         notes.push_back("pipeline device budget: phase '" + pipeline[i].name + "' plans against " +
                         format_bytes(shares[i].device_bytes));
+        if (pipeline[i].passes_per_phase == 1 && !set_explicitly(s, "resident_module_budget_gb")) {
+          s.config.resident_module_budget_gb = 1.0 / static_cast<double>(gib);  // one byte: no block
+          notes.push_back("passes_per_phase = 1: nothing resident beyond the rules (streamed "
+                          "bytes overlap the compute; residents would be uploaded again every phase)");
+        }
       }
       if (budgets.pinned_host_bytes != 0 && !needs[i].stays_resident) {
         cap_pinned(s, shares[i].pinned_host_bytes);
