@@ -927,7 +927,7 @@ int run(int argc, char** argv) {
     ddo::runner::pipeline_run_options p;
     p.gpu = gpu;
     p.verify = opt.verify;
-    p.images = opt.images ? opt.images : (gpu ? 3 : 2);
+    p.images = vm.count("images") ? opt.images : (gpu ? 3 : 2);
     if (p.images < 1) return fail("--images must be at least 1, got " + std::to_string(p.images), exit_usage);
     p.shape.hidden = vm.count("hidden") ? static_cast<std::uint32_t>(vm["hidden"].as<ddo::runner::hidden_option>())
                                         : (gpu ? 3072u : 256u);

@@ -98,10 +98,11 @@ std::uint64_t run_component(Engine& engine, Offloader& off, const pipeline_model
   return bad;
 }
 
+/// One line per component, taken while its phase is current: its route and where its bytes live.
 template <class Offloader>
-std::string plan_line(const std::string& name, Offloader& off, component_route route) {
+std::string plan_line(const std::string& name, Offloader& off) {
   const auto& plan = off.plan();
-  return name + ": route " + std::string(to_string(route)) + ", resident " +
+  return name + ": route " + off.metrics().route + ", resident " +
          format_bytes(plan.total_bytes(placement::gpu_resident)) + ", ring " +
          std::to_string(off.slot_count()) + " x " + format_bytes(off.slot_bytes()) + ", pinned " +
          format_bytes(plan.total_bytes(placement::pinned_host)) + ", pageable " +
@@ -132,6 +133,7 @@ void run_images(Engine& engine, pipeline_model& model, const pipeline_run_option
       const auto restored_before = restored();
       const auto t0 = clock::now();
       auto& off = enter(c.name);
+      if (image < 0) out.plans.push_back(detail::plan_line(c.name, off));
       const auto streamed_before = off.metrics().totals.bytes();
       r.mismatches = detail::run_component(engine, off, c, o.verify);
       off.transport().synchronize(engine.view());
@@ -226,8 +228,6 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
     so.pipeline_pinned_budget_bytes = o.pinned_budget_bytes;
     auto pipe = enable_pipeline_offload(pipeline, std::nullopt, so, transport);
     for (const auto& name : pipe.order) routes.push_back(pipe[name].component.route);
-    for (const auto& name : pipe.order)
-      shared.plans.push_back(detail::plan_line(name, *pipe[name], pipe[name].component.route));
     std::function<offloader_type&(const std::string&)> enter = [&](const std::string& n) -> offloader_type& {
       pipe.enter_phase(n);
       return *pipe[n];
@@ -278,8 +278,6 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
             "max_pin_weight_budget_gb",
             static_cast<double>(pinned_shares[i].pinned_host_bytes) / static_cast<double>(gib));
       auto part = enable_offload(c.table, std::nullopt, so, transport);
-      split.plans.push_back(detail::plan_line(c.name, *part, part.component.route) + ", device share " +
-                            format_bytes(device_shares[i]));
       parts.emplace(c.name, std::move(part));
     }
     std::function<offloader_type&(const std::string&)> enter = [&](const std::string& n) -> offloader_type& {
@@ -287,6 +285,10 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
     };
     std::function<std::uint64_t()> restored = [] { return std::uint64_t{0}; };
     run_images<Engine, offloader_type>(engine, model, o, ledger, sampler.get(), enter, restored, split);
+    std::string shares = "device shares (of the budget less 64 MiB):";
+    for (std::size_t i = 0; i < device_shares.size(); ++i)
+      shares += (i ? ", " : " ") + model.components()[i].name + " " + format_bytes(device_shares[i]);
+    split.plans.push_back(shares);
   }
   if (sampler) sampler->stop();
 

@@ -25,6 +25,7 @@
 /// Budgets only ratchet up within a run: raise_budgets() with a larger budget re-plans every
 /// component (and pins again, once); the same budgets change nothing; a smaller one is refused.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
