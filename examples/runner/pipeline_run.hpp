@@ -286,8 +286,14 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
     std::function<std::uint64_t()> restored = [] { return std::uint64_t{0}; };
     run_images<Engine, offloader_type>(engine, model, o, ledger, sampler.get(), enter, restored, split);
     std::string shares = "device shares (of the budget less 64 MiB):";
-    for (std::size_t i = 0; i < device_shares.size(); ++i)
-      shares += (i ? ", " : " ") + model.components()[i].name + " " + format_bytes(device_shares[i]);
+    for (std::size_t i = 0; i < device_shares.size(); ++i) {
+      const auto& name = model.components()[i].name;
+      shares += (i ? ", " : " ") + name + " " + format_bytes(device_shares[i]);
+      // A share below the ring still gets the ring: the split then holds more than the budget.
+      const std::uint64_t ring = parts.at(name).machine.ring_bytes;
+      if (routes[i] != component_route::none && ring > device_shares[i])
+        shares += " (below its ring of " + format_bytes(ring) + ", which it holds anyway)";
+    }
     split.plans.push_back(shares);
   }
   if (sampler) sampler->stop();

@@ -355,4 +355,23 @@ TEST_CASE("under a shared budget a component run once per phase keeps nothing re
   CHECK(run_and_check(*pipe["text_encoder"], sim, m.text_encoder, 1) == 0);
 }
 
+TEST_CASE("a phase whose device side no longer fits fails cleanly and can be entered later") {
+  const three_components m;
+  const std::uint64_t device = ddo::runtime_device_reserve_bytes + 16 * ddo::mib;
+  host_sim_transport sim({.device_capacity_bytes = device});
+  const auto& ledger = sim.ledger();
+  auto options = quiet_options();
+  options.pipeline_device_budget_bytes = ddo::runtime_device_reserve_bytes + 6 * ddo::mib;
+  auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim);
+  // The engine takes device memory between phases: the transformer's arena no longer fits.
+  std::byte* engine_bytes = sim.allocate_device(device - 2 * ddo::mib);
+  CHECK_THROWS_AS(pipe.enter_phase("transformer"), ddo::out_of_memory);
+  CHECK(pipe.phase().empty());
+  CHECK(pipe["transformer"]->device_released());
+  CHECK(ledger.in_use(ledger_kind::device) == device - 2 * ddo::mib);  // the engine's only
+  sim.free_device(engine_bytes, device - 2 * ddo::mib);
+  pipe.enter_phase("transformer");
+  CHECK(run_and_check(*pipe["transformer"], sim, m.transformer, 1) == 0);
+}
+
 TEST_SUITE_END();

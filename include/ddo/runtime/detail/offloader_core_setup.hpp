@@ -245,6 +245,13 @@ void offloader_core<T>::restore_device() {
     t_.synchronize(T::view(copy_stream_));
     if (staging_.has_stream()) t_.synchronize(staging_.stream());
   } catch (...) {
+    // Copies of the residents may be in flight: they end before their memory goes.
+    try {
+      t_.synchronize(T::view(copy_stream_));
+      if (staging_.has_stream()) t_.synchronize(staging_.stream());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: after a failed restore_device: %s\n", e.what());
+    }
     free_device_side();
     throw;
   }
