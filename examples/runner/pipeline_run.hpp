@@ -290,7 +290,8 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
       const auto& name = model.components()[i].name;
       shares += (i ? ", " : " ") + name + " " + format_bytes(device_shares[i]);
       // A share below the ring still gets the ring: the split then holds more than the budget.
-      const std::uint64_t ring = parts.at(name).machine.ring_bytes;
+      const auto& part = parts.at(name);
+      const std::uint64_t ring = ring_bytes_for(part->slot_bytes(), part->slot_count());
       if (routes[i] != component_route::none && ring > device_shares[i])
         shares += " (below its ring of " + format_bytes(ring) + ", which it holds anyway)";
     }
