@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     if (!profile_name.empty())  // --profile: the profile must exist
       overlap = ddo::runner::load_overlap_timings(settings, profile_name, table, device_name,
                                                   static_cast<std::uint64_t>(run_tokens));
-    else  // profile_name from the settings: as ddo-run, once a format 2 profile is stored
+    else  // profile_name from the settings: as ddo-run, once a profile with group timings is stored
       overlap = ddo::runner::stored_overlap_timings(settings, table, device_name,
                                                     static_cast<std::uint64_t>(run_tokens));
     if (overlap) {

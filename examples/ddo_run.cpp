@@ -329,8 +329,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   ctx.setup.runtime.nvtx = ctx.gpu;
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
   // Calibration (build_profile): the library's recorder times every group's compute and loads
-  // (forwarding spans to the trace). A stored format 2 profile: the overlap-aware planner, as
-  // ddo-plan plans it (runner/overlap_report.hpp).
+  // (forwarding spans to the trace). A stored profile with group timings (format 2 or 3): the
+  // overlap-aware planner, as ddo-plan plans it (runner/overlap_report.hpp).
   ddo::calibration_recorder recorder(ctx.setup.runtime.trace);
   if (config.build_profile) ctx.setup.runtime = recorder.runtime_options(ctx.setup.runtime);
   const auto overlap = ddo::runner::stored_overlap_timings(
@@ -498,6 +498,13 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                 gb(metrics.native.window_bytes_staged).c_str(),
                 static_cast<unsigned long long>(metrics.native.micro_cache_hits),
                 static_cast<unsigned long long>(metrics.native.micro_cache_misses));
+  if (metrics.vmm.slots > 0)
+    std::printf("  VMM window: %zu slots, %llu handles x %s (%s mapped budget part); %llu binds, "
+                "map/access/unmap host time %.1f ms = %.3f ms per GB loaded\n",
+                metrics.vmm.slots, static_cast<unsigned long long>(metrics.vmm.handle_count),
+                gb(metrics.vmm.handle_bytes).c_str(), gb(metrics.vmm.physical_bytes()).c_str(),
+                static_cast<unsigned long long>(metrics.vmm.binds), metrics.vmm.host_ms(),
+                metrics.vmm.host_ms_per_gb(metrics.totals.bytes()));
   if (config.show_profile) {
     std::printf("  totals:\n");
     print_step_metrics(metrics.totals, metrics.timing);
@@ -575,7 +582,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     store.save(profile);
     double compute_ms = 0.0, copy_ms = 0.0;
     for (const auto& g : ddo::timings_at(profile, static_cast<std::uint64_t>(ctx.tokens)))
-      compute_ms += g.compute_ms, copy_ms += g.transfer_ms;
+      compute_ms += g.compute_ms + g.lead_in_ms, copy_ms += g.transfer_ms;
     std::printf("  capacity profile '%s' (format %d) saved to %s: %zu groups, compute %.1f ms and "
                 "copies %.1f ms per step at %lld tokens; peak in use %s, next runs may keep %s "
                 "resident\n",
@@ -767,7 +774,7 @@ int run(int argc, char** argv) {
       "json", po::value<std::string>(&opt.json_path)->value_name("FILE.json"),
       "--compare: write the table as JSON (a sweep writes ddo-run-compare.json by default)")(
       "profile", po::value<std::string>(&opt.profile_name)->value_name("NAME"),
-      "Capacity profile NAME (profile_name): with a stored format 2 profile, plan with the "
+      "Capacity profile NAME (profile_name): with a stored profile of group timings, plan with the "
       "overlap-aware planner and print predicted vs measured ms/step")(
       "calibrate", po::bool_switch(&opt.calibrate),
       "With --profile: calibrate (build_profile: zero resident, compute timed at a quarter of "

@@ -145,7 +145,8 @@ def load_compare(data):
         elif row["variant"] != "ddo":
             baselines.append((row["variant"], row["ms"]))
     ddo.sort()
-    title = "ddo-run --compare on {}: {} ({:.1f} GB), {} tokens, B = {:.1f} GB/s".format(
+    # Two lines: one long line ran past the figure's left edge with matplotlib's centred title.
+    title = "ddo-run --compare on {}:\n{} ({:.1f} GB), {} tokens, B = {:.1f} GB/s".format(
         data.get("device", "?"), data.get("model", "?"), data.get("model_bytes", 0) / 1e9,
         data.get("tokens", "?"), data.get("pinned_gbps", 0))
     return title, ddo, baselines
@@ -196,7 +197,7 @@ def plot_compare_png(out, title, ddo, baselines):
     Y = lambda ms: top_px + ph - min(ms, top) / top * ph
     c = png_canvas.Canvas(w, h)
     black, grey = (0, 0, 0), (221, 221, 221)
-    c.text(w / 2, 12, title[:160], black, 1, "middle")
+    c.text(w / 2, 12, title.replace("\n", " ")[:160], black, 1, "middle")
     for k in range(6):
         ms = top * k / 5
         c.line(left, Y(ms), left + pw, Y(ms), grey)

@@ -50,6 +50,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "ddo/core/error.hpp"
@@ -785,6 +786,21 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
     });
     const auto metrics = offloader.metrics(true);
     r.pinned_host_bytes = metrics.pinned_bytes + metrics.staging_bytes;
+    if constexpr (std::is_same_v<Transport, ddo::vmm_transport>) {
+      // Issue 10: the window's map/access/unmap host time per loaded GB, and ddo's device bytes
+      // (cudaMalloc'd residents and any device staging at their ledger peak, plus the handles)
+      // against the mapped budget.
+      r.vmm.measured = true;
+      r.vmm.map_ms = metrics.vmm.map_ms;
+      r.vmm.access_ms = metrics.vmm.access_ms;
+      r.vmm.unmap_ms = metrics.vmm.unmap_ms;
+      r.vmm.binds = metrics.vmm.binds;
+      r.vmm.loaded_bytes = metrics.totals.bytes();
+      r.vmm.budget_bytes = ddo::gib_to_bytes(config.vmm_resident_weight_budget_gb);
+      r.vmm.ledger_device_bytes =
+          transport.ledger().peak(ddo::ledger_kind::device) + transport.vmm_physical_bytes();
+      r.vmm.activation_bytes = fwd.device_bytes();
+    }
     const double steps = static_cast<double>(std::max<std::size_t>(1, metrics.steps.size()));
     char note[256];
     std::snprintf(note, sizeof note,

@@ -59,6 +59,33 @@ struct file_baseline {
   double register_s = 0;  ///< cudaHostRegister of the read bytes
 };
 
+/// @brief What a VMM variant adds (issue 10): the host time of the window's driver calls per
+/// loaded GB, and ddo's own device bytes against the mapped budget, by ddo's ledger and by the
+/// sampled device memory minus the forward's activations.
+struct vmm_result {
+  bool measured = false;
+  double map_ms = 0, access_ms = 0, unmap_ms = 0;  ///< host time in the calls, whole run
+  std::uint64_t binds = 0;           ///< groups mapped onto window handles
+  std::uint64_t loaded_bytes = 0;    ///< bytes ddo brought to the device over the same run
+  std::uint64_t budget_bytes = 0;    ///< vmm_resident_weight_budget_gb: residents + window
+  std::uint64_t ledger_device_bytes = 0;  ///< ddo's ledger: cudaMalloc (residents, staging) + handles
+  std::uint64_t activation_bytes = 0;     ///< the forward's buffers and cuBLAS workspace
+  /// @brief Map + access + unmap host milliseconds per GB (1e9 bytes) loaded.
+  [[nodiscard]] double host_ms_per_gb() const noexcept {
+    return loaded_bytes == 0 ? 0.0 : (map_ms + access_ms + unmap_ms) / (static_cast<double>(loaded_bytes) / 1e9);
+  }
+  /// @brief The allowance: the mapped budget plus 64 MiB.
+  [[nodiscard]] std::uint64_t allowed_bytes() const noexcept { return budget_bytes + (64ull << 20); }
+  [[nodiscard]] bool ledger_ok() const noexcept { return ledger_device_bytes <= allowed_bytes(); }
+  /// @brief Sampled peak device memory above the start minus the activations.
+  [[nodiscard]] std::uint64_t sampled_ddo_bytes(std::uint64_t peak_device_bytes) const noexcept {
+    return peak_device_bytes > activation_bytes ? peak_device_bytes - activation_bytes : 0;
+  }
+  [[nodiscard]] bool sampled_ok(std::uint64_t peak_device_bytes) const noexcept {
+    return sampled_ddo_bytes(peak_device_bytes) <= allowed_bytes();
+  }
+};
+
 /// @brief One variant at one token count.
 struct variant_result {
   std::string name;
@@ -76,7 +103,9 @@ struct variant_result {
   std::string bound_kind;  ///< "compute", "pinned copy"
   double target = 0;       ///< ratio target, 0 = none
   std::string note;
-  /// @brief Whether the variant met its target (true when it has none).
+  vmm_result vmm;  ///< measured only by the VMM variants
+  /// @brief Whether the variant met its target (true when it has none). A VMM variant's device
+  /// bytes have rows of their own in the summary.
   [[nodiscard]] bool pass() const noexcept { return target <= 0 || ratio <= target; }
   /// @brief Streamed bytes per second of step time (0 when nothing is streamed).
   [[nodiscard]] double effective_bytes_per_second() const noexcept {
@@ -231,6 +260,17 @@ inline std::string str(const std::string& s) {
       if (v.setup_s > 0 && ctx.file.read_s > 0 && v.name.find("file") != std::string::npos)
         out << "; setup " << fixed(v.setup_s, 2) << " s = " << fixed(setup_ratio(v, ctx.file), 2)
             << " x the plain pread + registration (target <= " << fixed(setup_target, 2) << ")";
+      if (v.vmm.measured) {
+        const auto& m = v.vmm;
+        out << "\n- " << v.name << " (VMM): map/access/unmap host time " << fixed(m.host_ms_per_gb(), 3)
+            << " ms per GB loaded (map " << fixed(m.map_ms, 1) << " + access " << fixed(m.access_ms, 1)
+            << " + unmap " << fixed(m.unmap_ms, 1) << " ms over " << m.binds << " binds, "
+            << gb(m.loaded_bytes) << " GB loaded); ddo's device bytes by the ledger "
+            << gb(m.ledger_device_bytes) << " GB (allowed: mapped budget " << gb(m.budget_bytes)
+            << " GB + 64 MiB: " << (m.ledger_ok() ? "ok" : "MISS") << "); sampled peak minus activations ("
+            << gb(m.activation_bytes) << " GB) " << gb(m.sampled_ddo_bytes(v.peak_device_bytes)) << " GB ("
+            << (m.sampled_ok(v.peak_device_bytes) ? "ok" : "MISS") << ")";
+      }
     }
     out << "\n";
   }
@@ -282,6 +322,15 @@ inline std::string str(const std::string& s) {
           << ", \"rss_growth_bytes\": " << v.host.rss_growth_bytes()
           << ", \"pss_bytes\": " << v.host.pss_bytes
           << ", \"mem_used_growth_bytes\": " << v.host.used_growth_bytes << "}"
+          << ", \"vmm\": {\"measured\": " << (v.vmm.measured ? "true" : "false")
+          << ", \"map_ms\": " << num(v.vmm.map_ms) << ", \"access_ms\": " << num(v.vmm.access_ms)
+          << ", \"unmap_ms\": " << num(v.vmm.unmap_ms) << ", \"binds\": " << v.vmm.binds
+          << ", \"loaded_bytes\": " << v.vmm.loaded_bytes
+          << ", \"host_ms_per_gb\": " << num(v.vmm.host_ms_per_gb())
+          << ", \"budget_bytes\": " << v.vmm.budget_bytes
+          << ", \"ledger_device_bytes\": " << v.vmm.ledger_device_bytes
+          << ", \"activation_bytes\": " << v.vmm.activation_bytes
+          << ", \"sampled_ddo_bytes\": " << v.vmm.sampled_ddo_bytes(v.peak_device_bytes) << "}"
           << ", \"note\": " << str(v.note)
           << ", \"steps_ms\": [";
       for (std::size_t s = 0; s < v.step_ms.size(); ++s) out << (s ? ", " : "") << num(v.step_ms[s]);
@@ -305,6 +354,23 @@ inline std::string str(const std::string& s) {
         out << ", \"target\": " << str("<= " + detail::fixed(v.target, 2))
             << ", \"pass\": " << (v.pass() ? "true" : "false");
       out << "}";
+      // A VMM variant's host time per loaded GB and its device bytes (issue 10).
+      if (v.vmm.measured) {
+        const auto& m = v.vmm;
+        const std::string prefix = std::to_string(run.tokens) + " tok " + v.name;
+        out << ",\n    {\"metric\": " << str(prefix + " map/access/unmap host time")
+            << ", \"value\": " << num(m.host_ms_per_gb()) << ", \"unit\": \"ms per GB loaded\"}";
+        out << ",\n    {\"metric\": " << str(prefix + " ddo device bytes (ledger)")
+            << ", \"value\": " << num(static_cast<double>(m.ledger_device_bytes) / 1e9)
+            << ", \"unit\": \"GB\", \"target\": "
+            << str("<= " + detail::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
+            << ", \"pass\": " << (m.ledger_ok() ? "true" : "false") << "}";
+        out << ",\n    {\"metric\": " << str(prefix + " sampled device minus activations")
+            << ", \"value\": " << num(static_cast<double>(m.sampled_ddo_bytes(v.peak_device_bytes)) / 1e9)
+            << ", \"unit\": \"GB\", \"target\": "
+            << str("<= " + detail::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
+            << ", \"pass\": " << (m.sampled_ok(v.peak_device_bytes) ? "true" : "false") << "}";
+      }
       // The pinned file route's memory and setup targets (issue 11), as rows of their own.
       if (v.name == "ddo_file_pinned" && v.host.measured && ctx.weight_bytes != 0) {
         const double w = static_cast<double>(ctx.weight_bytes);

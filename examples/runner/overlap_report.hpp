@@ -62,8 +62,8 @@ inline overlap_timings load_overlap_timings(const dynamic_offload_settings& sett
   return out;
 }
 
-/// The overlap-aware planner's timings when the run names a stored format 2 profile
-/// (`profile_name`, not calibrating): ddo-run and ddo-plan both plan with it then, so that they
+/// The overlap-aware planner's timings when the run names a stored profile with group timings
+/// (format 2 or 3; `profile_name`, not calibrating): ddo-run and ddo-plan both plan with it then, so that they
 /// print the same plan. nullopt: no profile_name, calibrating, or no profile stored yet.
 /// A format 1 profile or one of another device or model gives timings-less result with a note.
 inline std::optional<overlap_timings> stored_overlap_timings(const dynamic_offload_settings& settings,

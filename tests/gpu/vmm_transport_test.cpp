@@ -57,6 +57,8 @@ TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_not_ready, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_staging_from_plan, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_metrics, vmm_traits);
 // The native route (vmm_fast_runtime): windows, retained sources, micro-cache, refusals.
 TEST_CASE_TEMPLATE_INVOKE(vmm_native_readback, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_native_random_orders, vmm_traits);

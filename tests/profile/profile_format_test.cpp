@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Format 2 of capacity profiles: per-group timings, device and model identity, reading format 1,
-// refusing newer formats; interpolation of compute between the two token counts.
+// Format 3 of capacity profiles: per-group timings and lead-ins, device and model identity,
+// reading formats 2 and 1, refusing newer formats; interpolation between the two token counts.
 #include "ddo/profile/capacity_profile.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/profile/profile_lookup.hpp"
@@ -37,6 +37,8 @@ ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
     gp.transfer_ns = 2'000'000 + rng() % 100'000;
     gp.compute_ns_low = 300'000 + rng() % 1000;
     gp.compute_ns_high = 1'200'000 + rng() % 1000;
+    gp.lead_in_ns_low = 20'000 + rng() % 1000;
+    gp.lead_in_ns_high = 40'000 + rng() % 1000;
     m.groups.push_back(gp);
   }
   return ddo::make_capacity_profile("timed", m, 1.0);
@@ -45,15 +47,38 @@ ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
 }  // namespace
 
 TEST_SUITE("profile") {
-  TEST_CASE("a format 2 profile with group timings reads back identical") {
+  TEST_CASE("a format 3 profile with group timings reads back identical") {
     std::mt19937_64 rng(std::random_device{}());
     const auto p = timed_profile(rng, 57);
-    CHECK(p.format == 2);
+    CHECK(p.format == 3);
     CHECK(p.min_free_vram_bytes > 0);
     const auto text = ddo::profile_store::format(p);
-    CHECK(text.find("format = 2") != std::string::npos);
+    CHECK(text.find("format = 3") != std::string::npos);
     CHECK(text.find("[[groups]]") != std::string::npos);
+    CHECK(text.find("lead_in_ns_high") != std::string::npos);
     CHECK(ddo::profile_store::parse(text, "t.toml", "timed") == p);
+  }
+
+  TEST_CASE("a format 2 profile is read with lead-ins of 0 and formats back to its layout") {
+    std::mt19937_64 rng(2);
+    auto p = timed_profile(rng, 4);
+    p.format = 2;
+    for (auto& g : p.groups) g.lead_in_ns_low = g.lead_in_ns_high = 0;
+    const auto text = ddo::profile_store::format(p);
+    CHECK(text.find("format = 2") != std::string::npos);
+    CHECK(text.find("lead_in") == std::string::npos);
+    const auto back = ddo::profile_store::parse(text, "t.toml", "timed");
+    CHECK(back == p);
+    CHECK(ddo::profile_store::format(back) == text);
+    const auto timings = ddo::timings_at(back, 2048);
+    REQUIRE(timings.size() == 4);
+    CHECK(timings[0].lead_in_ms == 0.0);
+    CHECK(timings[0].compute_ms > 0.0);
+    // A format 2 file with a format 3 key is malformed, not silently upgraded.
+    std::string mixed = text;
+    mixed.insert(mixed.find("compute_ns_high"), "lead_in_ns_low = 5\n");
+    CHECK_THROWS_WITH_AS((void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
+                         doctest::Contains("belongs to format 3"), ddo::format_error);
   }
 
   TEST_CASE("a format 1 profile is read as a budget without timings") {
@@ -88,15 +113,20 @@ TEST_SUITE("profile") {
       }
     };
     std::string newer = good;
-    newer.replace(newer.find("format = 2"), 10, "format = 3");
-    expect(newer, "format", "format 3 is not one this ddo reads");
+    newer.replace(newer.find("format = 3"), 10, "format = 4");
+    expect(newer, "format", "format 4 is not one this ddo reads");
+    std::string no_lead_in = good;
+    no_lead_in.erase(no_lead_in.rfind("lead_in_ns_low"),
+                     no_lead_in.find('\n', no_lead_in.rfind("lead_in_ns_low")) -
+                         no_lead_in.rfind("lead_in_ns_low") + 1);
+    expect(no_lead_in, "groups", "lead_in_ns_low, lead_in_ns_high");
     std::string no_transfer = good;
     no_transfer.erase(no_transfer.rfind("transfer_ns"), no_transfer.find('\n', no_transfer.rfind("transfer_ns")) -
                                                          no_transfer.rfind("transfer_ns") + 1);
     expect(no_transfer, "groups", "is missing a key");
     std::string twice = good + "\n[[groups]]\nname = \"transformer_blocks.0\"\npinned_bytes = 1\n"
                                "staged_bytes = 0\nfile_bytes = 0\ntransfer_ns = 1\ncompute_ns_low = 1\n"
-                               "compute_ns_high = 1\n";
+                               "compute_ns_high = 1\nlead_in_ns_low = 0\nlead_in_ns_high = 0\n";
     expect(twice, "groups", "appears twice");
     std::string reversed = good;
     reversed.replace(reversed.find("tokens_low = 1024"), 17, "tokens_low = 9999");
@@ -105,16 +135,17 @@ TEST_SUITE("profile") {
     expect(good + "bogus = 1\n", "bogus", "unknown key");
   }
 
-  TEST_CASE("compute is interpolated between the calibrated token counts") {
+  TEST_CASE("compute and lead-ins are interpolated between the calibrated token counts") {
     ddo::capacity_profile p;
     p.name = "x";
     p.tokens_low = 1000;
     p.tokens_high = 3000;
-    p.groups.push_back({"g", 10, 0, 0, 4'000'000, 2'000'000, 6'000'000});
+    p.groups.push_back({"g", 10, 0, 0, 4'000'000, 2'000'000, 6'000'000, 1'000'000, 3'000'000});
     std::string note;
     auto t = ddo::timings_at(p, 2000, &note);
     REQUIRE(t.size() == 1);
     CHECK(t[0].compute_ms == doctest::Approx(4.0));
+    CHECK(t[0].lead_in_ms == doctest::Approx(2.0));
     CHECK(t[0].transfer_ms == doctest::Approx(4.0));
     CHECK(t[0].bytes == 10);
     CHECK(note.empty());

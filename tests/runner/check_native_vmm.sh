@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The native VMM route end to end on host_sim's VMM mode: `--ddo-backend vmm --ddo-preset auto`
 # selects vmm_fast_runtime, which ddo-run executes with --verify (every acquired byte compared)
-# and reports as executed; ddo-config and ddo-plan name the route.
+# and reports as executed with its window's map/access/unmap host time; ddo-config and ddo-plan
+# name the route.
 # Usage: check_native_vmm.sh DDO_RUN DDO_CONFIG DDO_PLAN CACHE_DIR
 set -euo pipefail
 run="$1" config="$2" plan="$3" cache="$4"
@@ -17,6 +18,8 @@ grep -q 'executed dynamic_offload (host_sim_vmm transport, vmm_fast_runtime)' <<
   fail "the summary does not report vmm_fast_runtime as executed"
 grep -q 'native VMM: 20 registered windows' <<<"$out" ||
   fail "vmm_fast_runtime's 1.25 GiB of total staging is not 20 registered 64 MiB windows"
+grep -Eq 'VMM window: [0-9]+ slots, .* binds, map/access/unmap host time [0-9.]+ ms = [0-9.]+ ms per GB loaded' <<<"$out" ||
+  fail "the summary does not report the VMM window's map/access/unmap host time"
 out="$("$config" --no-environment --ddo-backend vmm --ddo-preset auto)"
 grep -q '^# VMM route: vmm_fast_runtime' <<<"$out" || fail "ddo-config does not name the native route"
 out="$("$config" --no-environment --ddo-preset nvme_baseline)"

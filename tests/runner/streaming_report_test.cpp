@@ -87,6 +87,46 @@ TEST_SUITE("runner") {
     CHECK(md.find("plain parallel pread") != std::string::npos);
   }
 
+  TEST_CASE("a VMM variant reports its host time per loaded GB and its device bytes against the budget") {
+    ddo::bench::report_context ctx;
+    ctx.device = "GPU";
+    ctx.weight_bytes = 2'000'000'000;
+    ctx.bw = {50e9, 9e9, 10e9, {}};
+    ddo::bench::token_run run;
+    run.tokens = 4608;
+    run.compute_ms = 10;
+    auto v = variant("vmm_zero_resident", {40}, 2'000'000'000);
+    v.target = 1.03;
+    v.vmm.measured = true;
+    v.vmm.map_ms = 1.0;
+    v.vmm.access_ms = 2.5;
+    v.vmm.unmap_ms = 0.5;
+    v.vmm.binds = 48;
+    v.vmm.loaded_bytes = 4'000'000'000;  // 4 ms over 4 GB: 1 ms per GB
+    v.vmm.budget_bytes = 1'000'000'000;
+    v.vmm.ledger_device_bytes = 1'000'000'000 + (64ull << 20) + 1;  // one byte over the allowance
+    v.vmm.activation_bytes = 300'000'000;
+    v.peak_device_bytes = 1'200'000'000;  // minus activations: 0.9 GB, within
+    ddo::bench::finish(v, run.compute_ms, ctx.bw);
+    run.variants.push_back(v);
+    CHECK(v.vmm.host_ms_per_gb() == doctest::Approx(1.0));
+    CHECK_FALSE(v.vmm.ledger_ok());
+    CHECK(v.vmm.sampled_ok(v.peak_device_bytes));
+    const std::string text = ddo::bench::json(ctx, {run});
+    const auto doc = ddo::detail::parse_json(text);
+    const auto& summary = doc.find("summary")->items();
+    REQUIRE(summary.size() == 2 + 1 + 3);
+    CHECK(summary[2].find("pass")->boolean());  // the ratio: 40 ms / 40 ms
+    CHECK(summary[3].find("metric")->text() == "4608 tok vmm_zero_resident map/access/unmap host time");
+    CHECK(summary[3].find("value")->text() == "1");
+    CHECK(summary[4].find("metric")->text() == "4608 tok vmm_zero_resident ddo device bytes (ledger)");
+    CHECK_FALSE(summary[4].find("pass")->boolean());
+    CHECK(summary[5].find("pass")->boolean());
+    const std::string md = ddo::bench::markdown(ctx, {run});
+    CHECK(md.find("1.000 ms per GB loaded") != std::string::npos);
+    CHECK(md.find("+ 64 MiB: MISS") != std::string::npos);
+  }
+
   TEST_CASE("the JSON report parses and its summary carries targets and verdicts") {
     std::mt19937_64 rng(std::random_device{}());
     std::uniform_real_distribution<double> jitter(0.9, 1.2);

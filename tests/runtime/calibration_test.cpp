@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -48,28 +49,45 @@ ddo::calibration_options options_for(std::uint64_t low, std::uint64_t high) {
   return o;
 }
 
-}  // namespace
+/// A calibration offloader over six_blocks on host_sim: build_profile with @p profile_name,
+/// every streamed weight pinned, the recorder's runtime options.
+struct calibration_setup {
+  const six_blocks m;
+  ddo::host_sim_transport sim{{.device_capacity_bytes = 64 * ddo::mib}};
+  ddo::calibration_recorder recorder;
+  ddo::dynamic_offload_settings settings;
+  std::optional<ddo::offloader<ddo::host_sim_transport>> off;
+  ddo::host_sim_transport::stream stream;
 
-TEST_SUITE("runtime") {
-  TEST_CASE("calibration times compute per group at two token counts and loads per group") {
-    const six_blocks m;
-    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
+  explicit calibration_setup(const std::string& profile_name) {
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
                                 {"build_profile", true},
-                                {"profile_name", std::string("calib-test")},
+                                {"profile_name", profile_name},
                                 {"pin_cpu_memory", true}};
     options.ram_bytes = 64 * ddo::gib;  // above system_ram_headroom_gb: room to pin everything
-    ddo::calibration_recorder recorder;
     options.runtime = recorder.runtime_options(options.runtime);
-    const auto settings = ddo::resolve_settings(options.inputs);
+    settings = ddo::resolve_settings(options.inputs);
     auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
                                     options, sim);
     REQUIRE(setup.plan.budgets.resident_source == ddo::resident_budget_source::build_profile);
-    ddo::offloader<ddo::host_sim_transport> off(m.table, std::move(setup), sim);
-    auto stream = off.transport().make_stream();
-    const auto view = ddo::host_sim_transport::view(stream);
+    off.emplace(m.table, std::move(setup), sim);
+    stream = off->transport().make_stream();
+  }
+  [[nodiscard]] ddo::host_sim_transport::stream_view view() { return ddo::host_sim_transport::view(stream); }
+};
+
+}  // namespace
+
+TEST_SUITE("runtime") {
+  TEST_CASE("calibration times compute per group at two token counts and loads per group") {
+    calibration_setup c("calib-test");
+    auto& off = *c.off;
+    auto& recorder = c.recorder;
+    const auto& settings = c.settings;
+    const auto& m = c.m;
+    const auto view = c.view();
     // The engine: odd blocks compute twice as long; compute grows with tokens (1 ms per 100).
     const auto run_step = [&](std::uint64_t tokens) {
       for (std::size_t g = 0; g < off.group_count(); ++g) {
@@ -81,7 +99,7 @@ TEST_SUITE("runtime") {
     };
     const auto profile = ddo::calibrate(off, recorder, settings.config, run_step,
                                         options_for(200, 400));
-    CHECK(profile.format == 2);
+    CHECK(profile.format == 3);
     CHECK(profile.device_name == "host_sim");
     CHECK(profile.transport == "host_sim");
     CHECK(profile.model_fingerprint == ddo::model_fingerprint(m.table));
@@ -118,6 +136,40 @@ TEST_SUITE("runtime") {
     CHECK_THROWS_AS((void)ddo::calibrate(off, recorder, settings.config, run_step,
                                          options_for(5, 2)),
                     ddo::usage_error);
+  }
+
+  TEST_CASE("calibration measures the engine's own time between groups as their lead-in") {
+    calibration_setup c("lead-in");
+    auto& off = *c.off;
+    const auto view = c.view();
+    // The engine works 3 ms on its stream before acquiring groups 2 and 5 (between blocks, as an
+    // engine's attention or norms would), 1 ms inside every group. Not synchronizing between
+    // steps: the stream runs ahead of nothing but its own work.
+    const auto sleep_on_stream = [&](int ms) {
+      off.transport().enqueue(view, [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
+    };
+    const auto run_step = [&](std::uint64_t) {
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        if (g == 2 || g == 5) sleep_on_stream(3);
+        auto lease = off.acquire(g, view);
+        sleep_on_stream(1);
+      }
+    };
+    const auto profile = ddo::calibrate(off, c.recorder, c.settings.config, run_step, options_for(100, 100));
+    off.transport().synchronize(view);
+    REQUIRE(profile.groups.size() == 6);
+    for (std::size_t g = 0; g < 6; ++g) {
+      CAPTURE(g);
+      const auto& gp = profile.groups[g];
+      CHECK(gp.compute_ns_low >= 990'000);
+      if (g == 2 || g == 5) CHECK(gp.lead_in_ns_low >= 2'970'000);
+      CHECK(gp.lead_in_ns_high == gp.lead_in_ns_low);  // one token count
+    }
+    // The engine's time between groups is in the prediction of the all-resident step.
+    const auto timings = ddo::timings_at(profile, 100);
+    double lead_in = 0.0;
+    for (const auto& t : timings) lead_in += t.lead_in_ms;
+    CHECK(lead_in >= 2 * 2.97);
   }
 
   TEST_CASE("compute spans exclude the wait for the load and count into step metrics") {

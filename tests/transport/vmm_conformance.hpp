@@ -487,3 +487,127 @@ TEST_CASE_TEMPLATE_DEFINE("vmm native: window totals and registered segments are
   o.native_vmm.source_registered_bytes = 2 * ddo::mib;  // beyond the storage ceiling
   refused(o, "vmm_source_registered_gb");
 }
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: pinned staging is sized from the plan, none kept when nothing is staged",
+                          Traits, vmm_staging_from_plan) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  const std::uint64_t setting = 8 * ddo::mib;  // vmm_staging_buffer_gb: far above what is staged
+  // Runs two steps of every group, reading every byte back; returns the offloader's metrics
+  // after setup and the pinned ledger's bytes in use then and at its peak during setup.
+  // Ledger kinds: `pinned` is memory ddo allocated page-locked (the staging buffers),
+  // `registered` the packed blocks it page-locked with cudaHostRegister.
+  struct seen {
+    ddo::offload_metrics metrics;
+    std::uint64_t pinned_in_use = 0, pinned_peak = 0, registered_in_use = 0;
+    std::size_t mismatches = 0;
+  };
+  auto run = [&](const ddo_test::synthetic_model& m) {
+    ddo::vmm_window_options w;
+    w.budget_bytes = roomy_budget(m, 1 * ddo::mib);
+    w.staging_buffer_bytes = setting;
+    auto t = Traits::make(w);
+    auto compute = t.make_stream();
+    const auto v = T::view(compute);
+    seen r;
+    readback<T> rb(t, 2 * model_bytes(m) + 1024);
+    const std::uint64_t pinned_before = t.ledger().in_use(ddo::ledger_kind::pinned);
+    {
+      auto o = vmm_runtime_options(2);
+      o.staging_buffer_bytes = setting;
+      ddo::basic_offloader<T> off(t, m.table, m.plan, o);
+      r.metrics = off.metrics();
+      r.pinned_in_use = t.ledger().in_use(ddo::ledger_kind::pinned) - pinned_before;
+      r.pinned_peak = t.ledger().peak(ddo::ledger_kind::pinned) - pinned_before;
+      r.registered_in_use = t.ledger().in_use(ddo::ledger_kind::registered);
+      for (int step = 0; step < 2; ++step) {
+        off.begin_step();
+        for (std::size_t g = 0; g < off.group_count(); ++g) {
+          auto lease = off.acquire(g, v);
+          rb.enqueue(v, lease, m);
+        }
+      }
+      t.synchronize(v);
+    }
+    r.mismatches = rb.mismatches(m);
+    return r;
+  };
+  SUBCASE("everything streamed is pinned, residents uploaded at setup: no staging kept") {
+    auto spec = vmm_spec(320, 5, 300000);
+    spec.pinned_from_file = false;
+    spec.where = [](std::size_t, std::size_t i) {
+      return i == 0 ? ddo::placement::gpu_resident : ddo::placement::pinned_host;
+    };
+    auto m = ddo_test::make_model(spec);
+    const auto r = run(*m);
+    CHECK(r.metrics.resident_bytes > 0);
+    CHECK(r.metrics.staging_bytes == 0);
+    // By the ledger: after setup only the packed blocks are page-locked (no staging buffer) ...
+    CHECK(r.pinned_in_use == 0);
+    CHECK(r.registered_in_use == r.metrics.pinned_bytes);
+    // ... and the residents' upload borrowed buffers of their span, not of the setting.
+    CHECK(r.pinned_peak > 0);
+    CHECK(r.pinned_peak <= 2 * ddo::round_up(r.metrics.resident_bytes, 4096));
+    CHECK(r.pinned_peak < 2 * setting);
+    CHECK(r.mismatches == 0);
+  }
+  SUBCASE("one pageable weight per group: buffers of the largest staged group, not of the setting") {
+    auto spec = vmm_spec(321, 5, 300000);
+    spec.pinned_from_file = false;
+    spec.where = [](std::size_t, std::size_t i) {
+      return i == 1 ? ddo::placement::pageable_host : ddo::placement::pinned_host;
+    };
+    auto m = ddo_test::make_model(spec);
+    std::uint64_t largest = 0;
+    for (std::size_t w = 0; w < m->table.size(); ++w)
+      if (m->plan.decisions[w].where == ddo::placement::pageable_host)
+        largest = std::max(largest, m->table[w].bytes);
+    const auto r = run(*m);
+    CHECK(r.metrics.staging_bytes == 2 * ddo::round_up(largest, 4096));
+    CHECK(r.pinned_in_use == r.metrics.staging_bytes);
+    CHECK(r.registered_in_use == r.metrics.pinned_bytes);
+    CHECK(r.mismatches == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: metrics carry the window's driver calls, their host time and ddo's device bytes",
+                          Traits, vmm_metrics) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto spec = vmm_spec(323, 4, 1 * ddo::mib);
+  spec.where = [](std::size_t, std::size_t) { return ddo::placement::pinned_host; };
+  auto m = ddo_test::make_model(spec);
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib);
+  auto t = Traits::make(w);
+  auto compute = t.make_stream();
+  const auto v = T::view(compute);
+  ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(1));  // every acquire remaps
+  // Setup's page-table warm-up is not counted.
+  CHECK(off.metrics().vmm.maps == 0);
+  const int steps = 3;
+  for (int step = 0; step < steps; ++step)
+    for (std::size_t g = 0; g < off.group_count(); ++g) (void)off.acquire(g, v);
+  off.synchronize();
+  const auto metrics = off.metrics();
+  const auto& vmm = metrics.vmm;
+  // One bind per acquire, plus the prefetch of the next step's first group after the last one.
+  const std::uint64_t acquires = static_cast<std::uint64_t>(steps) * off.group_count();
+  CHECK(vmm.binds >= acquires);
+  CHECK(vmm.binds <= acquires + 1);
+  CHECK(vmm.maps >= vmm.binds);
+  CHECK(vmm.unmaps >= vmm.binds - 1);
+  CHECK(vmm.access_calls == vmm.binds);
+  CHECK(vmm.map_ms > 0);
+  CHECK(vmm.access_ms > 0);
+  CHECK(vmm.unmap_ms > 0);
+  CHECK(vmm.host_ms_per_gb(metrics.totals.bytes()) > 0);
+  CHECK(vmm.slots == 1);
+  // ddo's device bytes: the resident arena plus the window's physical handles.
+  CHECK(metrics.device_bytes == metrics.resident_bytes + vmm.physical_bytes());
+  CHECK(vmm.physical_bytes() <= w.budget_bytes);
+  MESSAGE("map/access/unmap host time " << vmm.host_ms_per_gb(metrics.totals.bytes()) << " ms per GB loaded ("
+                                        << vmm.binds << " binds of " << vmm.handle_bytes << "-byte handles)");
+}

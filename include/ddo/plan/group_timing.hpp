@@ -17,6 +17,7 @@ struct group_timing {
   std::uint64_t bytes = 0;    ///< streamed bytes the transfer time was measured for
   double compute_ms = 0.0;    ///< the engine's compute for the group on its stream
   double transfer_ms = 0.0;   ///< one load of those bytes
+  double lead_in_ms = 0.0;    ///< the engine's own stream time before the group's compute
 
   friend bool operator==(const group_timing&, const group_timing&) = default;
 };

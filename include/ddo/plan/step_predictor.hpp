@@ -10,10 +10,10 @@
 /// - the copy stream runs loads one after the other, in the order the host issues them; a load
 ///   into a slot starts when the copy stream is free and the slot's previous occupant was
 ///   released (its compute ended: the release event);
-/// - which load is issued when, and into which slot, is the runtime's ring policy
-///   (runtime/detail/slot_ring.hpp): after every acquire and release, the next
-///   `prefetch_depth` streamed groups are loaded, each into the unheld slot whose occupant is
-///   needed latest; a miss loads into such a slot on acquire. The host is assumed to run ahead
+/// - which load is issued when, and into which slot, is the runtime's ring policy, driven here
+///   as the runtime drives it (ring_schedule, plan/detail/ring_schedule.hpp): after every
+///   acquire and release, the next `prefetch_depth` streamed groups are loaded, each into the
+///   unheld slot whose occupant is needed latest; a miss loads into such a slot on acquire. The host is assumed to run ahead
 ///   of the device (acquire and release never block it), as it does when the engine enqueues
 ///   asynchronously.
 /// So a streamed group's copy can only overlap the compute issued after its slot became free:
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/plan/detail/ring_schedule.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -44,6 +45,9 @@ struct group_load {
   double compute_ms = 0.0;   ///< the engine's compute for the group, on its stream
   double transfer_ms = 0.0;  ///< one load of its streamed bytes (ignored when not streamed)
   bool streamed = false;     ///< loaded into a ring slot every step (else resident)
+  /// The engine's own time on its stream between the previous group's release and this
+  /// group's acquire (its work between groups); copies run under it as under compute.
+  double lead_in_ms = 0.0;
 };
 
 /// @brief The ring the runtime runs (runtime_options::slot_count, prefetch_depth).
@@ -68,7 +72,7 @@ struct group_timeline {
 /// @brief A predicted step.
 struct step_prediction {
   double step_ms = 0.0;      ///< steady-state step time
-  double compute_ms = 0.0;   ///< the sum of the groups' compute (the all-resident step)
+  double compute_ms = 0.0;   ///< the groups' compute and lead-ins (the all-resident step)
   double transfer_ms = 0.0;  ///< the sum of the loads issued in the step
   double stall_ms = 0.0;     ///< step_ms - compute_ms
   std::size_t loads = 0;     ///< loads issued in the step (streamed groups that the ring did not keep)
@@ -77,7 +81,9 @@ struct step_prediction {
 
 namespace detail {
 
-/// The ring policy of runtime/detail/slot_ring.hpp (ring_schedule), replayed with times.
+/// The runtime's ring policy (ring_schedule, the same object the runtime drives) replayed with
+/// times: the schedule decides which load is issued when and into which slot, this class keeps
+/// the two clocks.
 class ring_replay {
  public:
   /// Prepares a replay of @p groups; the buffers are reused across calls (a search predicts
@@ -86,28 +92,14 @@ class ring_replay {
     groups_ = groups;
     const std::size_t n = groups.size();
     streamed_.clear();
-    next_expected_ = 0;
-    copy_free_ = 0.0;
     for (std::size_t g = 0; g < n; ++g)
       if (groups[g].streamed) streamed_.push_back(g);
-    slots_ = std::min(ring.slots, streamed_.size());
-    depth_ = std::min(ring.prefetch_depth, slots_);
-    streamed_pos_.assign(n, 0);
-    if (!streamed_.empty()) {
-      std::size_t pos = 0;
-      for (std::size_t g = 0; g < n; ++g) {
-        while (pos < streamed_.size() && streamed_[pos] < g) ++pos;
-        streamed_pos_[g] = pos % streamed_.size();
-      }
-    }
-    where_.assign(n, -1);
-    occupant_.assign(slots_, npos);
-    held_.assign(slots_, 0);
-    released_at_.assign(slots_, 0.0);
+    schedule_.reset(n, std::min(ring.slots, streamed_.size()), streamed_, ring.prefetch_depth);
+    copy_free_ = 0.0;
+    released_at_.assign(schedule_.slot_count(), 0.0);
     ready_at_.assign(n, 0.0);
     load_start_.assign(n, 0.0);
     load_slot_free_.assign(n, 0.0);
-    protect_.assign(slots_, 0);
   }
 
   /// Runs @p steps steps; fills @p out with the last one.
@@ -117,6 +109,7 @@ class ring_replay {
     out.step_ms = 0.0;
     out.transfer_ms = 0.0;
     out.loads = 0;
+    const auto load = [this](std::size_t g, std::size_t s) { this->load(g, s); };
     double engine = 0.0;  // the engine's stream: end of the last compute
     double step_start = 0.0;
     for (std::size_t step = 0; step < steps; ++step) {
@@ -126,20 +119,21 @@ class ring_replay {
       transfer_in_step_ = 0.0;
       for (std::size_t g = 0; g < n; ++g) {
         const group_load& gl = groups_[g];
+        engine += gl.lead_in_ms;  // the engine's work before it acquires g
         double start = engine;
         int slot = -1;
-        if (gl.streamed) {
-          slot = where_[g];
+        if (gl.streamed) {  // acquire, as runtime/detail/offloader_core_impl.hpp does
+          slot = schedule_.slot_of(g);
           if (slot < 0) {
-            slot = victim((g + 1) % n);
+            slot = schedule_.victim_for_miss(g);
             DDO_EXPECTS(slot >= 0, "predict_step: the ring has no unheld slot (slots must be >= 1)");
             load(g, static_cast<std::size_t>(slot));
           }
           start = std::max(start, ready_at_[g]);
-          ++held_[static_cast<std::size_t>(slot)];
+          schedule_.hold(static_cast<std::size_t>(slot));
         }
-        next_expected_ = (g + 1) % n;
-        prefetch();
+        schedule_.acquired(g);
+        schedule_.prefetch(load);
         const double end = start + gl.compute_ms;
         if (last) {
           auto& t = out.groups[g];
@@ -156,9 +150,9 @@ class ring_replay {
         engine = end;
         if (slot >= 0) {  // release: recorded after the compute on the engine's stream
           released_at_[static_cast<std::size_t>(slot)] = end;
-          --held_[static_cast<std::size_t>(slot)];
+          schedule_.drop(static_cast<std::size_t>(slot));
         }
-        prefetch();
+        schedule_.prefetch(load);
       }
       if (last) {
         out.step_ms = engine - step_start;
@@ -169,33 +163,10 @@ class ring_replay {
   }
 
  private:
-  static constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
-
-  std::size_t distance(std::size_t g, std::size_t expected) const noexcept {
-    const std::size_t n = groups_.size();
-    return (g + n - expected) % n;
-  }
-  int farthest_unprotected(std::size_t expected) const noexcept {
-    int best = -1;
-    std::size_t best_distance = 0;
-    for (std::size_t s = 0; s < slots_; ++s) {
-      if (protect_[s]) continue;
-      const std::size_t d = occupant_[s] == npos ? groups_.size() : distance(occupant_[s], expected);
-      if (best < 0 || d > best_distance) {
-        best = static_cast<int>(s);
-        best_distance = d;
-      }
-    }
-    return best;
-  }
-  int victim(std::size_t expected) {
-    for (std::size_t s = 0; s < slots_; ++s) protect_[s] = held_[s] > 0;
-    return farthest_unprotected(expected);
-  }
+  /// A load of group @p g into slot @p s, issued now: it starts when the copy stream is free and
+  /// the slot's occupant was released.
   void load(std::size_t g, std::size_t s) {
-    if (occupant_[s] != npos) where_[occupant_[s]] = -1;
-    occupant_[s] = g;
-    where_[g] = static_cast<int>(s);
+    schedule_.assign(g, s);
     const double start = std::max(copy_free_, released_at_[s]);
     copy_free_ = start + groups_[g].transfer_ms;
     ready_at_[g] = copy_free_;
@@ -204,36 +175,12 @@ class ring_replay {
     ++loads_in_step_;
     transfer_in_step_ += groups_[g].transfer_ms;
   }
-  void prefetch() {
-    if (depth_ == 0 || streamed_.empty()) return;
-    for (std::size_t s = 0; s < slots_; ++s) protect_[s] = held_[s] > 0;
-    const std::size_t count = streamed_.size();
-    const std::size_t first = streamed_pos_[next_expected_];
-    const std::size_t window = std::min(depth_, count);
-    for (std::size_t k = 0; k < window; ++k) {
-      const std::size_t g = streamed_[(first + k) % count];
-      if (where_[g] >= 0) {
-        protect_[static_cast<std::size_t>(where_[g])] = 1;
-        continue;
-      }
-      const int v = farthest_unprotected(next_expected_);
-      if (v < 0) return;
-      load(g, static_cast<std::size_t>(v));
-      protect_[static_cast<std::size_t>(v)] = 1;
-    }
-  }
+
   std::span<const group_load> groups_;
   std::vector<std::size_t> streamed_;
-  std::vector<std::size_t> streamed_pos_;
-  std::size_t slots_ = 0;
-  std::size_t depth_ = 0;
-  std::size_t next_expected_ = 0;
-  std::vector<int> where_;
-  std::vector<std::size_t> occupant_;
-  std::vector<int> held_;
-  std::vector<double> released_at_;
-  std::vector<double> ready_at_;
-  mutable std::vector<char> protect_;
+  ring_schedule schedule_;
+  std::vector<double> released_at_;     // per slot: its occupant's release
+  std::vector<double> ready_at_;        // per group: its latest load's end
   double copy_free_ = 0.0;
   std::vector<double> load_start_;      // per group: its latest load's start
   std::vector<double> load_slot_free_;  // per group: when that load's slot was released
@@ -245,7 +192,7 @@ class ring_replay {
 inline void predict_into(ring_replay& replay, std::span<const group_load> groups, ring_shape ring,
                          step_prediction& out) {
   out.compute_ms = 0.0;
-  for (const auto& g : groups) out.compute_ms += g.compute_ms;
+  for (const auto& g : groups) out.compute_ms += g.compute_ms + g.lead_in_ms;
   replay.reset(groups, ring);
   replay.run(4, out);
   out.stall_ms = std::max(0.0, out.step_ms - out.compute_ms);
@@ -260,9 +207,10 @@ inline void predict_into(ring_replay& replay, std::span<const group_load> groups
                                                   ring_shape ring = {}) {
   for (std::size_t g = 0; g < groups.size(); ++g)
     DDO_EXPECTS(groups[g].compute_ms >= 0.0 && groups[g].transfer_ms >= 0.0 &&
-                    groups[g].compute_ms < 1e12 && groups[g].transfer_ms < 1e12,
+                    groups[g].lead_in_ms >= 0.0 && groups[g].compute_ms < 1e12 &&
+                    groups[g].transfer_ms < 1e12 && groups[g].lead_in_ms < 1e12,
                 "predict_step: group " + std::to_string(g) +
-                    " has a negative or non-finite compute or transfer time");
+                    " has a negative or non-finite compute, transfer or lead-in time");
   DDO_EXPECTS(ring.slots >= 1, "predict_step: ring_shape::slots must be at least 1");
   step_prediction out;
   detail::ring_replay replay;

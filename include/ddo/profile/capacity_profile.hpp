@@ -30,8 +30,9 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief The profile format this ddo writes; it reads this one and its predecessor (1).
-inline constexpr int capacity_profile_format = 2;
+/// @brief The profile format this ddo writes; it reads this one and its predecessors (2: no
+/// lead-in times, read as 0; 1: a resident budget only).
+inline constexpr int capacity_profile_format = 3;
 
 /// @brief What calibration measured for one execution group (nanoseconds, medians over the
 /// measured steps). Route bytes: how the group's streamed bytes reached the device.
@@ -43,6 +44,11 @@ struct group_profile {
   std::uint64_t transfer_ns = 0;      ///< one load of the group (copy stream / staging), device time
   std::uint64_t compute_ns_low = 0;   ///< the engine's use of the lease at tokens_low
   std::uint64_t compute_ns_high = 0;  ///< the same at tokens_high
+  /// Format 3: the engine's own time on its stream between the previous group's release and
+  /// this group's acquire (its work between groups, launch gaps), less any wait for the load;
+  /// copies overlap it as they overlap compute. 0 when read from a format 2 profile.
+  std::uint64_t lead_in_ns_low = 0;
+  std::uint64_t lead_in_ns_high = 0;  ///< the same at tokens_high
 
   /// @brief Streamed bytes over every route.
   [[nodiscard]] std::uint64_t bytes() const noexcept {
@@ -78,7 +84,8 @@ struct capacity_profile {
   std::uint64_t recommended_resident_budget_bytes = 0;  ///< for the next runs
   bool full_pin = true;  ///< calibration pinned every streamed weight; keep doing so
   std::string device_name;
-  /// 2 for profiles this ddo writes; 1 for a predecessor's (the fields below are then empty).
+  /// 3 for profiles this ddo writes; 2 for a predecessor's without lead-in times; 1 for one
+  /// with a resident budget only (the fields below are then empty).
   int format = capacity_profile_format;
   std::string model_fingerprint;        ///< identity of the weight table profiled
   std::string transport;                ///< the transport calibrated on

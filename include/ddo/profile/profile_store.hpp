@@ -94,16 +94,16 @@ class profile_store {
     write_file_atomically(path, format(profile));
   }
 
-  /// @brief The text of a profile file, in the profile's format (1: the predecessor's layout, so
-  /// that a profile read from it formats back to the same text).
+  /// @brief The text of a profile file, in the profile's format (1 and 2: the predecessors'
+  /// layouts, so that a profile read from one formats back to the same text).
   [[nodiscard]] static std::string format(const capacity_profile& p) {
     std::ostringstream out;
     if (p.format == 1) {
       out << "# ddo capacity profile: written by a zero-resident calibration run.\n";
     } else {
-      out << "# ddo capacity profile (format " << capacity_profile_format
+      out << "# ddo capacity profile (format " << p.format
           << "): written by a zero-resident calibration run.\n"
-          << "format = " << capacity_profile_format << "\n";
+          << "format = " << p.format << "\n";
     }
     out << "name = \"" << p.name << "\"\n"
         << "device_name = \"" << escape(sanitize_utf8(p.device_name)) << "\"\n"
@@ -121,7 +121,7 @@ class profile_store {
         << "prefetch_depth = " << p.prefetch_depth << "\n"
         << "tokens_low = " << p.tokens_low << "\n"
         << "tokens_high = " << p.tokens_high << "\n";
-    for (const auto& g : p.groups)
+    for (const auto& g : p.groups) {
       out << "\n[[groups]]\n"
           << "name = \"" << escape(sanitize_utf8(g.name)) << "\"\n"
           << "pinned_bytes = " << g.pinned_bytes << "\n"
@@ -130,12 +130,18 @@ class profile_store {
           << "transfer_ns = " << g.transfer_ns << "\n"
           << "compute_ns_low = " << g.compute_ns_low << "\n"
           << "compute_ns_high = " << g.compute_ns_high << "\n";
+      if (p.format >= 3)
+        out << "lead_in_ns_low = " << g.lead_in_ns_low << "\n"
+            << "lead_in_ns_high = " << g.lead_in_ns_high << "\n";
+    }
     return out.str();
   }
 
-  /// @brief Parses a profile file's text: format 2 (a `format = 2` line, the keys of format 1
-  /// and the calibration's, then one `[[groups]]` table per execution group), or format 1 (no
-  /// `format` line, exactly the budget keys). Every key must be present exactly once.
+  /// @brief Parses a profile file's text: format 3 (a `format = 3` line before any group, the
+  /// keys of format 1 and the calibration's, then one `[[groups]]` table per execution group),
+  /// format 2 (the same with `format = 2` and groups without the lead-in keys, read as 0), or
+  /// format 1 (no `format` line, exactly the budget keys). Every key must be present exactly
+  /// once.
   /// @throws format_error naming @p file and the key; a profile of a newer format is refused
   /// with the formats this ddo reads.
   [[nodiscard]] static capacity_profile parse(std::string_view text, const std::string& file,
@@ -147,22 +153,27 @@ class profile_store {
         "model_fingerprint", "transport", "min_free_vram_bytes", "slot_count", "prefetch_depth",
         "tokens_low", "tokens_high"};
     constexpr std::size_t v1_keys = 8;
-    static constexpr std::string_view group_keys[] = {"name", "pinned_bytes", "staged_bytes",
-                                                      "file_bytes", "transfer_ns",
-                                                      "compute_ns_low", "compute_ns_high"};
+    static constexpr std::string_view group_keys[] = {
+        "name",           "pinned_bytes",    "staged_bytes",   "file_bytes",     "transfer_ns",
+        "compute_ns_low", "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high"};
+    constexpr std::size_t v2_group_keys = 7;  // format 2's groups: without the lead-in keys
     constexpr std::uint32_t all_top = (1u << std::size(top_keys)) - 1;
-    constexpr std::uint32_t all_group = (1u << std::size(group_keys)) - 1;
     capacity_profile p;
+    const auto all_group = [&p] {
+      return (1u << (p.format >= 3 ? std::size(group_keys) : v2_group_keys)) - 1;
+    };
     std::uint32_t seen = 0, group_seen = 0;
     bool in_group = false;
     std::size_t line_number = 0;
     const auto finish_group = [&] {
-      if (in_group && group_seen != all_group)
+      if (in_group && group_seen != all_group())
         throw format_error(file, "groups", file + ": group " + std::to_string(p.groups.size()) +
                                                " ('" + sanitize_utf8(p.groups.back().name.substr(0, 200)) +
                                                "') is missing a key; each [[groups]] needs " +
                                                "name, pinned_bytes, staged_bytes, file_bytes, "
-                                               "transfer_ns, compute_ns_low, compute_ns_high");
+                                               "transfer_ns, compute_ns_low, compute_ns_high" +
+                                               (p.format >= 3 ? ", lead_in_ns_low, lead_in_ns_high"
+                                                              : ""));
       group_seen = 0;
     };
     while (!text.empty()) {
@@ -192,6 +203,10 @@ class profile_store {
         const auto at = std::find(std::begin(group_keys), std::end(group_keys), key);
         if (at == std::end(group_keys))
           throw format_error(file, key, file + ": unknown key '" + key + "' in a [[groups]] table");
+        if (p.format < 3 && static_cast<std::size_t>(at - std::begin(group_keys)) >= v2_group_keys)
+          throw format_error(file, key, file + ": key '" + key + "' belongs to format 3, but " +
+                                            "the file says format " + std::to_string(p.format) +
+                                            " (or has no format line before its groups)");
         const auto bit = 1u << (at - std::begin(group_keys));
         if (group_seen & bit)
           throw format_error(file, key, file + ": key '" + key + "' appears twice in group " +
@@ -204,7 +219,9 @@ class profile_store {
         else if (key == "file_bytes") g.file_bytes = parse_u64(value, file, key);
         else if (key == "transfer_ns") g.transfer_ns = parse_u64(value, file, key);
         else if (key == "compute_ns_low") g.compute_ns_low = parse_u64(value, file, key);
-        else g.compute_ns_high = parse_u64(value, file, key);
+        else if (key == "compute_ns_high") g.compute_ns_high = parse_u64(value, file, key);
+        else if (key == "lead_in_ns_low") g.lead_in_ns_low = parse_u64(value, file, key);
+        else g.lead_in_ns_high = parse_u64(value, file, key);
         continue;
       }
       const auto at = std::find(std::begin(top_keys), std::end(top_keys), key);
@@ -228,12 +245,12 @@ class profile_store {
         p.full_pin = value == "true";
       } else if (key == "format") {
         const std::uint64_t f = parse_u64(value, file, key);
-        if (f != static_cast<std::uint64_t>(capacity_profile_format))
+        if (f != 2 && f != static_cast<std::uint64_t>(capacity_profile_format))
           throw format_error(file, key, file + ": capacity profile format " +
                                             sanitize_utf8(value.substr(0, 20)) +
-                                            " is not one this ddo reads (2, or 1 without a format "
-                                            "line): calibrate again with build_profile");
-        p.format = capacity_profile_format;
+                                            " is not one this ddo reads (3, 2, or 1 without a "
+                                            "format line): calibrate again with build_profile");
+        p.format = static_cast<int>(f);
       } else if (key == "model_fingerprint") p.model_fingerprint = parse_string(value, file, key);
       else if (key == "transport") p.transport = parse_string(value, file, key);
       else if (key == "min_free_vram_bytes") p.min_free_vram_bytes = parse_u64(value, file, key);
@@ -251,10 +268,10 @@ class profile_store {
         if (seen & (1u << k))
           throw format_error(file, std::string(top_keys[k]),
                              file + ": key '" + std::string(top_keys[k]) +
-                                 "' belongs to format 2, but the file has no 'format = 2' line");
+                                 "' belongs to formats 2 and 3, but the file has no 'format' line");
       if (!p.groups.empty())
-        throw format_error(file, "groups", file + ": [[groups]] belong to format 2, but the file "
-                                                  "has no 'format = 2' line");
+        throw format_error(file, "groups", file + ": [[groups]] belong to formats 2 and 3, but "
+                                                  "the file has no 'format' line");
       if (seen != (1u << v1_keys) - 1)
         throw format_error(file, "", file + ": incomplete capacity profile (a key is missing)");
     } else if (seen != all_top) {

@@ -20,17 +20,32 @@
 namespace ddo {
 inline namespace v0 {
 
+namespace detail {
+/// Linear through (tokens_low, @p low_ns) and (tokens_high, @p high_ns), in ms, never below 0.
+[[nodiscard]] inline double interpolate_ms(const capacity_profile& p, std::uint64_t low_ns,
+                                           std::uint64_t high_ns, std::uint64_t tokens) noexcept {
+  const double lo = static_cast<double>(low_ns) * 1e-6;
+  const double hi = static_cast<double>(high_ns) * 1e-6;
+  if (p.tokens_high <= p.tokens_low) return lo;
+  const double f = (static_cast<double>(tokens) - static_cast<double>(p.tokens_low)) /
+                   static_cast<double>(p.tokens_high - p.tokens_low);
+  return std::max(0.0, lo + (hi - lo) * f);
+}
+}  // namespace detail
+
 /// @brief Group @p g's compute at @p tokens: linear through the two calibrated points
 /// (tokens_low, compute_ns_low) and (tokens_high, compute_ns_high) — compute scales with tokens
 /// — extrapolated outside them, never below 0; one calibrated count: that time.
 [[nodiscard]] inline double compute_ms_at(const capacity_profile& p, const group_profile& g,
                                           std::uint64_t tokens) noexcept {
-  const double lo = static_cast<double>(g.compute_ns_low) * 1e-6;
-  const double hi = static_cast<double>(g.compute_ns_high) * 1e-6;
-  if (p.tokens_high <= p.tokens_low) return lo;
-  const double f = (static_cast<double>(tokens) - static_cast<double>(p.tokens_low)) /
-                   static_cast<double>(p.tokens_high - p.tokens_low);
-  return std::max(0.0, lo + (hi - lo) * f);
+  return detail::interpolate_ms(p, g.compute_ns_low, g.compute_ns_high, tokens);
+}
+
+/// @brief Group @p g's lead-in at @p tokens, interpolated as compute_ms_at (0 from a format 2
+/// profile).
+[[nodiscard]] inline double lead_in_ms_at(const capacity_profile& p, const group_profile& g,
+                                          std::uint64_t tokens) noexcept {
+  return detail::interpolate_ms(p, g.lead_in_ns_low, g.lead_in_ns_high, tokens);
 }
 
 /// @brief The per-group times of @p p at @p tokens (tokens 0: the higher calibrated count).
@@ -60,7 +75,7 @@ inline namespace v0 {
   out.reserve(p.groups.size());
   for (const auto& g : p.groups)
     out.push_back({g.name, g.bytes(), compute_ms_at(p, g, tokens),
-                   static_cast<double>(g.transfer_ns) * 1e-6});
+                   static_cast<double>(g.transfer_ns) * 1e-6, lead_in_ms_at(p, g, tokens)});
   return out;
 }
 

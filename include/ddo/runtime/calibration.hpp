@@ -3,7 +3,7 @@
 /// @file
 /// @brief Calibration through the library: an engine runs a few steps of its own model at two
 /// token counts on a zero-resident calibration plan (`build_profile` with a `profile_name`), and
-/// ddo turns what it measured into a capacity profile (format 2) for the overlap-aware planner.
+/// ddo turns what it measured into a capacity profile (format 3) for the overlap-aware planner.
 ///
 /// @code
 /// ddo::calibration_recorder recorder;
@@ -18,7 +18,9 @@
 ///
 /// What is measured, per execution group: its compute on the engine's stream (timing events
 /// after acquire's wait and at release: runtime_options::time_compute; on host_sim, the host
-/// time the simulated stream ran it), the device time of each load (copy spans) and its bytes
+/// time the simulated stream ran it), its lead-in (the engine's stream time between the previous
+/// group's release and this group's compute, less the wait for its load: the engine's own work
+/// between groups, which the step predictor counts and copies overlap), the device time of each load (copy spans) and its bytes
 /// by route (pinned, staged, file) as the plan placed them; the device's name, the transport,
 /// the model's fingerprint, the ring, and the free-memory low-water mark (sampled after every
 /// step). Medians over the measured steps; the first steps at each token count are warm-up and
@@ -67,18 +69,22 @@ class calibration_recorder final : public trace_sink {
     {
       std::lock_guard lock(mutex_);
       if (s.kind == span_kind::copy || s.kind == span_kind::compute) {
-        auto& per = s.kind == span_kind::copy ? copies_ : compute_[point_ < 0 ? 2 : point_];
+        auto& per = s.kind == span_kind::copy ? copies_ : compute_[slot()];
         if (per.size() <= s.group) per.resize(s.group + 1);
         per[s.group].push_back(s.end_us - s.start_us);
       }
+      if (s.kind == span_kind::compute || s.kind == span_kind::stall)
+        harvest_.push_back({s.kind == span_kind::compute, s.group, s.start_us, s.end_us});
     }
     if (next_ != nullptr) next_->on_span(s);
   }
 
   /// @brief Spans from now on are compute at token point @p point (0: low, 1: high, -1:
-  /// warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)).
+  /// warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)):
+  /// the lead-ins of that harvest are counted under the point it was recorded at.
   void set_point(int point) {
     std::lock_guard lock(mutex_);
+    count_lead_ins();
     point_ = point;
   }
 
@@ -91,6 +97,14 @@ class calibration_recorder final : public trace_sink {
   [[nodiscard]] std::uint64_t compute_ns(std::size_t g, int point) const {
     std::lock_guard lock(mutex_);
     const auto& per = compute_[point];
+    return g < per.size() ? median_ns(per[g]) : 0;
+  }
+  /// @brief Median lead-in (ns) of group @p g at point @p point: the engine's time on its
+  /// stream between the previous compute's end and this group's compute start, less its wait
+  /// for the load (capacity_profile.hpp, group_profile). 0 when none was seen.
+  [[nodiscard]] std::uint64_t lead_in_ns(std::size_t g, int point) const {
+    std::lock_guard lock(mutex_);
+    const auto& per = lead_ins_[point];
     return g < per.size() ? median_ns(per[g]) : 0;
   }
   /// @brief Compute spans seen at point @p point for group @p g.
@@ -106,11 +120,46 @@ class calibration_recorder final : public trace_sink {
     return static_cast<std::uint64_t>(std::max(0.0, us[us.size() / 2]) * 1000.0 + 0.5);
   }
 
+  /// A compute or stall span of the harvest not yet counted (engine stream, device clock).
+  struct engine_span {
+    bool compute = false;
+    std::size_t group = 0;
+    double start_us = 0.0, end_us = 0.0;
+  };
+
+  [[nodiscard]] int slot() const noexcept { return point_ < 0 ? 2 : point_; }
+
+  /// Lead-ins of the spans harvested since the last call, in stream order: a compute span's
+  /// start less the previous compute's end (carried across harvests: the first group's lead-in
+  /// is the engine's time between steps) less the wait for its load in between.
+  void count_lead_ins() {
+    std::sort(harvest_.begin(), harvest_.end(),
+              [](const engine_span& a, const engine_span& b) { return a.start_us < b.start_us; });
+    double waited_us = 0.0;
+    for (const auto& s : harvest_) {
+      if (!s.compute) {
+        waited_us += s.end_us - s.start_us;
+        continue;
+      }
+      if (last_compute_end_us_ >= 0.0) {
+        auto& per = lead_ins_[slot()];
+        if (per.size() <= s.group) per.resize(s.group + 1);
+        per[s.group].push_back(std::max(0.0, s.start_us - last_compute_end_us_ - waited_us));
+      }
+      last_compute_end_us_ = std::max(last_compute_end_us_, s.end_us);
+      waited_us = 0.0;
+    }
+    harvest_.clear();
+  }
+
   trace_sink* next_;
   mutable std::mutex mutex_;
   int point_ = -1;
   std::vector<std::vector<double>> copies_;      // per group: load spans (µs)
   std::vector<std::vector<double>> compute_[3];  // low, high, warm-up
+  std::vector<std::vector<double>> lead_ins_[3];
+  std::vector<engine_span> harvest_;
+  double last_compute_end_us_ = -1.0;
 };
 
 /// @brief How calibrate() runs.
@@ -203,6 +252,8 @@ template <class Offloader, class RunStep>
     gp.transfer_ns = recorder.transfer_ns(g);
     gp.compute_ns_low = recorder.compute_ns(g, 0);
     gp.compute_ns_high = points == 2 ? recorder.compute_ns(g, 1) : gp.compute_ns_low;
+    gp.lead_in_ns_low = recorder.lead_in_ns(g, 0);
+    gp.lead_in_ns_high = points == 2 ? recorder.lead_in_ns(g, 1) : gp.lead_in_ns_low;
     DDO_EXPECTS(recorder.compute_samples(g, 0) > 0,
                 "calibrate: no compute was timed for group '" + pg.name +
                     "': run_step must acquire every group through the offloader");

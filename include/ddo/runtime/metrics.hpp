@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ddo/runtime/native_vmm_options.hpp"
+#include "ddo/transport/vmm_stats.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -107,6 +108,9 @@ struct offload_metrics {
   std::uint64_t peak_device_bytes = 0;   ///< ddo's accounting; the runner samples cudaMemGetInfo
   std::uint64_t cached_blocks_reused = 0;  ///< pinned blocks taken from the pinned-weight cache
   native_vmm_stats native;  ///< the native VMM route's windows, retained sources, micro-cache
+  /// The VMM window's driver calls and their host time (both VMM routes; zero elsewhere):
+  /// `vmm.host_ms_per_gb(totals.bytes())` is the map/access/unmap host time per loaded GB.
+  vmm_window_stats vmm;
 };
 
 }  // namespace v0

@@ -132,9 +132,26 @@ class linear_transport {
     return e;
   }
 
-  void record(event& e, stream_view s) { DDO_CUDA_TRY(cudaEventRecord(e.handle_, s.handle)); }
+  /// @brief Whether @p s is being captured into a CUDA graph (cudaStreamIsCapturing).
+  [[nodiscard]] static bool capturing(stream_view s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    DDO_CUDA_TRY(cudaStreamIsCapturing(s.handle, &status));
+    return status == cudaStreamCaptureStatusActive;
+  }
+  /// @brief Records @p e on @p s. On a stream being captured into a CUDA graph the record
+  /// becomes an event record node (cudaEventRecordExternal): each launch of the graph records
+  /// @p e, so ddo's release events cover a replayed graph's reads.
+  void record(event& e, stream_view s) {
+    if (capturing(s))
+      DDO_CUDA_TRY(cudaEventRecordWithFlags(e.handle_, s.handle, cudaEventRecordExternal));
+    else
+      DDO_CUDA_TRY(cudaEventRecord(e.handle_, s.handle));
+  }
+  /// @brief Makes @p s wait for @p e's most recent record. On a stream being captured the wait
+  /// becomes an event wait node (cudaEventWaitExternal), which waits on the record @p e has when
+  /// the graph is launched (docs/transports.md, "CUDA graphs").
   void wait(stream_view s, const event& e) {
-    DDO_CUDA_TRY(cudaStreamWaitEvent(s.handle, e.handle_, 0));
+    DDO_CUDA_TRY(cudaStreamWaitEvent(s.handle, e.handle_, capturing(s) ? cudaEventWaitExternal : 0));
   }
   [[nodiscard]] bool ready(const event& e) {
     const cudaError_t status = cudaEventQuery(e.handle_);

@@ -125,7 +125,6 @@ class offloader_core {
   [[noreturn]] void throw_released(std::size_t g) const;
   void note_device_peak() noexcept;
   void teardown() noexcept;
-  [[nodiscard]] bool stages_host_bytes() const;
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);
@@ -137,6 +136,7 @@ class offloader_core {
     requires transport_with_stable_addresses<Transport>;
   void prefetch();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
+  void refuse_unreplayable_capture(std::size_t g) const;
 
   T t_;
   const weight_table* table_;

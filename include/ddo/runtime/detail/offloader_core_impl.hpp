@@ -32,6 +32,8 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   if (released_) throw_released(g);
   nvtx_range range(options_.nvtx, "ddo acquire");
   staging_.rethrow_error();
+  if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; })
+    if (T::capturing(s)) refuse_unreplayable_capture(g);
   timing_.note_acquire(g);
   auto& gr = layout_.groups[g];
   auto& step = timing_.current();
@@ -76,6 +78,29 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   if (bindings_.any(g)) bindings_.write(g, ptrs);
   timing_.lease_started(g);
   return result;
+}
+
+/// An acquire captured into a CUDA graph is replayed without ddo: the graph's event wait node
+/// waits on the ready event's record as of each launch, and nothing loads a group while the
+/// graph runs. That is right only when every streamed group stays loaded (and no timing event
+/// is baked in); anything else would replay reads of ranges ddo has remapped.
+template <class T>
+void offloader_core<T>::refuse_unreplayable_capture(std::size_t g) const {
+  const std::string what = "acquire('" + layout_.groups[g].name +
+                           "') on a stream being captured into a CUDA graph: ";
+  if (timing_.timing())
+    throw usage_error(what + "metrics timing events would be baked into the graph and never "
+                             "read back; capture with runtime_options::metrics off");
+  if (layout_.groups[g].streamed() && slots_.size() < layout_.streamed_order.size())
+    throw usage_error(what + "ddo holds " + std::to_string(slots_.size()) + " of the " +
+                      std::to_string(layout_.streamed_order.size()) +
+                      " streamed groups at once. A graph's event wait node waits on the record its "
+                      "event has when the graph is launched, so a group that ddo loads while the "
+                      "graph runs would be read before its copy. Capture needs every streamed "
+                      "group to stay loaded: a mapped budget (vmm_resident_weight_budget_gb) or a "
+                      "slot_count that holds all " +
+                      std::to_string(layout_.streamed_order.size()) +
+                      " groups, or capture only resident groups (docs/transports.md, CUDA graphs)");
 }
 
 template <class T>
@@ -329,6 +354,11 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
     // A VMM transport's physical handles are ddo's device memory too (made at setup).
     m.device_bytes += t_.vmm_physical_bytes();
     m.peak_device_bytes += t_.vmm_physical_bytes();
+  }
+  if constexpr (requires { { t_.vmm_stats() } -> std::same_as<vmm_window_stats>; }) {
+    // A snapshot under the transport's lock: binds still queued on the staging thread are
+    // counted by a later call (no host wait here).
+    m.vmm = t_.vmm_stats();
   }
   m.cached_blocks_reused = pinning_.cached_blocks_reused();
   return m;

@@ -14,6 +14,7 @@
 #include "ddo/runtime/detail/budget_check.hpp"
 #include "ddo/runtime/nvtx_range.hpp"
 #include "ddo/runtime/detail/offloader_core.hpp"
+#include "ddo/runtime/detail/staging_size.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -31,6 +32,7 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       meter_(options_.on_setup_progress) {
   const auto setup_start = clock::now();
   nvtx_range range(options_.nvtx, "ddo setup");
+  bool setup_only_staging = false;  // the staging buffers serve the residents' upload only
   try {
     layout_ = make_group_layout(table, plan_, options_);
     check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes,
@@ -65,9 +67,13 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       native_.prepare(t_, options_.native_vmm, layout_, files_, options_.staging_threads,
                       options_.allow_pin_fallback);
       staging_.use_native(&native_);
-    } else if (layout_.staging_needed && (!transport_with_file_reads<T> || stages_host_bytes())) {
-      // A transport that stages file pieces itself needs ddo's buffers only for host bytes.
-      staging_.ensure_buffers();
+    } else {
+      // Buffers as large as what passes through them, capped by the setting (staging_size.hpp);
+      // a transport that reads files into the device itself needs them only for host bytes.
+      const auto demand = staging_demand_of(layout_, table, transport_with_file_reads<T>);
+      const std::uint64_t bytes = staging_buffer_bytes_for(demand, options_.staging_buffer_bytes);
+      if (bytes != 0) staging_.ensure_buffers(bytes);
+      setup_only_staging = demand.run_bytes == 0;
     }
     upload_residents(&meter_);
     allocate_ring(options_.slot_count);
@@ -78,6 +84,8 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     // first lease, and the metrics epoch must be a completed event.
     t_.synchronize(T::view(copy_stream_));
     t_.synchronize(staging_.stream());
+    // The residents' copies from the buffers are complete: no group stages, so none are kept.
+    if (setup_only_staging) staging_.release_buffers();
     for (auto p : {setup_phase::reading, setup_phase::packing, setup_phase::pinning, setup_phase::uploading})
       meter_.finish(p);
     timing_.start_epoch(T::view(copy_stream_));
@@ -96,21 +104,6 @@ offloader_core<T>::~offloader_core() {
     std::fprintf(stderr, "ddo: offloader destroyed while %d lease(s) are alive; their pointers dangle\n",
                  live_leases_);
   teardown();
-}
-
-/// Whether any host (not file) bytes go through the staging buffers: staged pieces of groups
-/// (pageable weights, pinning fallbacks) or residents uploaded from host memory.
-template <class T>
-bool offloader_core<T>::stages_host_bytes() const {
-  for (const auto& gr : layout_.groups)
-    for (const auto& p : gr.staged)
-      if (p.host != nullptr) return true;
-  const auto& table = *table_;
-  for (std::size_t w = 0; w < table.size(); ++w)
-    if (layout_.resident_offset[w] != not_streamed && table[w].bytes != 0 &&
-        std::holds_alternative<host_source>(table[w].source))
-      return true;
-  return false;
 }
 
 /// Totals of the resident phases (pinning plans its own before it starts).

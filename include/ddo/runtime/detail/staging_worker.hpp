@@ -80,8 +80,12 @@ class staging_worker {
 
   /// Creates the staging stream and the copy threads; @p files must outlive the worker.
   void prepare(T& t, std::uint64_t buffer_bytes, std::size_t copy_threads, const source_files& files);
-  /// Allocates the two pinned staging buffers (idempotent).
-  void ensure_buffers();
+  /// Allocates the two pinned staging buffers of @p bytes each, 0: the size given to prepare()
+  /// (idempotent; the offloader passes the layout's demand capped by the setting, staging_size.hpp).
+  void ensure_buffers(std::uint64_t bytes = 0);
+  /// Frees the buffers (after the copies that read them completed): setup used them for the
+  /// residents only and no group stages while running.
+  void release_buffers() noexcept;
   [[nodiscard]] bool has_buffers() const noexcept { return buffers_[0].data != nullptr; }
   [[nodiscard]] std::uint64_t buffer_bytes() const noexcept { return has_buffers() ? 2 * buffer_bytes_ : 0; }
   [[nodiscard]] stream_view stream() noexcept { return T::view(stream_); }

@@ -20,10 +20,18 @@ void staging_worker<T>::prepare(T& t, std::uint64_t buffer_bytes, std::size_t co
 }
 
 template <class T>
-void staging_worker<T>::ensure_buffers() {
+void staging_worker<T>::ensure_buffers(std::uint64_t bytes) {
   if (has_buffers()) return;
+  if (bytes != 0) buffer_bytes_ = bytes;
   for (auto& b : buffers_) b = allocate_pinned_bytes(*t_, buffer_bytes_);
   for (auto& e : buffer_free_) e = t_->make_event(false);
+}
+
+template <class T>
+void staging_worker<T>::release_buffers() noexcept {
+  for (auto& b : buffers_) b = pinned_allocation<T>{};
+  for (auto& e : buffer_free_) e = event{};
+  buffer_ = 0;
 }
 
 template <class T>

@@ -42,6 +42,7 @@
 #include "ddo/core/units.hpp"
 #include "ddo/platform/cuda_driver.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/vmm_stats.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -65,21 +66,6 @@ struct vmm_window_options {
   std::size_t fail_create_after = 0;
   /// Fault injection (tests): every n-th map answers CUDA_ERROR_NOT_READY once (0: never).
   std::size_t not_ready_every = 0;
-};
-
-/// @brief Counters of a VMM window (host time in the driver calls, calls, retries).
-struct vmm_window_stats {
-  std::uint64_t maps = 0;
-  std::uint64_t unmaps = 0;
-  std::uint64_t access_calls = 0;
-  std::uint64_t retries = 0;
-  std::uint64_t binds = 0;
-  std::uint64_t bytes_mapped = 0;    ///< bytes of group ranges mapped by bind (sum over binds)
-  double map_ms = 0, access_ms = 0, unmap_ms = 0;  ///< host time in those calls (after setup)
-  std::uint64_t handle_bytes = 0;    ///< one handle
-  std::uint64_t handle_count = 0;
-  std::uint64_t reserved_bytes = 0;  ///< the address reservation
-  std::size_t slots = 0;
 };
 
 namespace detail {
