@@ -223,6 +223,13 @@ void offloader_core<T>::release_device() {
   t_.synchronize(T::view(copy_stream_));
   if (staging_.has_stream()) t_.synchronize(staging_.stream());
   free_device_side();
+  // Setup frees staging buffers that only served the residents' upload; every restore uploads
+  // them again, so they are made once now and kept (never re-pinned per phase or image).
+  if (!native_.active() && !staging_.has_buffers()) {
+    const auto demand = staging_demand_of(layout_, *table_, transport_with_file_reads<T>);
+    const std::uint64_t bytes = staging_buffer_bytes_for(demand, options_.staging_buffer_bytes);
+    if (demand.setup_bytes != 0 && bytes != 0) staging_.ensure_buffers(bytes);
+  }
   released_ = true;
 }
 
