@@ -62,6 +62,7 @@
 #include "runner/chrome_trace.hpp"
 #include "runner/compare.hpp"
 #include "runner/compare_run.hpp"
+#include "runner/pipeline_run.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/interrupt_cleanup.hpp"
 #include "runner/model_cache.hpp"
@@ -118,6 +119,10 @@ struct run_options {
   bool synthetic_given = false;  // any of --blocks, --hidden, ... given
   std::string profile_name;      // --profile
   bool calibrate = false;        // --calibrate
+  bool pipeline = false;         // --pipeline: text encoder -> transformer steps -> VAE
+  int images = 0;                // --images (pipeline; 0: the default)
+  double pipeline_budget_gib = 0.0;  // --pipeline-budget-gb (0: 40% of the weights + 64 MiB)
+  double pipeline_pinned_gib = 0.0;  // --pipeline-pinned-gb (0: every weight)
 };
 
 std::string gb(std::uint64_t bytes) {
@@ -773,7 +778,17 @@ int run(int argc, char** argv) {
       "overlap-aware planner and print predicted vs measured ms/step")(
       "calibrate", po::bool_switch(&opt.calibrate),
       "With --profile: calibrate (build_profile: zero resident, compute timed at a quarter of "
-      "--tokens and at --tokens) and save the profile");
+      "--tokens and at --tokens) and save the profile")(
+      "pipeline", po::bool_switch(&opt.pipeline),
+      "Run a synthetic text encoder -> transformer steps (--steps) -> VAE pipeline per image "
+      "under one shared device budget (phases) and, in the same run, with that budget split "
+      "by weight bytes; --hidden and --blocks (transformer blocks) size it")(
+      "images", po::value<int>(&opt.images)->value_name("N"),
+      "--pipeline: images to run (default 3 on a GPU, 2 on host_sim), after one warm-up image")(
+      "pipeline-budget-gb", po::value<std::string>()->value_name("GiB"),
+      "--pipeline: ddo's device budget in any phase (default 40% of the weights + 64 MiB)")(
+      "pipeline-pinned-gb", po::value<std::string>()->value_name("GiB"),
+      "--pipeline: page-locked weights of all components together (default: every weight)");
   po::options_description deprecated("deprecated");
   deprecated.add_options()("sim-vram-gb", po::value<std::string>()->value_name("GiB"),
                            "deprecated: --vram-gb (which now applies to a GPU too)");
@@ -905,6 +920,50 @@ int run(int argc, char** argv) {
   if (gpu) {
     const auto memory = ddo::query_device_memory(0);
     context_bytes = memory.total_bytes - memory.free_bytes;
+  }
+
+  if (opt.pipeline) {
+    for (const char* flag : {"compare", "model", "trace", "vram-gb", "sim-vram-gb", "calibrate", "profile",
+                             "json", "shape", "single-blocks", "mlp-ratio", "dtype", "shards"})
+      if (vm.count(flag) && !vm[flag].defaulted())
+        return fail(std::string("--pipeline runs its own synthetic pipeline: --") + flag +
+                        " does not apply (it takes --steps, --tokens, --images, --hidden, --blocks, "
+                        "--verify, --pipeline-budget-gb, --pipeline-pinned-gb, --ram-gb and the "
+                        "ddo settings)",
+                    exit_usage);
+    ddo::runner::pipeline_run_options p;
+    p.gpu = gpu;
+    p.verify = opt.verify;
+    p.images = vm.count("images") ? opt.images : (gpu ? 3 : 2);
+    if (p.images < 1) return fail("--images must be at least 1, got " + std::to_string(p.images), exit_usage);
+    p.shape.hidden = vm.count("hidden") ? static_cast<std::uint32_t>(vm["hidden"].as<ddo::runner::hidden_option>())
+                                        : (gpu ? 3072u : 256u);
+    p.shape.transformer_blocks = vm.count("blocks")
+                                     ? static_cast<std::uint32_t>(vm["blocks"].as<ddo::runner::blocks_option>())
+                                     : (gpu ? 24u : 6u);
+    p.shape.text_encoder_blocks = std::max(1u, p.shape.transformer_blocks / 2);
+    p.shape.vae_blocks = std::max(1u, p.shape.transformer_blocks / 6);
+    p.shape.tokens = opt.tokens ? opt.tokens : (gpu ? 4608 : 4);
+    p.shape.text_tokens = std::min<std::int64_t>(512, p.shape.tokens);
+    p.shape.steps = opt.steps ? opt.steps : 4;
+    if (vm.count("pipeline-budget-gb"))
+      p.device_budget_bytes = ddo::gib_to_bytes(
+          ddo::runner::parse_size_gib(vm["pipeline-budget-gb"].as<std::string>(), "--pipeline-budget-gb"));
+    if (vm.count("pipeline-pinned-gb"))
+      p.pinned_budget_bytes = ddo::gib_to_bytes(
+          ddo::runner::parse_size_gib(vm["pipeline-pinned-gb"].as<std::string>(), "--pipeline-pinned-gb"));
+    inputs.component.clear();  // each component of the pipeline resolves its own
+    // The budget decides residency, not the balanced rule's default cap; the small weights of
+    // host_sim sizes still stream. Explicit settings (TOML, DDO_*, --ddo-*) win over both.
+    inputs.overrides.emplace_back("max_resident_module_budget_gb", 0.0);
+    inputs.overrides.emplace_back("small_tensor_threshold_bytes", std::int64_t{16384});
+    p.setup.inputs = inputs;
+    if (opt.ram_gb > 0.0) p.setup.ram_bytes = ddo::gib_to_bytes(opt.ram_gb);
+    if (gpu)
+      return ddo::runner::run_pipeline_mode<ddo::runner::gpu_engine>(
+          p, [] { return ddo::linear_transport(ddo::linear_options{}); });
+    return ddo::runner::run_pipeline_mode<ddo::runner::cpu_engine>(
+        p, [] { return ddo::host_sim_transport(ddo::host_sim_options{}); });
   }
 
   auto& synthetic = opt.synthetic;

@@ -64,6 +64,17 @@ class device_memory_sampler {
     }
   }
 
+  /// @brief Starts a new peak from what is in use now (the baseline stays): the peak of one
+  /// phase of a run.
+  void reset_peak() {
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    peak_used_.store(total - free);
+  }
+
   /// @brief Peak bytes in use on the device (by every allocation of every process).
   [[nodiscard]] std::uint64_t peak_used() const { return peak_used_.load(); }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ddo/runtime/enable_offload.hpp"
+#include "ddo/runtime/pipeline_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 

@@ -104,6 +104,19 @@ class basic_offloader {
   /// @brief Waits for every load ddo issued (not for the engine's own work).
   void synchronize() { core_->synchronize(); }
 
+  /// @brief Frees ddo's device memory of this offloader (resident arena and ring, or a VMM
+  /// window) after its loads and the engine's released work finish; the plan, pinned blocks and
+  /// staging stay, so restore_device() needs no re-planning and no re-pinning. A pipeline calls
+  /// it at phase boundaries (runtime/pipeline_offload.hpp); acquire() refuses until restored.
+  /// @note Synchronizes with ddo's streams and the lease release events (a phase boundary, not
+  /// the hot path). @throws usage_error while leases are alive (their pointers would dangle).
+  void release_device() { core_->release_device(); }
+  /// @brief Brings the device side back: uploads the residents and allocates the ring again.
+  /// Synchronizes. @throws out_of_memory / cuda_error, leaving nothing allocated.
+  void restore_device() { core_->restore_device(); }
+  /// @brief Whether release_device() ran and restore_device() has not.
+  [[nodiscard]] bool device_released() const noexcept { return core_->device_released(); }
+
   [[nodiscard]] std::size_t group_count() const noexcept { return core_->group_count(); }
   [[nodiscard]] const std::string& group_name(std::size_t g) const { return core_->group_name(g); }
   [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief Runtime presets for application code: ddo::enable_offload(model, preset) and
-/// ddo::enable_pipeline_offload(pipeline, preset) resolve settings (preset < code < TOML <
+/// @brief Runtime presets for application code: ddo::enable_offload(model, preset) (and
+/// ddo::enable_pipeline_offload(pipeline, preset), runtime/pipeline_offload.hpp) resolve settings (preset < code < TOML <
 /// environment < flags < component policies; config/resolve.hpp), pick the component's route
 /// and return the composed ddo::offloader, ready, with the resolved settings beside it. All of
 /// it goes through the one setup path (runtime/setup.hpp).
@@ -21,7 +21,6 @@
 ///   `engine(enabled)` with the concrete `enabled_offload<offloader<Transport, Policies...>>`.
 
 #include <cstddef>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -193,67 +192,6 @@ decltype(auto) with_offload_backend(const weight_table& model,
   auto enabled = detail::enable_resolved<typename linear_result::offloader_type>(
       model, std::move(settings), options, std::move(transport));
   return std::forward<Engine>(engine)(enabled);
-}
-
-/// @brief One component of a pipeline: its name ("transformer", "text_encoder", "vae") and
-/// weights, optionally its execution groups.
-struct pipeline_component {
-  std::string name;
-  const weight_table* model = nullptr;
-  std::optional<std::vector<execution_group>> groups;
-};
-
-/// @brief Every component of a pipeline with offloading enabled, by name, in setup order.
-template <class Offloader>
-struct pipeline_offload {
-  std::vector<std::string> order;
-  std::map<std::string, enabled_offload<Offloader>> components;
-  /// @brief The component called @p name. @throws usage_error if unknown.
-  enabled_offload<Offloader>& operator[](const std::string& name) {
-    auto it = components.find(name);
-    DDO_EXPECTS(it != components.end(), "pipeline_offload: no component named '" + name + "'");
-    return it->second;
-  }
-};
-
-/// @brief enable_offload for every component, each with its own route (component policies,
-/// DDO_<COMPONENT>_* variables, the preset's component defaults), over @p transport. Components
-/// are set up in order, so each plans against the device memory the previous ones left.
-template <class... Policies, class Transport>
-[[nodiscard]] pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>
-enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
-                        std::optional<std::string_view> preset, setup_options options,
-                        Transport transport) {
-  using result_type = typename detail::offloader_over<Transport, Policies...>::type;
-  pipeline_offload<result_type> result;
-  std::vector<std::string> names;
-  for (const auto& c : pipeline) names.push_back(c.name);
-  for (const auto& c : pipeline) {
-    DDO_EXPECTS(c.model != nullptr, "enable_pipeline_offload: component '" + c.name + "' has no model");
-    DDO_EXPECTS(!result.components.contains(c.name),
-                "enable_pipeline_offload: component '" + c.name + "' given twice");
-    auto o = options;
-    o.inputs.component = c.name;
-    o.inputs.components = names;
-    if (c.groups) o.groups = c.groups;
-    result.components.emplace(c.name, enable_offload<Policies...>(*c.model, preset, std::move(o), transport));
-    result.order.push_back(c.name);
-  }
-  return result;
-}
-
-/// @brief As above; ddo makes the policies' transport (default linear) from the settings the
-/// pipeline resolves to (no component), once, shared by every component.
-template <class... Policies>
-[[nodiscard]] pipeline_offload<offloader<Policies...>> enable_pipeline_offload(
-    const std::vector<pipeline_component>& pipeline,
-    std::optional<std::string_view> preset = std::nullopt, setup_options options = {}) {
-  using transport_type = typename offloader<Policies...>::transport_type;
-  auto inputs = options.inputs;
-  if (preset) inputs.preset = std::string(*preset);
-  const auto settings = resolve_settings(inputs);
-  auto transport = make_transport<transport_type>(settings, options.host_sim);
-  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
 }
 
 }  // namespace v0

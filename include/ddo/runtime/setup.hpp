@@ -8,7 +8,8 @@
 /// planning constructors, ddo-run, ddo-plan and the benchmarks all go through these functions,
 /// so for the same inputs ddo-plan prints the plan ddo-run runs.
 ///
-/// - machine_for(): the machine a plan sees. Device free/total from the transport, minus the
+/// - machine_for(): the machine a plan sees. Device free/total from the transport (capped by
+///   runtime_options::device_budget_bytes when the engine or a pipeline sets one), minus the
 ///   slot ring (device_footprint.hpp: the formula the runtime's budget check uses), minus the
 ///   engine's reserve (activations, workspaces: setup_options::reserve_device_bytes), minus
 ///   runtime_device_reserve_bytes (64 MiB); RAM stated by the engine or probed; a stored
@@ -84,6 +85,13 @@ struct setup_options {
   /// Largest streamed bytes of one group the transport's slot/staging holds (0: unconstrained);
   /// a plan streaming more in one group is refused (machine_capacity::max_group_bytes).
   std::uint64_t max_group_bytes = 0;
+  /// enable_pipeline_offload: ddo's device bytes in any phase of the pipeline, shared by its
+  /// components (each plans against it for its own phase; runtime/pipeline_budget.hpp).
+  /// 0: not shared, each component plans against the device memory free at its setup.
+  std::uint64_t pipeline_device_budget_bytes = 0;
+  /// enable_pipeline_offload: page-locked weight bytes of all components together, split once
+  /// in proportion to their weight bytes. 0: each component's own pin budget.
+  std::uint64_t pipeline_pinned_budget_bytes = 0;
   /// Options of a host_sim transport ddo makes itself (backend host_sim).
   host_sim_options host_sim;
   /// Where `verbose` prints the setup details.
@@ -95,7 +103,8 @@ using offloader_inputs = setup_options;
 /// @brief The machine as the plan sees it, and how it was derived.
 struct setup_machine {
   machine_capacity capacity;       ///< what make_plan gets
-  device_memory_info device;       ///< free/total as the transport reported it (0: unknown)
+  device_memory_info device;       ///< free/total as the transport reported it (0: unknown),
+                                   ///< capped by runtime_options::device_budget_bytes
   std::uint64_t slot_bytes = 0;    ///< one ring slot: the largest group, aligned
   std::size_t slots = 0;           ///< slots the plan leaves room for
   std::uint64_t ring_bytes = 0;    ///< ring_bytes_for(slot_bytes, slots)
@@ -167,6 +176,19 @@ template <class Transport>
                                         bool ring = true) {
   setup_machine m;
   m.device = transport.device_memory();
+  // A device budget (the engine's cap, or a pipeline phase's share of the shared budget) caps
+  // the card the plan sees, so ddo's resident weights and ring stay inside it. The balanced
+  // rule's VRAM headroom protects the engine's memory on the real card, not inside ddo's budget:
+  // the free bytes seen are capped at budget + headroom, so the rule leaves the budget to ddo.
+  if (runtime.device_budget_bytes != 0) {
+    auto cap = [](std::uint64_t reported, std::uint64_t limit) {
+      return reported == 0 ? limit : std::min(reported, limit);
+    };
+    const std::uint64_t limit = saturating_add(runtime.device_budget_bytes,
+                                               gib_to_bytes(settings.config.auto_vram_headroom_gb));
+    m.device.free_bytes = cap(m.device.free_bytes, limit);
+    m.device.total_bytes = cap(m.device.total_bytes, limit);
+  }
   for (const auto& g : groups)
     m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, g.weights, runtime.alignment));
   m.slots = ring ? std::min(runtime.slot_count, groups.size()) : 0;

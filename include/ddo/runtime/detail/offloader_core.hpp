@@ -79,6 +79,16 @@ class offloader_core {
   /// Waits for every load ddo issued (not for the engine's streams).
   void synchronize();
 
+  // --- the device side, for a pipeline's phases (runtime/pipeline_offload.hpp) ----------------
+  /// Frees the resident arena and the ring once ddo's loads and the engine's released work are
+  /// done; the plan, pinned blocks, staging buffers and threads stay. Synchronizes (a phase
+  /// boundary, not the hot path). @throws usage_error while leases are alive.
+  void release_device();
+  /// Uploads the residents and allocates the ring again, as setup did. Synchronizes.
+  /// @throws out_of_memory / cuda_error (nothing stays allocated then).
+  void restore_device();
+  [[nodiscard]] bool device_released() const noexcept { return released_; }
+
   // --- bindings -------------------------------------------------------------------------------
   void bind(std::size_t w, void* target, void (*write)(void*, void*), void* original);
   void unbind(std::size_t w);
@@ -109,8 +119,10 @@ class offloader_core {
 
   // setup
   void plan_setup_progress();
-  void upload_residents();
-  void allocate_ring();
+  void upload_residents(setup_meter* meter);
+  void allocate_ring(std::size_t max_slots);
+  void free_device_side() noexcept;
+  [[noreturn]] void throw_released(std::size_t g) const;
   void note_device_peak() noexcept;
   void teardown() noexcept;
   // loading
@@ -148,6 +160,7 @@ class offloader_core {
   std::vector<slot_state<T>> slots_;
   std::uint64_t peak_device_bytes_ = 0;
   int live_leases_ = 0;
+  bool released_ = false;  // release_device() ran and restore_device() has not
 };
 
 }  // namespace detail

@@ -29,6 +29,7 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   DDO_EXPECTS(g < layout_.groups.size(), "acquire: group index " + std::to_string(g) +
                                              " is out of range; the plan has " +
                                              std::to_string(layout_.groups.size()) + " groups");
+  if (released_) throw_released(g);
   nvtx_range range(options_.nvtx, "ddo acquire");
   staging_.rethrow_error();
   if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; })

@@ -74,8 +74,8 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       if (bytes != 0) staging_.ensure_buffers(bytes);
       setup_only_staging = demand.run_bytes == 0;
     }
-    upload_residents();
-    allocate_ring();
+    upload_residents(&meter_);
+    allocate_ring(options_.slot_count);
     ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
                          layout_.prefetch_depth);
     timing_.setup(t_, options_.metrics, options_.trace, layout_.groups, staging_);
@@ -118,7 +118,7 @@ void offloader_core<T>::plan_setup_progress() {
 }
 
 template <class T>
-void offloader_core<T>::upload_residents() {
+void offloader_core<T>::upload_residents(setup_meter* meter) {
   if (layout_.resident_bytes == 0) return;
   resident_ = allocate_device_bytes(t_, layout_.resident_bytes);
   note_device_peak();
@@ -141,12 +141,15 @@ void offloader_core<T>::upload_residents() {
     }
     pieces.push_back(p);
   }
-  meter_.start(setup_phase::uploading);
-  staging_.stage(resident_.data, pieces, T::view(copy_stream_), &meter_);
+  if (meter != nullptr) meter->start(setup_phase::uploading);
+  // Through the native route's windows when it is on (staging_worker::stage routes there).
+  staging_.stage(resident_.data, pieces, T::view(copy_stream_), meter);
 }
 
+/// @param max_slots the most slots a stable-address transport may size its window for (setup:
+/// slot_count; a restore: the count setup got, which the staging worker's queue is sized for).
 template <class T>
-void offloader_core<T>::allocate_ring() {
+void offloader_core<T>::allocate_ring(std::size_t max_slots) {
   for (auto& gr : layout_.groups) {
     gr.resident.assign(gr.weights.size(), nullptr);
     for (std::size_t i = 0; i < gr.weights.size(); ++i) gr.resident[i] = resident_ptr_[gr.weights[i]];
@@ -167,7 +170,7 @@ void offloader_core<T>::allocate_ring() {
       for (const auto& p : gr.staged) staged += p.bytes;
       r.largest_staged_bytes = std::max(r.largest_staged_bytes, staged);
     }
-    r.max_slots = options_.slot_count;
+    r.max_slots = max_slots;
     count = t_.prepare_stable_addresses(r);
     layout_.slot_count = count;
     slots_.resize(count);
@@ -195,6 +198,88 @@ void offloader_core<T>::allocate_ring() {
 template <class T>
 void offloader_core<T>::note_device_peak() noexcept {
   peak_device_bytes_ = std::max(peak_device_bytes_, resident_.bytes + ring_.bytes);
+}
+
+// --- the device side across a pipeline's phases -------------------------------------------------
+
+template <class T>
+void offloader_core<T>::release_device() {
+  DDO_EXPECTS(live_leases_ == 0,
+              "release_device: " + std::to_string(live_leases_) +
+                  " lease(s) of this component are alive; drop them before its phase ends (the "
+                  "device memory they point into is freed at the phase switch)");
+  if (released_) return;
+  staging_.wait_all();
+  staging_.rethrow_error();
+  // The engine's reads of the slots end with their release events, ddo's loads with the copy
+  // and staging streams: only then may the memory go.
+  for (auto& st : slots_) {
+    t_.synchronize(st.release);
+    t_.synchronize(st.ready);
+  }
+  t_.synchronize(T::view(copy_stream_));
+  if (staging_.has_stream()) t_.synchronize(staging_.stream());
+  free_device_side();
+  // Setup frees staging buffers that only served the residents' upload; every restore uploads
+  // them again, so they are made once now and kept (never re-pinned per phase or image).
+  if (!native_.active() && !staging_.has_buffers()) {
+    const auto demand = staging_demand_of(layout_, *table_, transport_with_file_reads<T>);
+    const std::uint64_t bytes = staging_buffer_bytes_for(demand, options_.staging_buffer_bytes);
+    if (demand.setup_bytes != 0 && bytes != 0) staging_.ensure_buffers(bytes);
+  }
+  released_ = true;
+}
+
+template <class T>
+void offloader_core<T>::restore_device() {
+  if (!released_) return;
+  try {
+    upload_residents(nullptr);
+    allocate_ring(layout_.slot_count);
+    ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
+                         layout_.prefetch_depth);
+    // Residents must be on the device before the first lease of the phase.
+    t_.synchronize(T::view(copy_stream_));
+    if (staging_.has_stream()) t_.synchronize(staging_.stream());
+  } catch (...) {
+    // Copies of the residents may be in flight: they end before their memory goes.
+    try {
+      t_.synchronize(T::view(copy_stream_));
+      if (staging_.has_stream()) t_.synchronize(staging_.stream());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: after a failed restore_device: %s\n", e.what());
+    }
+    free_device_side();
+    throw;
+  }
+  released_ = false;
+}
+
+/// Frees the arena and the ring and forgets every device address (the caller synchronized).
+template <class T>
+void offloader_core<T>::free_device_side() noexcept {
+  if constexpr (transport_with_stable_addresses<T>) {
+    try {
+      t_.release_stable_addresses();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: releasing the stable-address window: %s\n", e.what());
+    }
+  }
+  slots_.clear();
+  ring_ = device_allocation<T>{};
+  resident_ = device_allocation<T>{};
+  std::fill(resident_ptr_.begin(), resident_ptr_.end(), nullptr);
+  for (auto& gr : layout_.groups) {
+    gr.resident.assign(gr.weights.size(), nullptr);
+    if (!gr.streamed()) gr.pointers = gr.resident;
+  }
+}
+
+template <class T>
+void offloader_core<T>::throw_released(std::size_t g) const {
+  throw usage_error("acquire: group '" + layout_.groups[g].name +
+                    "' belongs to a component whose device memory was released at a phase switch; "
+                    "enter its phase first (pipeline_offload::enter_phase)");
 }
 
 template <class T>

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo::enable_pipeline_offload(pipeline, preset, options[, transport]): offloading for
+/// every component of a pipeline (text encoder, transformer, VAE), each with its own route
+/// (component policies, DDO_<COMPONENT>_* variables, the preset's component defaults), and
+/// optionally one device budget and one pinned-host budget for all of them
+/// (setup_options::pipeline_device_budget_bytes / pipeline_pinned_budget_bytes; how they are
+/// shared: runtime/pipeline_budget.hpp).
+///
+/// Phases: the engine says which component runs next with `pipeline.enter_phase("vae")` (the
+/// reference's lifecycle boundaries: before_text_encoder, before_transformer, before_vae).
+/// ddo then releases the device memory of every other streaming component (resident weights,
+/// ring or VMM window; their plans, pinned blocks and staging stay) and brings the named
+/// component's device side up: its residents are uploaded again, its ring allocated. A lease
+/// alive in a component that would be released refuses the switch (usage_error), before
+/// anything changes. Components on route `none` stay on the device in every phase.
+///
+/// With a shared device budget every streaming component is set up one at a time, planned
+/// against the whole budget (less the route-none components), and left released: the first
+/// enter_phase brings its component up, so the device peak is the largest phase. Without one,
+/// components plan as before (each against what the previous ones left free) and stay up
+/// until a phase switch releases them.
+///
+/// Budgets only ratchet up within a run: raise_budgets() with a larger budget re-plans every
+/// component (and pins again, once); the same budgets change nothing; a smaller one is refused.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/runtime/pipeline_budget.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief One component of a pipeline: its name ("transformer", "text_encoder", "vae") and
+/// weights, optionally its execution groups.
+struct pipeline_component {
+  std::string name;
+  const weight_table* model = nullptr;
+  std::optional<std::vector<execution_group>> groups;
+  /// How many times the engine runs the component's groups in one phase (the transformer: its
+  /// steps; a text encoder or a VAE decode: 1); 0: unknown. Under a shared device budget a
+  /// component run once per phase keeps nothing resident beyond its rules (always-resident
+  /// patterns, small tensors): its phase moves every byte once either way, and streaming them
+  /// overlaps its compute where re-uploading residents at the phase switch does not.
+  int passes_per_phase = 0;
+};
+
+/// @brief What the phase switches of a pipeline did so far (for reports and tests).
+struct pipeline_phase_counts {
+  std::size_t switches = 0;            ///< enter_phase calls that changed the phase
+  std::uint64_t restored_bytes = 0;    ///< resident weight bytes uploaded again by them
+  std::uint64_t peak_device_bytes = 0; ///< most ddo device bytes of all components at a switch
+};
+
+/// @brief Every component of a pipeline with offloading enabled, by name, in setup order, and
+/// the phase API (see the file comment).
+template <class Offloader>
+class pipeline_offload {
+ public:
+  using offloader_type = Offloader;
+  /// Sets every component up again under new budgets (enable_pipeline_offload provides it).
+  using planner = std::function<void(pipeline_offload&, const pipeline_budgets&)>;
+
+  std::vector<std::string> order;                                ///< setup order
+  std::map<std::string, enabled_offload<Offloader>> components;  ///< by name
+
+  /// @brief The component called @p name. @throws usage_error if unknown.
+  enabled_offload<Offloader>& operator[](const std::string& name) {
+    auto it = components.find(name);
+    DDO_EXPECTS(it != components.end(),
+                "pipeline_offload: no component named '" + name + "'; the pipeline has " + names());
+    return it->second;
+  }
+
+  /// @brief Makes @p component's phase the current one: releases the device memory of every
+  /// other streaming component, then brings @p component's up (see the file comment). Entering
+  /// the current phase again does nothing.
+  /// @note Synchronizes with ddo's streams and the released leases' events (a phase boundary).
+  /// @throws usage_error for an unknown component or while a component to be released has
+  /// leases alive (nothing is changed then); out_of_memory / cuda_error when the component's
+  /// device side does not fit (no phase is current then).
+  void enter_phase(std::string_view component) {
+    const std::string name(component);
+    auto& target = (*this)[name];
+    if (phase_ == name && !target->device_released()) return;
+    for (auto& [other, c] : components)
+      if (other != name && !c->device_released() && c.component.route != component_route::none &&
+          c->live_leases() != 0)
+        throw usage_error("enter_phase('" + name + "'): component '" + other + "' has " +
+                          std::to_string(c->live_leases()) +
+                          " lease(s) alive; drop them before the phase switch (its device memory "
+                          "is released and their pointers would dangle)");
+    for (auto& [other, c] : components)
+      if (other != name && c.component.route != component_route::none) c->release_device();
+    phase_.clear();
+    if (target->device_released()) {
+      target->restore_device();
+      counts_.restored_bytes += target->plan().total_bytes(placement::gpu_resident);
+    }
+    phase_ = name;
+    ++counts_.switches;
+    counts_.peak_device_bytes = std::max(counts_.peak_device_bytes, device_bytes());
+  }
+
+  /// @brief The component whose phase is current ("" before the first enter_phase, or after a
+  /// switch failed).
+  [[nodiscard]] const std::string& phase() const noexcept { return phase_; }
+
+  /// @brief ddo's device bytes of every component now (resident arenas and rings).
+  [[nodiscard]] std::uint64_t device_bytes() const {
+    std::uint64_t total = 0;
+    for (const auto& [name, c] : components) total += c->device_bytes();
+    return total;
+  }
+
+  /// @brief The budgets the pipeline shares (zeros: none shared).
+  [[nodiscard]] const pipeline_budgets& budgets() const noexcept { return budgets_; }
+  /// @brief Each component's share of them, in setup order.
+  [[nodiscard]] const std::vector<pipeline_component_budget>& shares() const noexcept {
+    return shares_;
+  }
+  [[nodiscard]] const pipeline_phase_counts& phase_counts() const noexcept { return counts_; }
+
+  /// @brief Raises the shared budgets: equal budgets change nothing; a larger one re-plans
+  /// every component (and pins again, once); no phase is current afterwards.
+  /// @throws usage_error for a budget lower than the current one (budgets only ratchet up
+  /// within a run) or while any lease is alive; what setup throws when re-planning fails
+  /// (the pipeline then holds no component).
+  void raise_budgets(const pipeline_budgets& next) {
+    auto refuse_lower = [](const char* which, std::uint64_t now, std::uint64_t asked) {
+      if (asked < now)
+        throw usage_error(std::string("raise_budgets: the pipeline ") + which + " budget is " +
+                          format_bytes_exact(now) + "; " + format_bytes_exact(asked) +
+                          " would lower it, and budgets only ratchet up within a run");
+    };
+    refuse_lower("device", budgets_.device_bytes, next.device_bytes);
+    refuse_lower("pinned-host", budgets_.pinned_host_bytes, next.pinned_host_bytes);
+    if (next == budgets_) return;
+    for (auto& [name, c] : components)
+      DDO_EXPECTS(c->live_leases() == 0,
+                  "raise_budgets: component '" + name + "' has " + std::to_string(c->live_leases()) +
+                      " lease(s) alive; drop them before re-planning");
+    DDO_EXPECTS(static_cast<bool>(planner_), "raise_budgets: this pipeline was not made by "
+                                             "enable_pipeline_offload and cannot re-plan");
+    auto plan = planner_;  // the re-planning replaces *this's members, not the function it runs
+    plan(*this, next);
+  }
+
+  // --- for enable_pipeline_offload ----------------------------------------------------------
+  /// @brief Records the budgets and shares the components were set up with.
+  void set_planned(pipeline_budgets budgets, std::vector<pipeline_component_budget> shares,
+                   planner p) {
+    budgets_ = budgets;
+    shares_ = std::move(shares);
+    planner_ = std::move(p);
+    phase_.clear();
+  }
+
+ private:
+  [[nodiscard]] std::string names() const {
+    std::string s;
+    for (const auto& n : order) s += (s.empty() ? "'" : ", '") + n + "'";
+    return s.empty() ? "no components" : s;
+  }
+
+  std::string phase_;
+  pipeline_budgets budgets_;
+  std::vector<pipeline_component_budget> shares_;
+  pipeline_phase_counts counts_;
+  planner planner_;
+};
+
+namespace detail {
+
+/// The least device bytes component @p c's phase needs on @p transport: the ring setup will
+/// allocate (machine_for's formula) and ddo's runtime reserve; route none: every weight.
+template <class Transport>
+std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
+                                const dynamic_offload_settings& settings,
+                                const resolved_component& c, const setup_options& options) {
+  if (c.route == component_route::none) return model.total_bytes();
+  const auto groups = options.groups ? *options.groups
+                                     : infer_execution_groups(model, settings.config.resident_module_patterns);
+  auto runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
+  if (c.route == component_route::diffusers_group_offload)
+    runtime = group_offload_runtime_options(group_offload_options_from(c), runtime);
+  auto probe = options;
+  probe.log = nullptr;
+  const auto m = machine_for(transport, model, groups, settings, runtime, probe);
+  return m.ring_bytes + runtime_device_reserve_bytes;
+}
+
+/// Caps the pinned weights of @p settings at @p share bytes (every pin rule: the cap, and an
+/// explicit pin budget above the share).
+inline void cap_pinned(dynamic_offload_settings& settings, std::uint64_t share) {
+  const double gb = static_cast<double>(share) / static_cast<double>(gib);
+  auto& c = settings.config;
+  if (c.max_pin_weight_budget_gb == 0.0 || c.max_pin_weight_budget_gb > gb) c.max_pin_weight_budget_gb = gb;
+  if (c.pin_weight_budget_gb > gb) c.pin_weight_budget_gb = gb;
+  // A share of 0 bytes pins nothing (a cap of 0 would mean "uncapped").
+  if (share == 0) settings.effective_pin_cpu_memory = c.pin_cpu_memory = false;
+}
+
+/// Sets up every component of @p pipeline into @p result under @p budgets (see the file
+/// comment of runtime/pipeline_offload.hpp); on failure @p result holds no component.
+template <class Result, class... Policies, class Transport>
+void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipeline,
+                    const std::optional<std::string>& preset, const setup_options& options,
+                    const Transport& transport, const pipeline_budgets& budgets) {
+  result.components.clear();
+  result.order.clear();
+  std::vector<std::string> names;
+  for (const auto& c : pipeline) {
+    DDO_EXPECTS(c.model != nullptr, "enable_pipeline_offload: component '" + c.name + "' has no model");
+    for (const auto& n : names)
+      DDO_EXPECTS(n != c.name, "enable_pipeline_offload: component '" + c.name + "' given twice");
+    names.push_back(c.name);
+  }
+  // Resolve every component first: the shares need each one's route and ring.
+  std::vector<setup_options> component_options;
+  std::vector<dynamic_offload_settings> settings;
+  std::vector<pipeline_component_need> needs;
+  auto probe_transport = transport;
+  for (const auto& c : pipeline) {
+    auto o = options;
+    o.inputs.component = c.name;
+    o.inputs.components = names;
+    if (c.groups) o.groups = c.groups;
+    if (preset) o.inputs.preset = *preset;  // a preset from code outranks DDO_PRESET
+    auto s = resolve_for(*c.model, std::nullopt, o);
+    const auto route = component_for(s, o.inputs);
+    pipeline_component_need need;
+    need.name = c.name;
+    need.weight_bytes = c.model->total_bytes();
+    need.stays_resident = route.route == component_route::none;
+    need.pins_whole = route.route == component_route::diffusers_group_offload;
+    if (budgets.device_bytes != 0)
+      need.min_device_bytes = least_phase_bytes(probe_transport, *c.model, s, route, o);
+    needs.push_back(std::move(need));
+    component_options.push_back(std::move(o));
+    settings.push_back(std::move(s));
+  }
+  auto shares = plan_pipeline_budgets(needs, budgets);
+  try {
+    for (std::size_t i = 0; i < pipeline.size(); ++i) {
+      auto& o = component_options[i];
+      auto& s = settings[i];
+      std::vector<std::string> notes;
+      if (budgets.device_bytes != 0 && !needs[i].stays_resident) {
+        o.runtime.device_budget_bytes = shares[i].device_bytes;
+        notes.push_back("pipeline device budget: phase '" + pipeline[i].name + "' plans against " +
+                        format_bytes(shares[i].device_bytes));
+        if (pipeline[i].passes_per_phase == 1 && !set_explicitly(s, "resident_module_budget_gb")) {
+          s.config.resident_module_budget_gb = 1.0 / static_cast<double>(gib);  // one byte: no block
+          notes.push_back("passes_per_phase = 1: nothing resident beyond the rules (streamed "
+                          "bytes overlap the compute; residents would be uploaded again every phase)");
+        }
+      }
+      if (budgets.pinned_host_bytes != 0 && !needs[i].stays_resident) {
+        cap_pinned(s, shares[i].pinned_host_bytes);
+        o.runtime.pinned_budget_bytes = shares[i].pinned_host_bytes;
+        notes.push_back("pipeline pinned-host budget: this component's share is " +
+                        format_bytes(shares[i].pinned_host_bytes));
+      }
+      auto enabled = enable_resolved<typename Result::offloader_type>(*pipeline[i].model, std::move(s),
+                                                                      o, transport);
+      enabled.notes.insert(enabled.notes.end(), notes.begin(), notes.end());
+      // Shared device budget: each phase is set up alone, then waits for enter_phase.
+      if (budgets.device_bytes != 0 && !needs[i].stays_resident) enabled->release_device();
+      result.components.emplace(pipeline[i].name, std::move(enabled));
+      result.order.push_back(pipeline[i].name);
+    }
+  } catch (...) {
+    result.components.clear();
+    result.order.clear();
+    throw;
+  }
+  result.set_planned(budgets, std::move(shares),
+                     [pipeline, preset, options, transport](Result& r, const pipeline_budgets& next) {
+                       r.components.clear();  // frees the old pinned blocks before pinning again
+                       r.order.clear();
+                       setup_pipeline<Result, Policies...>(r, pipeline, preset, options, transport, next);
+                     });
+}
+
+}  // namespace detail
+
+/// @brief enable_offload for every component over @p transport (see the file comment); with
+/// `options.pipeline_device_budget_bytes` / `pipeline_pinned_budget_bytes` the components
+/// share those budgets and the engine marks phases with enter_phase().
+/// @throws usage_error for a component without a model or given twice; out_of_memory naming
+/// the phase whose least footprint exceeds the device budget; what enable_offload throws.
+template <class... Policies, class Transport>
+[[nodiscard]] pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>
+enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
+                        std::optional<std::string_view> preset, setup_options options,
+                        Transport transport) {
+  using result_type = pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
+  result_type result;
+  const pipeline_budgets budgets{options.pipeline_device_budget_bytes,
+                                 options.pipeline_pinned_budget_bytes};
+  detail::setup_pipeline<result_type, Policies...>(
+      result, pipeline, preset ? std::optional<std::string>(*preset) : std::nullopt, options,
+      transport, budgets);
+  return result;
+}
+
+/// @brief As above; ddo makes the policies' transport (default linear) from the settings the
+/// pipeline resolves to (no component), once, shared by every component.
+template <class... Policies>
+[[nodiscard]] pipeline_offload<offloader<Policies...>> enable_pipeline_offload(
+    const std::vector<pipeline_component>& pipeline,
+    std::optional<std::string_view> preset = std::nullopt, setup_options options = {}) {
+  using transport_type = typename offloader<Policies...>::transport_type;
+  auto inputs = options.inputs;
+  if (preset) inputs.preset = std::string(*preset);
+  const auto settings = resolve_settings(inputs);
+  auto transport = make_transport<transport_type>(settings, options.host_sim);
+  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
+}
+
+}  // namespace v0
+}  // namespace ddo
