@@ -81,10 +81,13 @@ class calibration_recorder final : public trace_sink {
 
   /// @brief Spans from now on are compute at token point @p point (0: low, 1: high, -1:
   /// warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)):
-  /// the lead-ins of that harvest are counted under the point it was recorded at.
+  /// the lead-ins of that harvest are counted under the point it was recorded at. The waiting
+  /// harvest held the host back, so the gap before the next compute is not the engine's: no
+  /// lead-in is counted across this call.
   void set_point(int point) {
     std::lock_guard lock(mutex_);
     count_lead_ins();
+    last_compute_end_us_ = -1.0;
     point_ = point;
   }
 
@@ -222,9 +225,13 @@ template <class Offloader, class RunStep>
   for (int point = 0; point < points; ++point) {
     const std::uint64_t tokens = point == 0 ? options.tokens_low : options.tokens_high;
     for (int step = 0; step < options.warmup_steps + options.measured_steps; ++step) {
-      // Spans arrive when harvested: harvest before switching what they count as.
-      (void)off.metrics(true);
-      recorder.set_point(step < options.warmup_steps ? -1 : point);
+      // Spans arrive when harvested: harvest (waiting) before switching what they count as —
+      // only then, so that the measured steps run back to back as the engine runs them (a
+      // waiting harvest between steps would put a host gap before each step's first group).
+      if (step == 0 || step == options.warmup_steps) {
+        (void)off.metrics(true);
+        recorder.set_point(step < options.warmup_steps ? -1 : point);
+      }
       off.begin_step();
       run_step(tokens);
       m.min_free_vram_bytes = std::min(m.min_free_vram_bytes, free_now());
