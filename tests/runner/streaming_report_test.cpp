@@ -146,7 +146,7 @@ TEST_SUITE("runner") {
     ddo::bench::report_context ctx;
     ctx.device = "GPU";
     ctx.weight_bytes = 2'000'000'000;
-    ctx.bw = {50e9, 9e9, 10e9, {}};
+    ctx.bw = {50e9, 9e9, 10e9, {}, {}, {}, {}};
     ddo::bench::token_run run;
     run.tokens = 4608;
     run.compute_ms = 10;
