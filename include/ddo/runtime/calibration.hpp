@@ -20,10 +20,10 @@
 /// after acquire's wait and at release: runtime_options::time_compute; on host_sim, the host
 /// time the simulated stream ran it), its lead-in (the engine's stream time between the previous
 /// group's release and this group's compute, less the wait for its load: the engine's own work
-/// between groups, which the step predictor counts and copies overlap), the device time of each load (copy spans) and its bytes
-/// by route (pinned, staged, file) as the plan placed them; the device's name, the transport,
-/// the model's fingerprint, the ring, and the free-memory low-water mark (sampled after every
-/// step). Medians over the measured steps; the first steps at each token count are warm-up and
+/// between groups, which the step predictor counts and copies overlap), the device time of each
+/// load (copy spans) and its bytes by route (pinned, staged, file) as the plan placed them; the
+/// device's name, the transport, the model's fingerprint, the ring, and the free-memory
+/// low-water mark (sampled after every step). Medians over the measured steps; the first steps at each token count are warm-up and
 /// are not used for compute (their loads are, so groups the ring keeps loaded count too).
 /// The engine should drop each lease before acquiring the next group, so that one group's
 /// compute span does not include the next one's wait.
@@ -133,8 +133,8 @@ class calibration_recorder final : public trace_sink {
   [[nodiscard]] int slot() const noexcept { return point_ < 0 ? 2 : point_; }
 
   /// Lead-ins of the spans harvested since the last call, in stream order: a compute span's
-  /// start less the previous compute's end (carried across harvests: the first group's lead-in
-  /// is the engine's time between steps) less the wait for its load in between.
+  /// start less the previous compute's end (carried across the steps of a token point: the
+  /// first group's lead-in is the engine's time between steps) less the wait for its load.
   void count_lead_ins() {
     std::sort(harvest_.begin(), harvest_.end(),
               [](const engine_span& a, const engine_span& b) { return a.start_us < b.start_us; });
