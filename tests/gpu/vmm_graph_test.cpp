@@ -24,24 +24,14 @@
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/vmm.hpp"
 #include "gpu_support.hpp"
+#include "vmm_support.hpp"
 #include "transport/vmm_conformance.hpp"
 
 namespace vmm_graph_test {
 
-std::string skip_reason() {
-  std::string r = ddo_test::gpu_skip_reason();
-  if (!r.empty()) return r;
-  try {
-    ddo::detail::cuda_vmm_driver probe(0);
-  } catch (const std::exception& e) {
-    return std::string("no usable CUDA VMM: ") + e.what();
-  }
-  return {};
-}
-
 #define DDO_GRAPH_SKIP()                                   \
   do {                                                     \
-    const std::string skip_ = vmm_graph_test::skip_reason(); \
+    const std::string skip_ = ddo_test::vmm_skip_reason(); \
     if (!skip_.empty()) {                                  \
       MESSAGE("skipped: " << skip_);                       \
       return;                                              \

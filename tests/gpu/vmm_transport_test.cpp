@@ -9,24 +9,14 @@
 
 #include "ddo/transport/vmm.hpp"
 #include "gpu_support.hpp"
+#include "vmm_support.hpp"
 #include "transport/vmm_conformance.hpp"
 
 namespace {
 
-std::string vmm_skip_reason() {
-  std::string r = ddo_test::gpu_skip_reason();
-  if (!r.empty()) return r;
-  try {
-    ddo::detail::cuda_vmm_driver probe(0);
-  } catch (const std::exception& e) {
-    return std::string("no usable CUDA VMM: ") + e.what();
-  }
-  return {};
-}
-
 struct vmm_traits {
   using transport_type = ddo::vmm_transport;
-  static std::string skip_reason() { return vmm_skip_reason(); }
+  static std::string skip_reason() { return ddo_test::vmm_skip_reason(); }
   static transport_type make(const ddo::vmm_window_options& w) {
     ddo::vmm_options o;
     o.window = w;

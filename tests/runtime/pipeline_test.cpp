@@ -5,14 +5,13 @@
 // and a failed setup leaves nothing allocated.
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ddo/runtime/pipeline_offload.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "lease_check.hpp"
 
 using ddo::host_sim_transport;
 using ddo::ledger_kind;
@@ -57,26 +56,6 @@ struct three_components {
     return name == "text_encoder" ? text_encoder : name == "transformer" ? transformer : vae;
   }
 };
-
-/// Acquires every group once per step and compares the device bytes with the source.
-template <class Offloader>
-std::size_t run_and_check(Offloader& off, host_sim_transport& sim, const component_model& m, int steps) {
-  auto s = sim.make_stream();
-  std::atomic<std::size_t> bad{0};
-  for (int step = 0; step < steps; ++step)
-    for (std::size_t g = 0; g < off.group_count(); ++g) {
-      auto lease = off.acquire(g, sim.view(s));
-      for (std::size_t i = 0; i < lease.size(); ++i) {
-        const std::byte* p = lease.data(i);
-        const auto& e = m.bytes[lease.weight_index(i)];
-        sim.enqueue(sim.view(s), [p, &e, &bad] {
-          if (std::memcmp(p, e.data(), e.size()) != 0) ++bad;
-        });
-      }
-    }
-  sim.synchronize(sim.view(s));
-  return bad;
-}
 
 ddo::setup_options quiet_options() {
   ddo::setup_options o;
@@ -170,7 +149,7 @@ TEST_CASE("a shared device budget holds every phase of several images; pinned bl
         CHECK(pipe.device_bytes() == pipe[phase]->device_bytes());
         if (image == 0) phase_bytes_sum += pipe.device_bytes();
         const int steps = std::string(phase) == "transformer" ? 3 : 1;
-        CHECK(run_and_check(*pipe[phase], sim, m.model(phase), steps) == 0);
+        CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, steps) == 0);
       }
       CHECK(pinned_allocations(ledger) == pinned_after_setup);  // never re-pinned per image
     }
@@ -212,7 +191,7 @@ TEST_CASE("the pinned-host budget is split once between the streaming components
             .epsilon(0.01));
   for (const char* phase : {"text_encoder", "transformer", "vae"}) {
     pipe.enter_phase(phase);
-    CHECK(run_and_check(*pipe[phase], sim, m.model(phase), 1) == 0);
+    CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, 1) == 0);
   }
 }
 
@@ -272,7 +251,7 @@ TEST_CASE("a phase switch with a lease alive is refused and changes nothing") {
   }
   pipe.enter_phase("transformer");
   CHECK(pipe["text_encoder"]->device_released());
-  CHECK(run_and_check(*pipe["transformer"], sim, m.transformer, 2) == 0);
+  CHECK(ddo_test::count_mismatches(*pipe["transformer"], sim, m.transformer.bytes, 2) == 0);
   CHECK_THROWS_WITH_AS(pipe.enter_phase("unet"), doctest::Contains("'text_encoder', 'transformer', 'vae'"),
                        ddo::usage_error);
 }
@@ -308,7 +287,7 @@ TEST_CASE("budgets only ratchet up, and only a changed budget re-plans") {
   pipe.enter_phase("transformer");
   CHECK(pipe["transformer"]->plan().total_bytes(ddo::placement::gpu_resident) > resident_before);
   CHECK(ledger.in_use(ledger_kind::device) <= budget + 2 * ddo::mib);
-  CHECK(run_and_check(*pipe["transformer"], sim, m.transformer, 1) == 0);
+  CHECK(ddo_test::count_mismatches(*pipe["transformer"], sim, m.transformer.bytes, 1) == 0);
 }
 
 TEST_CASE("a route-none component counts in every phase and is never released") {
@@ -330,7 +309,7 @@ TEST_CASE("a route-none component counts in every phase and is never released") 
     for (const char* phase : {"text_encoder", "transformer", "vae"}) {
       pipe.enter_phase(phase);
       CHECK_FALSE(pipe["vae"]->device_released());
-      CHECK(run_and_check(*pipe[phase], sim, m.model(phase), 1) == 0);
+      CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, 1) == 0);
     }
   CHECK(ledger.peak(ledger_kind::device) <= budget);
   // A budget below the transformer's ring plus the resident VAE names both.
@@ -352,7 +331,7 @@ TEST_CASE("under a shared budget a component run once per phase keeps nothing re
   CHECK(pipe["transformer"]->plan().total_bytes(ddo::placement::gpu_resident) > 0);
   pipe.enter_phase("text_encoder");
   CHECK(pipe.phase_counts().restored_bytes == 0);
-  CHECK(run_and_check(*pipe["text_encoder"], sim, m.text_encoder, 1) == 0);
+  CHECK(ddo_test::count_mismatches(*pipe["text_encoder"], sim, m.text_encoder.bytes, 1) == 0);
 }
 
 TEST_CASE("a phase whose device side no longer fits fails cleanly and can be entered later") {
@@ -371,7 +350,7 @@ TEST_CASE("a phase whose device side no longer fits fails cleanly and can be ent
   CHECK(ledger.in_use(ledger_kind::device) == device - 2 * ddo::mib);  // the engine's only
   sim.free_device(engine_bytes, device - 2 * ddo::mib);
   pipe.enter_phase("transformer");
-  CHECK(run_and_check(*pipe["transformer"], sim, m.transformer, 1) == 0);
+  CHECK(ddo_test::count_mismatches(*pipe["transformer"], sim, m.transformer.bytes, 1) == 0);
 }
 
 TEST_SUITE_END();

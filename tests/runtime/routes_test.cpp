@@ -3,8 +3,6 @@
 // enable_pipeline_offload, all on host_sim.
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstring>
 #include <random>
 
 #include "ddo/runtime/enable_offload.hpp"
@@ -12,6 +10,7 @@
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "lease_check.hpp"
 
 using ddo::host_sim_transport;
 
@@ -44,25 +43,6 @@ struct block_model {
   }
 };
 
-template <class Offloader>
-std::size_t run_and_check(Offloader& off, host_sim_transport& sim, const block_model& m, int steps) {
-  auto s = sim.make_stream();
-  std::atomic<std::size_t> bad{0};
-  for (int step = 0; step < steps; ++step)
-    for (std::size_t g = 0; g < off.group_count(); ++g) {
-      auto lease = off.acquire(g, sim.view(s));
-      for (std::size_t i = 0; i < lease.size(); ++i) {
-        const std::byte* p = lease.data(i);
-        const auto& e = m.bytes[lease.weight_index(i)];
-        sim.enqueue(sim.view(s), [p, &e, &bad] {
-          if (std::memcmp(p, e.data(), e.size()) != 0) ++bad;
-        });
-      }
-    }
-  sim.synchronize(sim.view(s));
-  return bad;
-}
-
 ddo::resolve_inputs quiet_inputs() {
   ddo::resolve_inputs in;
   in.use_environment = false;
@@ -94,7 +74,7 @@ TEST_CASE("block_level group offload merges num_blocks_per_group blocks into one
   host_sim_transport sim;
   ddo::basic_offloader<host_sim_transport> off(sim, m.table, plan, ddo::group_offload_runtime_options(o));
   CHECK(off.slot_count() == 2);
-  CHECK(run_and_check(off, sim, m, 2) == 0);
+  CHECK(ddo_test::count_mismatches(off, sim, m.bytes, 2) == 0);
   CHECK(off.metrics().route == "diffusers_group_offload");
 }
 
@@ -107,7 +87,7 @@ TEST_CASE("leaf_level group offload streams every module as its own group") {
   CHECK(plan.groups.size() == m.table.size());
   host_sim_transport sim;
   ddo::basic_offloader<host_sim_transport> off(sim, m.table, plan, ddo::group_offload_runtime_options(o));
-  CHECK(run_and_check(off, sim, m, 2) == 0);
+  CHECK(ddo_test::count_mismatches(off, sim, m.bytes, 2) == 0);
 }
 
 TEST_CASE("low_cpu_mem_usage and use_stream=false stage per use with no prefetch") {
@@ -123,7 +103,7 @@ TEST_CASE("low_cpu_mem_usage and use_stream=false stage per use with no prefetch
   host_sim_transport sim;
   {
     ddo::basic_offloader<host_sim_transport> off(sim, m.table, plan, ro);
-    CHECK(run_and_check(off, sim, m, 2) == 0);
+    CHECK(ddo_test::count_mismatches(off, sim, m.bytes, 2) == 0);
     CHECK(off.metrics().pinned_bytes == 0);
   }
   CHECK(sim.pageable_direct_copies() == 0);
@@ -140,7 +120,7 @@ TEST_CASE("route none uploads every weight once and streams nothing") {
   ddo::basic_offloader<host_sim_transport> off(sim, m.table, plan);
   CHECK(off.slot_count() == 0);
   CHECK(off.device_bytes() >= m.table.total_bytes());
-  CHECK(run_and_check(off, sim, m, 2) == 0);
+  CHECK(ddo_test::count_mismatches(off, sim, m.bytes, 2) == 0);
   CHECK(off.metrics().totals.bytes() == 0);
 }
 
@@ -169,7 +149,7 @@ TEST_CASE("an offloader plans from resolved settings against the transport's dev
   CHECK(off.plan().decisions.size() == m.table.size());
   CHECK(off.plan().total_bytes(ddo::placement::gpu_resident) < m.table.total_bytes());
   CHECK(off.slot_count() > 0);
-  CHECK(run_and_check(off, sim, m, 2) == 0);
+  CHECK(ddo_test::count_mismatches(off, sim, m.bytes, 2) == 0);
 }
 
 TEST_CASE("enable_offload resolves a preset and returns a ready offloader with its settings") {
@@ -182,12 +162,12 @@ TEST_CASE("enable_offload resolves a preset and returns a ready offloader with i
   CHECK(enabled.settings.requested_preset == "auto");
   CHECK(enabled.settings.effective_preset != "auto");
   CHECK(enabled.component.route == ddo::component_route::dynamic_offload);
-  CHECK(run_and_check(*enabled, sim, m, 2) == 0);
+  CHECK(ddo_test::count_mismatches(*enabled, sim, m.bytes, 2) == 0);
 
   auto off = ddo::enable_offload(m.table, "off", options, sim);
   CHECK(off.component.route == ddo::component_route::none);
   CHECK(off->slot_count() == 0);
-  CHECK(run_and_check(*off, sim, m, 1) == 0);
+  CHECK(ddo_test::count_mismatches(*off, sim, m.bytes, 1) == 0);
 }
 
 TEST_CASE("enable_pipeline_offload routes each component by its own policy") {
@@ -207,8 +187,8 @@ TEST_CASE("enable_pipeline_offload routes each component by its own policy") {
   CHECK(pipe["vae"].component.route == ddo::component_route::diffusers_group_offload);
   CHECK(pipe["vae"]->metrics().route == "diffusers_group_offload");
   CHECK(pipe["vae"]->group_count() == vae.table.size());
-  CHECK(run_and_check(*pipe["transformer"], sim, transformer, 1) == 0);
-  CHECK(run_and_check(*pipe["vae"], sim, vae, 1) == 0);
+  CHECK(ddo_test::count_mismatches(*pipe["transformer"], sim, transformer.bytes, 1) == 0);
+  CHECK(ddo_test::count_mismatches(*pipe["vae"], sim, vae.bytes, 1) == 0);
   CHECK_THROWS_AS(pipe["unet"], ddo::usage_error);
 }
 

@@ -133,6 +133,11 @@ class file_reader {
   [[nodiscard]] long read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const;
   /// The same through the direct descriptor (aligned; an injected short count stays aligned).
   [[nodiscard]] long read_direct_some(std::uint64_t offset, std::byte* dst, std::size_t n) const;
+  /// The fault hook's verdict on a read of @p n bytes at @p offset: true with @p result set (-1
+  /// and errno for an error, 0 for an early end) when the read must not happen; otherwise false,
+  /// with @p n halved for a short count (kept a multiple of @p granule when above 1).
+  [[nodiscard]] bool injected_fault(std::uint64_t offset, std::size_t& n, std::size_t granule,
+                                    long& result) const;
   [[noreturn]] void fail(int error_number, const std::string& what) const {
     throw io_error(path_, error_number, what + " '" + path_ + "': " + std::strerror(error_number));
   }

@@ -162,22 +162,30 @@ inline void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) co
   }
 }
 
-inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
-  if (faults_ != nullptr) {
-    const file_read_fault f = faults_->before_read(path_, offset, n);
-    switch (f.what) {
-      case file_read_fault::kind::error:
-        errno = f.error_number;
-        return -1;
-      case file_read_fault::kind::end_of_file:
-        return 0;
-      case file_read_fault::kind::short_count:
-        n = n > 1 ? n / 2 : n;
-        break;
-      case file_read_fault::kind::none:
-        break;
-    }
+inline bool file_reader::injected_fault(std::uint64_t offset, std::size_t& n, std::size_t granule,
+                                        long& result) const {
+  if (faults_ == nullptr) return false;
+  const file_read_fault f = faults_->before_read(path_, offset, n);
+  switch (f.what) {
+    case file_read_fault::kind::error:
+      errno = f.error_number;
+      result = -1;
+      return true;
+    case file_read_fault::kind::end_of_file:
+      result = 0;
+      return true;
+    case file_read_fault::kind::short_count:
+      n = n > 1 ? n / 2 : n;
+      if (granule > 1) n = std::max(granule, n & ~(granule - 1));
+      return false;
+    case file_read_fault::kind::none:
+      return false;
   }
+  return false;
+}
+
+inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
+  if (long injected = 0; injected_fault(offset, n, 1, injected)) return injected;
   if (map_ != nullptr) {
     // A copy through the kernel: a page past the end of a file that shrank is EFAULT here,
     // where memcpy would be killed by SIGBUS.
@@ -191,21 +199,7 @@ inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::si
 }
 
 inline long file_reader::read_direct_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
-  if (faults_ != nullptr) {
-    const file_read_fault f = faults_->before_read(path_, offset, n);
-    switch (f.what) {
-      case file_read_fault::kind::error:
-        errno = f.error_number;
-        return -1;
-      case file_read_fault::kind::end_of_file:
-        return 0;
-      case file_read_fault::kind::short_count:
-        n = std::max<std::size_t>(direct_io_alignment, (n > 1 ? n / 2 : n) & ~(direct_io_alignment - 1));
-        break;
-      case file_read_fault::kind::none:
-        break;
-    }
-  }
+  if (long injected = 0; injected_fault(offset, n, direct_io_alignment, injected)) return injected;
   return static_cast<long>(::pread(direct_fd_, dst, n, static_cast<off_t>(offset)));
 }
 
