@@ -98,6 +98,7 @@ struct options {
   std::string only;  // comma-separated variant names to run (empty: all)
   unsigned threads = 0;
   std::string file_dir;  // where the model file of the file variants is written
+  std::int64_t native_staging_mib = 1280;  // the native variant's vmm_staging_buffer_gb, in MiB
   std::string command;
 };
 
@@ -123,11 +124,15 @@ options parse_options(int argc, char** argv) {
       "file-dir", po::value<std::string>(&opt.file_dir)->value_name("DIR"),
       "directory for the file variants' model file, removed at exit (default: the bench's own "
       "directory, i.e. the build directory: a real disk, not a tmpfs)")(
+      "native-staging-mib", po::value<std::string>()->value_name("MIB"),
+      "vmm_native_pageable's total host staging (vmm_staging_buffer_gb) in MiB, whole 64 MiB "
+      "windows, at least 2 (default 1280, the preset's 1.25 GiB)")(
       "quick", "a small model and few steps (4 blocks, hidden 1024, 1024 tokens, 3 steps)");
   const auto vm = ddo_bench::parse_or_exit(
       program, argc, argv, desc,
       "[--blocks N] [--hidden H] [--mlp M] [--tokens T[,T...]] [--steps N] [--warmup N] "
-      "[--only NAME[,NAME...]] [--json FILE] [--threads N] [--file-dir DIR] [--quick]");
+      "[--only NAME[,NAME...]] [--json FILE] [--threads N] [--file-dir DIR] [--native-staging-mib MIB] "
+      "[--quick]");
   if (vm.count("quick") != 0) {
     opt.blocks = 4;
     opt.hidden = 1024;
@@ -146,6 +151,7 @@ options parse_options(int argc, char** argv) {
   opt.warmup = static_cast<int>(ddo_bench::number_or(program, vm, "warmup", opt.warmup, 1, 100000));
   opt.threads = static_cast<unsigned>(ddo_bench::number_or(
       program, vm, "threads", std::max(1u, std::thread::hardware_concurrency()), 1, 1024));
+  opt.native_staging_mib = ddo_bench::number_or(program, vm, "native-staging-mib", opt.native_staging_mib, 128, big);
   return opt;
 }
 
@@ -476,7 +482,7 @@ ddo::bench::concurrent_fill measure_host_copy_fill(const model& m, unsigned thre
                       });
 }
 
-bandwidths measure_bandwidths(const model& m) {
+bandwidths measure_bandwidths(const model& m, std::uint64_t native_windows_bytes) {
   bandwidths result;
   const std::size_t chunk = 256 * ddo::mib;
   device_buffer dev(chunk);
@@ -522,7 +528,7 @@ bandwidths measure_bandwidths(const model& m) {
   result.host_copy =
       measure_host_copy_fill(m, static_cast<unsigned>(ddo::default_staging_threads()));
   result.host_copy_windows = measure_host_copy_fill(
-      m, static_cast<unsigned>(ddo::default_staging_threads()), 20 * 64 * ddo::mib);
+      m, static_cast<unsigned>(ddo::default_staging_threads()), native_windows_bytes);
   return result;
 }
 
@@ -972,7 +978,7 @@ ddo::dynamic_offload_config vmm_native_config(const options& opt, const model& m
   ddo::dynamic_offload_config c = vmm_config(opt, m, 0.0);
   c.pin_cpu_memory = false;
   c.vmm_native_transport = true;
-  c.vmm_staging_buffer_gb = 1.25;
+  c.vmm_staging_buffer_gb = static_cast<double>(opt.native_staging_mib) / 1024.0;
   return c;
 }
 
@@ -1002,7 +1008,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "streaming_bench: %s GB of random bf16 weights built in %.1f s\n",
                  gb(static_cast<double>(m.total_bytes())).c_str(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    bandwidths bw = measure_bandwidths(m);
+    bandwidths bw = measure_bandwidths(m, static_cast<std::uint64_t>(opt.native_staging_mib) * ddo::mib);
     const ddo_model d = build_table(m);
     std::fprintf(stderr, "streaming_bench: pinned %.1f GB/s, pageable %.1f GB/s, staging %.1f GB/s"
                  " (best of 1/2/4/8 threads); %u threads memcpy pageable->pinned %.1f GB/s alone,"

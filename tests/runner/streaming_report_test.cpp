@@ -125,9 +125,15 @@ TEST_SUITE("runner") {
     v.host.peak_rss_bytes = 1'550'000'000;   // +1.05 GB: 1.05x, under 1.10
     v.host.used_growth_bytes = 1'100'000'000;  // 1.10x: over 1.05
     v.setup_s = 0.20;                          // (0.20 - 0.05) / 0.10 = 1.5: at the target
+    v.pinned_host_bytes = 1'000'000'000;
     ddo::bench::finish(v, run.compute_ms, ctx.bw);
     run.variants.push_back(v);
     CHECK(ddo::bench::setup_ratio(v, ctx.file) == doctest::Approx(1.5));
+    // A file variant that pins nothing reads and registers nothing at setup: no ratio (it was
+    // printed negative, its setup minus a registration it never did).
+    auto pageable = variant("ddo_file_pageable", {25}, 1'000'000'000);
+    pageable.setup_s = 0.01;
+    CHECK(ddo::bench::setup_ratio(pageable, ctx.file) == 0.0);
     const std::string text = ddo::bench::json(ctx, {run});
     (void)ddo::detail::parse_json(text);  // throws on invalid JSON
     CHECK(text.find("file pinned peak RSS growth") != std::string::npos);
