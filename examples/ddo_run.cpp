@@ -489,10 +489,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
               vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(), executed_route.c_str());
   if (metrics.native.enabled)
-    std::printf("  native VMM: %zu registered windows x %s; retained sources %s (%s registered), "
-                "%s read once, %s copied straight, %s via windows; micro-cache %llu hits, %llu "
-                "misses\n",
-                metrics.native.windows, gb(metrics.native.window_bytes).c_str(),
+    std::printf("  native VMM: %zu registered windows x %s (of the %zu vmm_staging_buffer_gb allows); "
+                "retained sources %s (%s registered), %s read once, %s copied straight, %s via windows; "
+                "micro-cache %llu hits, %llu misses\n",
+                metrics.native.windows, gb(metrics.native.window_bytes).c_str(), metrics.native.windows_allowed,
                 gb(metrics.native.retained_capacity).c_str(), gb(metrics.native.retained_registered).c_str(),
                 gb(metrics.native.retained_bytes).c_str(), gb(metrics.native.retained_direct_bytes).c_str(),
                 gb(metrics.native.window_bytes_staged).c_str(),

@@ -126,7 +126,7 @@ options parse_options(int argc, char** argv) {
       "directory, i.e. the build directory: a real disk, not a tmpfs)")(
       "native-staging-mib", po::value<std::string>()->value_name("MIB"),
       "vmm_native_pageable's total host staging (vmm_staging_buffer_gb) in MiB, whole 64 MiB "
-      "windows, at least 2 (default 1280, the preset's 1.25 GiB)")(
+      "windows, at least 2 (default 1280, the preset's 1.25 GiB; ddo registers at most two)")(
       "quick", "a small model and few steps (4 blocks, hidden 1024, 1024 tokens, 3 steps)");
   const auto vm = ddo_bench::parse_or_exit(
       program, argc, argv, desc,
@@ -400,7 +400,7 @@ double staged_rate(const model& m, std::size_t span, cudaStream_t s, std::byte* 
 }
 
 /// The pageable routes' own ceiling: @p threads threads fill a pinned region of @p region bytes
-/// (the linear route's staging ring is 64 MiB; the native route's windows 1.25 GiB) in 4 MiB
+/// (the linear route's staging ring is 64 MiB; the native route's registered windows 128 MiB) in 4 MiB
 /// grains with @p fill (source offset, destination, bytes; over [0, @p span) of the source,
 /// round robin), first alone for 200 ms, then while a stream runs back-to-back 256 MiB pinned
 /// host→device copies (~0.25 s at PCIe Gen5 rate). A staged route needs both at once and they
@@ -956,7 +956,12 @@ ddo::dynamic_offload_config ddo_config(const options& opt, const model& m, doubl
 ddo::dynamic_offload_config vmm_config(const options& opt, const model& m, double resident_fraction) {
   ddo::dynamic_offload_config c = ddo_config(opt, m, resident_fraction, true);
   c.execution_mode = ddo::exec_mode::vmm_runtime;
-  const double window = 3.0 * static_cast<double>(m.block_bytes + m.tensors.size() * 2 * ddo::mib);
+  // Three slots, each as many whole 64 MiB handles (vmm_page_mb 0) as a block's span with its
+  // alignment gaps needs: the window holds whole slots only, and a budget of three unrounded
+  // blocks gave two slots.
+  const std::uint64_t handle = 64 * ddo::mib;
+  const std::uint64_t slot = (m.block_bytes + m.tensors.size() * 2 * ddo::mib + handle - 1) / handle * handle;
+  const double window = 3.0 * static_cast<double>(slot);
   c.vmm_resident_weight_budget_gb =
       (resident_fraction * static_cast<double>(m.total_bytes()) + window) / static_cast<double>(ddo::gib);
   c.vmm_staging_buffer_gb = static_cast<double>(2 * m.block_stride) / static_cast<double>(ddo::gib);
@@ -973,7 +978,8 @@ bool wanted_file(const options& opt) {
 
 /// The native VMM variant's config (vmm_fast_runtime): nothing resident, nothing pinned, a window
 /// of three blocks; pageable sources staged through the route's registered 64 MiB windows
-/// (vmm_staging_buffer_gb is their TOTAL: the preset's 1.25 GiB, twenty windows).
+/// (vmm_staging_buffer_gb is their TOTAL, a ceiling: of the preset's 1.25 GiB ddo registers two
+/// windows, native_vmm_options::window_cap_bytes, and cycles them in 16 MiB chunks).
 ddo::dynamic_offload_config vmm_native_config(const options& opt, const model& m) {
   ddo::dynamic_offload_config c = vmm_config(opt, m, 0.0);
   c.pin_cpu_memory = false;
@@ -1008,7 +1014,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "streaming_bench: %s GB of random bf16 weights built in %.1f s\n",
                  gb(static_cast<double>(m.total_bytes())).c_str(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    bandwidths bw = measure_bandwidths(m, static_cast<std::uint64_t>(opt.native_staging_mib) * ddo::mib);
+    // The native route's ceiling: its registered windows (the total, capped as ddo caps it).
+    bandwidths bw = measure_bandwidths(
+        m, std::min(static_cast<std::uint64_t>(opt.native_staging_mib) * ddo::mib,
+                    ddo::native_vmm_options{}.window_cap_bytes));
     const ddo_model d = build_table(m);
     std::fprintf(stderr, "streaming_bench: pinned %.1f GB/s, pageable %.1f GB/s, staging %.1f GB/s"
                  " (best of 1/2/4/8 threads); %u threads memcpy pageable->pinned %.1f GB/s alone,"
@@ -1121,7 +1130,7 @@ int main(int argc, char** argv) {
         return run_ddo<ddo::vmm_transport>(
             opt, m, d, tokens, "vmm_native_pageable",
             "ddo VMM native route (vmm_fast_runtime), nothing resident or pinned: pageable sources "
-            "through 20 registered 64 MiB windows",
+            "through the route's registered 64 MiB windows",
             vmm_native_config(opt, m));
       }, ddo::bench::staged_source::host_memory);
       attempt("ddo_pageable_staged", 1.10, [&] {

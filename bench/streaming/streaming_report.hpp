@@ -56,9 +56,9 @@ struct bandwidths {
   /// Cached model file → pinned pread, alone and beside the pinned copies (the ceiling of the
   /// variants staging file pieces; measured only when a file variant runs).
   concurrent_fill file_read;
-  /// The host copy again into a destination as large as the native VMM route's windows (1.25
-  /// GiB, far beyond the CPU's caches, where the ring above may stay in them): how much a
-  /// staging ring's size costs. Reported, not a ceiling.
+  /// The host copy again into a destination as large as the native VMM route's registered
+  /// windows (--native-staging-mib capped as ddo caps it: 128 MiB; a larger ring leaves the CPU's
+  /// caches and fills ~1.7x slower, which is why ddo caps it). Reported, not a ceiling.
   concurrent_fill host_copy_windows;
 };
 

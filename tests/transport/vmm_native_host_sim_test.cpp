@@ -117,6 +117,36 @@ TEST_SUITE("transport") {
       }
       CHECK(registered(t) == 0);
     }
+    // The total is a ceiling: ddo registers and cycles at most window_cap_bytes of it (whole
+    // windows, at least two), a ring small enough to stay in the CPU's cache.
+    for (const auto& [cap, windows] : {std::pair<std::uint64_t, std::size_t>{3 * window, 3}, {window, 2}}) {
+      CAPTURE(cap);
+      auto t = roomy_transport();
+      auto o = windows_only(9 * window);
+      o.native_vmm.window_cap_bytes = cap;
+      {
+        ddo::basic_offloader<ddo::host_sim_vmm_transport> off(t, m->table, m->plan, o);
+        const auto metrics = off.metrics();
+        CHECK(metrics.native.windows == windows);
+        CHECK(metrics.native.windows_allowed == 9);
+        CHECK(metrics.staging_bytes == windows * window);
+        CHECK(registered(t) == windows * window);
+        CHECK(run_and_compare(off, t, *m, 2) == 0);
+      }
+      CHECK(registered(t) == 0);
+    }
+    // Windows larger than a ring chunk (16 MiB) are cut into chunks: the bytes still arrive.
+    {
+      auto t = roomy_transport();
+      auto o = windows_only(2 * 32 * ddo::mib);
+      o.native_vmm.window_bytes = 32 * ddo::mib;
+      {
+        ddo::basic_offloader<ddo::host_sim_vmm_transport> off(t, m->table, m->plan, o);
+        CHECK(off.metrics().native.windows == 2);
+        CHECK(run_and_compare(off, t, *m, 2) == 0);
+      }
+      CHECK(registered(t) == 0);
+    }
     // From the config: 0.625 GiB of total staging is ten 64 MiB windows, not two buffers of it.
     ddo::dynamic_offload_config c;
     c.execution_mode = ddo::exec_mode::vmm_runtime;
@@ -125,6 +155,7 @@ TEST_SUITE("transport") {
     const auto n = ddo::native_vmm_options_from(c);
     CHECK(n.enabled);
     CHECK(n.staging_total_bytes / n.window_bytes == 10);
+    CHECK(n.window_cap_bytes == 2 * ddo::native_window_bytes);
   }
 
   TEST_CASE("native vmm_source_cache_gb: file weights are read once and retained up to the ceiling") {

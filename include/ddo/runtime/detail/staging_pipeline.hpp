@@ -39,6 +39,28 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
+/// Largest ring chunk: copies of 16 MiB reach the PCIe ceiling (physical-limits.md), and more,
+/// smaller chunks let the threads fill ahead while copies travel (both routes' rings are cut so).
+inline constexpr std::uint64_t max_staging_chunk_bytes = 16 * mib;
+
+/// Work that must precede a run's first copy — on a stable-address transport the host's wait for
+/// the slot's previous readers and the bind of its range; the stream's waits on the slot's events.
+/// run() calls it once the filling threads have started, so the first chunks fill while it
+/// waits (a non-owning reference to a callable; empty: nothing to do).
+class pre_copy_hook {
+ public:
+  pre_copy_hook() = default;
+  template <class F>
+  explicit pre_copy_hook(F& f) noexcept : ctx_(&f), fn_([](void* c) { (*static_cast<F*>(c))(); }) {}
+  void operator()() const {
+    if (fn_ != nullptr) fn_(ctx_);
+  }
+
+ private:
+  void* ctx_ = nullptr;
+  void (*fn_)(void*) = nullptr;
+};
+
 template <class T>
 class staging_pipeline {
  public:
@@ -164,12 +186,17 @@ class staging_pipeline {
     units_.push_back(u);
   }
 
-  /// Runs the planned units on @p v (see the file comment); returns the copies issued. Reports
-  /// reading/uploading to @p meter. A failure (a read, a copy) stops the filling threads before
-  /// it propagates, so nothing writes into the buffers afterwards.
-  std::uint64_t run(stream_view v, setup_meter* meter) {
+  /// Runs the planned units on @p v (see the file comment); returns the copies issued. Calls
+  /// @p before once the threads fill the first units whose buffers are free, before the first
+  /// copy (always, even for a run without units). Reports reading/uploading to @p meter. A
+  /// failure (a read, a copy, @p before) stops the filling threads before it propagates, so
+  /// nothing writes into the buffers afterwards.
+  std::uint64_t run(stream_view v, setup_meter* meter, pre_copy_hook before = {}) {
     const std::size_t count = units_.size();
-    if (count == 0) return 0;
+    if (count == 0) {
+      before();
+      return 0;
+    }
     prev_.assign(count, no_buffer);
     std::fill(last_in_run_.begin(), last_in_run_.end(), no_buffer);
     for (std::size_t k = 0; k < count; ++k) {
@@ -183,6 +210,8 @@ class staging_pipeline {
     next_open_ = 0;
     std::uint64_t copies = 0;
     try {
+      open_ahead(0, false);
+      before();
       for (std::size_t k = 0; k < count; ++k) {
         open_ahead(k, false);
         const unit& u = units_[k];

@@ -81,9 +81,8 @@ class staging_worker {
   staging_worker& operator=(const staging_worker&) = delete;
   ~staging_worker() { stop(); }
 
-  /// Largest ring buffer: copies of 16 MiB reach the PCIe ceiling (physical-limits.md), and
-  /// more, smaller buffers let the threads fill ahead while copies travel.
-  static constexpr std::uint64_t max_ring_bytes = 16 * mib;
+  /// Largest ring buffer (staging_pipeline.hpp says why).
+  static constexpr std::uint64_t max_ring_bytes = max_staging_chunk_bytes;
 
   /// Creates the staging stream and the copy threads; @p files must outlive the worker.
   void prepare(T& t, std::uint64_t buffer_bytes, std::size_t copy_threads, const source_files& files);
@@ -104,7 +103,7 @@ class staging_worker {
   /// thread (before start()) and by the worker thread. Reports reading/uploading to @p meter.
   /// Returns the copies issued.
   std::uint64_t stage(std::byte* dst_base, const std::vector<staged_piece>& pieces, stream_view v,
-                      setup_meter* meter = nullptr);
+                      setup_meter* meter = nullptr, pre_copy_hook before = {});
   /// Copies stage() would issue for @p pieces (metrics, without running them).
   [[nodiscard]] std::uint64_t estimate_copies(const std::vector<staged_piece>& pieces) const noexcept;
 
@@ -113,7 +112,7 @@ class staging_worker {
   /// worker's thread.
   void use_native(native_stager<T>* n) {
     native_ = n;
-    pipeline_.set_buffers(n->buffers(), n->window_count(), n->window_bytes());
+    pipeline_.set_buffers(n->buffers(), n->ring_count(), n->chunk_bytes());
   }
 
   /// Starts the worker thread; @p max_outstanding bounds the jobs queued at once.
