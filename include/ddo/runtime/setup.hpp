@@ -87,10 +87,13 @@ struct setup_options {
   std::uint64_t max_group_bytes = 0;
   /// enable_pipeline_offload: ddo's device bytes in any phase of the pipeline, shared by its
   /// components (each plans against it for its own phase; runtime/pipeline_budget.hpp).
-  /// 0: not shared, each component plans against the device memory free at its setup.
+  /// 0: the setting pipeline_device_budget_gb decides (its default 0: not shared, each
+  /// component plans against the device memory free at its setup). Ranks as explicit config
+  /// from code: TOML, DDO_PIPELINE_DEVICE_BUDGET_GB and the flag win (pipeline_budgets_from).
   std::uint64_t pipeline_device_budget_bytes = 0;
   /// enable_pipeline_offload: page-locked weight bytes of all components together, split once
-  /// in proportion to their weight bytes. 0: each component's own pin budget.
+  /// in proportion to their weight bytes. 0: the setting pipeline_pinned_budget_gb decides
+  /// (its default 0: each component's own pin budget). Ranks as above.
   std::uint64_t pipeline_pinned_budget_bytes = 0;
   /// Options of a host_sim transport ddo makes itself (backend host_sim).
   host_sim_options host_sim;
