@@ -285,16 +285,26 @@ TEST_SUITE("config") {
       for (const char* bad : {"-1", "nan", "inf", "lots"}) {
         CAPTURE(bad);
         auto refused = ddo_test::hermetic_inputs({{std::string(info.env), bad}});
+        const std::string expected = std::string(info.env) + " = \"" + bad +
+                                     "\": not a valid value for " + name +
+                                     "; expected a non-negative number";
         CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(refused),
-                             doctest::Contains(std::string(info.env) + " = \"" + bad +
-                                               "\": not a valid value for " + name +
-                                               "; expected a non-negative number"),
-                             ddo::config_error);
+                             doctest::Contains(expected.c_str()), ddo::config_error);
       }
+      // From code: an override is refused when read, a whole config by the validator.
       auto from_code = ddo_test::hermetic_inputs();
       from_code.overrides = {{name, -0.5}};
+      const std::string override_refused =
+          "explicit config field " + name + " = \"-0.500000\": not a valid value; expected a "
+          "non-negative number";
       CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(from_code),
-                           doctest::Contains(name + " = -0.5: must be 0 or more"),
+                           doctest::Contains(override_refused.c_str()), ddo::config_error);
+      auto whole = ddo_test::hermetic_inputs();
+      ddo::dynamic_offload_config config;
+      info.set(config, -0.5);
+      whole.config = config;
+      const std::string validated = name + " = -0.5: must be 0 or more";
+      CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(whole), doctest::Contains(validated.c_str()),
                            ddo::config_error);
     }
   }

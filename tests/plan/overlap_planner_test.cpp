@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan_test_support.hpp"
@@ -268,7 +269,9 @@ TEST_SUITE("plan") {
 
   TEST_CASE("overlap search: the heuristic is never predicted slower than first/spread/largest") {
     std::mt19937_64 rng(7);
-    for (int trial = 0; trial < 16; ++trial) {  // two searches each (with and without the margin)
+    // Two searches each (with and without the margin); 10 instances keep the suite well inside
+    // its time limit under AddressSanitizer (the tie-break's polish runs on each).
+    for (int trial = 0; trial < 10; ++trial) {
       std::vector<ddo::overlap_candidate> g;
       std::uint64_t total = 0;
       for (int i = 0; i < 57; ++i) {  // Flux: 19 double-stream blocks, then 38 single-stream
@@ -312,14 +315,15 @@ TEST_SUITE("plan") {
     std::vector<char> all(g.size(), 1);
     const double floor_ms = ddo::predict_residency(g, all, ring).step_ms;
     double least = 16.0, most = 0.0;
-    std::size_t tied = 0;
-    for (const auto& r : placements(g, budget)) {
+    std::vector<std::pair<std::vector<char>, double>> tied;  // placement, its tolerance
+    for (auto& r : placements(g, budget)) {
       if (ddo::predict_residency(slower_copies(g), r, ring).step_ms > floor_ms + 1e-9) continue;
-      ++tied;
-      least = std::min(least, tolerated(g, r, ring));
-      most = std::max(most, tolerated(g, r, ring));
+      const double t = tolerated(g, r, ring);
+      least = std::min(least, t);
+      most = std::max(most, t);
+      tied.emplace_back(std::move(r), t);
     }
-    REQUIRE(tied >= 2);
+    REQUIRE(tied.size() >= 2);
     REQUIRE(most > least * 1.05);
     for (const std::size_t limit : {ddo::overlap_exhaustive_limit, std::size_t{0}}) {
       CAPTURE(limit);
@@ -331,10 +335,8 @@ TEST_SUITE("plan") {
         // tolerant, one with the fewest loads per step.
         CHECK(c.tolerated_slowdown == doctest::Approx(most).epsilon(1e-4));
         const auto loads = ddo::predict_residency(g, c.resident, ring).loads;
-        for (const auto& r : placements(g, budget))
-          if (ddo::predict_residency(slower_copies(g), r, ring).step_ms <= floor_ms + 1e-9 &&
-              tolerated(g, r, ring) >= most * (1.0 - 1e-4))
-            CHECK(ddo::predict_residency(g, r, ring).loads >= loads);
+        for (const auto& [r, t] : tied)
+          if (t >= most * (1.0 - 1e-4)) CHECK(ddo::predict_residency(g, r, ring).loads >= loads);
       } else {
         // The heuristic breaks the tie by the same measures from its starts and local swaps:
         // not always the most tolerant placement (3.33x here against 3.75x), never the least.
