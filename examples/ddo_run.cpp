@@ -121,8 +121,6 @@ struct run_options {
   bool calibrate = false;        // --calibrate
   bool pipeline = false;         // --pipeline: text encoder -> transformer steps -> VAE
   int images = 0;                // --images (pipeline; 0: the default)
-  double pipeline_budget_gib = 0.0;  // --pipeline-budget-gb (0: 40% of the weights + 64 MiB)
-  double pipeline_pinned_gib = 0.0;  // --pipeline-pinned-gb (0: every weight)
 };
 
 std::string gb(std::uint64_t bytes) {
@@ -784,11 +782,10 @@ int run(int argc, char** argv) {
       "under one shared device budget (phases) and, in the same run, with that budget split "
       "by weight bytes; --hidden and --blocks (transformer blocks) size it")(
       "images", po::value<int>(&opt.images)->value_name("N"),
-      "--pipeline: images to run (default 3 on a GPU, 2 on host_sim), after one warm-up image")(
-      "pipeline-budget-gb", po::value<std::string>()->value_name("GiB"),
-      "--pipeline: ddo's device budget in any phase (default 40% of the weights + 64 MiB)")(
-      "pipeline-pinned-gb", po::value<std::string>()->value_name("GiB"),
-      "--pipeline: page-locked weights of all components together (default: every weight)");
+      "--pipeline: images to run (default 3 on a GPU, 2 on host_sim), after one warm-up image; "
+      "its budgets are the settings pipeline_device_budget_gb / pipeline_pinned_budget_gb "
+      "(--ddo-pipeline-device-budget-gb, DDO_PIPELINE_DEVICE_BUDGET_GB, TOML; default 40% of "
+      "the weights + 64 MiB and every weight)");
   po::options_description deprecated("deprecated");
   deprecated.add_options()("sim-vram-gb", po::value<std::string>()->value_name("GiB"),
                            "deprecated: --vram-gb (which now applies to a GPU too)");
@@ -928,8 +925,8 @@ int run(int argc, char** argv) {
       if (vm.count(flag) && !vm[flag].defaulted())
         return fail(std::string("--pipeline runs its own synthetic pipeline: --") + flag +
                         " does not apply (it takes --steps, --tokens, --images, --hidden, --blocks, "
-                        "--verify, --pipeline-budget-gb, --pipeline-pinned-gb, --ram-gb and the "
-                        "ddo settings)",
+                        "--verify, --ram-gb and the ddo settings, --ddo-pipeline-device-budget-gb "
+                        "and --ddo-pipeline-pinned-budget-gb among them)",
                     exit_usage);
     ddo::runner::pipeline_run_options p;
     p.gpu = gpu;
@@ -946,12 +943,6 @@ int run(int argc, char** argv) {
     p.shape.tokens = opt.tokens ? opt.tokens : (gpu ? 4608 : 4);
     p.shape.text_tokens = std::min<std::int64_t>(512, p.shape.tokens);
     p.shape.steps = opt.steps ? opt.steps : 4;
-    if (vm.count("pipeline-budget-gb"))
-      p.device_budget_bytes = ddo::gib_to_bytes(
-          ddo::runner::parse_size_gib(vm["pipeline-budget-gb"].as<std::string>(), "--pipeline-budget-gb"));
-    if (vm.count("pipeline-pinned-gb"))
-      p.pinned_budget_bytes = ddo::gib_to_bytes(
-          ddo::runner::parse_size_gib(vm["pipeline-pinned-gb"].as<std::string>(), "--pipeline-pinned-gb"));
     inputs.component.clear();  // each component of the pipeline resolves its own
     // The budget decides residency, not the balanced rule's default cap; the small weights of
     // host_sim sizes still stream. Explicit settings (TOML, DDO_*, --ddo-*) win over both.

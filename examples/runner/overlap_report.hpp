@@ -111,6 +111,9 @@ inline void print_overlap_prediction(const offload_plan& plan, const overlap_tim
               "copies; all resident %.3f ms (x%.3f), nothing resident %.3f ms\n",
               p.step_ms, p.compute_ms, p.stall_ms, p.loads, p.transfer_ms, c.all_resident_ms,
               c.all_resident_ms > 0 ? p.step_ms / c.all_resident_ms : 1.0, c.none_resident_ms);
+  std::printf("  copies may run %.2fx slower than calibrated before the step grows%s\n",
+              c.tolerated_slowdown,
+              c.tolerated_slowdown >= max_tolerated_copy_slowdown ? " (or more)" : "");
   std::printf("  ring %zu slot(s), prefetch %s; resident %s of budget %s\n", ring.slots,
               ring.prefetch_depth > 64 ? "as far as the ring allows"
                                        : std::to_string(ring.prefetch_depth).c_str(),

@@ -43,9 +43,11 @@ struct pipeline_run_options {
   int images = 2;
   bool verify = false;
   bool gpu = false;
-  std::uint64_t device_budget_bytes = 0;  ///< ddo's device bytes in any phase (0: 40% of the weights + 64 MiB)
-  std::uint64_t pinned_budget_bytes = 0;  ///< page-locked weights of all components (0: every weight)
-  setup_options setup;                    ///< settings inputs (component set per component)
+  /// Settings inputs (component set per component). The budgets come from the pipeline's
+  /// settings (pipeline_device_budget_gb / pipeline_pinned_budget_gb: TOML, DDO_*, --ddo-*) or
+  /// setup.pipeline_*_bytes (pipeline_budgets_from); where neither sets one, the runner's
+  /// defaults: 40% of the weights + 64 MiB of device, every weight pinned.
+  setup_options setup;
 };
 
 /// @brief One phase of one image, measured.
@@ -194,18 +196,38 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
   pipeline_model model(o.shape);
   std::vector<std::uint64_t> weight_bytes;
   for (const auto& c : model.components()) weight_bytes.push_back(c.table.total_bytes());
-  if (o.device_budget_bytes == 0)
-    o.device_budget_bytes = model.total_bytes() * 2 / 5 + runtime_device_reserve_bytes;
-  if (o.pinned_budget_bytes == 0) o.pinned_budget_bytes = model.total_bytes();
+  auto pipeline_inputs = o.setup.inputs;
+  pipeline_inputs.component.clear();
+  const auto settings = resolve_settings(pipeline_inputs);
+  const auto budgets = pipeline_budgets_from(settings, o.setup);
+  // Where a budget came from, for the header line: a setting's source, code, or the runner.
+  const auto source_of = [&](field_id field, std::uint64_t code_bytes, std::uint64_t chosen,
+                             const char* runner_default) -> std::string {
+    if (chosen == 0) return runner_default;
+    if (code_bytes == chosen && settings.provenance.of(field).source < origin::toml) return "setup_options";
+    return describe(settings.provenance.of(field));
+  };
+  const std::string device_source =
+      source_of(field_id::pipeline_device_budget_gb, o.setup.pipeline_device_budget_bytes,
+                budgets.device_bytes, "ddo-run's default: 40% of the weights + 64 MiB");
+  const std::string pinned_source =
+      source_of(field_id::pipeline_pinned_budget_gb, o.setup.pipeline_pinned_budget_bytes,
+                budgets.pinned_host_bytes, "ddo-run's default: every weight");
+  const std::uint64_t device_budget_bytes =
+      budgets.device_bytes != 0 ? budgets.device_bytes
+                                : model.total_bytes() * 2 / 5 + runtime_device_reserve_bytes;
+  const std::uint64_t pinned_budget_bytes =
+      budgets.pinned_host_bytes != 0 ? budgets.pinned_host_bytes : model.total_bytes();
   std::printf("pipeline: text encoder %s, transformer %s, VAE %s (%s); %d image(s): text encoder "
               "at %lld tokens, %d transformer steps and the VAE at %lld tokens\n",
               format_decimal_gb(weight_bytes[0]).c_str(), format_decimal_gb(weight_bytes[1]).c_str(),
               format_decimal_gb(weight_bytes[2]).c_str(), format_decimal_gb(model.total_bytes()).c_str(),
               o.images, static_cast<long long>(o.shape.text_tokens), o.shape.steps,
               static_cast<long long>(o.shape.tokens));
-  std::printf("pipeline: device budget %s (ddo's bytes, incl. its 64 MiB reserve), pinned-host "
-              "budget %s%s\n",
-              format_bytes(o.device_budget_bytes).c_str(), format_bytes(o.pinned_budget_bytes).c_str(),
+  std::printf("pipeline: device budget %s (ddo's bytes, incl. its 64 MiB reserve; %s), pinned-host "
+              "budget %s (%s)%s\n",
+              format_bytes(device_budget_bytes).c_str(), device_source.c_str(),
+              format_bytes(pinned_budget_bytes).c_str(), pinned_source.c_str(),
               o.verify ? "; --verify: times include copying every weight back" : "");
 
   auto transport = make_transport();
@@ -216,7 +238,7 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
 
   std::vector<pipeline_component> pipeline;
   for (const auto& c : model.components()) pipeline.push_back({c.name, &c.table, std::nullopt, c.passes});
-  const std::uint64_t limit = o.device_budget_bytes + runtime_device_reserve_bytes;
+  const std::uint64_t limit = device_budget_bytes + runtime_device_reserve_bytes;
 
   // --- shared by phase ---
   std::vector<component_route> routes;  // as the settings resolve them, for the split's shares
@@ -224,8 +246,8 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
   shared.name = "shared budget, by phase";
   {
     auto so = o.setup;
-    so.pipeline_device_budget_bytes = o.device_budget_bytes;
-    so.pipeline_pinned_budget_bytes = o.pinned_budget_bytes;
+    so.pipeline_device_budget_bytes = device_budget_bytes;  // the runner's defaults where unset
+    so.pipeline_pinned_budget_bytes = pinned_budget_bytes;
     auto pipe = enable_pipeline_offload(pipeline, std::nullopt, so, transport);
     for (const auto& name : pipe.order) routes.push_back(pipe[name].component.route);
     std::function<offloader_type&(const std::string&)> enter = [&](const std::string& n) -> offloader_type& {
@@ -240,8 +262,8 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
   pipeline_variant_result split;
   split.name = "split by weight bytes";
   {
-    const std::uint64_t usable = o.device_budget_bytes > runtime_device_reserve_bytes
-                                     ? o.device_budget_bytes - runtime_device_reserve_bytes
+    const std::uint64_t usable = device_budget_bytes > runtime_device_reserve_bytes
+                                     ? device_budget_bytes - runtime_device_reserve_bytes
                                      : 0;
     // A route-none component holds its weights whatever its share: they come off the top.
     std::uint64_t held = 0;
@@ -263,7 +285,7 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
       need.pins_whole = routes[i] == component_route::diffusers_group_offload;
       needs.push_back(need);
     }
-    const auto pinned_shares = plan_pipeline_budgets(needs, {0, o.pinned_budget_bytes});
+    const auto pinned_shares = plan_pipeline_budgets(needs, {0, pinned_budget_bytes});
     std::map<std::string, enabled_offload<offloader_type>> parts;
     for (std::size_t i = 0; i < model.components().size(); ++i) {
       const auto& c = model.components()[i];

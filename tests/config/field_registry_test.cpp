@@ -27,7 +27,8 @@ TEST_SUITE("config") {
       CHECK(info.has_flag == (!info.env.empty() || component_flag));
       CHECK(!info.meaning.empty());
     }
-    CHECK(names.size() == 50);  // the reference's 49 fields and backend
+    // The reference's 49 fields, backend and the two pipeline budgets.
+    CHECK(names.size() == 52);
   }
 
   TEST_CASE("every field default is the reference's dataclass default") {
@@ -82,6 +83,8 @@ TEST_SUITE("config") {
         {"vmm_host_cache_gb", "0.0"},
         {"vmm_pin_source_weights", "false"},
         {"backend", "\"auto\""},
+        {"pipeline_device_budget_gb", "0.0"},
+        {"pipeline_pinned_budget_gb", "0.0"},
     };
     const ddo::dynamic_offload_config defaults;
     std::size_t checked = 0;
@@ -104,6 +107,10 @@ TEST_SUITE("config") {
     CHECK(ddo::field("vmm_component_tensor_ownership").env.empty());
     CHECK(ddo::field("execution_device").flag().empty());
     CHECK(ddo::field("backend").flag() == "--ddo-backend");
+    CHECK(ddo::field("pipeline_device_budget_gb").env == "DDO_PIPELINE_DEVICE_BUDGET_GB");
+    CHECK(ddo::field("pipeline_device_budget_gb").flag() == "--ddo-pipeline-device-budget-gb");
+    CHECK(ddo::field("pipeline_pinned_budget_gb").env == "DDO_PIPELINE_PINNED_BUDGET_GB");
+    CHECK(ddo::field("pipeline_pinned_budget_gb").flag() == "--ddo-pipeline-pinned-budget-gb");
     CHECK_THROWS_AS((void)ddo::field("no_such_field"), std::out_of_range);
     CHECK(ddo::find_field_by_env("DDO_PIN_CPU_WORKERS") == ddo::find_field("pin_cpu_workers"));
     CHECK_FALSE(ddo::find_field_by_env("DDO_NOPE"));

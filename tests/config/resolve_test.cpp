@@ -258,6 +258,57 @@ TEST_SUITE("config") {
                          ddo::config_error);
   }
 
+  TEST_CASE("the pipeline budgets are settings: code, TOML, DDO_* and --ddo-* set them; bad values are refused by name") {
+    for (const std::string name : {"pipeline_device_budget_gb", "pipeline_pinned_budget_gb"}) {
+      CAPTURE(name);
+      const auto& info = ddo::field(name);
+      const auto value_of = [&](const ddo::dynamic_offload_settings& s) {
+        return std::get<double>(info.get(s.config));
+      };
+      auto inputs = ddo_test::hermetic_inputs();
+      CHECK(value_of(ddo::resolve_settings(inputs)) == 0.0);  // not shared by default
+      inputs.overrides = {{name, 1.5}};
+      CHECK(value_of(ddo::resolve_settings(inputs)) == 1.5);
+      CHECK(ddo::resolve_settings(inputs).provenance.of(name).source == ddo::origin::config);
+      inputs.toml = ddo::parse_toml_config(name + " = 2.25", "t.toml");
+      CHECK(value_of(ddo::resolve_settings(inputs)) == 2.25);
+      CHECK(ddo::resolve_settings(inputs).provenance.of(name).source == ddo::origin::toml);
+      inputs.environment = std::map<std::string, std::string>{{std::string(info.env), "3.5"}};
+      CHECK(value_of(ddo::resolve_settings(inputs)) == 3.5);
+      CHECK(ddo::resolve_settings(inputs).provenance.of(name).key == info.env);
+      inputs.cli = cli_layer({{name, 4.75}});
+      const auto all = ddo::resolve_settings(inputs);
+      CHECK(value_of(all) == 4.75);
+      CHECK(all.provenance.of(name).key == info.flag());
+      // Refused, naming the source, the value and what is allowed: a variable or flag that is
+      // not a non-negative number when read, a value from code by the validator.
+      for (const char* bad : {"-1", "nan", "inf", "lots"}) {
+        CAPTURE(bad);
+        auto refused = ddo_test::hermetic_inputs({{std::string(info.env), bad}});
+        const std::string expected = std::string(info.env) + " = \"" + bad +
+                                     "\": not a valid value for " + name +
+                                     "; expected a non-negative number";
+        CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(refused),
+                             doctest::Contains(expected.c_str()), ddo::config_error);
+      }
+      // From code: an override is refused when read, a whole config by the validator.
+      auto from_code = ddo_test::hermetic_inputs();
+      from_code.overrides = {{name, -0.5}};
+      const std::string override_refused =
+          "explicit config field " + name + " = \"-0.500000\": not a valid value; expected a "
+          "non-negative number";
+      CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(from_code),
+                           doctest::Contains(override_refused.c_str()), ddo::config_error);
+      auto whole = ddo_test::hermetic_inputs();
+      ddo::dynamic_offload_config config;
+      info.set(config, -0.5);
+      whole.config = config;
+      const std::string validated = name + " = -0.5: must be 0 or more";
+      CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(whole), doctest::Contains(validated.c_str()),
+                           ddo::config_error);
+    }
+  }
+
   TEST_CASE("sources compose at compile time through resolve_from_sources") {
     ddo::resolve_context context;
     context.detected_ram_gb = 64.0;

@@ -8,12 +8,14 @@
 set -euo pipefail
 run="$1"
 out="$("$run" --cpu --pipeline --verify --images 2 --steps 3 --no-environment \
-        --pipeline-budget-gb 0.075 2>&1)" || {
+        --ddo-pipeline-device-budget-gb 0.075 2>&1)" || {
   echo "$out"
   echo "check_pipeline: ddo-run --pipeline failed" >&2
   exit 1
 }
 fail() { echo "$out"; echo "check_pipeline: $1" >&2; exit 1; }
+grep -q '^pipeline: device budget 76.80 MiB (.*; flag --ddo-pipeline-device-budget-gb), pinned-host budget .* (ddo-run.s default: every weight)' <<<"$out" \
+  || fail "the device budget is not the flag's"
 grep -q '^shared budget, by phase: .* ms end to end for 2 image(s)' <<<"$out" || fail "no shared-budget result"
 grep -q '^split by weight bytes: .* ms end to end for 2 image(s)' <<<"$out" || fail "no split result"
 for phase in text_encoder transformer vae; do
@@ -27,6 +29,14 @@ grep -q 'transformer: route dynamic_offload, resident [1-9]' <<<"$out" || fail "
 if "$run" --cpu --pipeline --compare --no-environment >/dev/null 2>&1; then
   fail "--pipeline --compare was accepted"
 fi
+# The budgets are settings: the environment sets them too, and a bad value is refused by name.
+env_out="$(DDO_PIPELINE_DEVICE_BUDGET_GB=0.08 DDO_PIPELINE_PINNED_BUDGET_GB=0.001 \
+           "$run" --cpu --pipeline --images 1 --steps 1 2>&1)" || { out="$env_out"; fail "the DDO_PIPELINE_* run failed"; }
+grep -q 'device budget 81.92 MiB (.*environment variable DDO_PIPELINE_DEVICE_BUDGET_GB), pinned-host budget 1.02 MiB (environment variable DDO_PIPELINE_PINNED_BUDGET_GB)' <<<"$env_out" \
+  || { out="$env_out"; fail "the DDO_PIPELINE_* budgets were not used"; }
+err="$("$run" --cpu --pipeline --no-environment --ddo-pipeline-device-budget-gb=-1 2>&1)" && fail "a negative budget was accepted"
+grep -q 'flag --ddo-pipeline-device-budget-gb = "-1": not a valid value for pipeline_device_budget_gb; expected a non-negative number' <<<"$err" \
+  || fail "a negative budget: unclear error: $err"
 err="$("$run" --cpu --pipeline --images 0 --no-environment 2>&1)" && fail "--images 0 was accepted"
 grep -q 'images must be at least 1' <<<"$err" || fail "--images 0: unclear error: $err"
 echo "check_pipeline: ok"

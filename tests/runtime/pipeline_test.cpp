@@ -5,12 +5,16 @@
 // and a failed setup leaves nothing allocated.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ddo/runtime/pipeline_offload.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
 #include "lease_check.hpp"
 
 using ddo::host_sim_transport;
@@ -194,6 +198,216 @@ TEST_CASE("the pinned-host budget is split once between the streaming components
     CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, 1) == 0);
   }
 }
+
+TEST_CASE("a pipeline takes its budgets from the settings; they outrank setup_options, which outrank code overrides") {
+  const three_components m;
+  host_sim_transport sim;
+  const auto& ledger = sim.ledger();
+  // 70 MiB and 4 MiB are exact in GiB: the settings' budgets are these bytes exactly.
+  const std::uint64_t budget = ddo::runtime_device_reserve_bytes + 6 * ddo::mib;
+  const std::uint64_t pinned = 4 * ddo::mib;
+  auto options = quiet_options();
+  options.inputs.use_environment = true;
+  options.inputs.environment = std::map<std::string, std::string>{
+      {"DDO_PIPELINE_DEVICE_BUDGET_GB", "0.068359375"},   // 70 / 1024
+      {"DDO_PIPELINE_PINNED_BUDGET_GB", "0.00390625"}};    // 4 / 1024
+  // Code's bytes rank below the environment: these larger budgets must not be used.
+  options.pipeline_device_budget_bytes = 2 * budget;
+  options.pipeline_pinned_budget_bytes = 2 * pinned;
+  {
+    auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim);
+    CHECK(pipe.budgets() == ddo::pipeline_budgets{budget, pinned});
+    for (const auto& share : pipe.shares()) CHECK(share.device_bytes == budget);
+    std::uint64_t pinned_weights = 0;
+    for (const char* phase : {"text_encoder", "transformer", "vae"}) {
+      pipe.enter_phase(phase);
+      pinned_weights += pipe[phase]->metrics().pinned_bytes;
+      CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, 2) == 0);
+    }
+    CHECK(pipe["transformer"]->plan().total_bytes(ddo::placement::gpu_resident) > 0);
+    CHECK(ledger.peak(ledger_kind::device) <= budget);
+    CHECK(pinned_weights <= pinned);
+    CHECK(pinned_weights > 0);
+  }
+  check_nothing_live(ledger);
+
+  // Without the environment, setup_options' bytes win over an explicit override from code.
+  auto code = quiet_options();
+  code.inputs.overrides.emplace_back("pipeline_device_budget_gb", 100.0);
+  code.pipeline_device_budget_bytes = budget;
+  CHECK(ddo::pipeline_budgets_from(ddo::resolve_settings(code.inputs), code) ==
+        ddo::pipeline_budgets{budget, 0});
+  code.pipeline_device_budget_bytes = 0;  // then the override decides
+  CHECK(ddo::pipeline_budgets_from(ddo::resolve_settings(code.inputs), code) ==
+        ddo::pipeline_budgets{100 * ddo::gib, 0});
+
+  // A component policy does not change the pipeline's budgets (they are read without a component).
+  auto policy = quiet_options();
+  policy.inputs.component_policies["transformer"].set("pipeline_device_budget_gb", 100.0);
+  policy.pipeline_device_budget_bytes = budget;
+  {
+    auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", policy, sim);
+    CHECK(pipe.budgets().device_bytes == budget);
+  }
+
+  // A bad value is refused before anything is allocated, naming the variable and the rule.
+  auto bad = quiet_options();
+  bad.inputs.use_environment = true;
+  bad.inputs.environment = std::map<std::string, std::string>{{"DDO_PIPELINE_DEVICE_BUDGET_GB", "-2"}};
+  CHECK_THROWS_WITH_AS((void)ddo::enable_pipeline_offload(m.pipeline(), "auto", bad, sim),
+                       doctest::Contains("DDO_PIPELINE_DEVICE_BUDGET_GB = \"-2\": not a valid value "
+                                         "for pipeline_device_budget_gb; expected a non-negative number"),
+                       ddo::config_error);
+  check_nothing_live(ledger);
+}
+
+#if defined(__linux__)
+TEST_CASE("components on the VMM route (host_sim's VMM mode) release and restore their window across phases and images") {
+  const three_components m;
+  auto options = quiet_options();
+  // Every component on the VMM route: a window of 2 MiB handles on the one transport, which
+  // only the current phase holds. Its 32 MiB budget is above the pipeline's: the phase's share
+  // (the plan's slots) bounds what it maps.
+  options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
+  options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.03125);
+  options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0078125);
+  auto resolved = options.inputs;
+  resolved.component.clear();
+  auto sim = ddo::make_transport<ddo::host_sim_vmm_transport>(ddo::resolve_settings(resolved));
+  const auto& ledger = sim.ledger();
+  const std::uint64_t budget = ddo::runtime_device_reserve_bytes + 6 * ddo::mib;
+  options.pipeline_device_budget_bytes = budget;
+  {
+    auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim);
+    // Set up one at a time and left released: no handle, mapping or reservation is held.
+    CHECK(ledger.in_use(ledger_kind::device) == 0);
+    CHECK(sim.live_handles() == 0);
+    CHECK(sim.live_mappings() + sim.live_reservations() == 0);
+    const auto pinned_after_setup = pinned_allocations(ledger);
+    for (int image = 0; image < 3; ++image) {
+      for (const char* phase : {"text_encoder", "transformer", "vae"}) {
+        CAPTURE(image);
+        CAPTURE(phase);
+        pipe.enter_phase(phase);
+        CHECK(pipe[phase].component.route != ddo::component_route::none);
+        CHECK(ledger.in_use(ledger_kind::device) == pipe.device_bytes());
+        CHECK(pipe.device_bytes() == pipe[phase]->device_bytes());
+        CHECK(pipe.device_bytes() <= budget);
+        CHECK(sim.live_reservations() >= 1);  // the current phase's window
+        // Every weight read back at its device address after the restore, over two passes
+        // (the second remaps what the first left mapped).
+        CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, 2) == 0);
+      }
+      CHECK(pinned_allocations(ledger) == pinned_after_setup);  // never re-pinned per image
+    }
+    CHECK(pipe.phase_counts().switches == 9);
+    // Within the share a phase may use (the budget less ddo's 64 MiB reserve, not allocated).
+    CHECK(ledger.peak(ledger_kind::device) <= budget - ddo::runtime_device_reserve_bytes);
+
+    // A lease alive in the VMM component refuses the switch; the lease stays valid and the
+    // phase unchanged; dropped, the switch goes through and releases the window.
+    auto stream = sim.make_stream();
+    {
+      auto lease = pipe["vae"]->acquire(0, sim.view(stream));
+      CHECK_THROWS_WITH_AS(pipe.enter_phase("transformer"), doctest::Contains("lease(s) alive"),
+                           ddo::usage_error);
+      CHECK(pipe.phase() == "vae");
+      CHECK_FALSE(pipe["vae"]->device_released());
+      std::atomic<std::size_t> bad{0};
+      for (std::size_t i = 0; i < lease.size(); ++i) {
+        const std::byte* p = lease.data(i);
+        const auto& e = m.vae.bytes[lease.weight_index(i)];
+        sim.enqueue(sim.view(stream), [p, &e, &bad] {
+          if (std::memcmp(p, e.data(), e.size()) != 0) ++bad;
+        });
+      }
+      sim.synchronize(sim.view(stream));
+      CHECK(bad == 0);
+    }
+    const auto vae_bytes = pipe["vae"]->device_bytes();
+    CHECK(vae_bytes > 0);
+    pipe.enter_phase("transformer");
+    CHECK(pipe["vae"]->device_released());
+    CHECK(pipe["vae"]->device_bytes() == 0);
+    CHECK(ledger.in_use(ledger_kind::device) == pipe["transformer"]->device_bytes());
+    CHECK(ddo_test::count_mismatches(*pipe["transformer"], sim, m.transformer.bytes, 1) == 0);
+  }
+  // The ledger is back to its start: no device, pinned or registered bytes, no handle,
+  // mapping or reservation.
+  check_nothing_live(ledger);
+  CHECK(sim.live_handles() == 0);
+  CHECK(sim.live_mappings() + sim.live_reservations() == 0);
+}
+
+TEST_CASE("without a shared budget, a second VMM component on the same transport is refused clearly, leaving nothing") {
+  const three_components m;
+  auto options = quiet_options();
+  options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
+  options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.0078125);
+  options.inputs.overrides.emplace_back("resident_module_budget_gb", 1e-9);  // every group streams
+  auto sim = ddo::make_transport<ddo::host_sim_vmm_transport>(ddo::resolve_settings(options.inputs));
+  CHECK_THROWS_WITH_AS((void)ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim),
+                       doctest::Contains("window is held by another offloader on the same transport"),
+                       ddo::usage_error);
+  check_nothing_live(sim.ledger());
+  CHECK(sim.live_handles() == 0);
+  CHECK(sim.live_mappings() + sim.live_reservations() == 0);
+}
+
+TEST_CASE("release_device and restore_device of one offloader on the VMM route give the window back and every weight again") {
+  const component_model model(6, 21, "transformer_blocks");
+  auto options = quiet_options();
+  options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
+  options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.0078125);  // 8 MiB
+  options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0078125);
+  options.inputs.overrides.emplace_back("resident_module_budget_gb", 0.001);  // ~1 MiB resident
+  auto sim = ddo::make_transport<ddo::host_sim_vmm_transport>(ddo::resolve_settings(options.inputs));
+  const auto& ledger = sim.ledger();
+  {
+    auto off = ddo::enable_offload(model.table, "auto", options, sim);
+    REQUIRE(off->plan().total_bytes(ddo::placement::gpu_resident) > 0);  // residents to restore
+    const auto up_bytes = off->device_bytes();
+    const auto handles = sim.live_handles();
+    CHECK(up_bytes > 0);
+    CHECK(ddo_test::count_mismatches(*off, sim, model.bytes, 2) == 0);
+    const auto device_allocations = ledger.counts(ledger_kind::device).allocations;
+    for (int round = 0; round < 3; ++round) {
+      CAPTURE(round);
+      off->release_device();
+      CHECK(off->device_released());
+      CHECK(off->device_bytes() == 0);
+      CHECK(ledger.in_use(ledger_kind::device) == 0);
+      CHECK(sim.live_handles() == 0);
+      CHECK(sim.live_mappings() + sim.live_reservations() == 0);
+      off->release_device();  // again: nothing to do
+      auto stream = sim.make_stream();
+      CHECK_THROWS_WITH_AS((void)off->acquire(0, sim.view(stream)),
+                           doctest::Contains("enter its phase first"), ddo::usage_error);
+      off->restore_device();
+      CHECK_FALSE(off->device_released());
+      CHECK(off->device_bytes() == up_bytes);
+      CHECK(sim.live_handles() == handles);
+      CHECK(ddo_test::count_mismatches(*off, sim, model.bytes, 2) == 0);
+    }
+    // Each restore allocated the same device side again, nothing more.
+    CHECK(ledger.counts(ledger_kind::device).allocations > device_allocations);
+    CHECK(ledger.in_use(ledger_kind::device) == up_bytes);
+    // A lease alive refuses the release and leaves the device side as it was.
+    auto stream = sim.make_stream();
+    {
+      auto lease = off->acquire(1, sim.view(stream));
+      CHECK_THROWS_WITH_AS(off->release_device(), doctest::Contains("lease(s) of this component are alive"),
+                           ddo::usage_error);
+      CHECK_FALSE(off->device_released());
+      CHECK(ledger.in_use(ledger_kind::device) == up_bytes);
+    }
+    off->release_device();
+  }
+  check_nothing_live(ledger);
+  CHECK(sim.live_handles() == 0);
+  CHECK(sim.live_mappings() + sim.live_reservations() == 0);
+}
+#endif
 
 TEST_CASE("a device budget that cannot hold the largest phase is refused, naming it, with nothing allocated") {
   const three_components m;

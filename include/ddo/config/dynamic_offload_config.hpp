@@ -100,6 +100,13 @@ struct dynamic_offload_config {
   /// The transport (`--ddo-backend`); `--ddo-backend vmm --ddo-preset auto` selects
   /// vmm_fast_runtime. Resolution turns auto_select into the concrete backend.
   offload_backend backend = offload_backend::auto_select;
+  /// enable_pipeline_offload's shared device budget in GiB: ddo's device bytes in any phase,
+  /// its 64 MiB runtime reserve included (runtime/pipeline_budget.hpp). 0: not shared. Read
+  /// from the pipeline's settings (no component); a component policy does not change it.
+  double pipeline_device_budget_gb = 0.0;
+  /// enable_pipeline_offload's shared pinned-host budget in GiB: page-locked weight bytes of
+  /// all components together. 0: each component keeps its own pin budget.
+  double pipeline_pinned_budget_gb = 0.0;
 
   friend bool operator==(const dynamic_offload_config&, const dynamic_offload_config&) = default;
 };

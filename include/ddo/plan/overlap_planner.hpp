@@ -116,11 +116,12 @@ inline residency_result overlap_residency_planner::plan_residency(const plan_con
         r.reason[i] = choice.reasons[g];
       }
   }
-  char buffer[160];
+  char buffer[200];
   std::snprintf(buffer, sizeof buffer,
                 "; overlap-aware: predicted step %.3f ms (all resident %.3f ms, nothing resident "
-                "%.3f ms)",
-                choice.prediction.step_ms, choice.all_resident_ms, choice.none_resident_ms);
+                "%.3f ms; copies may run %.2fx slower before it grows)",
+                choice.prediction.step_ms, choice.all_resident_ms, choice.none_resident_ms,
+                choice.tolerated_slowdown);
   r.budget_detail += buffer;
   return r;
 }
@@ -135,12 +136,11 @@ inline residency_result overlap_residency_planner::plan_residency(const plan_con
   return out;
 }
 
-/// @brief The predicted step of a finished @p plan (any planner's) from @p timings: a group
+/// @brief The predictor's view of a finished @p plan (any planner's) from @p timings: a group
 /// streams when the plan streams bytes of it, its transfer scaled to those bytes.
 /// @throws usage_error naming a plan group that has no timing.
-[[nodiscard]] inline step_prediction predict_plan(const offload_plan& plan,
-                                                  std::span<const group_timing> timings,
-                                                  ring_shape ring = {}) {
+[[nodiscard]] inline std::vector<group_load> plan_loads(const offload_plan& plan,
+                                                        std::span<const group_timing> timings) {
   std::unordered_map<std::string_view, const group_timing*> by_name;
   for (const auto& t : timings) by_name.emplace(t.name, &t);
   std::vector<group_load> loads(plan.groups.size());
@@ -159,7 +159,15 @@ inline residency_result overlap_residency_planner::plan_residency(const plan_con
                                         : t.transfer_ms * static_cast<double>(streamed) /
                                               static_cast<double>(t.bytes);
   }
-  return predict_step(loads, ring);
+  return loads;
+}
+
+/// @brief The predicted step of a finished @p plan (any planner's) from @p timings (plan_loads).
+/// @throws usage_error naming a plan group that has no timing.
+[[nodiscard]] inline step_prediction predict_plan(const offload_plan& plan,
+                                                  std::span<const group_timing> timings,
+                                                  ring_shape ring = {}) {
+  return predict_step(plan_loads(plan, timings), ring);
 }
 
 }  // namespace v0

@@ -17,7 +17,13 @@
 ///     first: resident is never slower, and it keeps a margin against misprediction);
 ///  4. local search: swap a resident group for streamed ones (then fill) while the step gets
 ///     shorter;
-///  5. the best of the four, ties to more resident bytes.
+///  5. the best of the four and of the three selections themselves (so the answer never ranks
+///     below first, spread or largest), then polished by the tie-break (overlap_search::polish).
+/// Ties on the step — common where every placement hides its copies — are broken by physical
+/// measures, never by the order placements were visited (overlap_search::better): the largest
+/// copy slowdown the placement tolerates before its step grows (overlap_choice::
+/// tolerated_slowdown), then fewer loads per step, less copy time, more resident bytes, and only
+/// for placements equal in all of these, earlier residents in execution order.
 /// Placements are compared by their step with every copy `transfer_margin` (5%) slower than
 /// measured: a plan whose copies only just hide behind compute predicts the all-resident step
 /// but stalls on the GPU when a copy runs a little slow (measured on the H200: such a plan 1.4%
@@ -35,6 +41,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -66,6 +73,9 @@ struct overlap_choice {
   std::uint64_t budget_bytes = 0;
   step_prediction prediction;        ///< of the chosen residency, at the measured times
   double robust_step_ms = 0.0;       ///< its step with every copy transfer_margin slower
+  /// The largest factor (up to 16) by which every copy may run slower than measured before its
+  /// step grows: 1 when a copy already stalls the step (how ties between plans are broken).
+  double tolerated_slowdown = 1.0;
   double all_resident_ms = 0.0;      ///< every candidate resident (the floor)
   double none_resident_ms = 0.0;     ///< every candidate streamed
 };
@@ -76,6 +86,24 @@ inline std::string ms_text(double ms) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3f ms", ms);
   return b;
+}
+
+/// What the search knows of the best placement so far, beyond its robust step: the measures a
+/// placement that ties with it is compared by (overlap_search::better, in this order).
+struct placement_rank {
+  double nominal_ms = 0.0;           ///< the step at the measured times: smaller wins
+  double tolerated_slowdown = 1.0;   ///< the largest copy slowdown before the step grows: larger wins
+  std::size_t loads = 0;             ///< loads issued per step: fewer wins
+  double transfer_ms = 0.0;          ///< copy-stream time per step: less wins
+  std::uint64_t resident_bytes = 0;  ///< more wins (the rest of the budget is idle either way)
+};
+
+/// Placements equal in every measure of placement_rank (alike groups): the one whose resident
+/// groups come earlier in execution order, so the answer does not depend on the search's path.
+inline bool earlier_residents(const std::vector<char>& a, const std::vector<char>& b) {
+  for (std::size_t g = 0; g < a.size(); ++g)
+    if (a[g] != b[g]) return a[g] > b[g];
+  return false;
 }
 
 class overlap_search {
@@ -117,6 +145,63 @@ class overlap_search {
     return b;
   }
   bool out_of_work() const noexcept { return evals_ >= max_evals_; }
+
+  /// Whether the step of @p r grows above @p nominal_ms (its step at the measured times) when
+  /// every copy runs @p factor times slower than measured.
+  bool grows_at(const std::vector<char>& r, double nominal_ms, double factor) {
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      scaled_[g] = nominal_[g];
+      scaled_[g].transfer_ms = nominal_[g].transfer_ms * factor;
+    }
+    return eval_on(scaled_, r) > nominal_ms + eps(nominal_ms);
+  }
+
+  /// The largest factor, up to max_tolerated_copy_slowdown, by which every copy may run slower
+  /// than measured before the step of @p r grows (tolerated_copy_slowdown, on this search's
+  /// buffers).
+  double tolerated_slowdown(const std::vector<char>& r, double nominal_ms) {
+    return detail::bisect_tolerated_slowdown(
+        [&](double factor) { return grows_at(r, nominal_ms, factor); });
+  }
+
+  placement_rank rank(const std::vector<char>& r) {
+    placement_rank k;
+    const auto p = predict(r);
+    k.nominal_ms = p.step_ms;
+    k.loads = p.loads;
+    k.transfer_ms = p.transfer_ms;
+    k.resident_bytes = bytes_of(r);
+    k.tolerated_slowdown = tolerated_slowdown(r, p.step_ms);
+    return k;
+  }
+
+  /// Whether @p r (robust step @p t) ranks better than @p best (robust step @p best_t; its
+  /// measures @p best_rank, computed here when first needed). Lexicographic: the robust step,
+  /// the nominal step (both within 1e-9 relative), the tolerated copy slowdown (within 1e-4
+  /// relative: two predictions of @p r decide it, no bisection), the loads per step, the copy
+  /// time per step, the resident bytes, and last execution order (earlier residents), so the
+  /// answer never depends on the order placements were visited. Every path of the search
+  /// compares through here, so the exhaustive and the heuristic answers break ties alike.
+  bool better(const std::vector<char>& r, double t, const std::vector<char>& best, double best_t,
+              std::optional<placement_rank>& best_rank) {
+    if (t < best_t - eps(best_t)) return true;
+    if (t > best_t + eps(best_t)) return false;
+    if (!best_rank) best_rank = rank(best);
+    const auto& b = *best_rank;
+    const auto p = predict(r);
+    if (p.step_ms < b.nominal_ms - eps(b.nominal_ms)) return true;
+    if (p.step_ms > b.nominal_ms + eps(b.nominal_ms)) return false;
+    const double above = b.tolerated_slowdown * (1.0 + 1e-4);
+    if (above < max_tolerated_copy_slowdown && !grows_at(r, p.step_ms, above)) return true;
+    if (b.tolerated_slowdown > 1.0 && grows_at(r, p.step_ms, b.tolerated_slowdown * (1.0 - 1e-4)))
+      return false;
+    if (p.loads != b.loads) return p.loads < b.loads;
+    if (p.transfer_ms < b.transfer_ms - eps(b.transfer_ms)) return true;
+    if (p.transfer_ms > b.transfer_ms + eps(b.transfer_ms)) return false;
+    const std::uint64_t bytes = bytes_of(r);
+    if (bytes != b.resident_bytes) return bytes > b.resident_bytes;
+    return earlier_residents(r, best);
+  }
 
   /// The streamed candidates to try: all, or the @p limit under the most stall pressure.
   std::vector<std::size_t> streamed_to_try(const std::vector<char>& r, std::size_t limit) {
@@ -223,8 +308,61 @@ class overlap_search {
     }
   }
 
+  /// Improves @p r by the tie-breaking measures where the step cannot improve (better()):
+  /// one or two of the polish_width resident groups whose streaming costs least out, one of the
+  /// swap_width streamed groups under the most pressure in, then fill; the first swap that
+  /// ranks better is taken, for at most polish_passes passes. Where every placement hides its
+  /// copies (a large budget on compute-bound groups) the step ties everywhere and this is what
+  /// picks the plan with slack; the step itself never gets worse.
+  void polish(std::vector<char>& r, double& t) {
+    for (int pass = 0; pass < polish_passes; ++pass) {
+      std::vector<std::pair<double, std::size_t>> resident;
+      for (std::size_t g : cands_)
+        if (r[g]) {
+          r[g] = 0;
+          resident.push_back({eval(r) - t, g});
+          r[g] = 1;
+        }
+      std::stable_sort(resident.begin(), resident.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (resident.size() > polish_width) resident.resize(polish_width);
+      std::vector<std::vector<std::size_t>> outs;
+      for (std::size_t i = 0; i < resident.size(); ++i) {
+        outs.push_back({resident[i].second});
+        for (std::size_t j = i + 1; j < resident.size(); ++j)
+          outs.push_back({resident[i].second, resident[j].second});
+      }
+      const auto streamed = streamed_to_try(r, swap_width);
+      const std::uint64_t used = bytes_of(r);
+      std::optional<placement_rank> r_rank;
+      bool improved = false;
+      for (const auto& out : outs) {
+        std::uint64_t freed = 0;
+        for (std::size_t g : out) freed += groups_[g].bytes;
+        for (std::size_t in : streamed) {
+          if (groups_[in].bytes > budget_ - (used - freed)) continue;
+          std::vector<char> trial = r;
+          for (std::size_t g : out) trial[g] = 0;
+          trial[in] = 1;
+          fill(trial);
+          const double tt = eval(trial);
+          if (better(trial, tt, r, t, r_rank)) {
+            r = std::move(trial);
+            t = tt;
+            improved = true;
+            break;
+          }
+        }
+        if (improved) break;
+      }
+      if (!improved) return;
+    }
+  }
+
   static constexpr std::size_t greedy_width = 24;  ///< streamed groups tried per greedy round
   static constexpr std::size_t swap_width = 10;    ///< each side of a swap pass
+  static constexpr std::size_t polish_width = 6;   ///< resident groups a polish pass takes out
+  static constexpr int polish_passes = 8;
 
   static double eps(double t) { return 1e-9 * std::max(1.0, t); }
 
@@ -246,6 +384,7 @@ class overlap_search {
     c.resident_bytes = bytes_of(c.resident);
     c.prediction = predict(c.resident);
     c.robust_step_ms = eval(c.resident);
+    c.tolerated_slowdown = tolerated_slowdown(c.resident, c.prediction.step_ms);
     explain(c, total <= budget_ && c.resident == all);
     return c;
   }
@@ -278,37 +417,45 @@ class overlap_search {
         for (std::size_t w : winners) r[cands_[w]] = 1;
         starts.push_back(std::move(r));
       }
+      // The selections themselves compete too: the answer never ranks below first, spread or
+      // largest at the same budget.
+      const std::vector<std::vector<char>> seeds(starts.begin() + 1, starts.end());
       double best_t = 0.0;
-      std::uint64_t best_bytes = 0;
+      std::optional<placement_rank> best_rank;
       bool have = false;
+      const auto consider = [&](const std::vector<char>& r, double t) {
+        if (!have || better(r, t, c.resident, best_t, best_rank)) {
+          c.resident = r;
+          best_t = t;
+          best_rank.reset();
+          have = true;
+        }
+      };
       for (auto& r : starts) {
         double t = eval(r);
         greedy(r, t);
         fill(r);
         t = eval(r);
         local_search(r, t);
-        const std::uint64_t b = bytes_of(r);
-        if (!have || t < best_t - eps(best_t) || (t <= best_t + eps(best_t) && b > best_bytes)) {
-          c.resident = r;
-          best_t = t;
-          best_bytes = b;
-          have = true;
-        }
+        consider(r, t);
       }
+      for (const auto& r : seeds) consider(r, eval(r));
+      polish(c.resident, best_t);
     }
     c.resident_bytes = bytes_of(c.resident);
     c.prediction = predict(c.resident);
     c.robust_step_ms = eval(c.resident);
+    c.tolerated_slowdown = tolerated_slowdown(c.resident, c.prediction.step_ms);
     explain(c, everything_fits);
     return c;
   }
 
-  /// Every placement that fits (2^candidates predictions); ties to more resident bytes.
+  /// Every placement that fits (2^candidates predictions); ties broken by placement_rank.
   std::vector<char> exhaustive() {
     const std::size_t k = cands_.size();
     std::vector<char> r(groups_.size(), 0), best = r;
     double best_t = 0.0;
-    std::uint64_t best_bytes = 0;
+    std::optional<placement_rank> best_rank;
     bool have = false;
     for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << k); ++mask) {
       std::uint64_t b = 0;
@@ -322,10 +469,10 @@ class overlap_search {
       }
       if (!fits) continue;
       const double t = eval(r);
-      if (!have || t < best_t - eps(best_t) || (t <= best_t + eps(best_t) && b > best_bytes)) {
+      if (!have || better(r, t, best, best_t, best_rank)) {
         best = r;
         best_t = t;
-        best_bytes = b;
+        best_rank.reset();
         have = true;
       }
     }
@@ -399,6 +546,7 @@ class overlap_search {
   ring_shape ring_;
   std::vector<group_load> loads_;    // copies transfer_margin slower: what the search compares
   std::vector<group_load> nominal_;  // the measured times: what is reported
+  std::vector<group_load> scaled_ = std::vector<group_load>(groups_.size());  // tolerated_slowdown's
   ring_replay replay_;
   step_prediction scratch_;
   std::vector<std::size_t> cands_;

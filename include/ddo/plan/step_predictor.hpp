@@ -218,5 +218,43 @@ inline void predict_into(ring_replay& replay, std::span<const group_load> groups
   return out;
 }
 
+/// @brief Where the tolerated copy slowdown stops looking: copies 16x slower than measured.
+inline constexpr double max_tolerated_copy_slowdown = 16.0;
+
+namespace detail {
+
+/// The largest factor in [1, max_tolerated_copy_slowdown] for which @p grows (whether the step
+/// grows with every copy that many times slower) is false, by bisection to 2^-20 of the range:
+/// the step never shrinks when copies slow down, so @p grows is monotone.
+template <class Grows>
+double bisect_tolerated_slowdown(Grows&& grows) {
+  if (!grows(max_tolerated_copy_slowdown)) return max_tolerated_copy_slowdown;
+  double lo = 1.0, hi = max_tolerated_copy_slowdown;
+  for (int i = 0; i < 20; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (grows(mid) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
+}  // namespace detail
+
+/// @brief The largest factor (1 to 16) by which every copy of @p groups may run slower than
+/// given before the predicted step grows: the slack a placement keeps against slow copies (1:
+/// a copy already stalls the step). The overlap search breaks ties between placements by it.
+/// @throws usage_error as predict_step.
+[[nodiscard]] inline double tolerated_copy_slowdown(std::span<const group_load> groups,
+                                                    ring_shape ring = {}) {
+  const double base = predict_step(groups, ring).step_ms;
+  std::vector<group_load> scaled(groups.begin(), groups.end());
+  step_prediction out;
+  detail::ring_replay replay;
+  return detail::bisect_tolerated_slowdown([&](double factor) {
+    for (std::size_t g = 0; g < groups.size(); ++g) scaled[g].transfer_ms = groups[g].transfer_ms * factor;
+    detail::predict_into(replay, scaled, ring, out);
+    return out.step_ms > base + 1e-9 * std::max(1.0, base);
+  });
+}
+
 }  // namespace v0
 }  // namespace ddo

@@ -132,7 +132,7 @@ struct pipeline_component_budget {
         throw out_of_memory("device", need, budgets.device_bytes,
                             "pipeline device budget refused: " + what + " but the budget is " +
                                 format_bytes_exact(budgets.device_bytes) +
-                                "; raise the pipeline device budget, use smaller groups or fewer "
+                                "; raise the pipeline device budget (pipeline_device_budget_gb), use smaller groups or fewer "
                                 "slots for '" + c.name + "', or stream the route-none components");
       }
       b.device_bytes = c.stays_resident ? c.weight_bytes : budgets.device_bytes - always;

@@ -4,9 +4,11 @@
 /// @brief ddo::enable_pipeline_offload(pipeline, preset, options[, transport]): offloading for
 /// every component of a pipeline (text encoder, transformer, VAE), each with its own route
 /// (component policies, DDO_<COMPONENT>_* variables, the preset's component defaults), and
-/// optionally one device budget and one pinned-host budget for all of them
-/// (setup_options::pipeline_device_budget_bytes / pipeline_pinned_budget_bytes; how they are
-/// shared: runtime/pipeline_budget.hpp).
+/// optionally one device budget and one pinned-host budget for all of them (settings
+/// pipeline_device_budget_gb / pipeline_pinned_budget_gb — TOML, DDO_PIPELINE_*_BUDGET_GB,
+/// --ddo-pipeline-*-budget-gb — or setup_options::pipeline_device_budget_bytes /
+/// pipeline_pinned_budget_bytes from code: pipeline_budgets_from; how they are shared:
+/// runtime/pipeline_budget.hpp).
 ///
 /// Phases: the engine says which component runs next with `pipeline.enter_phase("vae")` (the
 /// reference's lifecycle boundaries: before_text_encoder, before_transformer, before_vae).
@@ -184,6 +186,27 @@ class pipeline_offload {
   planner planner_;
 };
 
+/// @brief The budgets a pipeline shares: `pipeline_device_budget_gb` / `pipeline_pinned_budget_gb`
+/// of @p settings (the pipeline's settings, resolved with no component), or the engine's
+/// `setup_options::pipeline_device_budget_bytes` / `pipeline_pinned_budget_bytes`.
+///
+/// The setup_options bytes rank as explicit config from code (step 4 of docs/configuration.md):
+/// a value from the TOML file, a DDO_* variable or a --ddo-* flag wins over them; a non-zero
+/// setup_options value wins over the default, a preset and resolve_inputs::overrides. Bytes
+/// given in code are taken exactly; GiB settings become bytes by gib_to_bytes.
+[[nodiscard]] inline pipeline_budgets pipeline_budgets_from(const dynamic_offload_settings& settings,
+                                                            const setup_options& options) {
+  const auto pick = [&](field_id field, double gb, std::uint64_t code_bytes) {
+    const bool from_outside_code = settings.provenance.of(field).source >= origin::toml;
+    if (code_bytes != 0 && !from_outside_code) return code_bytes;
+    return gib_to_bytes(gb);
+  };
+  return {pick(field_id::pipeline_device_budget_gb, settings.config.pipeline_device_budget_gb,
+               options.pipeline_device_budget_bytes),
+          pick(field_id::pipeline_pinned_budget_gb, settings.config.pipeline_pinned_budget_gb,
+               options.pipeline_pinned_budget_bytes)};
+}
+
 namespace detail {
 
 /// The least device bytes component @p c's phase needs on @p transport: the ring setup will
@@ -300,8 +323,10 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
 }  // namespace detail
 
 /// @brief enable_offload for every component over @p transport (see the file comment); with
-/// `options.pipeline_device_budget_bytes` / `pipeline_pinned_budget_bytes` the components
-/// share those budgets and the engine marks phases with enter_phase().
+/// a shared device or pinned-host budget (settings `pipeline_device_budget_gb` /
+/// `pipeline_pinned_budget_gb`, or `options.pipeline_device_budget_bytes` /
+/// `pipeline_pinned_budget_bytes`: pipeline_budgets_from) the components share it and the
+/// engine marks phases with enter_phase().
 /// @throws usage_error for a component without a model or given twice; out_of_memory naming
 /// the phase whose least footprint exceeds the device budget; what enable_offload throws.
 template <class... Policies, class Transport>
@@ -311,8 +336,11 @@ enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
                         Transport transport) {
   using result_type = pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
   result_type result;
-  const pipeline_budgets budgets{options.pipeline_device_budget_bytes,
-                                 options.pipeline_pinned_budget_bytes};
+  // The budgets are the pipeline's, not a component's: read from its settings (no component).
+  auto inputs = options.inputs;
+  inputs.component.clear();
+  if (preset) inputs.preset = std::string(*preset);
+  const auto budgets = pipeline_budgets_from(resolve_settings(inputs), options);
   detail::setup_pipeline<result_type, Policies...>(
       result, pipeline, preset ? std::optional<std::string>(*preset) : std::nullopt, options,
       transport, budgets);

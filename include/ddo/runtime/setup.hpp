@@ -87,10 +87,13 @@ struct setup_options {
   std::uint64_t max_group_bytes = 0;
   /// enable_pipeline_offload: ddo's device bytes in any phase of the pipeline, shared by its
   /// components (each plans against it for its own phase; runtime/pipeline_budget.hpp).
-  /// 0: not shared, each component plans against the device memory free at its setup.
+  /// 0: the setting pipeline_device_budget_gb decides (its default 0: not shared, each
+  /// component plans against the device memory free at its setup). Ranks as explicit config
+  /// from code: TOML, DDO_PIPELINE_DEVICE_BUDGET_GB and the flag win (pipeline_budgets_from).
   std::uint64_t pipeline_device_budget_bytes = 0;
   /// enable_pipeline_offload: page-locked weight bytes of all components together, split once
-  /// in proportion to their weight bytes. 0: each component's own pin budget.
+  /// in proportion to their weight bytes. 0: the setting pipeline_pinned_budget_gb decides
+  /// (its default 0: each component's own pin budget). Ranks as above.
   std::uint64_t pipeline_pinned_budget_bytes = 0;
   /// Options of a host_sim transport ddo makes itself (backend host_sim).
   host_sim_options host_sim;
@@ -361,7 +364,14 @@ template <class Planner = default_residency_planner, class PinSelector = default
       // ... but no more slots than the device memory the plan saw holds (its ring's share plus
       // what the plan left free), in whole 2 MiB pages: the window's physical memory is device
       // memory like the ring it replaces.
-      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      // Under a device budget (an engine's cap, a pipeline phase's share) machine_for adds the
+      // balanced rule's VRAM headroom to the card the plan sees, for the engine's memory on the
+      // real card: the window's physical memory must stay inside the budget itself.
+      if (r.runtime.device_budget_bytes != 0 && free > 1) {
+        const std::uint64_t headroom = gib_to_bytes(settings.config.auto_vram_headroom_gb);
+        free = free > headroom ? free - headroom : 1;
+      }
       const std::uint64_t slot = round_up(r.machine.slot_bytes, 2 * mib);
       if (free > 1 && slot != 0) {
         const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);

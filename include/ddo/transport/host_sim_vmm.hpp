@@ -283,6 +283,12 @@ class host_sim_vmm_transport : public host_sim_transport {
     std::lock_guard lock(vmm_->mutex);
     vmm_->window.release();
   }
+  /// @brief Whether the window is prepared (held by an offloader until it releases it): one
+  /// window per transport object, so a second offloader on it must wait for the release.
+  [[nodiscard]] bool stable_addresses_prepared() const {
+    std::lock_guard lock(vmm_->mutex);
+    return vmm_->window.prepared();
+  }
   [[nodiscard]] vmm_window_stats vmm_stats() const {
     std::lock_guard lock(vmm_->mutex);
     return vmm_->window.stats();

@@ -162,5 +162,13 @@
     not_yet_implemented, reason_vmm_pending, \
     "Legacy VMM route: register the CPU source weights (not CPU pinning).") \
   X(backend, choice, "DDO_BACKEND", 1.0, true, "", enum_values<offload_backend>(), active, "", \
-    "Transport for non-resident weights; auto follows execution_mode (ddo addition).")
+    "Transport for non-resident weights; auto follows execution_mode (ddo addition).") \
+  X(pipeline_device_budget_gb, real, "DDO_PIPELINE_DEVICE_BUDGET_GB", 1.0, true, "GiB", \
+    no_choices, active, "", \
+    "enable_pipeline_offload: ddo's device bytes in any phase, shared by the components " \
+    "(64 MiB runtime reserve included); 0 does not share (ddo addition).") \
+  X(pipeline_pinned_budget_gb, real, "DDO_PIPELINE_PINNED_BUDGET_GB", 1.0, true, "GiB", \
+    no_choices, active, "", \
+    "enable_pipeline_offload: page-locked weight bytes of all components together, split " \
+    "by weight bytes; 0 keeps each component's own pin budget (ddo addition).")
 // clang-format on

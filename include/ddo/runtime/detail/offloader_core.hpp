@@ -109,7 +109,11 @@ class offloader_core {
   [[nodiscard]] const runtime_options& options() const noexcept { return options_; }
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return layout_.slot_bytes; }
   [[nodiscard]] std::size_t slot_count() const noexcept { return slots_.size(); }
-  [[nodiscard]] std::uint64_t device_bytes() const noexcept { return resident_.bytes + ring_.bytes; }
+  /// The resident arena, the ring and, on a stable-address (VMM) transport, the physical
+  /// handles of the window while this offloader holds it.
+  [[nodiscard]] std::uint64_t device_bytes() const noexcept {
+    return resident_.bytes + ring_.bytes + window_bytes_;
+  }
   [[nodiscard]] int live_leases() const noexcept { return live_leases_; }
   [[nodiscard]] T& transport() noexcept { return t_; }
   [[nodiscard]] const weight_table& table() const noexcept { return *table_; }
@@ -159,6 +163,11 @@ class offloader_core {
   std::vector<std::byte*> resident_ptr_;  // per weight: device address or null
   std::vector<slot_state<T>> slots_;
   std::uint64_t peak_device_bytes_ = 0;
+  // The physical bytes of the transport's stable-address window while this offloader holds it
+  // (prepared in allocate_ring, released in free_device_side): the window is the transport's,
+  // shared by a pipeline's components one phase at a time, so only its holder counts it.
+  std::uint64_t window_bytes_ = 0;
+  bool holds_window_ = false;
   int live_leases_ = 0;
   bool released_ = false;  // release_device() ran and restore_device() has not
 };

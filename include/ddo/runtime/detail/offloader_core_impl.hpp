@@ -348,13 +348,9 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
   // host wait in metrics(), never on the hot path).
   if (native_.active()) staging_.wait_all();
   m.native = native_.stats();
-  m.device_bytes = resident_.bytes + ring_.bytes;
+  // A VMM transport's physical handles count while this offloader holds the window.
+  m.device_bytes = device_bytes();
   m.peak_device_bytes = peak_device_bytes_;
-  if constexpr (requires { { t_.vmm_physical_bytes() } -> std::convertible_to<std::uint64_t>; }) {
-    // A VMM transport's physical handles are ddo's device memory too (made at setup).
-    m.device_bytes += t_.vmm_physical_bytes();
-    m.peak_device_bytes += t_.vmm_physical_bytes();
-  }
   if constexpr (requires { { t_.vmm_stats() } -> std::same_as<vmm_window_stats>; }) {
     // A snapshot under the transport's lock: binds still queued on the staging thread are
     // counted by a later call (no host wait here).

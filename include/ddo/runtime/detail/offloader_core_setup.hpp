@@ -171,7 +171,28 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
       r.largest_staged_bytes = std::max(r.largest_staged_bytes, staged);
     }
     r.max_slots = max_slots;
-    count = t_.prepare_stable_addresses(r);
+    if constexpr (requires { { t_.stable_addresses_prepared() } -> std::same_as<bool>; })
+      if (t_.stable_addresses_prepared())
+        throw usage_error(
+            "the VMM transport's one window is held by another offloader on the same transport "
+            "(a pipeline component whose phase has not ended): give the pipeline a shared "
+            "device budget (pipeline_device_budget_gb) so that only the current phase holds "
+            "it, or give each component its own transport");
+    try {
+      count = t_.prepare_stable_addresses(r);
+    } catch (...) {
+      // A refusal mid-prepare (budget, staging) must leave the window free for a retry.
+      try {
+        t_.release_stable_addresses();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddo: releasing a refused stable-address window: %s\n", e.what());
+      }
+      throw;
+    }
+    holds_window_ = true;
+    if constexpr (requires { { t_.vmm_physical_bytes() } -> std::convertible_to<std::uint64_t>; })
+      window_bytes_ = t_.vmm_physical_bytes();
+    note_device_peak();
     layout_.slot_count = count;
     slots_.resize(count);
     for (auto& st : slots_) {
@@ -197,7 +218,7 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
 
 template <class T>
 void offloader_core<T>::note_device_peak() noexcept {
-  peak_device_bytes_ = std::max(peak_device_bytes_, resident_.bytes + ring_.bytes);
+  peak_device_bytes_ = std::max(peak_device_bytes_, device_bytes());
 }
 
 // --- the device side across a pipeline's phases -------------------------------------------------
@@ -259,11 +280,16 @@ void offloader_core<T>::restore_device() {
 template <class T>
 void offloader_core<T>::free_device_side() noexcept {
   if constexpr (transport_with_stable_addresses<T>) {
-    try {
-      t_.release_stable_addresses();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ddo: releasing the stable-address window: %s\n", e.what());
+    // Only the holder releases the window: a pipeline's other components share the transport.
+    if (holds_window_) {
+      try {
+        t_.release_stable_addresses();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddo: releasing the stable-address window: %s\n", e.what());
+      }
     }
+    holds_window_ = false;
+    window_bytes_ = 0;
   }
   slots_.clear();
   ring_ = device_allocation<T>{};
@@ -300,7 +326,9 @@ void offloader_core<T>::teardown() noexcept {
   }
   if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
   if (staging_.has_stream()) quiet([&] { t_.synchronize(staging_.stream()); });
-  if constexpr (transport_with_stable_addresses<T>) quiet([&] { t_.release_stable_addresses(); });
+  // The window is released by its holder only: another component of a pipeline may hold it.
+  if constexpr (transport_with_stable_addresses<T>)
+    if (holds_window_) quiet([&] { t_.release_stable_addresses(); });
   if constexpr (transport_with_file_staging<T>) t_.release_file_reads();
   bindings_.restore_all();
   slots_.clear();
