@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +15,7 @@
 
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "random_bytes.hpp"
 
 namespace ddo_test {
 
@@ -54,20 +54,6 @@ struct model_spec {
   /// pinned weights read from the file instead of host memory, every other one
   bool pinned_from_file = true;
 };
-
-/// Fills `bytes` with random bytes, eight from each draw of `rng`: one draw per byte made the
-/// tests' larger models (tens of MiB) take seconds to build under the sanitizers at -O0.
-inline void fill_random(std::vector<std::byte>& bytes, std::mt19937_64& rng) {
-  std::size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
-    const std::uint64_t word = rng();
-    std::memcpy(bytes.data() + i, &word, 8);
-  }
-  if (i < bytes.size()) {
-    const std::uint64_t word = rng();
-    std::memcpy(bytes.data() + i, &word, bytes.size() - i);
-  }
-}
 
 inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
   auto m = std::make_unique<synthetic_model>();
@@ -111,7 +97,7 @@ inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
   for (std::size_t k = 0; k < all.size(); ++k) {
     const auto& p = all[k];
     std::vector<std::byte> bytes(p.bytes);
-    fill_random(bytes, rng);
+    fill_random_bytes(bytes, rng);
     ddo::weight_info info;
     info.name = p.name;
     info.type = ddo::dtype::bf16;
