@@ -16,6 +16,7 @@
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
 #include "lease_check.hpp"
+#include "random_bytes.hpp"
 
 using ddo::host_sim_transport;
 using ddo::ledger_kind;
@@ -33,7 +34,7 @@ struct component_model {
       for (const char* m : {"attn.to_q", "attn.to_k", "ff.up", "ff.down"}) {
         const std::int64_t rows = 400 + static_cast<std::int64_t>(rng() % 200), cols = 256;
         std::vector<std::byte> data(static_cast<std::size_t>(rows * cols) * 2);
-        for (auto& x : data) x = static_cast<std::byte>(rng() & 0xff);
+        ddo_test::fill_random_bytes(data, rng);
         bytes.push_back(std::move(data));
         ddo::weight_info w;
         w.name = family + "." + std::to_string(b) + "." + m + ".weight";

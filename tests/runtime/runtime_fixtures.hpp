@@ -15,6 +15,7 @@
 
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "random_bytes.hpp"
 
 namespace ddo_test {
 
@@ -96,7 +97,7 @@ inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
   for (std::size_t k = 0; k < all.size(); ++k) {
     const auto& p = all[k];
     std::vector<std::byte> bytes(p.bytes);
-    for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
+    fill_random_bytes(bytes, rng);
     ddo::weight_info info;
     info.name = p.name;
     info.type = ddo::dtype::bf16;
