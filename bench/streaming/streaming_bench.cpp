@@ -957,11 +957,12 @@ ddo::dynamic_offload_config vmm_config(const options& opt, const model& m, doubl
   ddo::dynamic_offload_config c = ddo_config(opt, m, resident_fraction, true);
   c.execution_mode = ddo::exec_mode::vmm_runtime;
   // Three slots, each as many whole 64 MiB handles (vmm_page_mb 0) as a block's span with its
-  // alignment gaps needs: the window holds whole slots only, and a budget of three unrounded
-  // blocks gave two slots.
+  // alignment gaps needs, plus one handle for the small tensors the planner keeps resident
+  // (they come out of the mapped budget too): the window holds whole slots only, and a budget
+  // of three unrounded blocks, or of three slots exactly, gave two slots (H200 runs of 3 Dec).
   const std::uint64_t handle = 64 * ddo::mib;
   const std::uint64_t slot = (m.block_bytes + m.tensors.size() * 2 * ddo::mib + handle - 1) / handle * handle;
-  const double window = 3.0 * static_cast<double>(slot);
+  const double window = 3.0 * static_cast<double>(slot) + static_cast<double>(handle);
   c.vmm_resident_weight_budget_gb =
       (resident_fraction * static_cast<double>(m.total_bytes()) + window) / static_cast<double>(ddo::gib);
   c.vmm_staging_buffer_gb = static_cast<double>(2 * m.block_stride) / static_cast<double>(ddo::gib);
