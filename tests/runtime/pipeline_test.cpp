@@ -285,16 +285,24 @@ TEST_CASE("components on the VMM route (host_sim's VMM mode) release and restore
     CHECK(sim.live_handles() == 0);
     CHECK(sim.live_mappings() + sim.live_reservations() == 0);
     const auto pinned_after_setup = pinned_allocations(ledger);
+    int windowed_phases = 0;
     for (int image = 0; image < 3; ++image) {
       for (const char* phase : {"text_encoder", "transformer", "vae"}) {
         CAPTURE(image);
-        CAPTURE(phase);
+        CAPTURE(std::string(phase));
         pipe.enter_phase(phase);
         CHECK(pipe[phase].component.route != ddo::component_route::none);
         CHECK(ledger.in_use(ledger_kind::device) == pipe.device_bytes());
         CHECK(pipe.device_bytes() == pipe[phase]->device_bytes());
         CHECK(pipe.device_bytes() <= budget);
-        CHECK(sim.live_reservations() >= 1);  // the current phase's window
+        // A phase whose plan streams holds the transport's window (its reservation); one that
+        // its share holds all resident needs none (the component models' sizes are random).
+        if (pipe[phase]->slot_count() > 0) {
+          ++windowed_phases;
+          CHECK(sim.live_reservations() >= 1);
+        } else {
+          CHECK(sim.live_reservations() == 0);
+        }
         // Every weight read back at its device address after the restore, over two passes
         // (the second remaps what the first left mapped).
         CHECK(ddo_test::count_mismatches(*pipe[phase], sim, m.model(phase).bytes, 2) == 0);
@@ -302,6 +310,7 @@ TEST_CASE("components on the VMM route (host_sim's VMM mode) release and restore
       CHECK(pinned_allocations(ledger) == pinned_after_setup);  // never re-pinned per image
     }
     CHECK(pipe.phase_counts().switches == 9);
+    CHECK(windowed_phases >= 3);  // at least one component streams through the window each image
     // Within the share a phase may use (the budget less ddo's 64 MiB reserve, not allocated).
     CHECK(ledger.peak(ledger_kind::device) <= budget - ddo::runtime_device_reserve_bytes);
 
