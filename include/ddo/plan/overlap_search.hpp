@@ -269,42 +269,64 @@ class overlap_search {
       }
   }
 
+  /// The @p width resident groups of @p r (step @p t) whose streaming costs least, cheapest
+  /// first (each costed by one prediction; stops early when the search is out of work).
+  std::vector<std::size_t> cheapest_residents(std::vector<char>& r, double t, std::size_t width) {
+    std::vector<std::pair<double, std::size_t>> resident;
+    for (std::size_t g : cands_)
+      if (r[g] && !out_of_work()) {
+        r[g] = 0;
+        resident.push_back({eval(r) - t, g});
+        r[g] = 1;
+      }
+    std::stable_sort(resident.begin(), resident.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (resident.size() > width) resident.resize(width);
+    std::vector<std::size_t> out;
+    for (const auto& [cost, g] : resident) out.push_back(g);
+    return out;
+  }
+
+  /// Tries swaps in order — the groups of one set in @p outs streamed, one of @p ins made
+  /// resident, then fill — and takes the first that @p accept(trial, its step) approves into
+  /// @p r / @p t. False when none did or the search ran out of work.
+  template <class Accept>
+  bool take_first_swap(std::vector<char>& r, double& t, const std::vector<std::vector<std::size_t>>& outs,
+                       const std::vector<std::size_t>& ins, Accept&& accept) {
+    const std::uint64_t used = bytes_of(r);
+    for (const auto& out : outs) {
+      std::uint64_t freed = 0;
+      for (std::size_t g : out) freed += groups_[g].bytes;
+      for (std::size_t in : ins) {
+        if (out_of_work()) return false;
+        if (groups_[in].bytes > budget_ - (used - freed)) continue;
+        std::vector<char> trial = r;
+        for (std::size_t g : out) trial[g] = 0;
+        trial[in] = 1;
+        fill(trial);
+        const double tt = eval(trial);
+        if (accept(trial, tt)) {
+          r = std::move(trial);
+          t = tt;
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
   /// Swaps a resident group for a streamed one (then fills) while the step gets shorter: the
   /// swap_width resident groups whose streaming costs least against the swap_width streamed
   /// groups under the most pressure.
   void local_search(std::vector<char>& r, double& t) {
     for (int pass = 0; pass < 16 && !out_of_work(); ++pass) {
-      std::vector<std::pair<double, std::size_t>> resident;
-      for (std::size_t g : cands_)
-        if (r[g]) {
-          r[g] = 0;
-          resident.push_back({eval(r) - t, g});
-          r[g] = 1;
-        }
-      std::stable_sort(resident.begin(), resident.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      if (resident.size() > swap_width) resident.resize(swap_width);
+      std::vector<std::vector<std::size_t>> outs;
+      for (std::size_t g : cheapest_residents(r, t, swap_width)) outs.push_back({g});
       const auto streamed = streamed_to_try(r, swap_width);
-      const std::uint64_t used = bytes_of(r);
-      bool improved = false;
-      for (const auto& [cost, out] : resident) {
-        for (std::size_t in : streamed) {
-          if (groups_[in].bytes > budget_ - (used - groups_[out].bytes)) continue;
-          std::vector<char> trial = r;
-          trial[out] = 0;
-          trial[in] = 1;
-          fill(trial);
-          const double tt = eval(trial);
-          if (tt < t - eps(t)) {
-            r = std::move(trial);
-            t = tt;
-            improved = true;
-            break;
-          }
-        }
-        if (improved) break;
-      }
-      if (!improved) return;
+      const double before = t;
+      if (!take_first_swap(r, t, outs, streamed,
+                           [&](const std::vector<char>&, double tt) { return tt < before - eps(before); }))
+        return;
     }
   }
 
@@ -313,53 +335,25 @@ class overlap_search {
   /// swap_width streamed groups under the most pressure in, then fill; the first swap that
   /// ranks better is taken, for at most polish_passes passes. Where every placement hides its
   /// copies (a large budget on compute-bound groups) the step ties everywhere and this is what
-  /// picks the plan with slack; the step itself never gets worse.
+  /// picks the plan with slack; the step itself never gets worse. Bounded by the search's
+  /// budget of simulated visits like every other pass: unbounded, it took plan_scale_bench's
+  /// 35,717-group plan 115 s (its target is 2 s).
   void polish(std::vector<char>& r, double& t) {
-    // Bounded by the search's budget of simulated visits like every other pass: on a model of
-    // tens of thousands of groups the scan of the residents alone is quadratic (plan_scale_bench:
-    // 115 s at 35,717 groups before this bound, against its 2 s target).
     for (int pass = 0; pass < polish_passes && !out_of_work(); ++pass) {
-      std::vector<std::pair<double, std::size_t>> resident;
-      for (std::size_t g : cands_)
-        if (r[g] && !out_of_work()) {
-          r[g] = 0;
-          resident.push_back({eval(r) - t, g});
-          r[g] = 1;
-        }
-      std::stable_sort(resident.begin(), resident.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      if (resident.size() > polish_width) resident.resize(polish_width);
+      const auto resident = cheapest_residents(r, t, polish_width);
       std::vector<std::vector<std::size_t>> outs;
       for (std::size_t i = 0; i < resident.size(); ++i) {
-        outs.push_back({resident[i].second});
-        for (std::size_t j = i + 1; j < resident.size(); ++j)
-          outs.push_back({resident[i].second, resident[j].second});
+        outs.push_back({resident[i]});
+        for (std::size_t j = i + 1; j < resident.size(); ++j) outs.push_back({resident[i], resident[j]});
       }
       const auto streamed = streamed_to_try(r, swap_width);
-      const std::uint64_t used = bytes_of(r);
-      std::optional<placement_rank> r_rank;
-      bool improved = false;
-      for (const auto& out : outs) {
-        std::uint64_t freed = 0;
-        for (std::size_t g : out) freed += groups_[g].bytes;
-        for (std::size_t in : streamed) {
-          if (out_of_work()) return;
-          if (groups_[in].bytes > budget_ - (used - freed)) continue;
-          std::vector<char> trial = r;
-          for (std::size_t g : out) trial[g] = 0;
-          trial[in] = 1;
-          fill(trial);
-          const double tt = eval(trial);
-          if (better(trial, tt, r, t, r_rank)) {
-            r = std::move(trial);
-            t = tt;
-            improved = true;
-            break;
-          }
-        }
-        if (improved) break;
-      }
-      if (!improved) return;
+      const std::vector<char> current = r;
+      const double current_t = t;
+      std::optional<placement_rank> current_rank;
+      if (!take_first_swap(r, t, outs, streamed, [&](const std::vector<char>& trial, double tt) {
+            return better(trial, tt, current, current_t, current_rank);
+          }))
+        return;
     }
   }
 
