@@ -3,7 +3,6 @@
 /// @file
 /// @brief Byte-size units. The reference's `*_gb` fields mean GiB and `*_mb` mean MiB.
 
-#include <cmath>
 #include <cstdint>
 #include <limits>
 

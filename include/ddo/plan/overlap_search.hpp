@@ -40,7 +40,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <string>

@@ -13,7 +13,6 @@
 ///  - resident bytes ≤ free VRAM (when free VRAM is known), else out_of_memory (tier "device");
 ///  - pinned bytes ≤ the pin budget (a policy that broke its budget is a bug: usage_error).
 
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -59,7 +58,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
 namespace detail {
 
 inline void check_plan_number(double value, const char* field) {
-  if (std::isnan(value) || value < 0.0)
+  if (__builtin_isnan(value) || value < 0.0)
     throw config_error(
         "config", field,
         std::string(field) + " must be a non-negative number, got " + std::to_string(value));
@@ -84,7 +83,7 @@ inline void check_planning_config(const dynamic_offload_config& c) {
   check_plan_number(c.system_ram_headroom_gb, "system_ram_headroom_gb");
   check_plan_number(c.pin_weight_budget_gb, "pin_weight_budget_gb");
   // The reference clamps the ratio into [0, 1]; NaN has no clamp.
-  if (std::isnan(c.pin_weight_budget_ratio))
+  if (__builtin_isnan(c.pin_weight_budget_ratio))
     throw config_error("config", "pin_weight_budget_ratio", "pin_weight_budget_ratio is NaN");
 }
 
