@@ -3,16 +3,25 @@
 /// @file
 /// @brief ddo::field_info: the shape of one row of the field registry (config/field_registry.hpp).
 
+#include <concepts>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/field_id.hpp"
 #include "ddo/config/field_status.hpp"
 #include "ddo/config/field_value.hpp"
 
 namespace ddo {
 inline namespace v0 {
+namespace detail {
+// Defined by the registry (config/detail/field_registry_impl.hpp), one switch over the fields.
+template <class Config>
+field_value read_field(const Config& config, field_id id);
+template <class Config>
+void write_field(Config& config, field_id id, const field_value& value);
+}  // namespace detail
 
 /// @brief The kind of value a field holds, which decides how text and TOML values are read.
 enum class field_type {
@@ -61,10 +70,21 @@ struct field_info {
   /// not active adds a warning to the settings.
   field_status status;
   std::string_view status_reason;  ///< why a field is not active, "" when it is
-  /// Reads the field out of a config.
-  field_value (*get)(const dynamic_offload_config&);
-  /// Writes a value of the right alternative into a config (the sources have checked it).
-  void (*set)(dynamic_offload_config&, const field_value&);
+  field_id id;  ///< which member of dynamic_offload_config the row describes
+
+  /// @brief Reads the field out of a config.
+  /// Templates, so that a translation unit that only names fields (the umbrella's provenance,
+  /// the planner's errors) compiles no reader or writer: one per field, held as function
+  /// pointers in the table, made every TU including the registry instantiate them all.
+  template <std::same_as<dynamic_offload_config> Config>
+  [[nodiscard]] field_value get(const Config& config) const {
+    return detail::read_field(config, id);
+  }
+  /// @brief Writes a value of the right alternative into a config (the sources have checked it).
+  template <std::same_as<dynamic_offload_config> Config>
+  void set(Config& config, const field_value& value) const {
+    detail::write_field(config, id, value);
+  }
 
   /// @brief `--ddo-` + name with '_' as '-', or "" when the field has no flag.
   [[nodiscard]] std::string flag() const {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -103,14 +102,29 @@ void from_field_value(T& member, const field_value& value) {
   }
 }
 
-template <auto Member>
-field_value get_member(const dynamic_offload_config& config) {
-  return to_field_value(config.*Member);
+template <class Config>
+field_value read_field(const Config& config, field_id id) {
+  switch (id) {
+#define DDO_READ_FIELD(member, ...) \
+  case field_id::member:            \
+    return to_field_value(config.member);
+    DDO_CONFIG_FIELDS(DDO_READ_FIELD)
+#undef DDO_READ_FIELD
+  }
+  field_value_mismatch();
 }
 
-template <auto Member>
-void set_member(dynamic_offload_config& config, const field_value& value) {
-  from_field_value(config.*Member, value);
+template <class Config>
+void write_field(Config& config, field_id id, const field_value& value) {
+  switch (id) {
+#define DDO_WRITE_FIELD(member, ...)             \
+  case field_id::member:                         \
+    from_field_value(config.member, value);      \
+    return;
+    DDO_CONFIG_FIELDS(DDO_WRITE_FIELD)
+#undef DDO_WRITE_FIELD
+  }
+  field_value_mismatch();
 }
 
 inline constexpr std::array<std::string_view, 5> module_kind_names = {"linear", "embedding", "norm",
@@ -136,8 +150,7 @@ inline constexpr std::string_view reason_windows_only =
              meaning,                                                                     \
              field_status::status,                                                        \
              reason,                                                                      \
-             &get_member<&dynamic_offload_config::member>,                                \
-             &set_member<&dynamic_offload_config::member>},
+             field_id::member},
 
 inline constexpr std::array field_table = {DDO_CONFIG_FIELDS(DDO_FIELD_ROW)};
 
@@ -145,6 +158,13 @@ inline constexpr std::array field_table = {DDO_CONFIG_FIELDS(DDO_FIELD_ROW)};
 
 static_assert(field_table.size() == field_count,
               "ddo: the registry and field_id expand the same list (config_field_list.hpp)");
+static_assert(
+    [] {
+      for (std::size_t i = 0; i < field_table.size(); ++i)
+        if (field_index(field_table[i].id) != i) return false;
+      return true;
+    }(),
+    "ddo: row i of the registry describes field_id i");
 
 }  // namespace detail
 }  // namespace v0
