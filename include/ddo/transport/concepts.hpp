@@ -113,7 +113,9 @@ concept transport_with_file_reads =
 /// @brief What the runtime tells a file-staging transport at setup (transport_with_file_staging).
 struct file_staging_request {
   const std::vector<std::string>* paths = nullptr;  ///< the weight table's files, by index
-  std::vector<bool> used;                  ///< per file: whether the plan reads it at run time
+  /// Per file: whether the plan reads it at run time (0/1; char, not bool: std::vector<bool>'s
+  /// instantiation costs every TU including the umbrella 3%).
+  std::vector<char> used;
   file_fault_hook* faults = nullptr;       ///< consulted before every read (tests); may be null
   /// The largest file piece the plan reads (0: unknown): staging larger than it is not
   /// page-locked, a piece never needs more than one slot of it plus O_DIRECT's widening.

@@ -17,6 +17,24 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
+/// The operational defaults (config/operational_defaults.hpp) as (field, value) pairs;
+/// available_system_ram_gb is the detected value when one is known (else the field keeps its
+/// dataclass default of 0). Here, not beside the values: the vector of variants costs every
+/// translation unit that includes the planner (which needs only the patterns) 5 MB of compile.
+[[nodiscard]] inline std::vector<std::pair<field_id, field_value>> operational_defaults(
+    double detected_ram_gb) {
+  std::vector<std::pair<field_id, field_value>> values = {
+      {field_id::small_tensor_threshold_bytes,
+       static_cast<std::int64_t>(operational_small_tensor_threshold_bytes)},
+      {field_id::pin_cpu_workers, operational_pin_cpu_workers},
+      {field_id::always_resident_modules_pattern, builtin_always_resident_patterns()},
+      {field_id::show_profile, false},
+  };
+  if (detected_ram_gb > 0.0)
+    values.emplace_back(field_id::available_system_ram_gb, detected_ram_gb);
+  return values;
+}
+
 inline void merge_policy(component_policy& into, const component_policy& from) {
   if (from.route) into.route = from.route;
   if (from.offload_stream) into.offload_stream = from.offload_stream;
@@ -114,7 +132,7 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
     for (std::size_t i = 0; i < fields.size(); ++i)
       provenance.set(i, {origin::config, std::string(fields[i].name)});
   } else {
-    for (const auto& [id, value] : operational_defaults(detected_ram_gb.value_or(0.0))) {
+    for (const auto& [id, value] : detail::operational_defaults(detected_ram_gb.value_or(0.0))) {
       field(id).set(config, value);
       // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
       // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.

@@ -85,7 +85,7 @@ struct group_layout {
   std::size_t prefetch_depth = 0;               // bounded by the ring
   std::size_t max_group_weights = 0;            // most weights in one streamed group
   std::vector<std::size_t> streamed_order;      // streamed groups, plan order
-  std::vector<bool> file_used;                  // per table file: read by this plan
+  std::vector<char> file_used;                  // per table file: read by this plan (0/1)
   bool staging_needed = false;                  // some bytes go through the staging buffers
 
   /// Whether pinned weight @p w is copied into a packed block (not registered in place).

@@ -155,11 +155,11 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
   }
   // Resident uploads go through the staging buffers too.
   if (l.resident_bytes > 0) l.staging_needed = true;
-  l.file_used.assign(table.files().size(), false);
+  l.file_used.assign(table.files().size(), 0);
   for (std::size_t w = 0; w < table.size(); ++w)
     if (const auto* f = std::get_if<file_source>(&table[w].source))
       if (l.group_of[w] != no_group || l.resident_offset[w] != not_streamed)
-        l.file_used[f->file_index] = true;
+        l.file_used[f->file_index] = 1;
   l.slot_count = std::min(options.slot_count, l.streamed_order.size());
   DDO_EXPECTS(l.streamed_order.empty() || l.slot_count >= 1,
               "runtime_options::slot_count must be at least 1 when groups are streamed");
