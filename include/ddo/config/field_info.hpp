@@ -73,9 +73,10 @@ struct field_info {
   field_id id;  ///< which member of dynamic_offload_config the row describes
 
   /// @brief Reads the field out of a config.
-  /// Templates, so that a translation unit that only names fields (the umbrella's provenance,
-  /// the planner's errors) compiles no reader or writer: one per field, held as function
-  /// pointers in the table, made every TU including the registry instantiate them all.
+  /// get and set are templates so that a translation unit that only names fields (the
+  /// umbrella's provenance, the planner's errors) compiles no reader or writer. The table used
+  /// to hold one of each per field as function pointers, which made every TU including the
+  /// registry instantiate all of them.
   template <std::same_as<dynamic_offload_config> Config>
   [[nodiscard]] field_value get(const Config& config) const {
     return detail::read_field(config, id);

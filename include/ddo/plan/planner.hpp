@@ -58,6 +58,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
 namespace detail {
 
 inline void check_plan_number(double value, const char* field) {
+  // __builtin_isnan, not std::isnan: <cmath> alone costs every TU including the umbrella 4%.
   if (__builtin_isnan(value) || value < 0.0)
     throw config_error(
         "config", field,
