@@ -28,6 +28,7 @@
 #include <string>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -54,14 +55,6 @@ inline void first_fit(std::span<const selection_candidate> candidates,
   }
 }
 
-/// 0, 1, ..., n - 1: candidate indices in execution order. (A loop, not std::iota: <numeric>
-/// adds 16 MB to the compile of every translation unit that includes the umbrella.)
-[[nodiscard]] inline std::vector<std::size_t> execution_order(std::size_t n) {
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  return order;
-}
-
 [[nodiscard]] inline std::vector<std::size_t> taken_indices(const std::vector<char>& taken) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < taken.size(); ++i)
@@ -76,7 +69,8 @@ struct first_selector {
   static constexpr selection kind = selection::first;  ///< the config value it stands for
   [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
                                                 std::uint64_t budget) const {
-    std::vector<std::size_t> order = detail::execution_order(candidates.size());
+    std::vector<std::size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
     std::vector<char> taken(candidates.size(), 0);
     std::uint64_t used = 0;
     detail::first_fit(candidates, order, budget, taken, used);
@@ -91,7 +85,8 @@ struct largest_selector {
   static constexpr selection kind = selection::largest;  ///< the config value it stands for
   [[nodiscard]] std::vector<std::size_t> select(std::span<const selection_candidate> candidates,
                                                 std::uint64_t budget) const {
-    std::vector<std::size_t> order = detail::execution_order(candidates.size());
+    std::vector<std::size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
     // Ties keep execution order: compare (bytes desc, index asc), a strict total order.
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return candidates[a].bytes != candidates[b].bytes ? candidates[a].bytes > candidates[b].bytes
@@ -181,7 +176,8 @@ struct spread_selector {
       for (std::size_t j = 0; j < chosen_k; ++j) taken[position(j, chosen_k, n)] = 1;
       used = chosen_sum;
     }
-    const std::vector<std::size_t> order = detail::execution_order(n);
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), std::size_t{0});
     detail::first_fit(candidates, order, budget, taken, used);
     return detail::taken_indices(taken);
   }
