@@ -288,7 +288,8 @@ class overlap_search {
 
   /// Tries swaps in order — the groups of one set in @p outs streamed, one of @p ins made
   /// resident, then fill — and takes the first that @p accept(trial, its step) approves into
-  /// @p r / @p t. False when none did or the search ran out of work.
+  /// @p r / @p t. @p r and @p t are unchanged until then, so @p accept may compare against them.
+  /// False when none did or the search ran out of work.
   template <class Accept>
   bool take_first_swap(std::vector<char>& r, double& t, const std::vector<std::vector<std::size_t>>& outs,
                        const std::vector<std::size_t>& ins, Accept&& accept) {
@@ -322,9 +323,8 @@ class overlap_search {
       std::vector<std::vector<std::size_t>> outs;
       for (std::size_t g : cheapest_residents(r, t, swap_width)) outs.push_back({g});
       const auto streamed = streamed_to_try(r, swap_width);
-      const double before = t;
       if (!take_first_swap(r, t, outs, streamed,
-                           [&](const std::vector<char>&, double tt) { return tt < before - eps(before); }))
+                           [&](const std::vector<char>&, double tt) { return tt < t - eps(t); }))
         return;
     }
   }
@@ -346,11 +346,9 @@ class overlap_search {
         for (std::size_t j = i + 1; j < resident.size(); ++j) outs.push_back({resident[i], resident[j]});
       }
       const auto streamed = streamed_to_try(r, swap_width);
-      const std::vector<char> current = r;
-      const double current_t = t;
-      std::optional<placement_rank> current_rank;
+      std::optional<placement_rank> r_rank;  // r's rank, computed once per pass by better()
       if (!take_first_swap(r, t, outs, streamed, [&](const std::vector<char>& trial, double tt) {
-            return better(trial, tt, current, current_t, current_rank);
+            return better(trial, tt, r, t, r_rank);
           }))
         return;
     }
