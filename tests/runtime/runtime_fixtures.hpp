@@ -53,6 +53,9 @@ struct model_spec {
   };
   /// pinned weights read from the file instead of host memory, every other one
   bool pinned_from_file = true;
+  /// weights a VMM route covers (2-D bf16 of a linear layer) for (group, position); the others
+  /// are 1-D bf16 of kind "other" (norm- or bias-like), which keep their planned placement there
+  std::function<bool(std::size_t, std::size_t)> vmm_covered = [](std::size_t, std::size_t) { return true; };
 };
 
 inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
@@ -65,6 +68,7 @@ inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
     std::uint64_t bytes;
     ddo::placement where;
     bool from_file;
+    bool covered;
   };
   std::vector<pending> all;
   for (std::size_t g = 0; g < spec.groups; ++g)
@@ -75,7 +79,7 @@ inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
       const bool from_file = where == ddo::placement::file ||
                              (spec.pinned_from_file && where == ddo::placement::pinned_host && (i % 2 == 1));
       all.push_back({"blocks." + std::to_string(g) + ".w" + std::to_string(i) + ".weight", bytes, where,
-                     from_file});
+                     from_file, spec.vmm_covered(g, i)});
     }
   bool any_file = false;
   for (const auto& p : all) any_file = any_file || p.from_file;
@@ -101,7 +105,12 @@ inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
     ddo::weight_info info;
     info.name = p.name;
     info.type = ddo::dtype::bf16;
-    info.shape = {static_cast<std::int64_t>(p.bytes / 2)};
+    if (p.covered) {
+      info.kind = ddo::module_kind::linear;
+      info.shape = {1, static_cast<std::int64_t>(p.bytes / 2)};
+    } else {
+      info.shape = {static_cast<std::int64_t>(p.bytes / 2)};
+    }
     info.bytes = p.bytes;
     if (p.from_file) {
       out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));

@@ -273,6 +273,99 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: budgets, staging and page sizes are 
   refused(w, "vmm_page_mb");
 }
 
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: weights the route does not cover keep their placement in a linear side image",
+                          Traits, vmm_uncovered_side_image) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  // Position 3 of every group is norm-like (1-D, kind other); group 4 has nothing the route
+  // covers, so it streams through its side image alone and has no mapped range.
+  auto spec = vmm_spec(309, 6, 1 * ddo::mib);
+  spec.vmm_covered = [](std::size_t g, std::size_t i) { return g != 4 && i != 3; };
+  auto m = ddo_test::make_model(spec);
+  ddo::vmm_window_options w;
+  w.budget_bytes = roomy_budget(*m, 1 * ddo::mib) + 4 * ddo::mib;
+  auto t = Traits::make(w);
+  auto compute = t.make_stream();
+  const auto v = T::view(compute);
+  const int steps = 3;
+  readback<T> rb(t, steps * model_bytes(*m) + 1024);
+  const auto covered = [&](std::size_t w) { return m->table[w].shape.size() == 2; };
+  {
+    ddo::basic_offloader<T> off(t, m->table, m->plan, vmm_runtime_options(3));
+    REQUIRE(off.slot_count() == 3);
+    // Covered or resident: an address for the whole run; streamed and uncovered: refused, naming
+    // the weight and what to use instead.
+    std::vector<std::byte*> stable(m->table.size(), nullptr);
+    const std::byte* lo = nullptr;
+    const std::byte* hi = nullptr;
+    std::size_t uncovered_streamed = 0;
+    for (std::size_t i = 0; i < m->table.size(); ++i) {
+      const bool resident = m->plan.decisions[i].where == ddo::placement::gpu_resident;
+      if (resident || covered(i)) {
+        stable[i] = off.stable_data(i);
+        REQUIRE(stable[i] != nullptr);
+        if (!resident) {
+          if (lo == nullptr || stable[i] < lo) lo = stable[i];
+          if (hi == nullptr || stable[i] + m->table[i].bytes > hi) hi = stable[i] + m->table[i].bytes;
+        }
+        continue;
+      }
+      ++uncovered_streamed;
+      try {
+        (void)off.stable_data(i);
+        FAIL("stable_data gave an address for uncovered weight " << m->table[i].name);
+      } catch (const ddo::usage_error& e) {
+        const std::string what = e.what();
+        CHECK(what.find(m->table[i].name) != std::string::npos);
+        CHECK(what.find("lease") != std::string::npos);
+      }
+    }
+    REQUIRE(uncovered_streamed >= 6);
+    REQUIRE(lo != nullptr);
+    for (int step = 0; step < steps; ++step) {
+      off.begin_step();
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, v);
+        for (std::size_t i = 0; i < lease.size(); ++i) {
+          const std::size_t wi = lease.weight_index(i);
+          if (stable[wi] != nullptr) {
+            CHECK(lease.data(i) == stable[wi]);
+          } else {
+            // The side image is linear device memory outside the window's reservation.
+            CHECK(lease.data(i) != nullptr);
+            CHECK((lease.data(i) + m->table[wi].bytes <= lo || lease.data(i) >= hi));
+          }
+        }
+        Traits::delay(t, v, 200);
+        rb.enqueue(v, lease, *m);
+      }
+    }
+    t.synchronize(v);
+    // ddo's device bytes: the residents, the window's handles and the side images, all inside
+    // the mapped budget.
+    const auto metrics = off.metrics();
+    CHECK(metrics.device_bytes <= w.budget_bytes);
+    CHECK(metrics.device_bytes > t.vmm_physical_bytes());
+  }
+  CHECK(rb.items.size() == steps * m->table.size());
+  CHECK(rb.mismatches(*m) == 0);
+  CHECK(Traits::live_handles(t) == 0);
+  CHECK(Traits::live_mappings(t) == 0);
+
+  // A budget that holds one slot's handles but not its side image is refused with both numbers.
+  ddo::vmm_window_options tight;
+  tight.budget_bytes = 1;
+  auto t2 = Traits::make(tight);
+  try {
+    ddo::basic_offloader<T> off(t2, m->table, m->plan, vmm_runtime_options(3));
+    FAIL("a one-byte budget was accepted");
+  } catch (const ddo::config_error& e) {
+    CHECK(e.key() == "vmm_resident_weight_budget_gb");
+    CHECK(std::string(e.what()).find("linear side image") != std::string::npos);
+  }
+}
+
 TEST_CASE_TEMPLATE_DEFINE("vmm conformance: CUDA_ERROR_NOT_READY is retried, then reported", Traits,
                           vmm_not_ready) {
   DDO_VMM_SKIP(Traits);

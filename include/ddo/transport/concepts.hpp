@@ -150,15 +150,22 @@ struct stable_address_request {
   std::uint64_t resident_bytes = 0;        ///< the resident arena (counts against the budget)
   std::uint64_t largest_staged_bytes = 0;  ///< most bytes one group stages (pageable/file)
   std::size_t max_slots = 0;               ///< upper bound on slots (0: one per streamed group)
+  /// Device bytes the runtime allocates per slot beside the mapped range (the linear side image
+  /// of the weights the route does not cover); they count against the budget like the handles.
+  std::uint64_t side_slot_bytes = 0;
+  /// Groups the runtime streams (a group whose streamed weights are all uncovered has no mapped
+  /// range but still takes a slot); 0: those with a nonzero group_bytes.
+  std::size_t streamed_groups = 0;
 };
 
 /// @brief Whether a transport gives every streamed group a stable device address (VMM):
 /// - `prepare_stable_addresses(const stable_address_request&)` at setup reserves the ranges and
 ///   creates the physical memory; it returns how many groups can be mapped at once (the ring's
-///   slot count; the runtime allocates no ring);
+///   slot count; the runtime allocates no ring beyond the side images of request.side_slot_bytes);
 /// - `stable_address(g)` is group g's address for the whole run;
 /// - `bind_stable(slot, g)` runs on ddo's staging thread once the slot's previous occupant's
-///   release and ready events completed: it maps g's range on the slot's memory;
+///   release and ready events completed: it maps g's range on the slot's memory (a group with no
+///   range, group_bytes 0, only unmaps the slot's previous occupant);
 /// - `release_stable_addresses()` at teardown, after every event completed (no throw).
 /// The runtime then issues every load of a streamed group from its staging thread (map, then
 /// copy); see docs/transports.md.

@@ -9,6 +9,12 @@
 /// copy), then pinned weights registered in place (one copy each), then staged weights
 /// (pageable and file, through the staging buffers). Every weight starts at an alignment
 /// boundary, so a group's slot is slot_bytes_for() of its streamed weights (device_footprint.hpp).
+///
+/// On a stable-address (VMM) route the layout is split: a group's image holds the weights the
+/// route covers (dense BF16/FP16 linear weights, component_ownership.hpp) and is mapped at the
+/// group's stable address; the weights it does not cover keep their planned placement, so the
+/// streamed ones go to a *side part* (a group_runtime of its own in group_layout::side_parts,
+/// laid out the same way) that the runtime copies into a linear side image of the slot.
 
 #include <array>
 #include <cstddef>
@@ -61,7 +67,9 @@ struct group_runtime {
   std::array<std::uint64_t, transfer_source_count> bytes_by_source{};
   std::vector<std::byte*> pointers;        // lease pointers of a group that is not streamed
   int leases = 0;
-  [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0; }
+  std::size_t side = no_group;             // its side part in group_layout::side_parts, if any
+  std::uint64_t side_slot_bytes = 0;       // that part's slot_bytes
+  [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0 || side_slot_bytes > 0; }
   [[nodiscard]] bool has_block_copy() const noexcept { return pinned_bytes > 0 && !pinned_staged; }
   [[nodiscard]] bool has_copy_part() const noexcept { return has_block_copy() || !in_place.empty(); }
   [[nodiscard]] bool has_staged_part() const noexcept { return !staged.empty(); }
@@ -87,6 +95,22 @@ struct group_layout {
   std::vector<std::size_t> streamed_order;      // streamed groups, plan order
   std::vector<char> file_used;                  // per table file: read by this plan (0/1)
   bool staging_needed = false;                  // some bytes go through the staging buffers
+  /// Split layouts only (file comment): the side parts, and the largest one's slot. A side
+  /// part's weights list is its group's; slot_offset marks the weights laid out in it.
+  std::vector<group_runtime> side_parts;
+  std::uint64_t side_slot_bytes = 0;
+
+  /// Calls f(group_runtime&) for every part that holds copies: the groups, then the side parts.
+  template <class F>
+  void for_each_part(F&& f) {
+    for (auto& gr : groups) f(gr);
+    for (auto& gr : side_parts) f(gr);
+  }
+  template <class F>
+  void for_each_part(F&& f) const {
+    for (const auto& gr : groups) f(gr);
+    for (const auto& gr : side_parts) f(gr);
+  }
 
   /// Whether pinned weight @p w is copied into a packed block (not registered in place).
   [[nodiscard]] static bool packed(const weight_table& table, const runtime_options& o,
@@ -99,9 +123,10 @@ struct group_layout {
 };
 
 /// Validates @p plan against @p table and lays it out. Normalises @p options in place (the
-/// chunk floor of max_copy_bytes). @throws usage_error naming the weight, group or option.
+/// chunk floor of max_copy_bytes). @p split_uncovered: a stable-address route that does not own
+/// the whole component (file comment). @throws usage_error naming the weight, group or option.
 [[nodiscard]] group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
-                                             runtime_options& options);
+                                             runtime_options& options, bool split_uncovered = false);
 
 /// The table's files this layout reads (null for files it does not); @p faults (may be null) is
 /// consulted before every read. Opened for positional reads whatever load_safetensors_backend

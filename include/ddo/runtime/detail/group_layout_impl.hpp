@@ -9,6 +9,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/runtime/component_ownership.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 
@@ -24,8 +25,9 @@ inline std::optional<std::size_t> group_layout::find_group(std::string_view name
 
 inline std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
   std::uint64_t pinned = 0;
-  for (const auto& gr : groups)
+  for_each_part([&](const group_runtime& gr) {
     pinned += gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)];
+  });
   return pinned;
 }
 
@@ -41,9 +43,11 @@ inline void check_source(const weight_table& table, const offload_plan& plan, st
                 "offloader: weight '" + info.name + "' is placed 'file' but its source is host memory");
 }
 
-/// One group's slot: pass 0 packed pinned weights, 1 pinned in place, 2 staged weights.
-inline void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_plan& plan,
-                         const runtime_options& options) {
+/// One group's slot: pass 0 packed pinned weights, 1 pinned in place, 2 staged weights; only
+/// the streamed weights @p in_part accepts (a split layout's image or side part).
+template <class InPart>
+void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_plan& plan,
+                  const runtime_options& options, InPart in_part) {
   const std::uint64_t align = options.alignment;
   gr.slot_offset.assign(gr.weights.size(), not_streamed);
   std::vector<std::size_t> streamed;
@@ -52,7 +56,7 @@ inline void lay_out_slot(group_runtime& gr, const weight_table& table, const off
     for (std::size_t i = 0; i < gr.weights.size(); ++i) {
       const std::size_t w = gr.weights[i];
       const auto where = plan.decisions[w].where;
-      if (where == placement::gpu_resident) continue;
+      if (where == placement::gpu_resident || !in_part(w)) continue;
       const auto& info = table[w];
       const bool pinned = where == placement::pinned_host;
       const int weight_pass = !pinned ? 2 : (group_layout::packed(table, options, w) ? 0 : 1);
@@ -95,7 +99,7 @@ inline void lay_out_slot(group_runtime& gr, const weight_table& table, const off
 }  // namespace layout_detail
 
 inline group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
-                                      runtime_options& options) {
+                                      runtime_options& options, bool split_uncovered) {
   DDO_EXPECTS(plan.decisions.size() == table.size(),
               "offloader: the plan has " + std::to_string(plan.decisions.size()) +
                   " decisions but the weight table has " + std::to_string(table.size()) +
@@ -145,7 +149,21 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
   l.resident_bytes = cursor;
   for (std::size_t g = 0; g < l.groups.size(); ++g) {
     auto& gr = l.groups[g];
-    layout_detail::lay_out_slot(gr, table, plan, options);
+    const auto covered = [&](std::size_t w) { return !split_uncovered || vmm_covered_weight(table[w]); };
+    layout_detail::lay_out_slot(gr, table, plan, options, covered);
+    if (split_uncovered) {
+      group_runtime side;
+      side.name = gr.name + " (side)";
+      side.weights = gr.weights;
+      layout_detail::lay_out_slot(side, table, plan, options, [&](std::size_t w) { return !covered(w); });
+      if (side.slot_bytes > 0) {
+        if (side.has_staged_part()) l.staging_needed = true;
+        gr.side = l.side_parts.size();
+        gr.side_slot_bytes = side.slot_bytes;
+        l.side_slot_bytes = std::max(l.side_slot_bytes, side.slot_bytes);
+        l.side_parts.push_back(std::move(side));
+      }
+    }
     if (gr.has_staged_part()) l.staging_needed = true;
     l.slot_bytes = std::max(l.slot_bytes, gr.slot_bytes);
     if (gr.streamed()) {

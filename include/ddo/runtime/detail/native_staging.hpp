@@ -185,8 +185,13 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
 
     // Piece ids, and the retained storage's layout in plan order up to the ceiling.
     std::uint64_t end = 0;
-    for (std::size_t g : layout.streamed_order)
-      for (const auto& p : layout.groups[g].staged) {
+    std::vector<const group_runtime*> parts;  // plan order, each group's side part after it
+    for (std::size_t g : layout.streamed_order) {
+      parts.push_back(&layout.groups[g]);
+      if (layout.groups[g].side != no_group) parts.push_back(&layout.side_parts[layout.groups[g].side]);
+    }
+    for (const auto* part : parts)
+      for (const auto& p : part->staged) {
         const std::size_t id = ids_.size();
         ids_.emplace(&p, id);
         std::uint64_t at = not_retained;

@@ -109,8 +109,9 @@ class offloader_core {
   [[nodiscard]] const runtime_options& options() const noexcept { return options_; }
   [[nodiscard]] std::uint64_t slot_bytes() const noexcept { return layout_.slot_bytes; }
   [[nodiscard]] std::size_t slot_count() const noexcept { return slots_.size(); }
-  /// The resident arena, the ring and, on a stable-address (VMM) transport, the physical
-  /// handles of the window while this offloader holds it.
+  /// The resident arena, the ring (on a stable-address (VMM) transport: the side images of the
+  /// weights the route does not cover) and the physical handles of the window while this
+  /// offloader holds it.
   [[nodiscard]] std::uint64_t device_bytes() const noexcept {
     return resident_.bytes + ring_.bytes + window_bytes_;
   }
@@ -159,7 +160,7 @@ class offloader_core {
 
   typename T::stream copy_stream_;
   device_allocation<T> resident_;
-  device_allocation<T> ring_;
+  device_allocation<T> ring_;  // stable-address transports: the slots' side images
   std::vector<std::byte*> resident_ptr_;  // per weight: device address or null
   std::vector<slot_state<T>> slots_;
   std::uint64_t peak_device_bytes_ = 0;

@@ -263,45 +263,75 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
 
 /// A stable-address transport (VMM): the staging thread maps g's range on slot s's memory once
 /// the previous occupant's events completed, then copies every part (pinned directly, pageable
-/// and file through the staging buffers) and records the slot's ready event.
+/// and file through the staging buffers) and records the slot's ready event. A split layout's
+/// side part (the weights the route does not cover) follows as a second job into the slot's
+/// side image; the worker runs jobs in order on one stream, so the ready event it records last
+/// covers both.
 template <class T>
 void offloader_core<T>::load_stable(std::size_t g, std::size_t s)
   requires transport_with_stable_addresses<T>
 {
   auto& st = slots_[s];
   auto& gr = layout_.groups[g];
-  st.image = t_.stable_address(g);
-  for (std::size_t i = 0; i < gr.weights.size(); ++i)
-    st.pointers[i] = gr.slot_offset[i] == not_streamed ? gr.resident[i] : st.image + gr.slot_offset[i];
+  const group_runtime* side = gr.side == no_group ? nullptr : &layout_.side_parts[gr.side];
+  // A group whose streamed weights are all uncovered has no mapped range: its job only unmaps
+  // the slot's previous occupant (vmm_window::bind).
+  st.image = gr.slot_bytes > 0 ? t_.stable_address(g) : nullptr;
+  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+    if (gr.slot_offset[i] != not_streamed)
+      st.pointers[i] = st.image + gr.slot_offset[i];
+    else if (side != nullptr && side->slot_offset[i] != not_streamed)
+      st.pointers[i] = st.side_image + side->slot_offset[i];
+    else
+      st.pointers[i] = gr.resident[i];
+  }
   st.released = false;
   auto& step = timing_.current();
   ++step.group_loads;
-  for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += gr.bytes_by_source[i];
+  std::uint64_t bytes = 0;
+  for (const group_runtime* part : {static_cast<const group_runtime*>(&gr), side}) {
+    if (part == nullptr) continue;
+    for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += part->bytes_by_source[i];
+    bytes += part->load_bytes();
+  }
   std::size_t t_start = no_group, t_end = no_group;
   if (timing_.timing()) {
     t_start = timing_.take();
     t_end = timing_.take();
   }
-  typename staging_worker<T>::job job;
-  job.release = &st.release;
-  job.ready = &st.ready;
-  job.image = st.image;
-  job.poison_bytes = options_.poison_slots ? gr.slot_bytes : 0;
-  job.pieces = &gr.staged;
+  const auto job_for = [&](const group_runtime& part, std::byte* image) {
+    typename staging_worker<T>::job job;
+    job.release = &st.release;
+    job.ready = &st.ready;
+    job.image = image;
+    job.poison_bytes = options_.poison_slots ? part.slot_bytes : 0;
+    job.pieces = &part.staged;
+    if (part.has_block_copy()) {
+      job.block = part.block->data();
+      job.block_bytes = part.pinned_bytes;
+      job.block_chunk = options_.max_copy_bytes;
+      step.copies += options_.max_copy_bytes == 0
+                         ? 1
+                         : (part.pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
+    }
+    job.direct = &part.in_place;
+    step.copies += part.in_place.size() + staging_.estimate_copies(part.staged);
+    return job;
+  };
+  auto job = job_for(gr, st.image);
   job.timing_start = t_start == no_group ? nullptr : &timing_.at(t_start);
-  job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
   job.bind_slot = s;
   job.bind_group = g;
-  if (gr.has_block_copy()) {
-    job.block = gr.block->data();
-    job.block_bytes = gr.pinned_bytes;
-    job.block_chunk = options_.max_copy_bytes;
-    step.copies += options_.max_copy_bytes == 0 ? 1 : (gr.pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
+  if (side == nullptr) {
+    job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
+    st.staged_ticket = staging_.submit(job);
+  } else {
+    staging_.submit(job);
+    auto side_job = job_for(*side, st.side_image);
+    side_job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
+    st.staged_ticket = staging_.submit(side_job);
   }
-  job.direct = &gr.in_place;
-  step.copies += gr.in_place.size() + staging_.estimate_copies(gr.staged);
-  st.staged_ticket = staging_.submit(job);
-  if (t_start != no_group) timing_.add_pending(span_kind::copy, g, gr.load_bytes(), t_start, t_end, st.staged_ticket);
+  if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, st.staged_ticket);
 }
 
 template <class T>
@@ -312,9 +342,17 @@ std::byte* offloader_core<T>::stable_data(std::size_t w) const {
     const std::size_t g = layout_.group_of[w];
     if (g != no_group && layout_.groups[g].streamed()) {
       const auto& gr = layout_.groups[g];
-      for (std::size_t i = 0; i < gr.weights.size(); ++i)
-        if (gr.weights[i] == w && gr.slot_offset[i] != not_streamed)
-          return const_cast<T&>(t_).stable_address(g) + gr.slot_offset[i];
+      for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+        if (gr.weights[i] != w) continue;
+        if (gr.slot_offset[i] != not_streamed) return const_cast<T&>(t_).stable_address(g) + gr.slot_offset[i];
+        if (gr.side != no_group && layout_.side_parts[gr.side].slot_offset[i] != not_streamed)
+          throw usage_error("stable_data: weight '" + (*table_)[w].name +
+                            "' is not one the VMM route covers (dense BF16/FP16 weights of linear "
+                            "layers: 2-D, module kind linear); it keeps its planned placement and "
+                            "streams through a linear side image whose address changes with the "
+                            "slot: read it from the lease (lease.data), or set "
+                            "vmm_component_tensor_ownership on the native route to map it too");
+      }
     }
   }
   throw usage_error("stable_data: weight '" + (*table_)[w].name +

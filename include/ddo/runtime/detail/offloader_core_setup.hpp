@@ -34,7 +34,11 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
   nvtx_range range(options_.nvtx, "ddo setup");
   bool setup_only_staging = false;  // the staging buffers serve the residents' upload only
   try {
-    layout_ = make_group_layout(table, plan_, options_);
+    // A stable-address route covers dense BF16/FP16 linear weights; the others keep their
+    // planned placement (a linear side image per slot), unless the route owns the component.
+    layout_ = make_group_layout(table, plan_, options_,
+                                transport_with_stable_addresses<T> &&
+                                    !options_.native_vmm.component_tensor_ownership);
     check_runtime_budgets(layout_, plan_, options_, t_.device_memory().free_bytes,
                           !transport_with_stable_addresses<T>);
     resident_ptr_.assign(table.size(), nullptr);
@@ -50,9 +54,10 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       request.paths = &table.files();
       request.used = layout_.file_used;
       request.faults = options_.file_faults;
-      for (const auto& gr : layout_.groups)
+      layout_.for_each_part([&](const group_runtime& gr) {
         for (const auto& p : gr.staged)
           if (p.host == nullptr) request.largest_piece_bytes = std::max(request.largest_piece_bytes, p.bytes);
+      });
       for (std::size_t w = 0; w < table.size(); ++w)
         if (layout_.resident_offset[w] != not_streamed && std::holds_alternative<file_source>(table[w].source))
           request.largest_piece_bytes = std::max(request.largest_piece_bytes, table[w].bytes);
@@ -88,8 +93,9 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     for (auto p : {setup_phase::reading, setup_phase::packing, setup_phase::pinning, setup_phase::uploading})
       meter_.finish(p);
     timing_.start_epoch(T::view(copy_stream_));
+    // One job per load, two on a split layout (the mapped image, then the side image).
     if (layout_.staging_needed || (transport_with_stable_addresses<T> && !slots_.empty()))
-      staging_.start(slots_.size() + 1);
+      staging_.start((layout_.side_parts.empty() ? 1 : 2) * slots_.size() + 1);
   } catch (...) {
     teardown();
     throw;
@@ -164,10 +170,14 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
     stable_address_request r;
     r.slot_bytes = slot;
     r.resident_bytes = resident_.bytes;
+    r.side_slot_bytes = layout_.side_slot_bytes;
+    r.streamed_groups = layout_.streamed_order.size();
     for (const auto& gr : layout_.groups) {
       r.group_bytes.push_back(gr.slot_bytes);
       std::uint64_t staged = 0;
       for (const auto& p : gr.staged) staged += p.bytes;
+      if (gr.side != no_group)
+        for (const auto& p : layout_.side_parts[gr.side].staged) staged += p.bytes;
       r.largest_staged_bytes = std::max(r.largest_staged_bytes, staged);
     }
     r.max_slots = max_slots;
@@ -192,13 +202,22 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
     holds_window_ = true;
     if constexpr (requires { { t_.vmm_physical_bytes() } -> std::convertible_to<std::uint64_t>; })
       window_bytes_ = t_.vmm_physical_bytes();
+    // The side images (weights the route does not cover) are a linear ring beside the window;
+    // the transport counted them against its budget when it sized the window.
+    const std::uint64_t side = layout_.side_slot_bytes;
+    if (side != 0 && count != 0) ring_ = allocate_device_bytes(t_, ring_bytes_for(side, count));
     note_device_peak();
     layout_.slot_count = count;
     slots_.resize(count);
-    for (auto& st : slots_) {
+    for (std::size_t s = 0; s < count; ++s) {
+      auto& st = slots_[s];
       st.pointers.assign(layout_.max_group_weights, nullptr);
       st.ready = t_.make_event(false);
       st.release = t_.make_event(false);
+      if (side != 0) {
+        st.side_image = ring_.data + s * side;
+        if (options_.poison_slots) t_.fill_device(st.side_image, 0xCD, side, T::view(copy_stream_));
+      }
     }
     return;
   }
@@ -337,7 +356,7 @@ void offloader_core<T>::teardown() noexcept {
   resident_ = device_allocation<T>{};
   native_.release();
   staging_.release();
-  for (auto& gr : layout_.groups) gr.block.reset();
+  layout_.for_each_part([](group_runtime& gr) { gr.block.reset(); });
   pinning_.release(t_);
   files_.clear();
   copy_stream_ = typename T::stream{};

@@ -28,11 +28,12 @@ namespace detail {
 inline std::vector<host_page_range> in_place_page_ranges(const group_layout& layout,
                                                          std::uintptr_t page) {
   std::vector<host_page_range> ranges;
-  for (const auto& gr : layout.groups)
+  layout.for_each_part([&](const group_runtime& gr) {
     for (const auto& p : gr.in_place) {
       const auto a = reinterpret_cast<std::uintptr_t>(p.host);
       ranges.push_back({a / page * page, (a + p.bytes + page - 1) / page * page, false});
     }
+  });
   std::sort(ranges.begin(), ranges.end(),
             [](const host_page_range& x, const host_page_range& y) { return x.begin < y.begin; });
   std::vector<host_page_range> merged;
@@ -47,6 +48,15 @@ inline std::vector<host_page_range> in_place_page_ranges(const group_layout& lay
 
 namespace pinning_detail {
 
+/// Whether the weight at position @p i of @p gr is packed into this part's block (a split
+/// layout's image and side part share the weights list; each lays out only its own).
+inline bool packed_here(const group_runtime& gr, std::size_t i, const weight_table& table,
+                        const offload_plan& plan, const runtime_options& o) {
+  const std::size_t w = gr.weights[i];
+  return gr.slot_offset[i] != not_streamed && plan.decisions[w].where == placement::pinned_host &&
+         group_layout::packed(table, o, w);
+}
+
 /// The cache key of a group's packed block: namespace, then each packed weight's identity.
 inline std::string block_key(const group_runtime& gr, const weight_table& table,
                              const offload_plan& plan, const runtime_options& o) {
@@ -54,7 +64,7 @@ inline std::string block_key(const group_runtime& gr, const weight_table& table,
   key += '\x1f';
   for (std::size_t i = 0; i < gr.weights.size(); ++i) {
     const std::size_t w = gr.weights[i];
-    if (plan.decisions[w].where != placement::pinned_host || !group_layout::packed(table, o, w)) continue;
+    if (!packed_here(gr, i, table, plan, o)) continue;
     const auto& info = table[w];
     key += info.name;
     key += '@';
@@ -77,10 +87,8 @@ inline std::string block_key(const group_runtime& gr, const weight_table& table,
 template <class F>
 void for_each_packed(const group_runtime& gr, const weight_table& table, const offload_plan& plan,
                      const runtime_options& o, F&& f) {
-  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
-    const std::size_t w = gr.weights[i];
-    if (plan.decisions[w].where == placement::pinned_host && group_layout::packed(table, o, w)) f(i, w);
-  }
+  for (std::size_t i = 0; i < gr.weights.size(); ++i)
+    if (packed_here(gr, i, table, plan, o)) f(i, gr.weights[i]);
 }
 
 }  // namespace pinning_detail
@@ -91,10 +99,12 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
                            const source_files& files, setup_meter& meter) {
   using pinning_detail::block_key;
   using pinning_detail::for_each_packed;
-  auto& groups = layout.groups;
+  // Every part that copies: the groups and, on a split layout, their side parts.
+  std::vector<group_runtime*> groups;
+  layout.for_each_part([&](group_runtime& gr) { groups.push_back(&gr); });
   std::vector<std::size_t> todo;
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    auto& gr = groups[g];
+    auto& gr = *groups[g];
     if (gr.pinned_bytes == 0) continue;
     if (options.pinned_cache != nullptr) {
       if (auto hit = options.pinned_cache->find(block_key(gr, table, plan, options))) {
@@ -109,11 +119,11 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   auto ranges = in_place_page_ranges(layout, static_cast<std::uintptr_t>(host_page_size()));
   // Totals first: reports never see a total grow.
   for (std::size_t g : todo) {
-    for_each_packed(groups[g], table, plan, options, [&](std::size_t, std::size_t w) {
+    for_each_packed(*groups[g], table, plan, options, [&](std::size_t, std::size_t w) {
       const bool file = std::holds_alternative<file_source>(table[w].source);
       meter.plan(file ? setup_phase::reading : setup_phase::packing, table[w].bytes);
     });
-    meter.plan(setup_phase::pinning, round_up(groups[g].pinned_bytes, host_page_size()));
+    meter.plan(setup_phase::pinning, round_up(groups[g]->pinned_bytes, host_page_size()));
   }
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
 
@@ -126,7 +136,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   std::vector<read_task> tasks;
   std::vector<std::uint64_t> file_bytes(todo.size(), 0), host_bytes(todo.size(), 0);
   for (std::size_t k = 0; k < todo.size(); ++k) {
-    auto& gr = groups[todo[k]];
+    auto& gr = *groups[todo[k]];
     auto block = std::make_shared<pinned_block>(gr.pinned_bytes);
     gr.block = block;
     for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
@@ -151,7 +161,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   const auto group_packed = [&](std::size_t k) {
     if (file_bytes[k] != 0) meter.advance(setup_phase::reading, file_bytes[k]);
     if (host_bytes[k] != 0) meter.advance(setup_phase::packing, host_bytes[k]);
-    auto& block = *groups[todo[k]].block;
+    auto& block = *groups[todo[k]]->block;
     bind_runtime_thread(t);  // this may be a pool thread: the transport's device, once per group
     T copy = t;
     std::byte* p = block.data();
@@ -162,7 +172,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   parallel_reader pool(static_cast<std::size_t>(std::max(1, options.pin_workers)));
   pool.run(tasks, todo.size(), group_packed);
   for (std::size_t g : todo) {
-    auto& gr = groups[g];
+    auto& gr = *groups[g];
     if (!gr.block->registered()) {
       if (!options.allow_pin_fallback)
         throw out_of_memory("pinned host", gr.pinned_bytes, 0,
@@ -175,7 +185,8 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     if (options.pinned_cache != nullptr)
       options.pinned_cache->insert(block_key(gr, table, plan, options), gr.block);
   }
-  for (auto& gr : groups) {
+  for (auto* part : groups) {
+    auto& gr = *part;
     if (!gr.block) continue;
     if (gr.block->registered()) {
       pinned_bytes_ += gr.block->size();
@@ -217,7 +228,7 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
                                [](std::uintptr_t v, const host_page_range& r) { return v < r.begin; });
     return it != merged.begin() && std::prev(it)->ok;
   };
-  for (auto& gr : layout.groups) {
+  layout.for_each_part([&](group_runtime& gr) {
     std::vector<staged_piece> kept;
     for (auto piece : gr.in_place) {
       if (registered_at(piece.host)) {
@@ -239,7 +250,7 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
     std::sort(gr.staged.begin(), gr.staged.end(),
               [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
     if (!gr.staged.empty()) layout.staging_needed = true;
-  }
+  });
 }
 
 template <class T>

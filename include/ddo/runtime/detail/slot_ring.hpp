@@ -20,6 +20,7 @@ template <class T>
 struct slot_state {
   std::byte* base = nullptr;
   std::byte* image = nullptr;        // where the occupant's bytes are (base, or bound)
+  std::byte* side_image = nullptr;   // stable-address routes: the linear side image (uncovered weights)
   std::vector<std::byte*> pointers;  // the occupant's weight addresses (lease pointers)
   bool released = false;             // a lease of the current occupant was dropped
   typename T::stream_view release_stream{};  // the stream of that drop

@@ -51,7 +51,9 @@ struct staging_demand {
 [[nodiscard]] inline staging_demand staging_demand_of(const group_layout& l, const weight_table& table,
                                                       bool files_bypass) {
   staging_demand d;
-  for (const auto& gr : l.groups) d.run_bytes = std::max(d.run_bytes, buffered_span(gr.staged, files_bypass));
+  l.for_each_part([&](const group_runtime& gr) {
+    d.run_bytes = std::max(d.run_bytes, buffered_span(gr.staged, files_bypass));
+  });
   std::uint64_t begin = 0, end = 0;
   bool any = false;
   for (std::size_t w = 0; w < table.size(); ++w) {

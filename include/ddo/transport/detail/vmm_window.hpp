@@ -99,22 +99,30 @@ class vmm_window {
                                               " MiB, or 0 for the measured default");
       handle_ = o.handle_bytes;
     } else {
-      handle_ = std::min(round_up(64 * mib, gran_), slot);
+      // No group has a mapped range (every streamed weight is one the route does not cover):
+      // one granule, so the arithmetic below holds; no handle is created.
+      handle_ = slot == 0 ? gran_ : std::min(round_up(64 * mib, gran_), slot);
     }
     per_slot_ = static_cast<std::size_t>((slot + handle_ - 1) / handle_);
+    // A slot is its handles plus the runtime's linear side image (uncovered weights).
     const std::uint64_t slot_physical = per_slot_ * handle_;
+    const std::uint64_t slot_device = slot_physical + r.side_slot_bytes;
+    const std::string slot_words =
+        std::to_string(slot_device) + " bytes: " + std::to_string(per_slot_) + " handle(s) of " +
+        std::to_string(handle_) +
+        (r.side_slot_bytes == 0 ? std::string()
+                                : " + " + std::to_string(r.side_slot_bytes) +
+                                      " bytes of linear side image for the weights VMM does not cover");
     if (o.budget_bytes == 0)
       throw config_error("transport", "vmm_resident_weight_budget_gb",
                          "vmm_resident_weight_budget_gb is 0: the VMM route maps streamed groups "
                          "inside this budget, so it needs at least the resident set plus one group (" +
-                             std::to_string(r.resident_bytes + slot_physical) + " bytes here)");
-    if (o.budget_bytes < r.resident_bytes + slot_physical)
+                             std::to_string(r.resident_bytes + slot_device) + " bytes here)");
+    if (o.budget_bytes < r.resident_bytes + slot_device)
       throw config_error("transport", "vmm_resident_weight_budget_gb",
                          "vmm_resident_weight_budget_gb is " + std::to_string(o.budget_bytes) +
                              " bytes, smaller than the resident set (" + std::to_string(r.resident_bytes) +
-                             " bytes) plus the largest group's mapped range (" +
-                             std::to_string(slot_physical) + " bytes in " + std::to_string(per_slot_) +
-                             " handle(s) of " + std::to_string(handle_) +
+                             " bytes) plus the largest group's slot (" + slot_words +
                              "); raise the budget or plan fewer weights resident");
     if (o.staging_buffer_bytes != 0 && r.largest_staged_bytes > o.staging_buffer_bytes)
       throw config_error("transport", "vmm_staging_buffer_gb",
@@ -136,11 +144,13 @@ class vmm_window {
       ranges_[g] = round_up(r.group_bytes[g], handle_);
       total += ranges_[g];
     }
-    const std::size_t fit = static_cast<std::size_t>((o.budget_bytes - r.resident_bytes) / slot_physical);
+    if (r.streamed_groups != 0) streamed = std::max(streamed, r.streamed_groups);
+    if (slot_device == 0) return 0;  // nothing streamed
+    const std::size_t fit = static_cast<std::size_t>((o.budget_bytes - r.resident_bytes) / slot_device);
     std::size_t slots = std::min({fit, streamed, r.max_slots == 0 ? streamed : r.max_slots});
     if (slots == 0) return 0;
     reserved_ = total;
-    call("reserve", [&] { return d.reserve(&base_, total, gran_); });
+    if (total != 0) call("reserve", [&] { return d.reserve(&base_, total, gran_); });
     handles_.reserve(slots * per_slot_);
     for (std::size_t i = 0; i < slots * per_slot_; ++i) {
       handle_type h{};
@@ -172,11 +182,15 @@ class vmm_window {
   }
 
   /// Maps group g on slot s (the previous occupant's range is unmapped first). The caller
-  /// guarantees no kernel or copy still uses the previous occupant (its events completed).
+  /// guarantees no kernel or copy still uses the previous occupant (its events completed). A
+  /// group without a range (all its streamed weights in the runtime's side image) leaves the
+  /// slot's handles unmapped: its previous occupant must not stay mapped there, or loading that
+  /// group into another slot would map its range twice.
   void bind(std::size_t s, std::size_t g) {
     DDO_EXPECTS(s < occupant_.size(), "vmm window: slot out of range (a ddo bug)");
     if (occupant_[s] == g) return;
     if (occupant_[s] != no_occupant) unmap_range(s, occupant_[s]);
+    if (g >= offsets_.size() || offsets_[g] == not_reserved) return;
     map_range(s, g);
     ++stats_.binds;
     stats_.bytes_mapped += ranges_[g];
