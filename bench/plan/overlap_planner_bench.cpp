@@ -3,7 +3,8 @@
 // double-stream blocks about twice the size of its 38 single-stream blocks; the double blocks'
 // text half runs on 512 tokens, so they have less compute per byte), calibrated through
 // ddo::calibrate at two token counts, then at resident budgets of 25, 37.5 and 50% of the model:
-// the overlap-aware plan against spread, first and largest, each measured (ms/step) and
+// the overlap-aware plan against spread, first and largest, each measured (ms/step: the four
+// set up side by side and measured in turns over --rounds rounds, the median counting) and
 // predicted, in the same run; and the smallest budget predicted within 1.02x all-resident for
 // the overlap-aware plan and for spread / first, measured at the overlap-aware one. On a model of
 // at most 12 groups (--quick, or e.g. --double-blocks 4 --single-blocks 8), also: the search's plan
@@ -65,6 +66,7 @@ struct options {
   std::int64_t tokens = 0;  // 0: picked from the profile
   int steps = 5;
   int warmup = 2;
+  int rounds = 3;  // plans at one budget are measured in turns, this many rounds
   std::string json_path;
   std::string command;
 };
@@ -79,12 +81,15 @@ options parse_options(int argc, char** argv) {
       "single-blocks", po::value<std::string>()->value_name("N"), "single-stream blocks (default 38)")(
       "tokens", po::value<std::string>()->value_name("T"),
       "image tokens to compare at (default: where compute and copies balance in the profile)")(
-      "steps", po::value<std::string>()->value_name("N"), "measured steps per plan (default 5)")(
+      "steps", po::value<std::string>()->value_name("N"), "measured steps per plan and round (default 5)")(
+      "rounds", po::value<std::string>()->value_name("N"),
+      "rounds of measurement; the plans of one budget take turns in each (default 3; the median counts)")(
       "json", po::value<std::string>(&opt.json_path)->value_name("FILE"), "write the results as JSON")(
       "quick", "a small model (hidden 512, 4 + 8 blocks, 1024..4096 tokens, 3 steps)");
   const auto vm = ddo_bench::parse_or_exit(
       program, argc, argv, desc,
-      "[--hidden H] [--double-blocks N] [--single-blocks N] [--tokens T] [--steps N] [--json FILE] [--quick]");
+      "[--hidden H] [--double-blocks N] [--single-blocks N] [--tokens T] [--steps N] [--rounds N] [--json FILE] "
+      "[--quick]");
   if (vm.count("quick") != 0) {
     opt.hidden = 512;
     opt.double_blocks = 4;
@@ -98,6 +103,7 @@ options parse_options(int argc, char** argv) {
   opt.single_blocks = static_cast<int>(ddo_bench::number_or(program, vm, "single-blocks", opt.single_blocks, 1, 1000));
   opt.tokens = ddo_bench::number_or(program, vm, "tokens", 0, 0, std::int64_t{1} << 20);
   opt.steps = static_cast<int>(ddo_bench::number_or(program, vm, "steps", opt.steps, 1, 1000));
+  opt.rounds = static_cast<int>(ddo_bench::number_or(program, vm, "rounds", opt.rounds, 1, 100));
   return opt;
 }
 
@@ -275,32 +281,47 @@ struct measured {
   std::uint64_t resident = 0;
   double predicted = 0.0;
   double tolerated = 1.0;  ///< copies may run this much slower before the predicted step grows
+  std::string pattern;     ///< per group in order: R resident, . streamed
 };
 
-/// Plans with @p planner at @p budget, runs warm-up and measured steps back to back (events on
-/// the engine's stream, no host sync between steps) and predicts the same plan.
+using bench_offloader = ddo::offloader<ddo::linear_transport>;
+
+/// A plan set up and kept, so that several plans can be measured in turns.
+struct prepared {
+  measured r;
+  std::unique_ptr<bench_offloader> off;
+  std::vector<double> samples;  // ms per step, one per round
+};
+
+/// Plans with @p planner at @p budget, sets the plan up and predicts it.
 template <class Planner>
-measured run_plan(const options& opt, const flux_like& m, ddo::linear_transport& transport, engine& e,
-                  ddo::pinned_weight_cache& cache, std::uint64_t budget, std::int64_t tokens,
-                  const std::vector<ddo::group_timing>& timings, const Planner& planner) {
+prepared prepare_plan(const flux_like& m, ddo::linear_transport& transport, ddo::pinned_weight_cache& cache,
+                      std::uint64_t budget, const std::vector<ddo::group_timing>& timings, const Planner& planner) {
   auto o = base_options(m, &cache);
   o.inputs.overrides.emplace_back("resident_module_budget_gb",
                                   std::max(1e-9, static_cast<double>(budget) / static_cast<double>(ddo::gib)));
   const auto settings = ddo::resolve_settings(o.inputs);
   auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, transport, planner);
   const ddo::ring_shape ring{setup.runtime.slot_count, setup.runtime.prefetch_depth};
-  measured r;
+  prepared p;
   const auto loads = ddo::plan_loads(setup.plan, timings);
-  r.predicted = ddo::predict_step(loads, ring).step_ms;
-  r.tolerated = ddo::tolerated_copy_slowdown(loads, ring);
-  r.resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
-  ddo::offloader<ddo::linear_transport> off(m.table, std::move(setup), transport);
-  for (int s = 0; s < opt.warmup; ++s) e.step(off, m, tokens);
+  p.r.predicted = ddo::predict_step(loads, ring).step_ms;
+  p.r.tolerated = ddo::tolerated_copy_slowdown(loads, ring);
+  p.r.resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
+  for (const auto& g : setup.plan.groups) p.r.pattern += g.streamed_bytes() == 0 ? 'R' : '.';
+  p.off = std::make_unique<bench_offloader>(m.table, std::move(setup), transport);
+  return p;
+}
+
+/// Warm-up steps, then @p steps measured back to back (events on the engine's stream, no host
+/// sync between steps): ms per step.
+double time_steps(bench_offloader& off, engine& e, const flux_like& m, std::int64_t tokens, int warmup, int steps) {
+  for (int s = 0; s < warmup; ++s) e.step(off, m, tokens);
   cudaEvent_t a, b;
   DDO_CUDA_TRY(cudaEventCreate(&a));
   DDO_CUDA_TRY(cudaEventCreate(&b));
   DDO_CUDA_TRY(cudaEventRecord(a, e.stream.get()));
-  for (int s = 0; s < opt.steps; ++s) e.step(off, m, tokens);
+  for (int s = 0; s < steps; ++s) e.step(off, m, tokens);
   DDO_CUDA_TRY(cudaEventRecord(b, e.stream.get()));
   DDO_CUDA_TRY(cudaEventSynchronize(b));
   float ms = 0;
@@ -308,8 +329,37 @@ measured run_plan(const options& opt, const flux_like& m, ddo::linear_transport&
   DDO_CUDA_TRY(cudaEventDestroy(a));
   DDO_CUDA_TRY(cudaEventDestroy(b));
   off.synchronize();
-  r.ms = ms / static_cast<float>(opt.steps);
-  return r;
+  return ms / static_cast<double>(steps);
+}
+
+/// Measures @p plans in turns: @p rounds rounds, each running every plan once (warm-up, then
+/// the measured steps) in an order rotated by one per round, so that a drift of the GPU's
+/// clocks over the run (the step grew 2-4% after calibration on the H200) reaches every plan
+/// alike; each plan's time is the median of its rounds. Measured one after another, plans
+/// predicted equal came out ordered by when they ran.
+void measure_in_turns(const options& opt, std::vector<prepared*> plans, engine& e, const flux_like& m,
+                      std::int64_t tokens) {
+  const std::size_t n = plans.size();
+  for (int round = 0; round < opt.rounds; ++round)
+    for (std::size_t k = 0; k < n; ++k) {
+      auto& p = *plans[(k + static_cast<std::size_t>(round)) % n];
+      p.samples.push_back(time_steps(*p.off, e, m, tokens, round == 0 ? opt.warmup : 1, opt.steps));
+    }
+  for (auto* p : plans) {
+    auto v = p->samples;
+    std::sort(v.begin(), v.end());
+    p->r.ms = v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+}
+
+/// One plan measured on its own (rounds of it alone), then released.
+template <class Planner>
+measured run_plan(const options& opt, const flux_like& m, ddo::linear_transport& transport, engine& e,
+                  ddo::pinned_weight_cache& cache, std::uint64_t budget, std::int64_t tokens,
+                  const std::vector<ddo::group_timing>& timings, const Planner& planner) {
+  auto p = prepare_plan(m, transport, cache, budget, timings, planner);
+  measure_in_turns(opt, {&p}, e, m, tokens);
+  return p.r;
 }
 
 std::string gb(std::uint64_t b) {
@@ -420,27 +470,34 @@ int main(int argc, char** argv) {
     row("100%", "all resident", all);
     row("0%", "nothing resident", none);
     int wins = 0, cases = 0;
+    std::string patterns;  // which groups each plan keeps resident, printed after the table
     double worst_error = 0.0;
     for (const double share : {0.25, 0.375, 0.5}) {
       const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(total));
       char label[16];
       std::snprintf(label, sizeof label, "%.1f%%", 100 * share);
-      const auto o = run_plan(opt, m, transport, e, cache, budget, tokens, timings, overlap);
-      const auto s = run_plan(opt, m, transport, e, cache, budget, tokens, timings,
-                              ddo::basic_residency_planner<ddo::spread_selector>{});
-      const auto f = run_plan(opt, m, transport, e, cache, budget, tokens, timings,
-                              ddo::basic_residency_planner<ddo::first_selector>{});
-      const auto l = run_plan(opt, m, transport, e, cache, budget, tokens, timings,
-                              ddo::basic_residency_planner<ddo::largest_selector>{});
+      // The four plans set up side by side and measured in turns (measure_in_turns).
+      auto po = prepare_plan(m, transport, cache, budget, timings, overlap);
+      auto ps = prepare_plan(m, transport, cache, budget, timings, ddo::basic_residency_planner<ddo::spread_selector>{});
+      auto pf = prepare_plan(m, transport, cache, budget, timings, ddo::basic_residency_planner<ddo::first_selector>{});
+      auto pl = prepare_plan(m, transport, cache, budget, timings, ddo::basic_residency_planner<ddo::largest_selector>{});
+      measure_in_turns(opt, {&po, &ps, &pf, &pl}, e, m, tokens);
+      const auto &o = po.r, &s = ps.r, &f = pf.r, &l = pl.r;
       row(label, "overlap-aware", o);
       row(label, "spread", s);
       row(label, "first", f);
       row(label, "largest", l);
+      patterns += std::string("| ") + label + " | `" + o.pattern + "` | `" + s.pattern + "` | `" + f.pattern +
+                  "` | `" + l.pattern + "` |\n";
       ++cases;
       if (o.ms < std::min({s.ms, f.ms, l.ms})) ++wins;
       for (const auto* r : {&o, &s, &f, &l})
         worst_error = std::max(worst_error, std::abs(r->predicted - r->ms) / r->ms);
     }
+
+    std::printf("\nresident groups in model order (R resident, . streamed; the first %d are double-stream):\n\n"
+                "| budget | overlap-aware | spread | first | largest |\n|---|---|---|---|---|\n%s\n",
+                opt.double_blocks, patterns.c_str());
 
     // 4. The smallest budget within 1.02x all-resident (predicted), measured for overlap-aware.
     const auto cands = ddo::candidates_from_timings(timings);

@@ -129,7 +129,9 @@ class basic_offloader {
   /// @brief Device address of a weight for the whole run, known at setup: a resident weight's,
   /// or (a transport with stable addresses, e.g. VMM) a streamed weight's reserved address,
   /// backed by memory whenever a lease of its group is alive.
-  /// @throws usage_error for a streamed weight of a transport without stable addresses.
+  /// @throws usage_error for a streamed weight of a transport without stable addresses, and for
+  /// a streamed weight the VMM route does not cover (not a dense BF16/FP16 linear weight: it
+  /// streams through the slot's linear side image; docs/transports.md).
   [[nodiscard]] std::byte* stable_data(std::size_t weight_index) const {
     return core_->stable_data(weight_index);
   }
