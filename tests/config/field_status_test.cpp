@@ -72,7 +72,8 @@ TEST_SUITE("config") {
                               info.name == "vmm_component_tensor_ownership" ||
                               info.name == "vmm_component_buffer_limit_mb" ||
                               info.name == "vmm_native_source_cache_slot_mb" ||
-                              info.name == "vmm_native_source_cache_slots";
+                              info.name == "vmm_native_source_cache_slots" ||
+                              info.name == "vmm_module_pattern";  // both routes: runtime/setup.hpp
       if (dxgi)
         CHECK(info.status == ddo::field_status::no_effect_on_this_platform);
       else if (vmm && !legacy_vmm && !native_vmm)
@@ -98,10 +99,10 @@ TEST_SUITE("config") {
 
     // Environment.
     auto env = ddo::resolve_settings(
-        ddo_test::hermetic_inputs({{"DDO_VMM_MODULE_PATTERN", page_mb}}));
-    auto found = warnings_naming(env, "vmm_module_pattern");
+        ddo_test::hermetic_inputs({{"DDO_VMM_HOST_CACHE_GB", page_mb}}));
+    auto found = warnings_naming(env, "vmm_host_cache_gb");
     REQUIRE(found.size() == 1);
-    CHECK(found[0].find("environment variable DDO_VMM_MODULE_PATTERN") != std::string::npos);
+    CHECK(found[0].find("environment variable DDO_VMM_HOST_CACHE_GB") != std::string::npos);
     CHECK(found[0].find("not_yet_implemented") != std::string::npos);
     CHECK(found[0].find("VMM route") != std::string::npos);
     CHECK(inactive_warnings(env) == 1);

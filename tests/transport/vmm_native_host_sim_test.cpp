@@ -396,6 +396,89 @@ TEST_SUITE("transport") {
     }
   }
 
+  TEST_CASE("vmm_module_pattern: only the selected linear weights are mapped, the others keep their placement") {
+    // Two blocks of two linear weights and a norm, all streamed from host memory.
+    ddo::weight_table table;
+    std::vector<std::vector<std::byte>> bytes;
+    bytes.reserve(6);
+    std::vector<ddo::execution_group> groups(2);
+    for (int b = 0; b < 2; ++b) {
+      groups[b].name = "blocks." + std::to_string(b);
+      groups[b].is_block = true;
+      for (const auto& [leaf, kind, shape] :
+           {std::tuple{"attn.to_q", ddo::module_kind::linear, std::vector<std::int64_t>{128, 256}},
+            std::tuple{"ff.proj", ddo::module_kind::linear, std::vector<std::int64_t>{256, 256}},
+            std::tuple{"norm", ddo::module_kind::norm, std::vector<std::int64_t>{4096}}}) {
+        std::int64_t elems = 1;
+        for (auto d : shape) elems *= d;
+        auto& data = bytes.emplace_back(static_cast<std::size_t>(elems * 2));
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i * 7 + b * 3 + data.size()) & 0xFF);
+        ddo::weight_info w;
+        w.name = groups[b].name + "." + leaf + ".weight";
+        w.module_name = groups[b].name + "." + leaf;
+        w.kind = kind;
+        w.type = ddo::dtype::bf16;
+        w.shape = shape;
+        w.source = ddo::host_source{data.data()};
+        groups[b].weights.push_back(table.add(w));
+      }
+    }
+    auto setup_with = [&](std::string units, bool native, auto& t) {
+      ddo::setup_options o;
+      o.inputs.environment = std::map<std::string, std::string>{};
+      o.inputs.overrides = {{"execution_mode", std::string("vmm_runtime")},
+                            {"vmm_native_transport", native},
+                            {"vmm_module_pattern", std::move(units)},
+                            {"vmm_resident_weight_budget_gb", 1.0},
+                            {"resident_module_budget_gb", 1e-9},  // ~1 byte: stream all
+                            {"small_tensor_threshold_bytes", std::int64_t{0}},
+                            {"always_resident_modules_pattern", std::vector<std::string>{}},
+                            {"pin_cpu_memory", false}};
+      o.ram_bytes = 4 * ddo::gib;
+      o.groups = groups;
+      const auto s = ddo::resolve_settings(o.inputs);
+      return ddo::setup_offload(table, s, ddo::component_for(s, o.inputs), o, t);
+    };
+    ddo_test::synthetic_model expect;  // run_and_compare reads the expected bytes from here
+    for (const auto& b : bytes) expect.expected.push_back(b);
+    for (const bool native : {false, true}) {
+      CAPTURE(native);
+      auto t = roomy_transport();
+      auto setup = setup_with("attn", native, t);
+      REQUIRE(setup.runtime.vmm_covered.size() == table.size());
+      bool noted = false;
+      for (const auto& n : setup.notes) noted = noted || n.find("vmm_module_pattern 'attn': 2 of 4") != std::string::npos;
+      CHECK(noted);
+      ddo::basic_offloader<ddo::host_sim_vmm_transport> off(t, table, setup.plan, setup.runtime);
+      for (std::size_t w = 0; w < table.size(); ++w) {
+        CAPTURE(table[w].name);
+        const bool resident = setup.plan.decisions[w].where == ddo::placement::gpu_resident;
+        if (table[w].kind == ddo::module_kind::linear) CHECK_FALSE(resident);  // the budget is ~1 byte
+        if (resident || table[w].name.find("attn") != std::string::npos)
+          CHECK(off.stable_data(w) != nullptr);  // the arena's address, or the mapped one
+        else
+          CHECK_THROWS_AS((void)off.stable_data(w), ddo::usage_error);  // ff.proj: the side image
+      }
+      CHECK(run_and_compare(off, t, expect, 2) == 0);
+      // The default ".*" maps every linear weight (and leaves the vector empty).
+      auto t2 = roomy_transport();
+      const auto all = setup_with(".*", native, t2);
+      CHECK(all.runtime.vmm_covered.empty());
+      ddo::basic_offloader<ddo::host_sim_vmm_transport> off2(t2, table, all.plan, all.runtime);
+      for (std::size_t w : groups[1].weights) CHECK(off2.stable_data(w) != nullptr);  // the norm: resident
+    }
+    // Outside the dialect: refused at resolve, naming the field.
+    ddo::setup_options bad;
+    bad.inputs.environment = std::map<std::string, std::string>{};
+    bad.inputs.overrides = {{"vmm_module_pattern", std::string("attn(")}};
+    try {
+      (void)ddo::resolve_settings(bad.inputs);
+      FAIL("an unbalanced vmm_module_pattern was accepted");
+    } catch (const ddo::config_error& e) {
+      CHECK(e.key() == "vmm_module_pattern");
+    }
+  }
+
   TEST_CASE("native route selection: vmm_native_transport or a source cache runs vmm_fast_runtime, reported") {
     auto m = model_of(ddo::placement::pageable_host, 405);
     auto setup_for = [&](bool native, double cache_gb, auto& transport) {

@@ -97,6 +97,13 @@ struct runtime_options {
   /// The native VMM route's host side (registered windows, retained sources, micro-cache);
   /// used by transports with stable addresses when enabled (runtime/native_vmm_options.hpp).
   native_vmm_options native_vmm;
+  /// Stable-address (VMM) routes: per weight of the table, whether the route maps it (1) or it
+  /// keeps its planned placement (0: resident, or streamed through the slot's linear side
+  /// image). Empty: the reference's rule, dense BF16/FP16 linear weights
+  /// (vmm_covered_weight, runtime/component_ownership.hpp); setup_offload narrows it by
+  /// `vmm_module_pattern`. Ignored when native_vmm.component_tensor_ownership is on (the route
+  /// owns every tensor) and by transports without stable addresses.
+  std::vector<char> vmm_covered;
 };
 
 /// @brief The runtime fields of a resolved config on top of @p base: strategy, pin workers and

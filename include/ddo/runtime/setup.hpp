@@ -396,6 +396,27 @@ template <class Planner = default_residency_planner, class PinSelector = default
         if (staging > 0) r.runtime.staging_buffer_bytes = staging;
         if (settings.config.execution_mode == exec_mode::vmm_runtime) r.runtime.route = "vmm_runtime";
       }
+      // vmm_module_pattern selects the attachment units among the weights the route covers
+      // (searched in each weight's module name, as the other module patterns); the rest keep
+      // their planned placement. ".*" (the default) selects them all.
+      if (!r.runtime.native_vmm.component_tensor_ownership && settings.config.vmm_module_pattern != ".*") {
+        const pattern units(settings.config.vmm_module_pattern);
+        r.runtime.vmm_covered.assign(table.size(), 0);
+        std::size_t coverable = 0, selected = 0;
+        for (std::size_t w = 0; w < table.size(); ++w) {
+          if (!vmm_covered_weight(table[w])) continue;
+          ++coverable;
+          const auto& info = table[w];
+          if (units.search(info.module_name.empty() ? module_name_of(info.name) : info.module_name)) {
+            r.runtime.vmm_covered[w] = 1;
+            ++selected;
+          }
+        }
+        r.notes.push_back("vmm_module_pattern '" + settings.config.vmm_module_pattern + "': " +
+                          std::to_string(selected) + " of " + std::to_string(coverable) +
+                          " dense BF16/FP16 linear weights mapped at stable addresses; the others keep "
+                          "their planned placement");
+      }
     }
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;

@@ -128,8 +128,7 @@
     no_choices, active, "", \
     "Registration within retained storage; 0 uses the storage ceiling, explicit values " \
     "are whole 64 MiB segments within it.") \
-  X(vmm_module_pattern, text, "DDO_VMM_MODULE_PATTERN", 1.0, true, "", no_choices, \
-    not_yet_implemented, reason_vmm_pending, \
+  X(vmm_module_pattern, text, "DDO_VMM_MODULE_PATTERN", 1.0, true, "", no_choices, active, "", \
     "Regex selecting the native attachment units.") \
   X(vmm_page_mb, count, "DDO_VMM_PAGE_MB", 1.0, true, "MiB", no_choices, active, "", \
     "VMM page size; 0 requests the default geometry, else a multiple of the 2 MiB " \

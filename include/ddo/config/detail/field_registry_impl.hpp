@@ -132,8 +132,8 @@ inline constexpr std::array<std::string_view, 5> module_kind_names = {"linear", 
 inline constexpr std::span<const std::string_view> no_choices{};
 
 inline constexpr std::string_view reason_vmm_pending =
-    "not read by any VMM route of ddo yet (native attachment-unit selection, the older route's "
-    "CPU-source registration cache); the VMM routes read the other vmm_* fields "
+    "not read by any VMM route of ddo yet (the older route's CPU-source registration cache and "
+    "source-weight registration); the VMM routes read the other vmm_* fields "
     "(docs/transports.md)";
 inline constexpr std::string_view reason_windows_only =
     "a Windows DXGI budget reserve; on Linux admission uses host RAM and the cgroup limit";

@@ -110,6 +110,10 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
   DDO_EXPECTS(options.staging_buffer_bytes >= 4096,
               "runtime_options::staging_buffer_bytes must be at least 4096, got " +
                   std::to_string(options.staging_buffer_bytes));
+  DDO_EXPECTS(options.vmm_covered.empty() || options.vmm_covered.size() == table.size(),
+              "runtime_options::vmm_covered has " + std::to_string(options.vmm_covered.size()) +
+                  " entries but the weight table has " + std::to_string(table.size()) +
+                  " weights; leave it empty or give one per weight");
   group_layout l;
   l.group_of.assign(table.size(), no_group);
   l.groups.resize(plan.groups.size());
@@ -149,7 +153,10 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
   l.resident_bytes = cursor;
   for (std::size_t g = 0; g < l.groups.size(); ++g) {
     auto& gr = l.groups[g];
-    const auto covered = [&](std::size_t w) { return !split_uncovered || vmm_covered_weight(table[w]); };
+    const auto covered = [&](std::size_t w) {
+      if (!split_uncovered) return true;
+      return options.vmm_covered.empty() ? vmm_covered_weight(table[w]) : options.vmm_covered[w] != 0;
+    };
     layout_detail::lay_out_slot(gr, table, plan, options, covered);
     if (split_uncovered) {
       group_runtime side;
