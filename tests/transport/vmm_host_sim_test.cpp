@@ -4,8 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
+#include "ddo/model/file_fault_hook.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
 #include "vmm_conformance.hpp"
@@ -90,6 +93,63 @@ TEST_CASE("host_sim vmm: the simulated driver enforces the mapping order") {
   CHECK(t.ledger().in_use(ddo::ledger_kind::device) == 0);
   CHECK(t.live_handles() == 0);
   CHECK(t.live_reservations() == 0);
+}
+
+TEST_CASE("host_sim vmm: the binder maps the next group while the current one is still filling") {
+  // Only group 1 reads the model file, and its reads wait at a gate: the staging worker is held
+  // inside group 1's fill. The groups queued behind it (prefetch) must be mapped meanwhile —
+  // the binder's job; with the bind on the worker's own thread they would wait for the fill.
+  struct gate final : ddo::file_fault_hook {
+    std::mutex m;
+    std::condition_variable cv;
+    bool open = false;
+    ddo::file_read_fault before_read(const std::string&, std::uint64_t, std::uint64_t) override {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return open; });
+      return {};
+    }
+    void release() {
+      {
+        std::lock_guard lock(m);
+        open = true;
+      }
+      cv.notify_all();
+    }
+  } g;
+  ddo_test::model_spec spec;
+  spec.groups = 5;
+  spec.min_bytes = 20000;
+  spec.max_bytes = 60000;
+  spec.seed = 711;
+  spec.pinned_from_file = false;
+  spec.where = [](std::size_t group, std::size_t) {
+    return group == 1 ? ddo::placement::file : ddo::placement::pinned_host;
+  };
+  auto m = ddo_test::make_model(spec);
+  ddo::host_sim_vmm_options o;
+  o.window.budget_bytes = 256 * ddo::mib;
+  ddo::host_sim_vmm_transport t(o);
+  auto options = ddo_vmm_test::vmm_runtime_options(4);
+  options.file_faults = &g;
+  options.prefetch_depth = 3;
+  bool mapped_ahead = false;
+  {
+    ddo::basic_offloader<ddo::host_sim_vmm_transport> off(t, m->table, m->plan, options);
+    auto compute = t.make_stream();
+    const auto v = ddo::host_sim_vmm_transport::view(compute);
+    {
+      auto lease = off.acquire(0, v);  // group 0 (pinned); prefetches 1 (gated), 2 and 3
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (std::chrono::steady_clock::now() < until && !mapped_ahead) {
+        mapped_ahead = t.vmm_stats().binds >= 4;  // groups 0, 1, 2 and 3
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      g.release();
+    }
+    for (std::size_t k = 1; k < off.group_count(); ++k) auto lease = off.acquire(k, v);
+    t.synchronize(v);
+  }
+  CHECK(mapped_ahead);
 }
 
 TEST_CASE("host_sim vmm: physical handles count against the simulated device capacity") {

@@ -83,6 +83,11 @@ std::uint64_t staging_worker<T>::stage(std::byte* dst_base, const std::vector<st
 template <class T>
 void staging_worker<T>::start(std::size_t max_outstanding) {
   ring_.assign(std::max<std::size_t>(1, max_outstanding), job{});
+  if constexpr (transport_with_stable_addresses<T>) {
+    bind_errors_.assign(ring_.size(), nullptr);
+    binding_ = true;
+    binder_ = std::thread([this] { bind_loop(); });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -158,17 +163,22 @@ void staging_worker<T>::loop() {
   }
   for (;;) {
     job j;
+    std::exception_ptr failure;
     {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || queued_ > 0; });
       if (queued_ == 0) return;
       j = ring_[head_];
+      // The job's range must be mapped before its copies: wait for the binder to pass it.
+      cv_.wait(lock, [&] { return !binding_ || bound_ > recorded_; });
+      if (binding_) failure = std::exchange(bind_errors_[head_], nullptr);
     }
-    std::exception_ptr failure;
-    try {
-      run(j);
-    } catch (...) {
-      failure = std::current_exception();
+    if (!failure) {
+      try {
+        run(j);
+      } catch (...) {
+        failure = std::current_exception();
+      }
     }
     {
       std::lock_guard lock(mutex_);
@@ -176,6 +186,48 @@ void staging_worker<T>::loop() {
       --queued_;
       ++recorded_;
       if (failure && !error_) error_ = failure;
+    }
+    cv_.notify_all();
+  }
+}
+
+template <class T>
+void staging_worker<T>::bind_loop() {
+  std::exception_ptr thread_error;
+  try {
+    bind_runtime_thread(*t_);
+  } catch (...) {
+    thread_error = std::current_exception();
+  }
+  for (;;) {
+    job j;
+    std::uint64_t ticket = 0;
+    {
+      std::unique_lock lock(mutex_);
+      // At stop, every submitted job is still passed: the worker runs the queue to its end.
+      cv_.wait(lock, [&] { return bound_ < submitted_ || stop_; });
+      if (bound_ >= submitted_) return;
+      ticket = bound_ + 1;
+      j = ring_[(ticket - 1) % ring_.size()];
+    }
+    std::exception_ptr e = thread_error;
+    if (!e && j.bind_group != no_group) {
+      if constexpr (transport_with_stable_addresses<T>) {
+        try {
+          // Unmapping needs the previous occupant's readers and copies finished, not merely
+          // ordered: the host waits here, on ddo's thread, for those two events only.
+          t_->synchronize(*j.release);
+          t_->synchronize(*j.ready);
+          t_->bind_stable(j.bind_slot, j.bind_group);
+        } catch (...) {
+          e = std::current_exception();
+        }
+      }
+    }
+    {
+      std::lock_guard lock(mutex_);
+      bind_errors_[(ticket - 1) % ring_.size()] = e;
+      bound_ = ticket;
     }
     cv_.notify_all();
   }
@@ -190,15 +242,7 @@ void staging_worker<T>::run(const job& j) {
   // slot's previous readers overlaps the fill instead of preceding it (measured on the H200's
   // native VMM route with a two-slot window: the fill started only after that wait).
   auto before_copies = [&] {
-    if constexpr (transport_with_stable_addresses<T>) {
-      if (j.bind_group != no_group) {
-        // Unmapping needs the previous occupant's readers and copies finished, not merely
-        // ordered: the host waits here, on ddo's thread, for those two events only.
-        t.synchronize(*j.release);
-        t.synchronize(*j.ready);
-        t.bind_stable(j.bind_slot, j.bind_group);
-      }
-    }
+    // On a stable-address transport the binder mapped the job's range before loop() ran it.
     t.wait(v, *j.release);
     t.wait(v, *j.ready);
     if (j.poison_bytes != 0) t.fill_device(j.image, 0xCD, j.poison_bytes, v);
@@ -224,6 +268,7 @@ void staging_worker<T>::stop() noexcept {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (binder_.joinable()) binder_.join();
 }
 
 template <class T>
