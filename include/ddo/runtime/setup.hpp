@@ -406,8 +406,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
         for (std::size_t w = 0; w < table.size(); ++w) {
           if (!vmm_covered_weight(table[w])) continue;
           ++coverable;
-          const auto& info = table[w];
-          if (units.search(info.module_name.empty() ? module_name_of(info.name) : info.module_name)) {
+          if (units.search(table[w].module_name)) {
             r.runtime.vmm_covered[w] = 1;
             ++selected;
           }

@@ -67,9 +67,8 @@ struct group_runtime {
   std::array<std::uint64_t, transfer_source_count> bytes_by_source{};
   std::vector<std::byte*> pointers;        // lease pointers of a group that is not streamed
   int leases = 0;
-  std::size_t side = no_group;             // its side part in group_layout::side_parts, if any
-  std::uint64_t side_slot_bytes = 0;       // that part's slot_bytes
-  [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0 || side_slot_bytes > 0; }
+  std::size_t side = no_group;             // its side part (group_layout::side_parts), if any
+  [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0 || side != no_group; }
   [[nodiscard]] bool has_block_copy() const noexcept { return pinned_bytes > 0 && !pinned_staged; }
   [[nodiscard]] bool has_copy_part() const noexcept { return has_block_copy() || !in_place.empty(); }
   [[nodiscard]] bool has_staged_part() const noexcept { return !staged.empty(); }

@@ -151,12 +151,12 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
     }
   }
   l.resident_bytes = cursor;
+  const auto covered = [&](std::size_t w) {
+    if (!split_uncovered) return true;
+    return options.vmm_covered.empty() ? vmm_covered_weight(table[w]) : options.vmm_covered[w] != 0;
+  };
   for (std::size_t g = 0; g < l.groups.size(); ++g) {
     auto& gr = l.groups[g];
-    const auto covered = [&](std::size_t w) {
-      if (!split_uncovered) return true;
-      return options.vmm_covered.empty() ? vmm_covered_weight(table[w]) : options.vmm_covered[w] != 0;
-    };
     layout_detail::lay_out_slot(gr, table, plan, options, covered);
     if (split_uncovered) {
       group_runtime side;
@@ -166,7 +166,6 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
       if (side.slot_bytes > 0) {
         if (side.has_staged_part()) l.staging_needed = true;
         gr.side = l.side_parts.size();
-        gr.side_slot_bytes = side.slot_bytes;
         l.side_slot_bytes = std::max(l.side_slot_bytes, side.slot_bytes);
         l.side_parts.push_back(std::move(side));
       }
