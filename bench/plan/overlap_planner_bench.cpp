@@ -380,8 +380,11 @@ struct paired_difference {
 };
 
 paired_difference paired(const prepared& a, const prepared& b) {
-  // Two-sided 97.5% quantiles of Student's t for 1..10 degrees of freedom, then 2.0 (n > 11).
-  static constexpr double t975[] = {12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
+  // 97.5% quantiles of Student's t (a two-sided 95% interval) for 1..30 degrees of freedom,
+  // then the normal's 1.96.
+  static constexpr double t975[] = {12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23,
+                                    2.20,  2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10, 2.09, 2.09,
+                                    2.08,  2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04};
   paired_difference d;
   const std::size_t n = std::min(a.samples.size(), b.samples.size());
   d.rounds = static_cast<int>(n);
@@ -392,7 +395,8 @@ paired_difference paired(const prepared& a, const prepared& b) {
   if (n < 2) return d;
   double var = 0.0;
   for (double x : diff) var += (x - d.mean_pct) * (x - d.mean_pct) / static_cast<double>(n - 1);
-  d.half_width_pct = (n - 1 <= 10 ? t975[n - 2] : 2.0) * std::sqrt(var / static_cast<double>(n));
+  const std::size_t df = n - 1;
+  d.half_width_pct = (df <= std::size(t975) ? t975[df - 1] : 1.96) * std::sqrt(var / static_cast<double>(n));
   return d;
 }
 
