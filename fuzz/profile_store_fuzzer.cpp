@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the capacity-profile reader (ddo::profile_store::parse, the format
-// profile_store::save writes: format 2 with its [[groups]] tables, and format 1, the
-// predecessor, which is read as a budget and formats back to its own layout).
+// profile_store::save writes: the current format with its [[groups]] tables, and its
+// predecessors — format 2, groups without the lead-in keys, and format 1, a budget alone — which
+// format back to their own layouts).
 //
 // Every input must either parse into a profile that formats back to text which parses to the
 // same profile (a round trip), or throw ddo::format_error naming the file with a message that is
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const auto p = ddo::profile_store::parse(text, "fuzz.toml", "fuzz");
     if (!ddo::is_valid_utf8(p.device_name)) std::abort();
-    if (p.format != 1 && p.format != 2) std::abort();
+    if (p.format < 1 || p.format > ddo::capacity_profile_format) std::abort();
     if (p.format == 1 && !p.groups.empty()) std::abort();
     for (const auto& g : p.groups)
       if (g.name.empty() || !ddo::is_valid_utf8(g.name)) std::abort();
