@@ -163,7 +163,11 @@ TEST_SUITE("config") {
         {"standard", ddo::component_route::none},
         {"OFF", ddo::component_route::none},
     };
-    for (const auto& [text, route] : cases) {
+    // Named elements, not a structured binding: doctest's CAPTURE captures in a lambda,
+    // which clang before 16 cannot do for a binding.
+    for (const auto& row : cases) {
+      const auto& text = std::get<0>(row);
+      const auto& route = std::get<1>(row);
       CAPTURE(text);
       const auto layer = ddo::env_source{{{"DDO_VAE_ROUTE", text}}}.collect();
       CHECK(layer.components.at("vae").route == route);
@@ -187,7 +191,9 @@ TEST_SUITE("config") {
         {{{"DDO_VAE_GROUP_OFFLOAD", "1"}, {"DDO_VAE_DYNAMIC_OFFLOAD", "1"}},
          {"DDO_VAE_GROUP_OFFLOAD", "DDO_VAE_DYNAMIC_OFFLOAD"}},
     };
-    for (const auto& [env, needles] : cases) {
+    for (const auto& row : cases) {
+      const auto& env = std::get<0>(row);
+      const auto& needles = std::get<1>(row);
       CAPTURE(env.begin()->first);
       try {
         (void)ddo::env_source{env}.collect();
@@ -220,7 +226,9 @@ TEST_SUITE("config") {
         {"DDO_PRESETS", "DDO_PRESET"},
         {"DDO_VAE_ROUT", "DDO_VAE_ROUTE"},
     };
-    for (const auto& [name, suggestion] : cases) {
+    for (const auto& row : cases) {
+      const auto& name = std::get<0>(row);
+      const auto& suggestion = std::get<1>(row);
       CAPTURE(name);
       const auto layer = ddo::env_source{{{name, "1"}, {"PATH", "/bin"}}}.collect();
       CHECK(layer.fields.empty());

@@ -27,7 +27,11 @@ TEST_SUITE("config") {
       const auto settings = with_preset(std::string(name));
       CHECK(settings.requested_preset == name);
       CHECK(settings.effective_preset == name);
-      for (const auto& [field, value] : ddo::preset_values(name)) {
+      // Named elements, not a structured binding: doctest's CAPTURE captures in a lambda,
+      // which clang before 16 cannot do for a binding.
+      for (const auto& row : ddo::preset_values(name)) {
+        const auto& field = std::get<0>(row);
+        const auto& value = std::get<1>(row);
         CAPTURE(field);
         CHECK(ddo::field(field).get(settings.config) == value);
         CHECK(settings.provenance.of(field) == ddo::field_origin{ddo::origin::preset, std::string(name)});
@@ -159,7 +163,9 @@ TEST_SUITE("config") {
         {"diffusers_offload_compat", ddo::component_route::diffusers_group_offload},
         {"diffusers_leaf_offload_compat", ddo::component_route::diffusers_group_offload},
     };
-    for (const auto& [preset, route] : cases) {
+    for (const auto& row : cases) {
+      const auto& preset = std::get<0>(row);
+      const auto& route = std::get<1>(row);
       CAPTURE(preset);
       const auto settings = with_preset(preset);
       const auto& vae = settings.components.at(1);

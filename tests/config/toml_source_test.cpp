@@ -109,7 +109,11 @@ TEST_SUITE("config") {
         {"[components.vae]\noffload_stream = 'yes'", {"offload_stream", "string", "boolean"}},
         {"config = 3", {"config", "integer", "table"}},
     };
-    for (const auto& [text, needles] : cases) {
+    // Named elements, not a structured binding: doctest's CAPTURE captures in a lambda,
+    // which clang before 16 cannot do for a binding.
+    for (const auto& row : cases) {
+      const auto& text = std::get<0>(row);
+      const auto& needles = std::get<1>(row);
       CAPTURE(text);
       const std::string message = error_of(text);
       for (const auto& needle : needles) {

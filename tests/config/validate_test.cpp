@@ -51,7 +51,11 @@ TEST_SUITE("config") {
          {"DDO_RESIDENT_MODULE_PATTERNS", "regular expression"}},
         {{{"DDO_VMM_MODULE_PATTERN", "["}}, {"DDO_VMM_MODULE_PATTERN = \"[\"", "regular expression"}},
     };
-    for (const auto& [env, needles] : cases) {
+    // Named elements, not a structured binding: doctest's CAPTURE captures in a lambda,
+    // which clang before 16 cannot do for a binding.
+    for (const auto& row : cases) {
+      const auto& env = std::get<0>(row);
+      const auto& needles = std::get<1>(row);
       CAPTURE(env.begin()->first);
       const std::string message = error_for(env);
       for (const auto& needle : needles) {

@@ -227,7 +227,8 @@ std::string arg_value(int argc, char** argv, const std::string& name, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
+  // Every option but --help takes a value: step over option and value together.
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::puts("gpu_soak [--seconds N] [--round-seconds R] [--json FILE]\n"
@@ -240,7 +241,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpu_soak: unknown argument '%s' (see --help)\n", a.c_str());
       return 2;
     }
-    ++i;
   }
   long seconds = 0, round_seconds = 0;
   try {

@@ -21,6 +21,18 @@
 #include "ddo/transport/host_sim.hpp"
 #include "runtime_fixtures.hpp"
 
+// g++ says ThreadSanitizer with __SANITIZE_THREAD__, clang with __has_feature.
+#if defined(__SANITIZE_THREAD__)
+#define DDO_TEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DDO_TEST_UNDER_TSAN 1
+#endif
+#endif
+#ifndef DDO_TEST_UNDER_TSAN
+#define DDO_TEST_UNDER_TSAN 0
+#endif
+
 namespace host_memory_test {
 
 using sim_offloader = ddo::basic_offloader<ddo::host_sim_transport>;
@@ -158,7 +170,7 @@ TEST_SUITE("runtime") {
         // host memory here, touched when malloc perturbs it, as under meson test's
         // MALLOC_PERTURB_). Under ThreadSanitizer every byte written also writes its shadow
         // memory (several times the bytes, counted in RSS), so only the file-page check holds.
-#if defined(__SANITIZE_THREAD__)
+#if DDO_TEST_UNDER_TSAN
         MESSAGE("ThreadSanitizer build: the RSS bound is not checked (shadow memory counts)");
 #else
         CHECK(after.rss_bytes <=

@@ -119,8 +119,8 @@ TEST_SUITE("runtime") {
     config.backend = ddo::offload_backend::linear;
     options.inputs.config = config;
     const auto named = ddo::resolve_settings(options.inputs);
-    CHECK_THROWS_AS(ddo::setup_offload(m.table, named, ddo::component_for(named, options.inputs),
-                                       options, sim),
+    CHECK_THROWS_AS((void)ddo::setup_offload(m.table, named,
+                                             ddo::component_for(named, options.inputs), options, sim),
                     ddo::config_error);
   }
 

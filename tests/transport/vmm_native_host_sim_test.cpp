@@ -101,8 +101,12 @@ TEST_SUITE("transport") {
 
   TEST_CASE("native vmm_staging_buffer_gb: the TOTAL staging is cut into whole registered windows") {
     auto m = model_of(ddo::placement::pageable_host, 401);
-    for (const auto& [total, windows] : {std::pair<std::uint64_t, std::size_t>{2 * window, 2},
+    // Named elements, not a structured binding: doctest's CAPTURE captures in a lambda,
+    // which clang before 16 cannot do for a binding.
+    for (const auto& row : {std::pair<std::uint64_t, std::size_t>{2 * window, 2},
                                         {5 * window + window / 2, 5}, {9 * window, 9}}) {
+      const auto& total = std::get<0>(row);
+      const auto& windows = std::get<1>(row);
       CAPTURE(total);
       auto t = roomy_transport();
       {
@@ -119,7 +123,9 @@ TEST_SUITE("transport") {
     }
     // The total is a ceiling: ddo registers and cycles at most window_cap_bytes of it (whole
     // windows, at least two), a ring small enough to stay in the CPU's cache.
-    for (const auto& [cap, windows] : {std::pair<std::uint64_t, std::size_t>{3 * window, 3}, {window, 2}}) {
+    for (const auto& row : {std::pair<std::uint64_t, std::size_t>{3 * window, 3}, {window, 2}}) {
+      const auto& cap = std::get<0>(row);
+      const auto& windows = std::get<1>(row);
       CAPTURE(cap);
       auto t = roomy_transport();
       auto o = windows_only(9 * window);
@@ -374,9 +380,12 @@ TEST_SUITE("transport") {
     auto t = roomy_transport();
     // The planner keeps the norm resident; owned with a zero limit it is mapped and streamed,
     // with a 1 MiB limit it is copied once.
-    for (const auto& [ownership, limit_mb, norm] :
+    for (const auto& row :
          {std::tuple{false, 0, ddo::placement::gpu_resident}, std::tuple{true, 0, ddo::placement::pageable_host},
           std::tuple{true, 1, ddo::placement::gpu_resident}}) {
+      const auto& ownership = std::get<0>(row);
+      const auto& limit_mb = std::get<1>(row);
+      const auto& norm = std::get<2>(row);
       CAPTURE(ownership);
       CAPTURE(limit_mb);
       const auto o = settings_with(ownership, static_cast<std::uint64_t>(limit_mb), true);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -58,9 +59,15 @@ enum class plan_format { text, toml, json };
 
 namespace detail {
 
-inline void plan_appendf(std::string& out, const char* format, auto... args) {
+// C varargs with the printf format attribute, so that g++ and clang check every call's
+// arguments against its (literal) format.
+__attribute__((format(printf, 2, 3))) inline void plan_appendf(std::string& out, const char* format,
+                                                               ...) {
   char buffer[512];
-  const int n = std::snprintf(buffer, sizeof buffer, format, args...);
+  std::va_list args;
+  va_start(args, format);
+  const int n = std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
   if (n > 0) out.append(buffer, static_cast<std::size_t>(std::min<int>(n, sizeof buffer - 1)));
 }
 

@@ -44,7 +44,7 @@ class nvtx_range {
   nvtx_range& operator=(const nvtx_range&) = delete;
 
  private:
-  bool on_;
+  [[maybe_unused]] bool on_;  // read only where NVTX is compiled in
 };
 
 }  // namespace v0

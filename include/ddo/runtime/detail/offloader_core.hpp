@@ -135,10 +135,13 @@ class offloader_core {
   void wait_staged(slot_state<T>& st);
   void load(std::size_t g, std::size_t s);
   void load_unguarded(std::size_t g, std::size_t s);
-  // Constrained, so an explicit instantiation for a transport without stable addresses
-  // (instantiate_offloaders.hpp) leaves it out.
-  void load_stable(std::size_t g, std::size_t s)
-    requires transport_with_stable_addresses<Transport>;
+  // A constrained member template, so that an explicit instantiation for a transport without
+  // stable addresses (instantiate_offloaders.hpp) leaves it out: explicit instantiation never
+  // instantiates member templates, while constrained non-template members are skipped only by
+  // compilers that implement [temp.explicit]/10 (g++ does, clang 14 does not).
+  template <class U = Transport>
+    requires transport_with_stable_addresses<U>
+  void load_stable(std::size_t g, std::size_t s);
   void prefetch();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
   void refuse_unreplayable_capture(std::size_t g) const;

@@ -268,9 +268,9 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
 /// side image; the worker runs jobs in order on one stream, so the ready event it records last
 /// covers both.
 template <class T>
-void offloader_core<T>::load_stable(std::size_t g, std::size_t s)
-  requires transport_with_stable_addresses<T>
-{
+template <class U>
+  requires transport_with_stable_addresses<U>
+void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
   auto& st = slots_[s];
   auto& gr = layout_.groups[g];
   const group_runtime* side = gr.side == no_group ? nullptr : &layout_.side_parts[gr.side];
