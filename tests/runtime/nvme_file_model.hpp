@@ -12,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "ddo/model/weight_table.hpp"
@@ -38,8 +39,14 @@ struct file_model {
     std::uniform_int_distribution<std::uint64_t> size(max_bytes / 3, max_bytes);
     std::vector<std::ofstream> out(shards);
     std::vector<std::uint64_t> offset(shards, 0);
+    // The build dir is on the disk the checks run on (O_DIRECT is refused by tmpfs); binaries
+    // carried to another machine without it write to the temporary directory instead.
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::is_directory(DDO_TEST_BUILD_DIR, ec)
+                                          ? std::filesystem::path(DDO_TEST_BUILD_DIR)
+                                          : std::filesystem::temp_directory_path();
     for (std::size_t s = 0; s < shards; ++s) {
-      files.push_back(std::filesystem::path(DDO_TEST_BUILD_DIR) /
+      files.push_back(dir /
                       ("ddo_nvme_" + std::to_string(::getpid()) + "_" + std::to_string(seed) + "_" +
                        std::to_string(s) + ".bin"));
       out[s].open(files.back(), std::ios::binary | std::ios::trunc);
