@@ -43,6 +43,7 @@ TEST_SUITE_BEGIN("gpu");
 
 TEST_CASE_TEMPLATE_INVOKE(vmm_prefetch_readback, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_random_orders, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_compute_only, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, vmm_traits);

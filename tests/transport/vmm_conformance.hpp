@@ -581,6 +581,53 @@ TEST_CASE_TEMPLATE_DEFINE("vmm native: window totals and registered segments are
   refused(o, "vmm_source_registered_gb");
 }
 
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: compute-only mode maps groups at their addresses, copies nothing, and leaving it loads every byte again",
+                          Traits, vmm_compute_only) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  auto m = ddo_test::make_model(vmm_spec(303, 8, 600000));
+  for (const bool native : {false, true}) {
+    CAPTURE(native);
+    ddo::vmm_window_options w;
+    w.budget_bytes = roomy_budget(*m, 3 * ddo::mib);
+    auto t = Traits::make(w);
+    auto compute = t.make_stream();
+    const auto v = T::view(compute);
+    readback<T> rb(t, 3 * model_bytes(*m) + 1024);
+    {
+      ddo::basic_offloader<T> off(t, m->table, m->plan,
+                                  native ? native_runtime_options(3, streamed_file_bytes(*m) / 2)
+                                         : vmm_runtime_options(3));
+      REQUIRE(off.slot_count() < off.group_count());
+      const auto step = [&](bool read_back) {
+        off.begin_step();
+        for (std::size_t g = 0; g < off.group_count(); ++g) {
+          auto lease = off.acquire(g, v);
+          for (std::size_t i = 0; i < lease.size(); ++i)
+            CHECK(lease.data(i) == off.stable_data(lease.weight_index(i)));
+          Traits::delay(t, v, 100);
+          if (read_back) rb.enqueue(v, lease, *m);
+        }
+      };
+      step(true);
+      off.set_compute_only(true);
+      off.synchronize();
+      const auto binds = t.vmm_stats().binds;
+      step(false);
+      step(false);
+      off.synchronize();
+      CHECK(t.vmm_stats().binds > binds);  // mapped as the groups cycled through the slots
+      off.set_compute_only(false);
+      step(true);
+      step(true);
+      t.synchronize(v);
+    }
+    CHECK(rb.items.size() == 3 * m->table.size());
+    CHECK(rb.mismatches(*m) == 0);
+  }
+}
+
 TEST_CASE_TEMPLATE_DEFINE("vmm conformance: pinned staging is sized from the plan, none kept when nothing is staged",
                           Traits, vmm_staging_from_plan) {
   DDO_VMM_SKIP(Traits);

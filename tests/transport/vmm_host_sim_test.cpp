@@ -39,6 +39,7 @@ TEST_SUITE_BEGIN("transport");
 
 TEST_CASE_TEMPLATE_INVOKE(vmm_prefetch_readback, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_random_orders, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_compute_only, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, host_sim_vmm_traits);

@@ -104,6 +104,15 @@ class basic_offloader {
   /// @brief Waits for every load ddo issued (not for the engine's own work).
   void synchronize() { core_->synchronize(); }
 
+  /// @brief Compute-only mode, for timing the engine's compute back to back (calibrate()'s
+  /// sustained pass): streamed groups get their slots as usual, but nothing is copied into
+  /// them, so a lease's pointers address whatever bytes the slot held before — the engine's
+  /// results are meaningless while it is on, and its compute must not depend on the weights'
+  /// values (e.g. data-dependent routing). Switching it off loads every slot's group again.
+  /// @throws usage_error while leases are alive.
+  void set_compute_only(bool on) { core_->set_compute_only(on); }
+  [[nodiscard]] bool compute_only() const noexcept { return core_->compute_only(); }
+
   /// @brief Frees ddo's device memory of this offloader (resident arena and ring, or a VMM
   /// window) after its loads and the engine's released work finish; the plan, pinned blocks and
   /// staging stay, so restore_device() needs no re-planning and no re-pinning. A pipeline calls

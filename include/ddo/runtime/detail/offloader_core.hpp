@@ -75,6 +75,11 @@ class offloader_core {
 
   // --- steps and metrics ----------------------------------------------------------------------
   void begin_step();
+  /// Calibration's sustained-compute pass (runtime/calibration.hpp): loads claim (and on a
+  /// stable-address transport map) slots but copy nothing. Leaving the mode reloads every
+  /// occupied slot. @throws usage_error while leases are alive.
+  void set_compute_only(bool on);
+  [[nodiscard]] bool compute_only() const noexcept { return compute_only_; }
   offload_metrics metrics(bool wait);
   /// Waits for every load ddo issued (not for the engine's streams).
   void synchronize();
@@ -174,6 +179,7 @@ class offloader_core {
   bool holds_window_ = false;
   int live_leases_ = 0;
   bool released_ = false;  // release_device() ran and restore_device() has not
+  bool compute_only_ = false;  // set_compute_only: loads copy nothing
 };
 
 }  // namespace detail

@@ -214,6 +214,15 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
   }
   bind_slot_to(st, g);
   st.released = false;
+  if (compute_only_) {
+    // Nothing copied: the slot keeps its previous bytes. Its ready event still follows the
+    // previous occupant's release, so the engine's wait on it orders nothing new.
+    const auto v = T::view(copy_stream_);
+    t_.wait(v, st.release);
+    t_.wait(v, st.ready);
+    t_.record(st.ready, v);
+    return;
+  }
   auto& step = timing_.current();
   ++step.group_loads;
   for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += gr.bytes_by_source[i];
@@ -286,6 +295,19 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
       st.pointers[i] = gr.resident[i];
   }
   st.released = false;
+  if (compute_only_) {
+    // The binder maps g's range (the slot's handles keep their previous bytes); nothing copied.
+    static const std::vector<staged_piece> no_pieces;
+    typename staging_worker<T>::job job;
+    job.release = &st.release;
+    job.ready = &st.ready;
+    job.image = st.image;
+    job.pieces = &no_pieces;
+    job.bind_slot = s;
+    job.bind_group = g;
+    st.staged_ticket = staging_.submit(job);
+    return;
+  }
   auto& step = timing_.current();
   ++step.group_loads;
   std::uint64_t bytes = 0;
@@ -365,6 +387,19 @@ std::byte* offloader_core<T>::stable_data(std::size_t w) const {
 template <class T>
 void offloader_core<T>::begin_step() {
   timing_.begin_step();
+}
+
+template <class T>
+void offloader_core<T>::set_compute_only(bool on) {
+  DDO_EXPECTS(live_leases_ == 0, "set_compute_only: " + std::to_string(live_leases_) +
+                                     " leases are alive; drop them before switching the mode");
+  if (on == compute_only_) return;
+  compute_only_ = on;
+  if (on || released_) return;
+  // The slots loaded while copying nothing hold other groups' bytes: load their occupants
+  // again (into the same slots, so a stable-address window keeps one mapping per group).
+  for (std::size_t s = 0; s < slots_.size(); ++s)
+    if (const std::size_t g = ring_schedule_.occupant(s); g != no_group) load(g, s);
 }
 
 template <class T>
