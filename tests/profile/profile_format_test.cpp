@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Format 3 of capacity profiles: per-group timings and lead-ins, device and model identity,
-// reading formats 2 and 1, refusing newer formats; interpolation between the two token counts.
+// Format 4 of capacity profiles: per-group timings, lead-ins and sustained compute, device and
+// model identity, reading formats 3, 2 and 1, refusing newer formats; interpolation between the
+// two token counts.
 #include "ddo/profile/capacity_profile.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/profile/profile_lookup.hpp"
@@ -39,6 +40,8 @@ ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
     gp.compute_ns_high = 1'200'000 + rng() % 1000;
     gp.lead_in_ns_low = 20'000 + rng() % 1000;
     gp.lead_in_ns_high = 40'000 + rng() % 1000;
+    gp.sustained_compute_ns_low = 330'000 + rng() % 1000;
+    gp.sustained_compute_ns_high = 1'300'000 + rng() % 1000;
     m.groups.push_back(gp);
   }
   return ddo::make_capacity_profile("timed", m, 1.0);
@@ -47,23 +50,66 @@ ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
 }  // namespace
 
 TEST_SUITE("profile") {
-  TEST_CASE("a format 3 profile with group timings reads back identical") {
+  TEST_CASE("a format 4 profile with group timings reads back identical") {
     std::mt19937_64 rng(std::random_device{}());
     const auto p = timed_profile(rng, 57);
-    CHECK(p.format == 3);
+    CHECK(p.format == 4);
     CHECK(p.min_free_vram_bytes > 0);
     const auto text = ddo::profile_store::format(p);
-    CHECK(text.find("format = 3") != std::string::npos);
+    CHECK(text.find("format = 4") != std::string::npos);
     CHECK(text.find("[[groups]]") != std::string::npos);
     CHECK(text.find("lead_in_ns_high") != std::string::npos);
+    CHECK(text.find("sustained_compute_ns_high") != std::string::npos);
     CHECK(ddo::profile_store::parse(text, "t.toml", "timed") == p);
+  }
+
+  TEST_CASE("a format 3 profile is read without sustained compute: no clock model") {
+    std::mt19937_64 rng(3);
+    auto p = timed_profile(rng, 4);
+    p.format = 3;
+    for (auto& g : p.groups) g.sustained_compute_ns_low = g.sustained_compute_ns_high = 0;
+    const auto text = ddo::profile_store::format(p);
+    CHECK(text.find("format = 3") != std::string::npos);
+    CHECK(text.find("sustained") == std::string::npos);
+    const auto back = ddo::profile_store::parse(text, "t.toml", "timed");
+    CHECK(back == p);
+    CHECK(ddo::profile_store::format(back) == text);
+    const auto timings = ddo::timings_at(back, 2048);
+    REQUIRE(timings.size() == 4);
+    CHECK(timings[0].compute_ms == doctest::Approx(ddo::compute_ms_at(back, back.groups[0], 2048)));
+    CHECK(timings[0].streaming_compute_ms == 0.0);  // the predictor keeps one clock
+    // A format 3 file with a format 4 key is malformed, not silently upgraded.
+    std::string mixed = text;
+    mixed.insert(mixed.find("compute_ns_high"), "sustained_compute_ns_low = 5\n");
+    CHECK_THROWS_WITH_AS((void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
+                         doctest::Contains("belongs to format 4 and later, but the file says format 3"),
+                         ddo::format_error);
+  }
+
+  TEST_CASE("with sustained compute, timings give it as compute and the streaming pass apart") {
+    std::mt19937_64 rng(4);
+    const auto p = timed_profile(rng, 3);
+    const auto timings = ddo::timings_at(p, 4096);
+    REQUIRE(timings.size() == 3);
+    for (std::size_t g = 0; g < 3; ++g) {
+      CAPTURE(g);
+      CHECK(timings[g].compute_ms == doctest::Approx(p.groups[g].sustained_compute_ns_high * 1e-6));
+      CHECK(timings[g].streaming_compute_ms == doctest::Approx(p.groups[g].compute_ns_high * 1e-6));
+    }
+    // Measured at one count only (a hand-edited profile): not used.
+    auto half = p;
+    half.groups[0].sustained_compute_ns_high = 0;
+    const auto t = ddo::timings_at(half, 4096);
+    CHECK(t[0].compute_ms == doctest::Approx(p.groups[0].compute_ns_high * 1e-6));
+    CHECK(t[0].streaming_compute_ms == 0.0);
   }
 
   TEST_CASE("a format 2 profile is read with lead-ins of 0 and formats back to its layout") {
     std::mt19937_64 rng(2);
     auto p = timed_profile(rng, 4);
     p.format = 2;
-    for (auto& g : p.groups) g.lead_in_ns_low = g.lead_in_ns_high = 0;
+    for (auto& g : p.groups)
+      g.lead_in_ns_low = g.lead_in_ns_high = g.sustained_compute_ns_low = g.sustained_compute_ns_high = 0;
     const auto text = ddo::profile_store::format(p);
     CHECK(text.find("format = 2") != std::string::npos);
     CHECK(text.find("lead_in") == std::string::npos);
@@ -78,7 +124,7 @@ TEST_SUITE("profile") {
     std::string mixed = text;
     mixed.insert(mixed.find("compute_ns_high"), "lead_in_ns_low = 5\n");
     CHECK_THROWS_WITH_AS((void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
-                         doctest::Contains("belongs to format 3"), ddo::format_error);
+                         doctest::Contains("belongs to format 3 and later"), ddo::format_error);
   }
 
   TEST_CASE("a format 1 profile is read as a budget without timings") {
@@ -113,20 +159,21 @@ TEST_SUITE("profile") {
       }
     };
     std::string newer = good;
-    newer.replace(newer.find("format = 3"), 10, "format = 4");
-    expect(newer, "format", "format 4 is not one this ddo reads");
+    newer.replace(newer.find("format = 4"), 10, "format = 5");
+    expect(newer, "format", "format 5 is not one this ddo reads (2 to 4");
     std::string no_lead_in = good;
     no_lead_in.erase(no_lead_in.rfind("lead_in_ns_low"),
                      no_lead_in.find('\n', no_lead_in.rfind("lead_in_ns_low")) -
                          no_lead_in.rfind("lead_in_ns_low") + 1);
-    expect(no_lead_in, "groups", "lead_in_ns_low, lead_in_ns_high");
+    expect(no_lead_in, "groups", "lead_in_ns_low, lead_in_ns_high, sustained_compute_ns_low");
     std::string no_transfer = good;
     no_transfer.erase(no_transfer.rfind("transfer_ns"), no_transfer.find('\n', no_transfer.rfind("transfer_ns")) -
                                                          no_transfer.rfind("transfer_ns") + 1);
     expect(no_transfer, "groups", "is missing a key");
     std::string twice = good + "\n[[groups]]\nname = \"transformer_blocks.0\"\npinned_bytes = 1\n"
                                "staged_bytes = 0\nfile_bytes = 0\ntransfer_ns = 1\ncompute_ns_low = 1\n"
-                               "compute_ns_high = 1\nlead_in_ns_low = 0\nlead_in_ns_high = 0\n";
+                               "compute_ns_high = 1\nlead_in_ns_low = 0\nlead_in_ns_high = 0\n"
+                               "sustained_compute_ns_low = 0\nsustained_compute_ns_high = 0\n";
     expect(twice, "groups", "appears twice");
     std::string reversed = good;
     reversed.replace(reversed.find("tokens_low = 1024"), 17, "tokens_low = 9999");

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <random>
@@ -46,6 +47,7 @@ ddo::calibration_options options_for(std::uint64_t low, std::uint64_t high) {
   o.tokens_low = low;
   o.tokens_high = high;
   o.measured_steps = 3;
+  o.sustained_warmup_ms = 0.0;  // simulated compute has no power limit to settle (one warm-up step)
   return o;
 }
 
@@ -59,7 +61,8 @@ struct calibration_setup {
   std::optional<ddo::offloader<ddo::host_sim_transport>> off;
   ddo::host_sim_transport::stream stream;
 
-  explicit calibration_setup(const std::string& profile_name) {
+  explicit calibration_setup(const std::string& profile_name, double bandwidth_bytes_per_second = 0.0)
+      : sim({.device_capacity_bytes = 64 * ddo::mib, .bandwidth_bytes_per_second = bandwidth_bytes_per_second}) {
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
@@ -99,7 +102,7 @@ TEST_SUITE("runtime") {
     };
     const auto profile = ddo::calibrate(off, recorder, settings.config, run_step,
                                         options_for(200, 400));
-    CHECK(profile.format == 3);
+    CHECK(profile.format == 4);
     CHECK(profile.device_name == "host_sim");
     CHECK(profile.transport == "host_sim");
     CHECK(profile.model_fingerprint == ddo::model_fingerprint(m.table));
@@ -197,5 +200,101 @@ TEST_SUITE("runtime") {
       }
     const auto metrics = off.metrics(true);
     CHECK(metrics.totals.compute_ms >= 2 * 6 * 0.99);
+  }
+
+  TEST_CASE("the sustained pass times compute back to back, copying nothing") {
+    // Copies of 3 ms (256 KiB at ~87 MB/s) against 1 ms of compute: streaming, the engine's
+    // stream waits between groups. The simulated GPU runs compute that follows other compute
+    // within 0.5 ms 30% slower (a power-capped clock), so only the sustained pass sees that.
+    calibration_setup c("sustained", 256.0 * 1024 / 0.003);
+    auto& off = *c.off;
+    const auto view = c.view();
+    using clock = std::chrono::steady_clock;
+    auto last_end = clock::now() - std::chrono::seconds(1);  // touched by the stream's thread only
+    const auto run_step = [&](std::uint64_t) {
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, view);
+        off.transport().enqueue(view, [&last_end] {
+          const bool busy = clock::now() - last_end < std::chrono::microseconds(500);
+          std::this_thread::sleep_for(std::chrono::microseconds(busy ? 1300 : 1000));
+          last_end = clock::now();
+        });
+      }
+    };
+    auto options = options_for(100, 100);
+    options.sustained_warmup_ms = 30.0;  // about 5 steps of the ~6 ms the streaming pass measured
+    const auto profile = ddo::calibrate(off, c.recorder, c.settings.config, run_step, options);
+    off.transport().synchronize(view);
+    CHECK_FALSE(off.compute_only());
+    REQUIRE(profile.groups.size() == 6);
+    for (std::size_t g = 0; g < 6; ++g) {
+      CAPTURE(g);
+      const auto& gp = profile.groups[g];
+      CHECK(gp.has_sustained_compute());
+      CHECK(gp.sustained_compute_ns_low >= 1'290'000);
+      CHECK(gp.sustained_compute_ns_high == gp.sustained_compute_ns_low);  // one token count
+      CHECK(gp.compute_ns_low < gp.sustained_compute_ns_low);
+      CHECK(gp.transfer_ns >= 2'900'000);  // the sustained pass's empty loads are not copies
+    }
+    // Streaming pass: 1 warm-up + 3 steps that copy; sustained pass: warm-up steps making 30 ms
+    // of the compute measured (about 5) + 3 steps, copying nothing (the last one also holds the
+    // reloads of leaving compute-only mode).
+    const auto metrics = off.metrics(true);
+    CHECK(metrics.steps.size() >= 4 + 3 + 3);
+    CHECK(metrics.steps.size() <= 4 + 6 + 3);
+    for (std::size_t s = 1; s < 4; ++s) CHECK(metrics.steps[s].bytes() > 0);
+    for (std::size_t s = 4; s + 1 < metrics.steps.size(); ++s) {
+      CAPTURE(s);
+      CHECK(metrics.steps[s].bytes() == 0);
+      CHECK(metrics.steps[s].group_loads == 0);
+    }
+    // The planner plans with the sustained compute and keeps the streaming pass's apart.
+    const auto timings = ddo::timings_at(profile, 100);
+    CHECK(timings[0].compute_ms == doctest::Approx(profile.groups[0].sustained_compute_ns_low * 1e-6));
+    CHECK(timings[0].streaming_compute_ms == doctest::Approx(profile.groups[0].compute_ns_low * 1e-6));
+
+    // Turned off: no sustained times (a format 4 profile with zeros; one clock).
+    calibration_setup d("no-sustained");
+    options.sustained_pass = false;
+    options.sustained_warmup_ms = -1.0;
+    CHECK_THROWS_WITH_AS((void)ddo::calibrate(*d.off, d.recorder, d.settings.config, [](std::uint64_t) {}, options),
+                         doctest::Contains("sustained_warmup_ms must be in [0, 600000]"), ddo::usage_error);
+    options.sustained_warmup_ms = 0.0;
+    const auto plain = ddo::calibrate(*d.off, d.recorder, d.settings.config,
+                                      [&](std::uint64_t) {
+                                        for (std::size_t g = 0; g < d.off->group_count(); ++g)
+                                          auto lease = d.off->acquire(g, d.view());
+                                      },
+                                      options);
+    CHECK_FALSE(plain.groups[0].has_sustained_compute());
+    CHECK(ddo::timings_at(plain, 100)[0].streaming_compute_ms == 0.0);
+  }
+
+  TEST_CASE("compute-only mode: leases address stale slot bytes; leaving it loads them again") {
+    calibration_setup c("compute-only");
+    auto& off = *c.off;
+    const auto view = c.view();
+    REQUIRE(off.slot_count() < off.group_count());  // groups share slots
+    const auto matches = [&](std::size_t g) {
+      auto lease = off.acquire(g, view);
+      off.transport().synchronize(view);
+      return std::memcmp(lease.data(0), c.m.bytes[g].data(), c.m.bytes[g].size()) == 0;
+    };
+    for (std::size_t g = 0; g < off.group_count(); ++g) CHECK(matches(g));
+    {
+      auto held = off.acquire(0, view);
+      CHECK_THROWS_WITH_AS(off.set_compute_only(true), doctest::Contains("leases are alive"),
+                           ddo::usage_error);
+    }
+    off.set_compute_only(true);
+    bool any_stale = false;
+    for (int step = 0; step < 2; ++step)
+      for (std::size_t g = 0; g < off.group_count(); ++g) any_stale = !matches(g) || any_stale;
+    CHECK(any_stale);  // nothing was copied: some group read another's bytes
+    off.set_compute_only(false);
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      CAPTURE(g);
+      CHECK(matches(g));
+    }
   }
 }

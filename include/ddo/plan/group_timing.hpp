@@ -15,9 +15,15 @@ inline namespace v0 {
 struct group_timing {
   std::string name;           ///< the execution group's name
   std::uint64_t bytes = 0;    ///< streamed bytes the transfer time was measured for
-  double compute_ms = 0.0;    ///< the engine's compute for the group on its stream
+  /// The engine's compute for the group on its stream, back to back (the GPU's sustained
+  /// clock; as measured while streaming when only that was measured).
+  double compute_ms = 0.0;
   double transfer_ms = 0.0;   ///< one load of those bytes
   double lead_in_ms = 0.0;    ///< the engine's own stream time before the group's compute
+  /// The same compute measured while streaming with nothing resident (a faster clock where the
+  /// stream idled); 0: not measured. The predictor interpolates between the two by a plan's
+  /// duty cycle (plan/step_predictor.hpp, detail::clock_model).
+  double streaming_compute_ms = 0.0;
 
   friend bool operator==(const group_timing&, const group_timing&) = default;
 };

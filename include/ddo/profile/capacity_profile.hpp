@@ -10,13 +10,14 @@
 /// resident weights. What stayed free at that peak, less `profile_vram_headroom_gb`, is memory the
 /// next run can give to resident weights without ever going over.
 ///
-/// Format 2 (this version) also records, per execution group, what the overlap-aware residency
+/// Since format 2 it also records, per execution group, what the overlap-aware residency
 /// planner (plan/overlap_planner.hpp) needs: the group's streamed bytes by route, the time its
 /// load took, and its compute time on the engine's stream at two token counts (compute scales
-/// with tokens; profile/profile_timings.hpp interpolates). It names the device, the transport
-/// and the model (a fingerprint of the weight table, profile/model_fingerprint.hpp), so that a
-/// profile measured elsewhere is not applied. Format 1 profiles (budget only, no groups) are
-/// still read: they give a budget, never timings.
+/// with tokens; profile/profile_timings.hpp interpolates); format 3 adds the engine's time
+/// between groups (lead-ins), format 4 the compute timed back to back (the GPU's sustained
+/// clock). It names the device, the transport and the model (a fingerprint of the weight table,
+/// profile/model_fingerprint.hpp), so that a profile measured elsewhere is not applied. Format 1
+/// profiles (budget only, no groups) are still read: they give a budget, never timings.
 
 #include <algorithm>
 #include <cstdint>
@@ -30,9 +31,9 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief The profile format this ddo writes; it reads this one and its predecessors (2: no
-/// lead-in times, read as 0; 1: a resident budget only).
-inline constexpr int capacity_profile_format = 3;
+/// @brief The profile format this ddo writes; it reads this one and its predecessors (3: no
+/// sustained compute times, read as 0; 2: no lead-in times either; 1: a resident budget only).
+inline constexpr int capacity_profile_format = 4;
 
 /// @brief What calibration measured for one execution group (nanoseconds, medians over the
 /// measured steps). Route bytes: how the group's streamed bytes reached the device.
@@ -49,6 +50,18 @@ struct group_profile {
   /// copies overlap it as they overlap compute. 0 when read from a format 2 profile.
   std::uint64_t lead_in_ns_low = 0;
   std::uint64_t lead_in_ns_high = 0;  ///< the same at tokens_high
+  /// Format 4: the group's compute timed again with the copies skipped, so that the engine's
+  /// stream ran its groups back to back as a plan that hides its copies runs them: on a
+  /// power-limited GPU that is a lower, sustained clock than the streaming pass's
+  /// (compute_ns_low/high; plan/step_predictor.hpp, detail::clock_model). 0: not measured
+  /// (a format 3 profile, or a calibration with calibration_options::sustained_pass off).
+  std::uint64_t sustained_compute_ns_low = 0;
+  std::uint64_t sustained_compute_ns_high = 0;  ///< the same at tokens_high
+
+  /// @brief Whether the sustained compute was measured (at both token counts).
+  [[nodiscard]] bool has_sustained_compute() const noexcept {
+    return sustained_compute_ns_low > 0 && sustained_compute_ns_high > 0;
+  }
 
   /// @brief Streamed bytes over every route.
   [[nodiscard]] std::uint64_t bytes() const noexcept {
@@ -84,8 +97,9 @@ struct capacity_profile {
   std::uint64_t recommended_resident_budget_bytes = 0;  ///< for the next runs
   bool full_pin = true;  ///< calibration pinned every streamed weight; keep doing so
   std::string device_name;
-  /// 3 for profiles this ddo writes; 2 for a predecessor's without lead-in times; 1 for one
-  /// with a resident budget only (the fields below are then empty).
+  /// 4 for profiles this ddo writes; 3 for a predecessor's without sustained compute times; 2
+  /// without lead-in times either; 1 for one with a resident budget only (the fields below are
+  /// then empty).
   int format = capacity_profile_format;
   std::string model_fingerprint;        ///< identity of the weight table profiled
   std::string transport;                ///< the transport calibrated on

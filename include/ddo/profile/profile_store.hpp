@@ -94,7 +94,7 @@ class profile_store {
     write_file_atomically(path, format(profile));
   }
 
-  /// @brief The text of a profile file, in the profile's format (1 and 2: the predecessors'
+  /// @brief The text of a profile file, in the profile's format (1 to 3: the predecessors'
   /// layouts, so that a profile read from one formats back to the same text).
   [[nodiscard]] static std::string format(const capacity_profile& p) {
     std::ostringstream out;
@@ -133,14 +133,18 @@ class profile_store {
       if (p.format >= 3)
         out << "lead_in_ns_low = " << g.lead_in_ns_low << "\n"
             << "lead_in_ns_high = " << g.lead_in_ns_high << "\n";
+      if (p.format >= 4)
+        out << "sustained_compute_ns_low = " << g.sustained_compute_ns_low << "\n"
+            << "sustained_compute_ns_high = " << g.sustained_compute_ns_high << "\n";
     }
     return out.str();
   }
 
-  /// @brief Parses a profile file's text: format 3 (a `format = 3` line before any group, the
+  /// @brief Parses a profile file's text: format 4 (a `format = 4` line before any group, the
   /// keys of format 1 and the calibration's, then one `[[groups]]` table per execution group),
-  /// format 2 (the same with `format = 2` and groups without the lead-in keys, read as 0), or
-  /// format 1 (no `format` line, exactly the budget keys). Every key must be present exactly
+  /// format 3 (the same with `format = 3` and groups without the sustained-compute keys, read as
+  /// 0: not measured), format 2 (nor the lead-in keys, read as 0), or format 1 (no `format`
+  /// line, exactly the budget keys). Every key of the file's format must be present exactly
   /// once.
   /// @throws format_error naming @p file and the key; a profile of a newer format is refused
   /// with the formats this ddo reads.
@@ -155,13 +159,14 @@ class profile_store {
     constexpr std::size_t v1_keys = 8;
     static constexpr std::string_view group_keys[] = {
         "name",           "pinned_bytes",    "staged_bytes",   "file_bytes",     "transfer_ns",
-        "compute_ns_low", "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high"};
-    constexpr std::size_t v2_group_keys = 7;  // format 2's groups: without the lead-in keys
+        "compute_ns_low", "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high",
+        "sustained_compute_ns_low", "sustained_compute_ns_high"};
+    // How many of group_keys each format's groups have (format 2: 7, 3: 9, 4: 11).
+    const auto group_keys_of = [](int format) -> std::size_t { return 7 + 2 * static_cast<std::size_t>(format - 2); };
+    static_assert(std::size(group_keys) == 7 + 2 * (capacity_profile_format - 2));
     constexpr std::uint32_t all_top = (1u << std::size(top_keys)) - 1;
     capacity_profile p;
-    const auto all_group = [&p] {
-      return (1u << (p.format >= 3 ? std::size(group_keys) : v2_group_keys)) - 1;
-    };
+    const auto all_group = [&] { return (1u << group_keys_of(std::max(p.format, 2))) - 1; };
     std::uint32_t seen = 0, group_seen = 0;
     bool in_group = false;
     std::size_t line_number = 0;
@@ -173,6 +178,9 @@ class profile_store {
                                                "name, pinned_bytes, staged_bytes, file_bytes, "
                                                "transfer_ns, compute_ns_low, compute_ns_high" +
                                                (p.format >= 3 ? ", lead_in_ns_low, lead_in_ns_high"
+                                                              : "") +
+                                               (p.format >= 4 ? ", sustained_compute_ns_low, "
+                                                                "sustained_compute_ns_high"
                                                               : ""));
       group_seen = 0;
     };
@@ -203,10 +211,15 @@ class profile_store {
         const auto at = std::find(std::begin(group_keys), std::end(group_keys), key);
         if (at == std::end(group_keys))
           throw format_error(file, key, file + ": unknown key '" + key + "' in a [[groups]] table");
-        if (p.format < 3 && static_cast<std::size_t>(at - std::begin(group_keys)) >= v2_group_keys)
-          throw format_error(file, key, file + ": key '" + key + "' belongs to format 3, but " +
-                                            "the file says format " + std::to_string(p.format) +
+        const auto index = static_cast<std::size_t>(at - std::begin(group_keys));
+        if (index >= group_keys_of(std::max(p.format, 2))) {
+          int since = 3;
+          while (index >= group_keys_of(since)) ++since;
+          throw format_error(file, key, file + ": key '" + key + "' belongs to format " +
+                                            std::to_string(since) + " and later, but the file says format " +
+                                            std::to_string(p.format) +
                                             " (or has no format line before its groups)");
+        }
         const auto bit = 1u << (at - std::begin(group_keys));
         if (group_seen & bit)
           throw format_error(file, key, file + ": key '" + key + "' appears twice in group " +
@@ -221,7 +234,9 @@ class profile_store {
         else if (key == "compute_ns_low") g.compute_ns_low = parse_u64(value, file, key);
         else if (key == "compute_ns_high") g.compute_ns_high = parse_u64(value, file, key);
         else if (key == "lead_in_ns_low") g.lead_in_ns_low = parse_u64(value, file, key);
-        else g.lead_in_ns_high = parse_u64(value, file, key);
+        else if (key == "lead_in_ns_high") g.lead_in_ns_high = parse_u64(value, file, key);
+        else if (key == "sustained_compute_ns_low") g.sustained_compute_ns_low = parse_u64(value, file, key);
+        else g.sustained_compute_ns_high = parse_u64(value, file, key);
         continue;
       }
       const auto at = std::find(std::begin(top_keys), std::end(top_keys), key);
@@ -245,11 +260,13 @@ class profile_store {
         p.full_pin = value == "true";
       } else if (key == "format") {
         const std::uint64_t f = parse_u64(value, file, key);
-        if (f != 2 && f != static_cast<std::uint64_t>(capacity_profile_format))
+        if (f < 2 || f > static_cast<std::uint64_t>(capacity_profile_format))
           throw format_error(file, key, file + ": capacity profile format " +
                                             sanitize_utf8(value.substr(0, 20)) +
-                                            " is not one this ddo reads (3, 2, or 1 without a "
-                                            "format line): calibrate again with build_profile");
+                                            " is not one this ddo reads (2 to " +
+                                            std::to_string(capacity_profile_format) +
+                                            ", or 1 without a format line): calibrate again "
+                                            "with build_profile");
         p.format = static_cast<int>(f);
       } else if (key == "model_fingerprint") p.model_fingerprint = parse_string(value, file, key);
       else if (key == "transport") p.transport = parse_string(value, file, key);
@@ -268,9 +285,9 @@ class profile_store {
         if (seen & (1u << k))
           throw format_error(file, std::string(top_keys[k]),
                              file + ": key '" + std::string(top_keys[k]) +
-                                 "' belongs to formats 2 and 3, but the file has no 'format' line");
+                                 "' belongs to formats 2 and later, but the file has no 'format' line");
       if (!p.groups.empty())
-        throw format_error(file, "groups", file + ": [[groups]] belong to formats 2 and 3, but "
+        throw format_error(file, "groups", file + ": [[groups]] belong to formats 2 and later, but "
                                                   "the file has no 'format' line");
       if (seen != (1u << v1_keys) - 1)
         throw format_error(file, "", file + ": incomplete capacity profile (a key is missing)");

@@ -41,6 +41,14 @@ namespace detail {
   return detail::interpolate_ms(p, g.compute_ns_low, g.compute_ns_high, tokens);
 }
 
+/// @brief Group @p g's compute at @p tokens timed back to back (the sustained clock),
+/// interpolated as compute_ms_at; 0 when the profile did not measure it (format 3).
+[[nodiscard]] inline double sustained_compute_ms_at(const capacity_profile& p, const group_profile& g,
+                                                    std::uint64_t tokens) noexcept {
+  if (!g.has_sustained_compute()) return 0.0;
+  return detail::interpolate_ms(p, g.sustained_compute_ns_low, g.sustained_compute_ns_high, tokens);
+}
+
 /// @brief Group @p g's lead-in at @p tokens, interpolated as compute_ms_at (0 from a format 2
 /// profile).
 [[nodiscard]] inline double lead_in_ms_at(const capacity_profile& p, const group_profile& g,
@@ -48,7 +56,10 @@ namespace detail {
   return detail::interpolate_ms(p, g.lead_in_ns_low, g.lead_in_ns_high, tokens);
 }
 
-/// @brief The per-group times of @p p at @p tokens (tokens 0: the higher calibrated count).
+/// @brief The per-group times of @p p at @p tokens (tokens 0: the higher calibrated count):
+/// compute_ms is the sustained (back-to-back) compute and streaming_compute_ms the streaming
+/// pass's where the profile has both; else compute_ms is the streaming pass's and
+/// streaming_compute_ms 0 (no clock model).
 /// @param note set to a warning when @p tokens lies outside the calibrated range (extrapolated).
 /// @throws usage_error for a profile without group timings (format 1, or written by a
 /// budget-only calibration), naming the profile and what to do.
@@ -73,9 +84,13 @@ namespace detail {
   }
   std::vector<group_timing> out;
   out.reserve(p.groups.size());
-  for (const auto& g : p.groups)
-    out.push_back({g.name, g.bytes(), compute_ms_at(p, g, tokens),
-                   static_cast<double>(g.transfer_ns) * 1e-6, lead_in_ms_at(p, g, tokens)});
+  for (const auto& g : p.groups) {
+    const double streaming = compute_ms_at(p, g, tokens);
+    const double sustained = sustained_compute_ms_at(p, g, tokens);
+    out.push_back({g.name, g.bytes(), g.has_sustained_compute() ? sustained : streaming,
+                   static_cast<double>(g.transfer_ns) * 1e-6, lead_in_ms_at(p, g, tokens),
+                   g.has_sustained_compute() ? streaming : 0.0});
+  }
   return out;
 }
 

@@ -3,7 +3,7 @@
 /// @file
 /// @brief Calibration through the library: an engine runs a few steps of its own model at two
 /// token counts on a zero-resident calibration plan (`build_profile` with a `profile_name`), and
-/// ddo turns what it measured into a capacity profile (format 3) for the overlap-aware planner.
+/// ddo turns what it measured into a capacity profile (format 4) for the overlap-aware planner.
 ///
 /// @code
 /// ddo::calibration_recorder recorder;
@@ -27,10 +27,21 @@
 /// are not used for compute (their loads are, so groups the ring keeps loaded count too).
 /// The engine should drop each lease before acquiring the next group, so that one group's
 /// compute span does not include the next one's wait.
+///
+/// The sustained pass (calibration_options::sustained_pass, on by default): at each token count
+/// the same steps run again in compute-only mode (basic_offloader::set_compute_only: no copies,
+/// leases address stale slot bytes), so the engine's stream runs its groups back to back as a
+/// plan that hides its copies runs them. On a power-limited GPU that compute is slower than
+/// the streaming pass's (the clock drops at the power cap; docs/calibration.md); the profile
+/// keeps both and the step predictor interpolates by a plan's duty cycle. The engine's outputs
+/// of those steps are meaningless; an engine whose compute depends on the weights' values
+/// (data-dependent routing) turns the pass off.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -79,8 +90,8 @@ class calibration_recorder final : public trace_sink {
     if (next_ != nullptr) next_->on_span(s);
   }
 
-  /// @brief Spans from now on are compute at token point @p point (0: low, 1: high, -1:
-  /// warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)):
+  /// @brief Spans from now on are compute at token point @p point (0: low, 1: high; 2 and 3:
+  /// the same in the sustained pass; -1: warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)):
   /// the lead-ins of that harvest are counted under the point it was recorded at. The waiting
   /// harvest held the host back, so the gap before the next compute is not the engine's: no
   /// lead-in is counted across this call.
@@ -96,7 +107,7 @@ class calibration_recorder final : public trace_sink {
     std::lock_guard lock(mutex_);
     return g < copies_.size() ? median_ns(copies_[g]) : 0;
   }
-  /// @brief Median compute (ns) of group @p g at point @p point (0 or 1), 0 when none.
+  /// @brief Median compute (ns) of group @p g at point @p point (0 to 3), 0 when none.
   [[nodiscard]] std::uint64_t compute_ns(std::size_t g, int point) const {
     std::lock_guard lock(mutex_);
     const auto& per = compute_[point];
@@ -130,7 +141,8 @@ class calibration_recorder final : public trace_sink {
     double start_us = 0.0, end_us = 0.0;
   };
 
-  [[nodiscard]] int slot() const noexcept { return point_ < 0 ? 2 : point_; }
+  static constexpr int warm_up = 4;  // where warm-up spans go (point -1)
+  [[nodiscard]] int slot() const noexcept { return point_ < 0 ? warm_up : point_; }
 
   /// Lead-ins of the spans harvested since the last call, in stream order: a compute span's
   /// start less the previous compute's end (carried across the steps of a token point: the
@@ -159,8 +171,8 @@ class calibration_recorder final : public trace_sink {
   mutable std::mutex mutex_;
   int point_ = -1;
   std::vector<std::vector<double>> copies_;      // per group: load spans (µs)
-  std::vector<std::vector<double>> compute_[3];  // low, high, warm-up
-  std::vector<std::vector<double>> lead_ins_[3];
+  std::vector<std::vector<double>> compute_[warm_up + 1];  // per point, then warm-up
+  std::vector<std::vector<double>> lead_ins_[warm_up + 1];
   std::vector<engine_span> harvest_;
   double last_compute_end_us_ = -1.0;
 };
@@ -169,8 +181,16 @@ class calibration_recorder final : public trace_sink {
 struct calibration_options {
   std::uint64_t tokens_low = 0;   ///< the two token counts compute is timed at (0 < low ≤ high;
   std::uint64_t tokens_high = 0;  ///< equal: one count, no interpolation)
-  int warmup_steps = 1;           ///< per token count, not used for compute
-  int measured_steps = 3;         ///< per token count; medians over these
+  int warmup_steps = 1;           ///< per token count and pass, not used for compute
+  int measured_steps = 3;         ///< per token count and pass; medians over these
+  /// Time compute again in compute-only mode, back to back (see this header's description).
+  bool sustained_pass = true;
+  /// The sustained pass warms up for at least this much compute (device time, estimated from
+  /// the streaming pass's steps), and at least warmup_steps: a GPU's power controller takes
+  /// a few hundred milliseconds to bring the clock down to what it sustains (on the H200, from
+  /// 1980 to ~1550 MHz within 0.5 s of back-to-back compute), so a few short steps would be
+  /// timed at the boost clock.
+  double sustained_warmup_ms = 2000.0;
   /// Free device memory now; sampled before the first step and after every step (the
   /// low-water mark). Empty: the transport's device_memory() (cudaMemGetInfo; host_sim's
   /// ledger).
@@ -205,6 +225,10 @@ template <class Offloader, class RunStep>
                   std::to_string(options.tokens_low) + " and " + std::to_string(options.tokens_high));
   DDO_EXPECTS(options.warmup_steps >= 0 && options.measured_steps >= 1,
               "calibrate: warmup_steps must be >= 0 and measured_steps >= 1");
+  DDO_EXPECTS(options.sustained_warmup_ms >= 0.0 && options.sustained_warmup_ms <= 600'000.0,
+              "calibrate: sustained_warmup_ms must be in [0, 600000], got " +
+                  std::to_string(options.sustained_warmup_ms));
+  DDO_EXPECTS(!off.compute_only(), "calibrate: the offloader is in compute-only mode; switch it off first");
 
   auto& transport = off.transport();
   const auto free_now = [&]() -> std::uint64_t {
@@ -222,23 +246,52 @@ template <class Offloader, class RunStep>
                                     device.total_bytes != 0 ? device.total_bytes : ~0ull);
   m.min_free_vram_bytes = m.free_vram_before_bytes;
   const int points = options.tokens_low == options.tokens_high ? 1 : 2;
+  const int passes = options.sustained_pass ? 2 : 1;
+  // Whatever run_step throws, the offloader leaves compute-only mode (its leases are gone by
+  // then: they unwound with run_step), so the engine's next step reads real weights.
+  struct copying_again {
+    Offloader& off;
+    ~copying_again() {
+      try {
+        off.set_compute_only(false);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddo: calibrate: leaving compute-only mode failed: %s\n", e.what());
+      }
+    }
+  } restore{off};
   for (int point = 0; point < points; ++point) {
     const std::uint64_t tokens = point == 0 ? options.tokens_low : options.tokens_high;
-    for (int step = 0; step < options.warmup_steps + options.measured_steps; ++step) {
-      // Spans arrive when harvested: harvest (waiting) before switching what they count as —
-      // only then, so that the measured steps run back to back as the engine runs them (a
-      // waiting harvest between steps would put a host gap before each step's first group).
-      if (step == 0 || step == options.warmup_steps) {
+    for (int pass = 0; pass < passes; ++pass) {
+      off.set_compute_only(pass == 1);
+      int warmup = options.warmup_steps;
+      if (pass == 1) {
+        // The streaming pass's spans, counted under its point; then as many warm-up steps as
+        // make sustained_warmup_ms of the compute it measured.
         (void)off.metrics(true);
-        recorder.set_point(step < options.warmup_steps ? -1 : point);
+        recorder.set_point(-1);
+        double step_ms = 0.0;
+        for (std::size_t g = 0; g < off.group_count(); ++g)
+          step_ms += static_cast<double>(recorder.compute_ns(g, point) + recorder.lead_in_ns(g, point)) * 1e-6;
+        if (step_ms > 0.0)
+          warmup = std::max(warmup, static_cast<int>(std::min(options.sustained_warmup_ms / step_ms + 0.999, 1e6)));
       }
-      off.begin_step();
-      run_step(tokens);
-      m.min_free_vram_bytes = std::min(m.min_free_vram_bytes, free_now());
+      for (int step = 0; step < warmup + options.measured_steps; ++step) {
+        // Spans arrive when harvested: harvest (waiting) before switching what they count as —
+        // only then, so that the measured steps run back to back as the engine runs them (a
+        // waiting harvest between steps would put a host gap before each step's first group).
+        if ((step == 0 && pass == 0) || step == warmup) {
+          (void)off.metrics(true);
+          recorder.set_point(step < warmup ? -1 : point + 2 * pass);
+        }
+        off.begin_step();
+        run_step(tokens);
+        m.min_free_vram_bytes = std::min(m.min_free_vram_bytes, free_now());
+      }
     }
   }
   (void)off.metrics(true);
   recorder.set_point(-1);
+  off.set_compute_only(false);
 
   const auto& plan = off.plan();
   m.model_bytes = off.table().total_bytes();
@@ -261,6 +314,10 @@ template <class Offloader, class RunStep>
     gp.compute_ns_high = points == 2 ? recorder.compute_ns(g, 1) : gp.compute_ns_low;
     gp.lead_in_ns_low = recorder.lead_in_ns(g, 0);
     gp.lead_in_ns_high = points == 2 ? recorder.lead_in_ns(g, 1) : gp.lead_in_ns_low;
+    if (passes == 2) {
+      gp.sustained_compute_ns_low = recorder.compute_ns(g, 2);
+      gp.sustained_compute_ns_high = points == 2 ? recorder.compute_ns(g, 3) : gp.sustained_compute_ns_low;
+    }
     DDO_EXPECTS(recorder.compute_samples(g, 0) > 0,
                 "calibrate: no compute was timed for group '" + pg.name +
                     "': run_step must acquire every group through the offloader");
