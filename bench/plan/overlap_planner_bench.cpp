@@ -496,14 +496,15 @@ int main(int argc, char** argv) {
     // the predictions of format 2 ran 5.6-9% below the measurements. Compute is timed back to
     // back (format 4's sustained pass) and while streaming: on a power-capped GPU the two differ
     // by the clock (docs/calibration.md).
-    std::printf("calibrated at %llu and %llu tokens; comparing at %lld tokens: compute %.1f ms back to "
-                "back, %.1f ms while streaming (x%.3f) (of which %.1f ms between groups), copies %.1f ms "
-                "per step (compute/copy %.2f)%s\n\n",
-                static_cast<unsigned long long>(profile.tokens_low),
-                static_cast<unsigned long long>(profile.tokens_high), static_cast<long long>(tokens),
-                compute_sum, streaming_sum + lead_in_sum, (compute_sum - lead_in_sum) / std::max(streaming_sum, 1e-9),
-                lead_in_sum, copy_sum, compute_sum / copy_sum,
-                opt.tokens ? " (--tokens)" : " (picked: where neither dominates)");
+    std::printf(
+        "calibrated at %llu and %llu tokens; comparing at %lld tokens: compute %.1f ms back to "
+        "back, %.1f ms while streaming (x%.3f) (of which %.1f ms between groups), copies %.1f ms "
+        "per step (compute/copy %.2f)%s\n\n",
+        static_cast<unsigned long long>(profile.tokens_low),
+        static_cast<unsigned long long>(profile.tokens_high), static_cast<long long>(tokens),
+        compute_sum, streaming_sum + lead_in_sum,
+        (compute_sum - lead_in_sum) / std::max(streaming_sum, 1e-9), lead_in_sum, copy_sum,
+        compute_sum / copy_sum, opt.tokens ? " (--tokens)" : " (picked: where neither dominates)");
 
     // 3. Budgets of 25-50% of the model: overlap-aware vs spread / first / largest.
     ddo::overlap_residency_planner overlap;
@@ -529,7 +530,8 @@ int main(int argc, char** argv) {
     std::string patterns;     // which groups each plan keeps resident, printed after the table
     std::string paired_rows;  // overlap-aware against each plan, paired by round
     double worst_error = 0.0;  // over every plan measured, all and nothing resident included
-    for (const auto* r : {&all, &none}) worst_error = std::max(worst_error, std::abs(r->predicted - r->ms) / r->ms);
+    for (const auto* r : {&all, &none})
+      worst_error = std::max(worst_error, std::abs(r->predicted - r->ms) / r->ms);
     for (const double share : {0.25, 0.375, 0.5}) {
       const auto budget = static_cast<std::uint64_t>(share * static_cast<double>(total));
       char label[16];

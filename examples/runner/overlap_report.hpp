@@ -113,10 +113,12 @@ inline void print_overlap_prediction(const offload_plan& plan, const overlap_tim
               p.step_ms, p.compute_ms, p.stall_ms, p.loads, p.transfer_ms, c.all_resident_ms,
               c.all_resident_ms > 0 ? p.step_ms / c.all_resident_ms : 1.0, c.none_resident_ms);
   if (p.clock_blend < 1.0)
-    std::printf("  the engine's stream computes %.0f%% of the step, so compute is predicted %.0f%% of the "
-                "way from the streaming calibration's clock to the sustained one (docs/calibration.md)\n",
-                100.0 * p.compute_duty, 100.0 * p.clock_blend);
-  else if (std::any_of(cands.begin(), cands.end(), [](const auto& g) { return g.streaming_compute_ms > 0.0; }))
+    std::printf(
+        "  the engine's stream computes %.0f%% of the step, so compute is predicted %.0f%% of the "
+        "way from the streaming calibration's clock to the sustained one (docs/calibration.md)\n",
+        100.0 * p.compute_duty, 100.0 * p.clock_blend);
+  else if (std::any_of(cands.begin(), cands.end(),
+                       [](const auto& g) { return g.streaming_compute_ms > 0.0; }))
     std::printf("  compute at the GPU's sustained clock (the stream computes %.0f%% of the step)\n",
                 100.0 * p.compute_duty);
   std::printf("  copies may run %.2fx slower than calibrated before the step grows%s\n",

@@ -217,7 +217,8 @@ TEST_SUITE("plan") {
     CHECK(mixed.clock_blend < 1.0);
     const double streaming_duty = 6.4 / 12.0;
     CHECK(mixed.clock_blend ==
-          doctest::Approx((mixed.compute_duty - streaming_duty) / (1.0 - streaming_duty)).epsilon(1e-3));
+          doctest::Approx((mixed.compute_duty - streaming_duty) / (1.0 - streaming_duty))
+              .epsilon(1e-3));
     CHECK(mixed.compute_ms == doctest::Approx(4 * (1.6 + 0.4 * mixed.clock_blend)).epsilon(1e-6));
     // Without a streaming time the clock is not modelled: compute_ms throughout.
     for (auto& x : g) x.streaming_compute_ms = 0.0;
@@ -331,7 +332,8 @@ TEST_SUITE("plan") {
       const std::uint64_t budget = rng() % (total + 1);
       const ddo::ring_shape ring{1 + rng() % 4, rng() % 2 ? 1 + rng() % 4 : SIZE_MAX};
       const double best = brute_force(g, budget, ring);
-      const auto c = ddo::choose_overlap_residency(g, budget, ring, ddo::overlap_exhaustive_limit, 0.0);
+      const auto c =
+          ddo::choose_overlap_residency(g, budget, ring, ddo::overlap_exhaustive_limit, 0.0);
       CAPTURE(trial);
       CHECK(c.prediction.step_ms == doctest::Approx(best).epsilon(1e-9));
       const auto h = ddo::choose_overlap_residency(g, budget, ring, 0, 0.0);

@@ -81,9 +81,10 @@ TEST_SUITE("profile") {
     // A format 3 file with a format 4 key is malformed, not silently upgraded.
     std::string mixed = text;
     mixed.insert(mixed.find("compute_ns_high"), "sustained_compute_ns_low = 5\n");
-    CHECK_THROWS_WITH_AS((void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
-                         doctest::Contains("belongs to format 4 and later, but the file says format 3"),
-                         ddo::format_error);
+    CHECK_THROWS_WITH_AS(
+        (void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
+        doctest::Contains("belongs to format 4 and later, but the file says format 3"),
+        ddo::format_error);
   }
 
   TEST_CASE("with sustained compute, timings give it as compute and the streaming pass apart") {
@@ -109,7 +110,8 @@ TEST_SUITE("profile") {
     auto p = timed_profile(rng, 4);
     p.format = 2;
     for (auto& g : p.groups)
-      g.lead_in_ns_low = g.lead_in_ns_high = g.sustained_compute_ns_low = g.sustained_compute_ns_high = 0;
+      g.lead_in_ns_low = g.lead_in_ns_high = g.sustained_compute_ns_low =
+          g.sustained_compute_ns_high = 0;
     const auto text = ddo::profile_store::format(p);
     CHECK(text.find("format = 2") != std::string::npos);
     CHECK(text.find("lead_in") == std::string::npos);
@@ -170,10 +172,11 @@ TEST_SUITE("profile") {
     no_transfer.erase(no_transfer.rfind("transfer_ns"), no_transfer.find('\n', no_transfer.rfind("transfer_ns")) -
                                                          no_transfer.rfind("transfer_ns") + 1);
     expect(no_transfer, "groups", "is missing a key");
-    std::string twice = good + "\n[[groups]]\nname = \"transformer_blocks.0\"\npinned_bytes = 1\n"
-                               "staged_bytes = 0\nfile_bytes = 0\ntransfer_ns = 1\ncompute_ns_low = 1\n"
-                               "compute_ns_high = 1\nlead_in_ns_low = 0\nlead_in_ns_high = 0\n"
-                               "sustained_compute_ns_low = 0\nsustained_compute_ns_high = 0\n";
+    std::string twice = good +
+                        "\n[[groups]]\nname = \"transformer_blocks.0\"\npinned_bytes = 1\n"
+                        "staged_bytes = 0\nfile_bytes = 0\ntransfer_ns = 1\ncompute_ns_low = 1\n"
+                        "compute_ns_high = 1\nlead_in_ns_low = 0\nlead_in_ns_high = 0\n"
+                        "sustained_compute_ns_low = 0\nsustained_compute_ns_high = 0\n";
     expect(twice, "groups", "appears twice");
     std::string reversed = good;
     reversed.replace(reversed.find("tokens_low = 1024"), 17, "tokens_low = 9999");

@@ -61,8 +61,10 @@ struct calibration_setup {
   std::optional<ddo::offloader<ddo::host_sim_transport>> off;
   ddo::host_sim_transport::stream stream;
 
-  explicit calibration_setup(const std::string& profile_name, double bandwidth_bytes_per_second = 0.0)
-      : sim({.device_capacity_bytes = 64 * ddo::mib, .bandwidth_bytes_per_second = bandwidth_bytes_per_second}) {
+  explicit calibration_setup(const std::string& profile_name,
+                             double bandwidth_bytes_per_second = 0.0)
+      : sim({.device_capacity_bytes = 64 * ddo::mib,
+             .bandwidth_bytes_per_second = bandwidth_bytes_per_second}) {
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
@@ -250,22 +252,27 @@ TEST_SUITE("runtime") {
     }
     // The planner plans with the sustained compute and keeps the streaming pass's apart.
     const auto timings = ddo::timings_at(profile, 100);
-    CHECK(timings[0].compute_ms == doctest::Approx(profile.groups[0].sustained_compute_ns_low * 1e-6));
-    CHECK(timings[0].streaming_compute_ms == doctest::Approx(profile.groups[0].compute_ns_low * 1e-6));
+    CHECK(timings[0].compute_ms ==
+          doctest::Approx(profile.groups[0].sustained_compute_ns_low * 1e-6));
+    CHECK(timings[0].streaming_compute_ms ==
+          doctest::Approx(profile.groups[0].compute_ns_low * 1e-6));
 
     // Turned off: no sustained times (a format 4 profile with zeros; one clock).
     calibration_setup d("no-sustained");
     options.sustained_pass = false;
     options.sustained_warmup_ms = -1.0;
-    CHECK_THROWS_WITH_AS((void)ddo::calibrate(*d.off, d.recorder, d.settings.config, [](std::uint64_t) {}, options),
-                         doctest::Contains("sustained_warmup_ms must be in [0, 600000]"), ddo::usage_error);
+    CHECK_THROWS_WITH_AS((void)ddo::calibrate(
+                             *d.off, d.recorder, d.settings.config, [](std::uint64_t) {}, options),
+                         doctest::Contains("sustained_warmup_ms must be in [0, 600000]"),
+                         ddo::usage_error);
     options.sustained_warmup_ms = 0.0;
-    const auto plain = ddo::calibrate(*d.off, d.recorder, d.settings.config,
-                                      [&](std::uint64_t) {
-                                        for (std::size_t g = 0; g < d.off->group_count(); ++g)
-                                          auto lease = d.off->acquire(g, d.view());
-                                      },
-                                      options);
+    const auto plain = ddo::calibrate(
+        *d.off, d.recorder, d.settings.config,
+        [&](std::uint64_t) {
+          for (std::size_t g = 0; g < d.off->group_count(); ++g)
+            auto lease = d.off->acquire(g, d.view());
+        },
+        options);
     CHECK_FALSE(plain.groups[0].has_sustained_compute());
     CHECK(ddo::timings_at(plain, 100)[0].streaming_compute_ms == 0.0);
   }

@@ -46,9 +46,8 @@ struct file_model {
                                           ? std::filesystem::path(DDO_TEST_BUILD_DIR)
                                           : std::filesystem::temp_directory_path();
     for (std::size_t s = 0; s < shards; ++s) {
-      files.push_back(dir /
-                      ("ddo_nvme_" + std::to_string(::getpid()) + "_" + std::to_string(seed) + "_" +
-                       std::to_string(s) + ".bin"));
+      files.push_back(dir / ("ddo_nvme_" + std::to_string(::getpid()) + "_" + std::to_string(seed) +
+                             "_" + std::to_string(s) + ".bin"));
       out[s].open(files.back(), std::ios::binary | std::ios::trunc);
       if (!out[s].good()) throw std::runtime_error("cannot write " + files.back().string());
       table.add_file(files.back().string());

@@ -581,8 +581,10 @@ TEST_CASE_TEMPLATE_DEFINE("vmm native: window totals and registered segments are
   refused(o, "vmm_source_registered_gb");
 }
 
-TEST_CASE_TEMPLATE_DEFINE("vmm conformance: compute-only mode maps groups at their addresses, copies nothing, and leaving it loads every byte again",
-                          Traits, vmm_compute_only) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "vmm conformance: compute-only mode maps groups at their addresses, copies nothing, and "
+    "leaving it loads every byte again",
+    Traits, vmm_compute_only) {
   DDO_VMM_SKIP(Traits);
   using namespace ddo_vmm_test;
   using T = typename Traits::transport_type;
@@ -596,9 +598,9 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: compute-only mode maps groups at the
     const auto v = T::view(compute);
     readback<T> rb(t, 3 * model_bytes(*m) + 1024);
     {
-      ddo::basic_offloader<T> off(t, m->table, m->plan,
-                                  native ? native_runtime_options(3, streamed_file_bytes(*m) / 2)
-                                         : vmm_runtime_options(3));
+      ddo::basic_offloader<T> off(
+          t, m->table, m->plan,
+          native ? native_runtime_options(3, streamed_file_bytes(*m) / 2) : vmm_runtime_options(3));
       REQUIRE(off.slot_count() < off.group_count());
       const auto step = [&](bool read_back) {
         off.begin_step();

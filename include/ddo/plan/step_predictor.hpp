@@ -280,13 +280,14 @@ class clock_model {
     clocked_.assign(groups.begin(), groups.end());
     double blend = 1.0;
     for (int i = 0; i < 12; ++i) {
-      const double next = std::clamp((out.compute_duty - streaming_duty_) /
-                                         (sustained_duty_ - streaming_duty_), 0.0, 1.0);
+      const double next = std::clamp(
+          (out.compute_duty - streaming_duty_) / (sustained_duty_ - streaming_duty_), 0.0, 1.0);
       if (next - blend < 1e-4 && blend - next < 1e-4) break;
       blend = next;
       for (std::size_t g = 0; g < groups.size(); ++g) {
         const double s = groups[g].streaming_compute_ms;
-        clocked_[g].compute_ms = s > 0.0 ? s + (groups[g].compute_ms - s) * blend : groups[g].compute_ms;
+        clocked_[g].compute_ms =
+            s > 0.0 ? s + (groups[g].compute_ms - s) * blend : groups[g].compute_ms;
       }
       predict_into(replay, clocked_, ring, out);
       ++replays;

@@ -158,11 +158,13 @@ class profile_store {
         "tokens_low", "tokens_high"};
     constexpr std::size_t v1_keys = 8;
     static constexpr std::string_view group_keys[] = {
-        "name",           "pinned_bytes",    "staged_bytes",   "file_bytes",     "transfer_ns",
-        "compute_ns_low", "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high",
-        "sustained_compute_ns_low", "sustained_compute_ns_high"};
+        "name", "pinned_bytes", "staged_bytes", "file_bytes", "transfer_ns", "compute_ns_low",
+        "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high", "sustained_compute_ns_low",
+        "sustained_compute_ns_high"};
     // How many of group_keys each format's groups have (format 2: 7, 3: 9, 4: 11).
-    const auto group_keys_of = [](int format) -> std::size_t { return 7 + 2 * static_cast<std::size_t>(format - 2); };
+    const auto group_keys_of = [](int format) -> std::size_t {
+      return 7 + 2 * static_cast<std::size_t>(format - 2);
+    };
     static_assert(std::size(group_keys) == 7 + 2 * (capacity_profile_format - 2));
     constexpr std::uint32_t all_top = (1u << std::size(top_keys)) - 1;
     capacity_profile p;
@@ -172,16 +174,16 @@ class profile_store {
     std::size_t line_number = 0;
     const auto finish_group = [&] {
       if (in_group && group_seen != all_group())
-        throw format_error(file, "groups", file + ": group " + std::to_string(p.groups.size()) +
-                                               " ('" + sanitize_utf8(p.groups.back().name.substr(0, 200)) +
-                                               "') is missing a key; each [[groups]] needs " +
-                                               "name, pinned_bytes, staged_bytes, file_bytes, "
-                                               "transfer_ns, compute_ns_low, compute_ns_high" +
-                                               (p.format >= 3 ? ", lead_in_ns_low, lead_in_ns_high"
-                                                              : "") +
-                                               (p.format >= 4 ? ", sustained_compute_ns_low, "
-                                                                "sustained_compute_ns_high"
-                                                              : ""));
+        throw format_error(file, "groups",
+                           file + ": group " + std::to_string(p.groups.size()) + " ('" +
+                               sanitize_utf8(p.groups.back().name.substr(0, 200)) +
+                               "') is missing a key; each [[groups]] needs " +
+                               "name, pinned_bytes, staged_bytes, file_bytes, "
+                               "transfer_ns, compute_ns_low, compute_ns_high" +
+                               (p.format >= 3 ? ", lead_in_ns_low, lead_in_ns_high" : "") +
+                               (p.format >= 4 ? ", sustained_compute_ns_low, "
+                                                "sustained_compute_ns_high"
+                                              : ""));
       group_seen = 0;
     };
     while (!text.empty()) {
@@ -215,10 +217,11 @@ class profile_store {
         if (index >= group_keys_of(std::max(p.format, 2))) {
           int since = 3;
           while (index >= group_keys_of(since)) ++since;
-          throw format_error(file, key, file + ": key '" + key + "' belongs to format " +
-                                            std::to_string(since) + " and later, but the file says format " +
-                                            std::to_string(p.format) +
-                                            " (or has no format line before its groups)");
+          throw format_error(file, key,
+                             file + ": key '" + key + "' belongs to format " +
+                                 std::to_string(since) + " and later, but the file says format " +
+                                 std::to_string(p.format) +
+                                 " (or has no format line before its groups)");
         }
         const auto bit = 1u << (at - std::begin(group_keys));
         if (group_seen & bit)
@@ -261,12 +264,12 @@ class profile_store {
       } else if (key == "format") {
         const std::uint64_t f = parse_u64(value, file, key);
         if (f < 2 || f > static_cast<std::uint64_t>(capacity_profile_format))
-          throw format_error(file, key, file + ": capacity profile format " +
-                                            sanitize_utf8(value.substr(0, 20)) +
-                                            " is not one this ddo reads (2 to " +
-                                            std::to_string(capacity_profile_format) +
-                                            ", or 1 without a format line): calibrate again "
-                                            "with build_profile");
+          throw format_error(
+              file, key,
+              file + ": capacity profile format " + sanitize_utf8(value.substr(0, 20)) +
+                  " is not one this ddo reads (2 to " + std::to_string(capacity_profile_format) +
+                  ", or 1 without a format line): calibrate again "
+                  "with build_profile");
         p.format = static_cast<int>(f);
       } else if (key == "model_fingerprint") p.model_fingerprint = parse_string(value, file, key);
       else if (key == "transport") p.transport = parse_string(value, file, key);
@@ -283,12 +286,14 @@ class profile_store {
       p.format = 1;
       for (std::size_t k = v1_keys; k < std::size(top_keys); ++k)
         if (seen & (1u << k))
-          throw format_error(file, std::string(top_keys[k]),
-                             file + ": key '" + std::string(top_keys[k]) +
-                                 "' belongs to formats 2 and later, but the file has no 'format' line");
+          throw format_error(
+              file, std::string(top_keys[k]),
+              file + ": key '" + std::string(top_keys[k]) +
+                  "' belongs to formats 2 and later, but the file has no 'format' line");
       if (!p.groups.empty())
-        throw format_error(file, "groups", file + ": [[groups]] belong to formats 2 and later, but "
-                                                  "the file has no 'format' line");
+        throw format_error(file, "groups",
+                           file + ": [[groups]] belong to formats 2 and later, but the file has "
+                                  "no 'format' line");
       if (seen != (1u << v1_keys) - 1)
         throw format_error(file, "", file + ": incomplete capacity profile (a key is missing)");
     } else if (seen != all_top) {

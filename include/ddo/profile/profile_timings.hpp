@@ -43,7 +43,8 @@ namespace detail {
 
 /// @brief Group @p g's compute at @p tokens timed back to back (the sustained clock),
 /// interpolated as compute_ms_at; 0 when the profile did not measure it (format 3).
-[[nodiscard]] inline double sustained_compute_ms_at(const capacity_profile& p, const group_profile& g,
+[[nodiscard]] inline double sustained_compute_ms_at(const capacity_profile& p,
+                                                    const group_profile& g,
                                                     std::uint64_t tokens) noexcept {
   if (!g.has_sustained_compute()) return 0.0;
   return detail::interpolate_ms(p, g.sustained_compute_ns_low, g.sustained_compute_ns_high, tokens);

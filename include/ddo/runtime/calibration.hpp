@@ -23,10 +23,10 @@
 /// between groups, which the step predictor counts and copies overlap), the device time of each
 /// load (copy spans) and its bytes by route (pinned, staged, file) as the plan placed them; the
 /// device's name, the transport, the model's fingerprint, the ring, and the free-memory
-/// low-water mark (sampled after every step). Medians over the measured steps; the first steps at each token count are warm-up and
-/// are not used for compute (their loads are, so groups the ring keeps loaded count too).
-/// The engine should drop each lease before acquiring the next group, so that one group's
-/// compute span does not include the next one's wait.
+/// low-water mark (sampled after every step). Medians over the measured steps; the first steps at
+/// each token count are warm-up and are not used for compute (their loads are, so groups the ring
+/// keeps loaded count too). The engine should drop each lease before acquiring the next group, so
+/// that one group's compute span does not include the next one's wait.
 ///
 /// The sustained pass (calibration_options::sustained_pass, on by default): at each token count
 /// the same steps run again in compute-only mode (basic_offloader::set_compute_only: no copies,
@@ -91,10 +91,10 @@ class calibration_recorder final : public trace_sink {
   }
 
   /// @brief Spans from now on are compute at token point @p point (0: low, 1: high; 2 and 3:
-  /// the same in the sustained pass; -1: warm-up, kept apart). Call after harvesting the previous point's spans (metrics(true)):
-  /// the lead-ins of that harvest are counted under the point it was recorded at. The waiting
-  /// harvest held the host back, so the gap before the next compute is not the engine's: no
-  /// lead-in is counted across this call.
+  /// the same in the sustained pass; -1: warm-up, kept apart). Call after harvesting the previous
+  /// point's spans (metrics(true)): the lead-ins of that harvest are counted under the point it was
+  /// recorded at. The waiting harvest held the host back, so the gap before the next compute is not
+  /// the engine's: no lead-in is counted across this call.
   void set_point(int point) {
     std::lock_guard lock(mutex_);
     count_lead_ins();
@@ -228,7 +228,8 @@ template <class Offloader, class RunStep>
   DDO_EXPECTS(options.sustained_warmup_ms >= 0.0 && options.sustained_warmup_ms <= 600'000.0,
               "calibrate: sustained_warmup_ms must be in [0, 600000], got " +
                   std::to_string(options.sustained_warmup_ms));
-  DDO_EXPECTS(!off.compute_only(), "calibrate: the offloader is in compute-only mode; switch it off first");
+  DDO_EXPECTS(!off.compute_only(),
+              "calibrate: the offloader is in compute-only mode; switch it off first");
 
   auto& transport = off.transport();
   const auto free_now = [&]() -> std::uint64_t {
@@ -269,11 +270,13 @@ template <class Offloader, class RunStep>
         // make sustained_warmup_ms of the compute it measured.
         (void)off.metrics(true);
         recorder.set_point(-1);
-        double step_ms = 0.0;
+        std::uint64_t step_ns = 0;
         for (std::size_t g = 0; g < off.group_count(); ++g)
-          step_ms += static_cast<double>(recorder.compute_ns(g, point) + recorder.lead_in_ns(g, point)) * 1e-6;
-        if (step_ms > 0.0)
-          warmup = std::max(warmup, static_cast<int>(std::min(options.sustained_warmup_ms / step_ms + 0.999, 1e6)));
+          step_ns += recorder.compute_ns(g, point) + recorder.lead_in_ns(g, point);
+        if (step_ns > 0) {
+          const double steps = options.sustained_warmup_ms * 1e6 / static_cast<double>(step_ns);
+          warmup = std::max(warmup, static_cast<int>(std::min(steps + 0.999, 1e6)));
+        }
       }
       for (int step = 0; step < warmup + options.measured_steps; ++step) {
         // Spans arrive when harvested: harvest (waiting) before switching what they count as —
@@ -316,7 +319,8 @@ template <class Offloader, class RunStep>
     gp.lead_in_ns_high = points == 2 ? recorder.lead_in_ns(g, 1) : gp.lead_in_ns_low;
     if (passes == 2) {
       gp.sustained_compute_ns_low = recorder.compute_ns(g, 2);
-      gp.sustained_compute_ns_high = points == 2 ? recorder.compute_ns(g, 3) : gp.sustained_compute_ns_low;
+      gp.sustained_compute_ns_high =
+          points == 2 ? recorder.compute_ns(g, 3) : gp.sustained_compute_ns_low;
     }
     DDO_EXPECTS(recorder.compute_samples(g, 0) > 0,
                 "calibrate: no compute was timed for group '" + pg.name +
