@@ -42,6 +42,31 @@ double brute_force(const std::vector<ddo::overlap_candidate>& g, std::uint64_t b
   return best;
 }
 
+/// A random search instance of 2 to 12 groups (a third big: copy 3 ms against 1 ms of compute;
+/// the rest small and compute-heavy, all jittered), a budget and a ring. With @p clock, each
+/// group's streaming compute is 0-20% below its back-to-back compute (the H200 measured 2-8.5%).
+struct search_instance {
+  std::vector<ddo::overlap_candidate> groups;
+  std::uint64_t budget = 0;
+  ddo::ring_shape ring;
+};
+search_instance random_instance(std::mt19937_64& rng, bool clock = false) {
+  search_instance x;
+  const std::size_t n = 2 + rng() % 11;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool big = rng() % 3 == 0;
+    const double compute = (big ? 1.0 : 1.5) * (0.5 + static_cast<double>(rng() % 100) / 100.0);
+    const double transfer = (big ? 3.0 : 0.7) * (0.5 + static_cast<double>(rng() % 100) / 100.0);
+    const double streaming = clock ? compute * (0.8 + static_cast<double>(rng() % 21) / 100.0) : 0.0;
+    x.groups.push_back({big ? 2u : 1u, compute, transfer, 0.0, streaming});
+    total += x.groups.back().bytes;
+  }
+  x.budget = rng() % (total + 1);
+  x.ring = {1 + rng() % 4, rng() % 2 ? 1 + rng() % 4 : SIZE_MAX};
+  return x;
+}
+
 /// Flux-like: 4 big groups whose copy outruns their compute, then 8 small compute-heavy ones.
 std::vector<ddo::overlap_candidate> two_kinds(double big_transfer, double small_compute) {
   std::vector<ddo::overlap_candidate> g;
@@ -278,18 +303,7 @@ TEST_SUITE("plan") {
     // 100 instances: each is up to four searches and two brute forces of 2^12 predictions, and
     // the suite must stay well inside its time limit under AddressSanitizer at -O0.
     for (int trial = 0; trial < 100; ++trial) {
-      const std::size_t n = 2 + rng() % 11;
-      std::vector<ddo::overlap_candidate> g;
-      std::uint64_t total = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const bool big = rng() % 3 == 0;
-        const double jitter = 0.5 + static_cast<double>(rng() % 100) / 100.0;
-        g.push_back({big ? 2u : 1u, (big ? 1.0 : 1.5) * jitter,
-                     (big ? 3.0 : 0.7) * (0.5 + static_cast<double>(rng() % 100) / 100.0)});
-        total += g.back().bytes;
-      }
-      const std::uint64_t budget = rng() % (total + 1);
-      const ddo::ring_shape ring{1 + rng() % 4, rng() % 2 ? 1 + rng() % 4 : SIZE_MAX};
+      const auto [g, budget, ring] = random_instance(rng);
       const double best = brute_force(g, budget, ring);
       // At the measured times (no margin): the search is the exhaustive optimum.
       const auto c = ddo::choose_overlap_residency(g, budget, ring, ddo::overlap_exhaustive_limit, 0.0);
@@ -316,21 +330,7 @@ TEST_SUITE("plan") {
   TEST_CASE("overlap search: matches an exhaustive search with the clock model") {
     std::mt19937_64 rng(20261204);
     for (int trial = 0; trial < 40; ++trial) {
-      const std::size_t n = 2 + rng() % 11;
-      std::vector<ddo::overlap_candidate> g;
-      std::uint64_t total = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const bool big = rng() % 3 == 0;
-        const double compute = (big ? 1.0 : 1.5) * (0.5 + static_cast<double>(rng() % 100) / 100.0);
-        // Streaming ran 0-20% faster than back to back (the H200 measured 2-8.5%).
-        const double streaming = compute * (0.8 + static_cast<double>(rng() % 21) / 100.0);
-        g.push_back({big ? 2u : 1u, compute,
-                     (big ? 3.0 : 0.7) * (0.5 + static_cast<double>(rng() % 100) / 100.0), 0.0,
-                     streaming});
-        total += g.back().bytes;
-      }
-      const std::uint64_t budget = rng() % (total + 1);
-      const ddo::ring_shape ring{1 + rng() % 4, rng() % 2 ? 1 + rng() % 4 : SIZE_MAX};
+      const auto [g, budget, ring] = random_instance(rng, true);
       const double best = brute_force(g, budget, ring);
       const auto c =
           ddo::choose_overlap_residency(g, budget, ring, ddo::overlap_exhaustive_limit, 0.0);

@@ -12,6 +12,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 
 #include "../plan/plan_test_support.hpp"
 
@@ -47,6 +48,24 @@ ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
   return ddo::make_capacity_profile("timed", m, 1.0);
 }
 
+/// A timed profile in an earlier @p format (2 or 3: the fields that format lacks zeroed), and
+/// its text, checked to read back identical and to format back to the same text.
+std::pair<ddo::capacity_profile, std::string> predecessor(int format, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto p = timed_profile(rng, 4);
+  p.format = format;
+  for (auto& g : p.groups) {
+    g.sustained_compute_ns_low = g.sustained_compute_ns_high = 0;
+    if (format < 3) g.lead_in_ns_low = g.lead_in_ns_high = 0;
+  }
+  auto text = ddo::profile_store::format(p);
+  CHECK(text.find("format = " + std::to_string(format)) != std::string::npos);
+  const auto back = ddo::profile_store::parse(text, "t.toml", "timed");
+  CHECK(back == p);
+  CHECK(ddo::profile_store::format(back) == text);
+  return {back, std::move(text)};
+}
+
 }  // namespace
 
 TEST_SUITE("profile") {
@@ -64,16 +83,8 @@ TEST_SUITE("profile") {
   }
 
   TEST_CASE("a format 3 profile is read without sustained compute: no clock model") {
-    std::mt19937_64 rng(3);
-    auto p = timed_profile(rng, 4);
-    p.format = 3;
-    for (auto& g : p.groups) g.sustained_compute_ns_low = g.sustained_compute_ns_high = 0;
-    const auto text = ddo::profile_store::format(p);
-    CHECK(text.find("format = 3") != std::string::npos);
+    const auto [back, text] = predecessor(3, 3);
     CHECK(text.find("sustained") == std::string::npos);
-    const auto back = ddo::profile_store::parse(text, "t.toml", "timed");
-    CHECK(back == p);
-    CHECK(ddo::profile_store::format(back) == text);
     const auto timings = ddo::timings_at(back, 2048);
     REQUIRE(timings.size() == 4);
     CHECK(timings[0].compute_ms == doctest::Approx(ddo::compute_ms_at(back, back.groups[0], 2048)));
@@ -106,18 +117,8 @@ TEST_SUITE("profile") {
   }
 
   TEST_CASE("a format 2 profile is read with lead-ins of 0 and formats back to its layout") {
-    std::mt19937_64 rng(2);
-    auto p = timed_profile(rng, 4);
-    p.format = 2;
-    for (auto& g : p.groups)
-      g.lead_in_ns_low = g.lead_in_ns_high = g.sustained_compute_ns_low =
-          g.sustained_compute_ns_high = 0;
-    const auto text = ddo::profile_store::format(p);
-    CHECK(text.find("format = 2") != std::string::npos);
+    const auto [back, text] = predecessor(2, 2);
     CHECK(text.find("lead_in") == std::string::npos);
-    const auto back = ddo::profile_store::parse(text, "t.toml", "timed");
-    CHECK(back == p);
-    CHECK(ddo::profile_store::format(back) == text);
     const auto timings = ddo::timings_at(back, 2048);
     REQUIRE(timings.size() == 4);
     CHECK(timings[0].lead_in_ms == 0.0);
