@@ -5,7 +5,6 @@
 // smallest budget within a slowdown of all-resident. Kept apart from the programs' own option
 // handling.
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -112,15 +111,15 @@ inline void print_overlap_prediction(const offload_plan& plan, const overlap_tim
               "copies; all resident %.3f ms (x%.3f), nothing resident %.3f ms\n",
               p.step_ms, p.compute_ms, p.stall_ms, p.loads, p.transfer_ms, c.all_resident_ms,
               c.all_resident_ms > 0 ? p.step_ms / c.all_resident_ms : 1.0, c.none_resident_ms);
-  if (p.clock_blend < 1.0)
-    std::printf(
-        "  the engine's stream computes %.0f%% of the step, so compute is predicted %.0f%% of the "
-        "way from the streaming calibration's clock to the sustained one (docs/calibration.md)\n",
-        100.0 * p.compute_duty, 100.0 * p.clock_blend);
-  else if (std::any_of(cands.begin(), cands.end(),
-                       [](const auto& g) { return g.streaming_compute_ms > 0.0; }))
-    std::printf("  compute at the GPU's sustained clock (the stream computes %.0f%% of the step)\n",
-                100.0 * p.compute_duty);
+  double back_to_back = 0.0, streaming = 0.0;
+  for (const auto& g : t.timings) {
+    back_to_back += g.compute_ms;
+    streaming += g.streaming_compute_ms;
+  }
+  if (streaming > 0.0)
+    std::printf("  compute as timed back to back, %.3f ms per step (the GPU's sustained clock; %.3f ms "
+                "while streaming, x%.3f: docs/calibration.md)\n",
+                back_to_back, streaming, back_to_back / streaming);
   std::printf("  copies may run %.2fx slower than calibrated before the step grows%s\n",
               c.tolerated_slowdown,
               c.tolerated_slowdown >= max_tolerated_copy_slowdown ? " (or more)" : "");

@@ -82,13 +82,13 @@ TEST_SUITE("profile") {
     CHECK(ddo::profile_store::parse(text, "t.toml", "timed") == p);
   }
 
-  TEST_CASE("a format 3 profile is read without sustained compute: no clock model") {
+  TEST_CASE("a format 3 profile is read without sustained compute") {
     const auto [back, text] = predecessor(3, 3);
     CHECK(text.find("sustained") == std::string::npos);
     const auto timings = ddo::timings_at(back, 2048);
     REQUIRE(timings.size() == 4);
     CHECK(timings[0].compute_ms == doctest::Approx(ddo::compute_ms_at(back, back.groups[0], 2048)));
-    CHECK(timings[0].streaming_compute_ms == 0.0);  // the predictor keeps one clock
+    CHECK(timings[0].streaming_compute_ms == 0.0);
     // A format 3 file with a format 4 key is malformed, not silently upgraded.
     std::string mixed = text;
     mixed.insert(mixed.find("compute_ns_high"), "sustained_compute_ns_low = 5\n");

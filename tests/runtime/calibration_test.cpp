@@ -257,7 +257,7 @@ TEST_SUITE("runtime") {
     CHECK(timings[0].streaming_compute_ms ==
           doctest::Approx(profile.groups[0].compute_ns_low * 1e-6));
 
-    // Turned off: no sustained times (a format 4 profile with zeros; one clock).
+    // Turned off: no sustained times (a format 4 profile with zeros: planned at the streaming compute).
     calibration_setup d("no-sustained");
     options.sustained_pass = false;
     options.sustained_warmup_ms = -1.0;

@@ -20,9 +20,9 @@ struct group_timing {
   double compute_ms = 0.0;
   double transfer_ms = 0.0;   ///< one load of those bytes
   double lead_in_ms = 0.0;    ///< the engine's own stream time before the group's compute
-  /// The same compute measured while streaming with nothing resident (a faster clock where the
-  /// stream idled); 0: not measured. The predictor interpolates between the two by a plan's
-  /// duty cycle (plan/step_predictor.hpp, detail::clock_model).
+  /// The same compute measured while streaming with nothing resident (a faster clock on a
+  /// power-limited GPU, where the stream idled between groups); 0: not measured. Reported, not
+  /// planned with: the predictor runs every plan at compute_ms (docs/calibration.md says why).
   double streaming_compute_ms = 0.0;
 
   friend bool operator==(const group_timing&, const group_timing&) = default;

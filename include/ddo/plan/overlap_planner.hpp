@@ -89,7 +89,6 @@ inline std::vector<overlap_candidate> overlap_residency_planner::candidates(
     out[g].bytes = bytes;
     out[g].compute_ms = t.compute_ms;
     out[g].lead_in_ms = t.lead_in_ms;
-    out[g].streaming_compute_ms = t.streaming_compute_ms;
     // Scaled to the bytes this plan would stream for it (the same as measured, normally).
     out[g].transfer_ms = t.bytes == 0 || t.bytes == bytes
                              ? t.transfer_ms
@@ -133,8 +132,7 @@ inline residency_result overlap_residency_planner::plan_residency(const plan_con
     std::span<const group_timing> timings) {
   std::vector<overlap_candidate> out;
   out.reserve(timings.size());
-  for (const auto& t : timings)
-    out.push_back({t.bytes, t.compute_ms, t.transfer_ms, t.lead_in_ms, t.streaming_compute_ms});
+  for (const auto& t : timings) out.push_back({t.bytes, t.compute_ms, t.transfer_ms, t.lead_in_ms});
   return out;
 }
 
@@ -156,7 +154,6 @@ inline residency_result overlap_residency_planner::plan_residency(const plan_con
     const std::uint64_t streamed = pg.streamed_bytes();
     loads[g].compute_ms = t.compute_ms;
     loads[g].lead_in_ms = t.lead_in_ms;
-    loads[g].streaming_compute_ms = t.streaming_compute_ms;
     loads[g].streamed = streamed > 0;
     loads[g].transfer_ms = t.bytes == 0 ? t.transfer_ms
                                         : t.transfer_ms * static_cast<double>(streamed) /

@@ -62,8 +62,6 @@ struct overlap_candidate {
   double compute_ms = 0.0;
   double transfer_ms = 0.0;  ///< one load of its bytes when streamed
   double lead_in_ms = 0.0;   ///< the engine's own stream time before its compute (group_timing)
-  /// Its compute measured while streaming (group_load::streaming_compute_ms; 0: not measured).
-  double streaming_compute_ms = 0.0;
 };
 
 /// @brief The search's answer.
@@ -117,13 +115,10 @@ class overlap_search {
       loads_[g].compute_ms = groups[g].compute_ms;
       loads_[g].transfer_ms = groups[g].transfer_ms * (1.0 + transfer_margin);
       loads_[g].lead_in_ms = groups[g].lead_in_ms;
-      loads_[g].streaming_compute_ms = groups[g].streaming_compute_ms;
       if (groups[g].bytes > 0) cands_.push_back(g);
     }
     nominal_ = loads_;
     for (std::size_t g = 0; g < groups.size(); ++g) nominal_[g].transfer_ms = groups[g].transfer_ms;
-    // The calibration's duty cycles are those of the measured copies, for both sets of times.
-    clock_.reset(nominal_, ring_, replay_, scratch_);
     // A cap on simulated group visits keeps the search bounded on any input.
     const std::uint64_t per_eval = 4 * static_cast<std::uint64_t>(std::max<std::size_t>(groups.size(), 1)) *
                                    std::max<std::size_t>(std::min(ring.slots, groups.size()), 1);
@@ -136,12 +131,11 @@ class overlap_search {
   double eval_nominal(const std::vector<char>& r) { return eval_on(nominal_, r); }
   /// The timeline at the measured times, or with the margin (@p robust).
   step_prediction predict(const std::vector<char>& r, bool robust = false) {
+    ++evals_;
     auto& loads = robust ? loads_ : nominal_;
     for (std::size_t g = 0; g < groups_.size(); ++g)
       loads[g].streamed = groups_[g].bytes > 0 && !r[g];
-    step_prediction out;
-    evals_ += clock_.predict(replay_, loads, ring_, out);
-    return out;
+    return predict_step(loads, ring_);
   }
   std::uint64_t bytes_of(const std::vector<char>& r) const {
     std::uint64_t b = 0;
@@ -535,9 +529,10 @@ class overlap_search {
 
  private:
   double eval_on(std::vector<group_load>& loads, const std::vector<char>& r) {
+    ++evals_;
     for (std::size_t g = 0; g < groups_.size(); ++g)
       loads[g].streamed = groups_[g].bytes > 0 && !r[g];
-    evals_ += clock_.predict(replay_, loads, ring_, scratch_);  // the work cap counts replays
+    detail::predict_into(replay_, loads, ring_, scratch_);
     return scratch_.step_ms;
   }
 
@@ -549,7 +544,6 @@ class overlap_search {
   std::vector<group_load> scaled_ = std::vector<group_load>(groups_.size());  // tolerated_slowdown's
   ring_replay replay_;
   step_prediction scratch_;
-  clock_model clock_;
   std::vector<std::size_t> cands_;
   std::size_t exhaustive_limit_ = 0;
   std::uint64_t evals_ = 0;
@@ -578,7 +572,9 @@ inline constexpr std::size_t overlap_exhaustive_limit = 12;
     std::size_t exhaustive_limit = overlap_exhaustive_limit,
     double transfer_margin = overlap_transfer_margin) {
   for (std::size_t g = 0; g < groups.size(); ++g)
-    DDO_EXPECTS(detail::valid_times(groups[g]),
+    DDO_EXPECTS(groups[g].compute_ms >= 0.0 && groups[g].transfer_ms >= 0.0 &&
+                    groups[g].lead_in_ms >= 0.0 && groups[g].compute_ms < 1e12 &&
+                    groups[g].transfer_ms < 1e12 && groups[g].lead_in_ms < 1e12,
                 "choose_overlap_residency: group " + std::to_string(g) +
                     " has a negative or non-finite compute, transfer or lead-in time");
   DDO_EXPECTS(ring.slots >= 1, "choose_overlap_residency: ring_shape::slots must be at least 1");
@@ -611,7 +607,7 @@ inline constexpr std::size_t overlap_exhaustive_limit = 12;
   std::vector<group_load> loads(groups.size());
   for (std::size_t g = 0; g < groups.size(); ++g)
     loads[g] = {groups[g].compute_ms, groups[g].transfer_ms, groups[g].bytes > 0 && !resident[g],
-                groups[g].lead_in_ms, groups[g].streaming_compute_ms};
+                groups[g].lead_in_ms};
   return predict_step(loads, ring);
 }
 

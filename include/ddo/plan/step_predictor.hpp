@@ -42,18 +42,14 @@ inline namespace v0 {
 
 /// @brief One execution group as the predictor sees it (milliseconds).
 struct group_load {
-  /// The engine's compute for the group, on its stream, when the stream runs its groups back to
-  /// back (the clock the GPU sustains under its power limit; see streaming_compute_ms).
+  /// The engine's compute for the group, on its stream (from a format 4 profile: timed back
+  /// to back, at the clock the GPU sustains under its power limit).
   double compute_ms = 0.0;
   double transfer_ms = 0.0;  ///< one load of its streamed bytes (ignored when not streamed)
   bool streamed = false;     ///< loaded into a ring slot every step (else resident)
   /// The engine's own time on its stream between the previous group's release and this
   /// group's acquire (its work between groups); copies run under it as under compute.
   double lead_in_ms = 0.0;
-  /// The same compute measured while streaming with nothing resident, when the stream idled
-  /// between groups and the GPU ran at a higher clock; 0: not measured (compute_ms is used
-  /// whatever the duty cycle). See clock_model.
-  double streaming_compute_ms = 0.0;
 };
 
 /// @brief The ring the runtime runs (runtime_options::slot_count, prefetch_depth).
@@ -78,32 +74,14 @@ struct group_timeline {
 /// @brief A predicted step.
 struct step_prediction {
   double step_ms = 0.0;      ///< steady-state step time
-  /// The groups' compute (at the clock of this plan's duty cycle) and lead-ins: the step if no
-  /// copy stalled it (the all-resident step, for a plan that hides its copies).
-  double compute_ms = 0.0;
+  double compute_ms = 0.0;   ///< the groups' compute and lead-ins (the all-resident step)
   double transfer_ms = 0.0;  ///< the sum of the loads issued in the step
   double stall_ms = 0.0;     ///< step_ms - compute_ms
   std::size_t loads = 0;     ///< loads issued in the step (streamed groups that the ring did not keep)
-  /// The engine's stream computing, as a fraction of the step (lead-ins not counted).
-  double compute_duty = 0.0;
-  /// Where the plan's compute lies between the two calibrated clocks (detail::clock_model): 1
-  /// at the sustained clock of back-to-back compute, 0 at the streaming calibration's; 1 when
-  /// the times have no streaming compute.
-  double clock_blend = 1.0;
   std::vector<group_timeline> groups;  ///< per group, in execution order
 };
 
 namespace detail {
-
-/// A time the predictor takes: not negative, finite (NaN fails both comparisons).
-[[nodiscard]] constexpr bool valid_time(double ms) noexcept { return ms >= 0.0 && ms < 1e12; }
-
-/// Whether every time of a group is one the predictor takes (valid_time).
-template <class Group>
-[[nodiscard]] constexpr bool valid_times(const Group& g) noexcept {
-  return valid_time(g.compute_ms) && valid_time(g.transfer_ms) && valid_time(g.lead_in_ms) &&
-         valid_time(g.streaming_compute_ms);
-}
 
 /// The runtime's ring policy (ring_schedule, the same object the runtime drives) replayed with
 /// times: the schedule decides which load is issued when and into which slot, this class keeps
@@ -212,96 +190,15 @@ class ring_replay {
   double transfer_in_step_ = 0.0;
 };
 
-/// The replay of @p groups at their compute_ms, into reused buffers (no checks, no clock).
+/// predict_step without its checks, into reused buffers (the search's inner loop).
 inline void predict_into(ring_replay& replay, std::span<const group_load> groups, ring_shape ring,
                          step_prediction& out) {
   out.compute_ms = 0.0;
-  double compute = 0.0;
-  for (const auto& g : groups) {
-    out.compute_ms += g.compute_ms + g.lead_in_ms;
-    compute += g.compute_ms;
-  }
+  for (const auto& g : groups) out.compute_ms += g.compute_ms + g.lead_in_ms;
   replay.reset(groups, ring);
   replay.run(4, out);
   out.stall_ms = std::max(0.0, out.step_ms - out.compute_ms);
-  out.compute_duty = out.step_ms > 0.0 ? compute / out.step_ms : 0.0;
-  out.clock_blend = 1.0;
 }
-
-/// The GPU's clock under its power limit, as the predictor models it. A power-limited GPU runs
-/// compute that keeps its stream busy at a lower clock than the same compute with idle gaps
-/// between groups (measured on the H200: back to back at its 700 W cap, the SM clock at
-/// 1455-1530 MHz; streaming at a low token count, 1980 MHz). Calibration times each group's
-/// compute both ways: while streaming with nothing resident (streaming_compute_ms; the stream
-/// busy a fraction `streaming duty` of that step) and back to back with the copies skipped
-/// (compute_ms; busy `sustained duty`, compute over compute and lead-ins). A plan's compute is
-/// interpolated between the two, linearly in its own duty cycle (compute / step) between those
-/// two duty cycles — and its duty cycle depends on its compute, so the prediction is the fixed
-/// point, found by iteration (the map contracts: a faster clock shortens the step by less than
-/// the compute it saves).
-class clock_model {
- public:
-  /// Takes the two calibrated duty cycles from @p groups' times: the streaming one from the
-  /// step predicted with every group that has a transfer time streamed (as calibration ran
-  /// them). Inactive when no group has a streaming compute time, or when the two duty cycles
-  /// are within 1% (the streaming run kept the stream as busy as back-to-back compute).
-  void reset(std::span<const group_load> groups, ring_shape ring, ring_replay& replay,
-             step_prediction& scratch) {
-    active_ = false;
-    double sustained = 0.0, lead_ins = 0.0, streaming = 0.0;
-    bool measured = false;
-    clocked_.assign(groups.begin(), groups.end());
-    for (auto& g : clocked_) {
-      sustained += g.compute_ms;
-      lead_ins += g.lead_in_ms;
-      measured = measured || g.streaming_compute_ms > 0.0;
-      g.compute_ms = g.streaming_compute_ms > 0.0 ? g.streaming_compute_ms : g.compute_ms;
-      streaming += g.compute_ms;
-      g.streamed = g.transfer_ms > 0.0;
-    }
-    if (!measured || sustained <= 0.0) return;
-    predict_into(replay, clocked_, ring, scratch);
-    if (scratch.step_ms <= 0.0) return;
-    streaming_duty_ = streaming / scratch.step_ms;
-    sustained_duty_ = sustained / (sustained + lead_ins);
-    active_ = sustained_duty_ - streaming_duty_ > 0.01;
-  }
-  [[nodiscard]] bool active() const noexcept { return active_; }
-  [[nodiscard]] double streaming_duty() const noexcept { return streaming_duty_; }
-  [[nodiscard]] double sustained_duty() const noexcept { return sustained_duty_; }
-
-  /// Predicts @p groups (their streamed flags as given) at the clock of their fixed point;
-  /// returns the number of replays that took (1 for a plan that keeps its stream busy).
-  std::size_t predict(ring_replay& replay, std::span<const group_load> groups, ring_shape ring,
-                      step_prediction& out) {
-    predict_into(replay, groups, ring, out);  // at the sustained clock
-    std::size_t replays = 1;
-    if (!active_ || out.compute_duty >= sustained_duty_) return replays;
-    clocked_.assign(groups.begin(), groups.end());
-    double blend = 1.0;
-    for (int i = 0; i < 12; ++i) {
-      const double next = std::clamp(
-          (out.compute_duty - streaming_duty_) / (sustained_duty_ - streaming_duty_), 0.0, 1.0);
-      if (next - blend < 1e-4 && blend - next < 1e-4) break;
-      blend = next;
-      for (std::size_t g = 0; g < groups.size(); ++g) {
-        const double s = groups[g].streaming_compute_ms;
-        clocked_[g].compute_ms =
-            s > 0.0 ? s + (groups[g].compute_ms - s) * blend : groups[g].compute_ms;
-      }
-      predict_into(replay, clocked_, ring, out);
-      ++replays;
-    }
-    out.clock_blend = blend;
-    return replays;
-  }
-
- private:
-  double streaming_duty_ = 0.0;
-  double sustained_duty_ = 1.0;
-  bool active_ = false;
-  std::vector<group_load> clocked_;
-};
 
 }  // namespace detail
 
@@ -311,15 +208,15 @@ class clock_model {
 [[nodiscard]] inline step_prediction predict_step(std::span<const group_load> groups,
                                                   ring_shape ring = {}) {
   for (std::size_t g = 0; g < groups.size(); ++g)
-    DDO_EXPECTS(detail::valid_times(groups[g]),
+    DDO_EXPECTS(groups[g].compute_ms >= 0.0 && groups[g].transfer_ms >= 0.0 &&
+                    groups[g].lead_in_ms >= 0.0 && groups[g].compute_ms < 1e12 &&
+                    groups[g].transfer_ms < 1e12 && groups[g].lead_in_ms < 1e12,
                 "predict_step: group " + std::to_string(g) +
                     " has a negative or non-finite compute, transfer or lead-in time");
   DDO_EXPECTS(ring.slots >= 1, "predict_step: ring_shape::slots must be at least 1");
   step_prediction out;
   detail::ring_replay replay;
-  detail::clock_model clock;
-  clock.reset(groups, ring, replay, out);
-  clock.predict(replay, groups, ring, out);
+  detail::predict_into(replay, groups, ring, out);
   return out;
 }
 
@@ -354,11 +251,9 @@ double bisect_tolerated_slowdown(Grows&& grows) {
   std::vector<group_load> scaled(groups.begin(), groups.end());
   step_prediction out;
   detail::ring_replay replay;
-  detail::clock_model clock;  // the calibrated duty cycles are those of the measured copies
-  clock.reset(groups, ring, replay, out);
   return detail::bisect_tolerated_slowdown([&](double factor) {
     for (std::size_t g = 0; g < groups.size(); ++g) scaled[g].transfer_ms = groups[g].transfer_ms * factor;
-    clock.predict(replay, scaled, ring, out);
+    detail::predict_into(replay, scaled, ring, out);
     return out.step_ms > base + 1e-9 * std::max(1.0, base);
   });
 }

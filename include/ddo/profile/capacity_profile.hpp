@@ -53,8 +53,8 @@ struct group_profile {
   /// Format 4: the group's compute timed again with the copies skipped, so that the engine's
   /// stream ran its groups back to back as a plan that hides its copies runs them: on a
   /// power-limited GPU that is a lower, sustained clock than the streaming pass's
-  /// (compute_ns_low/high; plan/step_predictor.hpp, detail::clock_model). 0: not measured
-  /// (a format 3 profile, or a calibration with calibration_options::sustained_pass off).
+  /// (compute_ns_low/high). The planner plans with it when measured (profile_timings.hpp).
+  /// 0: not measured (a format 3 profile, or calibration_options::sustained_pass off).
   std::uint64_t sustained_compute_ns_low = 0;
   std::uint64_t sustained_compute_ns_high = 0;  ///< the same at tokens_high
 

@@ -60,7 +60,7 @@ namespace detail {
 /// @brief The per-group times of @p p at @p tokens (tokens 0: the higher calibrated count):
 /// compute_ms is the sustained (back-to-back) compute and streaming_compute_ms the streaming
 /// pass's where the profile has both; else compute_ms is the streaming pass's and
-/// streaming_compute_ms 0 (no clock model).
+/// streaming_compute_ms 0.
 /// @param note set to a warning when @p tokens lies outside the calibrated range (extrapolated).
 /// @throws usage_error for a profile without group timings (format 1, or written by a
 /// budget-only calibration), naming the profile and what to do.

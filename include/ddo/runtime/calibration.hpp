@@ -33,7 +33,7 @@
 /// leases address stale slot bytes), so the engine's stream runs its groups back to back as a
 /// plan that hides its copies runs them. On a power-limited GPU that compute is slower than
 /// the streaming pass's (the clock drops at the power cap; docs/calibration.md); the profile
-/// keeps both and the step predictor interpolates by a plan's duty cycle. The engine's outputs
+/// keeps both and the planner plans with the sustained compute. The engine's outputs
 /// of those steps are meaningless; an engine whose compute depends on the weights' values
 /// (data-dependent routing) turns the pass off.
 
