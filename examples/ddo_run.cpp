@@ -565,10 +565,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     calibration.tokens_low = static_cast<std::uint64_t>(low_tokens);
     calibration.tokens_high = static_cast<std::uint64_t>(ctx.tokens);
     calibration.free_vram_before = free_before;
-    if (!ctx.gpu) calibration.sustained_warmup_ms = 0.0;  // simulated compute has no power limit
     if (ctx.gpu) {
       calibration.free_vram = [&] { return ddo::query_device_memory(0).free_bytes; };
     } else {
+      calibration.sustained_warmup_ms = 0.0;  // simulated compute has no power limit to settle
       calibration.free_vram = [&] {
         const auto peak = offloader.metrics().peak_device_bytes + activations;
         return free_before > peak ? free_before - peak : 0;

@@ -117,8 +117,8 @@ inline void print_overlap_prediction(const offload_plan& plan, const overlap_tim
     streaming += g.streaming_compute_ms;
   }
   if (streaming > 0.0)
-    std::printf("  compute as timed back to back, %.3f ms per step (the GPU's sustained clock; %.3f ms "
-                "while streaming, x%.3f: docs/calibration.md)\n",
+    std::printf("  compute as timed back to back, %.3f ms per step (the GPU's sustained clock; "
+                "%.3f ms while streaming, x%.3f: docs/calibration.md)\n",
                 back_to_back, streaming, back_to_back / streaming);
   std::printf("  copies may run %.2fx slower than calibrated before the step grows%s\n",
               c.tolerated_slowdown,
