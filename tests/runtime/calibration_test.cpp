@@ -205,10 +205,11 @@ TEST_SUITE("runtime") {
   }
 
   TEST_CASE("the sustained pass times compute back to back, copying nothing") {
-    // Copies of 3 ms (256 KiB at ~87 MB/s) against 1 ms of compute: streaming, the engine's
-    // stream waits between groups. The simulated GPU runs compute that follows other compute
-    // within 0.5 ms 30% slower (a power-capped clock), so only the sustained pass sees that.
-    calibration_setup c("sustained", 256.0 * 1024 / 0.003);
+    // Copies of 5 ms (256 KiB at ~52 MB/s) against 1 ms of compute: streaming, the engine's
+    // stream waits for most groups. The simulated GPU runs compute that follows other compute
+    // within 1.5 ms 30% slower (a power-capped clock; the margin is for a loaded or sanitized
+    // host enqueueing slowly), so the sustained pass sees it on every group.
+    calibration_setup c("sustained", 256.0 * 1024 / 0.005);
     auto& off = *c.off;
     const auto view = c.view();
     using clock = std::chrono::steady_clock;
@@ -217,27 +218,31 @@ TEST_SUITE("runtime") {
       for (std::size_t g = 0; g < off.group_count(); ++g) {
         auto lease = off.acquire(g, view);
         off.transport().enqueue(view, [&last_end] {
-          const bool busy = clock::now() - last_end < std::chrono::microseconds(500);
+          const bool busy = clock::now() - last_end < std::chrono::microseconds(1500);
           std::this_thread::sleep_for(std::chrono::microseconds(busy ? 1300 : 1000));
           last_end = clock::now();
         });
       }
     };
     auto options = options_for(100, 100);
-    options.sustained_warmup_ms = 30.0;  // about 5 steps of the ~6 ms the streaming pass measured
+    options.sustained_warmup_ms = 30.0;  // about 5 steps of the ~6-8 ms the streaming pass measured
     const auto profile = ddo::calibrate(off, c.recorder, c.settings.config, run_step, options);
     off.transport().synchronize(view);
     CHECK_FALSE(off.compute_only());
     REQUIRE(profile.groups.size() == 6);
+    std::uint64_t streaming = 0, sustained = 0;
     for (std::size_t g = 0; g < 6; ++g) {
       CAPTURE(g);
       const auto& gp = profile.groups[g];
       CHECK(gp.has_sustained_compute());
       CHECK(gp.sustained_compute_ns_low >= 1'290'000);
       CHECK(gp.sustained_compute_ns_high == gp.sustained_compute_ns_low);  // one token count
-      CHECK(gp.compute_ns_low < gp.sustained_compute_ns_low);
-      CHECK(gp.transfer_ns >= 2'900'000);  // the sustained pass's empty loads are not copies
+      CHECK(gp.transfer_ns >= 4'900'000);  // the sustained pass's empty loads are not copies
+      streaming += gp.compute_ns_low;
+      sustained += gp.sustained_compute_ns_low;
     }
+    // Streaming, a group whose load the ring had ready early may run back to back too; most wait.
+    CHECK(streaming < sustained);
     // Streaming pass: 1 warm-up + 3 steps that copy; sustained pass: warm-up steps making 30 ms
     // of the compute measured (about 5) + 3 steps, copying nothing (the last one also holds the
     // reloads of leaving compute-only mode).
