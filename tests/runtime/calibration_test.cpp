@@ -55,7 +55,7 @@ ddo::calibration_options options_for(std::uint64_t low, std::uint64_t high) {
 /// every streamed weight pinned, the recorder's runtime options.
 struct calibration_setup {
   const six_blocks m;
-  ddo::host_sim_transport sim{{.device_capacity_bytes = 64 * ddo::mib}};
+  ddo::host_sim_transport sim;  // 64 MiB of simulated device memory (the constructor's)
   ddo::calibration_recorder recorder;
   ddo::dynamic_offload_settings settings;
   std::optional<ddo::offloader<ddo::host_sim_transport>> off;
