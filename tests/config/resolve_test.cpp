@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "ddo/config/operational_defaults.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "support.hpp"
 

@@ -13,6 +13,7 @@
 
 #include "ddo/config/concepts.hpp"
 #include "ddo/config/config_layer.hpp"
+#include "ddo/core/linkage.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -55,4 +56,6 @@ static_assert(config_source<env_source>);
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/config/detail/env_source_impl.hpp"
+#endif

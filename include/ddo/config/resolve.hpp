@@ -24,6 +24,7 @@
 #include "ddo/config/env_source.hpp"
 #include "ddo/config/explicit_source.hpp"
 #include "ddo/config/resolve_context.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/memory/system_probe.hpp"
 
 namespace ddo {
@@ -35,6 +36,22 @@ inline namespace v0 {
 template <class... Sources>
 [[nodiscard]] dynamic_offload_settings resolve_from_sources(const resolve_context& context,
                                                             const Sources&... sources);
+
+namespace detail {
+/// Resolves the collected layers (any order: sorted by origin) against @p context.
+[[nodiscard]] DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& context,
+                                                                 std::vector<config_layer> layers);
+}  // namespace detail
+
+template <class... Sources>
+dynamic_offload_settings resolve_from_sources(const resolve_context& context,
+                                              const Sources&... sources) {
+  static_assert(check_config_sources<Sources...>());
+  std::vector<config_layer> layers;
+  layers.reserve(sizeof...(Sources));
+  (layers.push_back(sources.collect()), ...);
+  return detail::resolve_layers(context, std::move(layers));
+}
 
 /// @brief Everything an application passes to resolution, in one struct.
 struct resolve_inputs {
@@ -84,4 +101,6 @@ struct resolve_inputs {
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/config/detail/resolve_impl.hpp"
+#endif

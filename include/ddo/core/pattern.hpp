@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -122,4 +123,6 @@ class pattern {
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/core/detail/pattern_impl.hpp"
+#endif

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/core/pattern.hpp"
 #include "ddo/model/weight_table.hpp"
 
@@ -74,32 +75,34 @@ inline constexpr std::array<std::string_view, 12> auto_block_families = {
 /// families), otherwise one ddo::pattern per entry.
 /// @throws config_error (source "config", key "resident_module_patterns") for a pattern outside
 /// the dialect, or "auto" mixed with explicit patterns.
-[[nodiscard]] inline std::vector<pattern> compile_block_patterns(
+[[nodiscard]] DDO_INLINE std::vector<pattern> compile_block_patterns(
     std::span<const std::string> patterns);
 
 /// @brief Infers execution groups from block patterns (see this header's description).
 /// @param patterns `resident_module_patterns`: empty or {"auto"} for the built-in families,
 /// otherwise regular expressions.
 /// @throws config_error (source "config", key "resident_module_patterns") for an invalid pattern.
-[[nodiscard]] inline std::vector<execution_group> infer_execution_groups(
+[[nodiscard]] DDO_INLINE std::vector<execution_group> infer_execution_groups(
     const weight_table& table, std::span<const std::string> patterns = {});
 
 /// @brief As above with patterns compiled once by compile_block_patterns (empty: the built-in
 /// families); make_plan passes the patterns it compiled for the whole plan.
-[[nodiscard]] inline std::vector<execution_group> infer_execution_groups(
+[[nodiscard]] DDO_INLINE std::vector<execution_group> infer_execution_groups(
     const weight_table& table, std::span<const pattern> block_patterns);
 
 /// @brief Checks engine-given groups: every weight index valid and in exactly one group, names
 /// non-empty and unique; sorts each group's weights into table order.
 /// @throws usage_error naming the first offending weight or group.
-[[nodiscard]] inline std::vector<execution_group> validate_execution_groups(
+[[nodiscard]] DDO_INLINE std::vector<execution_group> validate_execution_groups(
     const weight_table& table, std::vector<execution_group> groups);
 
 /// @brief For each weight, the index of its group in @p groups.
-[[nodiscard]] inline std::vector<std::size_t> group_of_weights(
+[[nodiscard]] DDO_INLINE std::vector<std::size_t> group_of_weights(
     const weight_table& table, std::span<const execution_group> groups);
 
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/model/detail/execution_groups_impl.hpp"
+#endif

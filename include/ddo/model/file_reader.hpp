@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_fault_hook.hpp"
 #include "ddo/model/safetensors_backend.hpp"
@@ -155,4 +156,6 @@ class file_reader {
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/model/detail/file_reader_impl.hpp"
+#endif

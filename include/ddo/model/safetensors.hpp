@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/safetensors_backend.hpp"
@@ -61,33 +62,33 @@ struct safetensors_header {
 /// This is the function the fuzzer drives: any input either parses or throws format_error.
 /// @param file_for_errors the file name quoted in error messages.
 /// @throws format_error naming the file and tensor.
-[[nodiscard]] inline safetensors_header parse_safetensors_header(std::string_view header_json,
-                                                                 std::uint64_t data_bytes,
-                                                                 std::string_view file_for_errors);
+[[nodiscard]] DDO_INLINE safetensors_header parse_safetensors_header(
+    std::string_view header_json, std::uint64_t data_bytes, std::string_view file_for_errors);
 
 /// @brief Reads and validates the header of an open safetensors file.
 /// @throws format_error on malformed content, io_error on read failures.
-[[nodiscard]] inline safetensors_header read_safetensors_header(const file_reader& file);
+[[nodiscard]] DDO_INLINE safetensors_header read_safetensors_header(const file_reader& file);
 
 /// @brief Whether @p path names a sharded-model index (ends in ".index.json").
-[[nodiscard]] inline bool is_safetensors_index(std::string_view path) noexcept;
+[[nodiscard]] DDO_INLINE bool is_safetensors_index(std::string_view path) noexcept;
 
 /// @brief Adds every tensor of one safetensors file (or every shard of an index) to @p table as
 /// file sources, in data order (file by file, then offset), with module names and inferred kinds
 /// (model/module_kind_inference.hpp).
 /// @throws format_error (also for a tensor name already in @p table), io_error.
-inline void append_safetensors(weight_table& table, const std::string& path,
-                               safetensors_backend backend = safetensors_backend::library_default);
+DDO_INLINE void append_safetensors(
+    weight_table& table, const std::string& path,
+    safetensors_backend backend = safetensors_backend::library_default);
 
 /// @brief Loads one file or index into a new weight table. See append_safetensors.
-[[nodiscard]] inline weight_table load_safetensors(
+[[nodiscard]] DDO_INLINE weight_table load_safetensors(
     const std::string& path, safetensors_backend backend = safetensors_backend::library_default);
 
 /// @brief Loads several files or indexes (e.g. the MODEL... arguments of ddo-plan) into one
 /// table, in the order given.
-[[nodiscard]] inline weight_table load_safetensors(
-    std::span<const std::string> paths,
-    safetensors_backend backend = safetensors_backend::library_default);
+[[nodiscard]] DDO_INLINE weight_table
+load_safetensors(std::span<const std::string> paths,
+                 safetensors_backend backend = safetensors_backend::library_default);
 
 /// @brief Shape and type of a tensor to be written.
 struct safetensors_tensor_spec {
@@ -145,17 +146,19 @@ struct safetensors_tensor_data {
 };
 
 /// @brief Writes a whole safetensors file from tensors in memory (tests, small models).
-inline void write_safetensors(const std::string& path,
-                              std::span<const safetensors_tensor_data> tensors,
-                              std::vector<std::pair<std::string, std::string>> metadata = {});
+DDO_INLINE void write_safetensors(const std::string& path,
+                                  std::span<const safetensors_tensor_data> tensors,
+                                  std::vector<std::pair<std::string, std::string>> metadata = {});
 
 /// @brief Writes a sharded-model index: {"metadata": {"total_size": N}, "weight_map": {...}}.
 /// @param weight_map tensor name → shard file name (relative to the index's directory).
-inline void write_safetensors_index(const std::string& path,
-                                    std::span<const std::pair<std::string, std::string>> weight_map,
-                                    std::uint64_t total_size);
+DDO_INLINE void write_safetensors_index(
+    const std::string& path, std::span<const std::pair<std::string, std::string>> weight_map,
+    std::uint64_t total_size);
 
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/model/detail/safetensors_impl.hpp"
+#endif

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/safetensors.hpp"
 
@@ -104,11 +105,11 @@ struct synthetic_model_result {
 /// @brief The tensor specs of a synthetic model, in execution order.
 /// @throws usage_error for zero blocks/hidden/ratio, single-stream blocks on the dit shape, or
 /// an unsupported dtype.
-[[nodiscard]] inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
+[[nodiscard]] DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& options);
 
 /// @brief Writes the model. @throws usage_error for invalid options, io_error.
-inline synthetic_model_result write_synthetic_model(const synthetic_model_options& options);
+DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_options& options);
 
 /// @brief splitmix64: the generator behind the synthetic values (public so tests can predict
 /// them).
@@ -124,9 +125,11 @@ struct splitmix64 {
 
 /// @brief Fills @p out with random non-zero values of @p type (bf16, f16 or f32) from @p rng.
 /// The span's size must be a multiple of the element size.
-inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng);
+DDO_INLINE void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng);
 
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/model/detail/synthetic_model_impl.hpp"
+#endif

@@ -19,11 +19,9 @@
 /// files its sources name, and a pinned_weight_cache given in the options must outlive the
 /// offloader; leases must be dropped before it is destroyed.
 ///
-/// Compile cost: an engine can instantiate the offloader for the shipped transports in one TU
-/// (ddo/runtime/instantiate_offloaders.hpp) and compile every other TU with DDO_EXTERN_TEMPLATES,
-/// which makes this header declare those instantiations extern (extern_templates.hpp). Defining
-/// DDO_INSTANTIATE in that one TU (before including ddo) does the same as including
-/// instantiate_offloaders.hpp.
+/// Compile cost: a program can compile ddo once (core/linkage.hpp): every TU with
+/// DDO_EXTERN_TEMPLATES, which makes this header declare the shipped transports' instantiations
+/// extern (extern_templates.hpp), and one TU including ddo/instantiate.hpp, which defines them.
 
 #include <cstddef>
 #include <memory>
@@ -32,6 +30,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "ddo/core/linkage.hpp"
 #include "ddo/runtime/detail/offloader_core.hpp"
 
 namespace ddo {
@@ -163,9 +162,6 @@ class basic_offloader {
 }  // namespace v0
 }  // namespace ddo
 
-#if defined(DDO_EXTERN_TEMPLATES)
+#if !DDO_HEADER_ONLY
 #include "ddo/runtime/extern_templates.hpp"
-#endif
-#if defined(DDO_INSTANTIATE)
-#include "ddo/runtime/instantiate_offloaders.hpp"
 #endif

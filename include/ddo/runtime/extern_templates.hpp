@@ -6,13 +6,11 @@
 /// basic_offloader<host_sim_transport> or <linear_transport> does not instantiate the runtime
 /// core; it pays the include only and links against the one TU that instantiates it.
 ///
-/// The pattern (docs/getting-started.md, "Instantiate the offloader once"):
-/// - compile every TU of the engine with DDO_EXTERN_TEMPLATES defined (basic_offloader.hpp then
-///   includes this header), or include this header after ddo's;
-/// - in exactly one TU, include ddo/runtime/instantiate_offloaders.hpp, which provides the
-///   explicit instantiation definitions.
-/// A program that defines DDO_EXTERN_TEMPLATES and instantiates nowhere fails to link with
-/// undefined ddo::v0::detail::offloader_core<...> members.
+/// Part of compiling ddo once (core/linkage.hpp, docs/getting-started.md, "Compile ddo once"):
+/// basic_offloader.hpp includes this header when DDO_EXTERN_TEMPLATES is defined, and
+/// ddo/instantiate.hpp, in one TU of the program, holds the definitions. A program that defines
+/// DDO_EXTERN_TEMPLATES and includes ddo/instantiate.hpp nowhere fails to link with undefined
+/// ddo::v0::detail::offloader_core<...> members.
 
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"

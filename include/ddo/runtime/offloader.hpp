@@ -128,7 +128,8 @@ class offloader : public basic_offloader<typename detail::policy_set<Policies...
                   detail::checked_setup_path<Settings>::type::template run<
                       planner_type, pin_selector_type>(table, settings, options, transport),
                   transport) {
-    settings_ = settings;
+      settings_.emplace(
+          settings);  // copy-constructed: an assignment would be inlined member by member
   }
 
   /// @brief As above over the transport the settings give (make_transport: execution_device),

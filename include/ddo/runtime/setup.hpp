@@ -39,6 +39,7 @@
 #include "ddo/config/enum_names.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/plan/format_bytes.hpp"
@@ -429,12 +430,11 @@ template <>
 struct setup_path<dynamic_offload_settings> {
   using options_type = setup_options;
 
+  // Defined out of the class (not implicitly inline) so that `extern template` keeps it out
+  // of the TUs of a program that compiles ddo once (below).
   template <class Planner, class PinSelector, class Transport>
   static offload_setup run(const weight_table& table, const dynamic_offload_settings& settings,
-                           const setup_options& options, Transport& transport) {
-    return setup_offload(table, settings, component_for(settings, options.inputs), options,
-                         transport, Planner{}, PinSelector{});
-  }
+                           const setup_options& options, Transport& transport);
 
   template <class Transport>
   static Transport transport(const dynamic_offload_settings& settings,
@@ -448,6 +448,15 @@ struct setup_path<dynamic_offload_settings> {
     return resolve_from_sources(context, sources...);
   }
 };
+
+template <class Planner, class PinSelector, class Transport>
+offload_setup setup_path<dynamic_offload_settings>::run(const weight_table& table,
+                                                        const dynamic_offload_settings& settings,
+                                                        const setup_options& options,
+                                                        Transport& transport) {
+  return setup_offload(table, settings, component_for(settings, options.inputs), options, transport,
+                       Planner{}, PinSelector{});
+}
 
 }  // namespace detail
 
@@ -468,6 +477,28 @@ template <class... Policies, class Transport>
   return result(table, std::move(setup), std::move(transport));
 }
 
+/// The setup path's instantiations for one shipped transport with the default planner and pin
+/// selector: declared extern where ddo is compiled once (DDO_EXTERN_TEMPLATES, core/linkage.hpp)
+/// and defined by ddo/instantiate.hpp. @p PREFIX is `extern` or empty.
+#define DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, TRANSPORT)                                    \
+  PREFIX template offload_setup                                                             \
+  setup_offload<default_residency_planner, default_pin_selector, TRANSPORT>(                \
+      const weight_table&, const dynamic_offload_settings&, const resolved_component&,      \
+      const setup_options&, TRANSPORT&, const default_residency_planner&,                   \
+      const default_pin_selector&);                                                         \
+  PREFIX template setup_machine machine_for<TRANSPORT>(                                     \
+      TRANSPORT&, const weight_table&, std::span<const execution_group>,                    \
+      const dynamic_offload_settings&, const runtime_options&, const setup_options&, bool); \
+  PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,      \
+                                                      const host_sim_options&);             \
+  PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<          \
+      default_residency_planner, default_pin_selector, TRANSPORT>(                          \
+      const weight_table&, const dynamic_offload_settings&, const setup_options&, TRANSPORT&);
+
+#if !DDO_HEADER_ONLY
+DDO_SETUP_PATH_INSTANTIATIONS(extern, host_sim_transport)
+DDO_SETUP_PATH_INSTANTIATIONS(extern, linear_transport)
+#endif
 
 }  // namespace v0
 }  // namespace ddo

@@ -24,7 +24,7 @@ struct component_variable {
   bool alias = false;  // DDO_RUNNER_<COMPONENT>_*
 };
 
-inline std::optional<component_variable> match_component_variable(std::string_view name) {
+DDO_INLINE std::optional<component_variable> match_component_variable(std::string_view name) {
   if (name.rfind("DDO_", 0) != 0) return std::nullopt;
   for (std::string_view suffix : component_variable_suffixes) {
     if (name.size() < 4 + suffix.size() + 2) continue;
@@ -42,7 +42,7 @@ inline std::optional<component_variable> match_component_variable(std::string_vi
   return std::nullopt;
 }
 
-inline std::vector<std::string> known_variable_names(std::string_view unknown) {
+DDO_INLINE std::vector<std::string> known_variable_names(std::string_view unknown) {
   std::vector<std::string> names;
   for (const auto& info : config_fields())
     if (!info.env.empty()) names.emplace_back(info.env);
@@ -69,9 +69,9 @@ struct component_env_values {
   std::map<std::string_view, std::pair<std::string, std::string>> alias;
 };
 
-inline component_policy parse_component_env(const std::string& component,
-                                             const component_env_values& values,
-                                             std::vector<std::string>& warnings) {
+DDO_INLINE component_policy parse_component_env(const std::string& component,
+                                                const component_env_values& values,
+                                                std::vector<std::string>& warnings) {
   const auto pick = [&](std::string_view suffix)
       -> std::optional<std::pair<std::string, std::string>> {
     if (auto it = values.primary.find(suffix); it != values.primary.end()) return it->second;
@@ -127,7 +127,7 @@ inline component_policy parse_component_env(const std::string& component,
 
 }  // namespace detail
 
-inline config_layer env_source::collect() const {
+DDO_INLINE config_layer env_source::collect() const {
   config_layer layer;
   layer.source = origin::env;
   std::map<std::string, detail::component_env_values> components;
@@ -197,7 +197,7 @@ inline config_layer env_source::collect() const {
   return layer;
 }
 
-inline std::map<std::string, std::string> process_environment() {
+DDO_INLINE std::map<std::string, std::string> process_environment() {
   std::map<std::string, std::string> variables;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);

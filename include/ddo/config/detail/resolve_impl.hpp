@@ -21,7 +21,7 @@ namespace detail {
 /// available_system_ram_gb is the detected value when one is known (else the field keeps its
 /// dataclass default of 0). Here, not beside the values: the vector of variants costs every
 /// translation unit that includes the planner (which needs only the patterns) 5 MB of compile.
-[[nodiscard]] inline std::vector<std::pair<field_id, field_value>> operational_defaults(
+[[nodiscard]] DDO_INLINE std::vector<std::pair<field_id, field_value>> operational_defaults(
     double detected_ram_gb) {
   std::vector<std::pair<field_id, field_value>> values = {
       {field_id::small_tensor_threshold_bytes,
@@ -35,7 +35,7 @@ namespace detail {
   return values;
 }
 
-inline void merge_policy(component_policy& into, const component_policy& from) {
+DDO_INLINE void merge_policy(component_policy& into, const component_policy& from) {
   if (from.route) into.route = from.route;
   if (from.offload_stream) into.offload_stream = from.offload_stream;
   if (from.offload_record_stream) into.offload_record_stream = from.offload_record_stream;
@@ -45,8 +45,9 @@ inline void merge_policy(component_policy& into, const component_policy& from) {
   into.config.insert(into.config.end(), from.config.begin(), from.config.end());
 }
 
-inline void apply_component_policy(resolved_component& out, const resolved_component& preset_default,
-                                   const component_policy& policy, const field_origin& where) {
+DDO_INLINE void apply_component_policy(resolved_component& out,
+                                       const resolved_component& preset_default,
+                                       const component_policy& policy, const field_origin& where) {
   if (policy.route) {
     out.route = *policy.route == component_route::auto_select ? preset_default.route : *policy.route;
     out.route_origin = where;
@@ -65,8 +66,8 @@ inline void apply_component_policy(resolved_component& out, const resolved_compo
   }
 }
 
-inline std::optional<field_value> last_assignment(const std::vector<config_layer>& layers,
-                                                  field_id id) {
+DDO_INLINE std::optional<field_value> last_assignment(const std::vector<config_layer>& layers,
+                                                      field_id id) {
   const std::size_t index = field_index(id);
   std::optional<field_value> value;
   for (const auto& layer : layers)
@@ -75,8 +76,8 @@ inline std::optional<field_value> last_assignment(const std::vector<config_layer
   return value;
 }
 
-inline dynamic_offload_settings resolve_layers(const resolve_context& context,
-                                               std::vector<config_layer> layers) {
+DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& context,
+                                                   std::vector<config_layer> layers) {
   std::stable_sort(layers.begin(), layers.end(), [](const config_layer& a, const config_layer& b) {
     return static_cast<int>(a.source) < static_cast<int>(b.source);
   });
@@ -247,17 +248,7 @@ inline dynamic_offload_settings resolve_layers(const resolve_context& context,
 
 }  // namespace detail
 
-template <class... Sources>
-dynamic_offload_settings resolve_from_sources(const resolve_context& context,
-                                              const Sources&... sources) {
-  static_assert(check_config_sources<Sources...>());
-  std::vector<config_layer> layers;
-  layers.reserve(sizeof...(Sources));
-  (layers.push_back(sources.collect()), ...);
-  return detail::resolve_layers(context, std::move(layers));
-}
-
-inline dynamic_offload_settings resolve_settings(const resolve_inputs& inputs) {
+DDO_INLINE dynamic_offload_settings resolve_settings(const resolve_inputs& inputs) {
   resolve_context context;
   context.component = inputs.component;
   context.components = inputs.components;
@@ -285,9 +276,9 @@ inline dynamic_offload_settings resolve_settings(const resolve_inputs& inputs) {
   return resolve_from_sources(context, code, toml, environment, cli);
 }
 
-inline resolved_component resolve_component(const dynamic_offload_settings& settings,
-                                            std::string_view name,
-                                            std::optional<component_route> explicit_route) {
+DDO_INLINE resolved_component resolve_component(const dynamic_offload_settings& settings,
+                                                std::string_view name,
+                                                std::optional<component_route> explicit_route) {
   const resolved_component preset_default =
       preset_component_default(settings.effective_preset, name, settings.explicit_config);
   resolved_component out = preset_default;
@@ -315,7 +306,7 @@ inline resolved_component resolve_component(const dynamic_offload_settings& sett
   return out;
 }
 
-inline dynamic_offload_settings settings_from_env(std::string_view preset) {
+DDO_INLINE dynamic_offload_settings settings_from_env(std::string_view preset) {
   resolve_inputs inputs;
   if (!preset.empty()) inputs.preset = std::string(preset);
   return resolve_settings(inputs);

@@ -17,7 +17,7 @@ inline constexpr std::uint32_t pattern_max_repeat = 1000;
 inline constexpr std::size_t pattern_max_program = 50000;
 inline constexpr std::uint32_t pattern_unbounded = 0xffffffffu;
 
-[[nodiscard]] inline bool is_word_byte(unsigned char c) noexcept {
+[[nodiscard]] DDO_INLINE bool is_word_byte(unsigned char c) noexcept {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
@@ -408,12 +408,12 @@ struct pattern_compiler {
 
 }  // namespace detail
 
-inline pattern::pattern(std::string text) : text_(std::move(text)) {
+DDO_INLINE pattern::pattern(std::string text) : text_(std::move(text)) {
   detail::pattern_compiler compiler{text_, 0, {}, classes_, program_};
   compiler.compile();
 }
 
-inline std::optional<pattern_match> pattern::find(std::string_view subject) const {
+DDO_INLINE std::optional<pattern_match> pattern::find(std::string_view subject) const {
   using detail::pattern_op;
   const std::size_t size = program_.size();
   // A thread: the instruction it waits at and where its match started; lists are in priority

@@ -11,7 +11,7 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
-[[nodiscard]] inline std::vector<std::string_view> split_dots(std::string_view s) {
+[[nodiscard]] DDO_INLINE std::vector<std::string_view> split_dots(std::string_view s) {
   std::vector<std::string_view> parts;
   std::size_t start = 0;
   for (;;) {
@@ -24,7 +24,7 @@ namespace detail {
   return parts;
 }
 
-[[nodiscard]] inline std::optional<std::uint64_t> parse_index(std::string_view s) noexcept {
+[[nodiscard]] DDO_INLINE std::optional<std::uint64_t> parse_index(std::string_view s) noexcept {
   if (s.empty() || s.size() > 18) return std::nullopt;
   std::uint64_t v = 0;
   for (char c : s) {
@@ -41,7 +41,7 @@ struct block_match {
   std::uint64_t index = 0;
 };
 
-[[nodiscard]] inline std::optional<block_match> match_auto_block(std::string_view module_name) {
+[[nodiscard]] DDO_INLINE std::optional<block_match> match_auto_block(std::string_view module_name) {
   const auto parts = split_dots(module_name);
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     if (std::find(auto_block_families.begin(), auto_block_families.end(), parts[i]) ==
@@ -58,7 +58,7 @@ struct block_match {
   return std::nullopt;
 }
 
-[[nodiscard]] inline std::optional<block_match> match_pattern_block(
+[[nodiscard]] DDO_INLINE std::optional<block_match> match_pattern_block(
     const std::string& module_name, std::span<const pattern> patterns) {
   for (std::size_t p = 0; p < patterns.size(); ++p) {
     const auto m = patterns[p].find(module_name);
@@ -86,21 +86,21 @@ struct block_match {
   return std::nullopt;
 }
 
-[[nodiscard]] inline bool has_component(std::string_view module_name,
-                                        bool (*predicate)(std::string_view)) {
+[[nodiscard]] DDO_INLINE bool has_component(std::string_view module_name,
+                                            bool (*predicate)(std::string_view)) {
   for (auto part : split_dots(module_name))
     if (predicate(part)) return true;
   return false;
 }
 
-[[nodiscard]] inline bool is_output_component(std::string_view c) {
+[[nodiscard]] DDO_INLINE bool is_output_component(std::string_view c) {
   for (std::string_view n : {"norm_out", "proj_out", "conv_out", "final_layer", "lm_head", "ln_f",
                              "norm_f", "head", "output"})
     if (c == n) return true;
   return false;
 }
 
-[[nodiscard]] inline bool is_input_component(std::string_view c) {
+[[nodiscard]] DDO_INLINE bool is_input_component(std::string_view c) {
   if (c.find("embed") != std::string_view::npos) return true;
   for (std::string_view n :
        {"img_in", "txt_in", "conv_in", "proj_in", "time_in", "vector_in", "guidance_in", "input"})
@@ -110,7 +110,7 @@ struct block_match {
 
 }  // namespace detail
 
-inline std::vector<pattern> compile_block_patterns(std::span<const std::string> patterns) {
+DDO_INLINE std::vector<pattern> compile_block_patterns(std::span<const std::string> patterns) {
   std::vector<pattern> compiled;
   if (patterns.empty() || (patterns.size() == 1 && patterns[0] == "auto")) return compiled;
   compiled.reserve(patterns.size());
@@ -130,14 +130,14 @@ inline std::vector<pattern> compile_block_patterns(std::span<const std::string> 
   return compiled;
 }
 
-inline std::vector<execution_group> infer_execution_groups(const weight_table& table,
-                                                           std::span<const std::string> patterns) {
+DDO_INLINE std::vector<execution_group> infer_execution_groups(
+    const weight_table& table, std::span<const std::string> patterns) {
   const std::vector<pattern> compiled = compile_block_patterns(patterns);
   return infer_execution_groups(table, std::span<const pattern>(compiled));
 }
 
-inline std::vector<execution_group> infer_execution_groups(const weight_table& table,
-                                                           std::span<const pattern> compiled) {
+DDO_INLINE std::vector<execution_group> infer_execution_groups(const weight_table& table,
+                                                               std::span<const pattern> compiled) {
   const bool use_auto = compiled.empty();
 
   struct block_info {
@@ -238,8 +238,8 @@ inline std::vector<execution_group> infer_execution_groups(const weight_table& t
   return groups;
 }
 
-inline std::vector<execution_group> validate_execution_groups(const weight_table& table,
-                                                              std::vector<execution_group> groups) {
+DDO_INLINE std::vector<execution_group> validate_execution_groups(
+    const weight_table& table, std::vector<execution_group> groups) {
   std::vector<std::size_t> owner(table.size(), SIZE_MAX);
   std::unordered_map<std::string, std::size_t> names;
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -265,8 +265,8 @@ inline std::vector<execution_group> validate_execution_groups(const weight_table
   return groups;
 }
 
-inline std::vector<std::size_t> group_of_weights(const weight_table& table,
-                                                 std::span<const execution_group> groups) {
+DDO_INLINE std::vector<std::size_t> group_of_weights(const weight_table& table,
+                                                     std::span<const execution_group> groups) {
   std::vector<std::size_t> owner(table.size(), SIZE_MAX);
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (std::size_t w : groups[g].weights)

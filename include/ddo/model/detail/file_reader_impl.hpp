@@ -20,8 +20,8 @@
 namespace ddo {
 inline namespace v0 {
 
-inline file_reader::file_reader(std::string path, safetensors_backend backend,
-                                file_reader_options options)
+DDO_INLINE file_reader::file_reader(std::string path, safetensors_backend backend,
+                                    file_reader_options options)
     : path_(std::move(path)) {
   faults_ = options.faults;
   // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears, before
@@ -87,11 +87,11 @@ inline file_reader::file_reader(std::string path, safetensors_backend backend,
   }
 }
 
-inline file_reader::~file_reader() {
+DDO_INLINE file_reader::~file_reader() {
   close_all();
 }
 
-inline file_reader::file_reader(file_reader&& other) noexcept
+DDO_INLINE file_reader::file_reader(file_reader&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
       direct_fd_(std::exchange(other.direct_fd_, -1)),
@@ -101,7 +101,7 @@ inline file_reader::file_reader(file_reader&& other) noexcept
       map_(std::exchange(other.map_, nullptr)),
       faults_(std::exchange(other.faults_, nullptr)) {}
 
-inline file_reader& file_reader::operator=(file_reader&& other) noexcept {
+DDO_INLINE file_reader& file_reader::operator=(file_reader&& other) noexcept {
   if (this != &other) {
     close_all();
     path_ = std::move(other.path_);
@@ -116,7 +116,7 @@ inline file_reader& file_reader::operator=(file_reader&& other) noexcept {
   return *this;
 }
 
-inline void file_reader::close_all() noexcept {
+DDO_INLINE void file_reader::close_all() noexcept {
   if (map_ != nullptr) ::munmap(map_, static_cast<std::size_t>(size_));
   map_ = nullptr;
   if (direct_fd_ >= 0) ::close(direct_fd_);
@@ -125,7 +125,7 @@ inline void file_reader::close_all() noexcept {
   fd_ = -1;
 }
 
-inline void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) const {
+DDO_INLINE void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) const {
   const std::uint64_t length = dst.size();
   if (offset > size_ || length > size_ - offset)
     throw io_error(path_, EINVAL,
@@ -162,8 +162,8 @@ inline void file_reader::read(std::uint64_t offset, std::span<std::byte> dst) co
   }
 }
 
-inline bool file_reader::injected_fault(std::uint64_t offset, std::size_t& n, std::size_t granule,
-                                        long& result) const {
+DDO_INLINE bool file_reader::injected_fault(std::uint64_t offset, std::size_t& n,
+                                            std::size_t granule, long& result) const {
   if (faults_ == nullptr) return false;
   const file_read_fault f = faults_->before_read(path_, offset, n);
   switch (f.what) {
@@ -184,7 +184,7 @@ inline bool file_reader::injected_fault(std::uint64_t offset, std::size_t& n, st
   return false;
 }
 
-inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
+DDO_INLINE long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
   if (long injected = 0; injected_fault(offset, n, 1, injected)) return injected;
   if (map_ != nullptr) {
     // A copy through the kernel: a page past the end of a file that shrank is EFAULT here,
@@ -198,13 +198,14 @@ inline long file_reader::read_some(std::uint64_t offset, std::byte* dst, std::si
   return static_cast<long>(::pread(fd_, dst, n, static_cast<off_t>(offset)));
 }
 
-inline long file_reader::read_direct_some(std::uint64_t offset, std::byte* dst, std::size_t n) const {
+DDO_INLINE long file_reader::read_direct_some(std::uint64_t offset, std::byte* dst,
+                                              std::size_t n) const {
   if (long injected = 0; injected_fault(offset, n, direct_io_alignment, injected)) return injected;
   return static_cast<long>(::pread(direct_fd_, dst, n, static_cast<off_t>(offset)));
 }
 
-inline std::uint64_t file_reader::read_direct(std::uint64_t offset, std::span<std::byte> dst,
-                                              std::uint64_t required) const {
+DDO_INLINE std::uint64_t file_reader::read_direct(std::uint64_t offset, std::span<std::byte> dst,
+                                                  std::uint64_t required) const {
   DDO_EXPECTS(direct_fd_ >= 0, "file_reader::read_direct: '" + path_ +
                                    "' was not opened with file_reader_options::direct_io");
   const auto address = reinterpret_cast<std::uintptr_t>(dst.data());

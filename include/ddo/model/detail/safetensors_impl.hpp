@@ -35,7 +35,7 @@ namespace detail {
   throw format_error(std::string(file), std::string(tensor), message);
 }
 
-inline void write_text_file(const std::string& path, std::string_view text) {
+DDO_INLINE void write_text_file(const std::string& path, std::string_view text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw io_error(path, errno, "cannot create '" + path + "': " + std::strerror(errno));
   std::size_t done = 0;
@@ -53,7 +53,7 @@ inline void write_text_file(const std::string& path, std::string_view text) {
     throw io_error(path, errno, "cannot close '" + path + "': " + std::strerror(errno));
 }
 
-[[nodiscard]] inline std::uint64_t read_le64(const std::array<std::byte, 8>& b) noexcept {
+[[nodiscard]] DDO_INLINE std::uint64_t read_le64(const std::array<std::byte, 8>& b) noexcept {
   std::uint64_t v = 0;
   for (int i = 7; i >= 0; --i)
     v = (v << 8) | static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]);
@@ -62,9 +62,9 @@ inline void write_text_file(const std::string& path, std::string_view text) {
 
 }  // namespace detail
 
-inline safetensors_header parse_safetensors_header(std::string_view header_json,
-                                                   std::uint64_t data_bytes,
-                                                   std::string_view file) {
+DDO_INLINE safetensors_header parse_safetensors_header(std::string_view header_json,
+                                                       std::uint64_t data_bytes,
+                                                       std::string_view file) {
   using detail::throw_format;
   // The reference reads the header as UTF-8 text first (std::str::from_utf8).
   if (!is_valid_utf8(header_json)) {
@@ -263,7 +263,7 @@ inline safetensors_header parse_safetensors_header(std::string_view header_json,
   return header;
 }
 
-inline safetensors_header read_safetensors_header(const file_reader& file) {
+DDO_INLINE safetensors_header read_safetensors_header(const file_reader& file) {
   using detail::throw_format;
   const std::string& path = file.path();
   if (file.size() < 8)
@@ -293,15 +293,15 @@ inline safetensors_header read_safetensors_header(const file_reader& file) {
   return header;
 }
 
-inline bool is_safetensors_index(std::string_view path) noexcept {
+DDO_INLINE bool is_safetensors_index(std::string_view path) noexcept {
   return path.ends_with(".index.json");
 }
 
 namespace detail {
 
-inline void append_one_safetensors_file(weight_table& table, const std::string& path,
-                                        safetensors_backend backend,
-                                        std::vector<std::string>* names_out) {
+DDO_INLINE void append_one_safetensors_file(weight_table& table, const std::string& path,
+                                            safetensors_backend backend,
+                                            std::vector<std::string>* names_out) {
   const file_reader reader(path, backend);
   const safetensors_header header = read_safetensors_header(reader);
   const std::size_t file_index = table.add_file(path);
@@ -330,8 +330,8 @@ struct safetensors_index {
 /// Parses and checks the text of a `*.safetensors.index.json` (named @p index_path in
 /// messages): UTF-8 JSON, a "weight_map" object of non-empty relative shard names.
 /// @throws format_error naming the index and, where known, the tensor.
-inline safetensors_index parse_safetensors_index(std::string_view text,
-                                                 const std::string& index_path) {
+DDO_INLINE safetensors_index parse_safetensors_index(std::string_view text,
+                                                     const std::string& index_path) {
   if (!is_valid_utf8(text))
     throw_format(index_path, "", "index is not valid UTF-8 (JSON files are UTF-8 text)");
   json_value root;
@@ -364,8 +364,8 @@ inline safetensors_index parse_safetensors_index(std::string_view text,
   return index;
 }
 
-inline void append_safetensors_index(weight_table& table, const std::string& index_path,
-                                     safetensors_backend backend) {
+DDO_INLINE void append_safetensors_index(weight_table& table, const std::string& index_path,
+                                         safetensors_backend backend) {
   const file_reader reader(index_path, safetensors_backend::pread);
   // An index lists tensor names only: a few MB at most. Bound it anyway before allocating.
   if (reader.size() > max_safetensors_header_bytes)
@@ -399,8 +399,8 @@ inline void append_safetensors_index(weight_table& table, const std::string& ind
 
 }  // namespace detail
 
-inline void append_safetensors(weight_table& table, const std::string& path,
-                               safetensors_backend backend) {
+DDO_INLINE void append_safetensors(weight_table& table, const std::string& path,
+                                   safetensors_backend backend) {
   const std::size_t first = table.size();
   if (is_safetensors_index(path))
     detail::append_safetensors_index(table, path, backend);
@@ -409,14 +409,14 @@ inline void append_safetensors(weight_table& table, const std::string& path,
   infer_module_kinds(table, {}, first);
 }
 
-inline weight_table load_safetensors(const std::string& path, safetensors_backend backend) {
+DDO_INLINE weight_table load_safetensors(const std::string& path, safetensors_backend backend) {
   weight_table table;
   append_safetensors(table, path, backend);
   return table;
 }
 
-inline weight_table load_safetensors(std::span<const std::string> paths,
-                                     safetensors_backend backend) {
+DDO_INLINE weight_table load_safetensors(std::span<const std::string> paths,
+                                         safetensors_backend backend) {
   weight_table table;
   for (const auto& path : paths) append_safetensors(table, path, backend);
   return table;
@@ -425,7 +425,7 @@ inline weight_table load_safetensors(std::span<const std::string> paths,
 // ---------------------------------------------------------------------------------------------
 // Writer
 
-inline std::uint64_t safetensors_tensor_spec::bytes() const {
+DDO_INLINE std::uint64_t safetensors_tensor_spec::bytes() const {
   std::uint64_t elements = 1;
   for (auto d : shape) {
     DDO_EXPECTS(d >= 0, "safetensors_tensor_spec: negative dimension in '" + name + "'");
@@ -434,7 +434,7 @@ inline std::uint64_t safetensors_tensor_spec::bytes() const {
   return elements * size_of(type);
 }
 
-inline safetensors_writer::safetensors_writer(
+DDO_INLINE safetensors_writer::safetensors_writer(
     std::string path, std::vector<safetensors_tensor_spec> tensors,
     std::vector<std::pair<std::string, std::string>> metadata)
     : path_(std::move(path)) {
@@ -495,11 +495,11 @@ inline safetensors_writer::safetensors_writer(
   }
 }
 
-inline safetensors_writer::~safetensors_writer() {
+DDO_INLINE safetensors_writer::~safetensors_writer() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-inline void safetensors_writer::flush() {
+DDO_INLINE void safetensors_writer::flush() {
   std::size_t done = 0;
   while (done < buffered_) {
     const ssize_t n = ::write(fd_, buffer_.data() + done, buffered_ - done);
@@ -512,7 +512,7 @@ inline void safetensors_writer::flush() {
   buffered_ = 0;
 }
 
-inline void safetensors_writer::write(std::span<const std::byte> bytes) {
+DDO_INLINE void safetensors_writer::write(std::span<const std::byte> bytes) {
   DDO_EXPECTS(fd_ >= 0, "safetensors_writer::write after finish()");
   DDO_EXPECTS(bytes.size() <= data_bytes_ - written_,
               "safetensors_writer::write: " + std::to_string(bytes.size()) +
@@ -543,7 +543,7 @@ inline void safetensors_writer::write(std::span<const std::byte> bytes) {
   }
 }
 
-inline void safetensors_writer::finish() {
+DDO_INLINE void safetensors_writer::finish() {
   DDO_EXPECTS(fd_ >= 0, "safetensors_writer::finish called twice");
   DDO_EXPECTS(written_ == data_bytes_, "safetensors_writer::finish: " + std::to_string(written_) +
                                            " of " + std::to_string(data_bytes_) +
@@ -554,9 +554,9 @@ inline void safetensors_writer::finish() {
     throw io_error(path_, errno, "cannot close '" + path_ + "': " + std::strerror(errno));
 }
 
-inline void write_safetensors(const std::string& path,
-                              std::span<const safetensors_tensor_data> tensors,
-                              std::vector<std::pair<std::string, std::string>> metadata) {
+DDO_INLINE void write_safetensors(const std::string& path,
+                                  std::span<const safetensors_tensor_data> tensors,
+                                  std::vector<std::pair<std::string, std::string>> metadata) {
   std::vector<safetensors_tensor_spec> specs;
   specs.reserve(tensors.size());
   for (const auto& t : tensors) {
@@ -570,9 +570,9 @@ inline void write_safetensors(const std::string& path,
   writer.finish();
 }
 
-inline void write_safetensors_index(const std::string& path,
-                                    std::span<const std::pair<std::string, std::string>> weight_map,
-                                    std::uint64_t total_size) {
+DDO_INLINE void write_safetensors_index(
+    const std::string& path, std::span<const std::pair<std::string, std::string>> weight_map,
+    std::uint64_t total_size) {
   std::string json = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total_size) +
                      "},\n  \"weight_map\": {";
   for (std::size_t i = 0; i < weight_map.size(); ++i)

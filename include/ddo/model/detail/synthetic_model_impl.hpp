@@ -10,7 +10,7 @@
 namespace ddo {
 inline namespace v0 {
 
-inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
+DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& o) {
   DDO_EXPECTS(o.blocks > 0 && o.hidden > 0 && o.mlp_ratio > 0,
               "synthetic model: blocks, hidden and mlp ratio must be positive");
@@ -94,7 +94,7 @@ inline std::vector<safetensors_tensor_spec> synthetic_model_specs(
   return specs;
 }
 
-inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng) {
+DDO_INLINE void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng) {
   const std::size_t size = size_of(type);
   DDO_EXPECTS(size != 0 && out.size() % size == 0, "fill_random_nonzero: partial element");
   std::byte* p = out.data();
@@ -130,7 +130,7 @@ inline void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64
   }
 }
 
-inline synthetic_model_result write_synthetic_model(const synthetic_model_options& o) {
+DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_options& o) {
   DDO_EXPECTS(!o.output.empty(), "synthetic model: an output path is needed");
   DDO_EXPECTS(o.shards >= 1, "synthetic model: shards must be at least 1");
   const auto specs = synthetic_model_specs(o);

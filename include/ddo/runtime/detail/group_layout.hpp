@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ddo/core/linkage.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/weight_table.hpp"
@@ -141,4 +142,6 @@ using source_files = std::vector<std::unique_ptr<file_reader>>;
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/runtime/detail/group_layout_impl.hpp"
+#endif

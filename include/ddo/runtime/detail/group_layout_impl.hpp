@@ -17,13 +17,13 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
-inline std::optional<std::size_t> group_layout::find_group(std::string_view name) const {
+DDO_INLINE std::optional<std::size_t> group_layout::find_group(std::string_view name) const {
   auto it = group_index.find(std::string(name));
   if (it == group_index.end()) return std::nullopt;
   return it->second;
 }
 
-inline std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
+DDO_INLINE std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
   std::uint64_t pinned = 0;
   for_each_part([&](const group_runtime& gr) {
     pinned += gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)];
@@ -33,7 +33,7 @@ inline std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
 
 namespace layout_detail {
 
-inline void check_source(const weight_table& table, const offload_plan& plan, std::size_t w) {
+DDO_INLINE void check_source(const weight_table& table, const offload_plan& plan, std::size_t w) {
   const auto& info = table[w];
   if (const auto* h = std::get_if<host_source>(&info.source))
     DDO_EXPECTS(h->data != nullptr || info.bytes == 0,
@@ -98,8 +98,8 @@ void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_pl
 
 }  // namespace layout_detail
 
-inline group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
-                                      runtime_options& options, bool split_uncovered) {
+DDO_INLINE group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
+                                          runtime_options& options, bool split_uncovered) {
   DDO_EXPECTS(plan.decisions.size() == table.size(),
               "offloader: the plan has " + std::to_string(plan.decisions.size()) +
                   " decisions but the weight table has " + std::to_string(table.size()) +
@@ -192,8 +192,8 @@ inline group_layout make_group_layout(const weight_table& table, const offload_p
   return l;
 }
 
-inline source_files open_source_files(const weight_table& table, const group_layout& layout,
-                                      file_fault_hook* faults) {
+DDO_INLINE source_files open_source_files(const weight_table& table, const group_layout& layout,
+                                          file_fault_hook* faults) {
   source_files files(table.files().size());
   for (std::size_t f = 0; f < layout.file_used.size(); ++f)
     if (layout.file_used[f])

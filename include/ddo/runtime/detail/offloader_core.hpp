@@ -141,7 +141,7 @@ class offloader_core {
   void load(std::size_t g, std::size_t s);
   void load_unguarded(std::size_t g, std::size_t s);
   // A constrained member template, so that an explicit instantiation for a transport without
-  // stable addresses (instantiate_offloaders.hpp) leaves it out: explicit instantiation never
+  // stable addresses (ddo/instantiate.hpp) leaves it out: explicit instantiation never
   // instantiates member templates, while constrained non-template members are skipped only by
   // compilers that implement [temp.explicit]/10 (g++ does, clang 14 does not).
   template <class U = Transport>

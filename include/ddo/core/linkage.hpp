@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief How ddo's code is compiled into a program: header-only (the default) or once, in one
+/// translation unit of the program (DDO_EXTERN_TEMPLATES).
+///
+/// Header-only, every TU that calls into ddo compiles what it calls: the setup path (resolver,
+/// planner, profiles), the runtime core for its transport. An engine with many TUs compiles
+/// every TU with DDO_EXTERN_TEMPLATES defined and includes
+/// `<ddo/instantiate.hpp>` in exactly one of them (docs/getting-started.md,
+/// "Compile ddo once"). In that mode:
+/// - ddo's non-template functions whose bodies live in `detail/*_impl.hpp` are declared in
+///   their headers only (DDO_INLINE is empty, DDO_HEADER_ONLY is 0) and defined, not inline, in
+///   the instantiating TU;
+/// - the offloader, the setup path and the default planners are declared extern for the
+///   shipped transports (runtime/extern_templates.hpp, runtime/setup.hpp, plan/planner.hpp) and
+///   instantiated in that TU.
+/// Every TU of a program must be compiled in the same mode: a function inline in one TU and
+/// not in another breaks the one-definition rule.
+
+#if defined(DDO_INSTANTIATE)
+#error "DDO_INSTANTIATE is gone: include <ddo/instantiate.hpp> (see ddo/core/linkage.hpp)"
+#endif
+
+#if defined(DDO_EXTERN_TEMPLATES)
+/// Declares and defines a non-template function whose body is in a detail/*_impl.hpp header:
+/// inline when ddo is header-only, an ordinary function compiled once otherwise.
+#define DDO_INLINE
+/// 1 when the impl headers are included by the headers that declare their functions.
+#define DDO_HEADER_ONLY 0
+#else
+#define DDO_INLINE inline
+#define DDO_HEADER_ONLY 1
+#endif

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo compiled once: include this header in exactly one translation unit of a program
+/// whose every TU (this one too) is compiled with DDO_EXTERN_TEMPLATES (core/linkage.hpp). That
+/// TU then holds ddo's only copy of
+/// - the bodies of its non-template functions (the detail/*_impl.hpp headers below: the
+///   resolver, the pattern matcher, group inference, the file reader, safetensors, profiles),
+/// - the offloader's runtime core for the shipped transports (host_sim_transport,
+///   linear_transport; runtime/extern_templates.hpp),
+/// - the setup path for those transports with the default planner and pin selector
+///   (DDO_SETUP_PATH_INSTANTIATIONS, runtime/setup.hpp),
+/// and every other TU pays ddo's declarations only (docs/getting-started.md, "Compile ddo
+/// once"). The program links the CUDA runtime (cudart), as every program using ddo does.
+
+#include "ddo/core/linkage.hpp"
+
+#if DDO_HEADER_ONLY
+#error "ddo/instantiate.hpp needs DDO_EXTERN_TEMPLATES in this and every TU (core/linkage.hpp)"
+#endif
+
+// The bodies of ddo's non-template functions, which the headers leave out when ddo is compiled
+// once (core/linkage.hpp). Every impl header a public header includes under DDO_HEADER_ONLY is
+// listed here (tests/build_checks/check_layers.py checks it).
+#include "ddo/config/detail/env_source_impl.hpp"
+#include "ddo/config/detail/resolve_impl.hpp"
+#include "ddo/core/detail/pattern_impl.hpp"
+#include "ddo/memory/detail/system_probe_impl.hpp"
+#include "ddo/model/detail/execution_groups_impl.hpp"
+#include "ddo/model/detail/file_reader_impl.hpp"
+#include "ddo/model/detail/safetensors_impl.hpp"
+#include "ddo/model/detail/synthetic_model_impl.hpp"
+#include "ddo/profile/detail/profile_store_impl.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/detail/group_layout_impl.hpp"
+#include "ddo/runtime/extern_templates.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+template class detail::offloader_core<host_sim_transport>;
+template class basic_offloader<host_sim_transport>;
+template class lease<host_sim_transport>;
+template class detail::offloader_core<linear_transport>;
+template class basic_offloader<linear_transport>;
+template class lease<linear_transport>;
+DDO_SETUP_PATH_INSTANTIATIONS(, host_sim_transport)
+DDO_SETUP_PATH_INSTANTIATIONS(, linear_transport)
+
+}  // namespace v0
+}  // namespace ddo
