@@ -8,7 +8,11 @@
   check_layers.py thirdparty INCLUDE_DIR  toml++ and Boost reach no header (directly or through
                                        the headers it includes) except the TOML source, the
                                        settings TOML writer and cli/;
-  check_layers.py self-test            both checks fail on a tree that breaks their rule.
+  check_layers.py impls INCLUDE_DIR    every impl header a header includes only when ddo is
+                                       header-only (`#if DDO_HEADER_ONLY`) is included by
+                                       ddo/instantiate.hpp, which compiles them once otherwise
+                                       (core/linkage.hpp), and nothing else is listed there;
+  check_layers.py self-test            the checks fail on a tree that breaks their rule.
 
 The order below is the one written in docs/design.md; keep the two in step.
 """
@@ -107,6 +111,41 @@ def check_third_party(root):
     return errors
 
 
+INSTANTIATE = "ddo/instantiate.hpp"
+
+
+def gated_impls(root):
+    """Impl headers included under `#if DDO_HEADER_ONLY`, with the header and line including them."""
+    found = {}
+    for h in headers(root):
+        gated = False
+        with open(os.path.join(root, h), encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                stripped = line.strip()
+                if stripped.startswith("#if"):
+                    gated = stripped == "#if DDO_HEADER_ONLY"
+                elif stripped.startswith("#endif"):
+                    gated = False
+                m = DDO_INCLUDE.match(line)
+                if gated and m:
+                    found.setdefault(m.group(1), f"{h}:{n}")
+    return found
+
+
+def check_impls(root):
+    gated = gated_impls(root)
+    if not os.path.exists(os.path.join(root, INSTANTIATE)):
+        return [f"{INSTANTIATE} is missing: it compiles the {len(gated)} gated impl headers once"]
+    listed = {inc for _, inc in includes(root, INSTANTIATE)[0] if inc.endswith("_impl.hpp")}
+    errors = [f"{where}: includes {impl} only when header-only, but {INSTANTIATE} does not "
+              f"include it: a program compiling ddo once would miss its functions"
+              for impl, where in sorted(gated.items()) if impl not in listed]
+    errors += [f"{INSTANTIATE}: includes {impl}, which no header leaves out when ddo is compiled "
+               f"once (#if DDO_HEADER_ONLY): drop it or gate it"
+               for impl in sorted(listed - set(gated))]
+    return errors
+
+
 def self_test():
     failures = []
     with tempfile.TemporaryDirectory() as root:
@@ -136,6 +175,19 @@ def self_test():
             failures.append("toml++ reached through an include was not reported")
         if not any(e.startswith("ddo/model/f.hpp") and "boost" in e for e in third):
             failures.append("a direct Boost include was not reported")
+        write("ddo/model/g.hpp", '#pragma once\n#if DDO_HEADER_ONLY\n'
+                                 '#include "ddo/model/detail/g_impl.hpp"\n#endif\n')
+        write("ddo/model/detail/g_impl.hpp", '#pragma once\n#include "ddo/model/g.hpp"\n')
+        write(INSTANTIATE, '#pragma once\n#include "ddo/core/a.hpp"\n')
+        if not any("g_impl.hpp" in e and "does not include it" in e for e in check_impls(root)):
+            failures.append("a gated impl missing from ddo/instantiate.hpp was not reported")
+        write(INSTANTIATE, '#pragma once\n#include "ddo/model/detail/g_impl.hpp"\n')
+        if check_impls(root):
+            failures.append("a complete ddo/instantiate.hpp was reported")
+        write(INSTANTIATE, '#pragma once\n#include "ddo/model/detail/g_impl.hpp"\n'
+                           '#include "ddo/model/detail/h_impl.hpp"\n')
+        if not any("h_impl.hpp" in e for e in check_impls(root)):
+            failures.append("an ungated impl listed in ddo/instantiate.hpp was not reported")
     return failures
 
 
@@ -145,11 +197,12 @@ def main(argv):
         for f in failures:
             print("check_layers self-test: " + f, file=sys.stderr)
         return 1 if failures else 0
-    if len(argv) != 3 or argv[1] not in ("layers", "thirdparty"):
+    if len(argv) != 3 or argv[1] not in ("layers", "thirdparty", "impls"):
         print(__doc__, file=sys.stderr)
         return 2
     root = argv[2]
-    errors = check_layers(root) if argv[1] == "layers" else check_third_party(root)
+    errors = {"layers": check_layers, "thirdparty": check_third_party,
+              "impls": check_impls}[argv[1]](root)
     for e in errors:
         print(e, file=sys.stderr)
     if not errors:

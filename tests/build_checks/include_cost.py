@@ -6,12 +6,19 @@ the minimum of --repeat runs, the runs of the two TUs interleaved so that load o
 touches both alike).
 
   include_cost.py [--cxx g++] [--nvcc PATH] [--include DIR] [--cuda-include DIR] [--repeat N]
-                  [--check umbrella=2.0] [--slack 0.30] [--cases umbrella,offloader,nvcc]
+                  [--check umbrella=2.0] [--slack 0.30]
+                  [--cases umbrella,offloader,offloader_once,instantiate,nvcc]
 
 Cases (each against its own baseline):
   umbrella   `#include <ddo/ddo.hpp>` alone, g++ -O2        vs the std + CUDA TU, g++ -O2
   offloader  one offloader<host_sim_transport> planned from settings (the setup path), acquire,
-             a lease, metrics, g++ -O2
+             a lease, metrics, g++ -O2, ddo header-only
+                                                              vs the std + CUDA TU, g++ -O2
+  offloader_once  the same TU in a program that compiles ddo once (DDO_EXTERN_TEMPLATES:
+             ddo/instantiate.hpp in another TU compiles the setup path, the runtime core for the
+             shipped transports and ddo's non-template functions), g++ -O2
+                                                              vs the std + CUDA TU, g++ -O2
+  instantiate  that other TU, ddo/instantiate.hpp alone (paid once per program), g++ -O2
                                                               vs the std + CUDA TU, g++ -O2
   nvcc       a .cu including the umbrella, nvcc -O2           vs a .cu with the same std headers
 --check CASE=TARGET fails (exit 1) when CASE's ratio is above TARGET × (1 + slack): the CI check
@@ -126,6 +133,14 @@ def main():
         if "offloader" in cases:
             jobs["offloader"] = ([args.cxx, *cxx_flags, base_cpp],
                                  [args.cxx, *cxx_flags, write("offloader.cpp", OFFLOADER)])
+        if "offloader_once" in cases:
+            jobs["offloader_once"] = ([args.cxx, *cxx_flags, base_cpp],
+                                      [args.cxx, *cxx_flags, "-DDDO_EXTERN_TEMPLATES",
+                                       write("offloader_once.cpp", OFFLOADER)])
+        if "instantiate" in cases:
+            jobs["instantiate"] = ([args.cxx, *cxx_flags, base_cpp],
+                                   [args.cxx, *cxx_flags, "-DDDO_EXTERN_TEMPLATES",
+                                    write("instantiate.cpp", "#include <ddo/instantiate.hpp>\n")])
         if "nvcc" in cases:
             if not shutil.which(args.nvcc):
                 raise SystemExit(f"include_cost: nvcc not found at {args.nvcc}")
