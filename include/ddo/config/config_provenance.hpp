@@ -4,23 +4,27 @@
 /// @brief ddo::config_provenance: for every config field, the source of its resolved value.
 
 #include <cstddef>
-#include <utility>
+#include <stdexcept>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "ddo/config/field_registry.hpp"
+// field_id.hpp, not the field registry: the names are all this needs, and the registry's table
+// (accessors, allowed values, descriptions) cost every TU including the settings a tenth of the
+// umbrella's compile (docs/development.md).
+#include "ddo/config/field_id.hpp"
 #include "ddo/config/provenance.hpp"
 
 namespace ddo {
 inline namespace v0 {
 
-/// @brief One field_origin per registry field (indexed like config_fields()); every field
-/// starts as origin::default_value.
+/// @brief One field_origin per registry field (indexed like config_fields(), i.e. by field_id);
+/// every field starts as origin::default_value.
 class config_provenance {
  public:
-  config_provenance() : origins_(config_fields().size()) {
-    for (std::size_t i = 0; i < origins_.size(); ++i)
-      origins_[i].key = std::string(config_fields()[i].name);
+  config_provenance() : origins_(field_count) {
+    for (std::size_t i = 0; i < origins_.size(); ++i) origins_[i].key = std::string(field_id_names[i]);
   }
 
   /// @brief The origin of field @p index (an index into config_fields()).
@@ -31,9 +35,9 @@ class config_provenance {
   [[nodiscard]] const field_origin& of(field_id id) const { return at(id); }
   /// @brief The origin of field @p name; throws std::out_of_range for an unknown name.
   [[nodiscard]] const field_origin& of(std::string_view name) const {
-    const auto index = find_field(name);
-    if (!index) (void)field(name);  // throws with the name
-    return origins_.at(*index);
+    const auto id = parse_field_id(name);
+    if (!id) throw std::out_of_range("ddo: no config field named '" + std::string(name) + "'");
+    return at(*id);
   }
   /// @brief Records that field @p index was last set by @p where.
   void set(std::size_t index, field_origin where) { origins_.at(index) = std::move(where); }

@@ -11,6 +11,7 @@
 #include "ddo/config/config_provenance.hpp"
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/config/enum_names.hpp"
+#include "ddo/config/field_registry.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/pattern.hpp"
 #include "ddo/core/units.hpp"

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ddo/config/closest_name.hpp"
+#include "ddo/config/field_registry.hpp"
 #include "ddo/config/field_status_warnings.hpp"
 #include "ddo/config/operational_defaults.hpp"
 #include "ddo/config/parse_value.hpp"
