@@ -48,8 +48,11 @@ inline component_ownership_result apply_component_ownership(offload_plan& plan, 
   std::vector<std::size_t> owned;
   for (std::size_t w = 0; w < plan.decisions.size() && w < table.size(); ++w)
     if (!vmm_covered_weight(table[w])) owned.push_back(w);
-  std::stable_sort(owned.begin(), owned.end(),
-                   [&](std::size_t a, std::size_t b) { return table[a].bytes < table[b].bytes; });
+  // Smallest first, ties in table order (a sort by (bytes, index): std::stable_sort's merge
+  // machinery costs every TU that includes this header more to compile).
+  std::sort(owned.begin(), owned.end(), [&](std::size_t a, std::size_t b) {
+    return table[a].bytes != table[b].bytes ? table[a].bytes < table[b].bytes : a < b;
+  });
   component_ownership_result r;
   for (std::size_t w : owned) {
     auto& d = plan.decisions[w];

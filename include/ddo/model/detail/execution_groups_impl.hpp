@@ -227,9 +227,10 @@ DDO_INLINE std::vector<execution_group> infer_execution_groups(const weight_tabl
     std::vector<std::size_t> members;
     for (std::size_t b = 0; b < blocks.size(); ++b)
       if (blocks[b].family == family) members.push_back(b);
-    // Stable: two keys with one index (an explicit pattern's odd match) keep first appearance.
-    std::stable_sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-      return blocks[a].index < blocks[b].index;
+    // Two keys with one index (an explicit pattern's odd match) keep first appearance: sorted
+    // by (index, position), as a stable sort would, without its merge machinery to compile.
+    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
+      return blocks[a].index != blocks[b].index ? blocks[a].index < blocks[b].index : a < b;
     });
     for (std::size_t b : members)
       groups.push_back(execution_group{blocks[b].key, blocks[b].weights, true});
