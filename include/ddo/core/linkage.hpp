@@ -12,9 +12,9 @@
 /// - ddo's non-template functions whose bodies live in `detail/*_impl.hpp` are declared in
 ///   their headers only (DDO_INLINE is empty, DDO_HEADER_ONLY is 0) and defined, not inline, in
 ///   the instantiating TU;
-/// - the offloader, the setup path and the default planners are declared extern for the
-///   shipped transports (runtime/extern_templates.hpp, runtime/setup.hpp, plan/planner.hpp) and
-///   instantiated in that TU.
+/// - the offloader's runtime core and the setup path (with the default planner and pin
+///   selector) are declared extern for the shipped transports host_sim and linear
+///   (runtime/extern_templates.hpp, runtime/setup.hpp) and instantiated in that TU.
 /// Every TU of a program must be compiled in the same mode: a function inline in one TU and
 /// not in another breaks the one-definition rule.
 
