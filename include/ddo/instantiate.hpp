@@ -6,10 +6,11 @@
 /// TU then holds ddo's only copy of
 /// - the bodies of its non-template functions (the detail/*_impl.hpp headers below: the
 ///   resolver, the pattern matcher, group inference, the file reader, safetensors, profiles),
-/// - the offloader's runtime core for the shipped transports (host_sim_transport,
-///   linear_transport; runtime/extern_templates.hpp),
-/// - the setup path for those transports with the default planner and pin selector
-///   (DDO_SETUP_PATH_INSTANTIATIONS, runtime/setup.hpp),
+/// - the offloader's runtime core and the setup path (with the default planner and pin
+///   selector) for the transports the setup path constructs: host_sim_transport,
+///   linear_transport, vmm_transport, nvme_transport<linear_transport> and
+///   nvme_transport<vmm_transport> (DDO_RUNTIME_INSTANTIATIONS in runtime/extern_templates.hpp,
+///   DDO_SHIPPED_INSTANTIATIONS in runtime/setup.hpp),
 /// and every other TU pays ddo's declarations only (docs/getting-started.md, "Compile ddo
 /// once"). The program links the CUDA runtime (cudart), as every program using ddo does.
 
@@ -37,18 +38,15 @@
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
+#include "ddo/transport/nvme.hpp"
+#include "ddo/transport/vmm.hpp"
 
 namespace ddo {
 inline namespace v0 {
 
-template class detail::offloader_core<host_sim_transport>;
-template class basic_offloader<host_sim_transport>;
-template class lease<host_sim_transport>;
-template class detail::offloader_core<linear_transport>;
-template class basic_offloader<linear_transport>;
-template class lease<linear_transport>;
-DDO_SETUP_PATH_INSTANTIATIONS(, host_sim_transport)
-DDO_SETUP_PATH_INSTANTIATIONS(, linear_transport)
+DDO_RUNTIME_INSTANTIATIONS(, host_sim_transport)
+DDO_RUNTIME_INSTANTIATIONS(, linear_transport)
+DDO_SHIPPED_INSTANTIATIONS()
 
 }  // namespace v0
 }  // namespace ddo

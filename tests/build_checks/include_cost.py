@@ -7,7 +7,7 @@ touches both alike).
 
   include_cost.py [--cxx g++] [--nvcc PATH] [--include DIR] [--cuda-include DIR] [--repeat N]
                   [--check umbrella=2.0] [--slack 0.30]
-                  [--cases umbrella,offloader,offloader_once,instantiate,nvcc]
+                  [--cases umbrella,offloader,offloader_once,instantiate,backend,backend_once,nvcc]
 
 Cases (each against its own baseline):
   umbrella   `#include <ddo/ddo.hpp>` alone, g++ -O2        vs the std + CUDA TU, g++ -O2
@@ -19,6 +19,9 @@ Cases (each against its own baseline):
              shipped transports and ddo's non-template functions), g++ -O2
                                                               vs the std + CUDA TU, g++ -O2
   instantiate  that other TU, ddo/instantiate.hpp alone (paid once per program), g++ -O2
+                                                              vs the std + CUDA TU, g++ -O2
+  backend, backend_once  an engine TU letting `backend` choose the transport
+             (with_offload_backend: five offloader types), header-only / compiling ddo once
                                                               vs the std + CUDA TU, g++ -O2
   nvcc       a .cu including the umbrella, nvcc -O2           vs a .cu with the same std headers
 --check CASE=TARGET fails (exit 1) when CASE's ratio is above TARGET × (1 + slack): the CI check
@@ -66,6 +69,25 @@ int main() {
   transport.synchronize(transport.view(stream));
   const auto metrics = offloader.metrics(true);
   return seen == 1 && metrics.totals.bytes() > 0 ? 0 : 1;
+}
+"""
+
+BACKEND = r"""#include <ddo/ddo.hpp>
+#include <ddo/runtime/enable_offload.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+int main() {
+  std::vector<std::byte> bytes(64 * 64 * 2, std::byte{7});
+  ddo::weight_table table;
+  table.add({.name = "blocks.0.proj.weight", .module_name = "", .kind = ddo::module_kind::linear,
+             .type = ddo::dtype::bf16, .shape = {64, 64}, .bytes = 0,
+             .source = ddo::host_source{bytes.data()}});
+  return ddo::with_offload_backend(table, std::nullopt, ddo::setup_options{}, [](auto& enabled) {
+    return static_cast<int>(enabled.offloader->group_count());
+  });
 }
 """
 
@@ -141,6 +163,10 @@ def main():
             jobs["instantiate"] = ([args.cxx, *cxx_flags, base_cpp],
                                    [args.cxx, *cxx_flags, "-DDDO_EXTERN_TEMPLATES",
                                     write("instantiate.cpp", "#include <ddo/instantiate.hpp>\n")])
+        for name, once in (("backend", []), ("backend_once", ["-DDDO_EXTERN_TEMPLATES"])):
+            if name in cases:
+                jobs[name] = ([args.cxx, *cxx_flags, base_cpp],
+                              [args.cxx, *cxx_flags, *once, write(name + ".cpp", BACKEND)])
         if "nvcc" in cases:
             if not shutil.which(args.nvcc):
                 raise SystemExit(f"include_cost: nvcc not found at {args.nvcc}")

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief Explicit instantiation declarations of the offloader for the shipped transports
-/// (host_sim_transport, linear_transport): with them, a translation unit that uses
+/// @brief Explicit instantiation declarations of the offloader for host_sim_transport and
+/// linear_transport: with them, a translation unit that uses
 /// basic_offloader<host_sim_transport> or <linear_transport> does not instantiate the runtime
 /// core; it pays the include only and links against the one TU that instantiates it.
 ///
@@ -19,12 +19,16 @@
 namespace ddo {
 inline namespace v0 {
 
-extern template class detail::offloader_core<host_sim_transport>;
-extern template class basic_offloader<host_sim_transport>;
-extern template class lease<host_sim_transport>;
-extern template class detail::offloader_core<linear_transport>;
-extern template class basic_offloader<linear_transport>;
-extern template class lease<linear_transport>;
+/// The runtime's instantiations for one transport: declared extern where ddo is compiled once,
+/// defined by ddo/instantiate.hpp. @p PREFIX is `extern` or empty. host_sim and linear here;
+/// runtime/setup.hpp adds the transports the setup path constructs (VMM, the file route's).
+#define DDO_RUNTIME_INSTANTIATIONS(PREFIX, TRANSPORT)    \
+  PREFIX template class detail::offloader_core<TRANSPORT>; \
+  PREFIX template class basic_offloader<TRANSPORT>;        \
+  PREFIX template class lease<TRANSPORT>;
+
+DDO_RUNTIME_INSTANTIATIONS(extern, host_sim_transport)
+DDO_RUNTIME_INSTANTIATIONS(extern, linear_transport)
 
 }  // namespace v0
 }  // namespace ddo

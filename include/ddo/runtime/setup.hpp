@@ -495,9 +495,22 @@ template <class... Policies, class Transport>
       default_residency_planner, default_pin_selector, TRANSPORT>(                          \
       const weight_table&, const dynamic_offload_settings&, const setup_options&, TRANSPORT&);
 
+/// Every transport the setup path constructs (make_transport, with_offload_backend): the
+/// simulation, the linear ring, the VMM window and the file route over either; the runtime of
+/// the last three is declared here (runtime/extern_templates.hpp has the first two), where
+/// their headers are included.
+#define DDO_SHIPPED_INSTANTIATIONS(PREFIX)                                \
+  DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, host_sim_transport)               \
+  DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, linear_transport)                 \
+  DDO_RUNTIME_INSTANTIATIONS(PREFIX, vmm_transport)                       \
+  DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, vmm_transport)                    \
+  DDO_RUNTIME_INSTANTIATIONS(PREFIX, nvme_transport<linear_transport>)    \
+  DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, nvme_transport<linear_transport>) \
+  DDO_RUNTIME_INSTANTIATIONS(PREFIX, nvme_transport<vmm_transport>)       \
+  DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, nvme_transport<vmm_transport>)
+
 #if !DDO_HEADER_ONLY
-DDO_SETUP_PATH_INSTANTIATIONS(extern, host_sim_transport)
-DDO_SETUP_PATH_INSTANTIATIONS(extern, linear_transport)
+DDO_SHIPPED_INSTANTIATIONS(extern)
 #endif
 
 }  // namespace v0
