@@ -13,8 +13,9 @@
 ///   their headers only (DDO_INLINE is empty, DDO_HEADER_ONLY is 0) and defined, not inline, in
 ///   the instantiating TU;
 /// - the offloader's runtime core and the setup path (with the default planner and pin
-///   selector) are declared extern for the shipped transports host_sim and linear
-///   (runtime/extern_templates.hpp, runtime/setup.hpp) and instantiated in that TU.
+///   selector) are declared extern for the transports the setup path constructs (host_sim,
+///   linear, vmm, and the file route over linear and vmm; runtime/extern_templates.hpp,
+///   runtime/setup.hpp) and instantiated in that TU.
 /// Every TU of a program must be compiled in the same mode: a function inline in one TU and
 /// not in another breaks the one-definition rule.
 
