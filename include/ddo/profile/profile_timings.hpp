@@ -87,10 +87,10 @@ namespace detail {
   out.reserve(p.groups.size());
   for (const auto& g : p.groups) {
     const double streaming = compute_ms_at(p, g, tokens);
-    const double sustained = sustained_compute_ms_at(p, g, tokens);
-    out.push_back({g.name, g.bytes(), g.has_sustained_compute() ? sustained : streaming,
+    const bool sustained = g.has_sustained_compute();
+    out.push_back({g.name, g.bytes(), sustained ? sustained_compute_ms_at(p, g, tokens) : streaming,
                    static_cast<double>(g.transfer_ns) * 1e-6, lead_in_ms_at(p, g, tokens),
-                   g.has_sustained_compute() ? streaming : 0.0});
+                   sustained ? streaming : 0.0});
   }
   return out;
 }

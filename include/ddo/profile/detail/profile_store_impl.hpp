@@ -112,35 +112,53 @@ DDO_INLINE std::string profile_store::format(const capacity_profile& p) {
 
 DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const std::string& file,
                                                  std::string_view expected_name) {
-  // Keys of the top table, in file order; the first v1_keys are format 1's.
-  static constexpr std::string_view top_keys[] = {"name",
-                                                  "device_name",
-                                                  "total_vram_bytes",
-                                                  "model_bytes",
-                                                  "peak_in_use_bytes",
-                                                  "headroom_bytes",
-                                                  "recommended_resident_budget_bytes",
-                                                  "full_pin",
-                                                  "format",
-                                                  "model_fingerprint",
-                                                  "transport",
-                                                  "min_free_vram_bytes",
-                                                  "slot_count",
-                                                  "prefetch_depth",
-                                                  "tokens_low",
-                                                  "tokens_high"};
+  // Each key beside the member it fills: a count (bytes, ns) or text; neither for full_pin and
+  // format, which are read apart. Top keys in file order; the first v1_keys are format 1's.
+  using P = capacity_profile;
+  struct top_key {
+    std::string_view name;
+    std::string P::*text = nullptr;
+    std::uint64_t P::*number = nullptr;
+  };
+  static constexpr top_key top_keys[] = {
+      {"name", &P::name},
+      {"device_name", &P::device_name},
+      {"total_vram_bytes", nullptr, &P::total_vram_bytes},
+      {"model_bytes", nullptr, &P::model_bytes},
+      {"peak_in_use_bytes", nullptr, &P::peak_in_use_bytes},
+      {"headroom_bytes", nullptr, &P::headroom_bytes},
+      {"recommended_resident_budget_bytes", nullptr, &P::recommended_resident_budget_bytes},
+      {"full_pin"},
+      {"format"},
+      {"model_fingerprint", &P::model_fingerprint},
+      {"transport", &P::transport},
+      {"min_free_vram_bytes", nullptr, &P::min_free_vram_bytes},
+      {"slot_count", nullptr, &P::slot_count},
+      {"prefetch_depth", nullptr, &P::prefetch_depth},
+      {"tokens_low", nullptr, &P::tokens_low},
+      {"tokens_high", nullptr, &P::tokens_high}};
   constexpr std::size_t v1_keys = 8;
-  static constexpr std::string_view group_keys[] = {"name",
-                                                    "pinned_bytes",
-                                                    "staged_bytes",
-                                                    "file_bytes",
-                                                    "transfer_ns",
-                                                    "compute_ns_low",
-                                                    "compute_ns_high",
-                                                    "lead_in_ns_low",
-                                                    "lead_in_ns_high",
-                                                    "sustained_compute_ns_low",
-                                                    "sustained_compute_ns_high"};
+  // A group's keys; its name is its only text (number null).
+  using G = group_profile;
+  struct group_key {
+    std::string_view name;
+    std::uint64_t G::*number = nullptr;
+  };
+  static constexpr group_key group_keys[] = {
+      {"name"},
+      {"pinned_bytes", &G::pinned_bytes},
+      {"staged_bytes", &G::staged_bytes},
+      {"file_bytes", &G::file_bytes},
+      {"transfer_ns", &G::transfer_ns},
+      {"compute_ns_low", &G::compute_ns_low},
+      {"compute_ns_high", &G::compute_ns_high},
+      {"lead_in_ns_low", &G::lead_in_ns_low},
+      {"lead_in_ns_high", &G::lead_in_ns_high},
+      {"sustained_compute_ns_low", &G::sustained_compute_ns_low},
+      {"sustained_compute_ns_high", &G::sustained_compute_ns_high}};
+  const auto named = [](const std::string& key) {
+    return [&key](const auto& k) { return k.name == key; };
+  };
   // How many of group_keys each format's groups have (format 2: 7, 3: 9, 4: 11).
   const auto group_keys_of = [](int format) -> std::size_t {
     return 7 + 2 * static_cast<std::size_t>(format - 2);
@@ -193,7 +211,7 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
     const std::string key = sanitize_utf8(trim(line.substr(0, eq)));
     const std::string_view value = trim(line.substr(eq + 1));
     if (in_group) {
-      const auto at = std::find(std::begin(group_keys), std::end(group_keys), key);
+      const auto at = std::find_if(std::begin(group_keys), std::end(group_keys), named(key));
       if (at == std::end(group_keys))
         throw format_error(file, key, file + ": unknown key '" + key + "' in a [[groups]] table");
       const auto index = static_cast<std::size_t>(at - std::begin(group_keys));
@@ -205,64 +223,36 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
                                " and later, but the file says format " + std::to_string(p.format) +
                                " (or has no format line before its groups)");
       }
-      const auto bit = 1u << (at - std::begin(group_keys));
+      const auto bit = 1u << index;
       if (group_seen & bit)
         throw format_error(file, key,
                            file + ": key '" + key + "' appears twice in group " +
                                std::to_string(p.groups.size() - 1));
       group_seen |= bit;
       auto& g = p.groups.back();
-      if (key == "name")
+      if (at->number == nullptr)
         g.name = parse_string(value, file, key);
-      else if (key == "pinned_bytes")
-        g.pinned_bytes = parse_u64(value, file, key);
-      else if (key == "staged_bytes")
-        g.staged_bytes = parse_u64(value, file, key);
-      else if (key == "file_bytes")
-        g.file_bytes = parse_u64(value, file, key);
-      else if (key == "transfer_ns")
-        g.transfer_ns = parse_u64(value, file, key);
-      else if (key == "compute_ns_low")
-        g.compute_ns_low = parse_u64(value, file, key);
-      else if (key == "compute_ns_high")
-        g.compute_ns_high = parse_u64(value, file, key);
-      else if (key == "lead_in_ns_low")
-        g.lead_in_ns_low = parse_u64(value, file, key);
-      else if (key == "lead_in_ns_high")
-        g.lead_in_ns_high = parse_u64(value, file, key);
-      else if (key == "sustained_compute_ns_low")
-        g.sustained_compute_ns_low = parse_u64(value, file, key);
       else
-        g.sustained_compute_ns_high = parse_u64(value, file, key);
+        g.*at->number = parse_u64(value, file, key);
       continue;
     }
-    const auto at = std::find(std::begin(top_keys), std::end(top_keys), key);
+    const auto at = std::find_if(std::begin(top_keys), std::end(top_keys), named(key));
     if (at == std::end(top_keys))
       throw format_error(file, key, file + ": unknown key '" + key + "' in a capacity profile");
     const auto bit = 1u << (at - std::begin(top_keys));
     if (seen & bit) throw format_error(file, key, file + ": key '" + key + "' appears twice");
     seen |= bit;
-    if (key == "name")
-      p.name = parse_string(value, file, key);
-    else if (key == "device_name")
-      p.device_name = parse_string(value, file, key);
-    else if (key == "total_vram_bytes")
-      p.total_vram_bytes = parse_u64(value, file, key);
-    else if (key == "model_bytes")
-      p.model_bytes = parse_u64(value, file, key);
-    else if (key == "peak_in_use_bytes")
-      p.peak_in_use_bytes = parse_u64(value, file, key);
-    else if (key == "headroom_bytes")
-      p.headroom_bytes = parse_u64(value, file, key);
-    else if (key == "recommended_resident_budget_bytes")
-      p.recommended_resident_budget_bytes = parse_u64(value, file, key);
-    else if (key == "full_pin") {
+    if (at->text != nullptr) {
+      p.*at->text = parse_string(value, file, key);
+    } else if (at->number != nullptr) {
+      p.*at->number = parse_u64(value, file, key);
+    } else if (key == "full_pin") {
       if (value != "true" && value != "false")
         throw format_error(file, key,
                            file + ": full_pin must be true or false, got '" +
                                sanitize_utf8(value.substr(0, 200)) + "'");
       p.full_pin = value == "true";
-    } else if (key == "format") {
+    } else {  // format
       const std::uint64_t f = parse_u64(value, file, key);
       if (f < 2 || f > static_cast<std::uint64_t>(capacity_profile_format))
         throw format_error(
@@ -272,20 +262,7 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
                 ", or 1 without a format line): calibrate again "
                 "with build_profile");
       p.format = static_cast<int>(f);
-    } else if (key == "model_fingerprint")
-      p.model_fingerprint = parse_string(value, file, key);
-    else if (key == "transport")
-      p.transport = parse_string(value, file, key);
-    else if (key == "min_free_vram_bytes")
-      p.min_free_vram_bytes = parse_u64(value, file, key);
-    else if (key == "slot_count")
-      p.slot_count = parse_u64(value, file, key);
-    else if (key == "prefetch_depth")
-      p.prefetch_depth = parse_u64(value, file, key);
-    else if (key == "tokens_low")
-      p.tokens_low = parse_u64(value, file, key);
-    else
-      p.tokens_high = parse_u64(value, file, key);
+    }
   }
   finish_group();
   const bool v2 = (seen & (1u << 8)) != 0;
@@ -295,8 +272,8 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
     for (std::size_t k = v1_keys; k < std::size(top_keys); ++k)
       if (seen & (1u << k))
         throw format_error(
-            file, std::string(top_keys[k]),
-            file + ": key '" + std::string(top_keys[k]) +
+            file, std::string(top_keys[k].name),
+            file + ": key '" + std::string(top_keys[k].name) +
                 "' belongs to formats 2 and later, but the file has no 'format' line");
     if (!p.groups.empty())
       throw format_error(file, "groups",
@@ -308,7 +285,8 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
   } else if (seen != all_top) {
     std::string missing;
     for (std::size_t k = 0; k < std::size(top_keys); ++k)
-      if (!(seen & (1u << k))) missing += (missing.empty() ? "" : ", ") + std::string(top_keys[k]);
+      if (!(seen & (1u << k)))
+        missing += (missing.empty() ? "" : ", ") + std::string(top_keys[k].name);
     throw format_error(file, "", file + ": incomplete capacity profile (missing: " + missing + ")");
   }
   if (p.name != expected_name)
