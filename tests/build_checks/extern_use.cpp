@@ -5,26 +5,65 @@
 // extern_instantiate.cpp, including ddo/instantiate.hpp, holds the only copy.
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ddo/config/resolve.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "random_bytes.hpp"
 
 #ifndef DDO_EXTERN_TEMPLATES
 #error "extern_use.cpp must be compiled with DDO_EXTERN_TEMPLATES"
 #endif
 
+namespace {
+
+/// @p count random weights of @p size bytes each.
+std::vector<std::vector<std::byte>> random_weights(std::size_t count, std::size_t size,
+                                                   std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<std::byte>> host(count, std::vector<std::byte>(size));
+  for (auto& h : host) ddo_test::fill_random_bytes(h, rng);
+  return host;
+}
+
+/// Acquires every group of @p off @p steps times and compares what each lease addresses with the
+/// host bytes of its weight: {mismatched bytes, bytes checked}.
+template <class Offloader>
+std::pair<long, std::size_t> check_leases(Offloader& off,
+                                          const std::vector<std::vector<std::byte>>& host,
+                                          int steps) {
+  auto& sim = off.transport();
+  auto compute = sim.make_stream();
+  const auto view = ddo::host_sim_transport::view(compute);
+  long mismatches = 0;
+  std::size_t checked = 0;
+  std::vector<std::byte> back;
+  for (int step = 0; step < steps; ++step)
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, view);
+      for (std::size_t i = 0; i < lease.size(); ++i) {
+        const auto& expected = host[lease.weight_index(i)];
+        back.resize(expected.size());
+        sim.copy_to_host(back.data(), lease.data(i), expected.size(), view);
+        sim.synchronize(view);
+        for (std::size_t k = 0; k < expected.size(); ++k) mismatches += back[k] != expected[k];
+        checked += expected.size();
+      }
+    }
+  return {mismatches, checked};
+}
+
+}  // namespace
+
 /// Streams a random two-group model through a one-slot ring for two steps and returns the
 /// number of mismatched bytes the "kernel" saw (0 expected), or -1 when nothing was checked.
 long run_extern_use() {
-  std::mt19937 rng(20261202);
-  std::vector<std::vector<std::byte>> host(4, std::vector<std::byte>(4096 + 512));
-  for (auto& h : host)
-    for (auto& b : h) b = static_cast<std::byte>(rng());
+  const auto host = random_weights(4, 4096 + 512, 20261202);
   ddo::weight_table table;
   ddo::offload_plan plan;
   plan.groups.resize(2);
@@ -42,27 +81,11 @@ long run_extern_use() {
     plan.groups[w / 2].name = "blocks." + std::to_string(w / 2);
     plan.groups[w / 2].weights.push_back(w);
   }
-  ddo::host_sim_transport sim;
   ddo::runtime_options options;
   options.slot_count = 1;
-  ddo::basic_offloader<ddo::host_sim_transport> off(sim, table, plan, options);
-  auto compute = sim.make_stream();
-  auto view = ddo::host_sim_transport::view(compute);
-  long mismatches = 0;
-  std::size_t checked = 0;
-  for (int step = 0; step < 2; ++step)
-    for (std::size_t g = 0; g < off.group_count(); ++g) {
-      auto lease = off.acquire(g, view);
-      std::vector<std::byte> back(host[lease.weight_index(0)].size());
-      for (std::size_t i = 0; i < lease.size(); ++i) {
-        const auto& expected = host[lease.weight_index(i)];
-        back.resize(expected.size());
-        sim.copy_to_host(back.data(), lease.data(i), expected.size(), view);
-        sim.synchronize(view);
-        for (std::size_t k = 0; k < expected.size(); ++k) mismatches += back[k] != expected[k];
-        checked += expected.size();
-      }
-    }
+  ddo::basic_offloader<ddo::host_sim_transport> off(ddo::host_sim_transport{}, table, plan,
+                                                    options);
+  const auto [mismatches, checked] = check_leases(off, host, 2);
   const auto m = off.metrics(true);
   if (m.totals.group_loads < 4 || checked == 0) return -1;
   return mismatches;
@@ -72,10 +95,7 @@ long run_extern_use() {
 /// offloader's settings constructor, and returns the mismatched bytes seen through the leases of
 /// every group (0 expected), or -1 when nothing was checked.
 long run_extern_setup() {
-  std::mt19937 rng(20261204);
-  std::vector<std::vector<std::byte>> host(6, std::vector<std::byte>(8192));
-  for (auto& h : host)
-    for (auto& b : h) b = static_cast<std::byte>(rng());
+  const auto host = random_weights(6, 8192, 20261204);
   ddo::weight_table table;
   for (std::size_t w = 0; w < host.size(); ++w)
     table.add({.name = "blocks." + std::to_string(w / 2) + ".proj" + std::to_string(w) + ".weight",
@@ -88,23 +108,10 @@ long run_extern_setup() {
   ddo::resolve_inputs inputs;
   inputs.use_environment = false;
   const auto settings = ddo::resolve_settings(inputs);
-  ddo::host_sim_transport sim({.device_capacity_bytes = 512 * ddo::mib});
-  ddo::offloader<ddo::host_sim_transport> off(table, settings, ddo::setup_options{}, sim);
-  auto compute = off.transport().make_stream();
-  auto view = ddo::host_sim_transport::view(compute);
-  long mismatches = 0;
-  std::size_t checked = 0;
-  for (std::size_t g = 0; g < off.group_count(); ++g) {
-    auto lease = off.acquire(g, view);
-    for (std::size_t i = 0; i < lease.size(); ++i) {
-      const auto& expected = host[lease.weight_index(i)];
-      std::vector<std::byte> back(expected.size());
-      off.transport().copy_to_host(back.data(), lease.data(i), expected.size(), view);
-      off.transport().synchronize(view);
-      for (std::size_t k = 0; k < expected.size(); ++k) mismatches += back[k] != expected[k];
-      checked += expected.size();
-    }
-  }
+  ddo::offloader<ddo::host_sim_transport> off(
+      table, settings, ddo::setup_options{},
+      ddo::host_sim_transport({.device_capacity_bytes = 512 * ddo::mib}));
+  const auto [mismatches, checked] = check_leases(off, host, 1);
   if (off.group_count() != 3 || checked != 6 * 8192) return -1;
   return mismatches;
 }
