@@ -147,25 +147,15 @@ def main():
             return path
 
         base_cpp = write("baseline.cpp", BASELINE)
-        jobs = {}
-        if "umbrella" in cases:
-            jobs["umbrella"] = ([args.cxx, *cxx_flags, base_cpp],
-                                [args.cxx, *cxx_flags, write("umbrella.cpp", UMBRELLA)])
-        if "offloader" in cases:
-            jobs["offloader"] = ([args.cxx, *cxx_flags, base_cpp],
-                                 [args.cxx, *cxx_flags, write("offloader.cpp", OFFLOADER)])
-        if "offloader_once" in cases:
-            jobs["offloader_once"] = ([args.cxx, *cxx_flags, base_cpp],
-                                      [args.cxx, *cxx_flags, "-DDDO_EXTERN_TEMPLATES",
-                                       write("offloader_once.cpp", OFFLOADER)])
-        if "instantiate" in cases:
-            jobs["instantiate"] = ([args.cxx, *cxx_flags, base_cpp],
-                                   [args.cxx, *cxx_flags, "-DDDO_EXTERN_TEMPLATES",
-                                    write("instantiate.cpp", "#include <ddo/instantiate.hpp>\n")])
-        for name, once in (("backend", []), ("backend_once", ["-DDDO_EXTERN_TEMPLATES"])):
-            if name in cases:
-                jobs[name] = ([args.cxx, *cxx_flags, base_cpp],
-                              [args.cxx, *cxx_flags, *once, write(name + ".cpp", BACKEND)])
+        # Each g++ case: its TU and whether it compiles ddo once, against the baseline TU.
+        once = ["-DDDO_EXTERN_TEMPLATES"]
+        gxx_cases = {"umbrella": (UMBRELLA, []), "offloader": (OFFLOADER, []),
+                     "offloader_once": (OFFLOADER, once),
+                     "instantiate": ("#include <ddo/instantiate.hpp>\n", once),
+                     "backend": (BACKEND, []), "backend_once": (BACKEND, once)}
+        jobs = {name: ([args.cxx, *cxx_flags, base_cpp],
+                       [args.cxx, *cxx_flags, *flags, write(name + ".cpp", text)])
+                for name, (text, flags) in gxx_cases.items() if name in cases}
         if "nvcc" in cases:
             if not shutil.which(args.nvcc):
                 raise SystemExit(f"include_cost: nvcc not found at {args.nvcc}")
