@@ -9,7 +9,7 @@
 /// - the offloader's runtime core and the setup path (with the default planner and pin
 ///   selector) for the transports the setup path constructs: host_sim_transport,
 ///   linear_transport, vmm_transport, nvme_transport<linear_transport> and
-///   nvme_transport<vmm_transport> (DDO_RUNTIME_INSTANTIATIONS in runtime/extern_templates.hpp,
+///   nvme_transport<vmm_transport> (DDO_RUNTIME_INSTANTIATIONS in runtime/basic_offloader.hpp,
 ///   DDO_SHIPPED_INSTANTIATIONS in runtime/setup.hpp),
 /// and every other TU pays ddo's declarations only (docs/getting-started.md, "Compile ddo
 /// once"). The program links the CUDA runtime (cudart), as every program using ddo does.
@@ -20,9 +20,28 @@
 #error "ddo/instantiate.hpp needs DDO_EXTERN_TEMPLATES in this and every TU (core/linkage.hpp)"
 #endif
 
-// The bodies of ddo's non-template functions, which the headers leave out when ddo is compiled
-// once (core/linkage.hpp). Every impl header a public header includes under DDO_HEADER_ONLY is
-// listed here (tests/build_checks/check_layers.py checks it).
+// The headers whose non-template functions ddo compiles here: in this mode they declare them and
+// leave their bodies out (core/linkage.hpp) ...
+#include "ddo/config/env_source.hpp"
+#include "ddo/config/resolve.hpp"
+#include "ddo/core/pattern.hpp"
+#include "ddo/memory/system_probe.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/file_reader.hpp"
+#include "ddo/model/safetensors.hpp"
+#include "ddo/model/synthetic_model.hpp"
+#include "ddo/profile/profile_store.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+#include "ddo/transport/nvme.hpp"
+#include "ddo/transport/vmm.hpp"
+
+// ... and the bodies, each after the header that declares it (an impl header is part of its
+// header and does not include it back). Every impl header a header includes under
+// DDO_HEADER_ONLY is listed here, after that header (tests/build_checks/check_layers.py impls).
 #include "ddo/config/detail/env_source_impl.hpp"
 #include "ddo/config/detail/resolve_impl.hpp"
 #include "ddo/core/detail/pattern_impl.hpp"
@@ -32,14 +51,7 @@
 #include "ddo/model/detail/safetensors_impl.hpp"
 #include "ddo/model/detail/synthetic_model_impl.hpp"
 #include "ddo/profile/detail/profile_store_impl.hpp"
-#include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/detail/group_layout_impl.hpp"
-#include "ddo/runtime/extern_templates.hpp"
-#include "ddo/runtime/setup.hpp"
-#include "ddo/transport/host_sim.hpp"
-#include "ddo/transport/linear.hpp"
-#include "ddo/transport/nvme.hpp"
-#include "ddo/transport/vmm.hpp"
 
 namespace ddo {
 inline namespace v0 {

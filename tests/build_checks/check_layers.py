@@ -10,8 +10,12 @@
                                        settings TOML writer and cli/;
   check_layers.py impls INCLUDE_DIR    every impl header a header includes only when ddo is
                                        header-only (`#if DDO_HEADER_ONLY`) is included by
-                                       ddo/instantiate.hpp, which compiles them once otherwise
-                                       (core/linkage.hpp), and nothing else is listed there;
+                                       ddo/instantiate.hpp, after that header, which compiles
+                                       them once otherwise (core/linkage.hpp), and nothing else
+                                       is listed there;
+  check_layers.py cycles INCLUDE_DIR   no header reaches itself through its ddo includes, gated
+                                       or not (an impl header is part of the header that
+                                       includes it and does not include it back);
   check_layers.py self-test            the checks fail on a tree that breaks their rule.
 
 The order below is the one written in docs/design.md; keep the two in step.
@@ -136,13 +140,60 @@ def check_impls(root):
     gated = gated_impls(root)
     if not os.path.exists(os.path.join(root, INSTANTIATE)):
         return [f"{INSTANTIATE} is missing: it compiles the {len(gated)} gated impl headers once"]
-    listed = {inc for _, inc in includes(root, INSTANTIATE)[0] if inc.endswith("_impl.hpp")}
+    order = {}
+    for line, inc in includes(root, INSTANTIATE)[0]:
+        order.setdefault(inc, line)
+    listed = {inc for inc in order if inc.endswith("_impl.hpp")}
     errors = [f"{where}: includes {impl} only when header-only, but {INSTANTIATE} does not "
               f"include it: a program compiling ddo once would miss its functions"
               for impl, where in sorted(gated.items()) if impl not in listed]
+    # An impl header does not include its header back (check_cycles), so the declarations it
+    # defines must come first.
+    for impl, where in sorted(gated.items()):
+        owner = where.rsplit(":", 1)[0]
+        if impl in listed and order.get(owner, order[impl] + 1) > order[impl]:
+            errors.append(f"{INSTANTIATE}:{order[impl]}: includes {impl} without including "
+                          f"{owner}, which declares what it defines, on an earlier line")
     errors += [f"{INSTANTIATE}: includes {impl}, which no header leaves out when ddo is compiled "
                f"once (#if DDO_HEADER_ONLY): drop it or gate it"
                for impl in sorted(listed - set(gated))]
+    return errors
+
+
+def find_cycle(graph):
+    """One include cycle of @p graph (header -> ddo headers it includes) as a path that starts and
+    ends at the same header, or None. Iterative depth-first search: white, grey (on the current
+    path), black."""
+    state = {}
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(graph[start])]
+        state[start] = "grey"
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = "black"
+                stack.pop()
+            elif nxt not in graph:
+                continue  # a header outside include/ (reported by the layer check if wrong)
+            elif state.get(nxt) == "grey":
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = "grey"
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+    return None
+
+
+def check_cycles(root):
+    graph = {h: [inc for _, inc in includes(root, h)[0]] for h in headers(root)}
+    errors = []
+    # Report every cycle once: drop one edge of each found and search again.
+    while (cycle := find_cycle(graph)) is not None:
+        errors.append("include cycle: " + " -> ".join(cycle) + " (held only by #pragma once; "
+                      "move what both need into a header neither includes back)")
+        graph[cycle[-2]] = [inc for inc in graph[cycle[-2]] if inc != cycle[-1]]
     return errors
 
 
@@ -181,13 +232,38 @@ def self_test():
         write(INSTANTIATE, '#pragma once\n#include "ddo/core/a.hpp"\n')
         if not any("g_impl.hpp" in e and "does not include it" in e for e in check_impls(root)):
             failures.append("a gated impl missing from ddo/instantiate.hpp was not reported")
-        write(INSTANTIATE, '#pragma once\n#include "ddo/model/detail/g_impl.hpp"\n')
+        write(INSTANTIATE, '#pragma once\n#include "ddo/model/g.hpp"\n'
+                           '#include "ddo/model/detail/g_impl.hpp"\n')
         if check_impls(root):
             failures.append("a complete ddo/instantiate.hpp was reported")
         write(INSTANTIATE, '#pragma once\n#include "ddo/model/detail/g_impl.hpp"\n'
                            '#include "ddo/model/detail/h_impl.hpp"\n')
         if not any("h_impl.hpp" in e for e in check_impls(root)):
             failures.append("an ungated impl listed in ddo/instantiate.hpp was not reported")
+        write(INSTANTIATE, '#pragma once\n#include "ddo/model/detail/g_impl.hpp"\n'
+                           '#include "ddo/model/g.hpp"\n')
+        if not any("without including ddo/model/g.hpp" in e for e in check_impls(root)):
+            failures.append("an impl listed before the header declaring it was not reported")
+        # The fixture's g_impl.hpp includes g.hpp back: the cycle an impl header must not make.
+        if not any(e.count("ddo/model/g.hpp") + e.count("ddo/model/detail/g_impl.hpp") == 3
+                   for e in check_cycles(root)):
+            failures.append("an impl header including its header back was not reported")
+        write("ddo/model/detail/g_impl.hpp", '#pragma once\n#include "ddo/core/a.hpp"\n')
+        if check_cycles(root):
+            failures.append("a tree without cycles was reported: " + "; ".join(check_cycles(root)))
+        write("ddo/runtime/x.hpp", '#pragma once\n#include "ddo/runtime/y.hpp"\n')
+        write("ddo/runtime/y.hpp", '#pragma once\n#if !DDO_HEADER_ONLY\n'
+                                   '#include "ddo/runtime/z.hpp"\n#endif\n')
+        write("ddo/runtime/z.hpp", '#pragma once\n#include "ddo/runtime/x.hpp"\n')
+        write("ddo/core/self.hpp", '#pragma once\n#include "ddo/core/self.hpp"\n')
+        cycles = check_cycles(root)
+        if not any("x.hpp -> ddo/runtime/y.hpp -> ddo/runtime/z.hpp -> ddo/runtime/x.hpp" in e
+                   for e in cycles):
+            failures.append("a three-header cycle through a gated include was not reported")
+        if not any("ddo/core/self.hpp -> ddo/core/self.hpp" in e for e in cycles):
+            failures.append("a header including itself was not reported")
+        if len(cycles) != 2:
+            failures.append(f"two planted cycles gave {len(cycles)} reports: {cycles}")
     return failures
 
 
@@ -197,12 +273,12 @@ def main(argv):
         for f in failures:
             print("check_layers self-test: " + f, file=sys.stderr)
         return 1 if failures else 0
-    if len(argv) != 3 or argv[1] not in ("layers", "thirdparty", "impls"):
+    if len(argv) != 3 or argv[1] not in ("layers", "thirdparty", "impls", "cycles"):
         print(__doc__, file=sys.stderr)
         return 2
     root = argv[2]
     errors = {"layers": check_layers, "thirdparty": check_third_party,
-              "impls": check_impls}[argv[1]](root)
+              "impls": check_impls, "cycles": check_cycles}[argv[1]](root)
     for e in errors:
         print(e, file=sys.stderr)
     if not errors:

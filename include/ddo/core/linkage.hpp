@@ -14,7 +14,7 @@
 ///   the instantiating TU;
 /// - the offloader's runtime core and the setup path (with the default planner and pin
 ///   selector) are declared extern for the transports the setup path constructs (host_sim,
-///   linear, vmm, and the file route over linear and vmm; runtime/extern_templates.hpp,
+///   linear, vmm, and the file route over linear and vmm; runtime/basic_offloader.hpp,
 ///   runtime/setup.hpp) and instantiated in that TU.
 /// Every TU of a program must be compiled in the same mode: a function inline in one TU and
 /// not in another breaks the one-definition rule.

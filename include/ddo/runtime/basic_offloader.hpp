@@ -20,8 +20,9 @@
 /// offloader; leases must be dropped before it is destroyed.
 ///
 /// Compile cost: a program can compile ddo once (core/linkage.hpp): every TU with
-/// DDO_EXTERN_TEMPLATES, which makes this header declare the shipped transports' instantiations
-/// extern (extern_templates.hpp), and one TU including ddo/instantiate.hpp, which defines them.
+/// DDO_EXTERN_TEMPLATES, which makes this header declare the host_sim and linear instantiations
+/// extern (at its end; runtime/setup.hpp declares the transports the setup path adds), and one TU
+/// including ddo/instantiate.hpp, which defines them.
 
 #include <cstddef>
 #include <memory>
@@ -159,9 +160,29 @@ class basic_offloader {
   std::unique_ptr<detail::offloader_core<Transport>> core_;
 };
 
+/// The runtime's instantiations for one transport: declared extern where ddo is compiled once
+/// (below, and runtime/setup.hpp for the transports the setup path constructs), defined by
+/// ddo/instantiate.hpp. @p PREFIX is `extern` or empty.
+#define DDO_RUNTIME_INSTANTIATIONS(PREFIX, TRANSPORT)    \
+  PREFIX template class detail::offloader_core<TRANSPORT>; \
+  PREFIX template class basic_offloader<TRANSPORT>;        \
+  PREFIX template class lease<TRANSPORT>;
+
 }  // namespace v0
 }  // namespace ddo
 
+// Compiled once (core/linkage.hpp): a TU using basic_offloader<host_sim_transport> or
+// <linear_transport> pays the include only and links against the TU including
+// ddo/instantiate.hpp. Declared here, after the class, rather than in a header of their own that
+// would have to include this one back.
 #if !DDO_HEADER_ONLY
-#include "ddo/runtime/extern_templates.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/linear.hpp"
+
+namespace ddo {
+inline namespace v0 {
+DDO_RUNTIME_INSTANTIATIONS(extern, host_sim_transport)
+DDO_RUNTIME_INSTANTIATIONS(extern, linear_transport)
+}  // namespace v0
+}  // namespace ddo
 #endif

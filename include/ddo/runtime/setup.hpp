@@ -497,7 +497,7 @@ template <class... Policies, class Transport>
 
 /// Every transport the setup path constructs (make_transport, with_offload_backend): the
 /// simulation, the linear ring, the VMM window and the file route over either; the runtime of
-/// the last three is declared here (runtime/extern_templates.hpp has the first two), where
+/// the last three is declared here (runtime/basic_offloader.hpp has the first two), where
 /// their headers are included.
 #define DDO_SHIPPED_INSTANTIATIONS(PREFIX)                                \
   DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, host_sim_transport)               \

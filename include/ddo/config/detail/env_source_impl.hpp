@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "ddo/config/closest_name.hpp"
-#include "ddo/config/env_source.hpp"
+// Part of ddo/config/env_source.hpp, which includes it (not back: no include cycles).
 #include "ddo/config/field_registry.hpp"
 #include "ddo/config/parse_value.hpp"
 

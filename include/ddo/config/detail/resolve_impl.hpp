@@ -11,7 +11,7 @@
 #include "ddo/config/operational_defaults.hpp"
 #include "ddo/config/parse_value.hpp"
 #include "ddo/config/presets.hpp"
-#include "ddo/config/resolve.hpp"
+// Part of ddo/config/resolve.hpp, which includes it (not back: no include cycles).
 #include "ddo/config/validate.hpp"
 
 namespace ddo {

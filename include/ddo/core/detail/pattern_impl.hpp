@@ -4,7 +4,7 @@
 /// @brief Implementation of ddo::pattern (core/pattern.hpp): a parser to a small syntax tree, a
 /// compiler to Pike VM instructions, and the VM.
 
-#include "ddo/core/pattern.hpp"
+// Part of ddo/core/pattern.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

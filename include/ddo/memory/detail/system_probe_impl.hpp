@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "ddo/memory/system_probe.hpp"
+// Part of ddo/memory/system_probe.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

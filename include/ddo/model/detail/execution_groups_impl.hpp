@@ -5,7 +5,7 @@
 
 #include <unordered_map>
 
-#include "ddo/model/execution_groups.hpp"
+// Part of ddo/model/execution_groups.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

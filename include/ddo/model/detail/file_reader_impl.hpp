@@ -15,7 +15,7 @@
 #include <limits>
 
 #include "ddo/core/regular_file.hpp"
-#include "ddo/model/file_reader.hpp"
+// Part of ddo/model/file_reader.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

@@ -21,7 +21,7 @@
 #include "ddo/core/detail/json.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/model/module_kind_inference.hpp"
-#include "ddo/model/safetensors.hpp"
+// Part of ddo/model/safetensors.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "ddo/model/synthetic_model.hpp"
+// Part of ddo/model/synthetic_model.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

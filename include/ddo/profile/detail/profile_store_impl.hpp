@@ -19,7 +19,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/regular_file.hpp"
 #include "ddo/core/text.hpp"
-#include "ddo/profile/profile_store.hpp"
+// Part of ddo/profile/profile_store.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

@@ -10,7 +10,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/runtime/component_ownership.hpp"
-#include "ddo/runtime/detail/group_layout.hpp"
+// Part of ddo/runtime/detail/group_layout.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/device_footprint.hpp"
 
 namespace ddo {

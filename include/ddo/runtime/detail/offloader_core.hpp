@@ -25,7 +25,7 @@
 /// - Prefetch runs after every acquire and release (ring_schedule::prefetch).
 ///
 /// Member functions are defined out of the class (offloader_core_impl.hpp), so an engine can
-/// instantiate the core once (extern_templates.hpp) and every other TU pays the include only.
+/// instantiate the core once (end of basic_offloader.hpp) and every other TU pays the include only.
 
 #include <chrono>
 #include <cstddef>

@@ -2,8 +2,8 @@
 #pragma once
 /// @file
 /// @brief Definitions of offloader_core.hpp: the hot path, metrics, bindings (not API; setup is
-/// in offloader_core_setup.hpp). Out of the class on purpose: they are not
-/// implicitly inline, so `extern template` (extern_templates.hpp) keeps them out of every TU
+/// in offloader_core_setup_impl.hpp). Out of the class on purpose: they are not
+/// implicitly inline, so `extern template` (end of basic_offloader.hpp) keeps them out of every TU
 /// but the one that instantiates them.
 
 #include <algorithm>
@@ -15,8 +15,8 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/runtime/nvtx_range.hpp"
-#include "ddo/runtime/detail/offloader_core.hpp"
-#include "ddo/runtime/detail/offloader_core_setup.hpp"
+// Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
+#include "ddo/runtime/detail/offloader_core_setup_impl.hpp"
 
 namespace ddo {
 inline namespace v0 {

@@ -18,7 +18,7 @@
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/model/parallel_reader.hpp"
 #include "ddo/core/format_bytes.hpp"
-#include "ddo/runtime/detail/pinning.hpp"
+// Part of ddo/runtime/detail/pinning.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/detail/staging_worker.hpp"
 
 namespace ddo {

@@ -3,7 +3,7 @@
 /// @file
 /// @brief Definitions of staging_worker.hpp (not API).
 
-#include "ddo/runtime/detail/staging_worker.hpp"
+// Part of ddo/runtime/detail/staging_worker.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

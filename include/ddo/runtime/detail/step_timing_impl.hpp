@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "ddo/runtime/detail/step_timing.hpp"
+// Part of ddo/runtime/detail/step_timing.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {

@@ -13,7 +13,7 @@
 
 #include "ddo/runtime/detail/budget_check.hpp"
 #include "ddo/runtime/nvtx_range.hpp"
-#include "ddo/runtime/detail/offloader_core.hpp"
+// Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/detail/staging_size.hpp"
 
 namespace ddo {
