@@ -15,9 +15,9 @@
 #include <variant>
 #include <vector>
 
+#include "ddo/core/safetensors_backend.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_reader.hpp"
-#include "ddo/model/safetensors_backend.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"

@@ -20,9 +20,9 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/config/dynamic_offload_settings.hpp"
 
+#include "ddo/core/module_kind.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/execution_groups.hpp"
-#include "ddo/model/module_kind.hpp"
 #include "ddo/model/weight_table.hpp"
 
 #include "ddo/plan/plan.hpp"

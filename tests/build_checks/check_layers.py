@@ -3,7 +3,8 @@
 """Build checks of ddo's header graph (run by `meson test --suite build_checks`).
 
   check_layers.py layers INCLUDE_DIR   every header includes only its own layer and layers below
-                                       (docs/design.md, "Layers"), and another area's detail/
+                                       (docs/design.md, "Layers"), except the pairs FORBIDDEN
+                                       names (config/ -> model/), and another area's detail/
                                        only for core/detail;
   check_layers.py thirdparty INCLUDE_DIR  toml++ and Boost reach no header (directly or through
                                        the headers it includes) except the TOML source, the
@@ -28,6 +29,12 @@ import tempfile
 # Ground first: a header in layer N may include layers 0..N.
 LAYERS = ["core", "platform", "memory", "model", "transport", "config", "plan", "profile",
           "runtime", "cli"]
+# Pairs the order allows but the design does not: config/ takes the two vocabulary types it shares
+# with model/ (module_kind, safetensors_backend) from core/, so the settings do not depend on how
+# models are read and represented. (Below config/ only core/ and memory/ are included by it, and
+# neither may include model/, so a direct include is the only way in.)
+FORBIDDEN = {("config", "model"): "config/ takes its vocabulary from core/ (core/module_kind.hpp, "
+                                  "core/safetensors_backend.hpp), not from model/"}
 # Headers allowed to reach toml++ / Boost (relative to the include directory).
 THIRD_PARTY_ALLOWED = ("ddo/config/toml_source.hpp", "ddo/config/settings_toml.hpp", "ddo/cli/")
 THIRD_PARTY = re.compile(r'^\s*#\s*include\s*[<"](toml\+\+/|boost/)')
@@ -81,6 +88,9 @@ def check_layers(root):
             if LAYERS.index(theirs) > LAYERS.index(mine):
                 errors.append(f"{h}:{line}: layer '{mine}' includes {inc} of layer '{theirs}', "
                               f"which is above it (order, ground first: {' < '.join(LAYERS)})")
+            elif (mine, theirs) in FORBIDDEN:
+                errors.append(f"{h}:{line}: layer '{mine}' includes {inc}: "
+                              f"{FORBIDDEN[(mine, theirs)]}")
             elif theirs != mine and "/detail/" in inc and theirs != "core":
                 errors.append(f"{h}:{line}: includes {inc}, a detail header of another area "
                               f"(only core/detail is shared)")
@@ -207,7 +217,9 @@ def self_test():
                 f.write(text)
         write("ddo/core/a.hpp", "#pragma once\n#include <string>\n")
         write("ddo/model/b.hpp", '#pragma once\n#include "ddo/core/a.hpp"\n')
-        write("ddo/config/c.hpp", '#pragma once\n#include "ddo/model/b.hpp"\n')
+        write("ddo/config/c.hpp", '#pragma once\n#include "ddo/core/a.hpp"\n')
+        write("ddo/plan/p.hpp", '#pragma once\n#include "ddo/model/b.hpp"\n'
+                                '#include "ddo/config/c.hpp"\n')
         write("ddo/config/toml_source.hpp", "#pragma once\n#include <toml++/toml.h>\n")
         if check_layers(root) or check_third_party(root):
             failures.append("a clean tree was reported")
@@ -215,6 +227,10 @@ def self_test():
         if not any("model/bad.hpp" in e and "above it" in e for e in check_layers(root)):
             failures.append("model including config was not reported")
         os.remove(os.path.join(root, "ddo/model/bad.hpp"))
+        write("ddo/config/detail/m.hpp", '#pragma once\n#include "ddo/model/b.hpp"\n')
+        if not any("config/detail/m.hpp" in e and "vocabulary" in e for e in check_layers(root)):
+            failures.append("config including model was not reported")
+        os.remove(os.path.join(root, "ddo/config/detail/m.hpp"))
         write("ddo/plan/d.hpp", '#pragma once\n#include "ddo/model/detail/x.hpp"\n')
         if not any("detail header" in e for e in check_layers(root)):
             failures.append("a foreign detail include was not reported")

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ddo/model/module_kind.hpp"
-#include "ddo/model/safetensors_backend.hpp"
+#include "ddo/core/module_kind.hpp"
+#include "ddo/core/safetensors_backend.hpp"
 
 namespace ddo {
 inline namespace v0 {

@@ -29,9 +29,9 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/linkage.hpp"
+#include "ddo/core/safetensors_backend.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_fault_hook.hpp"
-#include "ddo/model/safetensors_backend.hpp"
 
 namespace ddo {
 inline namespace v0 {

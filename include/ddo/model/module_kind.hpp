@@ -1,41 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief The kinds of module a weight belongs to (the reference's module classes).
+/// @brief The old spelling of ddo/core/module_kind.hpp (ddo::module_kind, all_module_kinds, to_string and parse_module_kind), kept so engines that include it
+/// still compile (docs/changelog.md); ddo's own headers include the core/ header.
 
-#include <array>
-#include <optional>
-#include <string_view>
-
-namespace ddo {
-inline namespace v0 {
-
-/// @brief What kind of module a weight belongs to. Decides eligibility for the dynamic runtime
-/// (`target_module_classes`) and which built-in always-resident patterns apply.
-enum class module_kind { linear, embedding, norm, conv, other };
-
-inline constexpr std::array<module_kind, 5> all_module_kinds = {
-    module_kind::linear, module_kind::embedding, module_kind::norm, module_kind::conv,
-    module_kind::other};
-
-/// @brief Canonical lower-case name: "linear", "embedding", "norm", "conv", "other".
-[[nodiscard]] constexpr std::string_view to_string(module_kind kind) noexcept {
-  switch (kind) {
-    case module_kind::linear: return "linear";
-    case module_kind::embedding: return "embedding";
-    case module_kind::norm: return "norm";
-    case module_kind::conv: return "conv";
-    case module_kind::other: return "other";
-  }
-  return "other";
-}
-
-/// @brief Parses a canonical name; nullopt for anything else.
-[[nodiscard]] constexpr std::optional<module_kind> parse_module_kind(std::string_view name) noexcept {
-  for (module_kind kind : all_module_kinds)
-    if (to_string(kind) == name) return kind;
-  return std::nullopt;
-}
-
-}  // namespace v0
-}  // namespace ddo
+#include "ddo/core/module_kind.hpp"

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/module_kind.hpp"
 #include "ddo/core/pattern.hpp"
-#include "ddo/model/module_kind.hpp"
 #include "ddo/model/weight_table.hpp"
 
 namespace ddo {

@@ -28,9 +28,9 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/linkage.hpp"
+#include "ddo/core/safetensors_backend.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/file_reader.hpp"
-#include "ddo/model/safetensors_backend.hpp"
 #include "ddo/model/weight_table.hpp"
 
 namespace ddo {

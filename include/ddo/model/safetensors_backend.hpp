@@ -1,14 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief ddo::safetensors_backend: how model files are read (the config field
-/// `load_safetensors_backend`). It lives in model/, the lowest layer that uses it; config/ names it.
+/// @brief The old spelling of ddo/core/safetensors_backend.hpp (ddo::safetensors_backend), kept so engines that include it
+/// still compile (docs/changelog.md); ddo's own headers include the core/ header.
 
-namespace ddo {
-inline namespace v0 {
-
-/// @brief "" keeps the library default; mmap and pread are the explicit overrides.
-enum class safetensors_backend { library_default, mmap, pread };
-
-}  // namespace v0
-}  // namespace ddo
+#include "ddo/core/safetensors_backend.hpp"

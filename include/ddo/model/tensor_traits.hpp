@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/module_kind.hpp"
 #include "ddo/model/dtype.hpp"
-#include "ddo/model/module_kind.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/weight_table.hpp"
 

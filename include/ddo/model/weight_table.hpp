@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/module_kind.hpp"
 #include "ddo/model/dtype.hpp"
-#include "ddo/model/module_kind.hpp"
 
 namespace ddo {
 inline namespace v0 {

@@ -17,7 +17,7 @@
 #include "ddo/config/enum_names.hpp"
 #include "ddo/config/field_id.hpp"
 #include "ddo/config/field_info.hpp"
-#include "ddo/model/module_kind.hpp"
+#include "ddo/core/module_kind.hpp"
 
 namespace ddo {
 inline namespace v0 {
