@@ -184,7 +184,9 @@ flux_like build_model(const options& opt) {
   for (const auto& [name, specs] : blocks)
     for (const auto& s : specs) total += ddo::round_up(static_cast<std::uint64_t>(s.out * s.in * 2), 4096);
   m.host.reset(static_cast<std::byte*>(std::aligned_alloc(2 * ddo::mib, ddo::round_up(total, 2 * ddo::mib))));
-  if (!m.host) throw ddo::out_of_memory("host", total, 0, "overlap_planner_bench: cannot allocate the model");
+  if (!m.host)
+    throw ddo::out_of_memory(ddo::memory_tier::host, total, 0,
+                             "overlap_planner_bench: cannot allocate the model");
   fill_random(m.host.get(), total);
   std::uint64_t offset = 0;
   for (const auto& [name, specs] : blocks) {

@@ -322,7 +322,7 @@ model build_model(const options& opt, std::unique_ptr<std::byte, host_memory_del
   const std::size_t total = m.block_stride * static_cast<std::size_t>(m.blocks);
   storage.reset(static_cast<std::byte*>(std::aligned_alloc(2 * ddo::mib, total)));
   if (!storage) {
-    throw ddo::out_of_memory("host", total, 0,
+    throw ddo::out_of_memory(ddo::memory_tier::host, total, 0,
                              "streaming_bench: cannot allocate " + std::to_string(total) +
                                  " bytes of host memory for the model");
   }
@@ -802,7 +802,8 @@ ddo::bench::file_baseline measure_file_baseline(const model_file& f, unsigned th
     void* raw = ::mmap(nullptr, b.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
       ::close(fd);
-      throw ddo::out_of_memory("host", b.bytes, 0, "streaming_bench: no memory for the pread baseline");
+      throw ddo::out_of_memory(ddo::memory_tier::host, b.bytes, 0,
+                               "streaming_bench: no memory for the pread baseline");
     }
     auto* dst = static_cast<std::byte*>(raw);
     std::atomic<std::uint64_t> next{0};

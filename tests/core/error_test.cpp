@@ -3,7 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 TEST_SUITE("core") {
   TEST_CASE("DDO_EXPECTS throws usage_error naming the condition and the message") {
@@ -51,25 +53,30 @@ TEST_SUITE("core") {
   }
 
   TEST_CASE("out_of_memory names its tier by memory_tier, canonically") {
-    const ddo::out_of_memory by_enum(ddo::memory_tier::pinned_host, 300, 200, "pinned: too much");
-    CHECK(by_enum.tier() == "pinned_host");
-    CHECK(by_enum.tier_kind() == ddo::memory_tier::pinned_host);
-    const ddo::out_of_memory by_text("pinned host", 300, 200, "older spelling");
-    CHECK_FALSE(by_text.tier_kind().has_value());
+    const ddo::out_of_memory pinned(ddo::memory_tier::pinned_host, 300, 200, "pinned: too much");
+    CHECK(pinned.tier() == ddo::memory_tier::pinned_host);
+    CHECK(pinned.tier_name() == "pinned_host");
+    const ddo::out_of_memory registered(ddo::memory_tier::registered_host, 1, 0, "windows");
+    CHECK(registered.tier_name() == "registered_host");
+    // Text tiers are gone: a free-text name would not convert to memory_tier.
+    static_assert(!std::is_constructible_v<ddo::out_of_memory, const char*, std::uint64_t,
+                                           std::uint64_t, std::string>);
     for (std::size_t i = 0; i < ddo::memory_tier_names.size(); ++i) {
       const auto tier = static_cast<ddo::memory_tier>(i);
       CHECK(ddo::parse_memory_tier(ddo::to_string(tier)) == tier);
+      CHECK(ddo::out_of_memory(tier, 1, 0, "").tier_name() == ddo::to_string(tier));
     }
   }
 
   TEST_CASE("out_of_memory is a bad_alloc that names the tier and both numbers") {
     try {
-      throw ddo::out_of_memory("device", 100, 50, "device: need 100 B, 50 B available");
+      throw ddo::out_of_memory(ddo::memory_tier::device, 100, 50,
+                               "device: need 100 B, 50 B available");
     } catch (const std::bad_alloc& e) {
       CHECK(std::string(e.what()).find("100") != std::string::npos);
       const auto* oom = dynamic_cast<const ddo::out_of_memory*>(&e);
       REQUIRE(oom != nullptr);
-      CHECK(oom->tier() == "device");
+      CHECK(oom->tier() == ddo::memory_tier::device);
       CHECK(oom->requested_bytes() == 100);
       CHECK(oom->available_bytes() == 50);
     }

@@ -31,7 +31,7 @@ TEST_CASE("host_buffer reports an impossible allocation as out_of_memory on the 
     ddo::host_buffer huge(std::uint64_t{1} << 62);
     FAIL("a 4 EiB mapping succeeded");
   } catch (const ddo::out_of_memory& e) {
-    CHECK(e.tier() == "host");
+    CHECK(e.tier() == ddo::memory_tier::host);
     CHECK(e.requested_bytes() >= (std::uint64_t{1} << 62));
   }
 }

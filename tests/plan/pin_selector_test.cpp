@@ -110,8 +110,8 @@ TEST_SUITE("plan") {
       (void)ddo::make_plan(t, c, machine_with_ram(ddo::gib));
       FAIL("no error");
     } catch (const ddo::out_of_memory& e) {
-      CHECK(e.tier_kind() == ddo::memory_tier::pinned_host);
-      CHECK(e.tier() == "pinned_host");
+      CHECK(e.tier() == ddo::memory_tier::pinned_host);
+      CHECK(e.tier_name() == "pinned_host");
       CHECK(e.requested_bytes() == 2 * ddo::gib);
       CHECK(e.available_bytes() == ddo::gib);
       CHECK(std::string(e.what()).find("pin_weight_budget_gb") != std::string::npos);

@@ -129,7 +129,7 @@ TEST_SUITE("plan") {
       (void)ddo::make_plan(t, c, m);
       FAIL("no error");
     } catch (const ddo::out_of_memory& e) {
-      CHECK(e.tier_kind() == ddo::memory_tier::transport_slot);
+      CHECK(e.tier() == ddo::memory_tier::transport_slot);
       CHECK(e.available_bytes() == 300 * ddo::kib);
       const std::string what = e.what();
       CHECK(what.find("'<before>'") !=
@@ -152,7 +152,7 @@ TEST_SUITE("plan") {
       (void)ddo::make_plan(t, c, m);
       FAIL("no error");
     } catch (const ddo::out_of_memory& e) {
-      CHECK(e.tier_kind() == ddo::memory_tier::device);
+      CHECK(e.tier() == ddo::memory_tier::device);
       CHECK(e.requested_bytes() == t.total_bytes());
       CHECK(e.available_bytes() == ddo::mib);
       CHECK(std::string(e.what()).find("1.00 MiB is free") != std::string::npos);

@@ -231,7 +231,7 @@ TEST_CASE("a failed setup releases what it had allocated") {
     offloader off(sim, m->table, m->plan, opts);
     FAIL("setup succeeded although pinning failed without fallback");
   } catch (const ddo::out_of_memory& e) {
-    CHECK(e.tier() == "pinned host");
+    CHECK(e.tier() == ddo::memory_tier::pinned_host);
     CHECK(std::string(e.what()).find("allow_pin_memory_fallback") != std::string::npos);
   }
   CHECK(sim.device_bytes_in_use() == 0);
@@ -274,7 +274,7 @@ TEST_CASE("budgets are hard: a plan that cannot fit is refused at setup with the
     offloader off(sim, m->table, m->plan, opts);
     FAIL("setup accepted a plan over the device budget");
   } catch (const ddo::out_of_memory& e) {
-    CHECK(e.tier() == "device");
+    CHECK(e.tier() == ddo::memory_tier::device);
     CHECK(e.available_bytes() == 100000);
     const std::string what = e.what();
     CHECK(what.find("100000 bytes") != std::string::npos);

@@ -205,7 +205,7 @@ TEST_CASE_TEMPLATE_DEFINE(
     (void)t.allocate_device(3 * ddo::mib);
     FAIL("allocation beyond the limit succeeded");
   } catch (const ddo::out_of_memory& e) {
-    CHECK(e.tier() == "device");
+    CHECK(e.tier() == ddo::memory_tier::device);
     CHECK(e.requested_bytes() == 3 * ddo::mib);
     CHECK(e.available_bytes() <= 2 * ddo::mib);
     CHECK(std::string(e.what()).find(std::to_string(3 * ddo::mib)) != std::string::npos);

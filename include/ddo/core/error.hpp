@@ -64,29 +64,21 @@ class cuda_error : public std::runtime_error {
 /// @brief A memory tier (device, pinned host, VMM backing, staging) could not hold a request.
 class out_of_memory : public std::bad_alloc {
  public:
-  /// @brief Names the tier by ddo::memory_tier (preferred: its name is canonical).
+  /// @brief Names the tier by ddo::memory_tier, never by free text: a handler switches on it,
+  /// and its printed name (tier_name()) is the canonical one.
   out_of_memory(memory_tier tier, std::uint64_t requested, std::uint64_t available,
                 std::string what)
-      : out_of_memory(std::string(to_string(tier)), requested, available, std::move(what)) {}
-  /// @brief Names the tier by text; a canonical memory_tier name also sets tier_kind().
-  out_of_memory(std::string tier, std::uint64_t requested, std::uint64_t available,
-                std::string what)
-      : tier_(std::move(tier)),
-        tier_kind_(parse_memory_tier(tier_)),
-        requested_(requested),
-        available_(available),
-        what_(std::move(what)) {}
+      : tier_(tier), requested_(requested), available_(available), what_(std::move(what)) {}
   [[nodiscard]] const char* what() const noexcept override { return what_.c_str(); }
-  /// @brief The tier's name ("device", "pinned_host", ...).
-  [[nodiscard]] const std::string& tier() const noexcept { return tier_; }
-  /// @brief The tier, when it was given as (or named by) a ddo::memory_tier.
-  [[nodiscard]] std::optional<memory_tier> tier_kind() const noexcept { return tier_kind_; }
+  /// @brief The tier that could not hold the request.
+  [[nodiscard]] memory_tier tier() const noexcept { return tier_; }
+  /// @brief Its canonical name ("device", "pinned_host", "registered_host", ...).
+  [[nodiscard]] std::string_view tier_name() const noexcept { return to_string(tier_); }
   [[nodiscard]] std::uint64_t requested_bytes() const noexcept { return requested_; }
   [[nodiscard]] std::uint64_t available_bytes() const noexcept { return available_; }
 
  private:
-  std::string tier_;
-  std::optional<memory_tier> tier_kind_;
+  memory_tier tier_;
   std::uint64_t requested_;
   std::uint64_t available_;
   std::string what_;

@@ -14,23 +14,25 @@ inline namespace v0 {
 
 /// @brief A kind of memory a request can run out of.
 enum class memory_tier {
-  device,          ///< GPU memory (resident weights, the slot ring, transport allocations)
-  pinned_host,     ///< page-locked host memory
-  pageable_host,   ///< ordinary host memory
-  host,            ///< host memory of unspecified kind (mappings, bench buffers)
-  file,            ///< a weight's file (the NVMe route)
-  transport_slot,  ///< one slot/staging buffer of a transport (an execution group must fit)
-  staging,         ///< pinned staging buffers of the pageable and file routes
-  vmm_backing,     ///< physical backing of the VMM route
+  device,           ///< GPU memory (resident weights, the slot ring, transport allocations)
+  pinned_host,      ///< page-locked host memory
+  pageable_host,    ///< ordinary host memory
+  host,             ///< host memory of unspecified kind (mappings, bench buffers)
+  file,             ///< a weight's file (the NVMe route)
+  transport_slot,   ///< one slot/staging buffer of a transport (an execution group must fit)
+  staging,          ///< pinned staging buffers of the pageable and file routes
+  vmm_backing,      ///< physical backing of the VMM route
+  registered_host,  ///< host memory ddo mapped and registered (native VMM windows, retained
+                    ///< sources)
 };
 
 /// @brief The canonical names, indexed by memory_tier.
-inline constexpr std::array<std::string_view, 8> memory_tier_names = {
-    "device", "pinned_host",    "pageable_host", "host",
-    "file",   "transport_slot", "staging",       "vmm_backing"};
+inline constexpr std::array<std::string_view, 9> memory_tier_names = {
+    "device",         "pinned_host", "pageable_host", "host",           "file",
+    "transport_slot", "staging",     "vmm_backing",   "registered_host"};
 
 /// @brief "device", "pinned_host", "pageable_host", "host", "file", "transport_slot",
-/// "staging" or "vmm_backing".
+/// "staging", "vmm_backing" or "registered_host".
 [[nodiscard]] constexpr std::string_view to_string(memory_tier tier) noexcept {
   const auto index = static_cast<std::size_t>(tier);
   return index < memory_tier_names.size() ? memory_tier_names[index] : std::string_view{"?"};

@@ -32,7 +32,8 @@ inline namespace v0 {
 class host_buffer {
  public:
   host_buffer() = default;
-  /// @brief Maps @p bytes (rounded up to pages). @throws out_of_memory("host", ...) on failure.
+  /// @brief Maps @p bytes (rounded up to pages). @throws out_of_memory(memory_tier::host, ...) on
+  /// failure.
   explicit host_buffer(std::uint64_t bytes) : size_(round_up(bytes, host_page_size())) {
     if (size_ == 0) return;
     void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -40,7 +41,7 @@ class host_buffer {
       const int err = errno;
       const std::uint64_t requested = size_;
       size_ = 0;
-      throw out_of_memory("host", requested, 0,
+      throw out_of_memory(memory_tier::host, requested, 0,
                           "ddo: mmap of " + std::to_string(requested) +
                               " bytes of host memory failed (errno " + std::to_string(err) + ")");
     }

@@ -102,8 +102,8 @@ struct pipeline_component_budget {
 }
 
 /// @brief Each component's share of @p budgets (see the file comment).
-/// @throws out_of_memory("device", ...) naming the component whose phase does not fit the
-/// device budget, with its least footprint and what the route-none components hold.
+/// @throws out_of_memory(memory_tier::device, ...) naming the component whose phase does not fit
+/// the device budget, with its least footprint and what the route-none components hold.
 [[nodiscard]] inline std::vector<pipeline_component_budget> plan_pipeline_budgets(
     std::span<const pipeline_component_need> components, const pipeline_budgets& budgets) {
   std::uint64_t always = 0;
@@ -129,11 +129,13 @@ struct pipeline_component_budget {
           what += (c.stays_resident ? " (the route-none components " : ", plus the route-none components ") +
                   always_names + " holding " + format_bytes_exact(always) +
                   (c.stays_resident ? ")" : " in every phase");
-        throw out_of_memory("device", need, budgets.device_bytes,
+        throw out_of_memory(memory_tier::device, need, budgets.device_bytes,
                             "pipeline device budget refused: " + what + " but the budget is " +
                                 format_bytes_exact(budgets.device_bytes) +
-                                "; raise the pipeline device budget (pipeline_device_budget_gb), use smaller groups or fewer "
-                                "slots for '" + c.name + "', or stream the route-none components");
+                                "; raise the pipeline device budget (pipeline_device_budget_gb), "
+                                "use smaller groups or fewer "
+                                "slots for '" +
+                                c.name + "', or stream the route-none components");
       }
       b.device_bytes = c.stays_resident ? c.weight_bytes : budgets.device_bytes - always;
     }

@@ -63,7 +63,7 @@ struct runtime_options {
   /// bandwidth when weights are small (2 MiB copies run ~6% slower). File sources are packed.
   bool pin_in_place = false;
   /// Continue with staged copies when page-locking fails (allow_pin_memory_fallback);
-  /// otherwise setup throws out_of_memory("pinned host", ...).
+  /// otherwise setup throws out_of_memory(memory_tier::pinned_host, ...).
   bool allow_pin_fallback = true;
   /// Pinned blocks are looked up in and added to this cache (cache_pinned_weights); null: none.
   pinned_weight_cache* pinned_cache = nullptr;

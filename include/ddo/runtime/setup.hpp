@@ -294,9 +294,10 @@ template <class Planner = default_residency_planner, class PinSelector = default
       const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
       const std::uint64_t free = r.machine.capacity.free_vram_bytes;
       if (free != 0 && resident > free)
-        throw out_of_memory("device", resident, free,
-                            "route none keeps every weight on the device (" + format_bytes(resident) +
-                                ") but the plan sees " + format_bytes(free) +
+        throw out_of_memory(memory_tier::device, resident, free,
+                            "route none keeps every weight on the device (" +
+                                format_bytes(resident) + ") but the plan sees " +
+                                format_bytes(free) +
                                 " free after the engine's and ddo's reserves; choose a streaming "
                                 "route (dynamic_offload, diffusers_group_offload)");
       r.plan.budgets.free_vram_bytes = free;

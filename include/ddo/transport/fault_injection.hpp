@@ -10,12 +10,12 @@
 /// What each injected fault looks like to the code under test — the same as the real failure:
 /// | point             | injected failure                                                    |
 /// |-------------------|---------------------------------------------------------------------|
-/// | allocate_pinned   | throws out_of_memory("pinned host", n, 0, ...)                      |
-/// | register_host     | returns false (as a failed cudaHostRegister)                         |
-/// | allocate_device   | throws out_of_memory("device", n, 0, ...)                           |
-/// | copy_to_device    | throws cuda_error (on whichever thread copies: the staging thread    |
-/// |                   | for pageable and file bytes, so this is "a staging thread throws")   |
-/// | file_read         | the read fails (EIO or chosen errno), returns short, or returns 0    |
+/// | allocate_pinned   | throws out_of_memory(memory_tier::pinned_host, n, 0, ...) | |
+/// register_host     | returns false (as a failed cudaHostRegister)                         | |
+/// allocate_device   | throws out_of_memory(memory_tier::device, n, 0, ...) | | copy_to_device    |
+/// throws cuda_error (on whichever thread copies: the staging thread    | |                   | for
+/// pageable and file bytes, so this is "a staging thread throws")   | | file_read         | the
+/// read fails (EIO or chosen errno), returns short, or returns 0    |
 ///
 /// Calls are counted per point from 1 across every copy of the transport and every thread; an
 /// armed fault fires once, at the Nth call, and is then spent (arm it again for another).
@@ -183,7 +183,7 @@ class fault_injection_transport {
 
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     if (const auto n = faults_->hit(fault_point::allocate_device))
-      throw out_of_memory("device", bytes, 0,
+      throw out_of_memory(memory_tier::device, bytes, 0,
                           injected(fault_point::allocate_device, n) + " (device allocation of " +
                               std::to_string(bytes) + " bytes)");
     return inner_.allocate_device(bytes);
@@ -192,7 +192,7 @@ class fault_injection_transport {
 
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     if (const auto n = faults_->hit(fault_point::allocate_pinned))
-      throw out_of_memory("pinned host", bytes, 0,
+      throw out_of_memory(memory_tier::pinned_host, bytes, 0,
                           injected(fault_point::allocate_pinned, n) +
                               " (pinned host allocation of " + std::to_string(bytes) + " bytes)");
     return inner_.allocate_pinned(bytes);

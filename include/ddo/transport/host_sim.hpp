@@ -47,7 +47,7 @@ inline namespace v0 {
 
 /// @brief Settings of the simulated device.
 struct host_sim_options {
-  /// Simulated VRAM: allocations beyond it throw out_of_memory("device", ...).
+  /// Simulated VRAM: allocations beyond it throw out_of_memory(memory_tier::device, ...).
   std::uint64_t device_capacity_bytes = 4 * gib;
   /// Copy bandwidth in bytes per second for both directions; 0 copies as fast as memcpy.
   double bandwidth_bytes_per_second = 0.0;
@@ -303,11 +303,11 @@ class host_sim_transport {
     const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
     const std::uint64_t available = capacity > used ? capacity - used : 0;
     if (bytes > available)
-      throw out_of_memory("device", bytes, available,
+      throw out_of_memory(memory_tier::device, bytes, available,
                           "host_sim: device allocation of " + std::to_string(bytes) +
                               " bytes refused: " + std::to_string(available) + " of " +
                               std::to_string(capacity) + " simulated device bytes are free");
-    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{256}));
+    auto* p = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{256}));
     state_->ledger.add(ledger_kind::device, p, bytes, "host_sim_transport::allocate_device");
     return p;
   }
@@ -319,17 +319,17 @@ class host_sim_transport {
 
   /// @brief Accounts [p, p + bytes) as simulated device memory held by an extension of the
   /// simulator (VMM mode's physical handles, host_sim_vmm.hpp), with allocate_device's capacity
-  /// check. @throws out_of_memory("device", ...) over the capacity.
+  /// check. @throws out_of_memory(memory_tier::device, ...) over the capacity.
   void add_device_range(const void* p, std::uint64_t bytes, std::string_view who) {
     std::lock_guard lock(state_->alloc_mutex);
     const std::uint64_t capacity = state_->options.device_capacity_bytes;
     const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
     const std::uint64_t available = capacity > used ? capacity - used : 0;
     if (bytes > available)
-      throw out_of_memory("device", bytes, available,
-                          std::string(who) + ": " + std::to_string(bytes) + " bytes refused: " +
-                              std::to_string(available) + " of " + std::to_string(capacity) +
-                              " simulated device bytes are free");
+      throw out_of_memory(memory_tier::device, bytes, available,
+                          std::string(who) + ": " + std::to_string(bytes) +
+                              " bytes refused: " + std::to_string(available) + " of " +
+                              std::to_string(capacity) + " simulated device bytes are free");
     state_->ledger.add(ledger_kind::device, p, bytes, who);
   }
   /// @brief Ends the account add_device_range() started.

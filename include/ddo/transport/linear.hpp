@@ -180,7 +180,7 @@ class linear_transport {
     const std::uint64_t limit = state_->options.device_limit_bytes;
     const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
     if (limit != 0 && used + bytes > limit)
-      throw out_of_memory("device", bytes, limit > used ? limit - used : 0,
+      throw out_of_memory(memory_tier::device, bytes, limit > used ? limit - used : 0,
                           "linear: device allocation of " + std::to_string(bytes) +
                               " bytes refused: the transport's device limit is " +
                               std::to_string(limit) + " bytes and " + std::to_string(used) +
@@ -191,7 +191,7 @@ class linear_transport {
       (void)cudaGetLastError();
       std::size_t free_b = 0, total_b = 0;
       (void)cudaMemGetInfo(&free_b, &total_b);
-      throw out_of_memory("device", bytes, free_b,
+      throw out_of_memory(memory_tier::device, bytes, free_b,
                           "linear: cudaMalloc of " + std::to_string(bytes) + " bytes failed with " +
                               std::to_string(free_b) + " bytes free of " + std::to_string(total_b));
     }

@@ -28,7 +28,8 @@ namespace detail {
   return layout.resident_bytes + (ring ? ring_bytes_for(layout.slot_bytes, layout.slot_count) : 0);
 }
 
-/// @throws out_of_memory("device", ...) or out_of_memory("pinned host", ...) with the numbers.
+/// @throws out_of_memory(memory_tier::device, ...) or out_of_memory(memory_tier::pinned_host, ...)
+/// with the numbers.
 /// @param device_free_bytes what the transport reports free now.
 /// @param ring whether the runtime allocates a ring (false for stable-address transports).
 inline void check_runtime_budgets(const group_layout& layout, const offload_plan& plan,
@@ -42,19 +43,20 @@ inline void check_runtime_budgets(const group_layout& layout, const offload_plan
            " (the largest streamed group) = " + format_bytes_exact(need);
   };
   if (options.device_budget_bytes != 0 && need > options.device_budget_bytes)
-    throw out_of_memory("device", need, options.device_budget_bytes,
-                        "offloader setup refused: " + describe() + " exceeds the device budget of " +
+    throw out_of_memory(memory_tier::device, need, options.device_budget_bytes,
+                        "offloader setup refused: " + describe() +
+                            " exceeds the device budget of " +
                             format_bytes_exact(options.device_budget_bytes) +
                             "; lower the resident budget, use smaller groups or fewer slots");
   if (need > device_free_bytes)
-    throw out_of_memory("device", need, device_free_bytes,
+    throw out_of_memory(memory_tier::device, need, device_free_bytes,
                         "offloader setup refused: " + describe() + " but only " +
                             format_bytes_exact(device_free_bytes) + " of device memory are free");
   const std::uint64_t pinned = layout.pinned_weight_bytes();  // as the planner counted them
-  const std::uint64_t pin_budget =
-      options.pinned_budget_bytes != 0 ? options.pinned_budget_bytes : plan.budgets.pin_budget_bytes;
+  const std::uint64_t pin_budget = options.pinned_budget_bytes != 0 ? options.pinned_budget_bytes
+                                                                    : plan.budgets.pin_budget_bytes;
   if (pin_budget != 0 && pinned > pin_budget)
-    throw out_of_memory("pinned host", pinned, pin_budget,
+    throw out_of_memory(memory_tier::pinned_host, pinned, pin_budget,
                         "offloader setup refused: the plan pins " + format_bytes_exact(pinned) +
                             " but the pinned budget is " + format_bytes_exact(pin_budget));
 }

@@ -177,9 +177,10 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
                              std::to_string(o.source_cache_bytes) + " bytes (0 registers all of it)");
     windows_ = host_buffer(window_count_ * o.window_bytes);
     if (!register_range(windows_.data(), window_count_ * o.window_bytes))
-      throw out_of_memory("registered host", window_count_ * o.window_bytes, 0,
-                          "ddo: the native VMM route's staging windows (" + std::to_string(window_count_) +
-                              " x " + std::to_string(o.window_bytes) +
+      throw out_of_memory(memory_tier::registered_host, window_count_ * o.window_bytes, 0,
+                          "ddo: the native VMM route's staging windows (" +
+                              std::to_string(window_count_) + " x " +
+                              std::to_string(o.window_bytes) +
                               " bytes) could not be registered with the driver; lower "
                               "vmm_staging_buffer_gb or free page-locked memory");
 
@@ -212,10 +213,11 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
         const std::uint64_t n = std::min(o.segment_bytes, want - off);
         if (!register_range(storage_.data() + off, n)) {
           if (!allow_fallback)
-            throw out_of_memory("registered host", n, 0,
-                                "ddo: a retained-source segment of " + std::to_string(n) +
-                                    " bytes could not be registered (vmm_source_registered_gb); lower "
-                                    "it, or allow_pin_memory_fallback to stage those bytes");
+            throw out_of_memory(
+                memory_tier::registered_host, n, 0,
+                "ddo: a retained-source segment of " + std::to_string(n) +
+                    " bytes could not be registered (vmm_source_registered_gb); lower "
+                    "it, or allow_pin_memory_fallback to stage those bytes");
           stats_.registration_fallbacks += (want - off + o.segment_bytes - 1) / o.segment_bytes;
           break;
         }
@@ -227,9 +229,10 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
       const std::uint64_t n = o.micro_cache_slots * o.micro_cache_slot_bytes;
       cache_ = host_buffer(n);
       if (!register_range(cache_.data(), n))
-        throw out_of_memory("registered host", n, 0,
+        throw out_of_memory(memory_tier::registered_host, n, 0,
                             "ddo: the native micro-cache (vmm_native_source_cache_slots x "
-                            "vmm_native_source_cache_slot_mb = " + std::to_string(n) +
+                            "vmm_native_source_cache_slot_mb = " +
+                                std::to_string(n) +
                                 " bytes) could not be registered; lower or disable it");
       slot_owner_.assign(o.micro_cache_slots, none);
     }

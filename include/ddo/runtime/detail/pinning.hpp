@@ -44,7 +44,7 @@ class group_pinning {
 
   /// Packs and page-locks every group of @p layout (see the file comment); falls back by adding
   /// staged pieces to the group. Reports reading, packing and pinning to @p meter.
-  /// @throws out_of_memory("pinned host", ...) when page-locking fails without fallback.
+  /// @throws out_of_memory(memory_tier::pinned_host, ...) when page-locking fails without fallback.
   void pin(T& t, group_layout& layout, const weight_table& table, const offload_plan& plan,
            const runtime_options& options, const source_files& files, setup_meter& meter);
   /// Unregisters the engine pages registered in place (blocks unregister themselves when the

@@ -175,7 +175,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     auto& gr = *groups[g];
     if (!gr.block->registered()) {
       if (!options.allow_pin_fallback)
-        throw out_of_memory("pinned host", gr.pinned_bytes, 0,
+        throw out_of_memory(memory_tier::pinned_host, gr.pinned_bytes, 0,
                             "offloader setup: page-locking " + format_bytes_exact(gr.pinned_bytes) +
                                 " for group '" + gr.name +
                                 "' failed (cudaHostRegister refused) and "
@@ -236,8 +236,9 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
         continue;
       }
       if (!options.allow_pin_fallback)
-        throw out_of_memory("pinned host", piece.bytes, 0,
-                            "offloader setup: page-locking the engine's memory of group '" + gr.name +
+        throw out_of_memory(memory_tier::pinned_host, piece.bytes, 0,
+                            "offloader setup: page-locking the engine's memory of group '" +
+                                gr.name +
                                 "' in place failed (cudaHostRegister refused) and "
                                 "allow_pin_memory_fallback is false");
       fallback_bytes_ += piece.bytes;
