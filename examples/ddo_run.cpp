@@ -71,6 +71,7 @@
 #include "runner/run_model.hpp"
 #include "runner/run_setup.hpp"
 #include "runner/setup_progress_printer.hpp"
+#include "runner/step_summary.hpp"
 #include "runner/synthetic_forward.hpp"
 #include "runner/synthetic_options.hpp"
 #include "runner/vram_budget.hpp"
@@ -102,6 +103,7 @@ constexpr int exit_usage = 2;
 struct run_options {
   std::vector<std::string> models;
   int steps = 0;              // 0: the default for the device
+  int warmup = 1;             // --warmup: untimed-for-the-median steps before the steady ones
   std::int64_t tokens = 0;    // 0: the default for the device
   bool verify = false;
   std::string trace_path;
@@ -306,6 +308,28 @@ bool report_budget(const run_context& ctx, std::uint64_t ddo_peak,
   return check.within();
 }
 
+/// C (the median of up to three steps of the engine's compute, every GEMM reading one device
+/// buffer, nothing copied, after one warm-up step) and B (pinned host-to-device bandwidth) on
+/// @p transport, each buffer small enough to leave the emulated card's room to ddo.
+template <class Engine>
+ddo::runner::measured_bound measure_bound(const run_context& ctx,
+                                          typename Engine::transport_type& transport) {
+  namespace r = ddo::runner;
+  std::fprintf(stderr, "ddo-run: measuring the bound: compute with nothing copied, pinned "
+                       "bandwidth...\n");
+  const r::compare_inputs in{ctx.table, ctx.files, ctx.compute,
+                             ddo::infer_execution_groups(ctx.table,
+                                                         ctx.settings.config.resident_module_patterns),
+                             ctx.tokens, std::min(ctx.steps, 3), ctx.gpu, false, 0, 0};
+  r::measured_bound bound;
+  bound.compute_ms = r::measure_compute_only<Engine>(in, transport);
+  std::uint64_t copy_bytes = ctx.gpu ? 256 * ddo::mib : 64 * ddo::mib;
+  if (const auto free = transport.device_memory().free_bytes; free != 0)
+    copy_bytes = std::max<std::uint64_t>(ddo::mib, std::min(copy_bytes, free / 4));
+  bound.pinned_gbps = r::measure_pinned_gbps(transport, copy_bytes);
+  return bound;
+}
+
 /// Plans, sets up the offloader over @p transport and runs the steps with @p Engine.
 template <class Engine>
 int run_steps(run_context& ctx, typename Engine::transport_type transport) {
@@ -340,6 +364,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     overlap_planner.ring =
         ddo::runner::ring_of(ddo::runtime_options_from(config, ctx.setup.runtime));
   }
+  // The bound's C and B, measured now on this transport, before ddo's setup takes its memory
+  // (the same measurements as --compare's, runner/compare_run.hpp).
+  ddo::runner::measured_bound bound = measure_bound<Engine>(ctx, transport);
   std::vector<std::string> notes;
   const auto component = ddo::component_for(ctx.settings, ctx.setup.inputs, &notes);
   auto setup = overlap && !overlap->timings.empty()
@@ -366,6 +393,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               gb(setup.machine.runtime_reserve_bytes).c_str(),
               gb(setup.machine.capacity.free_vram_bytes).c_str());
   std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
+  bound.streamed_bytes =
+      ctx.table.total_bytes() - setup.plan.total_bytes(ddo::placement::gpu_resident);
   std::optional<double> predicted_ms;
   if (overlap && !overlap->timings.empty()) {
     predicted_ms = ddo::predict_plan(setup.plan, overlap->timings, ddo::runner::ring_of(setup.runtime)).step_ms;
@@ -406,16 +435,20 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   }
   std::uint64_t verified_bytes = 0, mismatches = 0;
 
-  std::printf("\nsteps: %d, %lld tokens, %zu GEMMs per step (%s)\n", ctx.steps,
-              static_cast<long long>(ctx.tokens), ctx.compute.gemms, Engine::compute_name());
+  const int warmup = opt.warmup;
+  const int total_steps = warmup + ctx.steps;
+  std::printf("\nsteps: %d warm-up + %d steady, %lld tokens, %zu GEMMs per step (%s)\n", warmup,
+              ctx.steps, static_cast<long long>(ctx.tokens), ctx.compute.gemms,
+              Engine::compute_name());
   std::fflush(stdout);
   // Each step prints its own line; the bar is for terminals only (a log has the lines).
-  progress_bar bar("steps", static_cast<std::uint64_t>(ctx.steps), "steps",
+  progress_bar bar("steps", static_cast<std::uint64_t>(total_steps), "steps",
                    ::isatty(STDERR_FILENO) ? ddo::runner::progress_style::terminal
                                            : ddo::runner::progress_style::quiet);
   std::vector<double> step_ms;
-  for (int step = 0; step < ctx.steps; ++step) {
-    const std::string step_name = "step " + std::to_string(step);
+  for (int step = 0; step < total_steps; ++step) {
+    const std::string step_name = step < warmup ? "warm-up " + std::to_string(step)
+                                                : "step " + std::to_string(step - warmup);
     nvtx_scope range(ctx.gpu, step_name.c_str());
     offloader.begin_step();
     const auto t0 = std::chrono::steady_clock::now();
@@ -465,7 +498,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     if (sampler) sampler->sample();
     host_memory.sample();
     bar.interrupt([&] {
-      std::printf("  step %d: %.1f ms\n", step, ms);
+      std::printf("  %s: %.1f ms\n", step_name.c_str(), ms);
       if (config.show_profile) {
         const auto m = offloader.metrics();
         if (!m.steps.empty()) print_step_metrics(m.steps.back(), m.timing);
@@ -478,10 +511,11 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
 
   const auto metrics = offloader.metrics(true);
   if (sampler) sampler->stop();
-  std::vector<double> sorted = step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  std::printf("\nsummary: %d steps, median %.1f ms/step (first %.1f ms)\n", ctx.steps,
-              sorted[sorted.size() / 2], step_ms.front());
+  const auto summary = ddo::runner::summarize_steps(step_ms, warmup);
+  std::printf("\n%s", ddo::runner::format_step_summary(summary, &bound).c_str());
+  if (opt.verify)
+    std::printf("  (--verify: each step also copies every weight back and compares it, so the "
+                "steps are slower than the bound says)\n");
   const std::string_view vmm_route = ddo::vmm_route_name(ctx.settings.config);
   std::printf("  route: requested %s (execution_mode %s%s%s), executed %s\n", ctx.requested_route.c_str(),
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
@@ -537,7 +571,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   }
   if (predicted_ms)
     std::printf("  predicted %.1f ms/step, measured median %.1f ms (%+.1f%%)\n", *predicted_ms,
-                sorted[sorted.size() / 2], 100.0 * (*predicted_ms - sorted[sorted.size() / 2]) / sorted[sorted.size() / 2]);
+                summary.median_ms, 100.0 * (*predicted_ms - summary.median_ms) / summary.median_ms);
   if (config.build_profile) {
     // Through the library (ddo/runtime/calibration.hpp): compute timed at a quarter of the
     // tokens and at the tokens of this run, loads per group, the free-memory low-water mark
@@ -745,7 +779,10 @@ int run(int argc, char** argv) {
       "model", po::value<std::vector<std::string>>()->multitoken()->value_name("PATH..."),
       "Run these safetensors files (or .index.json) instead of the synthetic model; 2-D weights "
       "are linear layers [out, in]")(
-      "steps", po::value<int>()->value_name("N"), "Steps to run (default 4; 3 on a GPU)")(
+      "steps", po::value<int>()->value_name("N"),
+      "Steady steps to run and take the median of (default 3), after the warm-up steps")(
+      "warmup", po::value<int>(&opt.warmup)->value_name("N"),
+      "Warm-up steps before the steady ones, reported apart (default 1; 0..100)")(
       "tokens", po::value<std::int64_t>()->value_name("T"),
       "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
       "verify", po::bool_switch(&opt.verify),
@@ -836,6 +873,11 @@ int run(int argc, char** argv) {
     opt.steps = vm["steps"].as<int>();
     if (opt.steps < 1) return fail("--steps must be at least 1, got " + std::to_string(opt.steps), exit_usage);
   }
+  if (opt.warmup < 0 || opt.warmup > 100)
+    return fail("--warmup must be 0..100, got " + std::to_string(opt.warmup), exit_usage);
+  if (vm.count("warmup") && (opt.compare || opt.pipeline))
+    return fail("--warmup applies to the plain run (--compare and --pipeline each warm up once "
+                "on their own)", exit_usage);
   if (vm.count("tokens")) {
     opt.tokens = vm["tokens"].as<std::int64_t>();
     if (opt.tokens < 1 || opt.tokens > (1 << 20))
@@ -1076,7 +1118,7 @@ int run(int argc, char** argv) {
 
   run_context ctx{opt,   settings, table, files, compute, tokens, 0,  gpu, requested_route,
                   {},    {},       false, {},    {},      {}};
-  ctx.steps = opt.steps ? opt.steps : (gpu ? 3 : 4);
+  ctx.steps = opt.steps ? opt.steps : 3;
   ctx.device_name = gpu ? gpu_probe.name + " (" + gb(gpu_probe.total_bytes) + ")"
                         : std::string("host_sim (no GPU: host memory and a CPU stand-in)");
   if (opt.models.empty()) {

@@ -66,12 +66,21 @@ struct compare_report {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+/// @brief W / B in ms: @p streamed_bytes at @p pinned_gbps (0 when B is unknown).
+[[nodiscard]] inline double copy_ms_at(std::uint64_t streamed_bytes, double pinned_gbps) {
+  return pinned_gbps > 0.0 ? static_cast<double>(streamed_bytes) / (pinned_gbps * 1e9) * 1e3 : 0.0;
+}
+
+/// @brief The bound max(C, W / B) in ms: a step cannot beat its compute nor its copies.
+[[nodiscard]] inline double bound_ms_of(double compute_ms, std::uint64_t streamed_bytes,
+                                        double pinned_gbps) {
+  return std::max(compute_ms, copy_ms_at(streamed_bytes, pinned_gbps));
+}
+
 /// @brief Fills a row's median, bound and ratio from C (ms) and B (GB/s).
 inline void finish_row(compare_row& row, double compute_ms, double pinned_gbps) {
   row.ms = median_of(row.step_ms);
-  const double copy_ms =
-      pinned_gbps > 0.0 ? static_cast<double>(row.streamed_bytes) / (pinned_gbps * 1e9) * 1e3 : 0.0;
-  row.bound_ms = std::max(compute_ms, copy_ms);
+  row.bound_ms = bound_ms_of(compute_ms, row.streamed_bytes, pinned_gbps);
   row.ratio = row.bound_ms > 0.0 ? row.ms / row.bound_ms : 0.0;
 }
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # ddo-run --compare on host_sim, small: the table and its JSON, a sweep of emulated cards with its
-# plot, the accounted peak within each card, the separate verification pass, and the argument
+# plot, the accounted peak within each card, the separate verification pass, the plain run's
+# summary (warm-up apart, median, ratio to the bound), and the argument
 # errors of --vram-gb / --ram-gb (each naming the option and the allowed range, exit status 2).
 #   check_compare.sh DDO_RUN DDO_PLAN PLOT_TOOL CACHE_DIR
 set -eu
@@ -38,6 +39,11 @@ python3 "$plot" "$tmp/sweep.json" -o "$tmp/sweep.png" >"$tmp/plot.out" 2>&1 ||
 # shellcheck disable=SC2086
 "$run" $common --vram-gb 0.2 >"$tmp/plain.out" 2>"$tmp/plain.err" || fail "the plain run failed"
 grep -q "device budget: emulated .* accounted: within" "$tmp/plain.out" || fail "no budget line"
+# ... and its steps: the warm-up apart, the steady median, the bound measured in the same run.
+grep -q "^summary: 1 steady step, median .* ms/step (min .*); warm-up: .* ms$" "$tmp/plain.out" ||
+  { cat "$tmp/plain.out"; fail "no summary line with the warm-up apart"; }
+grep -q "^  bound, measured in this run: max(C = .*; median / bound = [0-9.]*x$" "$tmp/plain.out" ||
+  { cat "$tmp/plain.out"; fail "no ratio to the bound in the plain run"; }
 grep -q "^setup: pinning 100%" "$tmp/plain.err" || { cat "$tmp/plain.err"; fail "no setup progress"; }
 
 # Argument errors: exit status 2 and a message naming the option and the allowed values.
@@ -59,6 +65,8 @@ range="greater than 0 and at most 65536"
   expect_usage "several sizes are a sweep, which needs --compare" "$run" $common --vram-gb 4,8
   expect_usage "the emulated card does not hold" "$run" $common --vram-gb 0.01
   expect_usage "--json writes the --compare table" "$run" $common --json "$tmp/x.json"
+  expect_usage "--warmup must be 0..100, got -1" "$run" $common --warmup -1
+  expect_usage "--warmup applies to the plain run" "$run" $common --compare --warmup 2
 }
 model=$(find "$cache" -name 'model.safetensors' -path '*dit-b2*' | head -n 1)
 expect_usage "--vram-gb = \"0\"" "$plan" "$model" --vram-gb 0

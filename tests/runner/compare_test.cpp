@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The --compare report (examples/runner/compare.hpp), the peak-RSS helper it uses, the per-weight
-// token rows of the synthetic compute and the setup-progress printer.
+// token rows of the synthetic compute, the setup-progress printer and the plain run's step summary.
 #include "runner/compare.hpp"
 
 #include <doctest/doctest.h>
@@ -13,6 +13,7 @@
 #include "ddo/core/detail/json.hpp"
 #include "runner/peak_rss.hpp"
 #include "runner/setup_progress_printer.hpp"
+#include "runner/step_summary.hpp"
 #include "runner/token_rows.hpp"
 
 namespace compare_test {
@@ -172,5 +173,31 @@ TEST_SUITE("runner") {
     CHECK(std::count(text.begin(), text.end(), '\n') == 1);
     CHECK(text.find("reading  10%") != std::string::npos);
     CHECK(text.find(" | packing  50%") != std::string::npos);
+  }
+  TEST_CASE("a plain run's summary: warm-up apart, the true median, the ratio to the bound") {
+    // Two steady steps: the median is their mean, not the slower one (the old summary's
+    // sorted[n / 2] printed 300 here).
+    const std::vector<double> ms{900.0, 300.0, 280.0};
+    const auto s = ddo::runner::summarize_steps(ms, 1);
+    CHECK(s.warmup_ms == std::vector<double>{900.0});
+    CHECK(s.steady_ms.size() == 2);
+    CHECK(s.median_ms == doctest::Approx(290.0));
+    CHECK(s.min_ms == 280.0);
+    CHECK(s.max_ms == 300.0);
+    // W / B = 2.9 GB at 10 GB/s = 290 ms > C = 145 ms: the bound is the copies, ratio 1.00x.
+    const ddo::runner::measured_bound bound{145.0, 2'900'000'000, 10.0};
+    const auto text = ddo::runner::format_step_summary(s, &bound);
+    CHECK(text.find("2 steady steps, median 290.0 ms/step (min 280.0, max 300.0); warm-up: "
+                    "900.0 ms") != std::string::npos);
+    CHECK(text.find("C = 145.0 ms") != std::string::npos);
+    CHECK(text.find("= 290.0 ms) = 290.0 ms; median / bound = 1.00x") != std::string::npos);
+    // No warm-up: none said; all warm-up: no median claimed.
+    CHECK(ddo::runner::format_step_summary(ddo::runner::summarize_steps(ms, 0), nullptr)
+              .find("3 steady steps, median 300.0 ms/step (min 280.0, max 900.0); warm-up: none") !=
+          std::string::npos);
+    const auto all = ddo::runner::summarize_steps(ms, 5);
+    CHECK(all.steady_ms.empty());
+    CHECK(all.warmup_ms.size() == 3);
+    CHECK(ddo::runner::format_step_summary(all, &bound).find("median /") == std::string::npos);
   }
 }
