@@ -104,6 +104,7 @@ struct run_options {
   std::vector<std::string> models;
   int steps = 0;              // 0: the default for the device
   int warmup = 1;             // --warmup: untimed-for-the-median steps before the steady ones
+  bool bound = true;          // --no-bound: skip measuring C and B (scripts that check the plan)
   std::int64_t tokens = 0;    // 0: the default for the device
   bool verify = false;
   std::string trace_path;
@@ -323,7 +324,7 @@ ddo::runner::measured_bound measure_bound(const run_context& ctx,
                              ctx.tokens, std::min(ctx.steps, 3), ctx.gpu, false, 0, 0};
   r::measured_bound bound;
   bound.compute_ms = r::measure_compute_only<Engine>(in, transport);
-  std::uint64_t copy_bytes = ctx.gpu ? 256 * ddo::mib : 64 * ddo::mib;
+  std::uint64_t copy_bytes = ctx.gpu ? 256 * ddo::mib : 16 * ddo::mib;
   if (const auto free = transport.device_memory().free_bytes; free != 0)
     copy_bytes = std::max<std::uint64_t>(ddo::mib, std::min(copy_bytes, free / 4));
   bound.pinned_gbps = r::measure_pinned_gbps(transport, copy_bytes);
@@ -366,7 +367,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   }
   // The bound's C and B, measured now on this transport, before ddo's setup takes its memory
   // (the same measurements as --compare's, runner/compare_run.hpp).
-  ddo::runner::measured_bound bound = measure_bound<Engine>(ctx, transport);
+  std::optional<ddo::runner::measured_bound> bound;
+  if (opt.bound) bound = measure_bound<Engine>(ctx, transport);
   std::vector<std::string> notes;
   const auto component = ddo::component_for(ctx.settings, ctx.setup.inputs, &notes);
   auto setup = overlap && !overlap->timings.empty()
@@ -393,8 +395,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               gb(setup.machine.runtime_reserve_bytes).c_str(),
               gb(setup.machine.capacity.free_vram_bytes).c_str());
   std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
-  bound.streamed_bytes =
-      ctx.table.total_bytes() - setup.plan.total_bytes(ddo::placement::gpu_resident);
+  if (bound)
+    bound->streamed_bytes =
+        ctx.table.total_bytes() - setup.plan.total_bytes(ddo::placement::gpu_resident);
   std::optional<double> predicted_ms;
   if (overlap && !overlap->timings.empty()) {
     predicted_ms = ddo::predict_plan(setup.plan, overlap->timings, ddo::runner::ring_of(setup.runtime)).step_ms;
@@ -512,8 +515,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   const auto metrics = offloader.metrics(true);
   if (sampler) sampler->stop();
   const auto summary = ddo::runner::summarize_steps(step_ms, warmup);
-  std::printf("\n%s", ddo::runner::format_step_summary(summary, &bound).c_str());
-  if (opt.verify)
+  std::printf("\n%s", ddo::runner::format_step_summary(summary, bound ? &*bound : nullptr).c_str());
+  if (opt.verify && bound)
     std::printf("  (--verify: each step also copies every weight back and compares it, so the "
                 "steps are slower than the bound says)\n");
   const std::string_view vmm_route = ddo::vmm_route_name(ctx.settings.config);
@@ -783,6 +786,9 @@ int run(int argc, char** argv) {
       "Steady steps to run and take the median of (default 3), after the warm-up steps")(
       "warmup", po::value<int>(&opt.warmup)->value_name("N"),
       "Warm-up steps before the steady ones, reported apart (default 1; 0..100)")(
+      "no-bound",
+      "Do not measure the bound max(C, W / B) before the steps (C costs up to four steps of "
+      "compute; for scripts that check the plan, not the speed)")(
       "tokens", po::value<std::int64_t>()->value_name("T"),
       "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
       "verify", po::bool_switch(&opt.verify),
@@ -868,6 +874,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   opt.use_environment = vm.count("no-environment") == 0;
+  opt.bound = vm.count("no-bound") == 0;
   if (vm.count("model")) opt.models = vm["model"].as<std::vector<std::string>>();
   if (vm.count("steps")) {
     opt.steps = vm["steps"].as<int>();

@@ -25,7 +25,7 @@ for settings in "--ddo-preset auto" "--ddo-preset low_ram_safe" "--ddo-preset on
   for vram in 0.12 0.17 0.25 0.5; do
     # shellcheck disable=SC2086
     run_rc=0
-    "$run" --cpu --steps 1 --model "$model" --vram-gb "$vram" $common $settings \
+    "$run" --cpu --steps 1 --warmup 0 --no-bound --model "$model" --vram-gb "$vram" $common $settings \
       >"$tmp/run.out" 2>"$tmp/run.err" || run_rc=$?
     plan_rc=0
     # shellcheck disable=SC2086
