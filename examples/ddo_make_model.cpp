@@ -4,12 +4,19 @@
 //
 //   ddo-make-model --output PATH [--shape dit|flux] [--blocks N] [--single-blocks M]
 //                  [--hidden H] [--mlp-ratio R] [--dtype bf16|fp16|fp32] [--shards K] [--seed S]
+//                  [--layout execution|diffusers] [--max-shard-bytes N]
 //
 // --shape flux writes FLUX.1's layout (ddo::flux_model_options): 19 double-stream blocks
 // (--blocks) and 38 single-stream blocks (--single-blocks; default twice --blocks), ≈ 23.8 GB.
 //
 // With --shards K > 1, PATH names the index (e.g. model.safetensors.index.json) and the shards
 // are written next to it as <stem>-0000i-of-0000K.safetensors.
+//
+// --layout diffusers (--shape flux): PATH is a folder written as diffusers publishes FLUX.1-dev's
+// transformer/ (ddo::synthetic_layout): FluxTransformer2DModel's state-dict order split at
+// --max-shard-bytes (default 10^10, diffusers' "10GB": at FLUX.1's sizes the published 3 shards),
+// names sorted within each file, diffusion_pytorch_model-0000i-of-0000K.safetensors and
+// diffusion_pytorch_model.safetensors.index.json (one shard: diffusion_pytorch_model.safetensors).
 //
 // Files are written aside (a temporary directory next to the output) and renamed into place —
 // the shards first, the index last — so a failed or interrupted run never leaves a truncated
@@ -22,8 +29,10 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "ddo/core/atomic_file.hpp"
@@ -51,6 +60,8 @@ int main(int argc, char** argv) {
   mlp_ratio_option mlp_ratio{4};
   shards_option shards{1};
   seed_option seed{0};
+  std::string layout_name = "execution";
+  std::uint64_t max_shard_bytes = ddo::diffusers_max_shard_bytes;
   po::options_description description(
       "ddo-make-model: write a synthetic Flux-like safetensors model (random, never zero)\n"
       "Options");
@@ -69,7 +80,13 @@ int main(int argc, char** argv) {
       "dtype", po::value<std::string>(&type_name)->default_value("bf16"), "bf16, fp16 or fp32")(
       "shards", po::value(&shards)->default_value(shards),
       "number of shard files (> 1 writes an index; 1-1024)")(
-      "seed", po::value(&seed)->default_value(seed), "random seed");
+      "seed", po::value(&seed)->default_value(seed), "random seed")(
+      "layout", po::value<std::string>(&layout_name)->default_value(layout_name),
+      "execution (execution order, --shards files of equal bytes) or diffusers (--shape flux: "
+      "--output is a folder laid out as FLUX.1-dev's published transformer/)")(
+      "max-shard-bytes", po::value(&max_shard_bytes),
+      "--layout diffusers: start a new shard when the next tensor would pass this size "
+      "(default 10000000000, diffusers' 10GB)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, description), vm);
@@ -109,7 +126,33 @@ int main(int argc, char** argv) {
       std::cerr << "ddo-make-model: --dtype '" << type_name << "' is not one of bf16, fp16, fp32\n";
       return 2;
     }
-    if (options.shards > 1 && !options.output.ends_with(".index.json")) {
+    if (layout_name == "diffusers") {
+      options.layout = ddo::synthetic_layout::diffusers;
+      if (options.shape != ddo::synthetic_shape::flux) {
+        std::cerr << "ddo-make-model: --layout diffusers is FluxTransformer2DModel's layout; it "
+                     "needs --shape flux\n";
+        return 2;
+      }
+      if (vm.count("shards") != 0 && !vm["shards"].defaulted()) {
+        std::cerr << "ddo-make-model: --layout diffusers splits at --max-shard-bytes; --shards "
+                     "applies to --layout execution\n";
+        return 2;
+      }
+      if (max_shard_bytes == 0) {
+        std::cerr << "ddo-make-model: --max-shard-bytes must be at least 1, got 0\n";
+        return 2;
+      }
+      options.shard_max_bytes = max_shard_bytes;
+    } else if (layout_name != "execution") {
+      std::cerr << "ddo-make-model: --layout '" << layout_name
+                << "' is not one of execution, diffusers\n";
+      return 2;
+    } else if (vm.count("max-shard-bytes") != 0) {
+      std::cerr << "ddo-make-model: --max-shard-bytes applies to --layout diffusers\n";
+      return 2;
+    }
+    if (options.layout == ddo::synthetic_layout::execution && options.shards > 1 &&
+        !options.output.ends_with(".index.json")) {
       std::cerr << "ddo-make-model: with --shards " << options.shards
                 << ", --output must name the index file (ending in .index.json), got '"
                 << options.output << "'\n";
@@ -121,7 +164,12 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const std::filesystem::path target = std::filesystem::absolute(options.output);
+    const bool folder = options.layout == ddo::synthetic_layout::diffusers;
+    if (folder) std::filesystem::create_directories(options.output);
+    // The diffusers layout's files go into the folder; the index (or the one file) is the target.
+    const std::filesystem::path target =
+        folder ? std::filesystem::absolute(options.output) / ddo::diffusers_index_name
+               : std::filesystem::absolute(options.output);
     const auto dir = target.parent_path();
     ddo::check_output_path(target, "model");
     interrupts.watch(dir);
@@ -134,7 +182,7 @@ int main(int argc, char** argv) {
     const auto temporary = ddo::temporary_path_for(target);
     std::filesystem::create_directory(temporary);
     auto aside = options;
-    aside.output = (temporary / target.filename()).string();
+    aside.output = folder ? temporary.string() : (temporary / target.filename()).string();
     const auto start = std::chrono::steady_clock::now();
     ddo::synthetic_model_result result;
     try {
@@ -147,6 +195,10 @@ int main(int argc, char** argv) {
       if (!result.index.empty()) {
         ddo::commit_temporary(result.index, target);
         result.index = target.string();
+      } else if (folder) {
+        // One shard and no index: a stale index of an earlier sharded run would name files
+        // that are not this model's.
+        std::filesystem::remove(target);
       }
     } catch (...) {
       std::error_code ignore;

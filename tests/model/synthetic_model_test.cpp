@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
@@ -62,6 +64,81 @@ TEST_SUITE("model") {
     CHECK(groups.back().name == "<after>");
     CHECK(groups[1].weights.size() == 32);  // 14 linears with biases, 4 norms
     CHECK(groups[3].weights.size() == 14);  // 6 linears with biases, 2 norms
+  }
+
+  TEST_CASE("the diffusers layout at FLUX.1's sizes is the published 3-shard split") {
+    // FLUX.1-dev's transformer/ holds 9.98, 9.95 and 3.87 GB shards: the state-dict order split
+    // at diffusers' 10 GB as huggingface_hub splits it.
+    auto o = ddo::flux_model_options();
+    o.layout = ddo::synthetic_layout::diffusers;
+    const auto shards = ddo::diffusers_shards(o);
+    REQUIRE(shards.size() == 3);
+    std::vector<std::uint64_t> bytes;
+    std::set<std::string> names;
+    for (const auto& shard : shards) {
+      std::uint64_t b = 0;
+      for (const auto& s : shard) b += s.bytes(), names.insert(s.name);
+      bytes.push_back(b);
+      // Within a file the names are in byte order, as the safetensors serializer writes them.
+      CHECK(std::is_sorted(shard.begin(), shard.end(),
+                           [](const auto& a, const auto& b2) { return a.name < b2.name; }));
+    }
+    CHECK(bytes == std::vector<std::uint64_t>{9'982'983'168ull, 9'949'272'064ull, 3'870'561'408ull});
+    CHECK(names.size() == ddo::synthetic_model_specs(o).size());
+    const auto holds = [&](std::size_t shard, const std::string& name) {
+      return std::any_of(shards[shard].begin(), shards[shard].end(),
+                         [&](const auto& s) { return s.name == name; });
+    };
+    // The breaks: after block 14's last attention norm, after single block 24's proj_mlp.
+    CHECK(holds(0, "time_text_embed.timestep_embedder.linear_1.weight"));
+    CHECK(holds(0, "x_embedder.bias"));
+    CHECK(holds(0, "transformer_blocks.14.attn.norm_added_k.weight"));
+    CHECK(holds(1, "transformer_blocks.14.ff.net.0.proj.weight"));
+    CHECK(holds(1, "single_transformer_blocks.24.proj_mlp.bias"));
+    CHECK(holds(2, "single_transformer_blocks.24.proj_out.weight"));
+    CHECK(holds(2, "proj_out.bias"));
+  }
+
+  TEST_CASE("a written diffusers-layout model loads from its index and groups as the execution one") {
+    ddo_test::temp_dir dir;
+    auto o = ddo::flux_model_options(11, 3, 64);
+    o.mlp_ratio = 2;
+    o.layout = ddo::synthetic_layout::diffusers;
+    o.shard_max_bytes = 200'000;
+    o.output = dir.file("transformer");
+    const auto result = ddo::write_synthetic_model(o);
+    REQUIRE(result.files.size() > 2);
+    char first[64];
+    std::snprintf(first, sizeof first, "transformer/diffusion_pytorch_model-00001-of-%05zu.safetensors",
+                  result.files.size());
+    CHECK(result.files.front().ends_with(first));
+    CHECK(result.index.ends_with("transformer/diffusion_pytorch_model.safetensors.index.json"));
+    for (const auto& f : result.files) {
+      const auto one = ddo::load_safetensors(f);
+      for (std::size_t i = 1; i < one.size(); ++i) CHECK(one[i - 1].name < one[i].name);
+    }
+    const auto table = ddo::load_safetensors(result.index);
+    CHECK(table.size() == result.tensors);
+    auto e = o;
+    e.layout = ddo::synthetic_layout::execution;
+    e.output = dir.file("execution.safetensors");
+    (void)ddo::write_synthetic_model(e);
+    std::vector<std::string> published, executed;
+    for (const auto& g : ddo::infer_execution_groups(table)) published.push_back(g.name);
+    for (const auto& g : ddo::infer_execution_groups(ddo::load_safetensors(e.output)))
+      executed.push_back(g.name);
+    CHECK(published == executed);
+    // One shard: the one file diffusers names, no index.
+    o.shard_max_bytes = ddo::diffusers_max_shard_bytes;
+    o.output = dir.file("one");
+    const auto single = ddo::write_synthetic_model(o);
+    REQUIRE(single.files.size() == 1);
+    CHECK(single.files.front().ends_with("one/diffusion_pytorch_model.safetensors"));
+    CHECK(single.index.empty());
+    o.shape = ddo::synthetic_shape::dit;
+    o.single_blocks = 0;
+    CHECK_THROWS_WITH_AS((void)ddo::diffusers_shards(o), doctest::Contains("needs the flux shape"),
+                         ddo::usage_error);
   }
 
   TEST_CASE("single-stream blocks on the dit shape are refused, naming the shape") {

@@ -35,6 +35,28 @@
 /// `norm.linear`, the time embedders) one row: the two kinds differ in compute per byte too
 /// (the runner's synthetic compute follows these names; examples/runner/token_rows.hpp).
 ///
+/// Two layouts of the files (synthetic_layout). `execution`: the tensors in execution order,
+/// split into `shards` files of about equal bytes. `diffusers` (flux shape only): as diffusers'
+/// `save_pretrained` publishes a transformer folder such as FLUX.1-dev's `transformer/` —
+///  - the tensors in FluxTransformer2DModel's state-dict order (its modules' registration order
+///    as of the 2024 release that wrote FLUX.1-dev: the time/guidance/text embedders,
+///    context_embedder, x_embedder, the double-stream blocks — norm1, norm1_context, attn's
+///    norm_q, norm_k, to_q, to_k, to_v, add_k_proj, add_v_proj, add_q_proj, to_out.0, to_add_out,
+///    norm_added_q, norm_added_k, then ff and ff_context — the single-stream blocks — norm,
+///    proj_mlp, proj_out, attn's norm_q, norm_k, to_q, to_k, to_v — then norm_out, proj_out);
+///  - split as huggingface_hub's `split_torch_state_dict_into_shards` splits them: walk that
+///    order, and start a new shard when the next tensor would take the current one over
+///    `shard_max_bytes` (diffusers' default "10GB", 10^10 bytes). At FLUX.1's sizes this gives
+///    the published split: 3 shards of 9 982 983 168, 9 949 272 064 and 3 870 561 408 bytes of
+///    tensors, breaking after transformer_blocks.14.attn.norm_added_k and after
+///    single_transformer_blocks.24.proj_mlp;
+///  - within each file the tensors sorted by name (byte order), as the safetensors serializer
+///    writes them (it sorts by dtype, then name; every tensor here has one dtype);
+///  - files `diffusion_pytorch_model.safetensors` (one shard) or
+///    `diffusion_pytorch_model-0000i-of-0000K.safetensors` with
+///    `diffusion_pytorch_model.safetensors.index.json` (its weight map sorted by name), in the
+///    folder `output` names.
+///
 /// Values are random and never zero: each element's bits are built directly (random sign, an
 /// exponent giving magnitudes in [2^-10, 2^-4), random mantissa) from a splitmix64 stream seeded
 /// by `seed`, so generation runs at disk speed.
@@ -67,16 +89,40 @@ enum class synthetic_shape : unsigned char {
   return s == synthetic_shape::flux ? "flux" : "dit";
 }
 
+/// @brief How the tensors are laid out in files (see the file comment).
+enum class synthetic_layout : unsigned char {
+  execution,  ///< execution order, `shards` files of about equal bytes
+  diffusers,  ///< diffusers' published transformer folder (flux shape): state-dict order split
+              ///< at `shard_max_bytes`, names sorted within each file
+};
+
+/// @brief "execution", "diffusers".
+[[nodiscard]] constexpr std::string_view to_string(synthetic_layout l) noexcept {
+  return l == synthetic_layout::diffusers ? "diffusers" : "execution";
+}
+
+/// @brief diffusers' default `max_shard_size` ("10GB"), in bytes.
+inline constexpr std::uint64_t diffusers_max_shard_bytes = 10'000'000'000ull;
+
+/// @brief The file names of diffusers' layout.
+inline constexpr std::string_view diffusers_weights_name = "diffusion_pytorch_model.safetensors";
+inline constexpr std::string_view diffusers_index_name =
+    "diffusion_pytorch_model.safetensors.index.json";
+
 /// @brief Parameters of a synthetic model.
 struct synthetic_model_options {
-  std::string output;  ///< the .safetensors file, or the .index.json when shards > 1
+  /// execution layout: the .safetensors file, or the .index.json when shards > 1; diffusers
+  /// layout: the folder (created if missing) the files go into.
+  std::string output;
   synthetic_shape shape = synthetic_shape::dit;
+  synthetic_layout layout = synthetic_layout::execution;
   std::uint32_t blocks = 24;         ///< dit: blocks; flux: double-stream blocks
   std::uint32_t single_blocks = 0;   ///< flux: single-stream blocks (dit: must be 0)
   std::uint32_t hidden = 3072;
   std::uint32_t mlp_ratio = 4;
   dtype type = dtype::bf16;  ///< bf16, f16 or f32
-  std::uint32_t shards = 1;  ///< > 1 writes shards next to the index
+  std::uint32_t shards = 1;  ///< execution layout: > 1 writes shards next to the index
+  std::uint64_t shard_max_bytes = diffusers_max_shard_bytes;  ///< diffusers layout's split
   std::uint64_t seed = 0;
 };
 
@@ -106,6 +152,13 @@ struct synthetic_model_result {
 /// @throws usage_error for zero blocks/hidden/ratio, single-stream blocks on the dit shape, or
 /// an unsupported dtype.
 [[nodiscard]] DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
+    const synthetic_model_options& options);
+
+/// @brief The specs of a flux-shape model in FluxTransformer2DModel's state-dict order (see the
+/// file comment), each file's share of them as the diffusers layout splits them at
+/// @p shard_max_bytes, each share sorted by name as it is written.
+/// @throws usage_error for a shape other than flux or a zero @p shard_max_bytes.
+[[nodiscard]] DDO_INLINE std::vector<std::vector<safetensors_tensor_spec>> diffusers_shards(
     const synthetic_model_options& options);
 
 /// @brief Writes the model. @throws usage_error for invalid options, io_error.

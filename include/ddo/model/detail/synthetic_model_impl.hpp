@@ -3,7 +3,9 @@
 /// @file
 /// @brief Implementation of the synthetic model writer (model/synthetic_model.hpp).
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 
 // Part of ddo/model/synthetic_model.hpp, which includes it (not back: no include cycles).
 
@@ -94,6 +96,75 @@ DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
   return specs;
 }
 
+namespace detail {
+
+/// A flux-shape tensor's place in FluxTransformer2DModel's state dict: (section, block, module
+/// within the block), in the registration order the file comment lists.
+[[nodiscard]] inline std::tuple<std::size_t, std::uint64_t, std::size_t> flux_state_dict_key(
+    std::string_view name) {
+  static constexpr std::string_view sections[] = {
+      "time_text_embed.timestep_embedder.", "time_text_embed.guidance_embedder.",
+      "time_text_embed.text_embedder.",     "context_embedder.",
+      "x_embedder.",                        "transformer_blocks.",
+      "single_transformer_blocks.",         "norm_out.",
+      "proj_out."};
+  static constexpr std::string_view double_block[] = {
+      "norm1.linear.",      "norm1_context.linear.", "attn.norm_q.",        "attn.norm_k.",
+      "attn.to_q.",         "attn.to_k.",            "attn.to_v.",          "attn.add_k_proj.",
+      "attn.add_v_proj.",   "attn.add_q_proj.",      "attn.to_out.0.",      "attn.to_add_out.",
+      "attn.norm_added_q.", "attn.norm_added_k.",    "ff.net.0.proj.",      "ff.net.2.",
+      "ff_context.net.0.proj.", "ff_context.net.2."};
+  static constexpr std::string_view single_block[] = {
+      "norm.linear.", "proj_mlp.",    "proj_out.",  "attn.norm_q.",
+      "attn.norm_k.", "attn.to_q.",   "attn.to_k.", "attn.to_v."};
+  for (std::size_t s = 0; s < std::size(sections); ++s) {
+    if (!name.starts_with(sections[s])) continue;
+    if (s != 5 && s != 6) return {s, 0, 0};
+    std::string_view rest = name.substr(sections[s].size());
+    std::uint64_t block = 0;
+    std::size_t digits = 0;
+    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9')
+      block = block * 10 + static_cast<std::uint64_t>(rest[digits++] - '0');
+    rest = rest.substr(std::min(rest.size(), digits + 1));
+    const std::span<const std::string_view> modules =
+        s == 5 ? std::span<const std::string_view>(double_block) : std::span<const std::string_view>(single_block);
+    for (std::size_t m = 0; m < modules.size(); ++m)
+      if (rest.starts_with(modules[m])) return {s, block, m};
+  }
+  throw usage_error("synthetic model: '" + std::string(name) +
+                    "' has no place in FluxTransformer2DModel's state dict");
+}
+
+}  // namespace detail
+
+DDO_INLINE std::vector<std::vector<safetensors_tensor_spec>> diffusers_shards(
+    const synthetic_model_options& o) {
+  DDO_EXPECTS(o.shape == synthetic_shape::flux,
+              "synthetic model: the diffusers layout is FluxTransformer2DModel's; it needs the "
+              "flux shape, got " + std::string(to_string(o.shape)));
+  DDO_EXPECTS(o.shard_max_bytes > 0, "synthetic model: the diffusers layout's shard_max_bytes "
+                                     "must be positive");
+  auto specs = synthetic_model_specs(o);
+  // Stable: a module's weight stays before its bias, as nn.Linear registers them.
+  std::stable_sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) {
+    return detail::flux_state_dict_key(a.name) < detail::flux_state_dict_key(b.name);
+  });
+  std::vector<std::vector<safetensors_tensor_spec>> shards(1);
+  std::uint64_t size = 0;
+  for (auto& spec : specs) {
+    // huggingface_hub's rule: a tensor that would take the shard over the limit starts the next.
+    if (!shards.back().empty() && size + spec.bytes() > o.shard_max_bytes) {
+      shards.emplace_back();
+      size = 0;
+    }
+    size += spec.bytes();
+    shards.back().push_back(std::move(spec));
+  }
+  for (auto& shard : shards)
+    std::sort(shard.begin(), shard.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return shards;
+}
+
 DDO_INLINE void fill_random_nonzero(std::span<std::byte> out, dtype type, splitmix64& rng) {
   const std::size_t size = size_of(type);
   DDO_EXPECTS(size != 0 && out.size() % size == 0, "fill_random_nonzero: partial element");
@@ -130,9 +201,41 @@ DDO_INLINE void fill_random_nonzero(std::span<std::byte> out, dtype type, splitm
   }
 }
 
+namespace detail {
+
+/// Writes each shard's tensors, filled from one splitmix64 stream seeded by o.seed.
+DDO_INLINE void write_synthetic_files(
+    const synthetic_model_options& o, const synthetic_model_result& result,
+    const std::vector<std::vector<safetensors_tensor_spec>>& shard_specs) {
+  splitmix64 rng{o.seed};
+  std::vector<std::byte> chunk(32 * 1024 * 1024);
+  const std::vector<std::pair<std::string, std::string>> metadata = {
+      {"format", "pt"}, {"generator", "ddo-make-model"}};
+  for (std::size_t s = 0; s < result.files.size(); ++s) {
+    safetensors_writer writer(result.files[s], shard_specs[s], metadata);
+    std::uint64_t left = writer.data_bytes();
+    while (left > 0) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
+      // Chunks are multiples of 4 bytes except the last, and tensor sizes are multiples of the
+      // element size, so elements never straddle chunks.
+      const std::span<std::byte> part(chunk.data(), n);
+      fill_random_nonzero(part, o.type, rng);
+      writer.write(part);
+      left -= n;
+    }
+    writer.finish();
+  }
+}
+
+}  // namespace detail
+
 DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_options& o) {
   DDO_EXPECTS(!o.output.empty(), "synthetic model: an output path is needed");
   DDO_EXPECTS(o.shards >= 1, "synthetic model: shards must be at least 1");
+  const bool diffusers = o.layout == synthetic_layout::diffusers;
+  DDO_EXPECTS(!diffusers || o.shards == 1,
+              "synthetic model: the diffusers layout splits at shard_max_bytes; shards (" +
+                  std::to_string(o.shards) + ") applies to the execution layout");
   const auto specs = synthetic_model_specs(o);
   DDO_EXPECTS(o.shards <= specs.size(), "synthetic model: " + std::to_string(o.shards) +
                                             " shards for only " + std::to_string(specs.size()) +
@@ -141,8 +244,33 @@ DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_op
   result.tensors = specs.size();
   for (const auto& s : specs) result.tensor_bytes += s.bytes();
 
-  // Shards split the execution-ordered tensors into contiguous runs of about equal bytes.
   std::vector<std::vector<safetensors_tensor_spec>> shard_specs(o.shards);
+  if (diffusers) {
+    shard_specs = diffusers_shards(o);
+    const std::filesystem::path folder(o.output);
+    std::filesystem::create_directories(folder);
+    std::vector<std::pair<std::string, std::string>> weight_map;
+    const auto count = static_cast<unsigned>(shard_specs.size());
+    char number[64];
+    for (unsigned s = 0; s < count; ++s) {
+      std::string name(diffusers_weights_name);
+      if (count > 1) {
+        std::snprintf(number, sizeof number, "-%05u-of-%05u.safetensors", s + 1, count);
+        name = name.substr(0, name.size() - std::string_view(".safetensors").size()) + number;
+      }
+      result.files.push_back((folder / name).string());
+      for (const auto& spec : shard_specs[s]) weight_map.emplace_back(spec.name, name);
+    }
+    if (count > 1) {
+      std::sort(weight_map.begin(), weight_map.end());
+      result.index = (folder / diffusers_index_name).string();
+    }
+    detail::write_synthetic_files(o, result, shard_specs);
+    if (count > 1) write_safetensors_index(result.index, weight_map, result.tensor_bytes);
+    return result;
+  }
+
+  // Shards split the execution-ordered tensors into contiguous runs of about equal bytes.
   {
     std::uint64_t done = 0;
     std::size_t shard = 0;
@@ -179,27 +307,11 @@ DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_op
     result.index = o.output;
   }
 
-  splitmix64 rng{o.seed};
-  std::vector<std::byte> chunk(32 * 1024 * 1024);
-  const std::vector<std::pair<std::string, std::string>> metadata = {
-      {"format", "pt"}, {"generator", "ddo-make-model"}};
-  for (std::size_t s = 0; s < result.files.size(); ++s) {
-    safetensors_writer writer(result.files[s], shard_specs[s], metadata);
-    std::uint64_t left = writer.data_bytes();
-    while (left > 0) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
-      // Chunks are multiples of 4 bytes except the last, and tensor sizes are multiples of the
-      // element size, so elements never straddle chunks.
-      const std::span<std::byte> part(chunk.data(), n);
-      fill_random_nonzero(part, o.type, rng);
-      writer.write(part);
-      left -= n;
-    }
-    writer.finish();
-  }
+  detail::write_synthetic_files(o, result, shard_specs);
   if (o.shards > 1) write_safetensors_index(o.output, weight_map, result.tensor_bytes);
   return result;
 }
+
 
 }  // namespace v0
 }  // namespace ddo
