@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// ddo-flux: FLUX.1's transformer (diffusers' FluxTransformer2DModel) as an engine on ddo — the
+// denoising loop of FluxPipeline over seeded inputs, the weights streamed by ddo per block.
+//
+//   ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--text-tokens N]
+//            [--guidance G] [--seed S] [--axes A,B,C] [--vram-gb GiB] [--check]
+//            [--output FILE] [--ddo-FLAG VALUE]...
+//   ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16] [--seed S]
+//
+// The text encoders (CLIP, T5) and the VAE are not part of it: the inputs are what a pipeline
+// hands the transformer — packed latents (2x2 patches of 16 channels), 512 T5 tokens, CLIP's
+// pooled vector, position ids, timestep and guidance — generated from --seed. The latents after
+// the last step are written to --output (little-endian: "DDOFLUX1", uint32 1, uint32 count,
+// float32 values, image tokens x 64).
+//
+// This session's engine runs the CPU float path (examples/flux/flux_cpu.hpp) on ddo's host_sim
+// transport: host memory stands in for the device, the compute stream's thread runs each stage.
+// --check runs the same loop with every weight read once into host memory, without ddo, and
+// fails unless the two outputs are equal to the bit. The GPU path (CUDA kernels, cuBLAS) is
+// not built yet: the stages, the lookup by name and the acquire/enqueue/release loop are the
+// parts it will share (docs/engine-walkthrough.md).
+
+#include <boost/program_options.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddo/cli/dynamic_offload_arguments.hpp"
+#include "ddo/config/resolve.hpp"
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/model/safetensors.hpp"
+#include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "flux/flux_engine.hpp"
+#include "flux/flux_init.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr int exit_failure = 1;
+constexpr int exit_usage = 2;
+
+int fail(const std::string& message, int status) {
+  std::cerr << "ddo-flux: " << message << "\n";
+  return status;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::array<int, 3> parse_axes(const std::string& text) {
+  std::array<int, 3> axes{};
+  std::stringstream in(text);
+  std::string part;
+  std::size_t n = 0;
+  while (std::getline(in, part, ',')) {
+    if (n == 3) break;
+    try {
+      std::size_t used = 0;
+      axes[n] = std::stoi(part, &used);
+      if (used != part.size()) throw std::invalid_argument(part);
+    } catch (const std::exception&) {
+      throw ddo::usage_error("--axes = \"" + text + "\": \"" + part + "\" is not a whole number");
+    }
+    ++n;
+  }
+  if (n != 3 || std::getline(in, part, ','))
+    throw ddo::usage_error("--axes = \"" + text + "\": three numbers are expected (e.g. 16,56,56)");
+  return axes;
+}
+
+flux::config named_config(const std::string& name) {
+  if (name == "dev") return flux::config{};
+  if (name == "tiny") {
+    flux::config c;
+    c.double_blocks = 2;
+    c.single_blocks = 2;
+    c.heads = 2;
+    c.head_dim = 64;
+    c.text_dim = 96;
+    c.pooled_dim = 48;
+    c.axes = {8, 28, 28};
+    return c;
+  }
+  throw ddo::usage_error("--config '" + name + "' is not one of dev, tiny");
+}
+
+void write_latents(const std::string& path, const std::vector<float>& latents) {
+  std::string bytes = "DDOFLUX1";
+  const auto put = [&](const void* p, std::size_t n) {
+    bytes.append(static_cast<const char*>(p), n);
+  };
+  const std::uint32_t arrays = 1, count = static_cast<std::uint32_t>(latents.size());
+  put(&arrays, 4);
+  put(&count, 4);
+  put(latents.data(), latents.size() * 4);
+  ddo::write_file_atomically(path, bytes);
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> models;
+  std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56", output;
+  int steps = 28, width = 1024, height = 1024, text_tokens = 512;
+  double guidance = 3.5, vram_gib = 12.0;
+  std::uint64_t seed = 0;
+  bool check = false;
+  po::options_description general("ddo-flux options");
+  general.add_options()("help,h", "Print this help and exit")(
+      "model", po::value(&models)->multitoken()->value_name("PATH..."),
+      "FLUX.1 transformer weights by their diffusers names: safetensors files or an .index.json")(
+      "steps", po::value(&steps)->value_name("N"), "Euler steps (default 28, FluxPipeline's)")(
+      "width", po::value(&width)->value_name("PX"),
+      "Image width in pixels, a multiple of 16 (default 1024)")(
+      "height", po::value(&height)->value_name("PX"),
+      "Image height in pixels, a multiple of 16 (default 1024)")(
+      "text-tokens", po::value(&text_tokens)->value_name("N"), "T5 tokens (default 512)")(
+      "guidance", po::value(&guidance)->value_name("G"), "Guidance scale (default 3.5)")(
+      "seed", po::value(&seed)->value_name("S"),
+      "Seed of the inputs (and of --make-model's weights)")(
+      "axes", po::value(&axes_text)->value_name("A,B,C"),
+      "RoPE axes (axes_dims_rope), summing to the head size (default 16,56,56)")(
+      "vram-gb", po::value(&vram_gib)->value_name("GiB"),
+      "host_sim's device memory: the card ddo plans for (default 12)")(
+      "check", po::bool_switch(&check),
+      "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
+      "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
+      "make-model", po::value(&make_model)->value_name("FILE"),
+      "Write seeded weights (the tests' generator) to FILE.safetensors and exit")(
+      "config", po::value(&config_name)->value_name("dev|tiny"),
+      "--make-model: FLUX.1-dev's sizes or the tests' tiny model (default dev)")(
+      "dtype", po::value(&dtype_name)->value_name("f32|bf16"),
+      "--make-model: weight dtype (default bf16)")("no-environment", "Ignore every DDO_* variable");
+  po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
+  ddo::add_dynamic_offload_arguments(ddo_flags);
+  po::options_description all;
+  all.add(general).add(ddo_flags);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional({}).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return fail(ddo::describe_cli_error(e, all), exit_usage);
+  }
+  if (vm.count("help")) {
+    std::cout << "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
+                 "       ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16]\n"
+                 "FLUX.1's transformer on ddo (CPU float path on host_sim; text encoders and VAE\n"
+                 "not included: seeded inputs stand in for them).\n\n"
+              << all << '\n';
+    return 0;
+  }
+  if (!make_model.empty()) {
+    const auto c = named_config(config_name);
+    ddo::dtype type = ddo::dtype::bf16;
+    if (dtype_name == "f32")
+      type = ddo::dtype::f32;
+    else if (dtype_name != "bf16")
+      return fail("--dtype '" + dtype_name + "' is not one of f32, bf16", exit_usage);
+    flux::write_seeded_model(c, make_model, type, seed);
+    std::printf(
+        "wrote %s: %s FLUX.1 transformer (%d double + %d single blocks, %d x %d), seed %llu\n",
+        make_model.c_str(), config_name.c_str(), c.double_blocks, c.single_blocks, c.heads,
+        c.head_dim, static_cast<unsigned long long>(seed));
+    return 0;
+  }
+  if (models.empty()) return fail("--model is required (or --make-model to write one)", exit_usage);
+  if (steps < 1 || steps > 1000)
+    return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
+  for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
+    if (v < 16 || v > 16384 || v % 16 != 0)
+      return fail(
+          std::string(name) + " must be a multiple of 16 in 16..16384, got " + std::to_string(v),
+          exit_usage);
+  if (text_tokens < 1 || text_tokens > 4096)
+    return fail("--text-tokens must be 1..4096, got " + std::to_string(text_tokens), exit_usage);
+  if (!(vram_gib > 0.0) || vram_gib > 65536.0)
+    return fail("--vram-gb must be greater than 0 and at most 65536", exit_usage);
+
+  const auto axes = parse_axes(axes_text);
+  const ddo::weight_table table = ddo::load_safetensors(models);
+  const flux::config c = flux::config_of(table, axes);
+  const auto rows = static_cast<std::size_t>(height / 16),
+             cols = static_cast<std::size_t>(width / 16);
+  const flux::inputs in = flux::seeded_inputs(c, rows, cols, static_cast<std::size_t>(text_tokens),
+                                              static_cast<float>(guidance), seed);
+  std::printf(
+      "model: %d double + %d single blocks, %d heads x %d, %s of weights; %zu image + %zu "
+      "text tokens, %d steps\n",
+      c.double_blocks, c.single_blocks, c.heads, c.head_dim,
+      ddo::format_bytes(table.total_bytes()).c_str(), in.image_tokens, in.text_tokens, steps);
+
+  // The engine states its activations to ddo: the joint sequence, q/k/v, the widest temporary
+  // (the single block's [attention | MLP] rows) and the modulation vectors, in float.
+  const std::size_t n = in.image_tokens + in.text_tokens, h = static_cast<std::size_t>(c.hidden());
+  const std::uint64_t activations =
+      4ull * (n * h * 6 + n * (h + static_cast<std::size_t>(c.mlp())) + 12 * h);
+
+  ddo::resolve_inputs inputs;
+  inputs.use_environment = vm.count("no-environment") == 0;
+  inputs.cli = ddo::cli_config_layer(vm);
+  inputs.component = "transformer";
+  inputs.model_bytes = table.total_bytes();
+  const auto settings = ddo::resolve_settings(inputs);
+  ddo::setup_options options;
+  options.inputs = inputs;
+  options.reserve_device_bytes = activations;
+  ddo::host_sim_transport sim(
+      {.device_capacity_bytes = static_cast<std::uint64_t>(vram_gib * double(ddo::gib))});
+  auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs),
+                                  options, sim);
+  const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
+  std::printf(
+      "ddo: %s card (host_sim), preset %s: %s resident, %s streamed per step; activations "
+      "stated %s\n",
+      ddo::format_bytes(static_cast<std::uint64_t>(vram_gib * double(ddo::gib))).c_str(),
+      settings.effective_preset.c_str(), ddo::format_bytes(resident).c_str(),
+      ddo::format_bytes(table.total_bytes() - resident).c_str(),
+      ddo::format_bytes(activations).c_str());
+  ddo::offloader<ddo::host_sim_transport> off(table, std::move(setup), sim);
+  auto compute = off.transport().make_stream();
+  const auto view = ddo::host_sim_transport::view(compute);
+  const auto stages = flux::plan_stages(table, off.plan());
+
+  const auto s = flux::sigmas(steps, in.image_tokens);
+  std::vector<double> step_ms;
+  const auto latents = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    flux::forward f(c, x.image_tokens, x.text_tokens);
+    auto v = flux::streamed_forward(off, view, stages, f, x, t);
+    step_ms.push_back(ms_since(t0));
+    std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
+                static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
+    return v;
+  });
+  const auto metrics = off.metrics(true);
+  std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
+              steps);
+  if (!output.empty()) {
+    write_latents(output, latents);
+    std::printf("latents: %s (%zu x %d float32)\n", output.c_str(), in.image_tokens, c.in_channels);
+  }
+  if (check) {
+    const flux::host_weights host(table);
+    const auto resident_latents = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
+      flux::forward f(c, x.image_tokens, x.text_tokens);
+      return flux::resident_forward(host, stages, f, x, t);
+    });
+    const bool equal =
+        resident_latents.size() == latents.size() &&
+        std::memcmp(resident_latents.data(), latents.data(), latents.size() * 4) == 0;
+    std::printf("check: streamed through ddo vs all-resident without ddo: %s\n",
+                equal ? "bitwise equal" : "DIFFERENT");
+    if (!equal) return exit_failure;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ddo::config_error& e) {
+    return fail(e.what(), exit_usage);
+  } catch (const ddo::usage_error& e) {
+    return fail(e.what(), exit_usage);
+  } catch (const ddo::format_error& e) {
+    return fail(e.what(), exit_usage);
+  } catch (const std::exception& e) {
+    return fail(e.what(), exit_failure);
+  }
+}

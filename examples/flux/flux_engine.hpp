@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief ddo inside the FLUX.1 engine, as an engine uses it: per stage of the forward (embed,
+/// each block, the head) acquire the execution groups that hold the stage's weights, enqueue the
+/// stage's work on the compute stream with the lease's pointers, drop the leases (a release
+/// event after that work; no host wait). On host_sim the "kernels" are host tasks on the compute
+/// stream's thread (transport.enqueue), reading the simulated device memory the leases point
+/// into — so a prefetch that overwrote a live slot, or a copy not yet done, changes the output,
+/// and the bitwise comparison with the all-resident forward catches it. The all-resident
+/// reference reads every weight once into host memory and runs the same stages without ddo.
+/// Example code (examples/flux/).
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ddo/model/file_reader.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/plan.hpp"
+#include "flux/flux_forward.hpp"
+#include "flux/flux_schedule.hpp"
+#include "runner/run_model.hpp"
+
+namespace flux {
+
+/// @brief A stage of the forward and the execution groups holding its weights (in group order).
+struct stage {
+  enum class kind { embed, double_block, single_block, head };
+  kind what = kind::embed;
+  int block = 0;
+  std::vector<std::size_t> groups;
+  friend bool operator<(const stage& a, const stage& b) {
+    return std::pair(a.what, a.block) < std::pair(b.what, b.block);
+  }
+};
+
+/// @brief The stage whose weights include @p name.
+[[nodiscard]] inline stage stage_of(const std::string& name) {
+  const auto block = [&](std::size_t prefix) {
+    return std::stoi(name.substr(prefix, name.find('.', prefix) - prefix));
+  };
+  if (name.starts_with("transformer_blocks.")) return {stage::kind::double_block, block(19), {}};
+  if (name.starts_with("single_transformer_blocks."))
+    return {stage::kind::single_block, block(26), {}};
+  if (name.starts_with("norm_out.") || name.starts_with("proj_out."))
+    return {stage::kind::head, 0, {}};
+  return {stage::kind::embed, 0, {}};
+}
+
+/// @brief The stages of a forward in execution order, each with the groups of @p plan that hold
+/// its weights. Normally one group per stage; a grouping that splits a stage (or puts the head in
+/// the first group) still runs, acquiring each group the stage needs.
+[[nodiscard]] inline std::vector<stage> plan_stages(const ddo::weight_table& table,
+                                                    const ddo::offload_plan& plan) {
+  std::map<stage, std::vector<std::size_t>> by_stage;
+  for (std::size_t g = 0; g < plan.groups.size(); ++g)
+    for (std::size_t w : plan.groups[g].weights) {
+      auto& groups = by_stage[stage_of(table[w].name)];
+      if (groups.empty() || groups.back() != g) groups.push_back(g);
+    }
+  std::vector<stage> stages;
+  for (auto& [s, groups] : by_stage) {
+    stage copy = s;
+    copy.groups = groups;
+    std::sort(copy.groups.begin(), copy.groups.end());
+    copy.groups.erase(std::unique(copy.groups.begin(), copy.groups.end()), copy.groups.end());
+    stages.push_back(std::move(copy));
+  }
+  return stages;
+}
+
+/// @brief Runs @p s on @p f with the weights @p w: the velocity comes back from the head.
+inline void run_stage(const stage& s, forward& f, const weight_lookup& w, const inputs& in,
+                      float timestep, std::vector<float>& velocity) {
+  switch (s.what) {
+    case stage::kind::embed:
+      f.embed(w, in, timestep);
+      break;
+    case stage::kind::double_block:
+      f.double_block(s.block, w);
+      break;
+    case stage::kind::single_block:
+      f.single_block(s.block, w);
+      break;
+    case stage::kind::head:
+      velocity = f.head(w);
+      break;
+  }
+}
+
+/// @brief One forward through ddo on host_sim: per stage acquire, enqueue, release; then one
+/// synchronize of the compute stream. @p off is a ddo::offloader over a host_sim transport.
+template <class Offloader>
+[[nodiscard]] std::vector<float> streamed_forward(Offloader& off,
+                                                  typename Offloader::stream_view view,
+                                                  const std::vector<stage>& stages, forward& f,
+                                                  const inputs& in, float timestep) {
+  auto& t = off.transport();
+  const auto& table = off.table();
+  std::vector<float> velocity;
+  off.begin_step();
+  for (const auto& s : stages) {
+    std::vector<typename Offloader::lease_type> leases;
+    auto names = std::make_shared<std::unordered_map<std::string, cpu::tensor_ref>>();
+    for (std::size_t g : s.groups) {
+      leases.push_back(off.acquire(g, view));
+      const auto& lease = leases.back();
+      for (std::size_t i = 0; i < lease.size(); ++i) {
+        const auto& info = table[lease.weight_index(i)];
+        (*names)[info.name] = {lease.data(i), info.type,
+                               static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
+      }
+    }
+    // The stage's "kernels": a task on the compute stream, after the loads it waits for and
+    // before the release events the leases record when they drop at the end of this scope.
+    t.enqueue(view, [&, s, names] {
+      const weight_lookup w = [&](const std::string& name) {
+        const auto it = names->find(name);
+        if (it == names->end()) throw ddo::usage_error("flux: stage has no weight '" + name + "'");
+        return it->second;
+      };
+      run_stage(s, f, w, in, timestep, velocity);
+    });
+  }
+  t.synchronize(view);
+  return velocity;
+}
+
+/// @brief Every weight of @p table read once into host memory: the all-resident reference.
+class host_weights {
+ public:
+  explicit host_weights(const ddo::weight_table& table) {
+    const auto files = ddo::runner::open_files(table);
+    for (std::size_t w = 0; w < table.size(); ++w) {
+      const auto& info = table[w];
+      auto& bytes = data_[info.name];
+      bytes.resize(static_cast<std::size_t>(info.bytes));
+      ddo::runner::read_source(table, files, w, bytes);
+      refs_[info.name] = {bytes.data(), info.type,
+                          static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
+    }
+  }
+  [[nodiscard]] weight_lookup lookup() const {
+    return [this](const std::string& name) {
+      const auto it = refs_.find(name);
+      if (it == refs_.end()) throw ddo::usage_error("flux: the model has no weight '" + name + "'");
+      return it->second;
+    };
+  }
+
+ private:
+  std::unordered_map<std::string, std::vector<std::byte>> data_;
+  std::unordered_map<std::string, cpu::tensor_ref> refs_;
+};
+
+/// @brief One forward on host weights, stage by stage in the same order as the streamed one.
+[[nodiscard]] inline std::vector<float> resident_forward(const host_weights& weights,
+                                                         const std::vector<stage>& stages,
+                                                         forward& f, const inputs& in,
+                                                         float timestep) {
+  std::vector<float> velocity;
+  const auto w = weights.lookup();
+  for (const auto& s : stages) run_stage(s, f, w, in, timestep, velocity);
+  return velocity;
+}
+
+/// @brief The Euler flow-matching loop of @p steps over @p model_forward (sigma -> velocity of
+/// the current latents): the final latents, and the first step's velocity in @p first_velocity.
+template <class Forward>
+[[nodiscard]] std::vector<float> denoise(inputs in, int steps, Forward&& model_forward,
+                                         std::vector<float>* first_velocity = nullptr) {
+  const auto s = sigmas(steps, in.image_tokens);
+  for (int i = 0; i < steps; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    const std::vector<float> v = model_forward(in, pipeline_timestep(s[k]));
+    if (i == 0 && first_velocity != nullptr) *first_velocity = v;
+    euler_step(in.latents, v, s[k], s[k + 1]);
+  }
+  return in.latents;
+}
+
+}  // namespace flux
