@@ -81,17 +81,7 @@ std::array<int, 3> parse_axes(const std::string& text) {
 
 flux::config named_config(const std::string& name) {
   if (name == "dev") return flux::config{};
-  if (name == "tiny") {
-    flux::config c;
-    c.double_blocks = 2;
-    c.single_blocks = 2;
-    c.heads = 2;
-    c.head_dim = 64;
-    c.text_dim = 96;
-    c.pooled_dim = 48;
-    c.axes = {8, 28, 28};
-    return c;
-  }
+  if (name == "tiny") return flux::tiny_config();
   throw ddo::usage_error("--config '" + name + "' is not one of dev, tiny");
 }
 

@@ -31,6 +31,20 @@ struct config {
   [[nodiscard]] int mlp() const noexcept { return 4 * hidden(); }
 };
 
+/// @brief The tests' tiny model (tools/flux_reference.py's CONFIG): 2 double + 2 single
+/// blocks, 2 heads x 64, RoPE axes (8, 28, 28), text width 96, pooled 48, guidance.
+[[nodiscard]] inline config tiny_config() {
+  config c;
+  c.double_blocks = 2;
+  c.single_blocks = 2;
+  c.heads = 2;
+  c.head_dim = 64;
+  c.text_dim = 96;
+  c.pooled_dim = 48;
+  c.axes = {8, 28, 28};
+  return c;
+}
+
 /// @brief Refuses a configuration the forward cannot run, naming the field.
 inline void validate(const config& c) {
   const auto positive = [](int v, const char* field) {

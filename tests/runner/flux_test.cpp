@@ -29,20 +29,9 @@
 
 namespace flux_test {
 
-// tools/flux_reference.py's configuration: 2 double + 2 single blocks, 2 heads x 64, axes
-// (8, 28, 28), text width 96, pooled 48, guidance; 8 x 8 image tokens, 16 text tokens, seed 25,
-// guidance 3.5, 2 Euler steps.
-flux::config tiny() {
-  flux::config c;
-  c.double_blocks = 2;
-  c.single_blocks = 2;
-  c.heads = 2;
-  c.head_dim = 64;
-  c.text_dim = 96;
-  c.pooled_dim = 48;
-  c.axes = {8, 28, 28};
-  return c;
-}
+// tools/flux_reference.py's configuration (flux::tiny_config()): 2 double + 2 single blocks, 2
+// heads x 64, axes (8, 28, 28), text width 96, pooled 48, guidance; 8 x 8 image tokens, 16 text
+// tokens, seed 25, guidance 3.5, 2 Euler steps.
 constexpr std::uint64_t seed = 25;
 
 std::vector<std::vector<float>> reference() {
@@ -77,9 +66,9 @@ struct tiny_model {
   ddo::weight_table table;
   flux::inputs in;
   tiny_model() {
-    flux::write_seeded_model(tiny(), path, ddo::dtype::f32, seed);
+    flux::write_seeded_model(flux::tiny_config(), path, ddo::dtype::f32, seed);
     table = ddo::load_safetensors(path);
-    in = flux::seeded_inputs(tiny(), 8, 8, 16, 3.5f, seed);
+    in = flux::seeded_inputs(flux::tiny_config(), 8, 8, 16, 3.5f, seed);
   }
 };
 
