@@ -16,9 +16,10 @@
 // This session's engine runs the CPU float path (examples/flux/flux_cpu.hpp) on ddo's host_sim
 // transport: host memory stands in for the device, the compute stream's thread runs each stage.
 // --check runs the same loop with every weight read once into host memory, without ddo, and
-// fails unless the two outputs are equal to the bit. The GPU path (CUDA kernels, cuBLAS) is
-// not built yet: the stages, the lookup by name and the acquire/enqueue/release loop are the
-// parts it will share (docs/engine-walkthrough.md).
+// fails unless the two outputs are equal to the bit. The GPU forward is not built yet: its
+// kernels are (flux_kernels.cu, tested against flux_cpu.hpp in the GPU suite); the cuBLASLt
+// GEMMs and the stage functions over device buffers are not. The stages, the lookup by name and
+// the acquire/enqueue/release loop are what it will share (docs/engine-walkthrough.md).
 
 #include <boost/program_options.hpp>
 

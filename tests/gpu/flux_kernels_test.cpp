@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+// ddo-flux's CUDA kernels (examples/flux/flux_kernels.cu) against their CPU twins
+// (examples/flux/flux_cpu.hpp) on seeded data; attention at lengths that are and are not
+// multiples of its 32-key tile and its 4-row blocks, and bitwise equal on a second run (no
+// atomics, fixed reduction order). Skips without a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "flux/flux_cpu.hpp"
+#include "flux/flux_init.hpp"
+#include "flux/flux_kernels.hpp"
+#include "gpu_support.hpp"
+
+namespace flux_kernels_test {
+
+#define DDO_SKIP_FLUX_WITHOUT_GPU()                                   \
+  do {                                                                \
+    if (const auto why = ddo_test::gpu_skip_reason(); !why.empty()) { \
+      MESSAGE("skipped: " << why);                                    \
+      return;                                                         \
+    }                                                                 \
+  } while (false)
+
+std::vector<float> data(const char* name, std::size_t n) {
+  const auto u = flux::seeded_uniform(name, n, 7);
+  return {u.begin(), u.end()};
+}
+
+/// A device copy of a host vector, freed with the object.
+struct device_buffer {
+  float* p = nullptr;
+  std::size_t n = 0;
+  explicit device_buffer(const std::vector<float>& host) : n(host.size()) {
+    DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float) + 4));
+    DDO_CUDA_TRY(cudaMemcpy(p, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~device_buffer() { cudaFree(p); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  [[nodiscard]] std::vector<float> host() const {
+    std::vector<float> out(n);
+    DDO_CUDA_TRY(cudaDeviceSynchronize());
+    DDO_CUDA_TRY(cudaMemcpy(out.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+void check_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double tolerance) {
+  REQUIRE(gpu.size() == cpu.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < gpu.size(); ++i)
+    worst = std::max(worst, std::fabs(double(gpu[i]) - cpu[i]) / (1.0 + std::fabs(double(cpu[i]))));
+  CHECK(worst < tolerance);
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("flux kernels: norms, RoPE, activations, modulation and gated residual match the CPU") {
+    DDO_SKIP_FLUX_WITHOUT_GPU();
+    const int rows = 37, width = 256, head_dim = 128;
+    const auto x = data("x", rows * width);
+    {
+      device_buffer dx(x), dy(std::vector<float>(x.size()));
+      flux::gpu::layer_norm(dx.p, dy.p, rows, width, nullptr);
+      std::vector<float> cpu(x.size());
+      flux::cpu::layer_norm(x.data(), rows, width, cpu.data());
+      check_close(dy.host(), cpu, 1e-5);
+    }
+    {
+      const auto w = data("w", head_dim);
+      device_buffer dx(x), dw(w);
+      flux::gpu::rms_norm_heads(dx.p, rows, width, head_dim, dw.p, nullptr);
+      auto cpu = x;
+      flux::cpu::rms_norm_heads(cpu.data(), rows, width, head_dim, w);
+      check_close(dx.host(), cpu, 1e-5);
+    }
+    {
+      const auto c = data("cos", rows * head_dim), s = data("sin", rows * head_dim);
+      device_buffer dx(x), dc(c), ds(s);
+      flux::gpu::rope(dx.p, rows, width, head_dim, dc.p, ds.p, nullptr);
+      auto cpu = x;
+      flux::cpu::rope(cpu.data(), rows, width, head_dim, c.data(), s.data());
+      check_close(dx.host(), cpu, 1e-6);
+    }
+    {
+      device_buffer g(x), s(x);
+      flux::gpu::gelu_tanh(g.p, static_cast<long long>(x.size()), nullptr);
+      flux::gpu::silu(s.p, static_cast<long long>(x.size()), nullptr);
+      auto cg = x, cs = x;
+      flux::cpu::gelu_tanh(cg.data(), cg.size());
+      flux::cpu::silu(cs.data(), cs.size());
+      check_close(g.host(), cg, 1e-6);
+      check_close(s.host(), cs, 1e-6);
+    }
+    {
+      const auto shift = data("shift", width), scale = data("scale", width),
+                 y = data("y", rows * width);
+      device_buffer dx(x), dsh(shift), dsc(scale), dy(y);
+      flux::gpu::modulate(dx.p, rows, width, dsh.p, dsc.p, nullptr);
+      flux::gpu::gated_add(dx.p, rows, width, dsc.p, dy.p, width, nullptr);
+      auto cpu = x;
+      flux::cpu::modulate(cpu.data(), rows, width, shift.data(), scale.data());
+      flux::cpu::gated_add(cpu.data(), rows, width, scale.data(), y.data(), width);
+      check_close(dx.host(), cpu, 1e-6);
+    }
+  }
+
+  TEST_CASE(
+      "flux kernels: attention matches the naive reference at lengths off its tiles, and "
+      "repeats bitwise") {
+    DDO_SKIP_FLUX_WITHOUT_GPU();
+    for (const int head_dim : {64, 128})
+      for (const int n : {1, 5, 31, 32, 33, 100, 257}) {
+        CAPTURE(head_dim);
+        CAPTURE(n);
+        const int width = 2 * head_dim;
+        const auto q = data("q", n * width), k = data("k", n * width), v = data("v", n * width);
+        device_buffer dq(q), dk(k), dv(v), out(std::vector<float>(q.size())),
+            again(std::vector<float>(q.size()));
+        REQUIRE(flux::gpu::attention(dq.p, dk.p, dv.p, out.p, n, width, head_dim, nullptr));
+        REQUIRE(flux::gpu::attention(dq.p, dk.p, dv.p, again.p, n, width, head_dim, nullptr));
+        std::vector<float> cpu(q.size());
+        flux::cpu::attention(q.data(), k.data(), v.data(), n, width, head_dim, cpu.data());
+        const auto gpu = out.host();
+        check_close(gpu, cpu, 1e-5);
+        const auto second = again.host();
+        CHECK(std::memcmp(gpu.data(), second.data(), gpu.size() * sizeof(float)) == 0);
+      }
+    device_buffer b(std::vector<float>(96));
+    CHECK_FALSE(flux::gpu::attention(b.p, b.p, b.p, b.p, 1, 96, 96, nullptr));
+  }
+}
+
+}  // namespace flux_kernels_test
