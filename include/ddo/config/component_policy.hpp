@@ -15,6 +15,7 @@
 
 #include "ddo/config/field_value.hpp"
 #include "ddo/config/provenance.hpp"
+#include "ddo/core/enum_names.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -26,11 +27,15 @@ inline namespace v0 {
 /// the engine put it (the reference's standard CUDA placement).
 enum class component_route { auto_select, dynamic_offload, diffusers_group_offload, none };
 
+template <>
+struct enum_names<component_route> {
+  static constexpr std::array<std::string_view, 4> values = {"auto", "dynamic_offload",
+                                                             "diffusers_group_offload", "none"};
+};
+
 /// @brief Canonical route name: "auto", "dynamic_offload", "diffusers_group_offload", "none".
 [[nodiscard]] constexpr std::string_view to_string(component_route route) noexcept {
-  constexpr std::array<std::string_view, 4> names = {"auto", "dynamic_offload",
-                                                     "diffusers_group_offload", "none"};
-  return names[static_cast<std::size_t>(route)];
+  return enum_name(route);
 }
 
 /// @brief Every accepted route spelling, canonical names first, then the reference's aliases
@@ -65,9 +70,14 @@ inline constexpr std::string_view route_choices =
 /// @brief Group-offload granularity: whole blocks (num_blocks_per_group at a time) or leaves.
 enum class group_offload_type { block_level, leaf_level };
 
+template <>
+struct enum_names<group_offload_type> {
+  static constexpr std::array<std::string_view, 2> values = {"block_level", "leaf_level"};
+};
+
 /// @brief "block_level" or "leaf_level".
 [[nodiscard]] constexpr std::string_view to_string(group_offload_type type) noexcept {
-  return type == group_offload_type::block_level ? "block_level" : "leaf_level";
+  return enum_name(type);
 }
 
 /// @brief Parses "block_level" / "leaf_level"; nullopt otherwise.

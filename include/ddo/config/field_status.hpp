@@ -3,7 +3,10 @@
 /// @file
 /// @brief ddo::field_status: whether a config field changes anything on this platform today.
 
+#include <array>
 #include <string_view>
+
+#include "ddo/core/enum_names.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -20,17 +23,15 @@ enum class field_status {
   not_yet_implemented,         ///< read by a part of ddo that does not exist yet (the VMM route)
 };
 
+template <>
+struct enum_names<field_status> {
+  static constexpr std::array<std::string_view, 3> values = {"active", "no_effect_on_this_platform",
+                                                             "not_yet_implemented"};
+};
+
 /// @brief "active", "no_effect_on_this_platform" or "not_yet_implemented".
 [[nodiscard]] constexpr std::string_view to_string(field_status status) noexcept {
-  switch (status) {
-    case field_status::active:
-      return "active";
-    case field_status::no_effect_on_this_platform:
-      return "no_effect_on_this_platform";
-    case field_status::not_yet_implemented:
-      return "not_yet_implemented";
-  }
-  return "?";
+  return enum_name(status);
 }
 
 }  // namespace v0

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/core/enum_names.hpp"
+
 namespace ddo {
 inline namespace v0 {
 
@@ -17,11 +19,15 @@ inline namespace v0 {
 /// default_value it is not a choice of the application, so a RAM the engine states outranks it.
 enum class origin { default_value, detected, preset, config, toml, env, cli, component };
 
+template <>
+struct enum_names<origin> {
+  static constexpr std::array<std::string_view, 8> values = {
+      "default", "detected", "preset", "config", "toml", "env", "cli", "component"};
+};
+
 /// @brief "default", "detected", "preset", "config", "toml", "env", "cli" or "component".
 [[nodiscard]] constexpr std::string_view to_string(origin source) noexcept {
-  constexpr std::array<std::string_view, 8> names = {"default", "detected", "preset", "config",
-                                                     "toml",    "env",      "cli",    "component"};
-  return names[static_cast<std::size_t>(source)];
+  return enum_name(source);
 }
 
 /// @brief The origin of one value: the source, and the key within it (the `DDO_*` variable, the

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "ddo/core/enum_names.hpp"
+
 namespace ddo {
 inline namespace v0 {
 
@@ -26,24 +28,25 @@ enum class memory_tier {
                     ///< sources)
 };
 
-/// @brief The canonical names, indexed by memory_tier.
-inline constexpr std::array<std::string_view, 9> memory_tier_names = {
-    "device",         "pinned_host", "pageable_host", "host",           "file",
-    "transport_slot", "staging",     "vmm_backing",   "registered_host"};
+template <>
+struct enum_names<memory_tier> {
+  static constexpr std::array<std::string_view, 9> values = {
+      "device",         "pinned_host", "pageable_host", "host",           "file",
+      "transport_slot", "staging",     "vmm_backing",   "registered_host"};
+};
+/// @brief The canonical names, indexed by memory_tier (enum_names<memory_tier>::values).
+inline constexpr const auto& memory_tier_names = enum_names<memory_tier>::values;
 
 /// @brief "device", "pinned_host", "pageable_host", "host", "file", "transport_slot",
 /// "staging", "vmm_backing" or "registered_host".
 [[nodiscard]] constexpr std::string_view to_string(memory_tier tier) noexcept {
-  const auto index = static_cast<std::size_t>(tier);
-  return index < memory_tier_names.size() ? memory_tier_names[index] : std::string_view{"?"};
+  return enum_name(tier);
 }
 
 /// @brief The tier named @p name (canonical spelling), or nullopt.
 [[nodiscard]] constexpr std::optional<memory_tier> parse_memory_tier(
     std::string_view name) noexcept {
-  for (std::size_t i = 0; i < memory_tier_names.size(); ++i)
-    if (memory_tier_names[i] == name) return static_cast<memory_tier>(i);
-  return std::nullopt;
+  return parse_enum<memory_tier>(name);
 }
 
 }  // namespace v0

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "ddo/core/enum_names.hpp"
+
 namespace ddo {
 inline namespace v0 {
 
@@ -16,27 +18,24 @@ inline namespace v0 {
 /// (`target_module_classes`) and which built-in always-resident patterns apply.
 enum class module_kind { linear, embedding, norm, conv, other };
 
+template <>
+struct enum_names<module_kind> {
+  static constexpr std::array<std::string_view, 5> values = {"linear", "embedding", "norm", "conv",
+                                                             "other"};
+};
+
 inline constexpr std::array<module_kind, 5> all_module_kinds = {
     module_kind::linear, module_kind::embedding, module_kind::norm, module_kind::conv,
     module_kind::other};
 
 /// @brief Canonical lower-case name: "linear", "embedding", "norm", "conv", "other".
 [[nodiscard]] constexpr std::string_view to_string(module_kind kind) noexcept {
-  switch (kind) {
-    case module_kind::linear: return "linear";
-    case module_kind::embedding: return "embedding";
-    case module_kind::norm: return "norm";
-    case module_kind::conv: return "conv";
-    case module_kind::other: return "other";
-  }
-  return "other";
+  return enum_name(kind);
 }
 
 /// @brief Parses a canonical name; nullopt for anything else.
 [[nodiscard]] constexpr std::optional<module_kind> parse_module_kind(std::string_view name) noexcept {
-  for (module_kind kind : all_module_kinds)
-    if (to_string(kind) == name) return kind;
-  return std::nullopt;
+  return parse_enum<module_kind>(name);
 }
 
 }  // namespace v0

@@ -61,6 +61,7 @@
 /// exponent giving magnitudes in [2^-10, 2^-4), random mantissa) from a splitmix64 stream seeded
 /// by `seed`, so generation runs at disk speed.
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -70,6 +71,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/enum_names.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/linkage.hpp"
 #include "ddo/model/dtype.hpp"
@@ -84,9 +86,14 @@ enum class synthetic_shape : unsigned char {
   flux,  ///< double-stream blocks (36·h²) then single-stream blocks (15·h²), as FLUX.1
 };
 
+template <>
+struct enum_names<synthetic_shape> {
+  static constexpr std::array<std::string_view, 2> values = {"dit", "flux"};
+};
+
 /// @brief "dit", "flux".
 [[nodiscard]] constexpr std::string_view to_string(synthetic_shape s) noexcept {
-  return s == synthetic_shape::flux ? "flux" : "dit";
+  return enum_name(s);
 }
 
 /// @brief How the tensors are laid out in files (see the file comment).

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "ddo/core/enum_names.hpp"
+
 namespace ddo {
 inline namespace v0 {
 
@@ -36,13 +38,23 @@ enum class pin_budget_source {
   not_pinned,       ///< a route that streams from pageable memory
 };
 
+template <>
+struct enum_names<resident_budget_source> {
+  static constexpr std::array<std::string_view, 8> values = {
+      "none",       "explicit",           "build_profile",
+      "profile",    "balanced",           "full_pin_zero_resident",
+      "route_none", "route_group_offload"};
+};
+template <>
+struct enum_names<pin_budget_source> {
+  static constexpr std::array<std::string_view, 8> values = {
+      "disabled", "wsl", "full_pin", "explicit", "ratio", "auto", "group_offload", "not_pinned"};
+};
+
 namespace detail {
-inline constexpr std::array<std::string_view, 8> resident_budget_source_names = {
-    "none",       "explicit",           "build_profile",
-    "profile",    "balanced",           "full_pin_zero_resident",
-    "route_none", "route_group_offload"};
-inline constexpr std::array<std::string_view, 8> pin_budget_source_names = {
-    "disabled", "wsl", "full_pin", "explicit", "ratio", "auto", "group_offload", "not_pinned"};
+inline constexpr const auto& resident_budget_source_names =
+    enum_names<resident_budget_source>::values;
+inline constexpr const auto& pin_budget_source_names = enum_names<pin_budget_source>::values;
 
 template <class E, std::size_t N>
 constexpr std::optional<E> parse_by_name(const std::array<std::string_view, N>& names,
@@ -56,18 +68,13 @@ constexpr std::optional<E> parse_by_name(const std::array<std::string_view, N>& 
 /// @brief "none", "explicit", "build_profile", "profile", "balanced", "full_pin_zero_resident",
 /// "route_none" or "route_group_offload".
 [[nodiscard]] constexpr std::string_view to_string(resident_budget_source source) noexcept {
-  const auto index = static_cast<std::size_t>(source);
-  return index < detail::resident_budget_source_names.size()
-             ? detail::resident_budget_source_names[index]
-             : std::string_view{"?"};
+  return enum_name(source);
 }
 
 /// @brief "disabled", "wsl", "full_pin", "explicit", "ratio", "auto", "group_offload" or
 /// "not_pinned".
 [[nodiscard]] constexpr std::string_view to_string(pin_budget_source source) noexcept {
-  const auto index = static_cast<std::size_t>(source);
-  return index < detail::pin_budget_source_names.size() ? detail::pin_budget_source_names[index]
-                                                        : std::string_view{"?"};
+  return enum_name(source);
 }
 
 /// @brief The resident budget source named @p name (a canonical name), or nullopt.

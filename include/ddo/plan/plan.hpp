@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/core/enum_names.hpp"
 #include "ddo/core/memory_tier.hpp"
 #include "ddo/plan/budget_source.hpp"
 
@@ -29,18 +30,16 @@ enum class placement { gpu_resident, pinned_host, pageable_host, file };
 
 inline constexpr std::size_t placement_count = 4;
 
+template <>
+struct enum_names<placement> {
+  static constexpr std::array<std::string_view, 4> values = {"gpu_resident", "pinned_host",
+                                                             "pageable_host", "file"};
+};
+static_assert(enum_names<placement>::values.size() == placement_count,
+              "a name for every placement");
+
 [[nodiscard]] constexpr std::string_view to_string(placement p) noexcept {
-  switch (p) {
-    case placement::gpu_resident:
-      return "gpu_resident";
-    case placement::pinned_host:
-      return "pinned_host";
-    case placement::pageable_host:
-      return "pageable_host";
-    case placement::file:
-      return "file";
-  }
-  return "?";
+  return enum_name(p);
 }
 
 /// @brief The memory tier a placement keeps a weight in between uses (gpu_resident: device).

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/enum_names.hpp"
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/plan_context.hpp"
 
@@ -202,15 +203,7 @@ static_assert(weight_selector<spread_selector>);
 /// @brief "first", "spread" or "largest" (named so as not to collide with the config area's
 /// enum printers).
 [[nodiscard]] constexpr std::string_view selection_name(selection which) noexcept {
-  switch (which) {
-    case selection::first:
-      return "first";
-    case selection::largest:
-      return "largest";
-    case selection::spread:
-      return "spread";
-  }
-  return "spread";
+  return enum_name(which);
 }
 
 /// @brief The selection a config field names, chosen at run time: the default of the planning

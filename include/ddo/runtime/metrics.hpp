@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/core/enum_names.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/transport/vmm_stats.hpp"
 
@@ -25,15 +26,16 @@ inline namespace v0 {
 /// @brief Where streamed bytes came from.
 enum class transfer_source { pinned, pageable_staged, file };
 inline constexpr std::size_t transfer_source_count = 3;
+template <>
+struct enum_names<transfer_source> {
+  static constexpr std::array<std::string_view, 3> values = {"pinned", "pageable_staged", "file"};
+};
+static_assert(enum_names<transfer_source>::values.size() == transfer_source_count,
+              "a name for every transfer_source");
 
 /// @brief "pinned", "pageable_staged", "file".
 [[nodiscard]] constexpr std::string_view to_string(transfer_source s) noexcept {
-  switch (s) {
-    case transfer_source::pinned: return "pinned";
-    case transfer_source::pageable_staged: return "pageable_staged";
-    case transfer_source::file: return "file";
-  }
-  return "?";
+  return enum_name(s);
 }
 
 /// @brief Counters of one step (or of the whole run, in offload_metrics::totals).

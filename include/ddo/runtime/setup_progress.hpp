@@ -5,9 +5,12 @@
 /// uploads weights, so an engine or the runner can show progress for a setup that takes minutes.
 /// Set runtime_options::on_setup_progress to receive it.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string_view>
+
+#include "ddo/core/enum_names.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -22,15 +25,17 @@ enum class setup_phase : unsigned char {
 };
 inline constexpr std::size_t setup_phase_count = 4;
 
+template <>
+struct enum_names<setup_phase> {
+  static constexpr std::array<std::string_view, 4> values = {"reading", "packing", "pinning",
+                                                             "uploading"};
+};
+static_assert(enum_names<setup_phase>::values.size() == setup_phase_count,
+              "a name for every setup_phase");
+
 /// @brief "reading", "packing", "pinning", "uploading".
 [[nodiscard]] constexpr std::string_view to_string(setup_phase p) noexcept {
-  switch (p) {
-    case setup_phase::reading: return "reading";
-    case setup_phase::packing: return "packing";
-    case setup_phase::pinning: return "pinning";
-    case setup_phase::uploading: return "uploading";
-  }
-  return "?";
+  return enum_name(p);
 }
 
 /// @brief One report: @p bytes_done of @p bytes_total of one phase.

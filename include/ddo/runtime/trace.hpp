@@ -10,6 +10,7 @@
 /// (copies, stalls) are converted from timing events recorded against an epoch event, so they
 /// arrive when the runtime harvests them (at step boundaries and metrics()), not in order.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -17,6 +18,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ddo/core/enum_names.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -31,16 +34,14 @@ enum class span_kind {
   setup   ///< the offloader's setup (host time)
 };
 
+template <>
+struct enum_names<span_kind> {
+  static constexpr std::array<std::string_view, 6> values = {"copy",    "stall", "lease",
+                                                             "compute", "step",  "setup"};
+};
+
 [[nodiscard]] constexpr std::string_view to_string(span_kind k) noexcept {
-  switch (k) {
-    case span_kind::copy: return "copy";
-    case span_kind::stall: return "stall";
-    case span_kind::lease: return "lease";
-    case span_kind::step: return "step";
-    case span_kind::setup: return "setup";
-    case span_kind::compute: return "compute";
-  }
-  return "?";
+  return enum_name(k);
 }
 
 /// @brief One span. `name` is the group's name (or "step 3", "setup").

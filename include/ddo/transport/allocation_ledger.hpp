@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "ddo/core/enum_names.hpp"
 #include "ddo/core/error.hpp"
 
 namespace ddo {
@@ -41,14 +42,16 @@ enum class ledger_kind : unsigned char {
 };
 inline constexpr std::size_t ledger_kind_count = 3;
 
+template <>
+struct enum_names<ledger_kind> {
+  static constexpr std::array<std::string_view, 3> values = {"device", "pinned", "registered"};
+};
+static_assert(enum_names<ledger_kind>::values.size() == ledger_kind_count,
+              "a name for every ledger_kind");
+
 /// @brief "device", "pinned", "registered".
 [[nodiscard]] constexpr std::string_view to_string(ledger_kind k) noexcept {
-  switch (k) {
-    case ledger_kind::device: return "device";
-    case ledger_kind::pinned: return "pinned";
-    case ledger_kind::registered: return "registered";
-  }
-  return "?";
+  return enum_name(k);
 }
 
 /// @brief Counters of one kind at one moment.

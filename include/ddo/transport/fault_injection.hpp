@@ -37,6 +37,7 @@
 #include <string_view>
 #include <utility>
 
+#include "ddo/core/enum_names.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/model/file_fault_hook.hpp"
 #include "ddo/transport/concepts.hpp"
@@ -56,16 +57,17 @@ enum class fault_point : std::size_t {
 /// @brief Number of fault points.
 inline constexpr std::size_t fault_point_count = 5;
 
+template <>
+struct enum_names<fault_point> {
+  static constexpr std::array<std::string_view, 5> values = {
+      "allocate_pinned", "register_host", "allocate_device", "copy_to_device", "file_read"};
+};
+static_assert(enum_names<fault_point>::values.size() == fault_point_count,
+              "a name for every fault_point");
+
 /// @brief The name of a fault point, for messages.
 [[nodiscard]] inline std::string_view fault_point_name(fault_point p) noexcept {
-  switch (p) {
-    case fault_point::allocate_pinned: return "allocate_pinned";
-    case fault_point::register_host: return "register_host";
-    case fault_point::allocate_device: return "allocate_device";
-    case fault_point::copy_to_device: return "copy_to_device";
-    case fault_point::file_read: return "file_read";
-  }
-  return "unknown";
+  return enum_name(p);
 }
 
 /// @brief Counts calls per fault point and fails the armed one. Thread-safe; share it with
