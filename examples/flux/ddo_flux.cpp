@@ -15,6 +15,8 @@
 //
 // This session's engine runs the CPU float path (examples/flux/flux_cpu.hpp) on ddo's host_sim
 // transport: host memory stands in for the device, the compute stream's thread runs each stage.
+// The route is the settings' (--ddo-backend, --ddo-execution-mode, presets, DDO_*): linear
+// (pinned or pageable sources), the file route, or host_sim's VMM mode.
 // --check runs the same loop with every weight read once into host memory, without ddo, and
 // fails unless the two outputs are equal to the bit. The GPU forward is not built yet: its
 // kernels are (flux_kernels.cu, tested against flux_cpu.hpp in the GPU suite); the cuBLASLt
@@ -39,7 +41,10 @@
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/setup.hpp"
+#include "ddo/runtime/transport_setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
+#include "ddo/transport/nvme.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
 
@@ -205,37 +210,56 @@ int run(int argc, char** argv) {
   ddo::setup_options options;
   options.inputs = inputs;
   options.reserve_device_bytes = activations;
-  ddo::host_sim_transport sim(
-      {.device_capacity_bytes = static_cast<std::uint64_t>(vram_gib * double(ddo::gib))});
-  auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs),
-                                  options, sim);
-  const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
-  std::printf(
-      "ddo: %s card (host_sim), preset %s: %s resident, %s streamed per step; activations "
-      "stated %s\n",
-      ddo::format_bytes(static_cast<std::uint64_t>(vram_gib * double(ddo::gib))).c_str(),
-      settings.effective_preset.c_str(), ddo::format_bytes(resident).c_str(),
-      ddo::format_bytes(table.total_bytes() - resident).c_str(),
-      ddo::format_bytes(activations).c_str());
-  ddo::offloader<ddo::host_sim_transport> off(table, std::move(setup), sim);
-  auto compute = off.transport().make_stream();
-  const auto view = ddo::host_sim_transport::view(compute);
-  const auto stages = flux::plan_stages(table, off.plan());
-
-  const auto s = flux::sigmas(steps, in.image_tokens);
-  std::vector<double> step_ms;
-  const auto latents = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
-    const auto t0 = std::chrono::steady_clock::now();
-    flux::forward f(c, x.image_tokens, x.text_tokens);
-    auto v = flux::streamed_forward(off, view, stages, f, x, t);
-    step_ms.push_back(ms_since(t0));
-    std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
-                static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
-    return v;
-  });
-  const auto metrics = off.metrics(true);
-  std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
-              steps);
+  const ddo::host_sim_options sim{.device_capacity_bytes =
+                                      static_cast<std::uint64_t>(vram_gib * double(ddo::gib))};
+  std::vector<flux::stage> stages;
+  // The transport the settings choose, as ddo-run picks it on host_sim: backend nvme is the file
+  // route (over host_sim's VMM mode with execution_mode vmm_runtime), backend vmm host_sim's VMM
+  // mode (the legacy or native VMM route by execution_mode), else the linear route.
+  const auto run_on = [&](auto transport) {
+    using transport_type = decltype(transport);
+    auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs),
+                                    options, transport);
+    const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
+    std::printf(
+        "ddo: %s card (host_sim), preset %s, %s transport, route %s: %s resident, %s streamed per "
+        "step; activations stated %s\n",
+        ddo::format_bytes(sim.device_capacity_bytes).c_str(), settings.effective_preset.c_str(),
+        std::string(transport.name()).c_str(), setup.runtime.route.c_str(),
+        ddo::format_bytes(resident).c_str(),
+        ddo::format_bytes(table.total_bytes() - resident).c_str(),
+        ddo::format_bytes(activations).c_str());
+    ddo::offloader<transport_type> off(table, std::move(setup), transport);
+    auto compute = off.transport().make_stream();
+    const auto view = transport_type::view(compute);
+    stages = flux::plan_stages(table, off.plan());
+    const auto s = flux::sigmas(steps, in.image_tokens);
+    std::vector<double> step_ms;
+    auto out = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
+      const auto t0 = std::chrono::steady_clock::now();
+      flux::forward f(c, x.image_tokens, x.text_tokens);
+      auto v = flux::streamed_forward(off, view, stages, f, x, t);
+      step_ms.push_back(ms_since(t0));
+      std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
+                  static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
+      return v;
+    });
+    const auto metrics = off.metrics(true);
+    std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
+                steps);
+    return out;
+  };
+  const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
+  const bool vmm = settings.config.backend == ddo::offload_backend::vmm;
+  const bool vmm_mode = settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
+  const std::vector<float> latents =
+      file_route && vmm_mode
+          ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_vmm_transport>>(settings,
+                                                                                         sim))
+      : file_route
+          ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, sim))
+      : vmm ? run_on(ddo::make_transport<ddo::host_sim_vmm_transport>(settings, sim))
+            : run_on(ddo::make_transport<ddo::host_sim_transport>(settings, sim));
   if (!output.empty()) {
     write_latents(output, latents);
     std::printf("latents: %s (%zu x %d float32)\n", output.c_str(), in.image_tokens, c.in_channels);

@@ -1,9 +1,10 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # ddo-flux on host_sim: writes the seeded tiny FLUX.1 transformer, runs two Euler steps with the
-# weights streamed (diffusers_offload_compat: nothing resident, every group through the ring), checks the output is
-# bitwise equal to the all-resident run (--check) and that the latents file is written; and the
-# argument errors name the option (exit status 2). Then one step on a ddo-make-model flux model
+# weights streamed (diffusers_offload_compat: nothing resident, every group through the ring),
+# checks the output is bitwise equal to the all-resident run (--check) and that the latents file
+# is written; the same on the linear dynamic_offload, file (legacy VMM) and native VMM routes; and
+# the argument errors name the option (exit status 2). Then one step on a ddo-make-model flux model
 # in diffusers' published layout (shards + index, names sorted within each file).
 #   check_flux.sh DDO_FLUX DDO_MAKE_MODEL
 set -eu
@@ -23,6 +24,22 @@ grep -q "^check: streamed through ddo vs all-resident without ddo: bitwise equal
   { cat "$tmp/run.out"; fail "no bitwise check line"; }
 grep -q "^ddo: .*: 0 B resident, 3.56 MiB streamed per step" "$tmp/run.out" ||
   { cat "$tmp/run.out"; fail "the weights did not stream"; }
+# The other routes the settings choose, each with the weights streamed and the bitwise check:
+# linear dynamic_offload, the file route (nvme_baseline: over host_sim's VMM mode, the legacy VMM
+# route) and the native VMM route (vmm_fast_runtime).
+small="--ddo-small-tensor-threshold-bytes 1024"
+for route in "--ddo-resident-module-budget-gb 0 $small|host_sim transport, route dynamic_offload" \
+             "--ddo-preset nvme_baseline --ddo-resident-module-budget-gb 0 $small|nvme transport, route vmm_runtime" \
+             "--ddo-backend vmm --ddo-preset auto --ddo-vmm-resident-weight-budget-gb 0.003 $small|host_sim_vmm transport, route vmm_fast_runtime"; do
+  flags=${route%%|*}
+  expect=${route#*|}
+  # shellcheck disable=SC2086
+  "$flux" $common --steps 2 --vram-gb 0.07 --check $flags >"$tmp/route.out" 2>&1 ||
+    { cat "$tmp/route.out"; fail "ddo-flux --check $flags failed"; }
+  grep -q "^ddo: .*, $expect: 394.6 KiB resident, 3.17 MiB streamed per step" "$tmp/route.out" ||
+    { cat "$tmp/route.out"; fail "not streamed on '$expect' with $flags"; }
+  grep -q "^check: .*: bitwise equal$" "$tmp/route.out" || { cat "$tmp/route.out"; fail "no bitwise check: $flags"; }
+done
 [ "$(head -c 8 "$tmp/latents.bin")" = "DDOFLUX1" ] || fail "the latents file has no header"
 [ "$(wc -c <"$tmp/latents.bin")" -eq $((16 + 64 * 64 * 4)) ] || fail "the latents file has the wrong size"
 expect_usage() {
