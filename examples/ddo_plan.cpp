@@ -165,6 +165,8 @@ int main(int argc, char** argv) {
       return exit_usage;
     }
 
+  // Said on a refusal too: which preset auto chose, and from which RAM figure.
+  std::string preset_line;
   try {
     ddo::weight_table table = ddo::load_safetensors(models);
 
@@ -174,9 +176,13 @@ int main(int argc, char** argv) {
     inputs.cli = ddo::cli_config_layer(vm);
     inputs.component = ddo::runner::run_component;
     inputs.model_bytes = table.total_bytes();
+    if (ram_gb > 0.0) inputs.stated_ram_bytes = ddo::gib_to_bytes(ram_gb);  // decides auto
     if (vm.count("wsl") != 0) inputs.running_on_wsl = true;
     if (!profile_name.empty()) inputs.overrides.emplace_back("profile_name", profile_name);
     const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
+    preset_line = "preset: requested " + settings.requested_preset + ", effective " +
+                  settings.effective_preset +
+                  (settings.preset_reason.empty() ? "" : " — " + settings.preset_reason);
     if (settings.config.load_safetensors_backend != ddo::safetensors_backend::library_default)
       table = ddo::load_safetensors(models, settings.config.load_safetensors_backend);
 
@@ -256,9 +262,7 @@ int main(int argc, char** argv) {
     if (format == ddo::plan_format::text) {
       std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
                   ddo::format_bytes(table.total_bytes()).c_str());
-      std::printf("preset: requested %s, effective %s%s%s\n", settings.requested_preset.c_str(),
-                  settings.effective_preset.c_str(), settings.preset_reason.empty() ? "" : " — ",
-                  settings.preset_reason.c_str());
+      std::printf("%s\n", preset_line.c_str());
       std::printf("pinning: requested %s, effective %s%s; %s\n",
                   settings.requested_pin_cpu_memory ? "on" : "off",
                   settings.effective_pin_cpu_memory ? "on" : "off",
@@ -300,6 +304,7 @@ int main(int argc, char** argv) {
     std::cerr << "ddo-plan: " << e.what() << "\n";
     return exit_usage;
   } catch (const std::exception& e) {
+    if (!preset_line.empty()) std::cerr << "ddo-plan: " << preset_line << "\n";
     std::cerr << "ddo-plan: " << e.what() << "\n";
     return exit_error;
   }

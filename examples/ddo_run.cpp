@@ -1092,6 +1092,7 @@ int run(int argc, char** argv) {
   const auto probe_backend = ddo::safetensors_backend::library_default;
   ddo::weight_table table = ddo::load_safetensors(std::span<const std::string>(paths), probe_backend);
   inputs.model_bytes = table.total_bytes();
+  if (opt.ram_gb > 0.0) inputs.stated_ram_bytes = ddo::gib_to_bytes(opt.ram_gb);  // decides auto
   const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
   if (settings.config.load_safetensors_backend != probe_backend)
     table = ddo::load_safetensors(std::span<const std::string>(paths),

@@ -73,34 +73,27 @@ inline constexpr std::uint64_t gpu_workspace_reserve_bytes = 32ull << 20;
   return activation_reserve_bytes(tokens, c) + (gpu ? gpu_workspace_reserve_bytes : 0);
 }
 
-/// The bytes the planner's rules keep resident whatever the budget (small tensors, kinds outside
-/// target_module_classes, the skip and always-resident patterns): a plan on an unbounded machine
-/// with no resident budget keeps exactly those.
-[[nodiscard]] inline std::uint64_t rule_resident_bytes(const weight_table& table,
-                                                       const dynamic_offload_config& config) {
-  dynamic_offload_config rules_only = config;
-  rules_only.auto_budget_policy = budget_policy::off;
-  rules_only.resident_module_budget_gb = 0.0;
-  rules_only.build_profile = false;
-  machine_capacity unbounded;
-  unbounded.free_vram_bytes = unbounded.total_vram_bytes = std::uint64_t{1} << 60;
-  unbounded.available_ram_bytes = std::uint64_t{1} << 60;
-  return make_plan(table, rules_only, unbounded).total_bytes(placement::gpu_resident);
-}
-
 /// The simulated device when none is stated: room for what the rules keep resident and half of
-/// the rest besides what setup subtracts (the ring, the engine's reserve,
-/// runtime_device_reserve_bytes), so a plan has to stream. Uses the formulas machine_for uses.
+/// the rest besides what setup subtracts (the ring of what streams, the engine's reserve,
+/// runtime_device_reserve_bytes), so a plan has to stream. Asks the planner's rules
+/// (ddo::rule_kept_weights) and uses the formulas machine_for uses.
 [[nodiscard]] inline std::uint64_t default_sim_device_bytes(const weight_table& table,
                                                             const dynamic_offload_settings& settings,
                                                             std::uint64_t engine_reserve) {
   const runtime_options runtime;
-  std::uint64_t slot = 0;
   const auto groups = infer_execution_groups(table, settings.config.resident_module_patterns);
-  for (const auto& g : groups) slot = std::max(slot, slot_bytes_for(table, g.weights, runtime.alignment));
-  const std::uint64_t kept = rule_resident_bytes(table, settings.config);
+  const std::vector<char> kept_by_rules = rule_kept_weights(table, groups, settings.config);
+  std::uint64_t slot = 0, kept = 0;
+  std::size_t streaming = 0;
+  for (const auto& g : groups) {
+    std::vector<std::size_t> streamed;
+    for (std::size_t w : g.weights) (kept_by_rules[w] ? kept += table[w].bytes, void() : streamed.push_back(w));
+    if (streamed.empty()) continue;
+    ++streaming;
+    slot = std::max(slot, slot_bytes_for(table, streamed, runtime.alignment));
+  }
   return kept + (table.total_bytes() - kept) / 2 +
-         ring_bytes_for(slot, std::min(runtime.slot_count, groups.size())) + engine_reserve +
+         ring_bytes_for(slot, std::min(runtime.slot_count, streaming)) + engine_reserve +
          runtime_device_reserve_bytes;
 }
 

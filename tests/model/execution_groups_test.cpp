@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -92,9 +93,15 @@ TEST_SUITE("model") {
                              "mid.attn.weight", "up.0.conv.weight"});
     const std::vector<std::string> patterns = {R"(down\.\d+)", R"(up\.\d+\.)"};
     const auto groups = ddo::infer_execution_groups(t, patterns);
-    CHECK(names_of(groups) == std::vector<std::string>{"down.9", "down.10", "up.0", "<after>"});
+    // The middle stage runs between the down and the up stages, not after them.
+    CHECK(names_of(groups) == std::vector<std::string>{"down.9", "down.10", "mid", "up.0"});
     CHECK(groups[0].weights == std::vector<std::size_t>{1, 2});
-    CHECK(groups[3].weights == std::vector<std::size_t>{3});
+    CHECK(groups[2].weights == std::vector<std::size_t>{3});
+    // The patterns' order is the execution order: a config states it.
+    const std::vector<std::string> reversed = {R"(up\.\d+\.)", R"(down\.\d+)"};
+    const auto stated = ddo::infer_execution_groups(t, reversed);
+    CHECK(names_of(stated).front() == "up.0");
+    CHECK(names_of(stated)[1] == "down.9");
   }
 
   TEST_CASE("an invalid pattern, or auto mixed with patterns, is a config_error") {
@@ -132,5 +139,87 @@ TEST_SUITE("model") {
         ddo::usage_error);
     CHECK_THROWS_AS((void)ddo::validate_execution_groups(t, {{"g", {0, 1, 2, 3}, true}}),
                     ddo::usage_error);
+  }
+}
+
+namespace {
+
+// Names with their number of 4x4 bf16 elements times @p scale rows (bytes decide the family).
+ddo::weight_table sized_table(const std::vector<std::pair<std::string, std::int64_t>>& names) {
+  ddo::weight_table t;
+  for (const auto& [n, rows] : names) {
+    ddo::weight_info w;
+    w.name = n;
+    w.shape = {rows, 4};
+    w.source = ddo::host_source{};
+    t.add(w);
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_SUITE("model") {
+  TEST_CASE("a bundled single file: the diffusion model's blocks, the VAE after as its own groups") {
+    // Stability's SD3.5 file in name order: the VAE's block.N sort before joint_blocks.
+    const auto t = sized_table({{"first_stage_model.decoder.up.0.block.0.conv1.weight", 64},
+                                {"first_stage_model.decoder.up.0.block.1.conv1.weight", 64},
+                                {"first_stage_model.decoder.up.1.block.0.conv1.weight", 64},
+                                {"first_stage_model.encoder.down.0.block.0.conv1.weight", 64},
+                                {"first_stage_model.encoder.down.1.block.0.conv1.weight", 64},
+                                {"model.diffusion_model.context_embedder.weight", 16},
+                                {"model.diffusion_model.final_layer.linear.weight", 16},
+                                {"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", 1024},
+                                {"model.diffusion_model.joint_blocks.1.x_block.attn.qkv.weight", 1024},
+                                {"model.diffusion_model.joint_blocks.10.x_block.attn.qkv.weight", 1024},
+                                {"model.diffusion_model.t_embedder.mlp.0.weight", 16}});
+    const auto groups = ddo::infer_execution_groups(t);
+    std::vector<std::string> blocks;
+    for (const auto& g : groups)
+      if (g.is_block) blocks.push_back(g.name);
+    CHECK(blocks == std::vector<std::string>{"model.diffusion_model.joint_blocks.0",
+                                             "model.diffusion_model.joint_blocks.1",
+                                             "model.diffusion_model.joint_blocks.10"});
+    const auto names = names_of(groups);
+    CHECK(names.front() == "model.diffusion_model.<before>");
+    // The VAE runs after the model, grouped by its own stages, never as the model's blocks.
+    const auto vae = std::find(names.begin(), names.end(), "first_stage_model.encoder.down.0");
+    REQUIRE(vae != names.end());
+    CHECK(vae > std::find(names.begin(), names.end(), "model.diffusion_model.<after>"));
+    CHECK(groups[static_cast<std::size_t>(vae - names.begin())].is_block == false);
+  }
+
+  TEST_CASE("the block family is the repeated family that carries the weights, by structure") {
+    // A small numbered family sorts first ("a_refiner.blocks"); the weights are in "layers".
+    const auto t = sized_table({{"a_refiner.blocks.0.w.weight", 4},
+                                {"a_refiner.blocks.1.w.weight", 4},
+                                {"layers.0.w.weight", 512},
+                                {"layers.1.w.weight", 512},
+                                {"layers.2.w.weight", 512},
+                                {"time_projection.1.weight", 64},
+                                {"head.head.weight", 8}});
+    const auto groups = ddo::infer_execution_groups(t);
+    CHECK(names_of(groups) ==
+          std::vector<std::string>{"<before>", "layers.0", "layers.1", "layers.2", "<after>"});
+    // Embedders and time projections run before the blocks whatever the file order.
+    CHECK(groups[0].weights == std::vector<std::size_t>{0, 1, 5});
+    CHECK(groups[4].weights == std::vector<std::size_t>{6});
+  }
+
+  TEST_CASE("stages: down blocks, the middle block between, then up blocks (a UNet)") {
+    const auto t = sized_table({{"conv_in.weight", 4},
+                                {"conv_out.weight", 4},
+                                {"down_blocks.0.resnets.0.conv1.weight", 64},
+                                {"down_blocks.1.attentions.0.transformer_blocks.0.ff.weight", 256},
+                                {"down_blocks.1.attentions.0.transformer_blocks.1.ff.weight", 256},
+                                {"mid_block.attentions.0.transformer_blocks.0.ff.weight", 256},
+                                {"mid_block.attentions.0.transformer_blocks.1.ff.weight", 256},
+                                {"mid_block.resnets.0.conv1.weight", 64},
+                                {"up_blocks.0.attentions.0.transformer_blocks.0.ff.weight", 256},
+                                {"up_blocks.0.attentions.0.transformer_blocks.1.ff.weight", 256},
+                                {"up_blocks.1.resnets.0.conv1.weight", 64}});
+    CHECK(names_of(ddo::infer_execution_groups(t)) ==
+          std::vector<std::string>{"<before>", "down_blocks.0", "down_blocks.1", "mid_block",
+                                   "up_blocks.0", "up_blocks.1", "<after>"});
   }
 }

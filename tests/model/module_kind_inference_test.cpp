@@ -49,6 +49,15 @@ TEST_SUITE("model") {
     CHECK(kind(t, "blocks.0.ff.net.2.bias") == ddo::module_kind::linear);
     CHECK(kind(t, "blocks.0.norm2.bias") == ddo::module_kind::norm);
     CHECK(kind(t, "pos_embed.proj.weight") == ddo::module_kind::conv);
+    // Rank 3 is a kernel only with kernel-sized trailing extents (or a conv's name): Wan's
+    // modulation [1, 6, dim] is a parameter, not a conv.
+    add(t, "blocks.0.modulation", {1, 6, 5120});
+    add(t, "blocks.0.conv1d.weight", {64, 1, 4});
+    add(t, "blocks.0.conv_big.weight", {64, 1, 40});
+    ddo::infer_module_kinds(t);
+    CHECK(kind(t, "blocks.0.modulation") == ddo::module_kind::other);
+    CHECK(kind(t, "blocks.0.conv1d.weight") == ddo::module_kind::conv);
+    CHECK(kind(t, "blocks.0.conv_big.weight") == ddo::module_kind::conv);
     const std::vector<ddo::module_kind_override> overrides = {
         {R"(ff\.net\.2$)", ddo::module_kind::other}, {R"(ff)", ddo::module_kind::conv}};
     ddo::infer_module_kinds(t, overrides);

@@ -13,7 +13,7 @@
 TEST_SUITE("plan") {
   TEST_CASE("budget sources have unique canonical names that parse back") {
     std::set<std::string_view> seen;
-    for (std::size_t i = 0; i < 8; ++i) {
+    for (std::size_t i = 0; i < 9; ++i) {
       const auto source = static_cast<ddo::resident_budget_source>(i);
       CHECK(seen.insert(ddo::to_string(source)).second);
       CHECK(ddo::parse_resident_budget_source(ddo::to_string(source)) == source);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ddo/config/operational_defaults.hpp"
+#include "ddo/plan/plan_format.hpp"
 #include "ddo/plan/planner.hpp"
 #include "plan/plan_test_support.hpp"
 
@@ -245,14 +246,15 @@ TEST_SUITE("plan") {
                                    {R"((^|\.)final_norm$)", ddo::module_kind::linear}});
     CHECK(t[*t.find(outside + ".weight")].kind == ddo::module_kind::linear);
     auto c = ddo_test::planning_config();
+    // A pattern of the user's applies inside blocks too (the built-in ones do not).
     c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
+    c.always_resident_modules_pattern.push_back(R"((^|\.)(proj_out)$)");
     c.skip_modules_pattern = {R"(^(sub\d+\.)+final_norm$)"};
     c.resident_module_patterns = {R"(transformer_blocks\.\d+\.)"};
     const auto plan = ddo::make_plan(t, c, big_machine());
     const auto& in_block_decision = decision(plan, t, in_block + ".weight");
     CHECK(in_block_decision.where == ddo::placement::gpu_resident);
-    CHECK(in_block_decision.reason == "always_resident_modules_pattern '" +
-                                          ddo::builtin_always_resident_patterns()[0] + "'");
+    CHECK(in_block_decision.reason == "always_resident_modules_pattern '(^|\\.)(proj_out)$'");
     CHECK(plan.groups[in_block_decision.group].name == "transformer_blocks.2");
     CHECK(decision(plan, t, outside + ".weight").reason ==
           "skip_modules_pattern '" + c.skip_modules_pattern[0] + "' (not managed)");
@@ -283,5 +285,164 @@ TEST_SUITE("plan") {
       CHECK(e.key() == "resident_module_patterns");
       CHECK(std::string(e.what()).find("lookahead") != std::string::npos);
     }
+  }
+}
+
+namespace {
+
+// A table of named 2-D bf16 weights (rows x cols), host sources, kinds inferred.
+ddo::weight_table table_of(const std::vector<std::pair<std::string, std::int64_t>>& weights,
+                           std::int64_t cols = 1024) {
+  ddo::weight_table t;
+  for (const auto& [name, rows] : weights) {
+    ddo::weight_info w;
+    w.name = name;
+    w.shape = {rows, cols};
+    w.source = ddo::host_source{};
+    t.add(w);
+  }
+  ddo::infer_module_kinds(t);
+  return t;
+}
+
+ddo::dynamic_offload_config balanced_config() {
+  auto c = ddo_test::planning_config();
+  c.always_resident_modules_pattern = ddo::builtin_always_resident_patterns();
+  c.auto_budget_policy = ddo::budget_policy::balanced;
+  c.auto_full_pin_min_model_to_vram_ratio = 0.0;
+  c.resident_module_patterns = {"auto"};
+  c.max_resident_module_budget_gb = 0.0;
+  return c;
+}
+
+}  // namespace
+
+TEST_SUITE("plan") {
+  TEST_CASE("a built-in always-resident pattern inside a block streams with its block") {
+    // FLUX.1 in diffusers naming: single_transformer_blocks.N.proj_out is a block's projection.
+    const auto t = table_of({{"x_embedder.weight", 64},
+                             {"single_transformer_blocks.0.proj_out.weight", 512},
+                             {"single_transformer_blocks.0.proj_mlp.weight", 512},
+                             {"single_transformer_blocks.1.proj_out.weight", 512},
+                             {"single_transformer_blocks.1.proj_mlp.weight", 512},
+                             {"proj_out.weight", 64}});
+    auto c = balanced_config();
+    ddo::machine_capacity m = big_machine();
+    const auto plan = ddo::make_plan(t, c, m);
+    CHECK(decision(plan, t, "proj_out.weight").reason.starts_with("always_resident_modules_pattern"));
+    CHECK(decision(plan, t, "x_embedder.weight").where == ddo::placement::gpu_resident);
+    // Inside the block: a budget candidate like its siblings, not a rule's resident.
+    CHECK(decision(plan, t, "single_transformer_blocks.1.proj_out.weight").reason ==
+          decision(plan, t, "single_transformer_blocks.1.proj_mlp.weight").reason);
+    CHECK(plan.budgets.rule_resident_bytes == 2 * 64 * 1024 * 2);
+    CHECK(plan.budgets.demoted_bytes == 0);
+    c.auto_budget_policy = ddo::budget_policy::off;
+    const auto streamed = ddo::make_plan(t, c, m);
+    CHECK(decision(streamed, t, "single_transformer_blocks.0.proj_out.weight").where !=
+          ddo::placement::gpu_resident);
+    CHECK(streamed.groups[decision(streamed, t, "single_transformer_blocks.0.proj_out.weight").group]
+              .streamed_bytes() == 2 * 512 * 1024 * 2);
+  }
+
+  TEST_CASE("what the built-in patterns keep is demoted, largest first, when it does not fit") {
+    // 40 MiB of embeddings outside the blocks, a card with 32 MiB free and 8 MiB headroom.
+    const auto t = table_of({{"embed_tokens.weight", 16384},       // 32 MiB
+                             {"time_embedder.weight", 4096},       // 8 MiB
+                             {"layers.0.mlp.weight", 4096},
+                             {"layers.1.mlp.weight", 4096},
+                             {"lm_head.weight", 1024}});           // 2 MiB
+    auto c = balanced_config();
+    c.auto_vram_headroom_gb = ddo::bytes_to_gib(8 * ddo::mib);
+    ddo::machine_capacity m = big_machine();
+    m.free_vram_bytes = 32 * ddo::mib;
+    const auto plan = ddo::make_plan(t, c, m);
+    CHECK(decision(plan, t, "embed_tokens.weight").where != ddo::placement::gpu_resident);
+    CHECK(decision(plan, t, "embed_tokens.weight").reason.find("demoted") != std::string::npos);
+    CHECK(decision(plan, t, "time_embedder.weight").where == ddo::placement::gpu_resident);
+    CHECK(decision(plan, t, "lm_head.weight").where == ddo::placement::gpu_resident);
+    CHECK(plan.budgets.demoted_bytes == 32 * ddo::mib);
+    CHECK(plan.budgets.demoted_weights == 1);
+    CHECK(plan.budgets.rule_resident_bytes == 10 * ddo::mib);
+    CHECK(plan.budgets.rule_resident_detail.find("demoted (streamed) 1") != std::string::npos);
+    CHECK(plan.total_bytes(ddo::placement::gpu_resident) <= m.free_vram_bytes);
+    CHECK(ddo::format_plan_summary(plan, t).find("demoted") != std::string::npos);
+    // With room, nothing is demoted.
+    m.free_vram_bytes = 64 * ddo::mib;
+    CHECK(ddo::make_plan(t, c, m).budgets.demoted_bytes == 0);
+    // A pattern the user gave is honoured, or refused naming the pattern and the bytes.
+    c.always_resident_modules_pattern.push_back("^embed_tokens$");
+    CHECK(decision(ddo::make_plan(t, c, m), t, "embed_tokens.weight").where ==
+          ddo::placement::gpu_resident);
+    m.free_vram_bytes = 16 * ddo::mib;
+    try {
+      (void)ddo::make_plan(t, c, m);
+      FAIL("no refusal");
+    } catch (const ddo::out_of_memory& e) {
+      const std::string what = e.what();
+      CHECK(what.find("'^embed_tokens$' (yours) keeps 32.00 MiB") != std::string::npos);
+      CHECK(what.find("16.00 MiB") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("a resident limit and a zero-resident request bound every budget") {
+    const auto t = ddo_test::flux_table(8);
+    auto c = balanced_config();
+    c.auto_vram_headroom_gb = 0.0;
+    ddo::machine_capacity m = big_machine();
+    m.resident_limit_bytes = 3 * 384 * ddo::kib + ddo::mib;
+    m.resident_limit_reason = "the VMM budget";
+    auto plan = ddo::make_plan(t, c, m);
+    CHECK(plan.total_bytes(ddo::placement::gpu_resident) <= *m.resident_limit_bytes);
+    CHECK(plan.budgets.resident_budget_detail.find("by the VMM budget") != std::string::npos);
+    m.resident_limit_bytes.reset();
+    m.zero_resident_reason = "one pass per phase";
+    plan = ddo::make_plan(t, c, m);
+    CHECK(plan.budgets.resident_source == ddo::resident_budget_source::zero_resident);
+    CHECK(plan.budgets.resident_budget_bytes == 0);
+    CHECK(plan.total_bytes(ddo::placement::gpu_resident) == plan.budgets.rule_resident_bytes);
+    c.resident_module_budget_gb = 0.001;  // an explicit budget still wins
+    CHECK(ddo::make_plan(t, c, m).budgets.resident_source ==
+          ddo::resident_budget_source::explicit_budget);
+  }
+
+  TEST_CASE("budgets at every boundary: none above free VRAM, none negative or wrapped") {
+    // Free VRAM around the headroom, the headroom + rule-resident bytes, and the caps; each
+    // source of the budget. A failure prints its case.
+    const auto t = table_of({{"embed_tokens.weight", 2048},  // 4 MiB, built-in pattern
+                             {"norm_out.weight", 1024},       // 2 MiB, built-in pattern
+                             {"layers.0.mlp.weight", 2048},
+                             {"layers.1.mlp.weight", 2048},
+                             {"layers.2.mlp.weight", 2048}});
+    const std::uint64_t rules = 6 * ddo::mib, headroom = 5 * ddo::mib;
+    std::vector<std::uint64_t> frees = {1, headroom - 1, headroom, headroom + 1,
+                                        headroom + rules - 1, headroom + rules,
+                                        headroom + rules + 1, rules - 1, rules, rules + 1,
+                                        4 * ddo::mib, 100 * ddo::mib, ~std::uint64_t{0} / 2};
+    for (const std::uint64_t free : frees)
+      for (const double cap_mib : {0.0, 1.0, 4.0, 1000.0})
+        for (const int source : {0, 1, 2, 3}) {
+          CAPTURE(free);
+          CAPTURE(cap_mib);
+          CAPTURE(source);
+          auto c = balanced_config();
+          c.auto_vram_headroom_gb = ddo::bytes_to_gib(headroom);
+          c.max_resident_module_budget_gb = ddo::bytes_to_gib(ddo::gib_to_bytes(cap_mib / 1024.0));
+          ddo::machine_capacity m = big_machine();
+          m.free_vram_bytes = free;
+          if (source == 1) m.profile_resident_budget_bytes = 3 * ddo::mib;
+          if (source == 2) m.resident_limit_bytes = free / 2;
+          if (source == 3) c.auto_budget_policy = ddo::budget_policy::off;
+          const auto plan = ddo::make_plan(t, c, m);
+          const auto& b = plan.budgets;
+          CHECK(b.resident_budget_bytes <= free);
+          CHECK(b.resident_budget_bytes + b.rule_resident_bytes <= free);
+          if (free < ddo::gib) CHECK(b.resident_budget_bytes < ddo::gib);  // no wrap to ~1.8e19
+          CHECK(plan.total_bytes(ddo::placement::gpu_resident) <= free);
+          if (source == 0 && cap_mib != 0.0)
+            CHECK(b.resident_budget_bytes <= ddo::gib_to_bytes(cap_mib / 1024.0));
+          if (source == 0 && free > headroom + rules && cap_mib == 0.0)
+            CHECK(b.resident_budget_bytes == free - headroom - rules);
+          if (source == 2) CHECK(plan.total_bytes(ddo::placement::gpu_resident) <= free / 2);
+        }
   }
 }

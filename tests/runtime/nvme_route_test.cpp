@@ -254,3 +254,52 @@ TEST_SUITE("runtime") {
     CHECK(message.find(std::to_string(ts.staging_slot_bytes())) != std::string::npos);
   }
 }
+
+TEST_SUITE("runtime") {
+  TEST_CASE("a preset's staging slot grows to the largest streamed group; the plan says so") {
+    // A group of 700 MiB on the file route (nothing is read: planning only).
+    ddo::weight_table table;
+    const std::size_t file = table.add_file("/nonexistent/model.safetensors");
+    std::uint64_t offset = 0;
+    for (int b = 0; b < 4; ++b)
+      for (int k = 0; k < 2; ++k) {
+        ddo::weight_info w;
+        w.name = "blocks." + std::to_string(b) + ".w" + std::to_string(k) + ".weight";
+        w.shape = {175 * 1024, 1024};  // 350 MiB bf16
+        w.kind = ddo::module_kind::linear;
+        w.source = ddo::file_source{file, offset};
+        offset += 350 * ddo::mib;
+        table.add(w);
+      }
+    ddo::setup_options options;
+    options.inputs.environment = std::map<std::string, std::string>{};
+    options.inputs.preset = "nvme_baseline";
+    options.ram_bytes = 4 * ddo::gib;
+    options.log = nullptr;
+    const auto settings = ddo::resolve_settings(options.inputs);
+    ddo::host_sim_options sim;
+    sim.device_capacity_bytes = 8 * ddo::gib;
+    auto t = ddo::make_transport<nvme_sim>(settings, sim);
+    REQUIRE(t.staging_slot_bytes() < 700 * ddo::mib);
+    const auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs), options, t);
+    CHECK(t.staging_slot_bytes() >= 700 * ddo::mib);
+    CHECK(setup.plan.budgets.max_group_bytes == t.staging_slot_bytes());
+    CHECK(setup.plan.budgets.max_group_detail.find("grown to") != std::string::npos);
+    CHECK(setup.plan.budgets.max_group_detail.find("nvme_baseline") != std::string::npos);
+    // The file route uses the card: what fits stays resident.
+    CHECK(setup.plan.total_bytes(ddo::placement::gpu_resident) > 0);
+    CHECK(setup.plan.total_bytes(ddo::placement::file) > 0);
+    // A size the user set is honoured, or refused naming the group and both sizes.
+    options.inputs.overrides.push_back({"vmm_staging_buffer_gb", 0.5});
+    const auto given = ddo::resolve_settings(options.inputs);
+    auto tg = ddo::make_transport<nvme_sim>(given, sim);
+    try {
+      (void)ddo::setup_offload(table, given, ddo::component_for(given, options.inputs), options, tg);
+      FAIL("no refusal");
+    } catch (const ddo::out_of_memory& e) {
+      const std::string what = e.what();
+      CHECK(what.find("700.00 MiB") != std::string::npos);
+      CHECK(what.find("honoured") != std::string::npos);
+    }
+  }
+}

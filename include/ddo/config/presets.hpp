@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -101,7 +102,8 @@ using preset_value = std::pair<field_id, field_value>;
                {vmm_resident_weight_budget_gb, 4.0},
                {vmm_staging_buffer_gb, 0.625},
                {pin_cpu_memory, false},
-               {auto_budget_policy, std::string("off")},
+               {auto_budget_policy, std::string("balanced")},
+               {resident_module_patterns, auto_blocks},
                {load_safetensors_backend, std::string("pread")}};
     case preset_id::vmm_fast_runtime:
       return v{{execution_mode, std::string("vmm_runtime")},
@@ -128,7 +130,10 @@ struct preset_context {
   offload_backend backend = offload_backend::auto_select;  ///< requested backend (before auto)
   bool running_on_wsl = false;                              ///< detected WSL
   bool disable_pin_on_wsl = true;                           ///< the WSL pinning safety rule
-  std::optional<double> available_ram_gb;                   ///< detected or overridden RAM
+  std::optional<double> available_ram_gb;                   ///< detected, stated or set RAM
+  /// Which RAM figure available_ram_gb is ("detected", "stated by the engine",
+  /// "available_system_ram_gb"): the reason names it.
+  std::string ram_source = "detected";
   double system_ram_headroom_gb = 6.0;                      ///< RAM held back from pinning
   std::optional<std::uint64_t> model_bytes;                 ///< total weight bytes, if known
   std::optional<bool> vmm_supported;                        ///< device VMM support, if known
@@ -175,8 +180,8 @@ inline constexpr double auto_low_ram_gb = 16.0;
                        where + " = \"" + std::string(requested) +
                            "\": not available with backend vmm; expected auto (selects "
                            "vmm_fast_runtime), vmm_fast_runtime or nvme_baseline");
-  const auto choose = [](preset_id id, const char* reason) {
-    return preset_choice{std::string(to_string(id)), reason, id};
+  const auto choose = [](preset_id id, std::string reason) {
+    return preset_choice{std::string(to_string(id)), std::move(reason), id};
   };
   if (*preset != auto_select) return choose(*preset, "requested explicitly");
   if (context.backend == offload_backend::vmm)
@@ -185,22 +190,36 @@ inline constexpr double auto_low_ram_gb = 16.0;
     return choose(nvme_baseline, "backend nvme with preset auto selects the NVMe route");
   if (context.running_on_wsl && context.disable_pin_on_wsl)
     return choose(wsl_compat, "running on WSL, where pinned host memory is disabled by default");
+  // The reason names the RAM figure that decided and both numbers.
+  const auto gib_text = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f GiB", v);
+    return std::string(b);
+  };
+  const std::string ram =
+      context.available_ram_gb
+          ? "available RAM " + gib_text(*context.available_ram_gb) + " (" + context.ram_source + ")"
+          : std::string();
   if (context.available_ram_gb && context.model_bytes) {
     const double model_gb = bytes_to_gib(*context.model_bytes);
+    const std::string model = "the model (" + gib_text(model_gb) + ")";
     if (*context.available_ram_gb < model_gb) {
       if (context.vmm_supported.value_or(true))
-        return choose(nvme_baseline,
-                      "the model is larger than available RAM: stream it from its file");
-      return choose(low_ram_safe,
-                    "the model is larger than available RAM and the device has no VMM support");
+        return choose(nvme_baseline, model + " is larger than " + ram + ": stream it from its file");
+      return choose(low_ram_safe, model + " is larger than " + ram +
+                                      " and the device has no VMM support");
     }
     if (*context.available_ram_gb - context.system_ram_headroom_gb < model_gb)
-      return choose(low_ram_safe, "the model fits in RAM but not with the RAM headroom to pin it");
-    return choose(one_shot_fast, "the model fits in RAM with headroom to pin it");
+      return choose(low_ram_safe, model + " fits in " + ram + " but not with the " +
+                                      gib_text(context.system_ram_headroom_gb) +
+                                      " RAM headroom to pin it");
+    return choose(one_shot_fast, model + " fits in " + ram + " with the " +
+                                     gib_text(context.system_ram_headroom_gb) +
+                                     " RAM headroom to pin it");
   }
   if (context.available_ram_gb && *context.available_ram_gb < auto_low_ram_gb)
-    return choose(low_ram_safe, "less than 16 GiB of RAM available and no model size known");
-  return choose(one_shot_fast, "enough RAM available for pinning");
+    return choose(low_ram_safe, "less than 16 GiB of RAM available (" + ram + ") and no model size known");
+  return choose(one_shot_fast, "enough RAM available for pinning" + (ram.empty() ? std::string() : " (" + ram + ")"));
 }
 
 /// @brief The route and group-offload parameters preset @p effective_preset gives component

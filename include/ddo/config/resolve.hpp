@@ -75,6 +75,7 @@ struct resolve_inputs {
   std::optional<bool> vmm_supported;         ///< device VMM support, when known
   std::optional<bool> running_on_wsl;        ///< overrides WSL detection (tests)
   std::optional<double> detected_ram_gb;     ///< overrides RAM detection (tests)
+  std::optional<std::uint64_t> stated_ram_bytes;  ///< see resolve_context::stated_ram_bytes
   system_paths paths;                        ///< probe file paths (tests)
 };
 

@@ -28,6 +28,10 @@ struct resolve_context {
   std::optional<bool> vmm_supported;         ///< device VMM support, when known (for auto)
   std::optional<bool> running_on_wsl;        ///< overrides WSL detection (tests)
   std::optional<double> detected_ram_gb;     ///< overrides RAM detection (tests)
+  /// Available RAM the engine states for its machine (ddo-plan and ddo-run --ram-gb, a planning
+  /// service describing another host): auto decides on it instead of detected RAM; an
+  /// `available_system_ram_gb` a source sets still wins.
+  std::optional<std::uint64_t> stated_ram_bytes;
   system_paths paths;                        ///< where the probes read (tests inject files)
 };
 

@@ -3,27 +3,27 @@
 /// @file
 /// @brief Execution groups: the units the runtime streams, in the order the engine runs them.
 ///
-/// Inference (infer_execution_groups):
-///  - A *block* is the part of a module name up to and including a block index. With the patterns
-///    {"auto"} (or none), a block is the outermost `<family>.<N>` where `<family>` is one of
-///    auto_block_families and N an unsigned integer: "transformer_blocks.3",
-///    "single_transformer_blocks.0", "model.layers.12", "transformer.h.7". With explicit patterns
-///    (regular expressions of core/pattern.hpp's dialect, searched in the module name, the first
-///    matching pattern wins), the block
-///    is the module-name prefix that ends where the match ends (a trailing '.' dropped), and N is
-///    the last run of digits in the match.
-///  - Order: blocks of one family by N (numerically: 2 before 10); families in order of first
-///    appearance in the weight table, except that a family whose last component starts with
-///    "single_" runs right after its sibling ("single_transformer_blocks" after
-///    "transformer_blocks", "single_blocks" after "double_blocks"), the Flux/SD3 convention that
-///    the alphabetical order of safetensors files would otherwise reverse.
-///  - Weights outside every block form a group "<before>" (run before the first block) and a
-///    group "<after>" (run after the last). A weight goes to "<after>" when a component of its
-///    module name is an output module (norm_out, proj_out, conv_out, final_layer, lm_head, ln_f,
-///    norm_f, head, output), to "<before>" when a component is an input module (containing
-///    "embed", or patch_embed, pos_embed, img_in, txt_in, conv_in, proj_in, time_in, vector_in,
-///    guidance_in, input), and otherwise by position: before the table's first block weight →
-///    "<before>", else "<after>". Empty groups are omitted.
+/// Inference (infer_execution_groups), in full in docs/planning.md ("Execution groups"):
+///  - A bundled single file is split into its parts by prefix (model.diffusion_model.,
+///    first_stage_model., conditioner., text_encoders., vae., ...): the diffusion model is the
+///    model; the other parts are grouped by the same rules under their own names, never as blocks,
+///    text encoders and conditioners before the model, the VAE after it.
+///  - Blocks, with the patterns {"auto"} (or none): by structure. Every `<prefix>.<N>` of the
+///    module names is a candidate family; the chosen families carry the weights (the one with the
+///    most bytes, then each family neither inside nor around a chosen one with a tenth of its
+///    bytes; two indices needed, one for the names of auto_block_families; none inside a middle
+///    stage). With explicit patterns (core/pattern.hpp's dialect, searched in the module name, the
+///    first matching pattern wins) the block is the module-name prefix that ends where the match
+///    ends, and N the last run of digits in the match.
+///  - Order: blocks of one family by N (2 before 10). With auto, families by stage (input stages:
+///    down/input/encoder/double; then others and middle; then output stages: up/output/decoder/
+///    single), then first appearance; with explicit patterns, in the order of the patterns (a
+///    config states the order so).
+///  - Outside the blocks: a top-level middle stage (mid_block, middle_block) is a group of its own
+///    between the input and the output stages; other weights go to "<before>" or "<after>" by
+///    name (the top-level module first: output modules after; input modules — embedders, time
+///    projections, *_in — before), and a weight no name rule places by table position against
+///    the first block weight (the documented rule for unknown layouts). Empty groups are omitted.
 ///  - A table with no block at all gets one group per top-level module (first name component),
 ///    in table order.
 /// Within a group, weights keep table order.

@@ -6,7 +6,9 @@
 ///
 /// Rules, applied to a module's leaf name (the last dot-separated component of the module name)
 /// and the rank of its representative tensor (its `.weight`, else its highest-rank tensor):
-///  1. rank ≥ 3 → conv (conv1d/2d/3d kernels);
+///  1. rank ≥ 3 → conv (conv1d/2d/3d kernels) when every dimension after the second is a kernel
+///     extent (at most 16) or the leaf names a conv; other rank-3+ weights (Wan's modulation
+///     [1, 6, 5120], a stacked parameter) → other;
 ///  2. a norm leaf ("norm", "norm1", "norm_q", "q_norm", "layernorm", "ln", "ln_1", "ln_f", any
 ///     leaf containing "norm") with rank ≤ 1 → norm;
 ///  3. rank 2 and an embedding leaf ("embed_tokens", "wte", "wpe", "tok_embeddings", "shared",
@@ -72,7 +74,7 @@ namespace detail {
 }  // namespace detail
 
 /// @brief The kind of a module called @p module_name whose representative tensor has @p rank
-/// dimensions (see the rules in this header's description).
+/// dimensions (see the rules in this header's description; rank ≥ 3 counts as a kernel).
 [[nodiscard]] inline module_kind infer_module_kind(std::string_view module_name, std::size_t rank) {
   const std::string_view leaf = module_leaf(module_name);
   if (rank >= 3) return module_kind::conv;
@@ -80,6 +82,19 @@ namespace detail {
   if (rank == 2)
     return detail::is_embedding_leaf(leaf) ? module_kind::embedding : module_kind::linear;
   return module_kind::other;
+}
+
+/// @brief As above, from the representative tensor's @p shape: a rank-3+ tensor is a conv
+/// kernel only when its trailing extents are kernel-sized or its leaf names a conv.
+[[nodiscard]] inline module_kind infer_module_kind(std::string_view module_name,
+                                                   std::span<const std::int64_t> shape) {
+  if (shape.size() >= 3) {
+    const bool kernel = std::all_of(shape.begin() + 2, shape.end(),
+                                    [](std::int64_t d) { return d >= 1 && d <= 16; });
+    const bool named = detail::ascii_lower(module_leaf(module_name)).find("conv") != std::string::npos;
+    return kernel || named ? module_kind::conv : module_kind::other;
+  }
+  return infer_module_kind(module_name, shape.size());
 }
 
 /// @brief Sets the kind of the weights [first, table.size()) of @p table: per module, inferred
@@ -100,21 +115,22 @@ inline void infer_module_kinds(weight_table& table,
     }
   }
   // Representative rank per module: its ".weight" tensor's, else the highest rank seen.
-  std::map<std::string, std::pair<bool, std::size_t>> rank_of;  // module -> (has .weight, rank)
+  // module -> (has .weight, representative shape)
+  std::map<std::string, std::pair<bool, const std::vector<std::int64_t>*>> shape_of;
   for (std::size_t i = first; i < table.size(); ++i) {
     const weight_info& w = table[i];
-    auto& [has_weight, rank] = rank_of[w.module_name];
+    auto& [has_weight, shape] = shape_of[w.module_name];
     const bool is_weight = w.name.size() >= 7 && std::string_view(w.name).ends_with(".weight");
     if (is_weight && !has_weight) {
       has_weight = true;
-      rank = w.shape.size();
-    } else if (!has_weight) {
-      rank = std::max(rank, w.shape.size());
+      shape = &w.shape;
+    } else if (!has_weight && (shape == nullptr || w.shape.size() > shape->size())) {
+      shape = &w.shape;
     }
   }
   std::map<std::string, module_kind> kind_of;
-  for (const auto& [module, info] : rank_of) {
-    module_kind kind = infer_module_kind(module, info.second);
+  for (const auto& [module, info] : shape_of) {
+    module_kind kind = infer_module_kind(module, std::span<const std::int64_t>(*info.second));
     for (std::size_t o = 0; o < compiled.size(); ++o)
       if (compiled[o].search(module)) {
         kind = overrides[o].kind;

@@ -24,6 +24,10 @@ enum class resident_budget_source {
   full_pin_zero_resident,  ///< the reference's full-pin zero-resident rule
   route_none,              ///< component route none: everything resident, nothing planned
   route_group_offload,     ///< component route diffusers_group_offload
+  /// The setup path asked for nothing resident beyond the rules (machine_capacity::
+  /// zero_resident_reason: a pipeline phase that runs once, where residents would be uploaded
+  /// again every phase); an explicit resident_module_budget_gb still wins.
+  zero_resident,
 };
 
 /// @brief The rule that set the pinned-host budget (plan_budgets::pin_budget_source).
@@ -40,10 +44,10 @@ enum class pin_budget_source {
 
 template <>
 struct enum_names<resident_budget_source> {
-  static constexpr std::array<std::string_view, 8> values = {
+  static constexpr std::array<std::string_view, 9> values = {
       "none",       "explicit",           "build_profile",
       "profile",    "balanced",           "full_pin_zero_resident",
-      "route_none", "route_group_offload"};
+      "route_none", "route_group_offload", "zero_resident"};
 };
 template <>
 struct enum_names<pin_budget_source> {
@@ -66,7 +70,7 @@ constexpr std::optional<E> parse_by_name(const std::array<std::string_view, N>& 
 }  // namespace detail
 
 /// @brief "none", "explicit", "build_profile", "profile", "balanced", "full_pin_zero_resident",
-/// "route_none" or "route_group_offload".
+/// "route_none", "route_group_offload" or "zero_resident".
 [[nodiscard]] constexpr std::string_view to_string(resident_budget_source source) noexcept {
   return enum_name(source);
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace ddo {
 inline namespace v0 {
@@ -26,11 +27,23 @@ struct machine_capacity {
   /// Slot/staging size the transport offers for one execution group's streamed bytes;
   /// 0 = unconstrained.
   std::uint64_t max_group_bytes = 0;
+  /// How max_group_bytes came about when setup grew a preset's size (plan_budgets::max_group_detail).
+  std::string max_group_detail;
   /// The DDO_DISABLE_PIN_ON_WSL setting (default on): with running_on_wsl, nothing is pinned.
   bool disable_pin_on_wsl = true;
   /// The resident budget a stored capacity profile recommends for this workload on this device
   /// (profile/profile_lookup.hpp fills it from `profile_name`); empty when there is none.
   std::optional<std::uint64_t> profile_resident_budget_bytes;
+  /// Device bytes every resident weight together may take, whatever the free VRAM (nullopt: no
+  /// such limit): the VMM route's mapped budget less one window slot (vmm_resident_weight_budget_gb
+  /// holds the resident set and the window). Rule-resident weights the built-in patterns keep are
+  /// demoted to fit it, and the resident budget is limited to what is left.
+  std::optional<std::uint64_t> resident_limit_bytes;
+  std::string resident_limit_reason;  ///< why resident_limit_bytes is set, for the plan's detail
+  /// Not empty: the setup path asks for a zero resident budget (nothing resident beyond the
+  /// rules) for this reason, over every budget rule but an explicit resident_module_budget_gb
+  /// (resident_budget_source::zero_resident).
+  std::string zero_resident_reason;
 };
 
 }  // namespace v0

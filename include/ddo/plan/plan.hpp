@@ -97,6 +97,18 @@ struct plan_budgets {
   /// route plans, which select nothing.
   std::string resident_selection;
   std::string pin_selection;  ///< how the pin budget picked, named as resident_selection
+  /// Bytes the rules keep resident whatever the budget (skip patterns, kinds outside
+  /// target_module_classes, small tensors, always-resident patterns), after demotion.
+  std::uint64_t rule_resident_bytes = 0;
+  /// Bytes the built-in always-resident patterns matched but the planner streams because they
+  /// did not fit beside the headroom (demoted); 0 when nothing was demoted.
+  std::uint64_t demoted_bytes = 0;
+  std::size_t demoted_weights = 0;  ///< how many weights demoted_bytes counts
+  /// What the rules keep and why, per rule, and what was demoted ("small tensors 12 MiB, ...").
+  std::string rule_resident_detail;
+  /// How max_group_bytes came about when the setup path grew a preset's size to fit the largest
+  /// streamed group ("preset nvme_baseline's 640 MiB grown to ..."); empty otherwise.
+  std::string max_group_detail;
 };
 
 /// @brief The complete plan of one model component.

@@ -95,6 +95,10 @@ struct residency_result {
   /// the config's `resident_module_selection`.
   std::string selection;
   bool full_pin_zero_resident = false;
+  std::uint64_t rule_resident_bytes = 0;  ///< see plan_budgets::rule_resident_bytes
+  std::uint64_t demoted_bytes = 0;        ///< see plan_budgets::demoted_bytes
+  std::size_t demoted_weights = 0;        ///< see plan_budgets::demoted_weights
+  std::string rule_resident_detail;       ///< see plan_budgets::rule_resident_detail
   /// Pin every streamed weight (full pin): set with full_pin_zero_resident, and for capacity
   /// profiles (calibration and stored recommendations), which keep full CPU pinning.
   bool pin_all_streamed = false;

@@ -115,6 +115,11 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
   f.emplace_back("available_ram_bytes", std::to_string(b.available_ram_bytes));
   f.emplace_back("usable_ram_bytes", std::to_string(b.usable_ram_bytes));
   f.emplace_back("max_group_bytes", std::to_string(b.max_group_bytes));
+  f.emplace_back("max_group_detail", q(b.max_group_detail));
+  f.emplace_back("rule_resident_bytes", std::to_string(b.rule_resident_bytes));
+  f.emplace_back("demoted_bytes", std::to_string(b.demoted_bytes));
+  f.emplace_back("demoted_weights", std::to_string(b.demoted_weights));
+  f.emplace_back("rule_resident_detail", q(b.rule_resident_detail));
   return f;
 }
 
@@ -175,6 +180,8 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
                std::string(detail::selection_text(b.pin_selection)).c_str(),
                b.pin_budget_detail.c_str());
   plan_appendf(out, "  full-pin zero-resident: %s\n", b.full_pin_zero_resident ? "yes" : "no");
+  if (!b.rule_resident_detail.empty())
+    out += "  rules: " + b.rule_resident_detail + "\n";
 
   std::array<std::size_t, placement_count> counts{};
   for (const auto& d : plan.decisions) ++counts[static_cast<std::size_t>(d.where)];
@@ -192,6 +199,7 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
                  plan.groups[largest].name.c_str(),
                  format_bytes(plan.groups[largest].streamed_bytes()).c_str(),
                  b.max_group_bytes ? format_bytes(b.max_group_bytes).c_str() : "none");
+  if (!b.max_group_detail.empty()) out += "  transport slot: " + b.max_group_detail + "\n";
 
   plan_appendf(out, "  groups in execution order:\n  %-34s %7s %12s %12s %12s %12s\n", "group",
                "weights", "resident", "pinned", "pageable", "file");

@@ -185,7 +185,12 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   b.available_ram_bytes = context.available_ram_bytes();
   b.usable_ram_bytes = context.usable_ram_bytes();
   b.max_group_bytes = machine.max_group_bytes;
+  b.max_group_detail = machine.max_group_detail;
   b.full_pin_zero_resident = residency.full_pin_zero_resident;
+  b.rule_resident_bytes = residency.rule_resident_bytes;
+  b.demoted_bytes = residency.demoted_bytes;
+  b.demoted_weights = residency.demoted_weights;
+  b.rule_resident_detail = residency.rule_resident_detail;
   b.resident_selection = !residency.selection.empty()
                              ? residency.selection
                              : std::string(selection_name(config.resident_module_selection));
@@ -203,16 +208,17 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
                 ") but the transport's slot/staging holds " +
                 std::to_string(machine.max_group_bytes) + " bytes (" +
                 format_bytes(machine.max_group_bytes) +
-                "); enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
+                ")" + (b.max_group_detail.empty() ? std::string() : " (" + b.max_group_detail + ")") +
+                "; enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
   const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
   if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
     throw out_of_memory(
         memory_tier::device, resident, machine.free_vram_bytes,
         "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
-            format_bytes(machine.free_vram_bytes) + " is free (resident budget " +
-            format_bytes(b.resident_budget_bytes) + ", " +
-            std::string(to_string(b.resident_source)) +
-            "); lower resident_module_budget_gb or the always-resident patterns");
+            format_bytes(machine.free_vram_bytes) + " is free for it (" + b.rule_resident_detail +
+            "; resident budget " + format_bytes(b.resident_budget_bytes) + ", " +
+            std::string(to_string(b.resident_source)) + ": " + b.resident_budget_detail +
+            "); lower resident_module_budget_gb");
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
   DDO_EXPECTS(pinned <= b.pin_budget_bytes,
               "make_plan: the pin selector pinned " + std::to_string(pinned) +

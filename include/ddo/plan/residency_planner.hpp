@@ -1,26 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief ddo::default_residency_planner: the reference's residency rules.
+/// @brief ddo::default_residency_planner: the reference's residency rules, then the budget, then
+/// the selection.
 ///
-/// Per weight, in this order (the first rule that applies decides; "module" is the weight's
-/// module name, patterns are regular expressions of core/pattern.hpp's dialect searched in it,
-/// compiled once per plan: plan_context::patterns):
-///  1. `skip_modules_pattern` matches → not managed, gpu_resident ("skip_modules_pattern 'p'");
-///  2. the module kind is not in `target_module_classes` → not managed, gpu_resident;
-///  3. bytes ≤ `small_tensor_threshold_bytes` → moved directly, never managed, gpu_resident;
-///  4. `always_resident_modules_pattern` matches → gpu_resident; when the full-pin zero-resident
-///     rule fired, only patterns other than the built-in defaults
-///     (builtin_always_resident_patterns() of config/operational_defaults.hpp) count, so the
-///     default leaves are managed (and pinned) like any other weight;
-///  5. otherwise managed: a candidate for the resident budget, else streamed.
-///
-/// The resident budget:
+/// 1. **Rules**, per weight, in this order (the first rule that applies decides; "module" is the
+///    weight's module name, patterns are regular expressions of core/pattern.hpp's dialect
+///    searched in it, compiled once per plan: plan_context::patterns):
+///    1. `skip_modules_pattern` matches → not managed, gpu_resident ("skip_modules_pattern 'p'");
+///    2. the module kind is not in `target_module_classes` → not managed, gpu_resident;
+///    3. bytes ≤ `small_tensor_threshold_bytes` → moved directly, never managed, gpu_resident;
+///    4. `always_resident_modules_pattern` matches → gpu_resident, with two departures from the
+///       reference's words (docs/configuration.md, "Where ddo differs from the reference"): a
+///       built-in default pattern (builtin_always_resident_patterns(),
+///       config/operational_defaults.hpp) applies only outside the execution blocks — the
+///       patterns are for the small modules every step touches, and a weight inside a block
+///       (FLUX's `single_transformer_blocks.N.proj_out`) streams with its block — and what the
+///       built-in patterns keep is a preference inside the budget (step 2), never a reason to
+///       refuse. A pattern the user gave applies everywhere and is honoured, or refused naming
+///       the pattern and the bytes;
+///    5. otherwise managed: a candidate for the resident budget, else streamed.
+/// 2. **Budget**, first source that applies:
 ///  - `build_profile` (a zero-resident calibration run for `profile_name`) → 0
 ///    ("build_profile"), every streamed weight pinned; an explicit budget is ignored, because
 ///    the calibration must see the device with no resident weights;
 ///  - `resident_module_budget_gb` > 0 → that many GiB ("explicit"); it also overrides the
-///    full-pin rule and a stored profile;
+///    full-pin rule, a stored profile and the setup path's zero-resident request;
+///  - the setup path's zero-resident request (machine_capacity::zero_resident_reason) → 0
+///    ("zero_resident");
 ///  - a stored capacity profile for `profile_name` (machine_capacity::profile_resident_budget_bytes)
 ///    → its recommendation ("profile"), every streamed weight pinned;
 ///  - else `auto_budget_policy = balanced`:
@@ -28,15 +35,26 @@
 ///      (available RAM − `system_ram_headroom_gb`) ≥ the bytes of every eligible weight (rules 1–3
 ///      passed), pinning is possible (`pin_cpu_memory`, and not blocked by the WSL rule) and
 ///      model bytes / total VRAM ≥ the ratio (total VRAM unknown: free VRAM; both unknown: the
-///      rule does not fire) → budget 0, always-resident defaults offloaded, everything pinned;
-///    - else free VRAM − `auto_vram_headroom_gb` − the bytes rules 1–4 already keep resident,
-///      capped by `max_resident_module_budget_gb` (0 = uncapped), never below 0 ("balanced");
+///      rule does not fire) → budget 0, built-in always-resident defaults offloaded, everything
+///      pinned;
+///    - else free VRAM − `auto_vram_headroom_gb` − the bytes the rules keep resident, capped by
+///      `max_resident_module_budget_gb` (0 = uncapped), never below 0 ("balanced");
 ///  - else 0 ("none").
-/// The candidates for the budget, in execution order: the numbered blocks when
-/// `resident_module_patterns` is set (each block's managed bytes; a winning block is resident
-/// whole), else the managed modules one by one. `resident_module_selection` picks the winners.
+///  **Demotion**: with free VRAM known, the room for rule-resident weights is free VRAM (less the
+///  headroom under the balanced rule), and no more than machine_capacity::resident_limit_bytes.
+///  When the rules keep more than the room, the weights the built-in patterns keep are streamed
+///  instead, largest first, until the rest fits; the plan reports how many and how many bytes
+///  (plan_budgets::demoted_bytes) and each one's reason says so. Weights rules 1–3 keep, or a
+///  user's pattern, are not demoted: more of them than free VRAM is refused (out_of_memory,
+///  tier device) naming the rule or pattern and the bytes. Every budget is then limited to
+///  resident_limit_bytes less the rule-resident bytes, so no budget exceeds free VRAM or wraps.
+/// 3. **Selection**, in execution order: the numbered blocks when `resident_module_patterns` is
+///    set (each block's managed bytes; a winning block is resident whole), else the managed
+///    modules one by one. `resident_module_selection` picks the winners.
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -72,6 +90,50 @@ using default_residency_planner = basic_residency_planner<>;
 static_assert(residency_planner<default_residency_planner>);
 static_assert(residency_planner<basic_residency_planner<first_selector>>);
 
+/// @brief Which rule kept a weight resident, or that none did (plan/residency_planner.hpp).
+enum class residency_rule : std::uint8_t {
+  managed,           ///< no rule: a budget candidate, else streamed
+  skip_pattern,      ///< rule 1, `skip_modules_pattern`
+  kind,              ///< rule 2, kind outside `target_module_classes`
+  small_tensor,      ///< rule 3, `small_tensor_threshold_bytes`
+  builtin_pattern,   ///< rule 4, a built-in always-resident pattern (outside the blocks)
+  user_pattern,      ///< rule 4, an always-resident pattern the user gave
+  demoted,           ///< a built-in pattern matched but it did not fit: streamed
+};
+
+/// @brief What the rules decide before any budget (step 1 of plan/residency_planner.hpp).
+struct rule_residency {
+  std::vector<residency_rule> rule;        ///< per weight
+  std::vector<const pattern*> matched;     ///< per weight: the pattern of rules 1 and 4, or null
+  std::vector<char> in_block;              ///< per weight: inside an execution block
+  std::uint64_t eligible_bytes = 0;        ///< weights that passed rules 1–3
+  /// Bytes kept per rule (indexed by residency_rule; managed and demoted count what they hold).
+  std::array<std::uint64_t, 7> bytes{};
+  [[nodiscard]] std::uint64_t bytes_of(residency_rule r) const noexcept {
+    return bytes[static_cast<std::size_t>(r)];
+  }
+  /// Bytes the rules keep resident.
+  [[nodiscard]] std::uint64_t kept_bytes() const noexcept {
+    return bytes_of(residency_rule::skip_pattern) + bytes_of(residency_rule::kind) +
+           bytes_of(residency_rule::small_tensor) + bytes_of(residency_rule::builtin_pattern) +
+           bytes_of(residency_rule::user_pattern);
+  }
+  [[nodiscard]] bool kept(std::size_t i) const noexcept {
+    return rule[i] != residency_rule::managed && rule[i] != residency_rule::demoted;
+  }
+  void move(std::size_t i, residency_rule to, std::uint64_t weight_bytes) noexcept {
+    bytes[static_cast<std::size_t>(rule[i])] -= weight_bytes;
+    bytes[static_cast<std::size_t>(to)] += weight_bytes;
+    rule[i] = to;
+  }
+};
+
+/// @brief Step 1 alone: what the rules keep resident for @p context's table, groups and config
+/// (no budget, no demotion). Setup sizes the ring from what they do not keep; an engine asks it
+/// what "nothing resident beyond the rules" costs.
+/// @throws config_error for an invalid pattern.
+[[nodiscard]] inline rule_residency residency_rules(const plan_context& context);
+
 namespace detail {
 
 [[nodiscard]] inline const pattern* first_match(const std::vector<const pattern*>& ps,
@@ -85,151 +147,273 @@ namespace detail {
   return c.config.pin_cpu_memory && !(c.machine.running_on_wsl && c.machine.disable_pin_on_wsl);
 }
 
+[[nodiscard]] inline rule_residency apply_residency_rules(const plan_context& c,
+                                                          const plan_patterns& patterns) {
+  const weight_table& table = c.table;
+  const auto& config = c.config;
+  const std::size_t n = table.size();
+  const auto builtin = builtin_always_resident_patterns();
+  std::vector<const pattern*> skip, builtin_always, user_always;
+  for (const auto& p : patterns.skip_modules) skip.push_back(&p);
+  for (const auto& p : patterns.always_resident_modules)
+    (std::find(builtin.begin(), builtin.end(), p.text()) != builtin.end() ? builtin_always
+                                                                          : user_always)
+        .push_back(&p);
+  rule_residency r;
+  r.rule.assign(n, residency_rule::managed);
+  r.matched.assign(n, nullptr);
+  r.in_block.assign(n, 0);
+  for (const auto& g : c.groups)
+    if (g.is_block)
+      for (std::size_t i : g.weights) r.in_block[i] = 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const weight_info& w = table[i];
+    residency_rule rule = residency_rule::managed;
+    if ((r.matched[i] = first_match(skip, w.module_name)) != nullptr)
+      rule = residency_rule::skip_pattern;
+    else if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(),
+                       w.kind) == config.target_module_classes.end())
+      rule = residency_rule::kind;
+    else if (w.bytes <= config.small_tensor_threshold_bytes)
+      rule = residency_rule::small_tensor;
+    else if ((r.matched[i] = first_match(user_always, w.module_name)) != nullptr)
+      rule = residency_rule::user_pattern;
+    else if (!r.in_block[i] && (r.matched[i] = first_match(builtin_always, w.module_name)))
+      rule = residency_rule::builtin_pattern;
+    if (rule != residency_rule::skip_pattern && rule != residency_rule::kind &&
+        rule != residency_rule::small_tensor)
+      r.eligible_bytes += w.bytes;
+    r.rule[i] = rule;
+    r.bytes[static_cast<std::size_t>(rule)] += w.bytes;
+  }
+  return r;
+}
+
+/// The full-pin zero-resident rule: fires, and why (see the header's description).
+[[nodiscard]] inline std::optional<std::string> full_pin_fires(const plan_context& c,
+                                                               const rule_residency& rules) {
+  const auto& config = c.config;
+  if (config.auto_full_pin_min_model_to_vram_ratio <= 0.0 || !pinning_possible(c))
+    return std::nullopt;
+  const std::uint64_t vram =
+      c.machine.total_vram_bytes != 0 ? c.machine.total_vram_bytes : c.machine.free_vram_bytes;
+  const std::uint64_t usable = c.usable_ram_bytes();
+  if (vram == 0 || usable < rules.eligible_bytes) return std::nullopt;
+  const double ratio = static_cast<double>(c.table.total_bytes()) / static_cast<double>(vram);
+  if (ratio < config.auto_full_pin_min_model_to_vram_ratio) return std::nullopt;
+  char buffer[96];
+  std::snprintf(buffer, sizeof buffer, " and model/VRAM %.2f >= %.2f", ratio,
+                config.auto_full_pin_min_model_to_vram_ratio);
+  return "full pin: usable RAM " + format_bytes(usable) + " >= eligible weights " +
+         format_bytes(rules.eligible_bytes) + buffer;
+}
+
+/// Step 2's source: which rule sets the budget (its bytes are computed after demotion).
+inline void choose_budget_source(const plan_context& c, const rule_residency& rules,
+                                 residency_result& r) {
+  const auto& config = c.config;
+  if (config.build_profile && config.profile_name.empty())
+    throw config_error("config", "build_profile",
+                       "build_profile needs a profile_name to save the calibration under");
+  const bool given = config.resident_module_budget_gb > 0.0;
+  using enum resident_budget_source;
+  if (config.build_profile) {
+    r.budget_source = build_profile;
+    r.budget_detail = "zero-resident calibration for profile '" + config.profile_name + "'" +
+                      (given ? " (resident_module_budget_gb ignored)" : "");
+  } else if (given) {
+    r.budget_source = explicit_budget;
+    r.budget_bytes = gib_to_bytes(config.resident_module_budget_gb);
+    r.budget_detail = "resident_module_budget_gb = " + format_bytes(r.budget_bytes);
+  } else if (!c.machine.zero_resident_reason.empty()) {
+    r.budget_source = zero_resident;
+    r.budget_detail = c.machine.zero_resident_reason;
+  } else if (c.machine.profile_resident_budget_bytes) {
+    r.budget_source = profile;
+    r.budget_bytes = *c.machine.profile_resident_budget_bytes;
+    r.budget_detail = "capacity profile '" + config.profile_name + "' recommends " +
+                      format_bytes(r.budget_bytes);
+  } else if (config.auto_budget_policy != budget_policy::balanced) {
+    r.budget_source = none;
+    r.budget_detail = "auto_budget_policy off and no resident_module_budget_gb";
+  } else if (auto why = full_pin_fires(c, rules)) {
+    r.budget_source = full_pin_zero_resident;
+    r.full_pin_zero_resident = true;
+    r.budget_detail = std::move(*why);
+  } else {
+    r.budget_source = balanced;
+  }
+  r.pin_all_streamed = r.full_pin_zero_resident || r.budget_source == build_profile ||
+                       r.budget_source == profile;
+}
+
+/// Demotes what the built-in patterns keep until the rules' bytes fit @p room (largest first,
+/// then execution order); refuses when what cannot be demoted exceeds free VRAM.
+inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uint64_t room) {
+  const weight_table& table = c.table;
+  if (rules.kept_bytes() > room) {
+    std::vector<std::size_t> order;
+    for (std::size_t i : c.execution_order)
+      if (rules.rule[i] == residency_rule::builtin_pattern) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return table[a].bytes != table[b].bytes ? table[a].bytes > table[b].bytes
+                                              : c.position[a] < c.position[b];
+    });
+    for (std::size_t i : order) {
+      if (rules.kept_bytes() <= room) break;
+      rules.move(i, residency_rule::demoted, table[i].bytes);
+    }
+  }
+  const std::uint64_t free = c.machine.free_vram_bytes;
+  const std::uint64_t hard = rules.kept_bytes();
+  if (free == 0 || hard <= free) return;
+  // What is left cannot stream: name the rule, or the user's pattern, that keeps the most.
+  std::string cause;
+  std::uint64_t most = 0;
+  std::unordered_map<const pattern*, std::uint64_t> by_pattern;
+  for (std::size_t i = 0; i < table.size(); ++i)
+    if (rules.rule[i] == residency_rule::user_pattern) by_pattern[rules.matched[i]] += table[i].bytes;
+  for (const auto& [p, bytes] : by_pattern)
+    if (bytes > most) {
+      most = bytes;
+      cause = "always_resident_modules_pattern '" + p->text() + "' (yours) keeps " +
+              format_bytes(bytes);
+    }
+  const std::pair<residency_rule, const char*> rules_by_name[] = {
+      {residency_rule::skip_pattern, "skip_modules_pattern keeps "},
+      {residency_rule::kind, "kinds outside target_module_classes keep "},
+      {residency_rule::small_tensor, "small tensors (small_tensor_threshold_bytes) keep "}};
+  for (const auto& [rule, words] : rules_by_name)
+    if (rules.bytes_of(rule) > most) {
+      most = rules.bytes_of(rule);
+      cause = words + format_bytes(most);
+    }
+  throw out_of_memory(memory_tier::device, hard, free,
+                      "the residency rules keep " + format_bytes(hard) +
+                          " resident, which cannot stream, but only " + format_bytes(free) +
+                          " of the device is free for the plan: " + cause +
+                          "; narrow that setting or use a larger device");
+}
+
+[[nodiscard]] inline std::string rule_reason(const rule_residency& rules, std::size_t i,
+                                             const weight_info& w, const dynamic_offload_config& config) {
+  switch (rules.rule[i]) {
+    case residency_rule::skip_pattern:
+      return "skip_modules_pattern '" + rules.matched[i]->text() + "' (not managed)";
+    case residency_rule::kind:
+      return "module kind " + std::string(to_string(w.kind)) + " not in target_module_classes";
+    case residency_rule::small_tensor:
+      return "small_tensor <= " + std::to_string(config.small_tensor_threshold_bytes) + " B";
+    case residency_rule::builtin_pattern:
+    case residency_rule::user_pattern:
+      return "always_resident_modules_pattern '" + rules.matched[i]->text() + "'";
+    case residency_rule::demoted:
+      return "always_resident_modules_pattern '" + rules.matched[i]->text() +
+             "' demoted: the rule-resident weights did not fit";
+    case residency_rule::managed:
+      break;
+  }
+  return std::string();
+}
+
+/// The plan's account of the rules: bytes per rule and what was demoted.
+[[nodiscard]] inline std::string rules_detail(const rule_residency& rules, std::size_t demoted) {
+  std::string out = "kept by the rules " + format_bytes(rules.kept_bytes()) + ":";
+  const std::pair<residency_rule, const char*> names[] = {
+      {residency_rule::skip_pattern, " skip patterns "},
+      {residency_rule::kind, " kinds "},
+      {residency_rule::small_tensor, " small tensors "},
+      {residency_rule::builtin_pattern, " built-in always-resident "},
+      {residency_rule::user_pattern, " your always-resident "}};
+  for (const auto& [rule, words] : names)
+    if (rules.bytes_of(rule) != 0) out += words + format_bytes(rules.bytes_of(rule)) + ",";
+  out.pop_back();
+  if (demoted != 0)
+    out += "; demoted (streamed) " + std::to_string(demoted) + " built-in always-resident weight(s), " +
+           format_bytes(rules.bytes_of(residency_rule::demoted));
+  return out;
+}
+
+/// Step 2's bytes: demotion, the balanced budget, and the limit every budget obeys.
+inline void size_budget(const plan_context& c, rule_residency& rules, residency_result& r) {
+  const auto& config = c.config;
+  const bool balanced = r.budget_source == resident_budget_source::balanced;
+  const std::uint64_t headroom = gib_to_bytes(config.auto_vram_headroom_gb);
+  const std::uint64_t free = c.machine.free_vram_bytes;
+  if (r.full_pin_zero_resident)  // the reference offloads the built-in defaults under full pin
+    for (std::size_t i = 0; i < rules.rule.size(); ++i)
+      if (rules.rule[i] == residency_rule::builtin_pattern)
+        rules.move(i, residency_rule::managed, c.table[i].bytes);
+  std::uint64_t room = free == 0 ? ~std::uint64_t{0} : (balanced && free > headroom ? free - headroom
+                                                        : balanced ? 0 : free);
+  if (c.machine.resident_limit_bytes) room = std::min(room, *c.machine.resident_limit_bytes);
+  demote_to_fit(c, rules, room);
+  const std::uint64_t kept = rules.kept_bytes();
+  if (balanced) {
+    const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
+    const std::uint64_t taken = saturating_add(headroom, kept);
+    r.budget_bytes = free > taken ? free - taken : 0;
+    if (cap != 0 && r.budget_bytes > cap) r.budget_bytes = cap;
+    r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " + format_bytes(headroom) +
+                      " - rule-resident " + format_bytes(kept) + ", cap " +
+                      (cap == 0 ? std::string("none") : format_bytes(cap));
+  }
+  // A profile's recommendation was measured on another free-memory state: no more than is free.
+  if (r.budget_source == resident_budget_source::profile && free != 0) {
+    const std::uint64_t left = free > kept ? free - kept : 0;
+    if (r.budget_bytes > left) {
+      r.budget_bytes = left;
+      r.budget_detail += ", limited to the " + format_bytes(left) + " free beside the rule-resident weights";
+    }
+  }
+  if (c.machine.resident_limit_bytes) {
+    const std::uint64_t limit = *c.machine.resident_limit_bytes;
+    const std::uint64_t left = limit > kept ? limit - kept : 0;
+    if (r.budget_bytes > left) {
+      r.budget_bytes = left;
+      r.budget_detail += ", limited to " + format_bytes(left) + " by " + c.machine.resident_limit_reason;
+    }
+  }
+}
+
 }  // namespace detail
+
+inline rule_residency residency_rules(const plan_context& c) {
+  std::optional<plan_patterns> own;
+  if (c.patterns == nullptr) own = compile_plan_patterns(c.config);
+  return detail::apply_residency_rules(c, c.patterns != nullptr ? *c.patterns : *own);
+}
 
 template <selection_choice Selection>
 residency_result basic_residency_planner<Selection>::plan_residency(const plan_context& c) const {
   const weight_table& table = c.table;
-  const dynamic_offload_config& config = c.config;
   const std::size_t n = table.size();
+  rule_residency rules = residency_rules(c);
   residency_result r;
+  detail::choose_budget_source(c, rules, r);
+  detail::size_budget(c, rules, r);
+
   r.resident.assign(n, 0);
   r.managed.assign(n, 0);
   r.reason.assign(n, std::string());
-
-  // The patterns make_plan compiled for this plan (compiled here for a context built elsewhere).
-  std::optional<plan_patterns> own;
-  if (c.patterns == nullptr) own = compile_plan_patterns(config);
-  const plan_patterns& patterns = c.patterns != nullptr ? *c.patterns : *own;
-  const auto builtin = builtin_always_resident_patterns();
-  std::vector<const pattern*> skip;
-  for (const auto& p : patterns.skip_modules) skip.push_back(&p);
-  std::vector<const pattern*> always;
-  // Under full pin only the patterns the user added (not the built-in defaults) keep weights.
-  std::vector<const pattern*> user_always;
-  for (const auto& p : patterns.always_resident_modules) {
-    always.push_back(&p);
-    if (std::find(builtin.begin(), builtin.end(), p.text()) == builtin.end())
-      user_always.push_back(&p);
-  }
-
-  // Rules 1-3, and which weights rule 4 would keep.
-  std::vector<const pattern*> always_match(n, nullptr);
-  std::vector<const pattern*> user_match(n, nullptr);
-  std::uint64_t eligible_bytes = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const weight_info& w = table[i];
-    if (const auto* p = detail::first_match(skip, w.module_name)) {
-      r.resident[i] = 1;
-      r.reason[i] = "skip_modules_pattern '" + p->text() + "' (not managed)";
-      continue;
-    }
-    if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(),
-                  w.kind) == config.target_module_classes.end()) {
-      r.resident[i] = 1;
-      r.reason[i] =
-          "module kind " + std::string(to_string(w.kind)) + " not in target_module_classes";
-      continue;
-    }
-    if (w.bytes <= config.small_tensor_threshold_bytes) {
-      r.resident[i] = 1;
-      r.reason[i] = "small_tensor <= " + std::to_string(config.small_tensor_threshold_bytes) + " B";
-      continue;
-    }
-    eligible_bytes += w.bytes;
-    always_match[i] = detail::first_match(always, w.module_name);
-    user_match[i] = detail::first_match(user_always, w.module_name);
-  }
-
-  // The budget, and whether full pin fires.
-  const bool explicit_budget = config.resident_module_budget_gb > 0.0;
-  const bool balanced = config.auto_budget_policy == budget_policy::balanced;
-  if (config.build_profile && config.profile_name.empty())
-    throw config_error("config", "build_profile",
-                       "build_profile needs a profile_name to save the calibration under");
-  const bool calibrating = config.build_profile;
-  const bool from_profile = !calibrating && !explicit_budget &&
-                            c.machine.profile_resident_budget_bytes.has_value();
-  if (!calibrating && !from_profile && !explicit_budget && balanced &&
-      config.auto_full_pin_min_model_to_vram_ratio > 0.0 &&
-      detail::pinning_possible(c)) {
-    const std::uint64_t vram =
-        c.machine.total_vram_bytes != 0 ? c.machine.total_vram_bytes : c.machine.free_vram_bytes;
-    const std::uint64_t usable = c.usable_ram_bytes();
-    if (vram != 0 && usable >= eligible_bytes) {
-      const double ratio = static_cast<double>(table.total_bytes()) / static_cast<double>(vram);
-      if (ratio >= config.auto_full_pin_min_model_to_vram_ratio) {
-        r.full_pin_zero_resident = true;
-        char buffer[96];
-        std::snprintf(buffer, sizeof buffer, " and model/VRAM %.2f >= %.2f", ratio,
-                      config.auto_full_pin_min_model_to_vram_ratio);
-        r.budget_detail = "full pin: usable RAM " + format_bytes(usable) + " >= eligible weights " +
-                          format_bytes(eligible_bytes) + buffer;
-      }
-    }
-  }
-
-  std::uint64_t rule_resident_bytes = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (r.resident[i]) {
-      rule_resident_bytes += table[i].bytes;
-      continue;
-    }
-    const auto* p = r.full_pin_zero_resident ? user_match[i] : always_match[i];
-    if (p != nullptr) {
-      r.resident[i] = 1;
-      r.reason[i] = "always_resident_modules_pattern '" + p->text() + "'";
-      rule_resident_bytes += table[i].bytes;
-      continue;
-    }
-    r.managed[i] = 1;
-    if (always_match[i] != nullptr)
+    r.resident[i] = rules.kept(i) ? 1 : 0;
+    r.managed[i] = rules.kept(i) ? 0 : 1;
+    r.reason[i] = detail::rule_reason(rules, i, table[i], c.config);
+    if (r.full_pin_zero_resident && r.managed[i] && rules.matched[i] != nullptr)
       r.reason[i] = "full_pin_zero_resident offloads always-resident default";
+    if (rules.rule[i] == residency_rule::demoted) ++r.demoted_weights;
   }
+  r.rule_resident_bytes = rules.kept_bytes();
+  r.demoted_bytes = rules.bytes_of(residency_rule::demoted);
+  r.rule_resident_detail = detail::rules_detail(rules, r.demoted_weights);
 
-  r.pin_all_streamed = r.full_pin_zero_resident || calibrating || from_profile;
-  if (calibrating) {
-    r.budget_bytes = 0;
-    r.budget_source = resident_budget_source::build_profile;
-    r.budget_detail = "zero-resident calibration for profile '" + config.profile_name + "'" +
-                      (explicit_budget ? " (resident_module_budget_gb ignored)" : "");
-  } else if (from_profile) {
-    r.budget_bytes = *c.machine.profile_resident_budget_bytes;
-    r.budget_source = resident_budget_source::profile;
-    r.budget_detail = "capacity profile '" + config.profile_name + "' recommends " +
-                      format_bytes(r.budget_bytes);
-  } else if (explicit_budget) {
-    r.budget_bytes = gib_to_bytes(config.resident_module_budget_gb);
-    r.budget_source = resident_budget_source::explicit_budget;
-    r.budget_detail = "resident_module_budget_gb = " + format_bytes(r.budget_bytes);
-  } else if (r.full_pin_zero_resident) {
-    r.budget_bytes = 0;
-    r.budget_source = resident_budget_source::full_pin_zero_resident;
-  } else if (balanced) {
-    const std::uint64_t headroom = gib_to_bytes(config.auto_vram_headroom_gb);
-    const std::uint64_t free = c.machine.free_vram_bytes;
-    const std::uint64_t taken = saturating_add(headroom, rule_resident_bytes);
-    std::uint64_t budget = free > taken ? free - taken : 0;
-    const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
-    if (cap != 0 && budget > cap) budget = cap;
-    r.budget_bytes = budget;
-    r.budget_source = resident_budget_source::balanced;
-    r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " + format_bytes(headroom) +
-                      " - rule-resident " + format_bytes(rule_resident_bytes) + ", cap " +
-                      (cap == 0 ? std::string("none") : format_bytes(cap));
-  } else {
-    r.budget_bytes = 0;
-    r.budget_source = resident_budget_source::none;
-    r.budget_detail = "auto_budget_policy off and no resident_module_budget_gb";
-  }
-
-  r.selection = std::string(selection_label<Selection>(config.resident_module_selection));
+  r.selection = std::string(selection_label<Selection>(c.config.resident_module_selection));
   if (r.budget_bytes == 0) return r;
 
-  // Candidates in execution order: blocks or modules, with the managed weights they hold.
-  std::vector<selection_candidate> candidates;
-  std::vector<std::vector<std::size_t>> members;
-  const bool by_block = !config.resident_module_patterns.empty();
+  // Step 3. Candidates in execution order: blocks or modules, with the managed weights they hold.
+  const bool by_block = !c.config.resident_module_patterns.empty();
+  module_candidates cands;
   if (by_block) {
     for (const auto& g : c.groups) {
       if (!g.is_block) continue;
@@ -241,19 +425,17 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
           ws.push_back(i);
         }
       if (ws.empty()) continue;
-      candidates.push_back(cand);
-      members.push_back(std::move(ws));
+      cands.candidates.push_back(cand);
+      cands.members.push_back(std::move(ws));
     }
   } else {
-    auto by_module = group_by_module(c, [&](std::size_t i) { return r.managed[i] != 0; });
-    candidates = std::move(by_module.candidates);
-    members = std::move(by_module.members);
+    cands = group_by_module(c, [&](std::size_t i) { return r.managed[i] != 0; });
   }
   const auto outcome =
-      run_selection<Selection>(config.resident_module_selection, candidates, r.budget_bytes);
+      run_selection<Selection>(c.config.resident_module_selection, cands.candidates, r.budget_bytes);
   const std::string why = "resident_budget " + r.selection + (by_block ? " (block)" : " (module)");
   for (std::size_t w : outcome.winners)
-    for (std::size_t i : members[w]) {
+    for (std::size_t i : cands.members[w]) {
       r.resident[i] = 1;
       r.reason[i] = why;
     }

@@ -74,6 +74,7 @@ inline dynamic_offload_settings resolve_for(const weight_table& model,
   auto inputs = options.inputs;
   if (preset) inputs.preset = std::string(*preset);
   if (!inputs.model_bytes) inputs.model_bytes = model.total_bytes();
+  if (!inputs.stated_ram_bytes) inputs.stated_ram_bytes = options.ram_bytes;  // auto decides on it
   return resolve_settings(inputs);
 }
 

@@ -288,7 +288,8 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
         notes.push_back("pipeline device budget: phase '" + pipeline[i].name + "' plans against " +
                         format_bytes(shares[i].device_bytes));
         if (pipeline[i].passes_per_phase == 1 && !set_explicitly(s, "resident_module_budget_gb")) {
-          s.config.resident_module_budget_gb = 1.0 / static_cast<double>(gib);  // one byte: no block
+          o.zero_resident_reason =
+              "pipeline phase '" + pipeline[i].name + "' runs once (passes_per_phase = 1)";
           notes.push_back("passes_per_phase = 1: nothing resident beyond the rules (streamed "
                           "bytes overlap the compute; residents would be uploaded again every phase)");
         }

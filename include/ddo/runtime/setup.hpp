@@ -96,6 +96,10 @@ struct setup_options {
   /// in proportion to their weight bytes. 0: the setting pipeline_pinned_budget_gb decides
   /// (its default 0: each component's own pin budget). Ranks as above.
   std::uint64_t pipeline_pinned_budget_bytes = 0;
+  /// Not empty: plan nothing resident beyond the rules, for this reason (a pipeline phase that
+  /// runs once uploads its residents again every phase), unless resident_module_budget_gb is set
+  /// (machine_capacity::zero_resident_reason; the plan's source is "zero_resident").
+  std::string zero_resident_reason;
   /// Options of a host_sim transport ddo makes itself (backend host_sim).
   host_sim_options host_sim;
   /// Where `verbose` prints the setup details.
@@ -168,16 +172,47 @@ inline void print_setup(std::FILE* log, const weight_table& table, const offload
 
 }  // namespace detail
 
+/// @brief Per weight, 1 when the residency rules keep it resident whatever the budget (before
+/// demotion): what setup leaves out of the ring it reserves.
+[[nodiscard]] inline std::vector<char> rule_kept_weights(const weight_table& table,
+                                                         std::span<const execution_group> groups,
+                                                         const dynamic_offload_config& config) {
+  const machine_capacity unknown;
+  plan_context context{table, config, unknown, groups, group_of_weights(table, groups), {}, {}, nullptr};
+  const rule_residency rules = residency_rules(context);
+  std::vector<char> kept(table.size(), 0);
+  for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rules.kept(w) ? 1 : 0;
+  return kept;
+}
+
+/// @brief The largest ring slot @p plan needs: its streamed weights per group, aligned as the
+/// runtime lays them out.
+[[nodiscard]] inline std::uint64_t streamed_slot_bytes(const offload_plan& plan,
+                                                       const weight_table& table,
+                                                       std::uint64_t alignment) {
+  std::uint64_t largest = 0;
+  for (const auto& g : plan.groups) {
+    std::vector<std::size_t> streamed;
+    for (std::size_t w : g.weights)
+      if (plan.decisions[w].where != placement::gpu_resident) streamed.push_back(w);
+    largest = std::max(largest, slot_bytes_for(table, streamed, alignment));
+  }
+  return largest;
+}
+
 /// @brief The machine the plan sees (see the file comment).
 /// @param groups the execution groups (any may stream: the ring is sized for the largest).
 /// @param runtime the runtime options the plan will run with (slot_count, alignment).
 /// @param ring whether the route streams at all (route none: no ring).
+/// @param kept per weight, 1 for a weight that never streams (the residency rules keep it, or
+/// the plan did): the ring holds only what streams, as the runtime's slots do. Empty: every
+/// weight may stream.
 template <class Transport>
 [[nodiscard]] setup_machine machine_for(Transport& transport, const weight_table& table,
                                         std::span<const execution_group> groups,
                                         const dynamic_offload_settings& settings,
                                         const runtime_options& runtime, const setup_options& options,
-                                        bool ring = true) {
+                                        bool ring = true, std::span<const char> kept = {}) {
   setup_machine m;
   m.device = transport.device_memory();
   // A device budget (the engine's cap, or a pipeline phase's share of the shared budget) caps
@@ -193,9 +228,26 @@ template <class Transport>
     m.device.free_bytes = cap(m.device.free_bytes, limit);
     m.device.total_bytes = cap(m.device.total_bytes, limit);
   }
-  for (const auto& g : groups)
-    m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, g.weights, runtime.alignment));
-  m.slots = ring ? std::min(runtime.slot_count, groups.size()) : 0;
+  std::uint64_t largest_streamed = 0;  // bytes, unaligned: what a file staging slot must hold
+  std::string largest_group;
+  std::size_t streaming_groups = 0;
+  for (const auto& g : groups) {
+    std::vector<std::size_t> streamed;
+    std::uint64_t bytes = 0;
+    for (std::size_t w : g.weights)
+      if (kept.empty() || !kept[w]) {
+        streamed.push_back(w);
+        bytes += table[w].bytes;
+      }
+    if (streamed.empty()) continue;
+    ++streaming_groups;
+    m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, streamed, runtime.alignment));
+    if (bytes > largest_streamed) {
+      largest_streamed = bytes;
+      largest_group = g.name;
+    }
+  }
+  m.slots = ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streaming_groups) : 0;
   m.ring_bytes = ring_bytes_for(m.slot_bytes, m.slots);
   m.engine_reserve_bytes = options.reserve_device_bytes;
   machine_capacity& c = m.capacity;
@@ -219,12 +271,41 @@ template <class Transport>
     c.available_ram_bytes = available_ram_bytes().value_or(0);
   }
   c.max_group_bytes = options.max_group_bytes;
+  c.zero_resident_reason = options.zero_resident_reason;
   // The file route stages a group through one of its two pinned slots: a group streaming more
   // than a slot holds is refused by make_plan with the numbers (vmm_staging_buffer_gb).
+  // A preset's (or the default) vmm_staging_buffer_gb grows to the largest streamed group; a
+  // size the user set is honoured, or the plan is refused naming it (make_plan).
   if constexpr (transport_with_file_staging<Transport>) {
-    const std::uint64_t slot = transport.staging_slot_bytes();
+    std::uint64_t slot = transport.staging_slot_bytes();
+    const auto& where = settings.provenance.of("vmm_staging_buffer_gb");
+    if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
+      if (!set_explicitly(settings, "vmm_staging_buffer_gb") && largest_streamed > slot) {
+        transport.grow_staging_slot(largest_streamed);
+        c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " (" + describe(where) +
+                             ") grown to " + format_bytes(transport.staging_slot_bytes()) +
+                             " for the largest streamed group '" + largest_group + "' (" +
+                             format_bytes(largest_streamed) + ")";
+        slot = transport.staging_slot_bytes();
+      }
+    }
+    if (c.max_group_detail.empty() && set_explicitly(settings, "vmm_staging_buffer_gb"))
+      c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " set by " +
+                           describe(where) + ", honoured";
     if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
   }
+  // The legacy VMM route maps resident weights and its window inside
+  // vmm_resident_weight_budget_gb: the plan keeps resident at most the budget less one slot.
+  if constexpr (transport_with_stable_addresses<Transport>)
+    if (ring && !native_vmm_selected(settings.config) &&
+        settings.config.vmm_resident_weight_budget_gb > 0.0) {
+      const std::uint64_t budget = gib_to_bytes(settings.config.vmm_resident_weight_budget_gb);
+      const std::uint64_t handle = settings.config.vmm_page_mb != 0 ? settings.config.vmm_page_mb * mib : 64 * mib;
+      const std::uint64_t window = round_up(m.slot_bytes, handle);
+      c.resident_limit_bytes = budget > window ? budget - window : 0;
+      c.resident_limit_reason = "vmm_resident_weight_budget_gb " + format_bytes(budget) +
+                                " less one window slot " + format_bytes(window);
+    }
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   // host_sim stands in for any device (ddo-plan --vram-gb plans for a GPU on it): a profile's
@@ -316,7 +397,9 @@ template <class Planner = default_residency_planner, class PinSelector = default
     }
     default: {
       r.runtime.route = "dynamic_offload";
-      r.machine = machine_for(transport, table, groups, settings, r.runtime, options);
+      // The ring holds what streams: reserved from what the residency rules do not keep.
+      std::vector<char> kept = rule_kept_weights(table, groups, settings.config);
+      r.machine = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
       // The machine carries the RAM the plan uses (explicit field, stated, or probed):
       // resolution's detected value in the config must not override a stated one.
       dynamic_offload_config config = settings.config;
@@ -333,6 +416,8 @@ template <class Planner = default_residency_planner, class PinSelector = default
             {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
             {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
             {"max_group", r.machine.capacity.max_group_bytes},
+            {"zero_resident", options.zero_resident_reason.empty() ? 0u : 1u},
+            {"resident_limit", r.machine.capacity.resident_limit_bytes.value_or(~0ull)},
         };
         key = plan_cache_key(table, groups, config,
                              detail::policy_names(typeid(Planner), typeid(PinSelector)), budgets);
@@ -348,7 +433,15 @@ template <class Planner = default_residency_planner, class PinSelector = default
         }
       }
       if (!r.plan_from_cache) {
-        r.plan = make_plan(table, std::move(groups), config, r.machine.capacity, planner, pins);
+        r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+        // Demoted weights stream too: when they make a group larger than the ring reserved,
+        // reserve it again from what the plan streams and plan once more.
+        if (streamed_slot_bytes(r.plan, table, r.runtime.alignment) > r.machine.slot_bytes) {
+          for (std::size_t w = 0; w < table.size(); ++w)
+            kept[w] = r.plan.decisions[w].where == placement::gpu_resident ? 1 : 0;
+          r.machine = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
+          r.plan = make_plan(table, std::move(groups), config, r.machine.capacity, planner, pins);
+        }
         if (cached) options.plans->insert(std::move(key), r.plan);
       }
       break;
@@ -489,7 +582,8 @@ template <class... Policies, class Transport>
       const default_pin_selector&);                                                         \
   PREFIX template setup_machine machine_for<TRANSPORT>(                                     \
       TRANSPORT&, const weight_table&, std::span<const execution_group>,                    \
-      const dynamic_offload_settings&, const runtime_options&, const setup_options&, bool); \
+      const dynamic_offload_settings&, const runtime_options&, const setup_options&, bool, \
+      std::span<const char>);                                                               \
   PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,      \
                                                       const host_sim_options&);             \
   PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<          \

@@ -141,6 +141,18 @@ class nvme_transport : public Inner {
     return nvme_->options.staging_slot_bytes;
   }
 
+  /// @brief Grows each staging slot to at least @p bytes (rounded up to 4096) before setup: the
+  /// setup path does this when the slot size came from a preset, not from the user, and the
+  /// largest streamed group needs more (runtime/setup.hpp). Page-locked memory is still sized to
+  /// the largest piece at prepare_file_reads.
+  /// @throws usage_error once prepared.
+  void grow_staging_slot(std::uint64_t bytes) {
+    std::lock_guard lock(nvme_->mutex);
+    DDO_EXPECTS(!nvme_->prepared, "nvme_transport::grow_staging_slot: already prepared");
+    nvme_->options.staging_slot_bytes =
+        std::max(nvme_->options.staging_slot_bytes, round_up(bytes, direct_io_alignment));
+  }
+
   /// @brief At setup: opens the files the plan reads (O_DIRECT per file_io_mode), page-locks the
   /// two staging slots and starts the readers. On failure nothing stays allocated or open.
   /// @throws usage_error when already prepared (one offloader per transport object);

@@ -112,9 +112,19 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   preset_inputs.running_on_wsl = settings.running_on_wsl;
   preset_inputs.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   preset_inputs.available_ram_gb = detected_ram_gb;
-  if (whole && whole->available_system_ram_gb > 0) preset_inputs.available_ram_gb = whole->available_system_ram_gb;
-  if (const auto ram = last_assignment(layers, field_id::available_system_ram_gb))
+  preset_inputs.ram_source = context.detected_ram_gb ? "given as detected" : "detected";
+  if (context.stated_ram_bytes) {
+    preset_inputs.available_ram_gb = bytes_to_gib(*context.stated_ram_bytes);
+    preset_inputs.ram_source = "stated by the engine";
+  }
+  if (whole && whole->available_system_ram_gb > 0) {
+    preset_inputs.available_ram_gb = whole->available_system_ram_gb;
+    preset_inputs.ram_source = "available_system_ram_gb";
+  }
+  if (const auto ram = last_assignment(layers, field_id::available_system_ram_gb)) {
     preset_inputs.available_ram_gb = std::get<double>(*ram);
+    preset_inputs.ram_source = "available_system_ram_gb";
+  }
   preset_inputs.system_ram_headroom_gb = whole ? whole->system_ram_headroom_gb : 6.0;
   if (const auto headroom = last_assignment(layers, field_id::system_ram_headroom_gb))
     preset_inputs.system_ram_headroom_gb = std::get<double>(*headroom);
@@ -258,6 +268,7 @@ DDO_INLINE dynamic_offload_settings resolve_settings(const resolve_inputs& input
   context.vmm_supported = inputs.vmm_supported;
   context.running_on_wsl = inputs.running_on_wsl;
   context.detected_ram_gb = inputs.detected_ram_gb;
+  context.stated_ram_bytes = inputs.stated_ram_bytes;
   context.paths = inputs.paths;
 
   explicit_source code;

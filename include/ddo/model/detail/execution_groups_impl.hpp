@@ -95,17 +95,313 @@ struct block_match {
 
 [[nodiscard]] DDO_INLINE bool is_output_component(std::string_view c) {
   for (std::string_view n : {"norm_out", "proj_out", "conv_out", "final_layer", "lm_head", "ln_f",
-                             "norm_f", "head", "output"})
+                             "norm_f", "head", "output", "norm", "final_layer_norm", "norm_final",
+                             "out", "unpatchify"})
+    if (c == n) return true;
+  return c.starts_with("final_") || c.ends_with("_out");
+}
+
+[[nodiscard]] DDO_INLINE bool is_input_component(std::string_view c) {
+  if (c.find("embed") != std::string_view::npos || c.starts_with("time") ||
+      c.ends_with("_in") || c.starts_with("pos_") || c.starts_with("patch"))
+    return true;
+  for (std::string_view n :
+       {"img_in", "txt_in", "conv_in", "proj_in", "time_in", "vector_in", "guidance_in", "input",
+        "wte", "wpe", "shared", "x_embedder", "context_embedder", "t_embedder", "y_embedder"})
     if (c == n) return true;
   return false;
 }
 
-[[nodiscard]] DDO_INLINE bool is_input_component(std::string_view c) {
-  if (c.find("embed") != std::string_view::npos) return true;
-  for (std::string_view n :
-       {"img_in", "txt_in", "conv_in", "proj_in", "time_in", "vector_in", "guidance_in", "input"})
-    if (c == n) return true;
-  return false;
+/// Stages that run between the block families (UNet's mid block).
+[[nodiscard]] DDO_INLINE bool is_middle_component(std::string_view c) {
+  return c == "mid_block" || c == "mid" || c == "middle_block" || c == "middle";
+}
+
+/// Where a family runs among the others, by its last name component: 0 input stages (down,
+/// input, encoder, double), 1 unknown or middle, 2 output stages (up, output, decoder, single).
+[[nodiscard]] DDO_INLINE int family_rank(std::string_view family) {
+  while (!family.empty() && family.back() == '.') family.remove_suffix(1);
+  const auto dot = family.rfind('.');
+  std::string_view leaf = dot == std::string_view::npos ? family : family.substr(dot + 1);
+  if (const auto colon = leaf.rfind(':'); colon != std::string_view::npos) leaf = leaf.substr(colon + 1);
+  for (std::string_view n : {"down", "input", "encoder", "double"})
+    if (leaf.starts_with(n)) return 0;
+  for (std::string_view n : {"up", "output", "decoder", "single"})
+    if (leaf.starts_with(n)) return 2;
+  return 1;
+}
+
+/// The auto rule's block families of one component: every `<prefix>.<N>` in the module names
+/// is a candidate family; the chosen ones carry the most bytes (the largest first, then every
+/// family neither inside nor around a chosen one with at least a tenth of its bytes), with at
+/// least two indices (one for the names of auto_block_families).
+[[nodiscard]] DDO_INLINE std::vector<std::string> choose_block_families(
+    const weight_table& table, std::span<const std::size_t> members, std::size_t strip) {
+  struct family_stats {
+    std::uint64_t bytes = 0;
+    std::vector<std::uint64_t> indices;
+    std::size_t first = 0;
+  };
+  std::map<std::string, family_stats> stats;
+  for (std::size_t i : members) {
+    const std::string_view module = std::string_view(table[i].module_name).substr(strip);
+    const auto parts = split_dots(module);
+    std::string prefix;
+    for (std::size_t p = 0; p + 1 < parts.size(); ++p) {
+      prefix += (p ? "." : "") + std::string(parts[p]);
+      const auto index = parse_index(parts[p + 1]);
+      if (!index) continue;
+      auto [it, inserted] = stats.emplace(prefix, family_stats{});
+      if (inserted) it->second.first = i;
+      it->second.bytes += table[i].bytes;
+      if (std::find(it->second.indices.begin(), it->second.indices.end(), *index) ==
+          it->second.indices.end())
+        it->second.indices.push_back(*index);
+    }
+  }
+  auto known = [](const std::string& family) {
+    const auto dot = family.rfind('.');
+    const std::string_view leaf = dot == std::string::npos ? std::string_view(family)
+                                                           : std::string_view(family).substr(dot + 1);
+    return std::find(auto_block_families.begin(), auto_block_families.end(), leaf) !=
+           auto_block_families.end();
+  };
+  // A middle stage runs as one unit: families inside it are not blocks (its own numbered
+  // family, ldm's middle_block.N, is).
+  auto inside_middle = [](const std::string& family) {
+    const auto dot = family.find('.');
+    return dot != std::string::npos && is_middle_component(std::string_view(family).substr(0, dot));
+  };
+  std::vector<std::pair<std::string, const family_stats*>> ranked;
+  for (const auto& [name, st] : stats)
+    if ((st.indices.size() >= 2 || known(name)) && !inside_middle(name)) ranked.emplace_back(name, &st);
+  // Most bytes first; equal bytes: the outer family (it runs as a unit), then table order.
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    if (a.second->bytes != b.second->bytes) return a.second->bytes > b.second->bytes;
+    if (a.first.size() != b.first.size()) return a.first.size() < b.first.size();
+    return a.second->first < b.second->first;
+  });
+  std::vector<std::string> chosen;
+  auto related = [](const std::string& a, const std::string& b) {
+    return (a.size() > b.size() && a.starts_with(b) && a[b.size()] == '.') ||
+           (b.size() > a.size() && b.starts_with(a) && b[a.size()] == '.') || a == b;
+  };
+  for (const auto& [name, st] : ranked) {
+    if (!chosen.empty() && (st->bytes < ranked.front().second->bytes / 10 ||
+                            st->indices.size() < 2))
+      continue;
+    if (std::any_of(chosen.begin(), chosen.end(),
+                    [&](const std::string& c) { return related(c, name); }))
+      continue;
+    chosen.push_back(name);
+  }
+  return chosen;
+}
+
+/// The block of @p module_name (stripped by @p strip) among the chosen families.
+[[nodiscard]] DDO_INLINE std::optional<block_match> match_family(
+    std::string_view module_name, std::size_t strip, const std::vector<std::string>& families) {
+  const std::string_view module = module_name.substr(strip);
+  for (const auto& family : families) {
+    if (module.size() <= family.size() + 1 || !module.starts_with(family) ||
+        module[family.size()] != '.')
+      continue;
+    const std::string_view rest = module.substr(family.size() + 1);
+    const auto index = parse_index(rest.substr(0, rest.find('.')));
+    if (!index) continue;
+    block_match m;
+    m.family = std::string(module_name.substr(0, strip)) + family;
+    m.key = m.family + "." + std::to_string(*index);
+    m.index = *index;
+    return m;
+  }
+  return std::nullopt;
+}
+
+/// One component of a table (a bundled file's diffusion model, VAE, text encoder, or the whole
+/// table): its weights and the name prefix they share.
+struct table_component {
+  std::string prefix;  ///< "model.diffusion_model.", "first_stage_model.", ... or ""
+  std::vector<std::size_t> weights;
+  int place = 0;  ///< -1 runs before the main component, 0 is it, 1 runs after
+};
+
+/// Bundled single files: the prefixes of the parts a checkpoint bundles with its model, and
+/// where each runs relative to the model (text encoders and conditioners before, the VAE after).
+inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixes = {{
+    {"model.diffusion_model.", 0},
+    {"conditioner.", -1},
+    {"cond_stage_model.", -1},
+    {"text_encoders.", -1},
+    {"text_encoder.", -1},
+    {"text_encoder_2.", -1},
+    {"text_encoder_3.", -1},
+    {"first_stage_model.", 1},
+    {"vae.", 1},
+    {"diffusion_model.", 0},
+}};
+
+[[nodiscard]] DDO_INLINE std::vector<table_component> split_components(const weight_table& table) {
+  std::vector<table_component> parts;
+  table_component rest;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const std::string& name = table[i].name;
+    auto it = std::find_if(bundle_prefixes.begin(), bundle_prefixes.end(),
+                           [&](const auto& b) { return name.starts_with(b.first); });
+    if (it == bundle_prefixes.end()) {
+      rest.weights.push_back(i);
+      continue;
+    }
+    auto part = std::find_if(parts.begin(), parts.end(),
+                             [&](const table_component& c) { return c.prefix == it->first; });
+    if (part == parts.end()) {
+      parts.push_back({std::string(it->first), {}, it->second});
+      part = parts.end() - 1;
+    }
+    part->weights.push_back(i);
+  }
+  // One component (or none named): the table is the model. Several: the named diffusion model
+  // is the main one, else the part with the most bytes; the unnamed rest belongs to the main.
+  const bool bundled = parts.size() > 1 || (parts.size() == 1 && parts[0].place != 0);
+  if (parts.empty() || (parts.size() == 1 && !bundled)) {
+    table_component whole;
+    for (std::size_t i = 0; i < table.size(); ++i) whole.weights.push_back(i);
+    if (parts.size() == 1 && rest.weights.empty()) whole.prefix = parts[0].prefix;
+    return {whole};
+  }
+  auto bytes = [&](const table_component& c) {
+    std::uint64_t b = 0;
+    for (std::size_t i : c.weights) b += table[i].bytes;
+    return b;
+  };
+  auto main = std::find_if(parts.begin(), parts.end(), [](const table_component& c) { return c.place == 0; });
+  if (main == parts.end() && !rest.weights.empty()) {  // the unnamed weights are the model
+    parts.push_back(std::move(rest));
+    rest = {};
+    main = parts.end() - 1;
+  }
+  if (main == parts.end())
+    main = std::max_element(parts.begin(), parts.end(),
+                            [&](const auto& a, const auto& b) { return bytes(a) < bytes(b); });
+  main->place = 0;
+  for (auto& c : parts)
+    if (&c != &*main && c.place == 0) c.place = 1;
+  main->weights.insert(main->weights.end(), rest.weights.begin(), rest.weights.end());
+  std::sort(main->weights.begin(), main->weights.end());
+  return parts;
+}
+
+/// The groups of one component (see model/execution_groups.hpp).
+[[nodiscard]] DDO_INLINE std::vector<execution_group> component_groups(
+    const weight_table& table, const table_component& part, std::span<const pattern> compiled,
+    bool blocks) {
+  const std::size_t strip =
+      std::all_of(part.weights.begin(), part.weights.end(),
+                  [&](std::size_t i) { return table[i].module_name.starts_with(part.prefix); })
+          ? part.prefix.size()
+          : 0;
+  const bool use_auto = compiled.empty() || !blocks;
+  const std::vector<std::string> families =
+      use_auto ? choose_block_families(table, part.weights, strip) : std::vector<std::string>{};
+  struct block_info {
+    std::string key, family;
+    std::uint64_t index;
+    std::vector<std::size_t> weights;
+  };
+  std::vector<std::string> family_order;  // first appearance
+  std::unordered_map<std::string, std::size_t> block_of_key;
+  std::vector<block_info> blocks_found;
+  std::vector<char> in_block(table.size(), 0);
+  std::optional<std::size_t> first_block_weight;
+  for (std::size_t i : part.weights) {
+    const std::string& module_name = table[i].module_name;
+    const auto m = use_auto ? match_family(module_name, module_name.starts_with(part.prefix) ? strip : 0, families)
+                            : match_pattern_block(module_name, compiled);
+    if (!m) continue;
+    if (!first_block_weight) first_block_weight = i;
+    auto [it, inserted] = block_of_key.emplace(m->key, blocks_found.size());
+    if (inserted) {
+      blocks_found.push_back(block_info{m->key, m->family, m->index, {}});
+      if (std::find(family_order.begin(), family_order.end(), m->family) == family_order.end())
+        family_order.push_back(m->family);
+    }
+    blocks_found[it->second].weights.push_back(i);
+    in_block[i] = 1;
+  }
+  const std::string label = part.prefix.empty() ? std::string() : part.prefix.substr(0, part.prefix.size() - 1);
+  std::vector<execution_group> groups;
+  if (blocks_found.empty()) {
+    if (!label.empty()) return {execution_group{label, part.weights, false}};
+    std::unordered_map<std::string, std::size_t> group_of_top;
+    for (std::size_t i : part.weights) {
+      const std::string& name = table[i].name;
+      const std::string top = name.substr(0, name.find('.'));
+      auto [it, inserted] = group_of_top.emplace(top, groups.size());
+      if (inserted) groups.push_back(execution_group{top, {}, false});
+      groups[it->second].weights.push_back(i);
+    }
+    return groups;
+  }
+  // Families by stage (input stages, then middle or unknown, then output stages), then first
+  // appearance; a "single_*" family right after its sibling (FLUX's double then single blocks).
+  // Explicit patterns state the order: families in the order of their patterns.
+  if (use_auto)
+    std::stable_sort(family_order.begin(), family_order.end(), [](const auto& a, const auto& b) {
+      return family_rank(a) < family_rank(b);
+    });
+  else
+    std::stable_sort(family_order.begin(), family_order.end(), [](const auto& a, const auto& b) {
+      return std::stoul(a.substr(0, a.find(':'))) < std::stoul(b.substr(0, b.find(':')));
+    });
+  // Outside the blocks: input modules before, output modules after, a middle stage between the
+  // input and the output stages; anything else by its table position against the first block
+  // weight (an engine's table lists modules in order; a file's names are sorted, hence the
+  // name rules first).
+  execution_group before{label.empty() ? "<before>" : label + ".<before>", {}, false};
+  execution_group after{label.empty() ? "<after>" : label + ".<after>", {}, false};
+  std::map<std::string, execution_group> middles;
+  for (std::size_t i : part.weights) {
+    if (in_block[i]) continue;
+    const std::string& module_name = table[i].module_name;
+    const std::string_view module = std::string_view(module_name).substr(
+        module_name.starts_with(part.prefix) ? strip : 0);
+    const std::string_view top = module.substr(0, module.find('.'));
+    if (is_middle_component(top)) {
+      auto& g = middles[std::string(module_name.substr(0, module_name.size() - module.size())) + std::string(top)];
+      g.weights.push_back(i);
+    } else if (is_output_component(top)) {  // the top-level module decides first
+      after.weights.push_back(i);
+    } else if (is_input_component(top)) {
+      before.weights.push_back(i);
+    } else if (has_component(module, is_output_component)) {
+      after.weights.push_back(i);
+    } else if (has_component(module, is_input_component) || i < *first_block_weight) {
+      before.weights.push_back(i);
+    } else {
+      after.weights.push_back(i);
+    }
+  }
+  if (!before.weights.empty()) groups.push_back(std::move(before));
+  bool middles_placed = middles.empty();
+  auto place_middles = [&] {
+    for (auto& [name, g] : middles) groups.push_back(execution_group{name, std::move(g.weights), blocks});
+    middles_placed = true;
+  };
+  for (const auto& family : family_order) {
+    if (!middles_placed && family_rank(family) == 2) place_middles();
+    std::vector<std::size_t> members;
+    for (std::size_t b = 0; b < blocks_found.size(); ++b)
+      if (blocks_found[b].family == family) members.push_back(b);
+    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
+      return blocks_found[a].index != blocks_found[b].index ? blocks_found[a].index < blocks_found[b].index
+                                                            : a < b;
+    });
+    for (std::size_t b : members)
+      groups.push_back(execution_group{blocks_found[b].key, blocks_found[b].weights, blocks});
+  }
+  if (!middles_placed) place_middles();
+  if (!after.weights.empty()) groups.push_back(std::move(after));
+  return groups;
 }
 
 }  // namespace detail
@@ -138,104 +434,14 @@ DDO_INLINE std::vector<execution_group> infer_execution_groups(
 
 DDO_INLINE std::vector<execution_group> infer_execution_groups(const weight_table& table,
                                                                std::span<const pattern> compiled) {
-  const bool use_auto = compiled.empty();
-
-  struct block_info {
-    std::string key;
-    std::string family;
-    std::uint64_t index;
-    std::vector<std::size_t> weights;
-  };
-  std::vector<std::string> family_order;  // first appearance
-  std::unordered_map<std::string, std::size_t> block_of_key;
-  std::vector<block_info> blocks;
-  std::vector<std::optional<std::size_t>> block_of(table.size());
-  std::optional<std::size_t> first_block_weight;
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    const std::string& module_name = table[i].module_name;
-    const auto m =
-        use_auto ? detail::match_auto_block(module_name) : detail::match_pattern_block(module_name, compiled);
-    if (!m) continue;
-    if (!first_block_weight) first_block_weight = i;
-    auto [it, inserted] = block_of_key.emplace(m->key, blocks.size());
-    if (inserted) {
-      blocks.push_back(block_info{m->key, m->family, m->index, {}});
-      if (std::find(family_order.begin(), family_order.end(), m->family) == family_order.end())
-        family_order.push_back(m->family);
-    }
-    blocks[it->second].weights.push_back(i);
-    block_of[i] = it->second;
-  }
-
-  // "single_*" families run right after their sibling family.
-  auto leaf_of = [](const std::string& family) {
-    const auto dot = family.rfind('.');
-    const auto colon = family.rfind(':');
-    std::size_t start = 0;
-    if (dot != std::string::npos)
-      start = dot + 1;
-    else if (colon != std::string::npos)
-      start = colon + 1;
-    return std::pair{family.substr(0, start), family.substr(start)};
-  };
-  for (std::size_t f = 0; f < family_order.size(); ++f) {
-    const auto [prefix, leaf] = leaf_of(family_order[f]);
-    if (!leaf.starts_with("single_")) continue;
-    const std::string rest = leaf.substr(7);
-    for (std::size_t g = f + 1; g < family_order.size(); ++g) {
-      const auto [prefix2, leaf2] = leaf_of(family_order[g]);
-      if (prefix2 == prefix && (leaf2 == rest || leaf2 == "double_" + rest)) {
-        const std::string single = family_order[f];
-        family_order.erase(family_order.begin() + static_cast<std::ptrdiff_t>(f));
-        family_order.insert(family_order.begin() + static_cast<std::ptrdiff_t>(g), single);
-        --f;  // the entry now at f has not been looked at
-        break;
-      }
-    }
-  }
-
+  auto parts = detail::split_components(table);
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const auto& a, const auto& b) { return a.place < b.place; });
   std::vector<execution_group> groups;
-  if (blocks.empty()) {
-    std::unordered_map<std::string, std::size_t> group_of_top;
-    for (std::size_t i = 0; i < table.size(); ++i) {
-      const std::string& name = table[i].name;
-      const std::string top = name.substr(0, name.find('.'));
-      auto [it, inserted] = group_of_top.emplace(top, groups.size());
-      if (inserted) groups.push_back(execution_group{top, {}, false});
-      groups[it->second].weights.push_back(i);
-    }
-    return groups;
+  for (const auto& part : parts) {
+    auto g = detail::component_groups(table, part, compiled, part.place == 0);
+    groups.insert(groups.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
   }
-
-  execution_group before{"<before>", {}, false};
-  execution_group after{"<after>", {}, false};
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    if (block_of[i]) continue;
-    const std::string& module_name = table[i].module_name;
-    if (detail::has_component(module_name, detail::is_output_component))
-      after.weights.push_back(i);
-    else if (detail::has_component(module_name, detail::is_input_component))
-      before.weights.push_back(i);
-    else if (i < *first_block_weight)
-      before.weights.push_back(i);
-    else
-      after.weights.push_back(i);
-  }
-
-  if (!before.weights.empty()) groups.push_back(std::move(before));
-  for (const auto& family : family_order) {
-    std::vector<std::size_t> members;
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      if (blocks[b].family == family) members.push_back(b);
-    // Two keys with one index (an explicit pattern's odd match) keep first appearance: sorted
-    // by (index, position), as a stable sort would, without its merge machinery to compile.
-    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-      return blocks[a].index != blocks[b].index ? blocks[a].index < blocks[b].index : a < b;
-    });
-    for (std::size_t b : members)
-      groups.push_back(execution_group{blocks[b].key, blocks[b].weights, true});
-  }
-  if (!after.weights.empty()) groups.push_back(std::move(after));
   return groups;
 }
 

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+// Published checkpoint layouts (runner/published_layouts.hpp) planned the way ddo-plan plans
+// them on a host: groups are the real blocks in execution order, every byte is accounted, and
+// auto plans on an 8 GiB card with 16 GiB of RAM without passing either budget. And a property
+// test over random layouts, cards and RAM: whenever everything-streamed fits, auto plans inside
+// both budgets.
+
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/module_kind_inference.hpp"
+#include "ddo/model/safetensors.hpp"
+#include "ddo/runtime/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/nvme.hpp"
+#include "runner/published_layouts.hpp"
+#include "runner/run_setup.hpp"
+#include "runner/vram_budget.hpp"
+
+namespace {
+
+/// What an auto plan used of the card and the RAM.
+struct auto_outcome {
+  ddo::offload_setup setup;
+  std::uint64_t card_limit = 0;  ///< ddo's bytes on the emulated card (vram_budget)
+  std::uint64_t reserve = 0;     ///< the engine's reserve
+};
+
+/// ddo-plan's host path: auto with stated RAM, an emulated card of @p card bytes, the file route
+/// over host_sim when auto picks it.
+auto_outcome plan_auto(const ddo::weight_table& table, std::uint64_t card, std::uint64_t ram) {
+  ddo::resolve_inputs inputs;
+  inputs.use_environment = false;
+  inputs.component = ddo::runner::run_component;
+  inputs.model_bytes = table.total_bytes();
+  inputs.stated_ram_bytes = ram;
+  const auto settings = ddo::resolve_settings(inputs);
+  auto_outcome out;
+  out.reserve = ddo::runner::engine_reserve_bytes(ddo::runner::default_tokens(false),
+                                                  ddo::runner::compute_shape_of(table), false);
+  auto options = ddo::runner::run_setup_options(inputs, out.reserve, ram);
+  options.log = nullptr;
+  out.card_limit = ddo::runner::vram_budget{card, 0, out.reserve}.ddo_limit_bytes(
+      ddo::runtime_device_reserve_bytes);
+  options.host_sim.device_capacity_bytes = out.card_limit;
+  const auto component = ddo::component_for(settings, options.inputs);
+  if (settings.config.backend == ddo::offload_backend::nvme) {
+    auto t = ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, options.host_sim);
+    out.setup = ddo::setup_offload(table, settings, component, options, t);
+  } else {
+    auto t = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
+    out.setup = ddo::setup_offload(table, settings, component, options, t);
+  }
+  return out;
+}
+
+/// Both budgets: resident + ring inside ddo's share of the card; pinned inside usable RAM.
+void check_budgets(const auto_outcome& o, std::uint64_t ram) {
+  const auto& plan = o.setup.plan;
+  const std::uint64_t resident = plan.total_bytes(ddo::placement::gpu_resident);
+  CHECK(resident + o.setup.machine.ring_bytes + o.reserve + ddo::runtime_device_reserve_bytes <=
+        o.card_limit);
+  CHECK(plan.total_bytes(ddo::placement::pinned_host) <= plan.budgets.usable_ram_bytes);
+  CHECK(plan.budgets.usable_ram_bytes <= ram);
+  CHECK(plan.budgets.resident_budget_bytes <= o.setup.machine.capacity.free_vram_bytes);
+}
+
+}  // namespace
+
+TEST_SUITE("runner") {
+  TEST_CASE("published layouts: real blocks in execution order, bytes accounted, auto plans at 8 GiB / 16 GiB") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("ddo-layouts-" + std::to_string(std::random_device{}()));
+    const char* keep = std::getenv("DDO_KEEP_LAYOUTS");  // a directory: leave the files there
+    for (const auto& make : ddo_test::published_layouts()) {
+      const ddo_test::published_layout l = make();
+      CAPTURE(l.label);
+      std::string slug;
+      for (char c : l.label) slug += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      const auto where = (keep != nullptr ? std::filesystem::path(keep) : dir) / slug;
+      const auto paths = ddo_test::write_sparse_layout(l, where);
+      CHECK(paths.size() == l.shards);
+      const ddo::weight_table table = ddo::load_safetensors(std::span<const std::string>(paths));
+      // Every byte accounted: the table's bytes are the files' data bytes are the layout's.
+      std::uint64_t data = 0;
+      for (const auto& p : paths) {
+        std::uint64_t header = 0;
+        std::FILE* f = std::fopen(p.c_str(), "rb");
+        REQUIRE(f != nullptr);
+        unsigned char len[8];
+        REQUIRE(std::fread(len, 1, 8, f) == 8);
+        std::fclose(f);
+        for (int k = 7; k >= 0; --k) header = header << 8 | len[k];
+        data += std::filesystem::file_size(p) - 8 - header;
+      }
+      CHECK(table.size() == l.tensors.size());
+      CHECK(table.total_bytes() == l.bytes());
+      CHECK(data == l.bytes());
+      // The groups: the real blocks, in execution order, one run of them (no layer that runs
+      // between blocks left outside), every weight once.
+      const auto groups = ddo::infer_execution_groups(table);
+      std::vector<std::string> blocks;
+      std::size_t first = groups.size(), last = 0;
+      for (std::size_t g = 0; g < groups.size(); ++g)
+        if (groups[g].is_block) {
+          blocks.push_back(groups[g].name);
+          first = std::min(first, g);
+          last = g;
+        }
+      CHECK(blocks == l.blocks);
+      CHECK(blocks.size() == l.real_block_count);
+      CHECK(last + 1 - first == blocks.size());
+      (void)ddo::validate_execution_groups(table, groups);
+      // Rank-3+ weights are convs only when they are kernels.
+      for (const auto& w : table.weights())
+        if (w.shape.size() >= 3 && w.shape.back() > 16)
+          CHECK_MESSAGE(w.kind != ddo::module_kind::conv, w.name);
+      // auto on the most common consumer machine: no refusal, inside both budgets.
+      const std::uint64_t ram = 16 * ddo::gib;
+      const auto o = plan_auto(table, 8 * ddo::gib, ram);
+      CHECK(o.setup.plan.total_bytes(ddo::placement::gpu_resident) +
+                o.setup.plan.total_bytes(ddo::placement::pinned_host) +
+                o.setup.plan.total_bytes(ddo::placement::pageable_host) +
+                o.setup.plan.total_bytes(ddo::placement::file) ==
+            l.bytes());
+      check_budgets(o, ram);
+    }
+    if (keep == nullptr) std::filesystem::remove_all(dir);
+  }
+}
+
+namespace {
+
+/// A random model: numbered blocks of random sizes, embedders and heads outside them (some
+/// matched by the built-in always-resident patterns), small tensors; file sources, so that auto's
+/// file route can take it.
+ddo::weight_table random_layout(std::mt19937_64& rng) {
+  ddo::weight_table t;
+  const std::size_t file = t.add_file("/nonexistent/random.safetensors");
+  std::uint64_t offset = 0;
+  auto add = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    ddo::weight_info w;
+    w.name = name;
+    w.shape = {rows, cols};
+    w.source = ddo::file_source{file, offset};
+    offset += static_cast<std::uint64_t>(rows * cols * 2);
+    t.add(w);
+  };
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+  };
+  const char* families[] = {"blocks", "layers", "transformer_blocks", "double_blocks"};
+  const std::string family = families[rng() % 4];
+  const int blocks = static_cast<int>(pick(1, 24));
+  const std::int64_t width = 256 * pick(1, 16);
+  for (int b = 0; b < blocks; ++b) {
+    const std::string p = family + "." + std::to_string(b) + ".";
+    const int weights = static_cast<int>(pick(1, 6));
+    for (int k = 0; k < weights; ++k) add(p + "w" + std::to_string(k) + ".weight", width * pick(1, 8), width);
+    add(p + "norm.weight", 1, width);                        // small
+    if (rng() % 3 == 0) add(p + "proj_out.weight", width * pick(1, 4), width);  // built-in name
+  }
+  if (rng() % 2) add("embed_tokens.weight", width * pick(1, 64), width);
+  if (rng() % 2) add("proj_out.weight", width * pick(1, 16), width);
+  if (rng() % 2) add("time_embedding.weight", width, width * pick(1, 4));
+  if (rng() % 2) add("final_norm.weight", 1, width);
+  ddo::infer_module_kinds(t);
+  return t;
+}
+
+}  // namespace
+
+TEST_SUITE("runner") {
+  TEST_CASE("property: whenever everything-streamed fits, auto plans inside both budgets") {
+    const std::uint64_t base = std::random_device{}();
+    const auto start = std::chrono::steady_clock::now();
+    std::size_t cases = 0, fitting = 0;
+    for (; cases < 10000; ++cases) {
+      const std::uint64_t seed = base + cases;
+      std::mt19937_64 rng(seed);
+      const ddo::weight_table t = random_layout(rng);
+      const std::uint64_t model = t.total_bytes();
+      const std::uint64_t card = std::max<std::uint64_t>(
+          256 * ddo::mib, static_cast<std::uint64_t>(static_cast<double>(model) * (0.05 + (rng() % 300) / 100.0)));
+      const std::uint64_t ram = static_cast<std::uint64_t>(static_cast<double>(model) * ((rng() % 400) / 100.0)) +
+                                ddo::gib * (rng() % 24);
+      // Everything-streamed: the ring of the largest group with only what cannot stream kept
+      // (rules 1-3), plus the reserves and what cannot stream.
+      ddo::resolve_inputs inputs;
+      inputs.use_environment = false;
+      inputs.component = ddo::runner::run_component;
+      inputs.model_bytes = model;
+      inputs.stated_ram_bytes = ram;
+      const auto settings = ddo::resolve_settings(inputs);
+      const auto groups = ddo::infer_execution_groups(t, settings.config.resident_module_patterns);
+      const ddo::machine_capacity none;
+      ddo::plan_context context{t, settings.config, none, groups, ddo::group_of_weights(t, groups), {}, {}, nullptr};
+      const auto rules = ddo::residency_rules(context);
+      const std::uint64_t fixed = rules.bytes_of(ddo::residency_rule::skip_pattern) +
+                                  rules.bytes_of(ddo::residency_rule::kind) +
+                                  rules.bytes_of(ddo::residency_rule::small_tensor);
+      const auto runtime = ddo::runtime_options_from(settings.config);
+      std::uint64_t slot = 0;
+      std::size_t streaming = 0;
+      for (const auto& g : groups) {
+        std::vector<std::size_t> streams;
+        for (std::size_t w : g.weights)
+          if (rules.rule[w] == ddo::residency_rule::managed || rules.rule[w] == ddo::residency_rule::builtin_pattern)
+            streams.push_back(w);
+        if (streams.empty()) continue;
+        ++streaming;
+        slot = std::max(slot, ddo::slot_bytes_for(t, streams, runtime.alignment));
+      }
+      const std::uint64_t reserve = ddo::runner::engine_reserve_bytes(
+          ddo::runner::default_tokens(false), ddo::runner::compute_shape_of(t), false);
+      const bool fits = card > reserve + 2 * ddo::runtime_device_reserve_bytes + fixed +
+                                   ddo::ring_bytes_for(slot, std::min(runtime.slot_count, streaming));
+      fitting += fits;
+      try {
+        const auto o = plan_auto(t, card, ram);
+        const auto& plan = o.setup.plan;
+        const std::uint64_t resident = plan.total_bytes(ddo::placement::gpu_resident);
+        const bool inside = resident + o.setup.machine.ring_bytes + reserve +
+                                    ddo::runtime_device_reserve_bytes <= o.card_limit &&
+                            plan.total_bytes(ddo::placement::pinned_host) <= plan.budgets.usable_ram_bytes &&
+                            plan.budgets.usable_ram_bytes <= ram;
+        if (!inside) FAIL("seed " << seed << ": a plan outside the card or the RAM (card " << card
+                                  << ", RAM " << ram << ", resident " << resident << ", ring "
+                                  << o.setup.machine.ring_bytes << ")");
+      } catch (const std::exception& e) {
+        if (fits) FAIL("seed " << seed << ": everything-streamed fits (card " << card << ", RAM "
+                               << ram << ", model " << model << ") but auto refused: " << e.what());
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    MESSAGE(cases << " cases (" << fitting << " where everything-streamed fits) in " << seconds << " s");
+    CHECK(fitting > cases / 4);
+  }
+}
