@@ -90,8 +90,9 @@ namespace detail {
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
 }
+// Sizes in GiB, as the VRAM column (--vram-gb) states the card: one unit family per header.
 [[nodiscard]] inline std::string gb_text(std::uint64_t bytes) {
-  return fixed(static_cast<double>(bytes) / 1e9, 2);
+  return fixed(static_cast<double>(bytes) / static_cast<double>(1ull << 30), 2);
 }
 }  // namespace detail
 
@@ -100,21 +101,21 @@ namespace detail {
   using detail::fixed;
   using detail::gb_text;
   std::string out;
-  out += "compare: " + r.model + " (" + gb_text(r.model_bytes) + " GB), " +
+  out += "compare: " + r.model + " (" + gb_text(r.model_bytes) + " GiB), " +
          std::to_string(r.tokens) + " tokens, " + std::to_string(r.steps) + " timed steps per " +
          "variant, on " + r.device + "\n";
   out += "bound = max(C, W / B): C = " + fixed(r.compute_ms, 1) + " ms (" + r.compute_source +
          "), B = " + fixed(r.pinned_gbps, 1) + " GB/s pinned host-to-device, both measured now\n";
-  out += "peak device = CUDA context " + gb_text(r.context_bytes) + " GB + engine reserve " +
-         gb_text(r.engine_reserve_bytes) + " GB + the variant's own device bytes";
+  out += "peak device = CUDA context " + gb_text(r.context_bytes) + " GiB + engine reserve " +
+         gb_text(r.engine_reserve_bytes) + " GiB + the variant's own device bytes";
   out += r.rss_reset ? "; peak RSS per variant\n" : "; peak RSS cumulative (could not reset it)\n";
   const bool sampled = std::any_of(r.rows.begin(), r.rows.end(), [](const compare_row& row) {
     return row.sampled_peak_device_bytes.has_value();
   });
-  out += "\n| variant | VRAM GiB | ms/step | x bound | bound ms | streamed GB/step | resident GB "
-         "| peak device GB |";
-  if (sampled) out += " sampled GB |";
-  out += " peak RSS GB | verify |\n|---|---|---|---|---|---|---|---|";
+  out += "\n| variant | VRAM GiB | ms/step | x bound | bound ms | streamed GiB/step | resident GiB "
+         "| peak device GiB |";
+  if (sampled) out += " sampled GiB |";
+  out += " peak RSS GiB | verify |\n|---|---|---|---|---|---|---|---|";
   if (sampled) out += "---|";
   out += "---|---|\n";
   for (const auto& row : r.rows) {
