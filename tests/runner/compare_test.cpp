@@ -86,8 +86,11 @@ TEST_SUITE("runner") {
     const std::string table = ddo::runner::format_compare_table(r);
     CHECK(table.find("C = 40.0 ms (the resident row), B = 50.0 GB/s") != std::string::npos);
     CHECK(table.find("| resident | device | 40.0 | 1.00 | 40.0 | 0.00 |") != std::string::npos);
-    CHECK(table.find("| ddo | 8 | 100.0 | 1.00 | 100.0 | 5.00 |") != std::string::npos);
-    CHECK(table.find("(within) | 7.00 |") != std::string::npos);
+    // Sizes in GiB, like the VRAM column: one unit family in the header (5e9 B = 4.66 GiB).
+    CHECK(table.find("| ddo | 8 | 100.0 | 1.00 | 100.0 | 4.66 |") != std::string::npos);
+    CHECK(table.find("(within) | 6.52 |") != std::string::npos);
+    CHECK(table.find(" GB |") == std::string::npos);
+    CHECK(table.find("streamed GiB/step") != std::string::npos);
     CHECK(table.find("| ddo | 0.50 | skipped: ddo refused the plan: too small |") != std::string::npos);
     CHECK(table.find("| naive pinned | device | 310.0 | 1.55 | 200.0 |") != std::string::npos);
     CHECK(table.find("| ok |") != std::string::npos);

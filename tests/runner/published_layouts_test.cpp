@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ddo/config/presets.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/safetensors.hpp"
@@ -37,13 +39,19 @@ struct auto_outcome {
 
 /// ddo-plan's host path: auto with stated RAM, an emulated card of @p card bytes, the file route
 /// over host_sim when auto picks it.
-auto_outcome plan_auto(const ddo::weight_table& table, std::uint64_t card, std::uint64_t ram) {
+ddo::resolve_inputs auto_inputs(std::uint64_t model_bytes, std::uint64_t ram) {
   ddo::resolve_inputs inputs;
   inputs.use_environment = false;
   inputs.component = ddo::runner::run_component;
-  inputs.model_bytes = table.total_bytes();
+  inputs.model_bytes = model_bytes;
   inputs.stated_ram_bytes = ram;
-  const auto settings = ddo::resolve_settings(inputs);
+  return inputs;
+}
+
+auto_outcome plan_auto(const ddo::weight_table& table, std::uint64_t card, std::uint64_t ram,
+                       const ddo::dynamic_offload_settings* resolved = nullptr) {
+  const ddo::resolve_inputs inputs = auto_inputs(table.total_bytes(), ram);
+  const auto settings = resolved != nullptr ? *resolved : ddo::resolve_settings(inputs);
   auto_outcome out;
   out.reserve = ddo::runner::engine_reserve_bytes(ddo::runner::default_tokens(false),
                                                   ddo::runner::compute_shape_of(table), false);
@@ -116,6 +124,9 @@ TEST_SUITE("runner") {
           first = std::min(first, g);
           last = g;
         }
+      MESSAGE(l.label << ": " << paths.size() << " file(s), " << table.size() << " tensors, "
+                      << groups.size() << " groups, " << blocks.size() << " blocks (real "
+                      << l.real_block_count << ")");
       CHECK(blocks == l.blocks);
       CHECK(blocks.size() == l.real_block_count);
       CHECK(last + 1 - first == blocks.size());
@@ -184,6 +195,7 @@ TEST_SUITE("runner") {
     const std::uint64_t base = std::random_device{}();
     const auto start = std::chrono::steady_clock::now();
     std::size_t cases = 0, fitting = 0;
+    std::map<std::string, ddo::dynamic_offload_settings> by_preset;
     for (; cases < 10000; ++cases) {
       const std::uint64_t seed = base + cases;
       std::mt19937_64 rng(seed);
@@ -195,12 +207,17 @@ TEST_SUITE("runner") {
                                 ddo::gib * (rng() % 24);
       // Everything-streamed: the ring of the largest group with only what cannot stream kept
       // (rules 1-3), plus the reserves and what cannot stream.
-      ddo::resolve_inputs inputs;
-      inputs.use_environment = false;
-      inputs.component = ddo::runner::run_component;
-      inputs.model_bytes = model;
-      inputs.stated_ram_bytes = ram;
-      const auto settings = ddo::resolve_settings(inputs);
+      // Settings differ only by the preset auto picks (the RAM itself reaches the plan through
+      // setup_options::ram_bytes): resolved once per preset, so 10,000 cases stay cheap.
+      ddo::preset_context pc;
+      pc.available_ram_gb = ddo::bytes_to_gib(ram);
+      pc.model_bytes = model;
+      const std::string preset = ddo::resolve_preset("auto", pc).name;
+      auto cached = by_preset.find(preset);
+      if (cached == by_preset.end())
+        cached = by_preset.emplace(preset, ddo::resolve_settings(auto_inputs(model, ram))).first;
+      const auto& settings = cached->second;
+      REQUIRE(settings.effective_preset == preset);
       const auto groups = ddo::infer_execution_groups(t, settings.config.resident_module_patterns);
       const ddo::machine_capacity none;
       ddo::plan_context context{t, settings.config, none, groups, ddo::group_of_weights(t, groups), {}, {}, nullptr};
@@ -226,7 +243,7 @@ TEST_SUITE("runner") {
                                    ddo::ring_bytes_for(slot, std::min(runtime.slot_count, streaming));
       fitting += fits;
       try {
-        const auto o = plan_auto(t, card, ram);
+        const auto o = plan_auto(t, card, ram, &settings);
         const auto& plan = o.setup.plan;
         const std::uint64_t resident = plan.total_bytes(ddo::placement::gpu_resident);
         const bool inside = resident + o.setup.machine.ring_bytes + reserve +

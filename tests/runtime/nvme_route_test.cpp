@@ -224,7 +224,9 @@ TEST_SUITE("runtime") {
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.preset = "nvme_baseline";
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+    // Nothing resident (the preset keeps what fits): every group streams from the file.
+    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
+                                {"auto_budget_policy", std::string("off")}};
     options.ram_bytes = 4 * ddo::gib;
     options.log = nullptr;
     std::vector<ddo::execution_group> groups;
@@ -278,7 +280,7 @@ TEST_SUITE("runtime") {
     options.log = nullptr;
     const auto settings = ddo::resolve_settings(options.inputs);
     ddo::host_sim_options sim;
-    sim.device_capacity_bytes = 8 * ddo::gib;
+    sim.device_capacity_bytes = 5 * ddo::gib;  // a ring of 3 x 700 MiB, room for one block
     auto t = ddo::make_transport<nvme_sim>(settings, sim);
     REQUIRE(t.staging_slot_bytes() < 700 * ddo::mib);
     const auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs), options, t);

@@ -104,6 +104,7 @@ using preset_value = std::pair<field_id, field_value>;
                {pin_cpu_memory, false},
                {auto_budget_policy, std::string("balanced")},
                {resident_module_patterns, auto_blocks},
+               {auto_vram_headroom_gb, 1.5},
                {load_safetensors_backend, std::string("pread")}};
     case preset_id::vmm_fast_runtime:
       return v{{execution_mode, std::string("vmm_runtime")},

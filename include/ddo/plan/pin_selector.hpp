@@ -60,83 +60,99 @@ using default_pin_selector = basic_pin_selector<>;
 static_assert(pin_selector<default_pin_selector>);
 static_assert(pin_selector<basic_pin_selector<first_selector>>);
 
+namespace detail {
+
+/// The pin budget's rule (rules 1-6 of this header's description): budget, source, detail, and
+/// the reason an unpinned weight gives.
+struct pin_budget_choice {
+  std::uint64_t bytes = 0;
+  pin_budget_source source = pin_budget_source::disabled;
+  std::string detail;
+  std::string not_pinned_reason;
+};
+
+[[nodiscard]] inline pin_budget_choice choose_pin_budget(const plan_context& c,
+                                                         const residency_result& residency,
+                                                         std::uint64_t streamed_bytes) {
+  const dynamic_offload_config& config = c.config;
+  const std::uint64_t usable = c.usable_ram_bytes();
+  const std::uint64_t cap = gib_to_bytes(config.max_pin_weight_budget_gb);
+  pin_budget_choice r;
+  // Rules 3, 5 and 6 stop at usable RAM and at max_pin_weight_budget_gb.
+  auto limited = [&](std::uint64_t budget) {
+    if (budget > usable) {
+      budget = usable;
+      r.detail += ", limited to usable RAM " + format_bytes(usable);
+    }
+    if (cap != 0 && budget > cap) {
+      budget = cap;
+      r.detail += ", capped by max_pin_weight_budget_gb " + format_bytes(cap);
+    }
+    return budget;
+  };
+  const std::string every = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
+  if (c.machine.running_on_wsl && c.machine.disable_pin_on_wsl) {
+    r = {0, pin_budget_source::wsl, "running on WSL with DDO_DISABLE_PIN_ON_WSL: pinning disabled",
+         "not pinned: WSL rule"};
+  } else if (!config.pin_cpu_memory) {
+    r = {0, pin_budget_source::disabled, "pin_cpu_memory is off", "not pinned: pin_cpu_memory off"};
+  } else if (residency.pin_all_streamed) {
+    r.source = pin_budget_source::full_pin;
+    r.detail = every;
+    r.bytes = limited(streamed_bytes);
+  } else if (config.pin_weight_budget_gb > 0.0) {
+    const std::uint64_t asked = gib_to_bytes(config.pin_weight_budget_gb);
+    r.source = pin_budget_source::explicit_budget;
+    r.detail = "pin_weight_budget_gb = " + format_bytes(asked);
+    r.bytes = asked;
+    if (asked > usable) {
+      if (!config.allow_pin_memory_fallback)
+        throw out_of_memory(memory_tier::pinned_host, asked, usable,
+                            "pin_weight_budget_gb asks to pin " + format_bytes(asked) +
+                                " but only " + format_bytes(usable) + " of RAM is usable (usable RAM " +
+                                format_bytes(c.available_ram_bytes()) + " available - " +
+                                format_bytes(gib_to_bytes(config.system_ram_headroom_gb)) +
+                                " headroom); lower pin_weight_budget_gb, lower "
+                                "system_ram_headroom_gb, or set allow_pin_memory_fallback");
+      r.bytes = usable;
+      r.detail += ", clamped to usable RAM " + format_bytes(usable) + " (allow_pin_memory_fallback)";
+    }
+  } else if (config.pin_weight_budget_ratio > 0.0) {
+    const double ratio = std::min(config.pin_weight_budget_ratio, 1.0);
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "pin_weight_budget_ratio %.3f x streamed ", ratio);
+    r.source = pin_budget_source::ratio;
+    r.detail = buffer + format_bytes(streamed_bytes);
+    r.bytes = limited(static_cast<std::uint64_t>(static_cast<long double>(streamed_bytes) * ratio));
+  } else {
+    r.source = pin_budget_source::automatic;
+    r.detail = every;
+    r.bytes = limited(streamed_bytes);
+  }
+  return r;
+}
+
+}  // namespace detail
+
 template <selection_choice Selection>
 pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
                                                       const residency_result& residency) const {
   const weight_table& table = c.table;
   const dynamic_offload_config& config = c.config;
-  const std::size_t n = table.size();
   pin_result r;
-  r.where.assign(n, placement::gpu_resident);
+  r.where.assign(table.size(), placement::gpu_resident);
   r.reason = residency.reason;
-
+  // Rules -> budget -> selection: the streamed weights, the budget, the winners.
   std::uint64_t streamed_bytes = 0;
-  for (std::size_t i = 0; i < n; ++i)
+  for (std::size_t i = 0; i < table.size(); ++i)
     if (!residency.resident[i]) streamed_bytes += table[i].bytes;
-
-  const std::uint64_t usable = c.usable_ram_bytes();
-  const std::uint64_t cap = gib_to_bytes(config.max_pin_weight_budget_gb);
-  auto limit = [&](std::uint64_t budget, std::string& detail_text) {
-    if (budget > usable) {
-      budget = usable;
-      detail_text += ", limited to usable RAM " + format_bytes(usable);
-    }
-    if (cap != 0 && budget > cap) {
-      budget = cap;
-      detail_text += ", capped by max_pin_weight_budget_gb " + format_bytes(cap);
-    }
-    return budget;
-  };
-  const std::string ram_text =
-      "usable RAM " + format_bytes(c.available_ram_bytes()) + " available - " +
-      format_bytes(gib_to_bytes(config.system_ram_headroom_gb)) + " headroom";
-
-  std::string not_pinned_reason;
-  if (c.machine.running_on_wsl && c.machine.disable_pin_on_wsl) {
-    r.budget_source = pin_budget_source::wsl;
-    r.budget_detail = "running on WSL with DDO_DISABLE_PIN_ON_WSL: pinning disabled";
-    not_pinned_reason = "not pinned: WSL rule";
-  } else if (!config.pin_cpu_memory) {
-    r.budget_source = pin_budget_source::disabled;
-    r.budget_detail = "pin_cpu_memory is off";
-    not_pinned_reason = "not pinned: pin_cpu_memory off";
-  } else if (residency.pin_all_streamed) {
-    r.budget_source = pin_budget_source::full_pin;
-    r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
-    r.budget_bytes = limit(streamed_bytes, r.budget_detail);
-  } else if (config.pin_weight_budget_gb > 0.0) {
-    const std::uint64_t asked = gib_to_bytes(config.pin_weight_budget_gb);
-    r.budget_source = pin_budget_source::explicit_budget;
-    r.budget_detail = "pin_weight_budget_gb = " + format_bytes(asked);
-    r.budget_bytes = asked;
-    if (asked > usable) {
-      if (!config.allow_pin_memory_fallback)
-        throw out_of_memory(memory_tier::pinned_host, asked, usable,
-                            "pin_weight_budget_gb asks to pin " + format_bytes(asked) +
-                                " but only " + format_bytes(usable) + " of RAM is usable (" +
-                                ram_text +
-                                "); lower pin_weight_budget_gb, lower system_ram_headroom_gb, or "
-                                "set allow_pin_memory_fallback");
-      r.budget_bytes = usable;
-      r.budget_detail +=
-          ", clamped to usable RAM " + format_bytes(usable) + " (allow_pin_memory_fallback)";
-    }
-  } else if (config.pin_weight_budget_ratio > 0.0) {
-    const double ratio = std::min(config.pin_weight_budget_ratio, 1.0);
-    const auto asked = static_cast<std::uint64_t>(static_cast<long double>(streamed_bytes) * ratio);
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "pin_weight_budget_ratio %.3f x streamed ", ratio);
-    r.budget_source = pin_budget_source::ratio;
-    r.budget_detail = buffer + format_bytes(streamed_bytes);
-    r.budget_bytes = limit(asked, r.budget_detail);
-  } else {
-    r.budget_source = pin_budget_source::automatic;
-    r.budget_detail = "every streamed weight (" + format_bytes(streamed_bytes) + ")";
-    r.budget_bytes = limit(streamed_bytes, r.budget_detail);
-  }
+  auto budget = detail::choose_pin_budget(c, residency, streamed_bytes);
+  r.budget_bytes = budget.bytes;
+  r.budget_source = budget.source;
+  r.budget_detail = std::move(budget.detail);
   r.selection = std::string(selection_label<Selection>(config.pin_weight_selection));
-  if (r.budget_source != pin_budget_source::wsl && r.budget_source != pin_budget_source::disabled)
-    not_pinned_reason = "not pinned: pin budget (" + r.selection + ") spent";
+  if (budget.not_pinned_reason.empty())
+    budget.not_pinned_reason = "not pinned: pin budget (" + r.selection + ") spent";
 
   const bool route_file = file_route || config.backend == offload_backend::nvme;
   auto [candidates, members] = group_by_module(c, [&](std::size_t i) { return !residency.resident[i]; });
@@ -156,7 +172,7 @@ pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
       } else {
         const bool from_file = route_file && std::holds_alternative<file_source>(table[i].source);
         r.where[i] = from_file ? placement::file : placement::pageable_host;
-        r.reason[i] = prefix + not_pinned_reason;
+        r.reason[i] = prefix + budget.not_pinned_reason;
       }
     }
   return r;

@@ -99,6 +99,8 @@ struct residency_result {
   std::uint64_t demoted_bytes = 0;        ///< see plan_budgets::demoted_bytes
   std::size_t demoted_weights = 0;        ///< see plan_budgets::demoted_weights
   std::string rule_resident_detail;       ///< see plan_budgets::rule_resident_detail
+  /// Budget bytes spent on groups outside the blocks larger than any block (kept first).
+  std::uint64_t outsized_bytes = 0;
   /// Pin every streamed weight (full pin): set with full_pin_zero_resident, and for capacity
   /// profiles (calibration and stored recommendations), which keep full CPU pinning.
   bool pin_all_streamed = false;

@@ -50,7 +50,9 @@
 ///  resident_limit_bytes less the rule-resident bytes, so no budget exceeds free VRAM or wraps.
 /// 3. **Selection**, in execution order: the numbered blocks when `resident_module_patterns` is
 ///    set (each block's managed bytes; a winning block is resident whole), else the managed
-///    modules one by one. `resident_module_selection` picks the winners.
+///    modules one by one. `resident_module_selection` picks the winners. With blocks and the
+///    balanced budget, a group outside them whose managed bytes exceed every block's is kept
+///    resident first while the budget holds it: streamed, it would size every ring slot.
 
 #include <algorithm>
 #include <array>
@@ -415,12 +417,36 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
   const bool by_block = !c.config.resident_module_patterns.empty();
   module_candidates cands;
   if (by_block) {
+    // A group outside the blocks that streams more than any block would size every ring slot
+    // (Wan's time_projection, 601 MiB in fp32 beside 335 MiB fp8 blocks): it stays resident
+    // first, while the budget holds it.
+    std::uint64_t largest_block = 0;
+    std::vector<std::uint64_t> managed_of(c.groups.size(), 0);
+    for (std::size_t g = 0; g < c.groups.size(); ++g) {
+      for (std::size_t i : c.groups[g].weights)
+        if (r.managed[i]) managed_of[g] += table[i].bytes;
+      if (c.groups[g].is_block) largest_block = std::max(largest_block, managed_of[g]);
+    }
+    // (The automatic budget only: an explicit one is spent on blocks, as the reference says.)
+    const bool automatic = r.budget_source == resident_budget_source::balanced;
+    for (std::size_t g = 0; automatic && g < c.groups.size(); ++g) {
+      if (c.groups[g].is_block || managed_of[g] <= largest_block || largest_block == 0 ||
+          managed_of[g] > r.budget_bytes - r.outsized_bytes)
+        continue;
+      r.outsized_bytes += managed_of[g];
+      for (std::size_t i : c.groups[g].weights)
+        if (r.managed[i]) {
+          r.resident[i] = 1;
+          r.reason[i] = "resident_budget: group '" + c.groups[g].name +
+                        "' streams more than any block (it would size every ring slot)";
+        }
+    }
     for (const auto& g : c.groups) {
       if (!g.is_block) continue;
       selection_candidate cand;
       std::vector<std::size_t> ws;
       for (std::size_t i : g.weights)
-        if (r.managed[i]) {
+        if (r.managed[i] && !r.resident[i]) {
           cand.bytes += table[i].bytes;
           ws.push_back(i);
         }
@@ -431,8 +457,8 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
   } else {
     cands = group_by_module(c, [&](std::size_t i) { return r.managed[i] != 0; });
   }
-  const auto outcome =
-      run_selection<Selection>(c.config.resident_module_selection, cands.candidates, r.budget_bytes);
+  const auto outcome = run_selection<Selection>(c.config.resident_module_selection,
+                                                cands.candidates, r.budget_bytes - r.outsized_bytes);
   const std::string why = "resident_budget " + r.selection + (by_block ? " (block)" : " (module)");
   for (std::size_t w : outcome.winners)
     for (std::size_t i : cands.members[w]) {

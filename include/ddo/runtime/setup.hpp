@@ -300,7 +300,11 @@ template <class Transport>
     if (ring && !native_vmm_selected(settings.config) &&
         settings.config.vmm_resident_weight_budget_gb > 0.0) {
       const std::uint64_t budget = gib_to_bytes(settings.config.vmm_resident_weight_budget_gb);
-      const std::uint64_t handle = settings.config.vmm_page_mb != 0 ? settings.config.vmm_page_mb * mib : 64 * mib;
+      // The window's handle (vmm_window_options::handle_bytes): vmm_page_mb, else 64 MiB or the
+      // largest group in 2 MiB pages when that is smaller.
+      const std::uint64_t handle = settings.config.vmm_page_mb != 0
+                                       ? settings.config.vmm_page_mb * mib
+                                       : std::min<std::uint64_t>(64 * mib, round_up(std::max<std::uint64_t>(m.slot_bytes, 1), 2 * mib));
       const std::uint64_t window = round_up(m.slot_bytes, handle);
       c.resident_limit_bytes = budget > window ? budget - window : 0;
       c.resident_limit_reason = "vmm_resident_weight_budget_gb " + format_bytes(budget) +
@@ -432,15 +436,43 @@ template <class Planner = default_residency_planner, class PinSelector = default
           }
         }
       }
+      // The ring the plan sees is reserved from what a plan streams: first from what the rules
+      // do not keep; again from the plan's own streamed weights when they differ (demoted
+      // weights stream too; the budget kept the largest groups), planning once more and taking
+      // a smaller ring only when the new plan still fits it. A model the card holds whole (no
+      // ring at all) is planned that way first.
+      auto reserve_for = [&](const offload_plan& plan) {
+        for (std::size_t w = 0; w < table.size(); ++w)
+          kept[w] = plan.decisions[w].where == placement::gpu_resident ? 1 : 0;
+        return machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
+      };
+      if (r.plan_from_cache) r.machine = reserve_for(r.plan);
+      if (!r.plan_from_cache && table.total_bytes() <= r.machine.device.free_bytes) {
+        offload_plan everything;  // no ring: what is resident when nothing has to stream
+        everything.decisions.assign(table.size(), weight_decision{});
+        auto machine = reserve_for(everything);
+        auto plan = make_plan(table, groups, config, machine.capacity, planner, pins);
+        machine = reserve_for(plan);  // the ring of what that plan streams
+        plan = make_plan(table, groups, config, machine.capacity, planner, pins);
+        if (streamed_slot_bytes(plan, table, r.runtime.alignment) <= machine.slot_bytes) {
+          r.machine = std::move(machine);
+          r.plan = std::move(plan);
+          if (cached) options.plans->insert(std::move(key), r.plan);
+          break;
+        }
+        kept = rule_kept_weights(table, groups, settings.config);
+      }
       if (!r.plan_from_cache) {
         r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
-        // Demoted weights stream too: when they make a group larger than the ring reserved,
-        // reserve it again from what the plan streams and plan once more.
-        if (streamed_slot_bytes(r.plan, table, r.runtime.alignment) > r.machine.slot_bytes) {
-          for (std::size_t w = 0; w < table.size(); ++w)
-            kept[w] = r.plan.decisions[w].where == placement::gpu_resident ? 1 : 0;
-          r.machine = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
-          r.plan = make_plan(table, std::move(groups), config, r.machine.capacity, planner, pins);
+        const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
+        if (streamed != r.machine.slot_bytes && streamed != 0) {
+          auto machine = reserve_for(r.plan);
+          auto plan = make_plan(table, groups, config, machine.capacity, planner, pins);
+          if (streamed > r.machine.slot_bytes ||
+              streamed_slot_bytes(plan, table, r.runtime.alignment) <= machine.slot_bytes) {
+            r.machine = std::move(machine);
+            r.plan = std::move(plan);
+          }
         }
         if (cached) options.plans->insert(std::move(key), r.plan);
       }

@@ -387,8 +387,15 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     for (auto& [name, g] : middles) groups.push_back(execution_group{name, std::move(g.weights), blocks});
     middles_placed = true;
   };
-  for (const auto& family : family_order) {
-    if (!middles_placed && family_rank(family) == 2) place_middles();
+  // A middle stage runs before the first output stage; in a stated order (explicit patterns),
+  // right after the last input stage.
+  std::size_t last_input = family_order.size();
+  for (std::size_t f = 0; f < family_order.size(); ++f)
+    if (family_rank(family_order[f]) == 0) last_input = f;
+  for (std::size_t f = 0; f < family_order.size(); ++f) {
+    const std::string& family = family_order[f];
+    if (!middles_placed && (use_auto || last_input == family_order.size()) && family_rank(family) == 2)
+      place_middles();
     std::vector<std::size_t> members;
     for (std::size_t b = 0; b < blocks_found.size(); ++b)
       if (blocks_found[b].family == family) members.push_back(b);
@@ -398,6 +405,7 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     });
     for (std::size_t b : members)
       groups.push_back(execution_group{blocks_found[b].key, blocks_found[b].weights, blocks});
+    if (!middles_placed && !use_auto && f == last_input) place_middles();
   }
   if (!middles_placed) place_middles();
   if (!after.weights.empty()) groups.push_back(std::move(after));
