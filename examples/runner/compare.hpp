@@ -112,8 +112,9 @@ namespace detail {
   const bool sampled = std::any_of(r.rows.begin(), r.rows.end(), [](const compare_row& row) {
     return row.sampled_peak_device_bytes.has_value();
   });
-  out += "\n| variant | VRAM GiB | ms/step | x bound | bound ms | streamed GiB/step | resident GiB "
-         "| peak device GiB |";
+  out +=
+      "\n| variant | VRAM GiB | ms/step | x bound | bound ms | streamed GiB/step | resident GiB "
+      "| peak device GiB |";
   if (sampled) out += " sampled GiB |";
   out += " peak RSS GiB | verify |\n|---|---|---|---|---|---|---|---|";
   if (sampled) out += "---|";

@@ -87,7 +87,8 @@ inline constexpr std::uint64_t gpu_workspace_reserve_bytes = 32ull << 20;
   std::size_t streaming = 0;
   for (const auto& g : groups) {
     std::vector<std::size_t> streamed;
-    for (std::size_t w : g.weights) (kept_by_rules[w] ? kept += table[w].bytes, void() : streamed.push_back(w));
+    for (std::size_t w : g.weights)
+      (kept_by_rules[w] ? kept += table[w].bytes, void() : streamed.push_back(w));
     if (streamed.empty()) continue;
     ++streaming;
     slot = std::max(slot, slot_bytes_for(table, streamed, runtime.alignment));

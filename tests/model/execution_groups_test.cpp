@@ -160,19 +160,21 @@ ddo::weight_table sized_table(const std::vector<std::pair<std::string, std::int6
 }  // namespace
 
 TEST_SUITE("model") {
-  TEST_CASE("a bundled single file: the diffusion model's blocks, the VAE after as its own groups") {
+  TEST_CASE(
+      "a bundled single file: the diffusion model's blocks, the VAE after as its own groups") {
     // Stability's SD3.5 file in name order: the VAE's block.N sort before joint_blocks.
-    const auto t = sized_table({{"first_stage_model.decoder.up.0.block.0.conv1.weight", 64},
-                                {"first_stage_model.decoder.up.0.block.1.conv1.weight", 64},
-                                {"first_stage_model.decoder.up.1.block.0.conv1.weight", 64},
-                                {"first_stage_model.encoder.down.0.block.0.conv1.weight", 64},
-                                {"first_stage_model.encoder.down.1.block.0.conv1.weight", 64},
-                                {"model.diffusion_model.context_embedder.weight", 16},
-                                {"model.diffusion_model.final_layer.linear.weight", 16},
-                                {"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", 1024},
-                                {"model.diffusion_model.joint_blocks.1.x_block.attn.qkv.weight", 1024},
-                                {"model.diffusion_model.joint_blocks.10.x_block.attn.qkv.weight", 1024},
-                                {"model.diffusion_model.t_embedder.mlp.0.weight", 16}});
+    const auto t =
+        sized_table({{"first_stage_model.decoder.up.0.block.0.conv1.weight", 64},
+                     {"first_stage_model.decoder.up.0.block.1.conv1.weight", 64},
+                     {"first_stage_model.decoder.up.1.block.0.conv1.weight", 64},
+                     {"first_stage_model.encoder.down.0.block.0.conv1.weight", 64},
+                     {"first_stage_model.encoder.down.1.block.0.conv1.weight", 64},
+                     {"model.diffusion_model.context_embedder.weight", 16},
+                     {"model.diffusion_model.final_layer.linear.weight", 16},
+                     {"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight", 1024},
+                     {"model.diffusion_model.joint_blocks.1.x_block.attn.qkv.weight", 1024},
+                     {"model.diffusion_model.joint_blocks.10.x_block.attn.qkv.weight", 1024},
+                     {"model.diffusion_model.t_embedder.mlp.0.weight", 16}});
     const auto groups = ddo::infer_execution_groups(t);
     std::vector<std::string> blocks;
     for (const auto& g : groups)

@@ -329,7 +329,8 @@ TEST_SUITE("plan") {
     auto c = balanced_config();
     ddo::machine_capacity m = big_machine();
     const auto plan = ddo::make_plan(t, c, m);
-    CHECK(decision(plan, t, "proj_out.weight").reason.starts_with("always_resident_modules_pattern"));
+    CHECK(
+        decision(plan, t, "proj_out.weight").reason.starts_with("always_resident_modules_pattern"));
     CHECK(decision(plan, t, "x_embedder.weight").where == ddo::placement::gpu_resident);
     // Inside the block: a budget candidate like its siblings, not a rule's resident.
     CHECK(decision(plan, t, "single_transformer_blocks.1.proj_out.weight").reason ==
@@ -340,17 +341,18 @@ TEST_SUITE("plan") {
     const auto streamed = ddo::make_plan(t, c, m);
     CHECK(decision(streamed, t, "single_transformer_blocks.0.proj_out.weight").where !=
           ddo::placement::gpu_resident);
-    CHECK(streamed.groups[decision(streamed, t, "single_transformer_blocks.0.proj_out.weight").group]
-              .streamed_bytes() == 2 * 512 * 1024 * 2);
+    CHECK(
+        streamed.groups[decision(streamed, t, "single_transformer_blocks.0.proj_out.weight").group]
+            .streamed_bytes() == 2 * 512 * 1024 * 2);
   }
 
   TEST_CASE("what the built-in patterns keep is demoted, largest first, when it does not fit") {
     // 40 MiB of embeddings outside the blocks, a card with 32 MiB free and 8 MiB headroom.
-    const auto t = table_of({{"embed_tokens.weight", 16384},       // 32 MiB
-                             {"time_embedder.weight", 4096},       // 8 MiB
+    const auto t = table_of({{"embed_tokens.weight", 16384},  // 32 MiB
+                             {"time_embedder.weight", 4096},  // 8 MiB
                              {"layers.0.mlp.weight", 4096},
                              {"layers.1.mlp.weight", 4096},
-                             {"lm_head.weight", 1024}});           // 2 MiB
+                             {"lm_head.weight", 1024}});  // 2 MiB
     auto c = balanced_config();
     c.auto_vram_headroom_gb = ddo::bytes_to_gib(8 * ddo::mib);
     ddo::machine_capacity m = big_machine();
@@ -409,15 +411,24 @@ TEST_SUITE("plan") {
     // Free VRAM around the headroom, the headroom + rule-resident bytes, and the caps; each
     // source of the budget. A failure prints its case.
     const auto t = table_of({{"embed_tokens.weight", 2048},  // 4 MiB, built-in pattern
-                             {"norm_out.weight", 1024},       // 2 MiB, built-in pattern
+                             {"norm_out.weight", 1024},      // 2 MiB, built-in pattern
                              {"layers.0.mlp.weight", 2048},
                              {"layers.1.mlp.weight", 2048},
                              {"layers.2.mlp.weight", 2048}});
     const std::uint64_t rules = 6 * ddo::mib, headroom = 5 * ddo::mib;
-    std::vector<std::uint64_t> frees = {1, headroom - 1, headroom, headroom + 1,
-                                        headroom + rules - 1, headroom + rules,
-                                        headroom + rules + 1, rules - 1, rules, rules + 1,
-                                        4 * ddo::mib, 100 * ddo::mib, ~std::uint64_t{0} / 2};
+    std::vector<std::uint64_t> frees = {1,
+                                        headroom - 1,
+                                        headroom,
+                                        headroom + 1,
+                                        headroom + rules - 1,
+                                        headroom + rules,
+                                        headroom + rules + 1,
+                                        rules - 1,
+                                        rules,
+                                        rules + 1,
+                                        4 * ddo::mib,
+                                        100 * ddo::mib,
+                                        ~std::uint64_t{0} / 2};
     for (const std::uint64_t free : frees)
       for (const double cap_mib : {0.0, 1.0, 4.0, 1000.0})
         for (const int source : {0, 1, 2, 3}) {

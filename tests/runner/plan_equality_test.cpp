@@ -138,9 +138,9 @@ TEST_SUITE("runner") {
     auto transport = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
     const auto groups = ddo::infer_execution_groups(model.table, settings.config.resident_module_patterns);
     const auto kept_by_rules = ddo::rule_kept_weights(model.table, groups, settings.config);
-    const auto m = ddo::machine_for(transport, model.table, groups, settings,
-                                    ddo::runtime_options_from(settings.config), options, true,
-                                    kept_by_rules);
+    const auto m =
+        ddo::machine_for(transport, model.table, groups, settings,
+                         ddo::runtime_options_from(settings.config), options, true, kept_by_rules);
     CHECK(m.engine_reserve_bytes == reserve);
     CHECK(m.runtime_reserve_bytes == ddo::runtime_device_reserve_bytes);
     CHECK(m.ring_bytes == ddo::ring_bytes_for(m.slot_bytes, m.slots));
@@ -154,8 +154,8 @@ TEST_SUITE("runner") {
     // The rules' bytes as the plan reports them (no budget on an unbounded machine).
     auto rules_only = settings.config;
     rules_only.auto_budget_policy = ddo::budget_policy::off;
-    CHECK(ddo::make_plan(model.table, rules_only, ddo::machine_capacity{}).budgets.rule_resident_bytes ==
-          kept);
+    CHECK(ddo::make_plan(model.table, rules_only, ddo::machine_capacity{})
+              .budgets.rule_resident_bytes == kept);
     CHECK(kept <= model.table.total_bytes());
     CHECK(m.capacity.free_vram_bytes == kept + (model.table.total_bytes() - kept) / 2);
   }

@@ -49,12 +49,12 @@ struct tensor_spec {
 };
 
 struct published_layout {
-  std::string label;                  ///< as the docs' table names it
-  std::vector<tensor_spec> tensors;   ///< state-dict order
+  std::string label;                 ///< as the docs' table names it
+  std::vector<tensor_spec> tensors;  ///< state-dict order
   std::size_t shards = 1;
-  std::string file_stem;              ///< "diffusion_pytorch_model", "model", ...
-  std::vector<std::string> blocks;    ///< the real blocks, in execution order
-  std::size_t real_block_count = 0;   ///< as the model's code counts them
+  std::string file_stem;             ///< "diffusion_pytorch_model", "model", ...
+  std::vector<std::string> blocks;   ///< the real blocks, in execution order
+  std::size_t real_block_count = 0;  ///< as the model's code counts them
   [[nodiscard]] std::uint64_t bytes() const {
     std::uint64_t b = 0;
     for (const auto& t : tensors) b += t.bytes();
@@ -200,8 +200,8 @@ inline published_layout sd35_large_diffusers() {
     const std::string p = "transformer_blocks." + std::to_string(b) + ".";
     linear(v, p + "norm1.linear", 6 * d, d, t);
     linear(v, p + "norm1_context.linear", (last ? 2 : 6) * d, d, t);
-    for (const char* n : {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj",
-                          "to_out.0"})
+    for (const char* n :
+         {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0"})
       linear(v, p + "attn." + n, d, d, t);
     if (!last) linear(v, p + "attn.to_add_out", d, d, t);
     for (const char* n : {"norm_q", "norm_k", "norm_added_q", "norm_added_k"})
@@ -239,10 +239,12 @@ inline void sd3_vae(std::vector<tensor_spec>& v, const std::string& prefix, ddo:
   std::int64_t in = 128;
   for (int i = 0; i < 4; ++i) {
     for (int r = 0; r < 2; ++r) {
-      resnet(prefix + "encoder.down." + std::to_string(i) + ".block." + std::to_string(r), in, ch[i]);
+      resnet(prefix + "encoder.down." + std::to_string(i) + ".block." + std::to_string(r), in,
+             ch[i]);
       in = ch[i];
     }
-    if (i != 3) conv(v, prefix + "encoder.down." + std::to_string(i) + ".downsample.conv", in, in, 3, t);
+    if (i != 3)
+      conv(v, prefix + "encoder.down." + std::to_string(i) + ".downsample.conv", in, in, 3, t);
   }
   resnet(prefix + "encoder.mid.block_1", 512, 512);
   attn(prefix + "encoder.mid.attn_1");
@@ -259,7 +261,8 @@ inline void sd3_vae(std::vector<tensor_spec>& v, const std::string& prefix, ddo:
       resnet(prefix + "decoder.up." + std::to_string(i) + ".block." + std::to_string(r), in, ch[i]);
       in = ch[i];
     }
-    if (i != 0) conv(v, prefix + "decoder.up." + std::to_string(i) + ".upsample.conv", in, in, 3, t);
+    if (i != 0)
+      conv(v, prefix + "decoder.up." + std::to_string(i) + ".upsample.conv", in, in, 3, t);
   }
   norm(v, prefix + "decoder.norm_out", 128, t);
   conv(v, prefix + "decoder.conv_out", 3, 128, 3, t);
@@ -311,8 +314,12 @@ inline published_layout wan21(std::string label, std::int64_t d, std::int64_t ff
                               std::size_t shards, bool fp8) {
   using namespace layout_detail;
   const auto t = ddo::dtype::f32;
-  published_layout l{std::move(label), {}, shards, fp8 ? "wan2.1_t2v_14B_fp8_scaled" : "diffusion_pytorch_model",
-                     {}, static_cast<std::size_t>(layers)};
+  published_layout l{std::move(label),
+                     {},
+                     shards,
+                     fp8 ? "wan2.1_t2v_14B_fp8_scaled" : "diffusion_pytorch_model",
+                     {},
+                     static_cast<std::size_t>(layers)};
   auto& v = l.tensors;
   v.push_back({"patch_embedding.weight", {d, 16, 1, 2, 2}, t});
   v.push_back({"patch_embedding.bias", {d}, t});
@@ -346,8 +353,12 @@ inline published_layout wan21(std::string label, std::int64_t d, std::int64_t ff
   return l;
 }
 
-inline published_layout wan21_14b() { return wan21("Wan2.1-T2V-14B (fp32, 6 shards)", 5120, 13824, 40, 6, false); }
-inline published_layout wan21_1_3b() { return wan21("Wan2.1-T2V-1.3B (fp32, one file)", 1536, 8960, 30, 1, false); }
+inline published_layout wan21_14b() {
+  return wan21("Wan2.1-T2V-14B (fp32, 6 shards)", 5120, 13824, 40, 6, false);
+}
+inline published_layout wan21_1_3b() {
+  return wan21("Wan2.1-T2V-1.3B (fp32, one file)", 1536, 8960, 30, 1, false);
+}
 inline published_layout wan21_14b_fp8_scaled() {
   return wan21("Wan2.1-T2V-14B fp8-scaled (mixed F8_E4M3/F32)", 5120, 13824, 40, 1, true);
 }
@@ -384,7 +395,8 @@ inline published_layout llama3_8b() {
 inline published_layout sdxl_unet() {
   using namespace layout_detail;
   const auto t = ddo::dtype::f16;
-  published_layout l{"SDXL UNet (held out; diffusers, fp16)", {}, 1, "diffusion_pytorch_model.fp16", {}, 7};
+  published_layout l{"SDXL UNet (held out; diffusers, fp16)", {}, 1,
+                     "diffusion_pytorch_model.fp16",          {}, 7};
   auto& v = l.tensors;
   auto resnet = [&](const std::string& p, std::int64_t in, std::int64_t out) {
     norm(v, p + ".norm1", in, t);
@@ -457,9 +469,9 @@ inline published_layout sdxl_unet() {
 }
 
 inline std::vector<std::function<published_layout()>> published_layouts() {
-  return {flux_dev_diffusers, flux_dev_original, sd35_large_diffusers, sd35_large_single_file,
-          wan21_14b,          wan21_1_3b,        wan21_14b_fp8_scaled, llama3_8b,
-          sdxl_unet};
+  return {flux_dev_diffusers,     flux_dev_original, sd35_large_diffusers,
+          sd35_large_single_file, wan21_14b,         wan21_1_3b,
+          wan21_14b_fp8_scaled,   llama3_8b,         sdxl_unet};
 }
 
 /// Writes @p l as header-only sparse safetensors files in @p dir (see the file comment); returns
@@ -504,9 +516,10 @@ inline std::vector<std::string> write_sparse_layout(const published_layout& l,
     const std::uint64_t n = header.size();
     unsigned char len[8];
     for (int k = 0; k < 8; ++k) len[k] = static_cast<unsigned char>(n >> (8 * k));
-    const bool ok = ::write(fd, len, 8) == 8 &&
-                    ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size()) &&
-                    ::ftruncate(fd, static_cast<off_t>(8 + n + offset)) == 0;
+    const bool ok =
+        ::write(fd, len, 8) == 8 &&
+        ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size()) &&
+        ::ftruncate(fd, static_cast<off_t>(8 + n + offset)) == 0;
     ::close(fd);
     if (!ok) throw std::runtime_error("cannot write " + path);
     paths.push_back(path);

@@ -62,7 +62,8 @@ auto_outcome plan_auto(const ddo::weight_table& table, std::uint64_t card, std::
   options.host_sim.device_capacity_bytes = out.card_limit;
   const auto component = ddo::component_for(settings, options.inputs);
   if (settings.config.backend == ddo::offload_backend::nvme) {
-    auto t = ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, options.host_sim);
+    auto t = ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings,
+                                                                               options.host_sim);
     out.setup = ddo::setup_offload(table, settings, component, options, t);
   } else {
     auto t = ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim);
@@ -85,7 +86,9 @@ void check_budgets(const auto_outcome& o, std::uint64_t ram) {
 }  // namespace
 
 TEST_SUITE("runner") {
-  TEST_CASE("published layouts: real blocks in execution order, bytes accounted, auto plans at 8 GiB / 16 GiB") {
+  TEST_CASE(
+      "published layouts: real blocks in execution order, bytes accounted, auto plans at 8 GiB / "
+      "16 GiB") {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("ddo-layouts-" + std::to_string(std::random_device{}()));
     const char* keep = std::getenv("DDO_KEEP_LAYOUTS");  // a directory: leave the files there
@@ -176,8 +179,9 @@ ddo::weight_table random_layout(std::mt19937_64& rng) {
   for (int b = 0; b < blocks; ++b) {
     const std::string p = family + "." + std::to_string(b) + ".";
     const int weights = static_cast<int>(pick(1, 6));
-    for (int k = 0; k < weights; ++k) add(p + "w" + std::to_string(k) + ".weight", width * pick(1, 8), width);
-    add(p + "norm.weight", 1, width);                        // small
+    for (int k = 0; k < weights; ++k)
+      add(p + "w" + std::to_string(k) + ".weight", width * pick(1, 8), width);
+    add(p + "norm.weight", 1, width);                                           // small
     if (rng() % 3 == 0) add(p + "proj_out.weight", width * pick(1, 4), width);  // built-in name
   }
   if (rng() % 2) add("embed_tokens.weight", width * pick(1, 64), width);
@@ -202,9 +206,11 @@ TEST_SUITE("runner") {
       const ddo::weight_table t = random_layout(rng);
       const std::uint64_t model = t.total_bytes();
       const std::uint64_t card = std::max<std::uint64_t>(
-          256 * ddo::mib, static_cast<std::uint64_t>(static_cast<double>(model) * (0.05 + (rng() % 300) / 100.0)));
-      const std::uint64_t ram = static_cast<std::uint64_t>(static_cast<double>(model) * ((rng() % 400) / 100.0)) +
-                                ddo::gib * (rng() % 24);
+          256 * ddo::mib,
+          static_cast<std::uint64_t>(static_cast<double>(model) * (0.05 + (rng() % 300) / 100.0)));
+      const std::uint64_t ram =
+          static_cast<std::uint64_t>(static_cast<double>(model) * ((rng() % 400) / 100.0)) +
+          ddo::gib * (rng() % 24);
       // Everything-streamed: the ring of the largest group with only what cannot stream kept
       // (rules 1-3), plus the reserves and what cannot stream.
       // Settings differ only by the preset auto picks (the RAM itself reaches the plan through
@@ -220,7 +226,8 @@ TEST_SUITE("runner") {
       REQUIRE(settings.effective_preset == preset);
       const auto groups = ddo::infer_execution_groups(t, settings.config.resident_module_patterns);
       const ddo::machine_capacity none;
-      ddo::plan_context context{t, settings.config, none, groups, ddo::group_of_weights(t, groups), {}, {}, nullptr};
+      ddo::plan_context context{
+          t, settings.config, none, groups, ddo::group_of_weights(t, groups), {}, {}, nullptr};
       const auto rules = ddo::residency_rules(context);
       const std::uint64_t fixed = rules.bytes_of(ddo::residency_rule::skip_pattern) +
                                   rules.bytes_of(ddo::residency_rule::kind) +
@@ -231,7 +238,8 @@ TEST_SUITE("runner") {
       for (const auto& g : groups) {
         std::vector<std::size_t> streams;
         for (std::size_t w : g.weights)
-          if (rules.rule[w] == ddo::residency_rule::managed || rules.rule[w] == ddo::residency_rule::builtin_pattern)
+          if (rules.rule[w] == ddo::residency_rule::managed ||
+              rules.rule[w] == ddo::residency_rule::builtin_pattern)
             streams.push_back(w);
         if (streams.empty()) continue;
         ++streaming;
@@ -239,28 +247,33 @@ TEST_SUITE("runner") {
       }
       const std::uint64_t reserve = ddo::runner::engine_reserve_bytes(
           ddo::runner::default_tokens(false), ddo::runner::compute_shape_of(t), false);
-      const bool fits = card > reserve + 2 * ddo::runtime_device_reserve_bytes + fixed +
-                                   ddo::ring_bytes_for(slot, std::min(runtime.slot_count, streaming));
+      const bool fits =
+          card > reserve + 2 * ddo::runtime_device_reserve_bytes + fixed +
+                     ddo::ring_bytes_for(slot, std::min(runtime.slot_count, streaming));
       fitting += fits;
       try {
         const auto o = plan_auto(t, card, ram, &settings);
         const auto& plan = o.setup.plan;
         const std::uint64_t resident = plan.total_bytes(ddo::placement::gpu_resident);
-        const bool inside = resident + o.setup.machine.ring_bytes + reserve +
-                                    ddo::runtime_device_reserve_bytes <= o.card_limit &&
-                            plan.total_bytes(ddo::placement::pinned_host) <= plan.budgets.usable_ram_bytes &&
-                            plan.budgets.usable_ram_bytes <= ram;
-        if (!inside) FAIL("seed " << seed << ": a plan outside the card or the RAM (card " << card
-                                  << ", RAM " << ram << ", resident " << resident << ", ring "
-                                  << o.setup.machine.ring_bytes << ")");
+        const bool inside =
+            resident + o.setup.machine.ring_bytes + reserve + ddo::runtime_device_reserve_bytes <=
+                o.card_limit &&
+            plan.total_bytes(ddo::placement::pinned_host) <= plan.budgets.usable_ram_bytes &&
+            plan.budgets.usable_ram_bytes <= ram;
+        if (!inside)
+          FAIL("seed " << seed << ": a plan outside the card or the RAM (card " << card << ", RAM "
+                       << ram << ", resident " << resident << ", ring "
+                       << o.setup.machine.ring_bytes << ")");
       } catch (const std::exception& e) {
-        if (fits) FAIL("seed " << seed << ": everything-streamed fits (card " << card << ", RAM "
-                               << ram << ", model " << model << ") but auto refused: " << e.what());
+        if (fits)
+          FAIL("seed " << seed << ": everything-streamed fits (card " << card << ", RAM " << ram
+                       << ", model " << model << ") but auto refused: " << e.what());
       }
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MESSAGE(cases << " cases (" << fitting << " where everything-streamed fits) in " << seconds << " s");
+    MESSAGE(cases << " cases (" << fitting << " where everything-streamed fits) in " << seconds
+                  << " s");
     CHECK(fitting > cases / 4);
   }
 }

@@ -283,7 +283,8 @@ TEST_SUITE("runtime") {
     sim.device_capacity_bytes = 5 * ddo::gib;  // a ring of 3 x 700 MiB, room for one block
     auto t = ddo::make_transport<nvme_sim>(settings, sim);
     REQUIRE(t.staging_slot_bytes() < 700 * ddo::mib);
-    const auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs), options, t);
+    const auto setup = ddo::setup_offload(table, settings,
+                                          ddo::component_for(settings, options.inputs), options, t);
     CHECK(t.staging_slot_bytes() >= 700 * ddo::mib);
     CHECK(setup.plan.budgets.max_group_bytes == t.staging_slot_bytes());
     CHECK(setup.plan.budgets.max_group_detail.find("grown to") != std::string::npos);
@@ -296,7 +297,8 @@ TEST_SUITE("runtime") {
     const auto given = ddo::resolve_settings(options.inputs);
     auto tg = ddo::make_transport<nvme_sim>(given, sim);
     try {
-      (void)ddo::setup_offload(table, given, ddo::component_for(given, options.inputs), options, tg);
+      (void)ddo::setup_offload(table, given, ddo::component_for(given, options.inputs), options,
+                               tg);
       FAIL("no refusal");
     } catch (const ddo::out_of_memory& e) {
       const std::string what = e.what();

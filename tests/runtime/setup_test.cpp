@@ -207,23 +207,27 @@ TEST_SUITE("runtime") {
     auto options = quiet();
     options.log = nullptr;
     // The rules keep every ff.up resident: a block's slot holds only its attn.to_q.
-    options.inputs.overrides.push_back({"skip_modules_pattern", std::vector<std::string>{R"(ff\.up$)"}});
+    options.inputs.overrides.push_back(
+        {"skip_modules_pattern", std::vector<std::string>{R"(ff\.up$)"}});
     const auto settings = ddo::resolve_settings(options.inputs);
-    const auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
-                                          options, sim);
+    const auto setup = ddo::setup_offload(
+        m.table, settings, ddo::component_for(settings, options.inputs), options, sim);
     const auto runtime = ddo::runtime_options_from(settings.config);
     std::uint64_t streamed_slot = 0, whole_slot = 0;
     for (const auto& g : setup.plan.groups) {
       std::vector<std::size_t> streamed;
       for (std::size_t w : g.weights)
         if (setup.plan.decisions[w].where != ddo::placement::gpu_resident) streamed.push_back(w);
-      streamed_slot = std::max(streamed_slot, ddo::slot_bytes_for(m.table, streamed, runtime.alignment));
+      streamed_slot =
+          std::max(streamed_slot, ddo::slot_bytes_for(m.table, streamed, runtime.alignment));
       whole_slot = std::max(whole_slot, ddo::slot_bytes_for(m.table, g.weights, runtime.alignment));
     }
-    CHECK(setup.machine.slot_bytes == ddo::streamed_slot_bytes(setup.plan, m.table, runtime.alignment));
+    CHECK(setup.machine.slot_bytes ==
+          ddo::streamed_slot_bytes(setup.plan, m.table, runtime.alignment));
     CHECK(setup.machine.slot_bytes <= streamed_slot);
     CHECK(setup.machine.slot_bytes < whole_slot);
-    CHECK(setup.machine.ring_bytes == ddo::ring_bytes_for(setup.machine.slot_bytes, setup.machine.slots));
+    CHECK(setup.machine.ring_bytes ==
+          ddo::ring_bytes_for(setup.machine.slot_bytes, setup.machine.slots));
     // The plan reports what the rules keep, without a second plan.
     std::uint64_t kept = 0;
     for (std::size_t w = 0; w < m.table.size(); ++w)
@@ -231,7 +235,8 @@ TEST_SUITE("runtime") {
     CHECK(setup.plan.budgets.rule_resident_bytes == kept);
   }
 
-  TEST_CASE("a pipeline phase that runs once plans zero-resident as a policy, not a 1-byte budget") {
+  TEST_CASE(
+      "a pipeline phase that runs once plans zero-resident as a policy, not a 1-byte budget") {
     const blocks_model m(std::random_device{}());
     ddo::host_sim_transport sim({.device_capacity_bytes = 512 * ddo::mib});
     auto options = quiet();
@@ -239,10 +244,11 @@ TEST_SUITE("runtime") {
     options.zero_resident_reason = "one pass";
     options.inputs.overrides.push_back({"auto_budget_policy", std::string("balanced")});
     const auto settings = ddo::resolve_settings(options.inputs);
-    const auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
-                                          options, sim);
+    const auto setup = ddo::setup_offload(
+        m.table, settings, ddo::component_for(settings, options.inputs), options, sim);
     CHECK(setup.plan.budgets.resident_source == ddo::resident_budget_source::zero_resident);
     CHECK(setup.plan.budgets.resident_budget_detail == "one pass");
-    CHECK(setup.plan.total_bytes(ddo::placement::gpu_resident) == setup.plan.budgets.rule_resident_bytes);
+    CHECK(setup.plan.total_bytes(ddo::placement::gpu_resident) ==
+          setup.plan.budgets.rule_resident_bytes);
   }
 }

@@ -206,9 +206,10 @@ inline constexpr double auto_low_ram_gb = 16.0;
     const std::string model = "the model (" + gib_text(model_gb) + ")";
     if (*context.available_ram_gb < model_gb) {
       if (context.vmm_supported.value_or(true))
-        return choose(nvme_baseline, model + " is larger than " + ram + ": stream it from its file");
-      return choose(low_ram_safe, model + " is larger than " + ram +
-                                      " and the device has no VMM support");
+        return choose(nvme_baseline,
+                      model + " is larger than " + ram + ": stream it from its file");
+      return choose(low_ram_safe,
+                    model + " is larger than " + ram + " and the device has no VMM support");
     }
     if (*context.available_ram_gb - context.system_ram_headroom_gb < model_gb)
       return choose(low_ram_safe, model + " fits in " + ram + " but not with the " +
@@ -219,8 +220,10 @@ inline constexpr double auto_low_ram_gb = 16.0;
                                      " RAM headroom to pin it");
   }
   if (context.available_ram_gb && *context.available_ram_gb < auto_low_ram_gb)
-    return choose(low_ram_safe, "less than 16 GiB of RAM available (" + ram + ") and no model size known");
-  return choose(one_shot_fast, "enough RAM available for pinning" + (ram.empty() ? std::string() : " (" + ram + ")"));
+    return choose(low_ram_safe,
+                  "less than 16 GiB of RAM available (" + ram + ") and no model size known");
+  return choose(one_shot_fast, "enough RAM available for pinning" +
+                                   (ram.empty() ? std::string() : " (" + ram + ")"));
 }
 
 /// @brief The route and group-offload parameters preset @p effective_preset gives component

@@ -91,7 +91,8 @@ namespace detail {
   if (shape.size() >= 3) {
     const bool kernel = std::all_of(shape.begin() + 2, shape.end(),
                                     [](std::int64_t d) { return d >= 1 && d <= 16; });
-    const bool named = detail::ascii_lower(module_leaf(module_name)).find("conv") != std::string::npos;
+    const bool named =
+        detail::ascii_lower(module_leaf(module_name)).find("conv") != std::string::npos;
     return kernel || named ? module_kind::conv : module_kind::other;
   }
   return infer_module_kind(module_name, shape.size());

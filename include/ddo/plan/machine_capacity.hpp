@@ -27,7 +27,8 @@ struct machine_capacity {
   /// Slot/staging size the transport offers for one execution group's streamed bytes;
   /// 0 = unconstrained.
   std::uint64_t max_group_bytes = 0;
-  /// How max_group_bytes came about when setup grew a preset's size (plan_budgets::max_group_detail).
+  /// How max_group_bytes came about when setup grew a preset's size
+  /// (plan_budgets::max_group_detail).
   std::string max_group_detail;
   /// The DDO_DISABLE_PIN_ON_WSL setting (default on): with running_on_wsl, nothing is pinned.
   bool disable_pin_on_wsl = true;

@@ -109,13 +109,15 @@ struct pin_budget_choice {
       if (!config.allow_pin_memory_fallback)
         throw out_of_memory(memory_tier::pinned_host, asked, usable,
                             "pin_weight_budget_gb asks to pin " + format_bytes(asked) +
-                                " but only " + format_bytes(usable) + " of RAM is usable (usable RAM " +
+                                " but only " + format_bytes(usable) +
+                                " of RAM is usable (usable RAM " +
                                 format_bytes(c.available_ram_bytes()) + " available - " +
                                 format_bytes(gib_to_bytes(config.system_ram_headroom_gb)) +
                                 " headroom); lower pin_weight_budget_gb, lower "
                                 "system_ram_headroom_gb, or set allow_pin_memory_fallback");
       r.bytes = usable;
-      r.detail += ", clamped to usable RAM " + format_bytes(usable) + " (allow_pin_memory_fallback)";
+      r.detail +=
+          ", clamped to usable RAM " + format_bytes(usable) + " (allow_pin_memory_fallback)";
     }
   } else if (config.pin_weight_budget_ratio > 0.0) {
     const double ratio = std::min(config.pin_weight_budget_ratio, 1.0);
@@ -136,7 +138,7 @@ struct pin_budget_choice {
 
 template <selection_choice Selection>
 pin_result basic_pin_selector<Selection>::select_pinned(const plan_context& c,
-                                                      const residency_result& residency) const {
+                                                        const residency_result& residency) const {
   const weight_table& table = c.table;
   const dynamic_offload_config& config = c.config;
   pin_result r;

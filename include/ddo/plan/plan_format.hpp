@@ -180,8 +180,7 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
                std::string(detail::selection_text(b.pin_selection)).c_str(),
                b.pin_budget_detail.c_str());
   plan_appendf(out, "  full-pin zero-resident: %s\n", b.full_pin_zero_resident ? "yes" : "no");
-  if (!b.rule_resident_detail.empty())
-    out += "  rules: " + b.rule_resident_detail + "\n";
+  if (!b.rule_resident_detail.empty()) out += "  rules: " + b.rule_resident_detail + "\n";
 
   std::array<std::size_t, placement_count> counts{};
   for (const auto& d : plan.decisions) ++counts[static_cast<std::size_t>(d.where)];

@@ -207,8 +207,8 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
                 " bytes (" + format_bytes(g.streamed_bytes()) +
                 ") but the transport's slot/staging holds " +
                 std::to_string(machine.max_group_bytes) + " bytes (" +
-                format_bytes(machine.max_group_bytes) +
-                ")" + (b.max_group_detail.empty() ? std::string() : " (" + b.max_group_detail + ")") +
+                format_bytes(machine.max_group_bytes) + ")" +
+                (b.max_group_detail.empty() ? std::string() : " (" + b.max_group_detail + ")") +
                 "; enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
   const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
   if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)

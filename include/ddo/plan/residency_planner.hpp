@@ -28,7 +28,8 @@
 ///    full-pin rule, a stored profile and the setup path's zero-resident request;
 ///  - the setup path's zero-resident request (machine_capacity::zero_resident_reason) → 0
 ///    ("zero_resident");
-///  - a stored capacity profile for `profile_name` (machine_capacity::profile_resident_budget_bytes)
+///  - a stored capacity profile for `profile_name`
+///  (machine_capacity::profile_resident_budget_bytes)
 ///    → its recommendation ("profile"), every streamed weight pinned;
 ///  - else `auto_budget_policy = balanced`:
 ///    - full-pin zero-resident when `auto_full_pin_min_model_to_vram_ratio` > 0, usable RAM
@@ -94,21 +95,21 @@ static_assert(residency_planner<basic_residency_planner<first_selector>>);
 
 /// @brief Which rule kept a weight resident, or that none did (plan/residency_planner.hpp).
 enum class residency_rule : std::uint8_t {
-  managed,           ///< no rule: a budget candidate, else streamed
-  skip_pattern,      ///< rule 1, `skip_modules_pattern`
-  kind,              ///< rule 2, kind outside `target_module_classes`
-  small_tensor,      ///< rule 3, `small_tensor_threshold_bytes`
-  builtin_pattern,   ///< rule 4, a built-in always-resident pattern (outside the blocks)
-  user_pattern,      ///< rule 4, an always-resident pattern the user gave
-  demoted,           ///< a built-in pattern matched but it did not fit: streamed
+  managed,          ///< no rule: a budget candidate, else streamed
+  skip_pattern,     ///< rule 1, `skip_modules_pattern`
+  kind,             ///< rule 2, kind outside `target_module_classes`
+  small_tensor,     ///< rule 3, `small_tensor_threshold_bytes`
+  builtin_pattern,  ///< rule 4, a built-in always-resident pattern (outside the blocks)
+  user_pattern,     ///< rule 4, an always-resident pattern the user gave
+  demoted,          ///< a built-in pattern matched but it did not fit: streamed
 };
 
 /// @brief What the rules decide before any budget (step 1 of plan/residency_planner.hpp).
 struct rule_residency {
-  std::vector<residency_rule> rule;        ///< per weight
-  std::vector<const pattern*> matched;     ///< per weight: the pattern of rules 1 and 4, or null
-  std::vector<char> in_block;              ///< per weight: inside an execution block
-  std::uint64_t eligible_bytes = 0;        ///< weights that passed rules 1–3
+  std::vector<residency_rule> rule;     ///< per weight
+  std::vector<const pattern*> matched;  ///< per weight: the pattern of rules 1 and 4, or null
+  std::vector<char> in_block;           ///< per weight: inside an execution block
+  std::uint64_t eligible_bytes = 0;     ///< weights that passed rules 1–3
   /// Bytes kept per rule (indexed by residency_rule; managed and demoted count what they hold).
   std::array<std::uint64_t, 7> bytes{};
   [[nodiscard]] std::uint64_t bytes_of(residency_rule r) const noexcept {
@@ -233,8 +234,8 @@ inline void choose_budget_source(const plan_context& c, const rule_residency& ru
   } else if (c.machine.profile_resident_budget_bytes) {
     r.budget_source = profile;
     r.budget_bytes = *c.machine.profile_resident_budget_bytes;
-    r.budget_detail = "capacity profile '" + config.profile_name + "' recommends " +
-                      format_bytes(r.budget_bytes);
+    r.budget_detail =
+        "capacity profile '" + config.profile_name + "' recommends " + format_bytes(r.budget_bytes);
   } else if (config.auto_budget_policy != budget_policy::balanced) {
     r.budget_source = none;
     r.budget_detail = "auto_budget_policy off and no resident_module_budget_gb";
@@ -245,8 +246,8 @@ inline void choose_budget_source(const plan_context& c, const rule_residency& ru
   } else {
     r.budget_source = balanced;
   }
-  r.pin_all_streamed = r.full_pin_zero_resident || r.budget_source == build_profile ||
-                       r.budget_source == profile;
+  r.pin_all_streamed =
+      r.full_pin_zero_resident || r.budget_source == build_profile || r.budget_source == profile;
 }
 
 /// Demotes what the built-in patterns keep until the rules' bytes fit @p room (largest first,
@@ -274,7 +275,8 @@ inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uin
   std::uint64_t most = 0;
   std::unordered_map<const pattern*, std::uint64_t> by_pattern;
   for (std::size_t i = 0; i < table.size(); ++i)
-    if (rules.rule[i] == residency_rule::user_pattern) by_pattern[rules.matched[i]] += table[i].bytes;
+    if (rules.rule[i] == residency_rule::user_pattern)
+      by_pattern[rules.matched[i]] += table[i].bytes;
   for (const auto& [p, bytes] : by_pattern)
     if (bytes > most) {
       most = bytes;
@@ -298,7 +300,8 @@ inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uin
 }
 
 [[nodiscard]] inline std::string rule_reason(const rule_residency& rules, std::size_t i,
-                                             const weight_info& w, const dynamic_offload_config& config) {
+                                             const weight_info& w,
+                                             const dynamic_offload_config& config) {
   switch (rules.rule[i]) {
     case residency_rule::skip_pattern:
       return "skip_modules_pattern '" + rules.matched[i]->text() + "' (not managed)";
@@ -331,7 +334,8 @@ inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uin
     if (rules.bytes_of(rule) != 0) out += words + format_bytes(rules.bytes_of(rule)) + ",";
   out.pop_back();
   if (demoted != 0)
-    out += "; demoted (streamed) " + std::to_string(demoted) + " built-in always-resident weight(s), " +
+    out += "; demoted (streamed) " + std::to_string(demoted) +
+           " built-in always-resident weight(s), " +
            format_bytes(rules.bytes_of(residency_rule::demoted));
   return out;
 }
@@ -346,8 +350,10 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
     for (std::size_t i = 0; i < rules.rule.size(); ++i)
       if (rules.rule[i] == residency_rule::builtin_pattern)
         rules.move(i, residency_rule::managed, c.table[i].bytes);
-  std::uint64_t room = free == 0 ? ~std::uint64_t{0} : (balanced && free > headroom ? free - headroom
-                                                        : balanced ? 0 : free);
+  std::uint64_t room = free == 0 ? ~std::uint64_t{0}
+                                 : (balanced && free > headroom ? free - headroom
+                                    : balanced                  ? 0
+                                                                : free);
   if (c.machine.resident_limit_bytes) room = std::min(room, *c.machine.resident_limit_bytes);
   demote_to_fit(c, rules, room);
   const std::uint64_t kept = rules.kept_bytes();
@@ -365,7 +371,8 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
     const std::uint64_t left = free > kept ? free - kept : 0;
     if (r.budget_bytes > left) {
       r.budget_bytes = left;
-      r.budget_detail += ", limited to the " + format_bytes(left) + " free beside the rule-resident weights";
+      r.budget_detail +=
+          ", limited to the " + format_bytes(left) + " free beside the rule-resident weights";
     }
   }
   if (c.machine.resident_limit_bytes) {
@@ -373,7 +380,8 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
     const std::uint64_t left = limit > kept ? limit - kept : 0;
     if (r.budget_bytes > left) {
       r.budget_bytes = left;
-      r.budget_detail += ", limited to " + format_bytes(left) + " by " + c.machine.resident_limit_reason;
+      r.budget_detail +=
+          ", limited to " + format_bytes(left) + " by " + c.machine.resident_limit_reason;
     }
   }
 }
@@ -457,8 +465,8 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
   } else {
     cands = group_by_module(c, [&](std::size_t i) { return r.managed[i] != 0; });
   }
-  const auto outcome = run_selection<Selection>(c.config.resident_module_selection,
-                                                cands.candidates, r.budget_bytes - r.outsized_bytes);
+  const auto outcome = run_selection<Selection>(
+      c.config.resident_module_selection, cands.candidates, r.budget_bytes - r.outsized_bytes);
   const std::string why = "resident_budget " + r.selection + (by_block ? " (block)" : " (module)");
   for (std::size_t w : outcome.winners)
     for (std::size_t i : cands.members[w]) {

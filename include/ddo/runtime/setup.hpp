@@ -178,7 +178,8 @@ inline void print_setup(std::FILE* log, const weight_table& table, const offload
                                                          std::span<const execution_group> groups,
                                                          const dynamic_offload_config& config) {
   const machine_capacity unknown;
-  plan_context context{table, config, unknown, groups, group_of_weights(table, groups), {}, {}, nullptr};
+  plan_context context{table, config, unknown, groups, group_of_weights(table, groups),
+                       {},    {},     nullptr};
   const rule_residency rules = residency_rules(context);
   std::vector<char> kept(table.size(), 0);
   for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rules.kept(w) ? 1 : 0;
@@ -211,8 +212,9 @@ template <class Transport>
 [[nodiscard]] setup_machine machine_for(Transport& transport, const weight_table& table,
                                         std::span<const execution_group> groups,
                                         const dynamic_offload_settings& settings,
-                                        const runtime_options& runtime, const setup_options& options,
-                                        bool ring = true, std::span<const char> kept = {}) {
+                                        const runtime_options& runtime,
+                                        const setup_options& options, bool ring = true,
+                                        std::span<const char> kept = {}) {
   setup_machine m;
   m.device = transport.device_memory();
   // A device budget (the engine's cap, or a pipeline phase's share of the shared budget) caps
@@ -247,7 +249,8 @@ template <class Transport>
       largest_group = g.name;
     }
   }
-  m.slots = ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streaming_groups) : 0;
+  m.slots =
+      ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streaming_groups) : 0;
   m.ring_bytes = ring_bytes_for(m.slot_bytes, m.slots);
   m.engine_reserve_bytes = options.reserve_device_bytes;
   machine_capacity& c = m.capacity;
@@ -282,10 +285,10 @@ template <class Transport>
     if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
       if (!set_explicitly(settings, "vmm_staging_buffer_gb") && largest_streamed > slot) {
         transport.grow_staging_slot(largest_streamed);
-        c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " (" + describe(where) +
-                             ") grown to " + format_bytes(transport.staging_slot_bytes()) +
-                             " for the largest streamed group '" + largest_group + "' (" +
-                             format_bytes(largest_streamed) + ")";
+        c.max_group_detail =
+            "vmm_staging_buffer_gb " + format_bytes(slot) + " (" + describe(where) + ") grown to " +
+            format_bytes(transport.staging_slot_bytes()) + " for the largest streamed group '" +
+            largest_group + "' (" + format_bytes(largest_streamed) + ")";
         slot = transport.staging_slot_bytes();
       }
     }
@@ -302,9 +305,11 @@ template <class Transport>
       const std::uint64_t budget = gib_to_bytes(settings.config.vmm_resident_weight_budget_gb);
       // The window's handle (vmm_window_options::handle_bytes): vmm_page_mb, else 64 MiB or the
       // largest group in 2 MiB pages when that is smaller.
-      const std::uint64_t handle = settings.config.vmm_page_mb != 0
-                                       ? settings.config.vmm_page_mb * mib
-                                       : std::min<std::uint64_t>(64 * mib, round_up(std::max<std::uint64_t>(m.slot_bytes, 1), 2 * mib));
+      const std::uint64_t handle =
+          settings.config.vmm_page_mb != 0
+              ? settings.config.vmm_page_mb * mib
+              : std::min<std::uint64_t>(
+                    64 * mib, round_up(std::max<std::uint64_t>(m.slot_bytes, 1), 2 * mib));
       const std::uint64_t window = round_up(m.slot_bytes, handle);
       c.resident_limit_bytes = budget > window ? budget - window : 0;
       c.resident_limit_reason = "vmm_resident_weight_budget_gb " + format_bytes(budget) +
@@ -606,20 +611,20 @@ template <class... Policies, class Transport>
 /// The setup path's instantiations for one shipped transport with the default planner and pin
 /// selector: declared extern where ddo is compiled once (DDO_EXTERN_TEMPLATES, core/linkage.hpp)
 /// and defined by ddo/instantiate.hpp. @p PREFIX is `extern` or empty.
-#define DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, TRANSPORT)                                    \
-  PREFIX template offload_setup                                                             \
-  setup_offload<default_residency_planner, default_pin_selector, TRANSPORT>(                \
-      const weight_table&, const dynamic_offload_settings&, const resolved_component&,      \
-      const setup_options&, TRANSPORT&, const default_residency_planner&,                   \
-      const default_pin_selector&);                                                         \
-  PREFIX template setup_machine machine_for<TRANSPORT>(                                     \
-      TRANSPORT&, const weight_table&, std::span<const execution_group>,                    \
+#define DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, TRANSPORT)                                   \
+  PREFIX template offload_setup                                                            \
+  setup_offload<default_residency_planner, default_pin_selector, TRANSPORT>(               \
+      const weight_table&, const dynamic_offload_settings&, const resolved_component&,     \
+      const setup_options&, TRANSPORT&, const default_residency_planner&,                  \
+      const default_pin_selector&);                                                        \
+  PREFIX template setup_machine machine_for<TRANSPORT>(                                    \
+      TRANSPORT&, const weight_table&, std::span<const execution_group>,                   \
       const dynamic_offload_settings&, const runtime_options&, const setup_options&, bool, \
-      std::span<const char>);                                                               \
-  PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,      \
-                                                      const host_sim_options&);             \
-  PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<          \
-      default_residency_planner, default_pin_selector, TRANSPORT>(                          \
+      std::span<const char>);                                                              \
+  PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,     \
+                                                      const host_sim_options&);            \
+  PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<         \
+      default_residency_planner, default_pin_selector, TRANSPORT>(                         \
       const weight_table&, const dynamic_offload_settings&, const setup_options&, TRANSPORT&);
 
 /// Every transport the setup path constructs (make_transport, with_offload_backend): the

@@ -94,16 +94,16 @@ struct block_match {
 }
 
 [[nodiscard]] DDO_INLINE bool is_output_component(std::string_view c) {
-  for (std::string_view n : {"norm_out", "proj_out", "conv_out", "final_layer", "lm_head", "ln_f",
-                             "norm_f", "head", "output", "norm", "final_layer_norm", "norm_final",
-                             "out", "unpatchify"})
+  for (std::string_view n :
+       {"norm_out", "proj_out", "conv_out", "final_layer", "lm_head", "ln_f", "norm_f", "head",
+        "output", "norm", "final_layer_norm", "norm_final", "out", "unpatchify"})
     if (c == n) return true;
   return c.starts_with("final_") || c.ends_with("_out");
 }
 
 [[nodiscard]] DDO_INLINE bool is_input_component(std::string_view c) {
-  if (c.find("embed") != std::string_view::npos || c.starts_with("time") ||
-      c.ends_with("_in") || c.starts_with("pos_") || c.starts_with("patch"))
+  if (c.find("embed") != std::string_view::npos || c.starts_with("time") || c.ends_with("_in") ||
+      c.starts_with("pos_") || c.starts_with("patch"))
     return true;
   for (std::string_view n :
        {"img_in", "txt_in", "conv_in", "proj_in", "time_in", "vector_in", "guidance_in", "input",
@@ -123,7 +123,8 @@ struct block_match {
   while (!family.empty() && family.back() == '.') family.remove_suffix(1);
   const auto dot = family.rfind('.');
   std::string_view leaf = dot == std::string_view::npos ? family : family.substr(dot + 1);
-  if (const auto colon = leaf.rfind(':'); colon != std::string_view::npos) leaf = leaf.substr(colon + 1);
+  if (const auto colon = leaf.rfind(':'); colon != std::string_view::npos)
+    leaf = leaf.substr(colon + 1);
   for (std::string_view n : {"down", "input", "encoder", "double"})
     if (leaf.starts_with(n)) return 0;
   for (std::string_view n : {"up", "output", "decoder", "single"})
@@ -161,8 +162,9 @@ struct block_match {
   }
   auto known = [](const std::string& family) {
     const auto dot = family.rfind('.');
-    const std::string_view leaf = dot == std::string::npos ? std::string_view(family)
-                                                           : std::string_view(family).substr(dot + 1);
+    const std::string_view leaf = dot == std::string::npos
+                                      ? std::string_view(family)
+                                      : std::string_view(family).substr(dot + 1);
     return std::find(auto_block_families.begin(), auto_block_families.end(), leaf) !=
            auto_block_families.end();
   };
@@ -174,7 +176,8 @@ struct block_match {
   };
   std::vector<std::pair<std::string, const family_stats*>> ranked;
   for (const auto& [name, st] : stats)
-    if ((st.indices.size() >= 2 || known(name)) && !inside_middle(name)) ranked.emplace_back(name, &st);
+    if ((st.indices.size() >= 2 || known(name)) && !inside_middle(name))
+      ranked.emplace_back(name, &st);
   // Most bytes first; equal bytes: the outer family (it runs as a unit), then table order.
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     if (a.second->bytes != b.second->bytes) return a.second->bytes > b.second->bytes;
@@ -187,8 +190,8 @@ struct block_match {
            (b.size() > a.size() && b.starts_with(a) && b[a.size()] == '.') || a == b;
   };
   for (const auto& [name, st] : ranked) {
-    if (!chosen.empty() && (st->bytes < ranked.front().second->bytes / 10 ||
-                            st->indices.size() < 2))
+    if (!chosen.empty() &&
+        (st->bytes < ranked.front().second->bytes / 10 || st->indices.size() < 2))
       continue;
     if (std::any_of(chosen.begin(), chosen.end(),
                     [&](const std::string& c) { return related(c, name); }))
@@ -274,7 +277,8 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     for (std::size_t i : c.weights) b += table[i].bytes;
     return b;
   };
-  auto main = std::find_if(parts.begin(), parts.end(), [](const table_component& c) { return c.place == 0; });
+  auto main = std::find_if(parts.begin(), parts.end(),
+                           [](const table_component& c) { return c.place == 0; });
   if (main == parts.end() && !rest.weights.empty()) {  // the unnamed weights are the model
     parts.push_back(std::move(rest));
     rest = {};
@@ -315,8 +319,10 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   std::optional<std::size_t> first_block_weight;
   for (std::size_t i : part.weights) {
     const std::string& module_name = table[i].module_name;
-    const auto m = use_auto ? match_family(module_name, module_name.starts_with(part.prefix) ? strip : 0, families)
-                            : match_pattern_block(module_name, compiled);
+    const auto m =
+        use_auto
+            ? match_family(module_name, module_name.starts_with(part.prefix) ? strip : 0, families)
+            : match_pattern_block(module_name, compiled);
     if (!m) continue;
     if (!first_block_weight) first_block_weight = i;
     auto [it, inserted] = block_of_key.emplace(m->key, blocks_found.size());
@@ -328,7 +334,8 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     blocks_found[it->second].weights.push_back(i);
     in_block[i] = 1;
   }
-  const std::string label = part.prefix.empty() ? std::string() : part.prefix.substr(0, part.prefix.size() - 1);
+  const std::string label =
+      part.prefix.empty() ? std::string() : part.prefix.substr(0, part.prefix.size() - 1);
   std::vector<execution_group> groups;
   if (blocks_found.empty()) {
     if (!label.empty()) return {execution_group{label, part.weights, false}};
@@ -346,9 +353,8 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   // appearance; a "single_*" family right after its sibling (FLUX's double then single blocks).
   // Explicit patterns state the order: families in the order of their patterns.
   if (use_auto)
-    std::stable_sort(family_order.begin(), family_order.end(), [](const auto& a, const auto& b) {
-      return family_rank(a) < family_rank(b);
-    });
+    std::stable_sort(family_order.begin(), family_order.end(),
+                     [](const auto& a, const auto& b) { return family_rank(a) < family_rank(b); });
   else
     std::stable_sort(family_order.begin(), family_order.end(), [](const auto& a, const auto& b) {
       return std::stoul(a.substr(0, a.find(':'))) < std::stoul(b.substr(0, b.find(':')));
@@ -363,11 +369,12 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   for (std::size_t i : part.weights) {
     if (in_block[i]) continue;
     const std::string& module_name = table[i].module_name;
-    const std::string_view module = std::string_view(module_name).substr(
-        module_name.starts_with(part.prefix) ? strip : 0);
+    const std::string_view module =
+        std::string_view(module_name).substr(module_name.starts_with(part.prefix) ? strip : 0);
     const std::string_view top = module.substr(0, module.find('.'));
     if (is_middle_component(top)) {
-      auto& g = middles[std::string(module_name.substr(0, module_name.size() - module.size())) + std::string(top)];
+      auto& g = middles[std::string(module_name.substr(0, module_name.size() - module.size())) +
+                        std::string(top)];
       g.weights.push_back(i);
     } else if (is_output_component(top)) {  // the top-level module decides first
       after.weights.push_back(i);
@@ -384,7 +391,8 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   if (!before.weights.empty()) groups.push_back(std::move(before));
   bool middles_placed = middles.empty();
   auto place_middles = [&] {
-    for (auto& [name, g] : middles) groups.push_back(execution_group{name, std::move(g.weights), blocks});
+    for (auto& [name, g] : middles)
+      groups.push_back(execution_group{name, std::move(g.weights), blocks});
     middles_placed = true;
   };
   // A middle stage runs before the first output stage; in a stated order (explicit patterns),
@@ -394,14 +402,16 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     if (family_rank(family_order[f]) == 0) last_input = f;
   for (std::size_t f = 0; f < family_order.size(); ++f) {
     const std::string& family = family_order[f];
-    if (!middles_placed && (use_auto || last_input == family_order.size()) && family_rank(family) == 2)
+    if (!middles_placed && (use_auto || last_input == family_order.size()) &&
+        family_rank(family) == 2)
       place_middles();
     std::vector<std::size_t> members;
     for (std::size_t b = 0; b < blocks_found.size(); ++b)
       if (blocks_found[b].family == family) members.push_back(b);
     std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-      return blocks_found[a].index != blocks_found[b].index ? blocks_found[a].index < blocks_found[b].index
-                                                            : a < b;
+      return blocks_found[a].index != blocks_found[b].index
+                 ? blocks_found[a].index < blocks_found[b].index
+                 : a < b;
     });
     for (std::size_t b : members)
       groups.push_back(execution_group{blocks_found[b].key, blocks_found[b].weights, blocks});
@@ -426,9 +436,9 @@ DDO_INLINE std::vector<pattern> compile_block_patterns(std::span<const std::stri
     try {
       compiled.emplace_back(p);
     } catch (const pattern_error& e) {
-      throw config_error("config", "resident_module_patterns",
-                         "resident_module_patterns: '" + p +
-                             "' is not a valid regular expression: " + e.what());
+      throw config_error(
+          "config", "resident_module_patterns",
+          "resident_module_patterns: '" + p + "' is not a valid regular expression: " + e.what());
     }
   }
   return compiled;
@@ -448,7 +458,8 @@ DDO_INLINE std::vector<execution_group> infer_execution_groups(const weight_tabl
   std::vector<execution_group> groups;
   for (const auto& part : parts) {
     auto g = detail::component_groups(table, part, compiled, part.place == 0);
-    groups.insert(groups.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
+    groups.insert(groups.end(), std::make_move_iterator(g.begin()),
+                  std::make_move_iterator(g.end()));
   }
   return groups;
 }
