@@ -263,7 +263,7 @@ TEST_SUITE("runtime") {
     ddo::weight_table table;
     const std::size_t file = table.add_file("/nonexistent/model.safetensors");
     std::uint64_t offset = 0;
-    for (int b = 0; b < 4; ++b)
+    for (int b = 0; b < 6; ++b)  // 4.10 GiB: more than the card
       for (int k = 0; k < 2; ++k) {
         ddo::weight_info w;
         w.name = "blocks." + std::to_string(b) + ".w" + std::to_string(k) + ".weight";
@@ -280,7 +280,7 @@ TEST_SUITE("runtime") {
     options.log = nullptr;
     const auto settings = ddo::resolve_settings(options.inputs);
     ddo::host_sim_options sim;
-    sim.device_capacity_bytes = 5 * ddo::gib;  // a ring of 3 x 700 MiB, room for one block
+    sim.device_capacity_bytes = 4 * ddo::gib + 512 * ddo::mib;  // a ring of 3 x 700 MiB, a block
     auto t = ddo::make_transport<nvme_sim>(settings, sim);
     REQUIRE(t.staging_slot_bytes() < 700 * ddo::mib);
     const auto setup = ddo::setup_offload(table, settings,

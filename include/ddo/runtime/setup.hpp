@@ -201,6 +201,17 @@ inline void print_setup(std::FILE* log, const weight_table& table, const offload
   return largest;
 }
 
+/// @brief The ring @p plan needs: its largest streamed slot times the slots the runtime makes
+/// (runtime_options::slot_count, at most one per streamed group).
+[[nodiscard]] inline std::uint64_t streamed_ring_bytes(const offload_plan& plan,
+                                                       const weight_table& table,
+                                                       const runtime_options& runtime) {
+  std::size_t streaming = 0;
+  for (const auto& g : plan.groups) streaming += g.streamed_bytes() != 0 ? 1 : 0;
+  return ring_bytes_for(streamed_slot_bytes(plan, table, runtime.alignment),
+                        std::min(runtime.slot_count, streaming));
+}
+
 /// @brief The machine the plan sees (see the file comment).
 /// @param groups the execution groups (any may stream: the ring is sized for the largest).
 /// @param runtime the runtime options the plan will run with (slot_count, alignment).
@@ -280,18 +291,36 @@ template <class Transport>
   // A preset's (or the default) vmm_staging_buffer_gb grows to the largest streamed group; a
   // size the user set is honoured, or the plan is refused naming it (make_plan).
   if constexpr (transport_with_file_staging<Transport>) {
-    std::uint64_t slot = transport.staging_slot_bytes();
-    const auto& where = settings.provenance.of("vmm_staging_buffer_gb");
-    if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
-      if (!set_explicitly(settings, "vmm_staging_buffer_gb") && largest_streamed > slot) {
-        transport.grow_staging_slot(largest_streamed);
-        c.max_group_detail =
-            "vmm_staging_buffer_gb " + format_bytes(slot) + " (" + describe(where) + ") grown to " +
-            format_bytes(transport.staging_slot_bytes()) + " for the largest streamed group '" +
-            largest_group + "' (" + format_bytes(largest_streamed) + ")";
-        slot = transport.staging_slot_bytes();
+    // Grown for the most any plan can stream in one group (what rules 1-3 keep never streams;
+    // a demoted always-resident weight may): the setting costs nothing, the page-locked slot is
+    // allocated at the largest piece the plan reads.
+    if (ring) {
+      const plan_context context{table, settings.config, c, groups, group_of_weights(table, groups), {}, {}, nullptr};
+      const rule_residency rules = residency_rules(context);
+      for (const auto& g : groups) {
+        std::uint64_t bytes = 0;
+        for (std::size_t w : g.weights)
+          if (rules.rule[w] == residency_rule::managed || rules.rule[w] == residency_rule::builtin_pattern)
+            bytes += table[w].bytes;
+        if (bytes > largest_streamed) {
+          largest_streamed = bytes;
+          largest_group = g.name;
+        }
       }
     }
+    const auto& where = settings.provenance.of("vmm_staging_buffer_gb");
+    const std::uint64_t configured = transport.staging_slot_bytes();
+    if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
+      if (!set_explicitly(settings, "vmm_staging_buffer_gb") && largest_streamed > configured)
+        transport.grow_staging_slot(largest_streamed);
+    }
+    const std::uint64_t slot = transport.staging_slot_bytes();
+    const std::uint64_t setting = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
+    if (slot > round_up(setting, 4096) && !set_explicitly(settings, "vmm_staging_buffer_gb"))
+      c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(setting) + " (" + describe(where) +
+                           ") grown to " + format_bytes(slot) +
+                           " for the largest group that may stream, '" + largest_group + "' (" +
+                           format_bytes(largest_streamed) + ")";
     if (c.max_group_detail.empty() && set_explicitly(settings, "vmm_staging_buffer_gb"))
       c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " set by " +
                            describe(where) + ", honoured";
@@ -459,7 +488,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
         auto plan = make_plan(table, groups, config, machine.capacity, planner, pins);
         machine = reserve_for(plan);  // the ring of what that plan streams
         plan = make_plan(table, groups, config, machine.capacity, planner, pins);
-        if (streamed_slot_bytes(plan, table, r.runtime.alignment) <= machine.slot_bytes) {
+        if (streamed_ring_bytes(plan, table, r.runtime) <= machine.ring_bytes) {
           r.machine = std::move(machine);
           r.plan = std::move(plan);
           if (cached) options.plans->insert(std::move(key), r.plan);
@@ -474,7 +503,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
           auto machine = reserve_for(r.plan);
           auto plan = make_plan(table, groups, config, machine.capacity, planner, pins);
           if (streamed > r.machine.slot_bytes ||
-              streamed_slot_bytes(plan, table, r.runtime.alignment) <= machine.slot_bytes) {
+              streamed_ring_bytes(plan, table, r.runtime) <= machine.ring_bytes) {
             r.machine = std::move(machine);
             r.plan = std::move(plan);
           }
