@@ -232,3 +232,87 @@ TEST_SUITE("config") {
     CHECK(ddo::parse_toml_config("profile_name = \"caf\\u00e9\"\n", "t.toml").fields.size() == 1);
   }
 }
+
+TEST_SUITE("toml_limits") {
+  // toml++ recursed once per dotted part and overflowed the stack on a 400 KB header of 200,000
+  // parts (issue 30); ddo's scan refuses such text first, naming the limit and the line.
+  std::string repeated(std::string_view part, std::size_t n, std::string_view separator) {
+    std::string text;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i) text += separator;
+      text += part;
+    }
+    return text;
+  }
+
+  TEST_CASE("dotted keys, nesting, entries and strings beyond ddo's limits are refused by line") {
+    const std::string head = "preset = \"balanced\"\n# two lines first\n";
+    const struct {
+      std::string text;
+      std::string_view limit;
+    } cases[] = {
+        {head + "[" + repeated("a", 200'000, ".") + "]\n", "16 dotted parts"},
+        {head + "[[" + repeated("a", 200'000, ".") + "]]\n", "16 dotted parts"},
+        {head + repeated("a", 200'000, ".") + " = 1\n", "16 dotted parts"},
+        {head + repeated("\"a\"", 17, " . ") + " = 1\n", "16 dotted parts"},
+        {head + "x = { " + repeated("b", 17, ".") + " = 1 }\n", "16 dotted parts"},
+        {head + "x = " + std::string(100'000, '[') + std::string(100'000, ']') + "\n",
+         "64 levels deep"},
+        {head + "x = " + repeated("{ a = ", 100, "") + "1" + std::string(100, '}') + "\n",
+         "64 levels deep"},
+        {head + "x = " + repeated("{ " + repeated("a", 16, ".") + " = ", 5, "") + "1" +
+             std::string(5, '}') + "\n",
+         "64 levels deep"},
+        {head + "x = [" + repeated("1", 20'001, ", ") + "]\n", "20000 keys and array elements"},
+        {head + "x = { " + repeated("k = 1", 20'001, ", ") + " }\n", "20000 keys and array elements"},
+        {head + "x = \"" + std::string(70'000, 'y') + "\"\n", "the limit is 65536"},
+        {head + "x = '''\n" + std::string(70'000, 'y') + "'''\n", "the limit is 65536"},
+        {head + "\"" + std::string(70'000, 'y') + "\" = 1\n", "the limit is 65536"},
+    };
+    for (const auto& c : cases) {
+      INFO(c.text.substr(0, 80));
+      const std::string message = error_of(c.text);
+      CHECK(message.find("test.toml:3:") != std::string::npos);
+      CHECK(message.find(c.limit) != std::string::npos);
+      CHECK(message.find("before the TOML parser") != std::string::npos);
+    }
+    // The line counts every line break, those inside multi-line strings and arrays too; a
+    // string is named by the line it starts on, the entries by the line of the one too many.
+    CHECK(error_of(head + "a = [\n" + repeated("1", 20'001, ",\n") + "]\n")
+              .find("test.toml:20002:") != std::string::npos);
+    // A table header counts two levels a part (a part may name an array of tables), so the keys
+    // under a 16-part header start at level 32.
+    CHECK(error_of(head + "[" + repeated("t", 16, ".") + "]\n" + repeated("k", 16, ".") + " = " +
+                   std::string(17, '[') + std::string(17, ']') + "\n")
+              .find("test.toml:4: tables, arrays and inline tables nested more than 64") !=
+          std::string::npos);
+    const std::string later = "a = \"\"\"\n1\n2\n\"\"\"\nb = [\n1,\n2]\n[" + repeated("a", 17, ".") + "]\n";
+    CHECK(error_of(later).find("test.toml:8:") != std::string::npos);
+  }
+
+  TEST_CASE("TOML within ddo's limits reaches the parser, whatever its layout") {
+    // Valid TOML of every form the scanner follows: each is accepted by the scan and read by
+    // toml++ (the unknown keys are then ddo's usual errors, not limit errors).
+    const std::string texts[] = {
+        "[" + repeated("a", 16, ".") + "]\n" + repeated("b", 16, ".") + " = 1\n",
+        "a = [ # comment\n  \"x\", 'y',\n  \"\"\"multi\n]line\"\"\", '''z''',\n]\n",
+        "d = 1979-05-27 07:32:00Z\nt = [1979-05-27T07:32:00Z, 07:32:00]\n",
+        "s = \"quote \\\" and # hash [\"\n'lit key' = 'a\\'\n",
+        "x = { a = [ { b = 1 }, { c.d = 2 } ], e = {} }\n[[aot]]\nk = 1\n[[aot]]\nk = 2\n",
+        "m = \"\"\"\\\n  continued \\\"\"\" \"\"\"\"\nn = \"\"\"a\"\"\"\"\"\n",
+        "x = " + std::string(40, '[') + std::string(40, ']') + "\n",
+        "x = [" + repeated("1", 19'999, ",") + "]\n",
+        "x = \"" + std::string(60'000, 'y') + "\"\n",
+        "a = 1\r\nb = [\r\n 2,\r\n]\r\n",
+    };
+    for (const auto& text : texts) {
+      INFO(text.substr(0, 80));
+      CHECK_NOTHROW(ddo::check_toml_limits(text, "test.toml"));
+      CHECK_NOTHROW((void)toml::parse(text));
+    }
+    // Invalid TOML is left to toml++, which names its line; the scan still checks later lines.
+    CHECK(error_of("a = [1 2]\nplan = true\n").find("invalid TOML") != std::string::npos);
+    CHECK(error_of("a = [1 2]\n[" + repeated("a", 17, ".") + "]\n").find("test.toml:2:") !=
+          std::string::npos);
+  }
+}

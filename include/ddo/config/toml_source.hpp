@@ -41,6 +41,7 @@
 #include "ddo/config/config_layer.hpp"
 #include "ddo/config/field_registry.hpp"
 #include "ddo/config/parse_value.hpp"
+#include "ddo/config/toml_limits.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/regular_file.hpp"
 #include "ddo/core/text.hpp"
@@ -239,6 +240,7 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
 
 [[nodiscard]] inline config_layer parse_toml_config_unsanitized(std::string_view text,
                                                                 const std::string& file) {
+  check_toml_limits(text, file);  // before toml++, which recurses once per level
   refuse_tomlpp_unsafe_text(text, file);
   toml::table root;
   try {
@@ -326,7 +328,8 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
 /// @brief Reads TOML text @p text (named @p file in messages) into a layer (origin toml).
 /// @throws config_error for a syntax error (file:line:column), an unknown key (with the closest
 /// known key), a value of the wrong type (key, type seen, type expected) or a setting given
-/// twice (top level and [config]). Messages are one line of UTF-8: bytes from the file that are
+/// twice (top level and [config]), and for text beyond ddo's limits (check_toml_limits: dotted
+/// parts, depth, entries, string length; refused before toml++ reads it). Messages are one line of UTF-8: bytes from the file that are
 /// not (control characters, toml++'s quotes of them) are shown as \xHH.
 [[nodiscard]] inline config_layer parse_toml_config(std::string_view text, const std::string& file) {
   try {
