@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,8 @@
 #include <vector>
 
 #include "bench_arguments.hpp"
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
@@ -678,7 +681,7 @@ int main(int argc, char** argv) {
                   agree, pairs);
     }
     if (!opt.json_path.empty()) {
-      std::ofstream out(opt.json_path);
+      std::ostringstream out;  // written aside and renamed: no partial file on a full disk
       out << "{\"device\":\"" << probe.name << "\",\"tokens\":" << tokens << ",\"all_resident_ms\":" << all.ms
           << ",\"none_resident_ms\":" << none.ms << ",\"wins\":" << wins << ",\"cases\":" << cases << ",\"not_slower\":" << not_slower
           << ",\"worst_prediction_error\":" << worst_error << ",\"min_budget_overlap\":" << best.budget_bytes
@@ -688,7 +691,9 @@ int main(int argc, char** argv) {
         out << ",\"search_matches_exhaustive\":" << (search_matches_exhaustive ? "true" : "false")
             << ",\"ordering_agreement\":" << concordant_share;
       out << "}\n";
+      ddo::write_file_atomically(opt.json_path, out.str());
     }
+    ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "%s: %s\n", program, error.what());

@@ -27,9 +27,12 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/model/synthetic_model.hpp"
@@ -75,7 +78,8 @@ std::uint64_t read_status_kib(const char* key) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+int run(int argc, char** argv) {
   std::size_t tensors = 1000000;
   std::size_t header_tensors = 500000;
   std::string json_path = "plan_scale_bench.json";
@@ -214,7 +218,18 @@ int main(int argc, char** argv) {
           std::to_string(header_bytes) + ", \"read_seconds\": " + std::to_string(read_s) +
           ", \"peak_rss_growth_bytes\": " + std::to_string(static_cast<std::uint64_t>(growth)) +
           ", \"ratio\": " + std::to_string(ratio) + "}\n}\n";
-  std::ofstream(json_path) << json;
+  ddo::write_file_atomically(json_path, json);
   std::printf("\nJSON: %s\n", json_path.c_str());
+  ddo::flush_standard_output();  // a full disk is a failure, not success
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a JSON file or standard output that cannot be written
+    std::fprintf(stderr, "plan_scale_bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -8,9 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "bench_arguments.hpp"
@@ -114,7 +117,7 @@ int main(int argc, char** argv) {
       std::printf("| %s | %s | %.3f | <= 5 (%s) |\n", r.transport.c_str(), r.kind.c_str(), r.us,
                   r.us <= 5.0 ? "PASS" : "MISS");
     if (!json.empty()) {
-      std::ofstream j(json);
+      std::ostringstream j;  // written aside and renamed: no partial file on a full disk
       j << "{\"bench\":\"acquire_bench\",\"device\":\"" << device << "\",\"iterations\":" << iterations
         << ",\"summary\":[";
       for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -124,7 +127,9 @@ int main(int argc, char** argv) {
           << (rows[i].us <= 5.0 ? "true" : "false") << "}";
       }
       j << "]}\n";
+      ddo::write_file_atomically(json, j.str());
     }
+    ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "acquire_bench: %s\n", e.what());

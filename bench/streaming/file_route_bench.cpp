@@ -28,11 +28,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/host_buffer.hpp"
@@ -402,7 +405,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(file_cache) / 1e9, 100.0 * file_share, file_share <= 0.05 ? "met" : "NOT met",
                 static_cast<double>(shmem) / 1e9);
     if (!o.json.empty()) {
-      std::ofstream j(o.json);
+      std::ostringstream j;  // written aside and renamed: no partial file on a full disk
       j << "{\"bench\":\"file_route\",\"device\":\"" << (gpu ? "gpu" : "host_sim") << "\",\"file_bytes\":" << file_bytes
         << ",\"threads\":" << o.threads << ",\"request_bytes\":" << o.request_mib * ddo::mib
         << ",\"group_bytes\":" << group_bytes << ",\"cache_drop\":\"" << drop << "\",\"raw_direct_mode\":\""
@@ -424,7 +427,9 @@ int main(int argc, char** argv) {
         << "},{\"metric\":\"model file pages cached during a ddo pass (mincore) / bytes read\",\"value\":"
         << static_cast<double>(file_cache) / static_cast<double>(m.bytes) << ",\"target\":\"<= 0.05\",\"pass\":"
         << (file_share <= 0.05 ? "true" : "false") << "}]}\n";
+      ddo::write_file_atomically(o.json, j.str());
     }
+    ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "file_route_bench: %s\n", e.what());

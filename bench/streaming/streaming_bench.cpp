@@ -54,6 +54,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/process_memory.hpp"
@@ -1177,10 +1179,9 @@ int main(int argc, char** argv) {
     ctx.file = file_base;
     std::fputs(ddo::bench::markdown(ctx, runs).c_str(), stdout);
     if (!opt.json_path.empty()) {
-      std::ofstream out(opt.json_path);
-      out << ddo::bench::json(ctx, runs);
-      if (!out) throw ddo::io_error(opt.json_path, errno, "streaming_bench: cannot write " + opt.json_path);
+      ddo::write_file_atomically(opt.json_path, ddo::bench::json(ctx, runs));
     }
+    ddo::flush_standard_output();  // a full disk is a failure, not success
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "streaming_bench: error: %s\n", e.what());

@@ -15,11 +15,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
@@ -226,7 +229,7 @@ int main(int argc, char** argv) {
                 note_in_place.c_str());
 
     if (!a.json.empty()) {
-      std::ofstream j(a.json);
+      std::ostringstream j;  // written aside and renamed: no partial file on a full disk
       j << "{\"bench\":\"transfer_bench\",\"device\":\"" << device << "\",\"groups\":" << a.groups
         << ",\"group_mib\":" << a.group_mib << ",\"steps\":" << a.steps << ",\"slots\":" << a.slots
         << ",\"raw_pinned_gbps\":" << raw_pinned << ",\"ddo_pinned_gbps\":" << ddo_pinned
@@ -237,7 +240,9 @@ int main(int argc, char** argv) {
         << ",\"unit\":\"x\",\"target\":\">= 0.97\",\"pass\":" << (ratio >= 0.97 ? "true" : "false")
         << "},{\"metric\":\"ddo staged pageable / raw pageable\",\"value\":" << ratio_pageable
         << ",\"unit\":\"x\",\"target\":\"\"}]}\n";
+      ddo::write_file_atomically(a.json, j.str());
     }
+    ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transfer_bench: %s\n", e.what());
