@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "ddo/config/toml_source.hpp"
 #include "support.hpp"
 
 namespace {
@@ -106,5 +107,48 @@ TEST_SUITE("config") {
          {"DDO_VMM_PAGE_MB", "64"}}));
     CHECK(settings.config.vmm_source_registered_gb == 1.0625);
     CHECK(settings.config.vmm_page_mb == 64);
+  }
+
+  TEST_CASE("every size in GiB or MiB past 16 PiB is refused naming its source and the range") {
+    // issue 30: --ddo-vmm-staging-buffer-gb 1e12 saturated to 2^64 - 1 bytes, which an alignment
+    // wrapped to 0 ("must be at least 8192 bytes, got 0" from the transport).
+    std::size_t checked = 0;
+    for (const auto& info : ddo::config_fields()) {
+      const bool gib = info.unit == "GiB", mib = info.unit == "MiB";
+      if (!gib && !mib) continue;
+      CAPTURE(info.name);
+      const std::string name(info.name);
+      const std::string big = gib ? "1e12" : "17179869185";  // 2^34 + 1 MiB
+      const std::string range = gib ? "must be from 0 to 16777216 GiB" : "must be from 0 to 17179869184 MiB";
+      if (!info.env.empty()) {
+        auto inputs = ddo_test::hermetic_inputs({{std::string(info.env), big}});
+        CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                             doctest::Contains((std::string(info.env) + " = ").c_str()),
+                             ddo::config_error);
+        CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains(range.c_str()),
+                             ddo::config_error);
+      }
+      auto toml = ddo_test::hermetic_inputs();
+      toml.toml = ddo::parse_toml_config(name + " = " + (gib ? "1e12" : big), "t.toml");
+      CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(toml),
+                           doctest::Contains(("t.toml:" + name).c_str()), ddo::config_error);
+      if (info.has_flag) {
+        auto cli = ddo_test::hermetic_inputs();
+        cli.cli.emplace();
+        cli.cli->source = ddo::origin::cli;
+        const ddo::field_value value =
+            gib ? ddo::field_value(1e12) : ddo::field_value(std::int64_t{17179869185});
+        cli.cli->fields.push_back({*ddo::find_field(name), value, {ddo::origin::cli, info.flag()}});
+        CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(cli),
+                             doctest::Contains((info.flag() + " = ").c_str()), ddo::config_error);
+        CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(cli), doctest::Contains(range.c_str()),
+                             ddo::config_error);
+      }
+      ++checked;
+    }
+    CHECK(checked >= 20);
+    // The bound itself is accepted.
+    auto at_bound = ddo_test::hermetic_inputs({{"DDO_MAX_PIN_WEIGHT_BUDGET_GB", "16777216"}});
+    CHECK(ddo::resolve_settings(at_bound).config.max_pin_weight_budget_gb == 16777216.0);
   }
 }

@@ -186,6 +186,53 @@ TEST_SUITE("profile") {
     expect(good + "bogus = 1\n", "bogus", "unknown key");
   }
 
+  TEST_CASE("times and sizes beyond the stated bounds are refused naming the file, key and range") {
+    // issue 30: transfer_ns = 2^64 - 1 was accepted and failed later in the planner as "a
+    // negative or non-finite time", naming neither the file nor the key.
+    std::mt19937_64 rng(2);
+    const auto good = ddo::profile_store::format(timed_profile(rng, 2));
+    const auto with = [&](const std::string& key, const std::string& value) {
+      std::string text = good;
+      const auto at = text.rfind("\n" + key + " = ") + 1;  // a whole key, not a suffix of one
+      text.replace(at, text.find('\n', at) - at, key + " = " + value);
+      return text;
+    };
+    for (const char* key : {"transfer_ns", "compute_ns_low", "compute_ns_high", "lead_in_ns_low",
+                            "lead_in_ns_high", "sustained_compute_ns_low",
+                            "sustained_compute_ns_high"}) {
+      for (const char* value : {"18446744073709551615", "10000000000001", "99999999999999999999"}) {
+        CAPTURE(std::string(key));
+        CAPTURE(std::string(value));
+        CHECK_THROWS_WITH_AS(
+            (void)ddo::profile_store::parse(with(key, value), "p.toml", "timed"),
+            doctest::Contains(("p.toml: " + std::string(key) +
+                               " must be a whole number of nanoseconds from 0 to 10000000000000")
+                                  .c_str()),
+            ddo::format_error);
+      }
+      CHECK_NOTHROW((void)ddo::profile_store::parse(with(key, "10000000000000"), "p.toml", "timed"));
+    }
+    for (const char* key : {"pinned_bytes", "total_vram_bytes", "headroom_bytes"}) {
+      CAPTURE(std::string(key));
+      CHECK_THROWS_WITH_AS(
+          (void)ddo::profile_store::parse(with(key, "18014398509481985"), "p.toml", "timed"),
+          doctest::Contains(("p.toml: " + std::string(key) +
+                             " must be a whole number of bytes from 0 to 18014398509481984")
+                                .c_str()),
+          ddo::format_error);
+    }
+  }
+
+  TEST_CASE("measured times convert to nanoseconds through one bounded conversion") {
+    CHECK(ddo::microseconds_to_ns(1.5) == 1500u);
+    CHECK(ddo::microseconds_to_ns(0.0004) == 0u);
+    CHECK(ddo::microseconds_to_ns(-3.0) == 0u);
+    CHECK(ddo::microseconds_to_ns(__builtin_nan("")) == 0u);
+    CHECK(ddo::microseconds_to_ns(__builtin_inf()) == ddo::max_stated_ns);
+    CHECK(ddo::microseconds_to_ns(1e300) == ddo::max_stated_ns);
+    CHECK(ddo::microseconds_to_ns(1e10) == ddo::max_stated_ns);  // 10^13 ns exactly
+  }
+
   TEST_CASE("compute and lead-ins are interpolated between the calibrated token counts") {
     ddo::capacity_profile p;
     p.name = "x";

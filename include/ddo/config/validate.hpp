@@ -14,6 +14,7 @@
 #include "ddo/config/field_registry.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/pattern.hpp"
+#include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
 
 namespace ddo {
@@ -81,11 +82,28 @@ inline void validate(dynamic_offload_config& config, const config_provenance& pr
   const auto fields = config_fields();
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const auto& info = fields[i];
+    if (info.type == field_type::count) {
+      // Sizes in MiB or bytes: bounded like the GiB sizes below, before any conversion.
+      const auto value = std::get<std::int64_t>(info.get(config));
+      const std::uint64_t most = info.unit == "MiB"     ? max_stated_mib
+                                 : info.unit == "bytes" ? max_stated_bytes
+                                                        : 0;
+      if (most != 0 && value > 0 && static_cast<std::uint64_t>(value) > most)
+        throw_invalid(provenance, info.name, std::to_string(value),
+                      "must be from 0 to " + std::to_string(most) + " " + std::string(info.unit) +
+                          " (16 PiB: larger than any machine)");
+      continue;
+    }
     if (info.type != field_type::real && info.type != field_type::ratio) continue;
     const double value = std::get<double>(info.get(config));
     if (!std::isfinite(value)) throw_invalid(provenance, info.name, format_number(value), "must be a finite number");
     if (info.type == field_type::real && value < 0)
       throw_invalid(provenance, info.name, format_number(value), "must be 0 or more");
+    // Every size in GiB converts to bytes through gib_to_bytes: bounded here, where the value's
+    // source is known, so that no conversion saturates or wraps later.
+    if (info.unit == "GiB" && value > max_stated_gib)
+      throw_invalid(provenance, info.name, format_number(value),
+                    "must be from 0 to 16777216 GiB (16 PiB: larger than any machine)");
   }
   if (config.pin_weight_budget_ratio < 0.0 || config.pin_weight_budget_ratio > 1.0) {
     const double clamped = config.pin_weight_budget_ratio < 0.0 ? 0.0 : 1.0;
@@ -94,9 +112,11 @@ inline void validate(dynamic_offload_config& config, const config_provenance& pr
                        " is outside 0.0..1.0; clamped to " + format_number(clamped));
     config.pin_weight_budget_ratio = clamped;
   }
-  if (config.pin_cpu_workers < 1)
+  if (config.pin_cpu_workers < 1 ||
+      static_cast<std::size_t>(config.pin_cpu_workers) > max_worker_threads)
     throw_invalid(provenance, "pin_cpu_workers", std::to_string(config.pin_cpu_workers),
-                  "must be a positive worker count (1 or more)");
+                  "must be a positive worker count, at most " + std::to_string(max_worker_threads) +
+                      " (ddo/core/thread_limits.hpp); setup starts no more than it has work for");
   if (!detail::is_cuda_device(config.execution_device))
     throw_invalid(provenance, "execution_device", "\"" + config.execution_device + "\"",
                     "expected \"cuda\" or \"cuda:N\"");

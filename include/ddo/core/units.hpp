@@ -33,6 +33,31 @@ inline constexpr std::uint64_t gib = 1024ull * mib;
 /// @brief The largest size in GiB that fits in 64 bits of bytes (2^34 GiB = 16 EiB).
 inline constexpr double max_representable_gib = 17179869184.0;
 
+/// @brief The largest size a setting or a capacity profile may state: 16 PiB (2^54 bytes). Far
+/// above any machine (so a larger value is a typo, refused naming its source), and far enough
+/// below 2^64 that sums, alignments and products with small counts of such sizes cannot wrap
+/// (`--ddo-vmm-staging-buffer-gb 1e12` saturated to 2^64 - 1 bytes, which an alignment wrapped
+/// to 0).
+inline constexpr std::uint64_t max_stated_bytes = 1ull << 54;
+/// @brief max_stated_bytes in GiB (2^24): the bound of every `*_gb` setting.
+inline constexpr double max_stated_gib = 16777216.0;
+/// @brief max_stated_bytes in MiB (2^34): the bound of every `*_mb` setting.
+inline constexpr std::uint64_t max_stated_mib = max_stated_bytes / mib;
+/// @brief The longest time one group's measurement or profile entry may state: 10^13 ns (about
+/// 2.8 hours for one load or one group's compute). Sums over the most groups a profile holds
+/// (20,000) and step counts stay far inside 64 bits.
+inline constexpr std::uint64_t max_stated_ns = 10'000'000'000'000ull;
+
+/// @brief Microseconds (as clocks and CUDA events give them) to whole nanoseconds: rounded,
+/// negative and NaN as 0, above max_stated_ns as max_stated_ns (a measurement cannot be refused;
+/// it must not wrap). The one conversion of measured times to integers.
+[[nodiscard]] inline std::uint64_t microseconds_to_ns(double us) noexcept {
+  if (!(us > 0.0)) return 0;
+  const double ns = us * 1000.0 + 0.5;
+  if (!(ns < static_cast<double>(max_stated_ns))) return max_stated_ns;
+  return static_cast<std::uint64_t>(ns);
+}
+
 /// @brief Bytes to GiB, for printing and for the `*_gb` fields.
 [[nodiscard]] inline double bytes_to_gib(std::uint64_t bytes) noexcept {
   return static_cast<double>(bytes) / static_cast<double>(gib);

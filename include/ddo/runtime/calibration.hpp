@@ -50,6 +50,7 @@
 
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
 #include "ddo/plan/budget_source.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/profile/capacity_profile.hpp"
@@ -131,7 +132,7 @@ class calibration_recorder final : public trace_sink {
   static std::uint64_t median_ns(std::vector<double> us) {
     if (us.empty()) return 0;
     std::nth_element(us.begin(), us.begin() + static_cast<std::ptrdiff_t>(us.size() / 2), us.end());
-    return static_cast<std::uint64_t>(std::max(0.0, us[us.size() / 2]) * 1000.0 + 0.5);
+    return microseconds_to_ns(us[us.size() / 2]);
   }
 
   /// A compute or stall span of the harvest not yet counted (engine stream, device clock).

@@ -366,16 +366,31 @@ DDO_INLINE std::string profile_store::parse_string(std::string_view v, const std
 
 DDO_INLINE std::uint64_t profile_store::parse_u64(std::string_view v, const std::string& file,
                                                   const std::string& key) {
+  // Times and sizes have the bounds every stated time and size has (core/units.hpp), so that
+  // the planner's sums and conversions of them cannot wrap or overflow: a transfer_ns of
+  // 2^64 - 1 was accepted and then failed the planner as "a negative or non-finite time",
+  // naming neither the file nor the key.
+  const bool time = key.ends_with("_ns") || key.find("_ns_") != std::string::npos;
+  const bool size = key.ends_with("_bytes");
+  const std::uint64_t most = time ? max_stated_ns : size ? max_stated_bytes : UINT64_MAX;
+  const std::string what = time   ? "a whole number of nanoseconds from 0 to " +
+                                        std::to_string(most) + " (about 2.8 hours)"
+                           : size ? "a whole number of bytes from 0 to " + std::to_string(most) +
+                                        " (16 PiB)"
+                                  : "a whole number from 0 to " + std::to_string(most);
+  const auto refuse = [&] {
+    throw format_error(file, key,
+                       file + ": " + key + " must be " + what + ", got '" +
+                           sanitize_utf8(v.substr(0, 200)) + "'");
+  };
   std::uint64_t out = 0;
   if (v.empty()) throw format_error(file, key, file + ": " + key + " has no value");
   for (char c : v) {
     const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (c < '0' || c > '9' || out > (UINT64_MAX - digit) / 10)
-      throw format_error(file, key,
-                         file + ": " + key + " must be a non-negative integer of bytes, got '" +
-                             sanitize_utf8(v.substr(0, 200)) + "'");
+    if (c < '0' || c > '9' || out > (UINT64_MAX - digit) / 10) refuse();
     out = out * 10 + digit;
   }
+  if (out > most) refuse();
   return out;
 }
 
