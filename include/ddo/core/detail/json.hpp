@@ -141,6 +141,80 @@ class json_parser {
     return true;
   }
 
+  // A pull interface for readers that keep part of a document and only check the rest (the
+  // sharded-model index keeps its weight map; its metadata may be a 100 MB array that must not
+  // become a tree of 60x its size). Each call starts after whitespace.
+
+  /// The next character, after whitespace. @throws json_error at the end of the input.
+  [[nodiscard]] char next() {
+    skip_ws();
+    return peek();
+  }
+  /// The object at the current position, member by member: @p on_member(std::string key) must
+  /// consume the member's value with value(), skip() or members(). @p depth is the object's.
+  /// Duplicate keys are not checked here (the caller knows which keys it keeps).
+  template <class OnMember>
+  void members(int depth, OnMember&& on_member) {
+    if (depth > max_depth) fail("JSON nested deeper than " + std::to_string(max_depth) + " levels");
+    if (next() != '{') fail("expected a JSON object");
+    ++pos_;
+    if (next() == '}') {
+      ++pos_;
+      return;
+    }
+    for (;;) {
+      if (next() != '"') fail("expected a string key in JSON object");
+      std::string key = parse_string();
+      if (next() != ':') fail("expected ':' after key \"" + printable(key) + "\"");
+      ++pos_;
+      skip_ws();
+      on_member(std::move(key));
+      const char d = next();
+      ++pos_;
+      if (d == '}') break;
+      if (d != ',') fail("expected ',' or '}' in JSON object");
+    }
+  }
+  /// The value at the current position, as a tree (nested @p depth deep).
+  json_value value(int depth) {
+    skip_ws();
+    return parse_value(depth);
+  }
+  /// Checks the value at the current position as strictly as value() does (duplicate keys
+  /// aside) and keeps nothing of it: memory does not grow with its size.
+  void skip(int depth) {
+    skip_ws();
+    if (depth > max_depth) fail("JSON nested deeper than " + std::to_string(max_depth) + " levels");
+    const char c = peek();
+    if (c == '{') {
+      members(depth, [&](std::string) { skip(depth + 1); });
+    } else if (c == '[') {
+      ++pos_;
+      if (next() == ']') {
+        ++pos_;
+        return;
+      }
+      for (;;) {
+        skip(depth + 1);
+        const char d = next();
+        ++pos_;
+        if (d == ']') break;
+        if (d != ',') fail("expected ',' or ']' in JSON array");
+      }
+    } else if (c == '"') {
+      (void)scan_string<false>();
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      (void)number_text();
+    } else {
+      (void)parse_value(depth);  // a literal: nothing to keep anyway
+    }
+  }
+  /// Checks that only whitespace is left.
+  void end() {
+    skip_ws();
+    if (pos_ != in_.size()) fail("unexpected characters after the JSON value");
+  }
+
  private:
   [[noreturn]] void fail(std::string message) const { throw json_error{pos_, std::move(message)}; }
 
@@ -229,7 +303,10 @@ class json_parser {
     return v;
   }
 
-  std::string parse_number() {
+  std::string parse_number() { return std::string(number_text()); }
+
+  /// The number literal at pos_, checked, as a view of the input.
+  std::string_view number_text() {
     const std::size_t start = pos_;
     auto digits = [&] {
       const std::size_t d = pos_;
@@ -253,7 +330,7 @@ class json_parser {
       if (pos_ < in_.size() && (in_[pos_] == '+' || in_[pos_] == '-')) ++pos_;
       if (digits() == 0) fail("malformed JSON number");
     }
-    return std::string(in_.substr(start, pos_ - start));
+    return in_.substr(start, pos_ - start);
   }
 
   unsigned hex4() {
@@ -292,44 +369,53 @@ class json_parser {
     }
   }
 
-  std::string parse_string() {
+  std::string parse_string() { return scan_string<true>(); }
+
+  /// The string at pos_, checked; its value when @p Keep, else an empty string (skip()).
+  template <bool Keep>
+  std::string scan_string() {
     ++pos_;  // opening quote
     std::string out;
+    // Characters appended to the value, only when it is kept.
+    const auto put = [&](char ch) {
+      if constexpr (Keep) out += ch;
+      else (void)ch;
+    };
     for (;;) {
       if (pos_ >= in_.size()) fail("unterminated JSON string");
       const char c = in_[pos_++];
       if (c == '"') return out;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character inside a JSON string");
       if (c != '\\') {
-        out += c;
+        put(c);
         continue;
       }
       if (pos_ >= in_.size()) fail("unterminated escape in JSON string");
       const char e = in_[pos_++];
       switch (e) {
         case '"':
-          out += '"';
+          put('"');
           break;
         case '\\':
-          out += '\\';
+          put('\\');
           break;
         case '/':
-          out += '/';
+          put('/');
           break;
         case 'b':
-          out += '\b';
+          put('\b');
           break;
         case 'f':
-          out += '\f';
+          put('\f');
           break;
         case 'n':
-          out += '\n';
+          put('\n');
           break;
         case 'r':
-          out += '\r';
+          put('\r');
           break;
         case 't':
-          out += '\t';
+          put('\t');
           break;
         case 'u': {
           unsigned cp = hex4();
@@ -342,7 +428,7 @@ class json_parser {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             fail("unpaired surrogate in JSON string");
           }
-          append_utf8(out, cp);
+          if constexpr (Keep) append_utf8(out, cp);
           break;
         }
         default:
