@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_reader.hpp"
 
@@ -89,10 +90,14 @@ class basic_parallel_reader {
   /// @brief Starts threads-1 helper threads (0 is taken as 1: the caller alone); a participant
   /// claims at most @p max_grain bytes at a time (a request's size; a multiple of
   /// direct_io_alignment, at least 64 KiB).
-  /// @throws usage_error for a bad @p max_grain; std::system_error when a thread cannot be
-  /// started (those already started are stopped and joined first).
+  /// @throws usage_error for a bad @p max_grain or more than max_worker_threads threads;
+  /// std::system_error when a thread cannot be started (those already started are stopped and
+  /// joined first).
   explicit basic_parallel_reader(std::size_t threads, std::uint64_t max_grain = default_max_grain)
       : participants_(threads == 0 ? 1 : threads), max_grain_(max_grain) {
+    DDO_EXPECTS(participants_ <= max_worker_threads,
+                "parallel_reader: " + std::to_string(threads) + " threads asked; at most " +
+                    std::to_string(max_worker_threads) + " (ddo/core/thread_limits.hpp)");
     DDO_EXPECTS(max_grain >= 64 * kib && max_grain % direct_io_alignment == 0,
                 "parallel_reader: the largest grain must be a multiple of " +
                     std::to_string(direct_io_alignment) + " of at least 64 KiB, got " +

@@ -169,7 +169,16 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
       block.set_registered([copy, p]() mutable { copy.unregister_host(p); });
     meter.advance(setup_phase::pinning, block.size());
   };
-  parallel_reader pool(static_cast<std::size_t>(std::max(1, options.pin_workers)));
+  // No more threads than there is work for: one per weight, or per smallest grain of the bytes
+  // where that is more (50 tiny weights with --ddo-pin-cpu-workers 100000 started 100,000
+  // threads), within the bound.
+  std::uint64_t task_bytes = 0;
+  for (const auto& task : tasks) task_bytes += task.bytes;
+  const std::uint64_t work =
+      std::max<std::uint64_t>({1, tasks.size(), task_bytes / parallel_reader::min_grain});
+  const auto asked = static_cast<std::uint64_t>(std::max(1, options.pin_workers));
+  parallel_reader pool(static_cast<std::size_t>(
+      std::min<std::uint64_t>({asked, work, max_worker_threads})));
   pool.run(tasks, todo.size(), group_packed);
   for (std::size_t g : todo) {
     auto& gr = *groups[g];

@@ -74,7 +74,9 @@ class staging_pipeline {
     t_ = &t;
     files_ = &files;
     // The caller of a gated run only issues copies: copy_threads helpers do the filling.
-    pool_ = std::make_unique<parallel_reader>(std::max<std::size_t>(1, copy_threads) + 1);
+    // Within the bound (runtime_options::staging_threads comes from code unchecked).
+    pool_ = std::make_unique<parallel_reader>(
+        std::clamp<std::size_t>(copy_threads, 1, max_worker_threads - 1) + 1);
   }
   [[nodiscard]] bool prepared() const noexcept { return t_ != nullptr; }
 
