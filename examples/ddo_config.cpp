@@ -21,6 +21,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 
 namespace po = boost::program_options;
@@ -147,7 +148,9 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
-    return run(argc, argv);
+    const int status = run(argc, argv);
+    if (status == 0) ddo::flush_standard_output();  // a full disk is a failure, not success
+    return status;
   } catch (const ddo::config_error& error) {
     return fail(error.what());
   } catch (const ddo::io_error& error) {

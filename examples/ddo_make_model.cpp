@@ -36,6 +36,7 @@
 #include <string>
 
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "runner/interrupt_cleanup.hpp"
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, description), vm);
     if (vm.count("help") != 0) {
       std::cout << description << "\n";
+      ddo::flush_standard_output();
       return 0;
     }
     po::notify(vm);
@@ -216,6 +218,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(result.tensor_bytes) / 1e9 / (seconds > 0 ? seconds : 1e-9));
     for (const auto& f : result.files) std::printf("  %s\n", f.c_str());
     if (!result.index.empty()) std::printf("  index: %s\n", result.index.c_str());
+    ddo::flush_standard_output();
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "ddo-make-model: " << e.what() << "\n";

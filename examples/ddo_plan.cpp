@@ -32,6 +32,7 @@
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/toml_source.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/plan/plan_format.hpp"
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
   }
   if (vm.count("help") != 0) {
     std::cout << visible << "\n";
+    ddo::flush_standard_output();
     return 0;
   }
   ddo::plan_format format = ddo::plan_format::text;
@@ -139,16 +141,19 @@ int main(int argc, char** argv) {
   }
   const bool vram_device = vram_text == "device";
   try {
-    if (!vram_text.empty() && !vram_device) {
-      if (vram_text.find(',') != std::string::npos) {
+    // Given is given: an empty --vram-gb "" or --ram-gb "" is refused as ddo-run refuses it
+    // (the same parsers), never read as "not given".
+    if (vm.count("vram-gb") != 0 && !vram_device) {
+      const auto sizes = ddo::runner::parse_size_list_gib(vram_text, "--vram-gb");
+      if (sizes.size() > 1) {
         std::cerr << "ddo-plan: --vram-gb " << vram_text
                   << ": ddo-plan plans one card; a sweep is ddo-run --compare --vram-gb "
                   << vram_text << "\n";
         return exit_usage;
       }
-      vram_gb = ddo::runner::parse_size_gib(vram_text, "--vram-gb");
+      vram_gb = sizes.front();
     }
-    if (!ram_text.empty()) ram_gb = ddo::runner::parse_size_gib(ram_text, "--ram-gb");
+    if (vm.count("ram-gb") != 0) ram_gb = ddo::runner::parse_size_gib(ram_text, "--ram-gb");
   } catch (const ddo::usage_error& e) {
     std::cerr << "ddo-plan: " << e.what() << "\n";
     return exit_usage;
@@ -213,7 +218,7 @@ int main(int argc, char** argv) {
     const std::string device_name = gpu ? ddo::query_device_name(0) : std::string();
     if (!profile_name.empty())  // --profile: the profile must exist
       overlap = ddo::runner::load_overlap_timings(settings, profile_name, table, device_name,
-                                                  static_cast<std::uint64_t>(run_tokens));
+                                                  static_cast<std::uint64_t>(run_tokens), models);
     else  // profile_name from the settings: as ddo-run, once a profile with group timings is stored
       overlap = ddo::runner::stored_overlap_timings(settings, table, device_name,
                                                     static_cast<std::uint64_t>(run_tokens));
@@ -295,6 +300,7 @@ int main(int argc, char** argv) {
           ddo::runner::print_max_slowdown(*overlap, ddo::runner::ring_of(setup.runtime), max_slowdown);
       }
     }
+    ddo::flush_standard_output();  // a truncated plan on a full disk is a failure
     return 0;
   } catch (const ddo::config_error& e) {
     std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what()

@@ -41,6 +41,7 @@
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/memory/process_memory.hpp"
@@ -350,6 +351,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   trace_adapter adapter(trace);
   ctx.setup.runtime.metrics = config.show_profile || !opt.trace_path.empty();
   ctx.setup.runtime.nvtx = ctx.gpu;
+  // --verify also poisons each slot at release: a use after release in the engine reads 0xCD
+  // bytes, which the check after the step reports (DDO_DEBUG_POISON_RELEASED_SLOTS otherwise).
+  if (opt.verify) ctx.setup.runtime.poison_released_slots = true;
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
   // Calibration (build_profile): the library's recorder times every group's compute and loads
   // (forwarding spans to the trace). A stored profile with group timings (format 2 or 3): the
@@ -940,6 +944,11 @@ int run(int argc, char** argv) {
                     ": this build has no such transport; use linear, vmm, nvme or host_sim",
                 exit_usage);
 
+  // Every output is checked now, not after the work: a calibration runs for minutes on a GPU
+  // before it saves its profile.
+  if (opt.calibrate)
+    ddo::check_output_directory(ddo::profile_store(early.profile_dir).directory(),
+                                "profile directory");
   // An unwritable trace path is reported now, not after the whole run.
   if (!opt.trace_path.empty()) {
     ddo::check_output_path(opt.trace_path, "trace file");
@@ -1057,6 +1066,7 @@ int run(int argc, char** argv) {
     const std::filesystem::path cache =
         opt.cache_dir.empty() ? ddo::runner::default_model_cache_dir() : std::filesystem::path(opt.cache_dir);
     bool generated = false;
+    ddo::check_output_directory(cache, "model cache directory");
     interrupts.watch(cache);
     if (gpu && !opt.synthetic_given &&
         !std::filesystem::exists(ddo::runner::cached_model_entry(synthetic, cache))) {
@@ -1252,7 +1262,9 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
-    return run(argc, argv);
+    const int status = run(argc, argv);
+    if (status == 0) ddo::flush_standard_output();  // a full disk is a failure, not success
+    return status;
   } catch (const ddo::config_error& error) {
     return fail(error.what(), exit_usage);
   } catch (const ddo::usage_error& error) {

@@ -38,19 +38,40 @@ struct overlap_timings {
   std::string note;  // a warning (another device or model, extrapolated tokens), or ""
 };
 
+/// @p text quoted for a POSIX shell where it needs to be (it's as 'it'\''s').
+inline std::string shell_word(const std::string& text) {
+  const bool plain = !text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                                                             "OPQRSTUVWXYZ0123456789_-./=:,+@%") ==
+                                          std::string::npos;
+  if (plain) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// The command that stores profile @p name for @p models (ddo-run's synthetic model when
+/// empty): advice a user can paste, run by tests/reliability/check_tools.sh.
+inline std::string calibrate_command(const std::string& name,
+                                     const std::vector<std::string>& models) {
+  std::string command = "ddo-run";
+  for (const auto& m : models) command += " --model " + shell_word(m);
+  return command + " --profile " + shell_word(name) + " --calibrate";
+}
+
 /// Loads profile @p name from the settings' profile directory and its timings at @p tokens.
 /// A profile of another model (fingerprint) or device (@p device_name; "" for host_sim, which
 /// stands in for any device) gives no timings and a warning.
-/// @throws usage_error when there is no such profile or it has no timings (format 1).
+/// @throws usage_error when there is no such profile (with the command that calibrates it for
+/// @p models) or it has no timings (format 1).
 inline overlap_timings load_overlap_timings(const dynamic_offload_settings& settings,
                                             const std::string& name, const weight_table& table,
-                                            const std::string& device_name, std::uint64_t tokens) {
+                                            const std::string& device_name, std::uint64_t tokens,
+                                            const std::vector<std::string>& models = {}) {
   const profile_store store(settings.profile_dir);
   auto found = store.find(name);
   if (!found)
     throw usage_error("no capacity profile '" + name + "' in " + store.directory().string() +
-                      ": calibrate first (ddo-run --ddo-build-profile true --ddo-profile-name " +
-                      name + ")");
+                      ": calibrate first: " + calibrate_command(name, models));
   overlap_timings out;
   out.profile = std::move(*found);
   out.tokens = tokens;

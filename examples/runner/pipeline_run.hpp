@@ -293,6 +293,7 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
       so.inputs.component = c.name;
       for (const auto& p : pipeline) so.inputs.components.push_back(p.name);
       so.runtime.device_budget_bytes = device_shares[i] + runtime_device_reserve_bytes;
+      so.runtime.poison_released_slots = so.runtime.poison_released_slots || o.verify;
       if (pinned_shares[i].pinned_host_bytes == 0)
         so.inputs.overrides.emplace_back("pin_cpu_memory", false);
       else

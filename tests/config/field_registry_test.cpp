@@ -27,8 +27,8 @@ TEST_SUITE("config") {
       CHECK(info.has_flag == (!info.env.empty() || component_flag));
       CHECK(!info.meaning.empty());
     }
-    // The reference's 49 fields, backend and the two pipeline budgets.
-    CHECK(names.size() == 52);
+    // The reference's 49 fields, backend, the two pipeline budgets and the debug poisoning.
+    CHECK(names.size() == 53);
   }
 
   TEST_CASE("every field default is the reference's dataclass default") {
@@ -85,6 +85,7 @@ TEST_SUITE("config") {
         {"backend", "\"auto\""},
         {"pipeline_device_budget_gb", "0.0"},
         {"pipeline_pinned_budget_gb", "0.0"},
+        {"debug_poison_released_slots", "false"},
     };
     const ddo::dynamic_offload_config defaults;
     std::size_t checked = 0;

@@ -3,12 +3,13 @@
 # End-to-end reliability checks of the programs (the reliability issue's classes, as a user meets
 # them): every bad input is a clean error naming what was wrong — never a signal, a hang, a
 # wrapped number, a half-written file or raw bytes in output.
-# usage: check_tools.sh DDO-MAKE-MODEL DDO-PLAN DDO-RUN
+# usage: check_tools.sh DDO-MAKE-MODEL DDO-PLAN DDO-RUN DDO-CONFIG
 # Exit statuses: 2 for usage errors (bad options, settings), 1 for failures (files, formats).
 set -u
 make_model=$1
 plan=$2
 run=$3
+config=$4
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 failures=0
@@ -121,6 +122,82 @@ expect 2 '\xff\xfe' env DDO_EXECUTION_MODE="$(printf '\377\376')" "$plan" "$tmp/
 printf '\151\000\000\000\000\000\000\000{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}' >"$tmp/gap.safetensors"
 printf '123456' >>"$tmp/gap.safetensors"
 expect 1 "gap of 2 bytes after tensor 'a'" "$plan" "$tmp/gap.safetensors"
+
+# --- issue 30 class 3: failed output is a failure -----------------------------------------------
+# Standard output on a full disk (/dev/full): every program says so and exits non-zero, never 0
+# with its output lost.
+full() {  # full NEEDLE CMD...: CMD with stdout on /dev/full must fail with NEEDLE in stderr
+  needle=$1; shift
+  timeout 60 "$@" >/dev/full 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" = 0 ] || [ "$rc" -ge 124 ] || ! grep -qF -- "$needle" "$tmp/err"; then
+    fail "stdout on /dev/full: expected a failure naming '$needle': $*"
+    echo "  rc=$rc stderr:"; sed 's/^/    /' "$tmp/err" | head -5
+  fi
+}
+nospace="cannot write standard output"
+if [ -c /dev/full ]; then
+  full "$nospace" "$config" --no-environment
+  full "$nospace" "$config" --help
+  full "$nospace" "$plan" --format json "$tmp/good.safetensors"
+  full "$nospace" "$plan" "$tmp/good.safetensors"
+  full "$nospace" "$run" --cpu --steps 1 --model "$tmp/good.safetensors"
+  full "$nospace" "$make_model" -o "$tmp/full.safetensors" --blocks 2 --hidden 64
+else
+  echo "note: /dev/full is not a character device here; the full-disk checks did not run"
+fi
+# A file the program writes itself is written aside and renamed, so a failed write leaves no
+# file and no temporary. The write fails part-way here through the file-size limit (EFBIG, with
+# SIGXFSZ ignored): the trace of a step is larger than 1 block of 512 bytes.
+( trap '' XFSZ; ulimit -f 1; exec "$run" --cpu --steps 1 --model "$tmp/good.safetensors" \
+    --trace "$tmp/t.json" ) >/dev/null 2>"$tmp/err"
+rc=$?
+{ [ "$rc" = 1 ] && grep -q "File too large" "$tmp/err"; } ||
+  { fail "a trace write that failed part-way: rc=$rc"; head -3 "$tmp/err"; }
+[ -e "$tmp/t.json" ] && fail "a failed trace write left a partial file"
+ls -a "$tmp" | grep -q '\.tmp-' && { fail "a failed output left a temporary"; ls -a "$tmp"; }
+# A special file as an output is refused before the work, and left as it is (renaming a
+# temporary over it would replace the node: as root, over /dev/full).
+mkfifo "$tmp/out.fifo"
+expect 1 "it is a FIFO, not a regular file" "$run" --cpu --steps 1 --model "$tmp/good.safetensors" --trace "$tmp/out.fifo"
+[ -p "$tmp/out.fifo" ] || fail "the FIFO given as --trace was replaced"
+
+# --- issue 30 classes 4 and 5: sizes that wrap, thread counts ------------------------------------
+expect 2 "must be from 0 to 16777216 GiB" "$run" --cpu --steps 1 --model "$tmp/good.safetensors" --ddo-vmm-staging-buffer-gb 1e12
+expect 2 "--ddo-vmm-staging-buffer-gb" "$run" --cpu --steps 1 --model "$tmp/good.safetensors" --ddo-vmm-staging-buffer-gb 1e12
+expect 2 "DDO_MAX_PIN_WEIGHT_BUDGET_GB = " env DDO_MAX_PIN_WEIGHT_BUDGET_GB=1e300 "$plan" "$tmp/good.safetensors"
+expect 2 "must be a positive worker count, at most 256" "$run" --cpu --steps 1 --model "$tmp/good.safetensors" --ddo-pin-cpu-workers 100000
+expect 2 "--ddo-pin-cpu-workers" "$plan" --ddo-pin-cpu-workers 100000 "$tmp/good.safetensors"
+
+# --- issue 30 class 6: advice that runs, checks before the work, one parser ------------------------
+# ddo-plan --vram-gb "" and --ram-gb "" are refused as ddo-run refuses them.
+expect 2 '--vram-gb = "": "" is not a number' "$plan" --vram-gb "" "$tmp/good.safetensors"
+expect 2 '--ram-gb = "": "" is not a number' "$plan" --ram-gb "" "$tmp/good.safetensors"
+expect 2 '--ram-gb = "": "" is not a number' "$run" --cpu --ram-gb ""
+# The advice for a missing profile is a command that runs (on host_sim here: --cpu, one step),
+# after which the same ddo-plan finds the profile.
+export DDO_PROFILE_DIR="$tmp/profiles"
+expect 2 "ddo-run --model $tmp/good.safetensors --profile absent --calibrate" \
+  "$plan" --profile absent "$tmp/good.safetensors"
+advice=$(sed -n 's/.*calibrate first: ddo-run \(.*\)$/\1/p' "$tmp/err")
+if [ -z "$advice" ]; then
+  fail "ddo-plan gave no calibration command"
+else
+  eval "set -- $advice"
+  timeout 120 "$run" "$@" --cpu --steps 1 >"$tmp/out" 2>"$tmp/err" ||
+    { fail "the advised command failed: ddo-run $advice"; head -5 "$tmp/err"; }
+  timeout 60 "$plan" --profile absent "$tmp/good.safetensors" >"$tmp/out" 2>"$tmp/err" ||
+    { fail "ddo-plan --profile after the advised calibration"; head -5 "$tmp/err"; }
+fi
+# A profile directory that is a file, or a cache directory under one, is refused before the work.
+echo x >"$tmp/afile"
+DDO_PROFILE_DIR="$tmp/afile"
+expect 1 "cannot write the profile directory '$tmp/afile': it is not a directory" \
+  "$run" --cpu --steps 1 --model "$tmp/good.safetensors" --profile p --calibrate
+grep -q "steps" "$tmp/out" && fail "ddo-run calibrated before reporting the profile directory"
+expect 1 "cannot write the model cache directory '$tmp/afile/cache': '$tmp/afile' is not a directory" \
+  "$run" --cpu --steps 1 --blocks 2 --cache-dir "$tmp/afile/cache"
+unset DDO_PROFILE_DIR
 
 if [ "$failures" != 0 ]; then
   echo "$failures reliability check(s) failed"

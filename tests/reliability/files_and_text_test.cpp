@@ -116,6 +116,30 @@ TEST_SUITE("reliability") {
     CHECK_NOTHROW(ddo::require_free_space(dir.file("."), 1, "model"));
   }
 
+  TEST_CASE("a special file as an output is refused and left as it is") {
+    // Renaming a temporary over a device replaced the node: as root, `ddo-run --trace /dev/full`
+    // turned /dev/full into a regular file (issue 30, found while testing failed writes).
+    ddo_test::temp_dir dir;
+    const std::string fifo = dir.file("out.fifo");
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK(ddo::special_file_kind(fifo) == "a FIFO");
+    CHECK(ddo::special_file_kind("/dev/null") == "a character device");
+    CHECK(ddo::special_file_kind(dir.file("none")).empty());
+    CHECK_THROWS_WITH_AS(ddo::check_output_path(fifo, "trace file"),
+                         doctest::Contains("it is a FIFO, not a regular file"), ddo::io_error);
+    CHECK_THROWS_WITH_AS(ddo::write_file_atomically(fifo, "{}"),
+                         doctest::Contains("it is a FIFO, not a regular file"), ddo::io_error);
+    struct stat st {};
+    REQUIRE(::stat(fifo.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));
+    for (const auto& e : fs::directory_iterator(dir.file(".")))  // no temporary left
+      CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+    // A directory to be created is checked through its nearest existing ancestor.
+    CHECK_NOTHROW(ddo::check_output_directory(dir.file("a/b/c"), "profile directory"));
+    CHECK_THROWS_WITH_AS(ddo::check_output_directory(fifo + "/sub", "profile directory"),
+                         doctest::Contains("is not a directory"), ddo::io_error);
+  }
+
   TEST_CASE("sanitize_utf8 keeps valid UTF-8 and shows other bytes and controls as \\xHH") {
     CHECK(ddo::sanitize_utf8("plain ascii") == "plain ascii");
     CHECK(ddo::sanitize_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") ==

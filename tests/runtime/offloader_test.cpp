@@ -710,4 +710,81 @@ TEST_CASE("pageable groups staged by several copy threads through large buffers 
   CHECK(sim.pageable_direct_copies() == 0);
 }
 
+TEST_CASE("poisoning at release catches an engine that keeps a weight pointer past its lease") {
+  // The engine bug (issue 30): a raw pointer from lease.data() used after the lease is dropped.
+  // Without the debug mode it reads the group's old bytes (or, on a GPU, whatever is loaded into
+  // the slot next) and nothing says so; with it, the slot holds 0xCD bytes from the release on.
+  ddo_test::model_spec spec;
+  spec.groups = 4;
+  spec.seed = 707;
+  spec.where = [](std::size_t, std::size_t) { return ddo::placement::pinned_host; };
+  auto m = ddo_test::make_model(spec);
+  for (bool poison : {false, true}) {
+    CAPTURE(poison);
+    host_sim_transport sim;
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    auto o = test_options();
+    o.poison_slots = false;
+    o.prefetch_depth = 0;  // nothing loaded at release: what the buggy read sees is deterministic
+    o.poison_released_slots = poison;
+    offloader off(sim, m->table, m->plan, o);
+    const std::byte* kept = nullptr;
+    std::size_t w = 0;
+    {
+      auto lease = off.acquire(0, cv);
+      kept = lease.data(0);
+      w = lease.weight_index(0);
+    }  // released here; the engine still has `kept`
+    std::size_t stale = 0, poisoned = 0;
+    const std::size_t n = m->expected[w].size();
+    sim.enqueue(cv, [&] {  // the engine's next kernel, on the same stream, reads through `kept`
+      stale = std::memcmp(kept, m->expected[w].data(), n) == 0 ? n : 0;
+      for (std::size_t i = 0; i < n; ++i)
+        poisoned += std::to_integer<int>(kept[i]) == ddo::poison_byte ? 1 : 0;
+    });
+    sim.synchronize(cv);
+    if (poison) {
+      CHECK(poisoned == n);  // caught: a recognisable pattern, not weights
+      CHECK(stale == 0);
+    } else {
+      CHECK(stale == n);  // the bug goes unnoticed: the old bytes are still there
+    }
+    // Acquiring the group again gives its bytes (the poisoned slot is loaded again).
+    device_checker check;
+    {
+      auto again = off.acquire(0, cv);
+      check.enqueue(sim, cv, *m, again);
+    }
+    sim.synchronize(cv);
+    CHECK(check.mismatches == 0);
+  }
+}
+
+TEST_CASE("with poisoning at release, steps with prefetch still deliver every byte") {
+  ddo_test::model_spec spec;
+  spec.groups = 8;
+  spec.seed = 708;
+  auto m = ddo_test::make_model(spec);  // every placement, file and pageable staging included
+  host_sim_transport sim;
+  auto s1 = sim.make_stream();
+  auto s2 = sim.make_stream();
+  auto o = test_options();
+  o.poison_released_slots = true;
+  device_checker check;
+  {
+    offloader off(sim, m->table, m->plan, o);
+    for (int step = 0; step < 3; ++step)
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        const auto v = sim.view(g % 2 ? s1 : s2);  // leases on two streams
+        auto lease = off.acquire(g, v);
+        check.enqueue(sim, v, *m, lease, 100);
+      }
+    sim.synchronize(sim.view(s1));
+    sim.synchronize(sim.view(s2));
+  }
+  CHECK(check.checked > 0);
+  CHECK(check.mismatches == 0);
+}
+
 TEST_SUITE_END();

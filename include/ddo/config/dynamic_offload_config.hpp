@@ -107,6 +107,9 @@ struct dynamic_offload_config {
   /// enable_pipeline_offload's shared pinned-host budget in GiB: page-locked weight bytes of
   /// all components together. 0: each component keeps its own pin budget.
   double pipeline_pinned_budget_gb = 0.0;
+  /// Debug mode for engine authors (runtime_options::poison_released_slots): poison each slot as
+  /// soon as its lease is released, so a use after release reads 0xCD bytes.
+  bool debug_poison_released_slots = false;
 
   friend bool operator==(const dynamic_offload_config&, const dynamic_offload_config&) = default;
 };

@@ -80,8 +80,24 @@ inline std::size_t remove_stale_temporaries(const std::filesystem::path& dir) {
   return removed;
 }
 
+/// @brief The kind of special file at @p target ("a character device", "a FIFO", ...), or ""
+/// for a regular file, a directory or nothing. Renaming a temporary over a special file replaces
+/// the node itself: as root, `--trace /dev/full` turned /dev/full into a regular file.
+[[nodiscard]] inline std::string special_file_kind(const std::filesystem::path& target) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(target, ec);
+  if (ec) return {};
+  switch (st.type()) {
+    case std::filesystem::file_type::character: return "a character device";
+    case std::filesystem::file_type::block: return "a block device";
+    case std::filesystem::file_type::fifo: return "a FIFO";
+    case std::filesystem::file_type::socket: return "a socket";
+    default: return {};
+  }
+}
+
 /// @brief Checks, before any work, that @p target can be written: its directory exists and is
-/// writable and @p target is not a directory. @p what names the file for the message
+/// writable and @p target is not a directory or a special file (device, FIFO, socket). @p what names the file for the message
 /// ("trace file", "model").
 /// @throws io_error naming the path and the reason.
 inline void check_output_path(const std::filesystem::path& target, std::string_view what) {
@@ -104,6 +120,41 @@ inline void check_output_path(const std::filesystem::path& target, std::string_v
     throw io_error(target.string(), EISDIR,
                    "cannot write the " + std::string(what) + " '" + target.string() +
                        "': it is a directory");
+  if (const auto kind = special_file_kind(target); !kind.empty())
+    throw io_error(target.string(), EINVAL,
+                   "cannot write the " + std::string(what) + " '" + target.string() + "': it is " +
+                       kind + ", not a regular file (ddo writes files aside and renames them "
+                       "into place)");
+}
+
+/// @brief Checks, before any work, that files can be written in @p dir, a directory created on
+/// first use (profiles, the model cache): it is a writable directory, or it does not exist yet and
+/// its nearest existing ancestor is one. @p what names it ("profile directory"). A profile
+/// directory that was a file used to be found only after the calibration had run.
+/// @throws io_error naming the path and the reason.
+inline void check_output_directory(const std::filesystem::path& dir, std::string_view what) {
+  std::error_code ec;
+  std::filesystem::path probe = dir.empty() ? std::filesystem::path(".") : dir;
+  const auto refuse = [&](int e, const std::string& why) {
+    throw io_error(dir.string(), e,
+                   "cannot write the " + std::string(what) + " '" + dir.string() + "': " + why);
+  };
+  for (;;) {
+    const auto st = std::filesystem::status(probe, ec);
+    if (!ec && std::filesystem::exists(st)) {
+      if (!std::filesystem::is_directory(st))
+        refuse(ENOTDIR, (probe == dir ? std::string("it is") : "'" + probe.string() + "' is") +
+                            " not a directory");
+      if (::access(probe.c_str(), W_OK | X_OK) != 0) {
+        const int e = errno;
+        refuse(e, "'" + probe.string() + "' is not writable (" + std::strerror(e) + ")");
+      }
+      return;
+    }
+    const auto parent = probe.parent_path();
+    if (parent == probe || probe == ".") refuse(ENOENT, "no existing directory above it");
+    probe = parent.empty() ? std::filesystem::path(".") : parent;
+  }
 }
 
 /// @brief Refuses, before writing, an output of @p bytes that the file system holding @p dir
@@ -127,6 +178,12 @@ inline void require_free_space(const std::filesystem::path& dir, std::uint64_t b
 inline void commit_temporary(const std::filesystem::path& temporary,
                              const std::filesystem::path& target) {
   std::error_code ec;
+  if (const auto kind = special_file_kind(target); !kind.empty()) {
+    std::filesystem::remove_all(temporary, ec);
+    throw io_error(target.string(), EINVAL,
+                   "cannot write '" + target.string() + "': it is " + kind +
+                       ", not a regular file; it is left as it is");
+  }
   std::filesystem::rename(temporary, target, ec);
   if (ec) {
     std::error_code ignore;

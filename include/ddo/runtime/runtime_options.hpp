@@ -14,8 +14,10 @@
 
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
+#include "ddo/runtime/poison_byte.hpp"
 #include "ddo/runtime/setup_progress.hpp"
 #include "ddo/model/file_fault_hook.hpp"
 
@@ -84,8 +86,18 @@ struct runtime_options {
   trace_sink* trace = nullptr;
   /// Push NVTX ranges (acquire, release, setup) when the toolkit's nvtx3 headers exist.
   bool nvtx = false;
-  /// Fill each slot with a poison byte before every load (tests; costs device bandwidth).
+  /// Fill each slot with a poison byte (0xCD) before every load (tests; costs device bandwidth):
+  /// a read before the load's copy finished shows as 0xCD bytes.
   bool poison_slots = false;
+  /// Debug mode for engine authors: fill a streamed group's slot with poison_byte as soon as the
+  /// last lease on it is released, ordered on the releasing stream after the lease's work (so
+  /// before any later copy into the slot, which waits on the release), and load the group again
+  /// at its next acquire. A raw pointer kept past its lease then reads 0xCD bytes instead of
+  /// whatever the slot holds next. Costs a device fill and a reload per release. Transports with
+  /// stable addresses (VMM) are not poisoned at release (their slot pages are remapped per group;
+  /// poison_slots covers them). Set from `debug_poison_released_slots`
+  /// (DDO_DEBUG_POISON_RELEASED_SLOTS); ddo-run sets it under --verify (docs/getting-started.md).
+  bool poison_released_slots = false;
   /// Consulted before every file read (fault-injection tests, ddo/transport/fault_injection.hpp).
   /// Not owned; must outlive the offloader.
   file_fault_hook* file_faults = nullptr;
@@ -113,12 +125,15 @@ struct runtime_options {
 [[nodiscard]] inline runtime_options runtime_options_from(const dynamic_offload_config& config,
                                                           runtime_options base = {},
                                                           pinned_weight_cache* cache = nullptr) {
-  if (config.pin_cpu_workers < 1)
+  if (config.pin_cpu_workers < 1 ||
+      static_cast<std::size_t>(config.pin_cpu_workers) > max_worker_threads)
     throw config_error("config", "pin_cpu_workers",
-                       "pin_cpu_workers must be a positive worker count, got " +
+                       "pin_cpu_workers must be a positive worker count, at most " +
+                           std::to_string(max_worker_threads) + ", got " +
                            std::to_string(config.pin_cpu_workers));
   base.strategy = config.linear_runtime_strategy;
   base.pin_workers = config.pin_cpu_workers;
+  base.poison_released_slots = base.poison_released_slots || config.debug_poison_released_slots;
   base.allow_pin_fallback = config.allow_pin_memory_fallback;
   base.cache_namespace = config.pinned_weight_cache_namespace;
   base.pinned_cache = config.cache_pinned_weights ? cache : nullptr;

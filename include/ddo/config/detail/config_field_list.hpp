@@ -169,5 +169,9 @@
   X(pipeline_pinned_budget_gb, real, "DDO_PIPELINE_PINNED_BUDGET_GB", 1.0, true, "GiB", \
     no_choices, active, "", \
     "enable_pipeline_offload: page-locked weight bytes of all components together, split " \
-    "by weight bytes; 0 keeps each component's own pin budget (ddo addition).")
+    "by weight bytes; 0 keeps each component's own pin budget (ddo addition).") \
+  X(debug_poison_released_slots, boolean, "DDO_DEBUG_POISON_RELEASED_SLOTS", 1.0, true, "", \
+    no_choices, active, "", \
+    "Debug: fill a streamed group's slot with 0xCD bytes as soon as its lease is released, so " \
+    "a pointer kept past its lease reads the pattern (ddo addition; costs a reload per use).")
 // clang-format on

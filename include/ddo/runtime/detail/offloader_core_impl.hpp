@@ -121,6 +121,16 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     // One release event covers every lease of this occupancy: a release on another stream
     // than the previous one first waits on it, so re-recording loses none of the readers.
     if (st.released && !(st.release_stream == s)) t_.wait(s, st.release);
+    if constexpr (!transport_with_stable_addresses<T>) {
+      if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ &&
+          gr.slot_bytes > 0) {
+        // Debug mode: on s after the lease's work (and, through the wait above, the other
+        // streams' readers) and before the release event the next copy into the slot waits
+        // on. The slot no longer holds g: its next acquire loads it again.
+        t_.fill_device(st.image, poison_byte, gr.slot_bytes, s);
+        ring_schedule_.vacate(static_cast<std::size_t>(slot));
+      }
+    }
     t_.record(st.release, s);
     st.released = true;
     st.release_stream = s;
@@ -236,7 +246,7 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
     const auto v = T::view(copy_stream_);
     t_.wait(v, st.release);
     t_.wait(v, st.ready);
-    if (options_.poison_slots) t_.fill_device(st.image, 0xCD, gr.slot_bytes, v);
+    if (options_.poison_slots) t_.fill_device(st.image, poison_byte, gr.slot_bytes, v);
     if (t_start != no_group) t_.record(timing_.at(t_start), v);
     if (gr.has_block_copy()) {
       const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;

@@ -216,7 +216,7 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
       st.release = t_.make_event(false);
       if (side != 0) {
         st.side_image = ring_.data + s * side;
-        if (options_.poison_slots) t_.fill_device(st.side_image, 0xCD, side, T::view(copy_stream_));
+        if (options_.poison_slots) t_.fill_device(st.side_image, poison_byte, side, T::view(copy_stream_));
       }
     }
     return;
@@ -231,7 +231,7 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
     st.pointers.assign(layout_.max_group_weights, nullptr);
     st.ready = t_.make_event(false);
     st.release = t_.make_event(false);
-    if (options_.poison_slots) t_.fill_device(st.base, 0xCD, slot, T::view(copy_stream_));
+    if (options_.poison_slots) t_.fill_device(st.base, poison_byte, slot, T::view(copy_stream_));
   }
 }
 

@@ -48,6 +48,7 @@
 #include "ddo/runtime/detail/owned_memory.hpp"
 #include "ddo/runtime/detail/setup_meter.hpp"
 #include "ddo/runtime/detail/staging_pipeline.hpp"
+#include "ddo/runtime/poison_byte.hpp"
 #include "ddo/transport/concepts.hpp"
 
 namespace ddo {
@@ -71,7 +72,7 @@ class staging_worker {
     const event* release = nullptr;  // the staging stream waits on it first
     event* ready = nullptr;          // waited on, then recorded after the copies
     std::byte* image = nullptr;      // destination base
-    std::uint64_t poison_bytes = 0;  // fill [image, image + n) with 0xCD first (0: no)
+    std::uint64_t poison_bytes = 0;  // fill [image, image + n) with poison_byte first (0: no)
     const std::vector<staged_piece>* pieces = nullptr;
     event* timing_start = nullptr;   // recorded before the copies (metrics)
     event* timing_end = nullptr;     // recorded after them

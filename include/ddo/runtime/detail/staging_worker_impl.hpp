@@ -245,7 +245,7 @@ void staging_worker<T>::run(const job& j) {
     // On a stable-address transport the binder mapped the job's range before loop() ran it.
     t.wait(v, *j.release);
     t.wait(v, *j.ready);
-    if (j.poison_bytes != 0) t.fill_device(j.image, 0xCD, j.poison_bytes, v);
+    if (j.poison_bytes != 0) t.fill_device(j.image, poison_byte, j.poison_bytes, v);
     if (j.timing_start != nullptr) t.record(*j.timing_start, v);
     if (j.block_bytes != 0) {
       const std::uint64_t chunk = j.block_chunk == 0 ? j.block_bytes : j.block_chunk;
