@@ -189,6 +189,10 @@ else
   timeout 60 "$plan" --profile absent "$tmp/good.safetensors" >"$tmp/out" 2>"$tmp/err" ||
     { fail "ddo-plan --profile after the advised calibration"; head -5 "$tmp/err"; }
 fi
+# ddo-plan refuses a sweep and names the ddo-run command that runs one: it runs.
+expect 2 "a sweep is ddo-run --compare --vram-gb 4,8" "$plan" --vram-gb 4,8 "$tmp/good.safetensors"
+timeout 120 "$run" --compare --vram-gb 4,8 --cpu --steps 1 --model "$tmp/good.safetensors" >"$tmp/out" 2>"$tmp/err" ||
+  { fail "the advised sweep failed: ddo-run --compare --vram-gb 4,8"; head -5 "$tmp/err"; }
 # A profile directory that is a file, or a cache directory under one, is refused before the work.
 echo x >"$tmp/afile"
 DDO_PROFILE_DIR="$tmp/afile"
