@@ -40,9 +40,9 @@ struct overlap_timings {
 
 /// @p text quoted for a POSIX shell where it needs to be (it's as 'it'\''s').
 inline std::string shell_word(const std::string& text) {
-  const bool plain = !text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
-                                                             "OPQRSTUVWXYZ0123456789_-./=:,+@%") ==
-                                          std::string::npos;
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+                                          "OPQRSTUVWXYZ0123456789_-./=:,+@%") == std::string::npos;
   if (plain) return text;
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

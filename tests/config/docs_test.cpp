@@ -106,8 +106,8 @@ TEST_SUITE("config") {
       for (const auto& [field, value] : values) {  // code -> docs
         const std::string name(ddo::to_string(field));
         CAPTURE(name);
-        const auto row = std::find_if(rows.begin(), rows.end(),
-                                      [&](const auto& r) { return r.first == name; });
+        const auto row =
+            std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == name; });
         REQUIRE_MESSAGE(row != rows.end(), "docs/presets.md does not list " << name);
         CHECK(row->second == ddo::toml_value(value));
       }

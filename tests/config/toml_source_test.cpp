@@ -264,7 +264,8 @@ TEST_SUITE("toml_limits") {
              std::string(5, '}') + "\n",
          "64 levels deep"},
         {head + "x = [" + repeated("1", 20'001, ", ") + "]\n", "20000 keys and array elements"},
-        {head + "x = { " + repeated("k = 1", 20'001, ", ") + " }\n", "20000 keys and array elements"},
+        {head + "x = { " + repeated("k = 1", 20'001, ", ") + " }\n",
+         "20000 keys and array elements"},
         {head + "x = \"" + std::string(70'000, 'y') + "\"\n", "the limit is 65536"},
         {head + "x = '''\n" + std::string(70'000, 'y') + "'''\n", "the limit is 65536"},
         {head + "\"" + std::string(70'000, 'y') + "\" = 1\n", "the limit is 65536"},
@@ -286,7 +287,8 @@ TEST_SUITE("toml_limits") {
                    std::string(17, '[') + std::string(17, ']') + "\n")
               .find("test.toml:4: tables, arrays and inline tables nested more than 64") !=
           std::string::npos);
-    const std::string later = "a = \"\"\"\n1\n2\n\"\"\"\nb = [\n1,\n2]\n[" + repeated("a", 17, ".") + "]\n";
+    const std::string later =
+        "a = \"\"\"\n1\n2\n\"\"\"\nb = [\n1,\n2]\n[" + repeated("a", 17, ".") + "]\n";
     CHECK(error_of(later).find("test.toml:8:") != std::string::npos);
   }
 

@@ -119,7 +119,8 @@ TEST_SUITE("config") {
       CAPTURE(info.name);
       const std::string name(info.name);
       const std::string big = gib ? "1e12" : "17179869185";  // 2^34 + 1 MiB
-      const std::string range = gib ? "must be from 0 to 16777216 GiB" : "must be from 0 to 17179869184 MiB";
+      const std::string range =
+          gib ? "must be from 0 to 16777216 GiB" : "must be from 0 to 17179869184 MiB";
       if (!info.env.empty()) {
         auto inputs = ddo_test::hermetic_inputs({{std::string(info.env), big}});
         CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),

@@ -197,9 +197,9 @@ TEST_SUITE("profile") {
       text.replace(at, text.find('\n', at) - at, key + " = " + value);
       return text;
     };
-    for (const char* key : {"transfer_ns", "compute_ns_low", "compute_ns_high", "lead_in_ns_low",
-                            "lead_in_ns_high", "sustained_compute_ns_low",
-                            "sustained_compute_ns_high"}) {
+    for (const char* key :
+         {"transfer_ns", "compute_ns_low", "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high",
+          "sustained_compute_ns_low", "sustained_compute_ns_high"}) {
       for (const char* value : {"18446744073709551615", "10000000000001", "99999999999999999999"}) {
         CAPTURE(std::string(key));
         CAPTURE(std::string(value));
@@ -210,7 +210,8 @@ TEST_SUITE("profile") {
                                   .c_str()),
             ddo::format_error);
       }
-      CHECK_NOTHROW((void)ddo::profile_store::parse(with(key, "10000000000000"), "p.toml", "timed"));
+      CHECK_NOTHROW(
+          (void)ddo::profile_store::parse(with(key, "10000000000000"), "p.toml", "timed"));
     }
     for (const char* key : {"pinned_bytes", "total_vram_bytes", "headroom_bytes"}) {
       CAPTURE(std::string(key));

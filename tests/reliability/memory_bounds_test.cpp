@@ -3,10 +3,10 @@
 // with what an input says. Each case prints what it measured and asserts a bound on it.
 #include <doctest/doctest.h>
 
-#include <cstdint>
-#include <cstdio>
 #include <dirent.h>
 #include <malloc.h>
+#include <cstdint>
+#include <cstdio>
 
 #include <atomic>
 #include <fstream>
@@ -98,12 +98,13 @@ TEST_SUITE("reliability") {
     const std::uint64_t peak = status_bytes("VmHWM:");
     REQUIRE(table.size() == 1);
     const std::uint64_t growth = peak > before ? peak - before : 0;
-    std::printf("index of %llu bytes (metadata: an array of %llu objects): peak RSS growth "
-                "%.1f MiB = %.2fx the file (bound: the file + 32 MiB)\n",
-                static_cast<unsigned long long>(file_bytes),
-                static_cast<unsigned long long>(file_bytes / item.size()),
-                static_cast<double>(growth) / 1048576.0,
-                static_cast<double>(growth) / static_cast<double>(file_bytes));
+    std::printf(
+        "index of %llu bytes (metadata: an array of %llu objects): peak RSS growth "
+        "%.1f MiB = %.2fx the file (bound: the file + 32 MiB)\n",
+        static_cast<unsigned long long>(file_bytes),
+        static_cast<unsigned long long>(file_bytes / item.size()),
+        static_cast<double>(growth) / 1048576.0,
+        static_cast<double>(growth) / static_cast<double>(file_bytes));
     // The file's text is read whole (1x); the metadata is checked and dropped as it is parsed.
     if (!DDO_TEST_UNDER_ASAN) CHECK(growth <= file_bytes + 32 * ddo::mib);
   }
@@ -167,12 +168,15 @@ TEST_SUITE("reliability") {
       const auto heap_after = ::mallinfo2().uordblks;
       const std::uint64_t rss_after = status_bytes("VmRSS:");
       const auto groups = static_cast<double>(spec.groups);
-      const double heap = static_cast<double>(heap_after > heap_before ? heap_after - heap_before : 0) / groups;
-      const double rss = static_cast<double>(rss_after > rss_before ? rss_after - rss_before : 0) / groups;
+      const double heap =
+          static_cast<double>(heap_after > heap_before ? heap_after - heap_before : 0) / groups;
+      const double rss =
+          static_cast<double>(rss_after > rss_before ? rss_after - rss_before : 0) / groups;
       const bool pinned = where == ddo::placement::pinned_host;
-      std::printf("%s: %zu groups of 64 bytes: offloader heap %.0f bytes/group, RSS growth %.0f "
-                  "bytes/group\n",
-                  pinned ? "pinned" : "staged", spec.groups, heap, rss);
+      std::printf(
+          "%s: %zu groups of 64 bytes: offloader heap %.0f bytes/group, RSS growth %.0f "
+          "bytes/group\n",
+          pinned ? "pinned" : "staged", spec.groups, heap, rss);
       if (DDO_TEST_UNDER_ASAN) continue;  // redzones counted
       // The layout and its vectors (name, weights, offsets, pieces) and the group index.
       CHECK(heap <= 1024.0);

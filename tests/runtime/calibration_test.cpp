@@ -184,8 +184,8 @@ TEST_SUITE("runtime") {
     // (upper bound: nearer the kernels' sum than the wall time, which a loaded host cannot move
     // by ~10 ms a group).
     const six_blocks m;
-    ddo::host_sim_transport sim(
-        {.device_capacity_bytes = 64 * ddo::mib, .bandwidth_bytes_per_second = 256.0 * 1024 / 0.02});
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib,
+                                 .bandwidth_bytes_per_second = 256.0 * 1024 / 0.02});
     ddo::runtime_options ro;
     ro.metrics = true;
     ro.time_compute = true;
@@ -257,8 +257,8 @@ TEST_SUITE("runtime") {
       const auto& gp = profile.groups[g];
       CHECK(gp.has_sustained_compute());
       CHECK(gp.sustained_compute_ns_low >= 9'900'000);  // the compute-only pass's kernels
-      CHECK(gp.compute_ns_low >= 990'000);               // the streaming pass's kernels ...
-      CHECK(gp.compute_ns_low < 9'900'000);              // ... and none of the other pass's
+      CHECK(gp.compute_ns_low >= 990'000);              // the streaming pass's kernels ...
+      CHECK(gp.compute_ns_low < 9'900'000);             // ... and none of the other pass's
       CHECK(gp.sustained_compute_ns_high == gp.sustained_compute_ns_low);  // one token count
       CHECK(gp.transfer_ns >= 4'900'000);  // the sustained pass's empty loads are not copies
       streaming += gp.compute_ns_low;

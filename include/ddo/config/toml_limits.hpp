@@ -164,8 +164,8 @@ class toml_limit_scanner {
   }
 
   [[nodiscard]] static bool bare_key_char(char c) noexcept {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
   }
 
   /// A possibly dotted key at pos_; returns its number of parts.
@@ -221,8 +221,10 @@ class toml_limit_scanner {
     std::vector<level> stack;  // the arrays and inline tables open around the next value
     for (;;) {
       // A value starts here (in an array, also after line breaks and comments).
-      if (!stack.empty() && stack.back().kind == '[') skip_blank_lines();
-      else skip_spaces();
+      if (!stack.empty() && stack.back().kind == '[')
+        skip_blank_lines();
+      else
+        skip_spaces();
       const char c = peek();
       const std::size_t here = stack.empty() ? depth : stack.back().depth;
       if (c == '"' || c == '\'') {
@@ -251,8 +253,10 @@ class toml_limit_scanner {
       for (;;) {
         if (stack.empty()) return;
         level& open = stack.back();
-        if (open.kind == '[') skip_blank_lines();
-        else skip_spaces();
+        if (open.kind == '[')
+          skip_blank_lines();
+        else
+          skip_spaces();
         const char d = peek();
         if (d == ',') {
           ++pos_;

@@ -329,8 +329,9 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
 /// @throws config_error for a syntax error (file:line:column), an unknown key (with the closest
 /// known key), a value of the wrong type (key, type seen, type expected) or a setting given
 /// twice (top level and [config]), and for text beyond ddo's limits (check_toml_limits: dotted
-/// parts, depth, entries, string length; refused before toml++ reads it). Messages are one line of UTF-8: bytes from the file that are
-/// not (control characters, toml++'s quotes of them) are shown as \xHH.
+/// parts, depth, entries, string length; refused before toml++ reads it). Messages are one line of
+/// UTF-8: bytes from the file that are not (control characters, toml++'s quotes of them) are shown
+/// as \xHH.
 [[nodiscard]] inline config_layer parse_toml_config(std::string_view text, const std::string& file) {
   try {
     return detail::parse_toml_config_unsanitized(text, file);

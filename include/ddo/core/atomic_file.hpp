@@ -88,16 +88,22 @@ inline std::size_t remove_stale_temporaries(const std::filesystem::path& dir) {
   const auto st = std::filesystem::status(target, ec);
   if (ec) return {};
   switch (st.type()) {
-    case std::filesystem::file_type::character: return "a character device";
-    case std::filesystem::file_type::block: return "a block device";
-    case std::filesystem::file_type::fifo: return "a FIFO";
-    case std::filesystem::file_type::socket: return "a socket";
-    default: return {};
+    case std::filesystem::file_type::character:
+      return "a character device";
+    case std::filesystem::file_type::block:
+      return "a block device";
+    case std::filesystem::file_type::fifo:
+      return "a FIFO";
+    case std::filesystem::file_type::socket:
+      return "a socket";
+    default:
+      return {};
   }
 }
 
 /// @brief Checks, before any work, that @p target can be written: its directory exists and is
-/// writable and @p target is not a directory or a special file (device, FIFO, socket). @p what names the file for the message
+/// writable and @p target is not a directory or a special file (device, FIFO, socket). @p what
+/// names the file for the message
 /// ("trace file", "model").
 /// @throws io_error naming the path and the reason.
 inline void check_output_path(const std::filesystem::path& target, std::string_view what) {
@@ -123,7 +129,8 @@ inline void check_output_path(const std::filesystem::path& target, std::string_v
   if (const auto kind = special_file_kind(target); !kind.empty())
     throw io_error(target.string(), EINVAL,
                    "cannot write the " + std::string(what) + " '" + target.string() + "': it is " +
-                       kind + ", not a regular file (ddo writes files aside and renames them "
+                       kind +
+                       ", not a regular file (ddo writes files aside and renames them "
                        "into place)");
 }
 

@@ -16,10 +16,10 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/model/file_fault_hook.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/runtime/poison_byte.hpp"
 #include "ddo/runtime/setup_progress.hpp"
-#include "ddo/model/file_fault_hook.hpp"
 
 namespace ddo {
 inline namespace v0 {

@@ -378,8 +378,10 @@ class json_parser {
     std::string out;
     // Characters appended to the value, only when it is kept.
     const auto put = [&](char ch) {
-      if constexpr (Keep) out += ch;
-      else (void)ch;
+      if constexpr (Keep)
+        out += ch;
+      else
+        (void)ch;
     };
     for (;;) {
       if (pos_ >= in_.size()) fail("unterminated JSON string");

@@ -373,15 +373,15 @@ DDO_INLINE std::uint64_t profile_store::parse_u64(std::string_view v, const std:
   const bool time = key.ends_with("_ns") || key.find("_ns_") != std::string::npos;
   const bool size = key.ends_with("_bytes");
   const std::uint64_t most = time ? max_stated_ns : size ? max_stated_bytes : UINT64_MAX;
-  const std::string what = time   ? "a whole number of nanoseconds from 0 to " +
-                                        std::to_string(most) + " (about 2.8 hours)"
-                           : size ? "a whole number of bytes from 0 to " + std::to_string(most) +
-                                        " (16 PiB)"
-                                  : "a whole number from 0 to " + std::to_string(most);
+  const std::string what =
+      time
+          ? "a whole number of nanoseconds from 0 to " + std::to_string(most) + " (about 2.8 hours)"
+      : size ? "a whole number of bytes from 0 to " + std::to_string(most) + " (16 PiB)"
+             : "a whole number from 0 to " + std::to_string(most);
   const auto refuse = [&] {
-    throw format_error(file, key,
-                       file + ": " + key + " must be " + what + ", got '" +
-                           sanitize_utf8(v.substr(0, 200)) + "'");
+    throw format_error(
+        file, key,
+        file + ": " + key + " must be " + what + ", got '" + sanitize_utf8(v.substr(0, 200)) + "'");
   };
   std::uint64_t out = 0;
   if (v.empty()) throw format_error(file, key, file + ": " + key + " has no value");

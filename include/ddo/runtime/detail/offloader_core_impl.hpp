@@ -122,8 +122,7 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     // than the previous one first waits on it, so re-recording loses none of the readers.
     if (st.released && !(st.release_stream == s)) t_.wait(s, st.release);
     if constexpr (!transport_with_stable_addresses<T>) {
-      if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ &&
-          gr.slot_bytes > 0) {
+      if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ && gr.slot_bytes > 0) {
         // Debug mode: on s after the lease's work (and, through the wait above, the other
         // streams' readers) and before the release event the next copy into the slot waits
         // on. The slot no longer holds g: its next acquire loads it again.

@@ -216,7 +216,8 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
       st.release = t_.make_event(false);
       if (side != 0) {
         st.side_image = ring_.data + s * side;
-        if (options_.poison_slots) t_.fill_device(st.side_image, poison_byte, side, T::view(copy_stream_));
+        if (options_.poison_slots)
+          t_.fill_device(st.side_image, poison_byte, side, T::view(copy_stream_));
       }
     }
     return;

@@ -177,8 +177,8 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   const std::uint64_t work =
       std::max<std::uint64_t>({1, tasks.size(), task_bytes / parallel_reader::min_grain});
   const auto asked = static_cast<std::uint64_t>(std::max(1, options.pin_workers));
-  parallel_reader pool(static_cast<std::size_t>(
-      std::min<std::uint64_t>({asked, work, max_worker_threads})));
+  parallel_reader pool(
+      static_cast<std::size_t>(std::min<std::uint64_t>({asked, work, max_worker_threads})));
   pool.run(tasks, todo.size(), group_packed);
   for (std::size_t g : todo) {
     auto& gr = *groups[g];
