@@ -37,6 +37,7 @@
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
@@ -284,7 +285,9 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
-    return run(argc, argv);
+    const int status = run(argc, argv);
+    if (status == 0) ddo::flush_standard_output();  // a full disk is a failure, not success
+    return status;
   } catch (const ddo::config_error& e) {
     return fail(e.what(), exit_usage);
   } catch (const ddo::usage_error& e) {

@@ -3,13 +3,14 @@
 # End-to-end reliability checks of the programs (the reliability issue's classes, as a user meets
 # them): every bad input is a clean error naming what was wrong — never a signal, a hang, a
 # wrapped number, a half-written file or raw bytes in output.
-# usage: check_tools.sh DDO-MAKE-MODEL DDO-PLAN DDO-RUN DDO-CONFIG
+# usage: check_tools.sh DDO-MAKE-MODEL DDO-PLAN DDO-RUN DDO-CONFIG DDO-FLUX
 # Exit statuses: 2 for usage errors (bad options, settings), 1 for failures (files, formats).
 set -u
 make_model=$1
 plan=$2
 run=$3
 config=$4
+flux=$5
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 failures=0
@@ -143,6 +144,7 @@ if [ -c /dev/full ]; then
   full "$nospace" "$plan" "$tmp/good.safetensors"
   full "$nospace" "$run" --cpu --steps 1 --model "$tmp/good.safetensors"
   full "$nospace" "$make_model" -o "$tmp/full.safetensors" --blocks 2 --hidden 64
+  full "$nospace" "$flux" --help
 else
   echo "note: /dev/full is not a character device here; the full-disk checks did not run"
 fi
