@@ -28,15 +28,18 @@ grep -q "^ddo: .*: 0 B resident, 3.56 MiB streamed per step" "$tmp/run.out" ||
 # linear dynamic_offload, the file route (nvme_baseline: over host_sim's VMM mode, the legacy VMM
 # route) and the native VMM route (vmm_fast_runtime).
 small="--ddo-small-tensor-threshold-bytes 1024"
-for route in "--ddo-resident-module-budget-gb 0 $small|host_sim transport, route dynamic_offload" \
-             "--ddo-preset nvme_baseline --ddo-resident-module-budget-gb 0 $small|nvme transport, route vmm_runtime" \
-             "--ddo-backend vmm --ddo-preset auto --ddo-vmm-resident-weight-budget-gb 0.003 $small|host_sim_vmm transport, route vmm_fast_runtime"; do
+# On this 70 MiB card the balanced rule's 1.5 GiB headroom leaves no room: the built-in
+# always-resident weights are demoted and stream too (docs/planning.md); the native VMM route
+# (budget policy off) keeps them.
+for route in "--ddo-resident-module-budget-gb 0 $small|host_sim transport, route dynamic_offload: 18.6 KiB resident, 3.54 MiB" \
+             "--ddo-preset nvme_baseline --ddo-resident-module-budget-gb 0 $small|nvme transport, route vmm_runtime: 18.6 KiB resident, 3.54 MiB" \
+             "--ddo-backend vmm --ddo-preset auto --ddo-vmm-resident-weight-budget-gb 0.003 $small|host_sim_vmm transport, route vmm_fast_runtime: 74.6 KiB resident, 3.49 MiB"; do
   flags=${route%%|*}
   expect=${route#*|}
   # shellcheck disable=SC2086
   "$flux" $common --steps 1 --vram-gb 0.07 --check $flags >"$tmp/route.out" 2>&1 ||
     { cat "$tmp/route.out"; fail "ddo-flux --check $flags failed"; }
-  grep -q "^ddo: .*, $expect: 394.6 KiB resident, 3.17 MiB streamed per step" "$tmp/route.out" ||
+  grep -q "^ddo: .*, $expect streamed per step" "$tmp/route.out" ||
     { cat "$tmp/route.out"; fail "not streamed on '$expect' with $flags"; }
   grep -q "^check: .*: bitwise equal$" "$tmp/route.out" || { cat "$tmp/route.out"; fail "no bitwise check: $flags"; }
 done
