@@ -204,12 +204,14 @@ struct block_match {
 /// The block of @p module_name (stripped by @p strip) among the chosen families.
 [[nodiscard]] DDO_INLINE std::optional<block_match> match_family(
     std::string_view module_name, std::size_t strip, const std::vector<std::string>& families) {
-  const std::string_view module = module_name.substr(strip);
+  // Not called `module`: nvcc (C++20) reads `module` at the start of a line as the module
+  // keyword and the nvcc build check fails (clang-format may wrap a line there).
+  const std::string_view stripped = module_name.substr(strip);
   for (const auto& family : families) {
-    if (module.size() <= family.size() + 1 || !module.starts_with(family) ||
-        module[family.size()] != '.')
+    if (stripped.size() <= family.size() + 1 || !stripped.starts_with(family) ||
+        stripped[family.size()] != '.')
       continue;
-    const std::string_view rest = module.substr(family.size() + 1);
+    const std::string_view rest = stripped.substr(family.size() + 1);
     const auto index = parse_index(rest.substr(0, rest.find('.')));
     if (!index) continue;
     block_match m;
