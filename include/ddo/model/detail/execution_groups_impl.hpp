@@ -193,8 +193,11 @@ struct block_match {
     if (!chosen.empty() &&
         (st->bytes < ranked.front().second->bytes / 10 || st->indices.size() < 2))
       continue;
+    // A named reference, not the binding: clang 14 (the sanitizer builds) cannot capture a
+    // structured binding in a lambda.
+    const std::string& family = name;
     if (std::any_of(chosen.begin(), chosen.end(),
-                    [&](const std::string& c) { return related(c, name); }))
+                    [&](const std::string& c) { return related(c, family); }))
       continue;
     chosen.push_back(name);
   }
