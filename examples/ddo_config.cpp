@@ -22,6 +22,7 @@
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/core/standard_output.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 
 namespace po = boost::program_options;
@@ -31,7 +32,7 @@ namespace {
 constexpr int usage_exit = 2;
 
 int fail(const std::string& message) {
-  std::cerr << "ddo-config: " << message << '\n';
+  std::cerr << "ddo-config: " << ddo::sanitize_utf8(message) << '\n';
   return usage_exit;
 }
 

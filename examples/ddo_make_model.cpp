@@ -37,6 +37,7 @@
 
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/standard_output.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "runner/interrupt_cleanup.hpp"
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   } catch (const po::error& e) {
-    std::cerr << "ddo-make-model: " << e.what() << "\n\n" << description << "\n";
+    std::cerr << "ddo-make-model: " << ddo::sanitize_utf8(e.what()) << "\n\n" << description << "\n";
     return 2;
   }
 
@@ -221,7 +222,7 @@ int main(int argc, char** argv) {
     ddo::flush_standard_output();
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "ddo-make-model: " << e.what() << "\n";
+    std::cerr << "ddo-make-model: " << ddo::sanitize_utf8(e.what()) << "\n";
     return 1;
   }
 }

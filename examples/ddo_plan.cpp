@@ -33,6 +33,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/core/standard_output.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/plan/plan_format.hpp"
@@ -303,7 +304,8 @@ int main(int argc, char** argv) {
     ddo::flush_standard_output();  // a truncated plan on a full disk is a failure
     return 0;
   } catch (const ddo::config_error& e) {
-    std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << e.key() << "): " << e.what()
+    std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << ddo::sanitize_utf8(e.key())
+              << "): " << e.what()
               << "\n";
     return exit_usage;
   } catch (const ddo::usage_error& e) {
@@ -311,7 +313,7 @@ int main(int argc, char** argv) {
     return exit_usage;
   } catch (const std::exception& e) {
     if (!preset_line.empty()) std::cerr << "ddo-plan: " << preset_line << "\n";
-    std::cerr << "ddo-plan: " << e.what() << "\n";
+    std::cerr << "ddo-plan: " << ddo::sanitize_utf8(e.what()) << "\n";
     return exit_error;
   }
 }

@@ -42,6 +42,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/standard_output.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/memory/process_memory.hpp"
@@ -772,7 +773,7 @@ std::optional<ddo::dtype> parse_model_dtype(const std::string& text) {
 
 int fail(const std::string& message, int code) {
   std::fflush(stdout);
-  std::fprintf(stderr, "ddo-run: %s\n", message.c_str());
+  std::fprintf(stderr, "ddo-run: %s\n", ddo::sanitize_utf8(message).c_str());
   return code;
 }
 

@@ -14,9 +14,16 @@
 #include <sstream>
 #include <string>
 
+#include <boost/program_options.hpp>
+
+#include "ddo/cli/dynamic_offload_arguments.hpp"
+#include "ddo/config/env_source.hpp"
+#include "ddo/config/resolve.hpp"
+#include "ddo/config/toml_source.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/core/detail/json.hpp"
+#include "ddo/model/safetensors.hpp"
 #include "ddo/profile/profile_store.hpp"
 #include "model/model_test_support.hpp"
 
@@ -198,6 +205,100 @@ TEST_SUITE("reliability") {
       const std::string what = e.what();
       CHECK(what.find("12\\xff") != std::string::npos);
       CHECK(ddo::is_valid_utf8(what));
+    }
+  }
+
+  // Every message that echoes input escapes it with ddo::sanitize_utf8 (core/error.hpp): the
+  // bytes \xff\xfe (invalid UTF-8) and ESC (a control byte) from each source a user reaches.
+  TEST_CASE("every source's bytes reach messages escaped: flag, variable, TOML, file, tensor, profile") {
+    const std::string bad = "\xff\xfe\x1bz";
+    const std::string shown = "\\xff\\xfe\\x1bz";
+    // Valid UTF-8, no raw control byte, and the input shown as @p needle where it is echoed.
+    const auto check_message = [&](const std::string& what, const std::string& needle) {
+      INFO(what);
+      CHECK(ddo::is_valid_utf8(what));
+      CHECK(what.find('\x1b') == std::string::npos);
+      CHECK(what.find(needle) != std::string::npos);
+    };
+    const auto check_throws = [&](const auto& call, const std::string& needle) {
+      try {
+        call();
+        FAIL("no error");
+      } catch (const std::exception& e) {
+        check_message(e.what(), needle);
+      }
+    };
+    ddo::resolve_context context;
+    context.detected_ram_gb = 64.0;
+    context.running_on_wsl = false;
+    SUBCASE("variable") {
+      check_throws([&] {
+        (void)ddo::resolve_from_sources(context, ddo::env_source{{{"DDO_PRESET", bad}}});
+      }, shown);
+      check_throws([&] {
+        (void)ddo::resolve_from_sources(context, ddo::env_source{{{"DDO_EXECUTION_MODE", bad}}});
+      }, shown);
+      const auto settings = ddo::resolve_from_sources(
+          context, ddo::env_source{{{"DDO_VERBOSE", bad}, {"DDO_X" + bad, "1"}}});
+      REQUIRE(settings.warnings.size() >= 2);
+      for (const auto& w : settings.warnings) check_message(w, shown);
+    }
+    SUBCASE("flag") {
+      namespace po = boost::program_options;
+      po::options_description options;
+      ddo::add_dynamic_offload_arguments(options);
+      const auto parse = [&](std::vector<std::string> args) {
+        std::vector<const char*> argv = {"test"};
+        for (const auto& a : args) argv.push_back(a.c_str());
+        po::variables_map vm;
+        po::store(po::parse_command_line(static_cast<int>(argv.size()), argv.data(), options), vm);
+        return vm;
+      };
+      check_throws([&] {
+        (void)ddo::resolve_from_sources(context,
+                                        ddo::layer_source{ddo::cli_config_layer(parse({"--ddo-preset", bad}))});
+      }, shown);
+      check_throws([&] { (void)ddo::cli_config_layer(parse({"--ddo-execution-mode", bad})); }, shown);
+      try {
+        (void)parse({"--ddo-" + bad});
+        FAIL("no error");
+      } catch (const po::error& e) {
+        check_message(ddo::describe_cli_error(e, options), shown);
+      }
+    }
+    SUBCASE("TOML") {
+      // Raw invalid bytes are refused by the TOML parser (not echoed); escapes give the value
+      // a control byte, echoed escaped.
+      check_throws([&] { (void)ddo::parse_toml_config("preset = \"" + bad + "\"\n", "s.toml"); },
+                   "invalid utf-8");
+      check_throws([&] {
+        (void)ddo::resolve_from_sources(
+            context, ddo::layer_source{ddo::parse_toml_config("preset = \"\\u001bz\"\n", "s.toml")});
+      }, "\\x1bz");
+    }
+    SUBCASE("file name") {
+      ddo_test::temp_dir dir;
+      check_throws([&] { (void)ddo::load_safetensors(dir.file(bad + ".safetensors")); }, shown);
+      ddo_test::write_raw(dir.file(bad + ".safetensors"), "short");
+      check_throws([&] { (void)ddo::load_safetensors(dir.file(bad + ".safetensors")); }, shown);
+    }
+    SUBCASE("tensor name") {
+      // A header must be UTF-8 (refused otherwise, without echoing it); a JSON escape gives a
+      // name a control byte, echoed escaped.
+      check_throws([&] {
+        (void)ddo::parse_safetensors_header(
+            "{\"w\xff\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2, "m.safetensors");
+      }, "not valid UTF-8");
+      check_throws([&] {
+        (void)ddo::parse_safetensors_header(
+            "{\"w\\u001bz\":{\"dtype\":\"XX\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2, "m.safetensors");
+      }, "w\\x1bz");
+    }
+    SUBCASE("profile file") {
+      ddo_test::temp_dir dir;
+      const ddo::profile_store store(dir.file("."));
+      std::ofstream(store.path_of("bad")) << "name = \"bad\"\nmodel_bytes = 12" << bad << "\n";
+      check_throws([&] { (void)store.find("bad"); }, shown);
     }
   }
 }

@@ -23,6 +23,7 @@
 #include "ddo/config/parse_value.hpp"
 #include "ddo/config/presets.hpp"
 #include "ddo/config/resolve.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -127,12 +128,13 @@ inline constexpr double cli_default_vmm_resident_weight_budget_gb = 4.0;
     for (const auto& option : options.options()) names.push_back("--" + option->long_name());
     const std::string seen = unknown->get_option_name();
     const std::string suggestion = closest_name(seen, names);
-    return "flag " + seen + " is not an option" +
+    return "flag " + sanitize_utf8(seen) + " is not an option" +
            (suggestion.empty() ? std::string("; see --help") : "; did you mean " + suggestion + "?");
   }
   if (dynamic_cast<const boost::program_options::too_many_positional_options_error*>(&error))
     return "unexpected argument: only --options are accepted; see --help";
-  return error.what();
+  // Boost's own messages quote the command line as given: bytes, shown escaped (core/text.hpp).
+  return sanitize_utf8(error.what());
 }
 
 }  // namespace v0

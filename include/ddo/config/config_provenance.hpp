@@ -15,6 +15,7 @@
 // umbrella's compile (docs/development.md).
 #include "ddo/config/field_id.hpp"
 #include "ddo/config/provenance.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -36,7 +37,7 @@ class config_provenance {
   /// @brief The origin of field @p name; throws std::out_of_range for an unknown name.
   [[nodiscard]] const field_origin& of(std::string_view name) const {
     const auto id = parse_field_id(name);
-    if (!id) throw std::out_of_range("ddo: no config field named '" + std::string(name) + "'");
+    if (!id) throw std::out_of_range("ddo: no config field named '" + sanitize_utf8(name) + "'");
     return at(*id);
   }
   /// @brief Records that field @p index was last set by @p where.

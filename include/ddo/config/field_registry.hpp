@@ -14,6 +14,7 @@
 
 #include "ddo/config/field_id.hpp"
 #include "ddo/config/field_info.hpp"
+#include "ddo/core/text.hpp"
 
 #include "ddo/config/detail/field_registry_impl.hpp"
 
@@ -50,7 +51,7 @@ inline namespace v0 {
 /// (a programming error: names in code are the reference's).
 [[nodiscard]] inline const field_info& field(std::string_view name) {
   const auto index = find_field(name);
-  if (!index) throw std::out_of_range("ddo: no config field named '" + std::string(name) + "'");
+  if (!index) throw std::out_of_range("ddo: no config field named '" + sanitize_utf8(name) + "'");
   return config_fields()[*index];
 }
 

@@ -22,6 +22,7 @@
 #include "ddo/config/preset_id.hpp"
 #include "ddo/config/provenance.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/core/units.hpp"
 
 namespace ddo {
@@ -169,7 +170,7 @@ inline constexpr double auto_low_ram_gb = 16.0;
   const auto preset = parse_preset(requested);
   if (!preset)
     throw config_error(source, key,
-                       where + " = \"" + std::string(requested) +
+                       where + " = \"" + sanitize_utf8(requested) +
                            "\": not a preset; expected one of auto, one_shot_fast, low_ram_safe, "
                            "wsl_compat, diffusers_offload_compat, diffusers_leaf_offload_compat, "
                            "off, warm_process, nvme_baseline, vmm_fast_runtime" +
@@ -275,7 +276,7 @@ inline constexpr double auto_low_ram_gb = 16.0;
   const auto preset = parse_preset(effective_preset);
   if (!preset)
     throw std::invalid_argument("ddo: preset_component_default: \"" +
-                                std::string(effective_preset) + "\" is not a preset");
+                                sanitize_utf8(effective_preset) + "\" is not a preset");
   return preset_component_default(*preset, component, explicit_config);
 }
 

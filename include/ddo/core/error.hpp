@@ -6,6 +6,13 @@
 /// Every error is rooted in a standard exception so engines can catch std::runtime_error,
 /// std::invalid_argument or std::bad_alloc without knowing ddo. Messages are written for a person
 /// at a terminal: what was wrong, the value seen, what is allowed.
+///
+/// A message echoes input (a flag, a variable, a TOML value, a file name, a tensor name, a
+/// profile file's text), which is bytes, not text: every exception below passes its message
+/// through ddo::sanitize_utf8 (core/text.hpp), the one escaping function, so what() is always
+/// valid UTF-8 on one line, whatever the source and whichever site built the message. Text
+/// already escaped passes unchanged (`\xHH` is ASCII). The structured fields (path(), key(),
+/// tensor()) keep the bytes as given, for programs that use them.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ddo/core/memory_tier.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -27,7 +35,7 @@ inline namespace v0 {
 class config_error : public std::invalid_argument {
  public:
   config_error(std::string source, std::string key, const std::string& what)
-      : std::invalid_argument(what), source_(std::move(source)), key_(std::move(key)) {}
+      : std::invalid_argument(sanitize_utf8(what)), source_(std::move(source)), key_(std::move(key)) {}
   [[nodiscard]] const std::string& source() const noexcept { return source_; }
   [[nodiscard]] const std::string& key() const noexcept { return key_; }
 
@@ -68,7 +76,7 @@ class out_of_memory : public std::bad_alloc {
   /// and its printed name (tier_name()) is the canonical one.
   out_of_memory(memory_tier tier, std::uint64_t requested, std::uint64_t available,
                 std::string what)
-      : tier_(tier), requested_(requested), available_(available), what_(std::move(what)) {}
+      : tier_(tier), requested_(requested), available_(available), what_(sanitize_utf8(what)) {}
   [[nodiscard]] const char* what() const noexcept override { return what_.c_str(); }
   /// @brief The tier that could not hold the request.
   [[nodiscard]] memory_tier tier() const noexcept { return tier_; }
@@ -88,7 +96,7 @@ class out_of_memory : public std::bad_alloc {
 class io_error : public std::runtime_error {
  public:
   io_error(std::string path, int error_number, const std::string& what)
-      : std::runtime_error(what), path_(std::move(path)), errno_(error_number) {}
+      : std::runtime_error(sanitize_utf8(what)), path_(std::move(path)), errno_(error_number) {}
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
   [[nodiscard]] int error_number() const noexcept { return errno_; }
 
@@ -101,7 +109,7 @@ class io_error : public std::runtime_error {
 class format_error : public std::runtime_error {
  public:
   format_error(std::string file, std::string tensor, const std::string& what)
-      : std::runtime_error(what), file_(std::move(file)), tensor_(std::move(tensor)) {}
+      : std::runtime_error(sanitize_utf8(what)), file_(std::move(file)), tensor_(std::move(tensor)) {}
   [[nodiscard]] const std::string& file() const noexcept { return file_; }
   [[nodiscard]] const std::string& tensor() const noexcept { return tensor_; }
 
@@ -113,7 +121,8 @@ class format_error : public std::runtime_error {
 /// @brief A precondition of a ddo API was violated by the caller (std::logic_error).
 class usage_error : public std::logic_error {
  public:
-  using std::logic_error::logic_error;
+  explicit usage_error(const std::string& what) : std::logic_error(sanitize_utf8(what)) {}
+  explicit usage_error(const char* what) : usage_error(std::string(what)) {}
 };
 
 /// @brief A regular expression outside the dialect ddo accepts (core/pattern.hpp): names the
@@ -121,7 +130,7 @@ class usage_error : public std::logic_error {
 class pattern_error : public std::invalid_argument {
  public:
   pattern_error(std::string pattern, std::size_t offset, const std::string& what)
-      : std::invalid_argument(what), pattern_(std::move(pattern)), offset_(offset) {}
+      : std::invalid_argument(sanitize_utf8(what)), pattern_(std::move(pattern)), offset_(offset) {}
   [[nodiscard]] const std::string& pattern() const noexcept { return pattern_; }
   [[nodiscard]] std::size_t offset() const noexcept { return offset_; }
 

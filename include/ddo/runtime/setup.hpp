@@ -40,6 +40,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/linkage.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/plan/format_bytes.hpp"
@@ -160,14 +161,16 @@ inline void print_setup(std::FILE* log, const weight_table& table, const offload
   std::fprintf(log, "ddo: setup: RAM %s (%s); WSL %s\n",
                format_bytes(m.capacity.available_ram_bytes).c_str(), m.ram_source.c_str(),
                m.capacity.running_on_wsl ? "yes" : "no");
-  if (!m.profile_note.empty()) std::fprintf(log, "ddo: setup: %s\n", m.profile_note.c_str());
+  if (!m.profile_note.empty())
+    std::fprintf(log, "ddo: setup: %s\n", sanitize_utf8(m.profile_note).c_str());
   std::fprintf(log, "ddo: setup: plan %s; resident %s, pinned %s; ring %zu slot(s), prefetch %s\n",
                r.plan_from_cache ? "from the plan cache" : "made now",
                format_bytes(r.plan.total_bytes(placement::gpu_resident)).c_str(),
                format_bytes(r.plan.total_bytes(placement::pinned_host)).c_str(), r.runtime.slot_count,
                r.runtime.prefetch_depth > 64 ? "as far as the ring allows"
                                              : std::to_string(r.runtime.prefetch_depth).c_str());
-  for (const auto& n : r.notes) std::fprintf(log, "ddo: setup: note: %s\n", n.c_str());
+  // Notes echo patterns, names and file paths: escaped as every ddo message is (core/text.hpp).
+  for (const auto& n : r.notes) std::fprintf(log, "ddo: setup: note: %s\n", sanitize_utf8(n).c_str());
 }
 
 }  // namespace detail

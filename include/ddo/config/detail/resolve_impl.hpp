@@ -13,6 +13,7 @@
 #include "ddo/config/presets.hpp"
 // Part of ddo/config/resolve.hpp, which includes it (not back: no include cycles).
 #include "ddo/config/validate.hpp"
+#include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -254,6 +255,9 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   for (const auto& name : names)
     settings.components.push_back(resolve_component(
         settings, name, name == context.component ? context.route : std::nullopt));
+  // Warnings echo variables, flags, TOML values and component names (bytes): one line each,
+  // escaped by the one function every ddo message goes through (core/text.hpp, core/error.hpp).
+  for (auto& warning : settings.warnings) warning = sanitize_utf8(warning);
   return settings;
 }
 
