@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   } catch (const po::error& e) {
-    std::cerr << "ddo-make-model: " << ddo::sanitize_utf8(e.what()) << "\n\n" << description << "\n";
+    std::cerr << "ddo-make-model: " << ddo::sanitize_utf8(e.what()) << "\n\n"
+              << description << "\n";
     return 2;
   }
 

@@ -22,6 +22,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -35,8 +36,9 @@
 #include "ddo/core/standard_output.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/model/safetensors.hpp"
-#include "ddo/platform/cuda_device.hpp"
 #include "ddo/plan/plan_format.hpp"
+#include "ddo/platform/cuda_device.hpp"
+#include "ddo/platform/cuda_driver.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "runner/overlap_report.hpp"
 #include "runner/run_setup.hpp"
@@ -184,7 +186,12 @@ int main(int argc, char** argv) {
     inputs.model_bytes = table.total_bytes();
     if (ram_gb > 0.0) inputs.stated_ram_bytes = ddo::gib_to_bytes(ram_gb);  // decides auto
     if (vm.count("wsl") != 0) inputs.running_on_wsl = true;
+    inputs.vmm_supported = ddo::probe_vmm_supported(0);  // for preset auto (ddo-run does the same)
     if (!profile_name.empty()) inputs.overrides.emplace_back("profile_name", profile_name);
+    // The --ddo-* flags are the reference's CLI helper, as in ddo-run (same defaults, same plan).
+    ddo::add_cli_helper_defaults(
+        inputs, vram_gb > 0.0 ? std::min(vram_gb, ddo::cli_default_vmm_resident_weight_budget_gb)
+                              : ddo::cli_default_vmm_resident_weight_budget_gb);
     const ddo::dynamic_offload_settings settings = ddo::resolve_settings(inputs);
     preset_line = "preset: requested " + settings.requested_preset + ", effective " +
                   settings.effective_preset +
@@ -305,8 +312,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const ddo::config_error& e) {
     std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << ddo::sanitize_utf8(e.key())
-              << "): " << e.what()
-              << "\n";
+              << "): " << e.what() << "\n";
     return exit_usage;
   } catch (const ddo::usage_error& e) {
     std::cerr << "ddo-plan: " << e.what() << "\n";

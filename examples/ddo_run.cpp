@@ -45,6 +45,8 @@
 #include "ddo/core/text.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
+#include "ddo/core/atomic_file.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/memory/process_memory.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
@@ -53,6 +55,7 @@
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/plan/planner.hpp"
+#include "ddo/platform/cuda_driver.hpp"
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/calibration.hpp"
 #include "ddo/runtime/offloader.hpp"
@@ -64,11 +67,11 @@
 #include "runner/chrome_trace.hpp"
 #include "runner/compare.hpp"
 #include "runner/compare_run.hpp"
-#include "runner/pipeline_run.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/interrupt_cleanup.hpp"
 #include "runner/model_cache.hpp"
 #include "runner/overlap_report.hpp"
+#include "runner/pipeline_run.hpp"
 #include "runner/progress.hpp"
 #include "runner/run_model.hpp"
 #include "runner/run_setup.hpp"
@@ -420,6 +423,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   const auto setup_t0 = std::chrono::steady_clock::now();
   ddo::runner::setup_progress_printer setup_progress;
   setup.runtime.on_setup_progress = setup_progress.callback();
+  // ddo-run prints its own summary below (the same totals, with the route and host memory):
+  // the library's show_profile summary would repeat it.
+  setup.runtime.profile_summary = nullptr;
   ddo::offloader<transport_type> offloader(ctx.table, std::move(setup), transport);
   setup_progress.finish();
   trace.reset_origin();  // the runtime's spans count from the end of its setup too
@@ -932,6 +938,14 @@ int run(int argc, char** argv) {
     return fail("--calibrate needs --profile NAME (the name the profile is saved under)", exit_usage);
   if (!opt.profile_name.empty()) inputs.overrides.emplace_back("profile_name", opt.profile_name);
   if (opt.calibrate) inputs.overrides.emplace_back("build_profile", true);
+  // ddo-run's --ddo-* flags are the reference's CLI helper: its 4 GiB VMM budget where no source
+  // sets one (so `--ddo-execution-mode vmm_runtime` alone runs); on an emulated card smaller
+  // than that (--vram-gb), what the card holds. Said so below when the VMM route uses it.
+  double helper_vmm_budget_gb = ddo::cli_default_vmm_resident_weight_budget_gb;
+  for (double card : opt.vram_gib) helper_vmm_budget_gb = std::min(helper_vmm_budget_gb, card);
+  ddo::add_cli_helper_defaults(inputs, helper_vmm_budget_gb);
+  // Preset auto may choose a VMM route: only where device 0 has VMM (not known without a GPU).
+  if (!opt.force_cpu) inputs.vmm_supported = ddo::probe_vmm_supported(0);
   // `backend` picks the transport: host_sim runs the CPU stand-in even with a GPU (resolved once
   // here, before the model is known, only to read it).
   const auto early = ddo::resolve_settings(inputs);
@@ -1111,6 +1125,15 @@ int run(int argc, char** argv) {
   std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
               gb(table.total_bytes()).c_str());
   print_settings_summary(settings, opt);
+  if (settings.config.execution_mode == ddo::exec_mode::vmm_runtime &&
+      settings.provenance.of("vmm_resident_weight_budget_gb").source == ddo::origin::config)
+    std::printf(
+        "settings: vmm_resident_weight_budget_gb %s: %s (no TOML key, "
+        "DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB or flag sets it)\n",
+        gib_text(ddo::gib_to_bytes(helper_vmm_budget_gb)).c_str(),
+        helper_vmm_budget_gb < ddo::cli_default_vmm_resident_weight_budget_gb
+            ? "what the emulated card holds (below the CLI helper's default 4 GiB)"
+            : "the CLI helper's default");
   if (opt.print_settings) {
     std::ostringstream out;
     ddo::write_settings_toml(out, settings);

@@ -56,6 +56,10 @@
 namespace ddo {
 inline namespace v0 {
 
+/// What every compiled-once TU refers to (core/linkage.hpp): defined here (external linkage, as
+/// declared there), so a program that forgets this TU is told so by the linker.
+const int detail::compiled_once_needs_one_tu_including_ddo_instantiate_hpp = 1;
+
 DDO_RUNTIME_INSTANTIATIONS(, host_sim_transport)
 DDO_RUNTIME_INSTANTIATIONS(, linear_transport)
 DDO_SHIPPED_INSTANTIATIONS()

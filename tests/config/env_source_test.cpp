@@ -120,7 +120,23 @@ TEST_SUITE("config") {
     CHECK(*layer.profile_dir == "/tmp/profiles");
     CHECK(layer.purge_windows_standby.at("before_vae"));
     CHECK_FALSE(layer.purge_windows_standby.at("after_text"));
-    CHECK(layer.warnings.empty());
+    // The reference's bootstrap variable: recognised (not "unknown") and said to be ignored.
+    REQUIRE(layer.warnings.size() == 1);
+    CHECK(layer.warnings[0].find("DDO_VMM_LIBRARY_PATH is recognised and ignored") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("the three bootstrap variables give a note when set, nothing when empty or unset") {
+    for (const char* name :
+         {"DDO_VMM_LIBRARY_PATH", "DDO_VMM_TORCH_CACHE_MIB", "DDO_VMM_ALLOCATOR_ROOT"}) {
+      INFO(name);
+      const auto set = ddo::env_source{{{name, "512"}}}.collect();
+      REQUIRE(set.warnings.size() == 1);
+      CHECK(set.warnings[0].find(std::string(name) + " is recognised and ignored: ") !=
+            std::string::npos);
+      CHECK(set.warnings[0].find("unknown") == std::string::npos);
+      CHECK(ddo::env_source{{{name, ""}}}.collect().warnings.empty());
+    }
   }
 
   TEST_CASE("component variables, their aliases and the DDO_RUNNER_ compatibility names") {

@@ -106,6 +106,57 @@ TEST_SUITE("config") {
     CHECK(settings.components.at(0).route == ddo::component_route::dynamic_offload);
   }
 
+  // The reference: "An explicit DynamicOffloadConfig, runtime overrides, or group/dynamic enable
+  // arguments bypass the new preset route fallback; they are not silently replaced with leaf."
+  TEST_CASE("the preset's VAE route fallback: bypassed by code, not by the environment") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.component = "vae";
+    const auto vae_route = [&] { return ddo::resolve_settings(inputs).components.at(0); };
+    REQUIRE(vae_route().route == ddo::component_route::diffusers_group_offload);  // the fallback
+    SUBCASE("an explicit config") {
+      inputs.config = ddo::dynamic_offload_config{};
+      CHECK(vae_route().route == ddo::component_route::dynamic_offload);
+    }
+    SUBCASE("runtime overrides: one field given in code") {
+      inputs.overrides = {{"pin_cpu_workers", ddo::field_value{std::int64_t{3}}}};
+      const auto settings = ddo::resolve_settings(inputs);
+      CHECK(settings.route_fallback_bypassed);
+      CHECK_FALSE(settings.explicit_config);
+      CHECK(settings.components.at(0).route == ddo::component_route::dynamic_offload);
+      CHECK(settings.components.at(0).route_origin.source == ddo::origin::preset);
+    }
+    SUBCASE("group/dynamic enable arguments: an explicit route") {
+      inputs.route = ddo::component_route::dynamic_offload;
+      CHECK(vae_route().route == ddo::component_route::dynamic_offload);
+      inputs.route = ddo::component_route::diffusers_group_offload;
+      const auto group = vae_route();
+      CHECK(group.route == ddo::component_route::diffusers_group_offload);
+      CHECK(group.route_origin.source != ddo::origin::preset);
+    }
+    SUBCASE("environment variables do not bypass it") {
+      inputs.environment = std::map<std::string, std::string>{{"DDO_PIN_CPU_WORKERS", "3"}};
+      const auto settings = ddo::resolve_settings(inputs);
+      CHECK_FALSE(settings.route_fallback_bypassed);
+      CHECK(settings.config.pin_cpu_workers == 3);
+      CHECK(settings.components.at(0).route == ddo::component_route::diffusers_group_offload);
+    }
+  }
+
+  TEST_CASE("backend vmm with preset nvme_baseline runs the preset's file route, said so") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.preset = "nvme_baseline";
+    inputs.overrides = {{"backend", ddo::field_value{std::string("vmm")}}};
+    const auto settings = ddo::resolve_settings(inputs);
+    CHECK(settings.config.backend == ddo::offload_backend::nvme);
+    CHECK(settings.config.execution_mode == ddo::exec_mode::vmm_runtime);
+    CHECK(settings.provenance.of("backend").source == ddo::origin::detected);
+    REQUIRE(settings.warnings.size() == 1);
+    CHECK(settings.warnings[0].find("with preset nvme_baseline runs the preset's route") !=
+          std::string::npos);
+    inputs.preset = "vmm_fast_runtime";  // backend vmm's own preset: unchanged
+    CHECK(ddo::resolve_settings(inputs).config.backend == ddo::offload_backend::vmm);
+  }
+
   TEST_CASE("use_environment = false ignores environment config and environment routes") {
     auto inputs = ddo_test::hermetic_inputs({{"DDO_PIN_CPU_WORKERS", "9"},
                                              {"DDO_VAE_ROUTE", "none"},

@@ -95,6 +95,13 @@ TEST_SUITE("config") {
     CHECK(error_of("[settings]\nrequested_prest = 'off'").find("requested_preset") !=
           std::string::npos);
     CHECK(error_of("presets = 'off'").find("did you mean 'preset'?") != std::string::npos);
+    // A [ddo] table: where the keys go instead.
+    for (const char* table : {"[ddo]\npin_cpu_workers = 2", "[dynamic_offload]\nverbose = true"}) {
+      const std::string what = error_of(table);
+      INFO(what);
+      CHECK(what.find("is not a ddo setting; ddo's keys go at the top level of the file or under "
+                      "[config]") != std::string::npos);
+    }
   }
 
   TEST_CASE("a TOML value of the wrong type names the key, the type seen and the type expected") {

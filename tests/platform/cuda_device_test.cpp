@@ -2,6 +2,7 @@
 // The GPU probe runs on every machine: without a GPU it must say why, not throw; with one it
 // must agree with the throwing per-device queries.
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo/platform/cuda_driver.hpp"
 
 #include <doctest/doctest.h>
 
@@ -43,5 +44,18 @@ TEST_SUITE("platform") {
         CHECK(probe.reason.find("device " + std::to_string(device) + " was asked for") !=
               std::string::npos);
     }
+  }
+
+  // Preset auto reads it: known on a device (every GPU since Pascal has VMM), unknown without
+  // one or for an ordinal CUDA does not have — never a throw.
+  TEST_CASE("probe_vmm_supported: the device's answer, nothing without a device") {
+    const auto availability = ddo::query_cuda_availability();
+    CHECK_FALSE(ddo::probe_vmm_supported(-1).has_value());
+    CHECK_FALSE(ddo::probe_vmm_supported(availability.device_count).has_value());
+    if (!availability.available) {
+      CHECK_FALSE(ddo::probe_vmm_supported(0).has_value());
+      return;
+    }
+    CHECK(ddo::probe_vmm_supported(0).has_value());
   }
 }

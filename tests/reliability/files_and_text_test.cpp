@@ -21,8 +21,8 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/core/atomic_file.hpp"
-#include "ddo/core/text.hpp"
 #include "ddo/core/detail/json.hpp"
+#include "ddo/core/text.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/profile/profile_store.hpp"
 #include "model/model_test_support.hpp"
@@ -210,7 +210,8 @@ TEST_SUITE("reliability") {
 
   // Every message that echoes input escapes it with ddo::sanitize_utf8 (core/error.hpp): the
   // bytes \xff\xfe (invalid UTF-8) and ESC (a control byte) from each source a user reaches.
-  TEST_CASE("every source's bytes reach messages escaped: flag, variable, TOML, file, tensor, profile") {
+  TEST_CASE(
+      "every source's bytes reach messages escaped: flag, variable, TOML, file, tensor, profile") {
     const std::string bad = "\xff\xfe\x1bz";
     const std::string shown = "\\xff\\xfe\\x1bz";
     // Valid UTF-8, no raw control byte, and the input shown as @p needle where it is echoed.
@@ -232,12 +233,17 @@ TEST_SUITE("reliability") {
     context.detected_ram_gb = 64.0;
     context.running_on_wsl = false;
     SUBCASE("variable") {
-      check_throws([&] {
-        (void)ddo::resolve_from_sources(context, ddo::env_source{{{"DDO_PRESET", bad}}});
-      }, shown);
-      check_throws([&] {
-        (void)ddo::resolve_from_sources(context, ddo::env_source{{{"DDO_EXECUTION_MODE", bad}}});
-      }, shown);
+      check_throws(
+          [&] {
+            (void)ddo::resolve_from_sources(context, ddo::env_source{{{"DDO_PRESET", bad}}});
+          },
+          shown);
+      check_throws(
+          [&] {
+            (void)ddo::resolve_from_sources(context,
+                                            ddo::env_source{{{"DDO_EXECUTION_MODE", bad}}});
+          },
+          shown);
       const auto settings = ddo::resolve_from_sources(
           context, ddo::env_source{{{"DDO_VERBOSE", bad}, {"DDO_X" + bad, "1"}}});
       REQUIRE(settings.warnings.size() >= 2);
@@ -254,11 +260,17 @@ TEST_SUITE("reliability") {
         po::store(po::parse_command_line(static_cast<int>(argv.size()), argv.data(), options), vm);
         return vm;
       };
-      check_throws([&] {
-        (void)ddo::resolve_from_sources(context,
-                                        ddo::layer_source{ddo::cli_config_layer(parse({"--ddo-preset", bad}))});
-      }, shown);
-      check_throws([&] { (void)ddo::cli_config_layer(parse({"--ddo-execution-mode", bad})); }, shown);
+      check_throws(
+          [&] {
+            (void)ddo::resolve_from_sources(
+                context, ddo::layer_source{ddo::cli_config_layer(parse({"--ddo-preset", bad}))});
+          },
+          shown);
+      check_throws(
+          [&] {
+            (void)ddo::cli_config_layer(parse({"--ddo-execution-mode", bad}));
+          },
+          shown);
       try {
         (void)parse({"--ddo-" + bad});
         FAIL("no error");
@@ -271,10 +283,12 @@ TEST_SUITE("reliability") {
       // a control byte, echoed escaped.
       check_throws([&] { (void)ddo::parse_toml_config("preset = \"" + bad + "\"\n", "s.toml"); },
                    "invalid utf-8");
-      check_throws([&] {
-        (void)ddo::resolve_from_sources(
-            context, ddo::layer_source{ddo::parse_toml_config("preset = \"\\u001bz\"\n", "s.toml")});
-      }, "\\x1bz");
+      check_throws(
+          [&] {
+            (void)ddo::resolve_from_sources(context, ddo::layer_source{ddo::parse_toml_config(
+                                                         "preset = \"\\u001bz\"\n", "s.toml")});
+          },
+          "\\x1bz");
     }
     SUBCASE("file name") {
       ddo_test::temp_dir dir;
@@ -285,14 +299,20 @@ TEST_SUITE("reliability") {
     SUBCASE("tensor name") {
       // A header must be UTF-8 (refused otherwise, without echoing it); a JSON escape gives a
       // name a control byte, echoed escaped.
-      check_throws([&] {
-        (void)ddo::parse_safetensors_header(
-            "{\"w\xff\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2, "m.safetensors");
-      }, "not valid UTF-8");
-      check_throws([&] {
-        (void)ddo::parse_safetensors_header(
-            "{\"w\\u001bz\":{\"dtype\":\"XX\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2, "m.safetensors");
-      }, "w\\x1bz");
+      check_throws(
+          [&] {
+            (void)ddo::parse_safetensors_header(
+                "{\"w\xff\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2,
+                "m.safetensors");
+          },
+          "not valid UTF-8");
+      check_throws(
+          [&] {
+            (void)ddo::parse_safetensors_header(
+                "{\"w\\u001bz\":{\"dtype\":\"XX\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2,
+                "m.safetensors");
+          },
+          "w\\x1bz");
     }
     SUBCASE("profile file") {
       ddo_test::temp_dir dir;

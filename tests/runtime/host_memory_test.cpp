@@ -190,6 +190,42 @@ TEST_SUITE("runtime") {
     CHECK(sim.registered_bytes_in_use() == 0);
   }
 
+  // load_safetensors_backend in the runtime's reads: mmap copies out of a read-only mapping and
+  // drops the pages behind it, so the bytes are pread's and no file page stays mapped.
+  TEST_CASE("file_backend mmap: pread's bytes, pinned and staged, and no mapped page held") {
+    using namespace host_memory_test;
+    for (const auto where : {ddo::placement::pinned_host, ddo::placement::file}) {
+      CAPTURE(static_cast<int>(where));
+      file_model m(4, 2, 8 * ddo::mib, where, "backend");
+      for (const auto backend : {ddo::safetensors_backend::pread, ddo::safetensors_backend::mmap}) {
+        CAPTURE(static_cast<int>(backend));
+        ddo::host_sim_transport sim;
+        auto s = sim.make_stream();
+        ddo::runtime_options o;
+        o.slot_count = 2;
+        o.staging_threads = 2;
+        o.file_backend = backend;
+        const auto before = ddo::read_process_memory();
+        checker check;
+        {
+          sim_offloader off(sim, m.table, m.plan, o);
+          for (int step = 0; step < 2; ++step)
+            for (std::size_t g = 0; g < off.group_count(); ++g) {
+              auto lease = off.acquire(g, sim.view(s));
+              check.enqueue(sim, sim.view(s), m, lease);
+            }
+          sim.synchronize(sim.view(s));
+          const auto after = ddo::read_process_memory();
+          INFO("file pages " << before.rss_file_bytes << " -> " << after.rss_file_bytes);
+          if (before.rss_bytes != 0)
+            CHECK(after.rss_file_bytes <= before.rss_file_bytes + m.weight_bytes / 20);
+        }
+        CHECK(check.wrong == 0);
+        CHECK(check.checked == 2 * m.weight_bytes);
+      }
+    }
+  }
+
   TEST_CASE("file pieces staged by several read threads arrive intact under random orders") {
     using namespace host_memory_test;
     file_model m(5, 3, 3 * ddo::mib, ddo::placement::file, "staged");

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ddo/runtime/enable_offload.hpp"
 #include "ddo/runtime/pipeline_offload.hpp"
@@ -174,6 +177,47 @@ TEST_SUITE("runtime") {
     CHECK(text.find("ddo: setup: route dynamic_offload on the host_sim transport") != std::string::npos);
     CHECK(text.find("runtime reserve 64.00 MiB") != std::string::npos);
     CHECK(text.find("RAM 4.00 GiB (stated by the engine)") != std::string::npos);
+  }
+
+  TEST_CASE("show_profile: the summary through the engine's log sink; missing caches noted once") {
+    const blocks_model m(std::random_device{}());
+    auto options = quiet();
+    std::vector<std::pair<ddo::log_severity, std::string>> lines;
+    options.log = [&](ddo::log_severity severity, std::string_view line) {
+      lines.emplace_back(severity, std::string(line));
+    };
+    options.inputs.overrides.push_back({"show_profile", true});
+    options.inputs.overrides.push_back({"cache_pinned_weights", true});
+    options.inputs.overrides.push_back({"pinned_weight_cache_namespace", std::string("warm")});
+    options.plans = nullptr;
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
+    {
+      auto enabled = ddo::enable_offload(m.table, std::nullopt, options, sim);
+      std::size_t cache_notes = 0;
+      for (const auto& n : enabled.notes)
+        if (n.find("no effect, the engine passed no cache object") != std::string::npos) {
+          ++cache_notes;
+          CHECK(n.find("cache_pinned_weights (setup_options::pinned_cache)") != std::string::npos);
+          CHECK(n.find("pinned_weight_cache_namespace 'warm'") != std::string::npos);
+        }
+      CHECK(cache_notes == 1);
+      auto compute = sim.make_stream();
+      for (std::size_t g = 0; g < enabled->group_count(); ++g)
+        (void)enabled->acquire(g, sim.view(compute));
+      sim.synchronize(sim.view(compute));
+      CHECK(lines.empty());  // verbose is off: nothing printed at setup
+    }
+    REQUIRE(lines.size() == 3);  // the offloader wrote its summary when it went
+    CHECK(lines[0].first == ddo::log_severity::info);
+    CHECK(lines[0].second.find("ddo: profile: route dynamic_offload on the host_sim transport") ==
+          0);
+    CHECK(lines[1].second.find("ddo: profile: moved ") == 0);
+    CHECK(lines[1].second.find(" acquires prefetched; copy ") != std::string::npos);
+    CHECK(lines[2].second.find("ddo: profile: resident ") == 0);
+    lines.clear();
+    options.inputs.overrides.push_back({"show_profile", false});
+    (void)ddo::enable_offload(m.table, std::nullopt, options, sim);
+    CHECK(lines.empty());
   }
 
   TEST_CASE("execution_device is parsed into the device ddo makes its transport on") {

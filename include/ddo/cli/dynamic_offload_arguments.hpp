@@ -104,6 +104,16 @@ inline void add_dynamic_offload_arguments(boost::program_options::options_descri
 /// used by build_config_from_args when the flag is absent.
 inline constexpr double cli_default_vmm_resident_weight_budget_gb = 4.0;
 
+/// @brief Adds the reference CLI helper's defaults to @p inputs, for a program whose `--ddo-*`
+/// flags are that helper (ddo-run, ddo-plan): vmm_resident_weight_budget_gb = @p vmm_budget_gb
+/// (4 GiB unless the program states what its emulated card holds). They rank as explicit
+/// config, so a TOML file, DDO_* and the flags win over them, and the vmm_fast_runtime and
+/// nvme_baseline presets' own 4 GiB is the same value.
+inline void add_cli_helper_defaults(
+    resolve_inputs& inputs, double vmm_budget_gb = cli_default_vmm_resident_weight_budget_gb) {
+  inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", vmm_budget_gb);
+}
+
 /// @brief Builds a config from the flags alone, as the reference's build_config_from_args: the
 /// preset --ddo-preset names (auto by default, resolved with @p context) plus the flags, with
 /// --ddo-vmm-total-staging-gb translated; no DDO_* variable is read. As in the reference, an
@@ -129,7 +139,8 @@ inline constexpr double cli_default_vmm_resident_weight_budget_gb = 4.0;
     const std::string seen = unknown->get_option_name();
     const std::string suggestion = closest_name(seen, names);
     return "flag " + sanitize_utf8(seen) + " is not an option" +
-           (suggestion.empty() ? std::string("; see --help") : "; did you mean " + suggestion + "?");
+           (suggestion.empty() ? std::string("; see --help")
+                               : "; did you mean " + suggestion + "?");
   }
   if (dynamic_cast<const boost::program_options::too_many_positional_options_error*>(&error))
     return "unexpected argument: only --options are accepted; see --help";

@@ -39,8 +39,13 @@ struct dynamic_offload_settings {
   /// apart because they rank below code policies.
   std::map<std::string, component_policy> toml_component_policies;
   std::map<std::string, component_policy> env_component_policies;  ///< see above
-  /// A whole config was given in code: the preset's component-route fallback is bypassed.
+  /// A whole config was given in code.
   bool explicit_config = false;
+  /// A whole config or field overrides were given in code (the reference's "an explicit
+  /// DynamicOffloadConfig, runtime overrides"): the preset's component-route fallback (the VAE's
+  /// leaf route) is bypassed and the component gets dynamic_offload. Values from the
+  /// environment, a TOML file or flags do not bypass it (docs/configuration.md).
+  bool route_fallback_bypassed = false;
   /// DDO_PURGE_WINDOWS_STANDBY_<PHASE> values, by lower-case phase.
   std::map<std::string, bool> purge_windows_standby;
   std::string profile_dir;                     ///< DDO_PROFILE_DIR or ~/.ddo/profiles

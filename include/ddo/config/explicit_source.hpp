@@ -28,7 +28,9 @@ struct explicit_source {
   /// A whole DynamicOffloadConfig: replaces the preset's config and from_env()'s operational
   /// defaults, and bypasses the preset's component-route fallback.
   std::optional<dynamic_offload_config> config;
-  /// Individual fields (name, value), applied on top of the preset (provenance config).
+  /// Individual fields (name, value), applied on top of the preset (provenance config); like a
+  /// whole config they bypass the preset's component-route fallback (the reference's "runtime
+  /// overrides").
   std::vector<std::pair<std::string, field_value>> overrides;
   std::optional<bool> plan;                ///< as DDO_PLAN, from code
   std::optional<bool> disable_pin_on_wsl;  ///< as DDO_DISABLE_PIN_ON_WSL, from code

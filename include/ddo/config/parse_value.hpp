@@ -73,7 +73,10 @@ inline namespace v0 {
   std::string out;
   for (std::size_t i = 0; i < allowed.size(); ++i) {
     if (i > 0) out += i + 1 == allowed.size() ? " or " : ", ";
-    out += "\"" + std::string(allowed[i]) + "\"";
+    // Appended piece by piece: `"literal" + std::string` trips g++ 12's -Wrestrict at -O3.
+    out += '"';
+    out += allowed[i];
+    out += '"';
   }
   return out;
 }

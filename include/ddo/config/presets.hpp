@@ -231,10 +231,11 @@ inline constexpr double auto_low_ram_gb = 16.0;
 /// @p component when no source names them. The reference's VAE policy: auto, one_shot_fast,
 /// low_ram_safe and vmm_fast_runtime give the VAE leaf-level group offload without a stream;
 /// warm_process, wsl_compat and nvme_baseline keep it resident (route none); off leaves every
-/// component unmanaged. @p explicit_config (a whole config from code) bypasses the VAE fallback.
+/// component unmanaged. @p bypass_fallback (a whole config or field overrides from code:
+/// dynamic_offload_settings::route_fallback_bypassed) bypasses the VAE fallback.
 [[nodiscard]] inline resolved_component preset_component_default(preset_id effective_preset,
                                                                  std::string_view component,
-                                                                 bool explicit_config) {
+                                                                 bool bypass_fallback) {
   using enum preset_id;
   resolved_component out;
   out.name = std::string(component);
@@ -254,7 +255,7 @@ inline constexpr double auto_low_ram_gb = 16.0;
     return out;
   }
   out.route = component_route::dynamic_offload;
-  if (component == "vae" && !explicit_config) {
+  if (component == "vae" && !bypass_fallback) {
     if (effective_preset == one_shot_fast || effective_preset == low_ram_safe ||
         effective_preset == vmm_fast_runtime) {
       out.route = component_route::diffusers_group_offload;
@@ -272,12 +273,12 @@ inline constexpr double auto_low_ram_gb = 16.0;
 /// dynamic_offload_settings); @throws std::invalid_argument for a name that is not a preset.
 [[nodiscard]] inline resolved_component preset_component_default(std::string_view effective_preset,
                                                                  std::string_view component,
-                                                                 bool explicit_config) {
+                                                                 bool bypass_fallback) {
   const auto preset = parse_preset(effective_preset);
   if (!preset)
     throw std::invalid_argument("ddo: preset_component_default: \"" +
                                 sanitize_utf8(effective_preset) + "\" is not a preset");
-  return preset_component_default(*preset, component, explicit_config);
+  return preset_component_default(*preset, component, bypass_fallback);
 }
 
 }  // namespace v0

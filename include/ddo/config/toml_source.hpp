@@ -104,9 +104,16 @@ inline bool toml_bool(const toml::node& node, const std::string& key) {
 inline void toml_unknown_key(const std::string& file, std::string_view table, std::string_view key,
                              const std::vector<std::string>& known) {
   const std::string where = file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+  // A [ddo] table (or [dynamic_offload], as in other tools' files) is the common first guess:
+  // say where the keys go.
+  const bool wrapper = table.empty() && (key == "ddo" || key == "dynamic_offload");
   throw config_error("toml", where,
                      "TOML key " + where + " is not a ddo setting" +
-                         did_you_mean(closest_name(key, known)));
+                         (wrapper ? std::string("; ddo's keys go at the top level of the file or "
+                                                "under [config] (components under "
+                                                "[components.NAME]), not under [") +
+                                        std::string(key) + "]"
+                                  : did_you_mean(closest_name(key, known))));
 }
 
 inline std::vector<std::string> field_name_list() {

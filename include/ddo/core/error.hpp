@@ -35,7 +35,9 @@ inline namespace v0 {
 class config_error : public std::invalid_argument {
  public:
   config_error(std::string source, std::string key, const std::string& what)
-      : std::invalid_argument(sanitize_utf8(what)), source_(std::move(source)), key_(std::move(key)) {}
+      : std::invalid_argument(sanitize_utf8(what)),
+        source_(std::move(source)),
+        key_(std::move(key)) {}
   [[nodiscard]] const std::string& source() const noexcept { return source_; }
   [[nodiscard]] const std::string& key() const noexcept { return key_; }
 
@@ -109,7 +111,9 @@ class io_error : public std::runtime_error {
 class format_error : public std::runtime_error {
  public:
   format_error(std::string file, std::string tensor, const std::string& what)
-      : std::runtime_error(sanitize_utf8(what)), file_(std::move(file)), tensor_(std::move(tensor)) {}
+      : std::runtime_error(sanitize_utf8(what)),
+        file_(std::move(file)),
+        tensor_(std::move(tensor)) {}
   [[nodiscard]] const std::string& file() const noexcept { return file_; }
   [[nodiscard]] const std::string& tensor() const noexcept { return tensor_; }
 

@@ -33,3 +33,22 @@
 #define DDO_INLINE inline
 #define DDO_HEADER_ONLY 1
 #endif
+
+#if defined(DDO_EXTERN_TEMPLATES)
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+/// Defined by ddo/instantiate.hpp. Every TU compiled with DDO_EXTERN_TEMPLATES refers to it, so
+/// a program that lacks the instantiating TU fails to link with this name first among the
+/// missing symbols ("undefined reference to
+/// `ddo::v0::detail::compiled_once_needs_one_tu_including_ddo_instantiate_hpp'"), rather than
+/// with dozens of bare offloader_core<...> lines and no hint.
+extern const int compiled_once_needs_one_tu_including_ddo_instantiate_hpp;
+/// The reference to it: `used` keeps it (and the undefined symbol) at every optimisation level; one
+/// pointer per TU.
+[[maybe_unused]] __attribute__((used)) static const int* const compiled_once_check =
+    &compiled_once_needs_one_tu_including_ddo_instantiate_hpp;
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo
+#endif

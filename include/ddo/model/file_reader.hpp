@@ -75,6 +75,11 @@ struct file_reader_options {
   bool direct_io = false;
   /// Consulted before every read (fault-injection tests); not owned, must outlive the reader.
   file_fault_hook* faults = nullptr;
+  /// mmap backend: advise the mapping sequential and, after each read, drop the pages it copied
+  /// (MADV_DONTNEED on the whole pages inside the range), so a caller that copies each byte once
+  /// into its final home holds no mapped page beside that copy (the runtime's
+  /// load_safetensors_backend = mmap).
+  bool drop_mapped_pages = false;
 };
 
 /// @brief Reads byte ranges of one file. Move-only; closes (and unmaps) on destruction.
@@ -151,6 +156,7 @@ class file_reader {
   safetensors_backend backend_ = safetensors_backend::pread;
   std::byte* map_ = nullptr;
   file_fault_hook* faults_ = nullptr;
+  bool drop_mapped_pages_ = false;
 };
 
 }  // namespace v0

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -152,6 +153,32 @@ namespace detail {
   throw_driver_error(status, api.error_name(status), call, file, line);
 }
 }  // namespace detail
+
+/// @brief Whether device @p device supports CUDA virtual memory management (the attribute the
+/// VMM transport checks at construction), without throwing: nullopt where CUDA, the driver or
+/// the device cannot answer (no GPU). Preset `auto` reads it (resolve_inputs::vmm_supported):
+/// the entry points that resolve settings for a device (enable_offload, ddo-run, ddo-plan) pass
+/// it, so auto never chooses a VMM route on a device that has none.
+[[nodiscard]] inline std::optional<bool> probe_vmm_supported(int device = 0) noexcept {
+  try {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    const auto get = driver_entry_point<driver_result (*)(int*, int)>("cuDeviceGet");
+    const auto attribute =
+        driver_entry_point<driver_result (*)(int*, int, int)>("cuDeviceGetAttribute");
+    int handle = 0;
+    int value = 0;
+    if (get == nullptr || attribute == nullptr || get(&handle, device) != 0 ||
+        attribute(&value, vmm_driver_api::attribute_vmm_supported, handle) != 0)
+      return std::nullopt;
+    return value != 0;
+  } catch (...) {  // the runtime could not reach a driver: nothing known
+    return std::nullopt;
+  }
+}
 
 }  // namespace v0
 }  // namespace ddo

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ddo/config/resolve.hpp"
+#include "ddo/platform/cuda_driver.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/runtime/setup.hpp"
@@ -75,6 +76,9 @@ inline dynamic_offload_settings resolve_for(const weight_table& model,
   if (preset) inputs.preset = std::string(*preset);
   if (!inputs.model_bytes) inputs.model_bytes = model.total_bytes();
   if (!inputs.stated_ram_bytes) inputs.stated_ram_bytes = options.ram_bytes;  // auto decides on it
+  // Preset auto chooses a VMM route only where the device has VMM (device 0 unless the engine
+  // states it in resolve_inputs::vmm_supported; no GPU: not known, the reference's rule).
+  if (!inputs.vmm_supported) inputs.vmm_supported = probe_vmm_supported();
   return resolve_settings(inputs);
 }
 

@@ -14,6 +14,7 @@
 
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/log_sink.hpp"
 #include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_fault_hook.hpp"
@@ -101,8 +102,19 @@ struct runtime_options {
   /// Consulted before every file read (fault-injection tests, ddo/transport/fault_injection.hpp).
   /// Not owned; must outlive the offloader.
   file_fault_hook* file_faults = nullptr;
+  /// How the runtime reads weights from their files (load_safetensors_backend): pread, or mmap
+  /// (a read-only mapping advised sequential, each read copied into the weight's final home and
+  /// its mapped pages dropped behind it, runtime/detail/group_layout.hpp). library_default ("")
+  /// is pread, ddo's measured default (docs/benchmarks.md). The file route (backend nvme) reads
+  /// with its own direct I/O and ignores it.
+  safetensors_backend file_backend = safetensors_backend::pread;
   /// The route name reported in metrics.
   std::string route = "dynamic_offload";
+  /// Where the offloader writes its profile summary when destroyed (totals of every step:
+  /// bytes by source, copies, copy and stall time, overlap, resident, pinned and peak device
+  /// bytes; runtime/profile_summary.hpp). Silent by default; setup sets it from
+  /// setup_options::log when `show_profile` is on. Needs `metrics`.
+  log_sink profile_summary = nullptr;
   /// Receives setup progress (reading, packing, pinning, uploading; setup_progress.hpp); empty:
   /// none.
   setup_progress_callback on_setup_progress;
@@ -137,6 +149,9 @@ struct runtime_options {
   base.allow_pin_fallback = config.allow_pin_memory_fallback;
   base.cache_namespace = config.pinned_weight_cache_namespace;
   base.pinned_cache = config.cache_pinned_weights ? cache : nullptr;
+  base.file_backend = config.load_safetensors_backend == safetensors_backend::mmap
+                          ? safetensors_backend::mmap
+                          : safetensors_backend::pread;
   return base;
 }
 

@@ -40,6 +40,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/linkage.hpp"
+#include "ddo/core/log_sink.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
@@ -103,8 +104,10 @@ struct setup_options {
   std::string zero_resident_reason;
   /// Options of a host_sim transport ddo makes itself (backend host_sim).
   host_sim_options host_sim;
-  /// Where `verbose` prints the setup details.
-  std::FILE* log = stderr;
+  /// Where ddo writes the setup details (`verbose`) and the offloader its profile summary
+  /// (`show_profile`): stderr by default; a FILE*, nullptr (silent) or the engine's logger
+  /// (core/log_sink.hpp).
+  log_sink log;
 };
 using enable_options = setup_options;
 using offloader_inputs = setup_options;
@@ -139,38 +142,60 @@ inline std::string policy_names(const std::type_info& planner, const std::type_i
   return std::string(planner.name()) + '+' + pins.name();
 }
 
-inline void print_setup(std::FILE* log, const weight_table& table, const offload_setup& r,
+inline void print_setup(const log_sink& log, const weight_table& table, const offload_setup& r,
                         std::string_view transport_name) {
-  if (log == nullptr) return;
+  if (!log) return;
   const auto& m = r.machine;
-  std::fprintf(log, "ddo: setup: route %s on the %.*s transport, %zu weights (%s)\n",
-               std::string(to_string(r.component.route)).c_str(),
-               static_cast<int>(transport_name.size()), transport_name.data(), table.size(),
-               format_bytes(table.total_bytes()).c_str());
+  const auto line = [&](const std::string& text) {
+    log(log_severity::info, "ddo: setup: " + text);
+  };
+  line("route " + std::string(to_string(r.component.route)) + " on the " +
+       std::string(transport_name) + " transport, " + std::to_string(table.size()) + " weights (" +
+       format_bytes(table.total_bytes()) + ")");
   if (m.device.total_bytes != 0)
-    std::fprintf(log,
-                 "ddo: setup: device %s free of %s; ring %zu x %s = %s; engine reserve %s; "
-                 "runtime reserve %s; the plan sees %s free\n",
-                 format_bytes(m.device.free_bytes).c_str(), format_bytes(m.device.total_bytes).c_str(),
-                 m.slots, format_bytes(m.slot_bytes).c_str(), format_bytes(m.ring_bytes).c_str(),
-                 format_bytes(m.engine_reserve_bytes).c_str(),
-                 format_bytes(m.runtime_reserve_bytes).c_str(),
-                 format_bytes(m.capacity.free_vram_bytes).c_str());
+    line("device " + format_bytes(m.device.free_bytes) + " free of " +
+         format_bytes(m.device.total_bytes) + "; ring " + std::to_string(m.slots) + " x " +
+         format_bytes(m.slot_bytes) + " = " + format_bytes(m.ring_bytes) + "; engine reserve " +
+         format_bytes(m.engine_reserve_bytes) + "; runtime reserve " +
+         format_bytes(m.runtime_reserve_bytes) + "; the plan sees " +
+         format_bytes(m.capacity.free_vram_bytes) + " free");
   else
-    std::fprintf(log, "ddo: setup: device memory unknown: the plan's capacity checks are off\n");
-  std::fprintf(log, "ddo: setup: RAM %s (%s); WSL %s\n",
-               format_bytes(m.capacity.available_ram_bytes).c_str(), m.ram_source.c_str(),
-               m.capacity.running_on_wsl ? "yes" : "no");
-  if (!m.profile_note.empty())
-    std::fprintf(log, "ddo: setup: %s\n", sanitize_utf8(m.profile_note).c_str());
-  std::fprintf(log, "ddo: setup: plan %s; resident %s, pinned %s; ring %zu slot(s), prefetch %s\n",
-               r.plan_from_cache ? "from the plan cache" : "made now",
-               format_bytes(r.plan.total_bytes(placement::gpu_resident)).c_str(),
-               format_bytes(r.plan.total_bytes(placement::pinned_host)).c_str(), r.runtime.slot_count,
-               r.runtime.prefetch_depth > 64 ? "as far as the ring allows"
-                                             : std::to_string(r.runtime.prefetch_depth).c_str());
+    line("device memory unknown: the plan's capacity checks are off");
+  line("RAM " + format_bytes(m.capacity.available_ram_bytes) + " (" + m.ram_source + "); WSL " +
+       (m.capacity.running_on_wsl ? "yes" : "no"));
+  if (!m.profile_note.empty()) line(sanitize_utf8(m.profile_note));
+  line(std::string("plan ") + (r.plan_from_cache ? "from the plan cache" : "made now") +
+       "; resident " + format_bytes(r.plan.total_bytes(placement::gpu_resident)) + ", pinned " +
+       format_bytes(r.plan.total_bytes(placement::pinned_host)) + "; ring " +
+       std::to_string(r.runtime.slot_count) + " slot(s), prefetch " +
+       (r.runtime.prefetch_depth > 64 ? std::string("as far as the ring allows")
+                                      : std::to_string(r.runtime.prefetch_depth)));
   // Notes echo patterns, names and file paths: escaped as every ddo message is (core/text.hpp).
-  for (const auto& n : r.notes) std::fprintf(log, "ddo: setup: note: %s\n", sanitize_utf8(n).c_str());
+  for (const auto& n : r.notes) log(log_severity::note, "ddo: setup: note: " + sanitize_utf8(n));
+}
+
+/// The cache fields act only with the application's cache objects (ddo keeps no process-wide
+/// cache): one note when a field asks for caching and its object is missing.
+inline void note_missing_caches(const dynamic_offload_settings& settings,
+                                const setup_options& options, std::vector<std::string>& notes) {
+  std::string fields;
+  const auto add = [&](std::string_view text) {
+    if (!fields.empty()) fields += ", ";
+    fields += text;
+  };
+  if (settings.config.cache_plan && options.plans == nullptr &&
+      settings.provenance.of("cache_plan").source != origin::default_value)
+    add("cache_plan (setup_options::plans)");
+  if (options.pinned_cache == nullptr) {
+    if (settings.config.cache_pinned_weights)
+      add("cache_pinned_weights (setup_options::pinned_cache)");
+    if (!settings.config.pinned_weight_cache_namespace.empty())
+      add("pinned_weight_cache_namespace '" + settings.config.pinned_weight_cache_namespace + "'");
+  }
+  if (!fields.empty())
+    notes.push_back(fields +
+                    ": no effect, the engine passed no cache object (ddo keeps no "
+                    "process-wide cache; every setup plans and pins anew)");
 }
 
 }  // namespace detail
@@ -408,6 +433,13 @@ template <class Planner = default_residency_planner, class PinSelector = default
   auto groups = options.groups ? *options.groups
                                : infer_execution_groups(table, settings.config.resident_module_patterns);
   r.runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
+  detail::note_missing_caches(settings, options, r.notes);
+  // show_profile: the offloader writes its profile summary through the setup log when it is
+  // destroyed (runtime_options::profile_summary; metrics on, as the summary reads them).
+  if (settings.config.show_profile && options.log) {
+    r.runtime.metrics = true;
+    r.runtime.profile_summary = options.log;
+  }
   switch (component.route) {
     case component_route::none: {
       r.runtime.route = "none";

@@ -125,6 +125,17 @@ DDO_INLINE component_policy parse_component_env(const std::string& component,
   return policy;
 }
 
+/// Why ddo ignores each of the reference's bootstrap variables (nullopt: not one of them).
+inline std::optional<std::string_view> ignored_bootstrap_reason(std::string_view name) {
+  if (name == "DDO_VMM_LIBRARY_PATH")
+    return "ddo loads no native library before CUDA starts (it is compiled into the engine and "
+           "calls the CUDA driver through the runtime's entry points)";
+  if (name == "DDO_VMM_TORCH_CACHE_MIB")
+    return "ddo has no PyTorch allocator, so there is no allocator cache to size";
+  if (name == "DDO_VMM_ALLOCATOR_ROOT") return "ddo needs no host-harness checkout";
+  return std::nullopt;
+}
+
 }  // namespace detail
 
 DDO_INLINE config_layer env_source::collect() const {
@@ -176,6 +187,15 @@ DDO_INLINE config_layer env_source::collect() const {
     if (name.rfind(purge_variable_prefix, 0) == 0 && name.size() > purge_variable_prefix.size()) {
       layer.purge_windows_standby[to_lower(name.substr(purge_variable_prefix.size()))] =
           env_truthy(value);
+      continue;
+    }
+    if (const auto reason = detail::ignored_bootstrap_reason(name)) {
+      // The reference's bootstrap controls of its Python native library: recognised (no
+      // "unknown variable" warning), ignored, and said so once, so nobody tunes a knob that
+      // does nothing here.
+      if (!trim(value).empty())
+        layer.warnings.push_back("ddo: note: environment variable " + name +
+                                 " is recognised and ignored: " + std::string(*reason));
       continue;
     }
     if (std::find(settings_variables.begin(), settings_variables.end(), name) !=

@@ -91,6 +91,10 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   for (const auto& layer : layers)
     if (layer.whole_config) whole = &*layer.whole_config;
   settings.explicit_config = whole != nullptr;
+  settings.route_fallback_bypassed = settings.explicit_config;
+  for (const auto& layer : layers)
+    if (layer.source == origin::config && !layer.fields.empty())
+      settings.route_fallback_bypassed = true;
 
   // The preset: --ddo-preset > code > DDO_PRESET > TOML > auto.
   sourced<std::string> request{"auto", {origin::default_value, "preset"}};
@@ -202,6 +206,21 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
     provenance.set(index, where);
   }
 
+  // The reference lists nvme_baseline among the VMM backend's presets: the VMM route fed from
+  // the model's files. In ddo that route is backend nvme (its file staging in front of the VMM
+  // window, execution_mode vmm_runtime); backend vmm alone streams from host memory, which is
+  // not what the preset names. Run the preset's route, and say so. (With execution_mode moved off
+  // vmm_runtime, backend vmm is refused by validate() as everywhere.)
+  if (choice.id == preset_id::nvme_baseline && config.backend == offload_backend::vmm &&
+      config.execution_mode == exec_mode::vmm_runtime) {
+    settings.warnings.push_back(
+        "ddo: note: " + describe(provenance.of(field_id::backend)) +
+        " = \"vmm\" with preset nvme_baseline runs the preset's route: weights stream from their "
+        "files through the VMM window (backend nvme, execution_mode vmm_runtime)");
+    config.backend = offload_backend::nvme;
+    provenance.set(field_id::backend,
+                   field_origin{origin::detected, "from backend vmm and preset nvme_baseline"});
+  }
   // "auto" follows execution_mode. The value is then derived, not chosen: record it as detected,
   // so an engine that fixed its transport is not refused for a backend nobody named (an explicit
   // config struct carries every field, backend = auto included).
@@ -296,7 +315,7 @@ DDO_INLINE resolved_component resolve_component(const dynamic_offload_settings& 
                                                 std::string_view name,
                                                 std::optional<component_route> explicit_route) {
   const resolved_component preset_default =
-      preset_component_default(settings.effective_preset, name, settings.explicit_config);
+      preset_component_default(settings.effective_preset, name, settings.route_fallback_bypassed);
   resolved_component out = preset_default;
   const std::string key(name);
   if (const auto it = settings.toml_component_policies.find(key);

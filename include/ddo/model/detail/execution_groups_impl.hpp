@@ -50,8 +50,14 @@ struct block_match {
     const auto index = parse_index(parts[i + 1]);
     if (!index) continue;
     block_match m;
-    for (std::size_t j = 0; j <= i; ++j) m.family += (j ? "." : "") + std::string(parts[j]);
-    m.key = m.family + "." + std::string(parts[i + 1]);
+    // Appended piece by piece: `"literal" + std::string` trips g++ 12's -Wrestrict at -O3.
+    for (std::size_t j = 0; j <= i; ++j) {
+      if (j != 0) m.family += '.';
+      m.family += parts[j];
+    }
+    m.key = m.family;
+    m.key += '.';
+    m.key += parts[i + 1];
     m.index = *index;
     return m;
   }

@@ -61,6 +61,9 @@ DDO_INLINE file_reader::file_reader(std::string path, safetensors_backend backen
       backend_ = safetensors_backend::pread;
     } else {
       map_ = static_cast<std::byte*>(p);
+      drop_mapped_pages_ = options.drop_mapped_pages;
+      if (drop_mapped_pages_)
+        (void)::madvise(map_, static_cast<std::size_t>(size_), MADV_SEQUENTIAL);
     }
   }
 
@@ -99,7 +102,8 @@ DDO_INLINE file_reader::file_reader(file_reader&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       backend_(other.backend_),
       map_(std::exchange(other.map_, nullptr)),
-      faults_(std::exchange(other.faults_, nullptr)) {}
+      faults_(std::exchange(other.faults_, nullptr)),
+      drop_mapped_pages_(std::exchange(other.drop_mapped_pages_, false)) {}
 
 DDO_INLINE file_reader& file_reader::operator=(file_reader&& other) noexcept {
   if (this != &other) {
@@ -112,6 +116,7 @@ DDO_INLINE file_reader& file_reader::operator=(file_reader&& other) noexcept {
     backend_ = other.backend_;
     map_ = std::exchange(other.map_, nullptr);
     faults_ = std::exchange(other.faults_, nullptr);
+    drop_mapped_pages_ = std::exchange(other.drop_mapped_pages_, false);
   }
   return *this;
 }
@@ -192,6 +197,15 @@ DDO_INLINE long file_reader::read_some(std::uint64_t offset, std::byte* dst, std
     iovec local{dst, n};
     iovec remote{map_ + offset, n};
     const ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+    if (got > 0 && drop_mapped_pages_) {
+      // The copy is in its final home: drop the whole pages it came from (the partial pages at
+      // either end may hold a neighbour's bytes still to be read; at most two stay mapped).
+      const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+      const std::uint64_t first = (offset + page - 1) / page * page;
+      const std::uint64_t last = (offset + static_cast<std::uint64_t>(got)) / page * page;
+      if (last > first)
+        (void)::madvise(map_ + first, static_cast<std::size_t>(last - first), MADV_DONTNEED);
+    }
     if (got >= 0 || errno == EFAULT || errno == EINTR) return static_cast<long>(got);
     // process_vm_readv not permitted here (seccomp, ENOSYS): positional reads are just as safe.
   }

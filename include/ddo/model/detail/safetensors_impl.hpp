@@ -484,10 +484,16 @@ DDO_INLINE safetensors_writer::safetensors_writer(
     DDO_EXPECTS(names.insert(t.name).second,
                 "safetensors_writer: duplicate tensor name '" + t.name + "'");
     const std::uint64_t bytes = t.bytes();
-    json += (first ? "" : ",") + detail::json_quote(t.name) + ":{\"dtype\":\"" +
-            std::string(to_string(t.type)) + "\",\"shape\":[";
-    for (std::size_t i = 0; i < t.shape.size(); ++i)
-      json += (i ? "," : "") + std::to_string(t.shape[i]);
+    // Appended piece by piece: `"literal" + std::string&&` trips g++ 12's -Wrestrict at -O3.
+    if (!first) json += ',';
+    json += detail::json_quote(t.name);
+    json += ":{\"dtype\":\"";
+    json += to_string(t.type);
+    json += "\",\"shape\":[";
+    for (std::size_t i = 0; i < t.shape.size(); ++i) {
+      if (i != 0) json += ',';
+      json += std::to_string(t.shape[i]);
+    }
     json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) +
             "]}";
     offset += bytes;

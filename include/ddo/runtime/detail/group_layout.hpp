@@ -129,14 +129,17 @@ struct group_layout {
                                              runtime_options& options, bool split_uncovered = false);
 
 /// The table's files this layout reads (null for files it does not); @p faults (may be null) is
-/// consulted before every read. Opened for positional reads whatever load_safetensors_backend
-/// says: the runtime reads each weight once into its final host home (a pinned block, a staging
-/// buffer), and a mapping would only add the file's pages to the process's RSS on top of that
-/// copy (2.13x the weights measured on the pinned route); the page cache keeps the file either
-/// way, so a second run reads memory, not the disk.
+/// consulted before every read. @p backend is load_safetensors_backend as the runtime takes it
+/// (runtime_options::file_backend): pread reads each weight once into its final host home (a
+/// pinned block, a staging buffer); mmap copies into the same home out of a read-only mapping
+/// advised sequential and drops each read's mapped pages behind it (file_reader_options::
+/// drop_mapped_pages), so no page is held twice — a mapping kept whole would add the file's
+/// pages to the process's RSS on top of that copy (2.13x the weights measured on the pinned
+/// route). The page cache keeps the file either way, so a second run reads memory, not the disk.
 using source_files = std::vector<std::unique_ptr<file_reader>>;
-[[nodiscard]] source_files open_source_files(const weight_table& table, const group_layout& layout,
-                                             file_fault_hook* faults = nullptr);
+[[nodiscard]] source_files open_source_files(
+    const weight_table& table, const group_layout& layout, file_fault_hook* faults = nullptr,
+    safetensors_backend backend = safetensors_backend::pread);
 
 }  // namespace detail
 }  // namespace v0

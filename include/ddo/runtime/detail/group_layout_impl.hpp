@@ -193,12 +193,15 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
 }
 
 DDO_INLINE source_files open_source_files(const weight_table& table, const group_layout& layout,
-                                          file_fault_hook* faults) {
+                                          file_fault_hook* faults, safetensors_backend backend) {
+  // "" (library_default) is pread here: ddo's measured default (docs/benchmarks.md).
+  const bool mapped = backend == safetensors_backend::mmap;
   source_files files(table.files().size());
   for (std::size_t f = 0; f < layout.file_used.size(); ++f)
     if (layout.file_used[f])
       files[f] = std::make_unique<file_reader>(
-          table.files()[f], safetensors_backend::pread, file_reader_options{.direct_io = false, .faults = faults});
+          table.files()[f], mapped ? safetensors_backend::mmap : safetensors_backend::pread,
+          file_reader_options{.direct_io = false, .faults = faults, .drop_mapped_pages = mapped});
   return files;
 }
 

@@ -13,6 +13,7 @@
 
 #include "ddo/runtime/detail/budget_check.hpp"
 #include "ddo/runtime/nvtx_range.hpp"
+#include "ddo/runtime/profile_summary.hpp"
 // Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/detail/staging_size.hpp"
 
@@ -47,7 +48,7 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
       for (const auto& gr : layout_.groups) weights.push_back(gr.weights);
       bindings_.reset(layout_.group_of, weights);
     }
-    files_ = open_source_files(table, layout_, options_.file_faults);
+    files_ = open_source_files(table, layout_, options_.file_faults, options_.file_backend);
     if constexpr (transport_with_file_staging<T>) {
       // The file route reads through the transport's own readers and pinned slots.
       file_staging_request request;
@@ -108,6 +109,15 @@ offloader_core<T>::~offloader_core() {
   if (live_leases_ != 0)
     std::fprintf(stderr, "ddo: offloader destroyed while %d lease(s) are alive; their pointers dangle\n",
                  live_leases_);
+  // show_profile: the run's totals through the setup log, before the memory goes.
+  if (options_.profile_summary && options_.metrics && live_leases_ == 0) {
+    try {
+      for (const auto& line : profile_summary_lines(metrics(true)))
+        options_.profile_summary(log_severity::info, line);
+    } catch (const std::exception& e) {  // a destructor never throws: say so, then tear down
+      std::fprintf(stderr, "ddo: no profile summary: %s\n", e.what());
+    }
+  }
   teardown();
 }
 
