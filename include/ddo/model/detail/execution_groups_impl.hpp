@@ -155,7 +155,8 @@ struct block_match {
     const auto parts = split_dots(module);
     std::string prefix;
     for (std::size_t p = 0; p + 1 < parts.size(); ++p) {
-      prefix += (p ? "." : "") + std::string(parts[p]);
+      if (p != 0) prefix += '.';  // piece by piece: `"." + std::string` trips g++ 12 -Wrestrict at -O3
+      prefix += parts[p];
       const auto index = parse_index(parts[p + 1]);
       if (!index) continue;
       auto [it, inserted] = stats.emplace(prefix, family_stats{});
