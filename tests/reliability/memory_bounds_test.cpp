@@ -70,8 +70,9 @@ TEST_SUITE("reliability") {
   TEST_CASE("an index at the 100 MB limit costs its text and its weight map, not a tree") {
     // issue 30: a 48 MB index whose metadata was a long array took 2.87 GB (63x) as a JSON tree.
     ddo_test::temp_dir dir;
+    const auto bytes = ddo_test::random_bytes(8, 1);  // outlives the span the writer reads
     const std::vector<ddo::safetensors_tensor_data> shard = {
-        {{"x.weight", ddo::dtype::u8, {2, 4}}, ddo_test::random_bytes(8, 1)}};
+        {{"x.weight", ddo::dtype::u8, {2, 4}}, bytes}};
     ddo::write_safetensors(dir.file("s.safetensors"), shard);
     const std::string head = R"({"metadata":{"total_size":8,"notes":[)";
     const std::string tail = R"(]},"weight_map":{"x.weight":"s.safetensors"}})";
