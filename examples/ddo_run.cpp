@@ -40,9 +40,6 @@
 
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
-#include "ddo/core/atomic_file.hpp"
-#include "ddo/core/standard_output.hpp"
-#include "ddo/core/text.hpp"
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/core/atomic_file.hpp"
@@ -72,6 +69,7 @@
 #include "runner/model_cache.hpp"
 #include "runner/overlap_report.hpp"
 #include "runner/pipeline_run.hpp"
+#include "runner/program_main.hpp"
 #include "runner/progress.hpp"
 #include "runner/run_model.hpp"
 #include "runner/run_setup.hpp"
@@ -102,8 +100,8 @@ static_assert(ddo::runner::cublas_workspace_bytes == ddo::runner::gpu_workspace_
 
 namespace {
 
-constexpr int exit_failure = 1;
-constexpr int exit_usage = 2;
+using ddo::runner::exit_failure;
+using ddo::runner::exit_usage;
 
 struct run_options {
   std::vector<std::string> models;
@@ -778,9 +776,7 @@ std::optional<ddo::dtype> parse_model_dtype(const std::string& text) {
 }
 
 int fail(const std::string& message, int code) {
-  std::fflush(stdout);
-  std::fprintf(stderr, "ddo-run: %s\n", ddo::sanitize_utf8(message).c_str());
-  return code;
+  return ddo::runner::report_failure("ddo-run", message, code);
 }
 
 int run(int argc, char** argv) {
@@ -1284,18 +1280,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    const int status = run(argc, argv);
-    if (status == 0) ddo::flush_standard_output();  // a full disk is a failure, not success
-    return status;
-  } catch (const ddo::config_error& error) {
-    return fail(error.what(), exit_usage);
-  } catch (const ddo::usage_error& error) {
-    return fail(error.what(), exit_usage);
-  } catch (const ddo::format_error& error) {
-    return fail(error.what(), exit_usage);
-  } catch (const std::exception& error) {
-    return fail(error.what(), exit_failure);
-  }
-}
+int main(int argc, char** argv) { return ddo::runner::run_program("ddo-run", run, argc, argv); }

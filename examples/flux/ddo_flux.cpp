@@ -37,7 +37,6 @@
 #include "ddo/cli/dynamic_offload_arguments.hpp"
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/atomic_file.hpp"
-#include "ddo/core/standard_output.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
@@ -48,17 +47,17 @@
 #include "ddo/transport/nvme.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
+#include "runner/program_main.hpp"
 
 namespace po = boost::program_options;
 
 namespace {
 
-constexpr int exit_failure = 1;
-constexpr int exit_usage = 2;
+using ddo::runner::exit_failure;
+using ddo::runner::exit_usage;
 
 int fail(const std::string& message, int status) {
-  std::cerr << "ddo-flux: " << message << "\n";
-  return status;
+  return ddo::runner::report_failure("ddo-flux", message, status);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -283,18 +282,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    const int status = run(argc, argv);
-    if (status == 0) ddo::flush_standard_output();  // a full disk is a failure, not success
-    return status;
-  } catch (const ddo::config_error& e) {
-    return fail(e.what(), exit_usage);
-  } catch (const ddo::usage_error& e) {
-    return fail(e.what(), exit_usage);
-  } catch (const ddo::format_error& e) {
-    return fail(e.what(), exit_usage);
-  } catch (const std::exception& e) {
-    return fail(e.what(), exit_failure);
-  }
-}
+int main(int argc, char** argv) { return ddo::runner::run_program("ddo-flux", run, argc, argv); }
