@@ -307,3 +307,32 @@ TEST_SUITE("runtime") {
     }
   }
 }
+
+TEST_SUITE("runtime") {
+  TEST_CASE("a grown staging slot over the legacy VMM route: the window's staging check follows it") {
+    // FLUX.1's double blocks stage 648 MiB through the preset's 640 MiB: setup grows the file
+    // route's slots, and the window must not refuse the group the slot now holds.
+    ddo::host_sim_vmm_options vo;
+    vo.window.budget_bytes = 2 * ddo::gib;
+    vo.window.handle_bytes = 64 * ddo::mib;
+    vo.window.staging_buffer_bytes = 640 * ddo::mib;
+    ddo::nvme_options no;
+    no.staging_slot_bytes = 640 * ddo::mib;
+    ddo::stable_address_request r;
+    r.group_bytes = {648 * ddo::mib, 648 * ddo::mib};
+    r.slot_bytes = 648 * ddo::mib;
+    r.largest_staged_bytes = 648 * ddo::mib;
+    {
+      nvme_sim_vmm t(ddo::host_sim_vmm_transport(vo), no);
+      CHECK_THROWS_WITH_AS(t.prepare_stable_addresses(r),
+                           doctest::Contains("vmm_staging_buffer_gb holds 671088640 bytes"),
+                           ddo::config_error);
+    }
+    nvme_sim_vmm t(ddo::host_sim_vmm_transport(vo), no);
+    t.grow_staging_slot(r.largest_staged_bytes);
+    CHECK(t.staging_slot_bytes() == 648 * ddo::mib);
+    CHECK(t.prepare_stable_addresses(r) >= 1);
+    CHECK_THROWS_AS(t.grow_staging_slot(700 * ddo::mib), ddo::usage_error);  // prepared: too late
+    t.release_stable_addresses();
+  }
+}

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -282,6 +283,17 @@ class host_sim_vmm_transport : public host_sim_transport {
   void release_stable_addresses() {
     std::lock_guard lock(vmm_->mutex);
     vmm_->window.release();
+  }
+  /// @brief Raises the window's staging check (vmm_staging_buffer_gb) to at least @p bytes
+  /// before setup: the file route over this transport grows its slots when the size came from a
+  /// preset (nvme_transport::grow_staging_slot) and stages each group through them, so the check
+  /// that a group fits its staging follows the grown slot. No effect on the native route (no
+  /// check: 0). @throws usage_error once the window is prepared.
+  void grow_staging_buffer(std::uint64_t bytes) {
+    std::lock_guard lock(vmm_->mutex);
+    DDO_EXPECTS(!vmm_->window.prepared(), "host_sim_vmm_transport::grow_staging_buffer: the window is already prepared");
+    auto& check = vmm_->options.window.staging_buffer_bytes;
+    if (check != 0) check = std::max(check, bytes);
   }
   /// @brief Whether the window is prepared (held by an offloader until it releases it): one
   /// window per transport object, so a second offloader on it must wait for the release.

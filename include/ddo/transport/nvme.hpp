@@ -149,8 +149,14 @@ class nvme_transport : public Inner {
   void grow_staging_slot(std::uint64_t bytes) {
     std::lock_guard lock(nvme_->mutex);
     DDO_EXPECTS(!nvme_->prepared, "nvme_transport::grow_staging_slot: already prepared");
-    nvme_->options.staging_slot_bytes =
+    const std::uint64_t grown =
         std::max(nvme_->options.staging_slot_bytes, round_up(bytes, direct_io_alignment));
+    // Over the legacy VMM route the window checks each group's staged bytes against the same
+    // setting: it follows the slot, or a plan the slot holds would be refused at the window.
+    // First, so that a refusal there (window already prepared) leaves the slot as it was.
+    if constexpr (requires(Inner& i) { i.grow_staging_buffer(bytes); })
+      Inner::grow_staging_buffer(grown);
+    nvme_->options.staging_slot_bytes = grown;
   }
 
   /// @brief At setup: opens the files the plan reads (O_DIRECT per file_io_mode), page-locks the

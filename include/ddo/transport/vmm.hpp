@@ -14,6 +14,7 @@
 /// every driver call is checked. A device without VMM support is refused at construction.
 /// One offloader per transport object: make one transport per component.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -159,6 +160,17 @@ class vmm_transport : public linear_transport {
   void release_stable_addresses() {
     std::lock_guard lock(vmm_->mutex);
     vmm_->window.release();
+  }
+  /// @brief Raises the window's staging check (vmm_staging_buffer_gb) to at least @p bytes
+  /// before setup: the file route over this transport grows its slots when the size came from a
+  /// preset (nvme_transport::grow_staging_slot) and stages each group through them, so the check
+  /// that a group fits its staging follows the grown slot. No effect on the native route (no
+  /// check: 0). @throws usage_error once the window is prepared.
+  void grow_staging_buffer(std::uint64_t bytes) {
+    std::lock_guard lock(vmm_->mutex);
+    DDO_EXPECTS(!vmm_->window.prepared(), "vmm_transport::grow_staging_buffer: the window is already prepared");
+    auto& check = vmm_->options.window.staging_buffer_bytes;
+    if (check != 0) check = std::max(check, bytes);
   }
   /// @brief Whether the window is prepared (held by an offloader until it releases it): one
   /// window per transport object, so a second offloader on it must wait for the release.
