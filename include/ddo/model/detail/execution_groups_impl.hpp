@@ -146,7 +146,10 @@ struct block_match {
     const weight_table& table, std::span<const std::size_t> members, std::size_t strip) {
   struct family_stats {
     std::uint64_t bytes = 0;
-    std::vector<std::uint64_t> indices;
+    // Only "one index or several" matters: a family of 35,000 blocks kept every index in a
+    // vector searched per weight, which made grouping a 1,000,000-tensor table quadratic.
+    std::uint64_t first_index = 0;
+    bool several_indices = false;
     std::size_t first = 0;
   };
   std::map<std::string, family_stats> stats;
@@ -160,11 +163,12 @@ struct block_match {
       const auto index = parse_index(parts[p + 1]);
       if (!index) continue;
       auto [it, inserted] = stats.emplace(prefix, family_stats{});
-      if (inserted) it->second.first = i;
+      if (inserted) {
+        it->second.first = i;
+        it->second.first_index = *index;
+      }
       it->second.bytes += table[i].bytes;
-      if (std::find(it->second.indices.begin(), it->second.indices.end(), *index) ==
-          it->second.indices.end())
-        it->second.indices.push_back(*index);
+      if (*index != it->second.first_index) it->second.several_indices = true;
     }
   }
   auto known = [](const std::string& family) {
@@ -183,7 +187,7 @@ struct block_match {
   };
   std::vector<std::pair<std::string, const family_stats*>> ranked;
   for (const auto& [name, st] : stats)
-    if ((st.indices.size() >= 2 || known(name)) && !inside_middle(name))
+    if ((st.several_indices || known(name)) && !inside_middle(name))
       ranked.emplace_back(name, &st);
   // Most bytes first; equal bytes: the outer family (it runs as a unit), then table order.
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
@@ -198,7 +202,7 @@ struct block_match {
   };
   for (const auto& [name, st] : ranked) {
     if (!chosen.empty() &&
-        (st->bytes < ranked.front().second->bytes / 10 || st->indices.size() < 2))
+        (st->bytes < ranked.front().second->bytes / 10 || !st->several_indices))
       continue;
     // A named reference, not the binding: clang 14 (the sanitizer builds) cannot capture a
     // structured binding in a lambda.
