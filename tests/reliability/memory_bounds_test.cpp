@@ -21,19 +21,10 @@
 #include "model/model_test_support.hpp"
 #include "runtime/runtime_fixtures.hpp"
 
-// g++ says AddressSanitizer with __SANITIZE_ADDRESS__, clang with __has_feature. Its redzones
-// and shadow memory are counted in RSS, so the bounds hold for the plain build only, and the
-// sanitizer build reads a tenth of the 100 MB index (CI time).
-#if defined(__SANITIZE_ADDRESS__)
-#define DDO_TEST_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DDO_TEST_UNDER_ASAN 1
-#endif
-#endif
-#ifndef DDO_TEST_UNDER_ASAN
-#define DDO_TEST_UNDER_ASAN 0
-#endif
+#include "sanitizers.hpp"
+
+// AddressSanitizer's redzones and shadow memory are counted in RSS, so the bounds hold for the
+// plain build only, and the sanitizer build reads a tenth of the 100 MB index (CI time).
 
 namespace {
 

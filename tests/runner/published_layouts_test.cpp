@@ -27,6 +27,7 @@
 #include "runner/published_layouts.hpp"
 #include "runner/run_setup.hpp"
 #include "runner/vram_budget.hpp"
+#include "sanitizers.hpp"
 
 namespace {
 
@@ -203,17 +204,7 @@ TEST_SUITE("runner") {
     // nothing to find here, AddressSanitizer about 13x: 83 s for 10,000 cases on CI's 2 cores) a
     // tenth of the cases checks the memory accesses and keeps CI's time; the plain build runs
     // the 10,000.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-    constexpr std::size_t all_cases = 1000;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-    constexpr std::size_t all_cases = 1000;
-#else
-    constexpr std::size_t all_cases = 10000;
-#endif
-#else
-    constexpr std::size_t all_cases = 10000;
-#endif
+    constexpr std::size_t all_cases = DDO_TEST_UNDER_SANITIZER ? 1000 : 10000;
     const std::size_t total = replay != nullptr ? 1 : all_cases;
     const auto start = std::chrono::steady_clock::now();
     std::size_t cases = 0, fitting = 0;

@@ -21,17 +21,7 @@
 #include "ddo/transport/host_sim.hpp"
 #include "runtime_fixtures.hpp"
 
-// g++ says ThreadSanitizer with __SANITIZE_THREAD__, clang with __has_feature.
-#if defined(__SANITIZE_THREAD__)
-#define DDO_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DDO_TEST_UNDER_TSAN 1
-#endif
-#endif
-#ifndef DDO_TEST_UNDER_TSAN
-#define DDO_TEST_UNDER_TSAN 0
-#endif
+#include "sanitizers.hpp"
 
 namespace host_memory_test {
 
