@@ -48,6 +48,7 @@ TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_uncovered_side_image, vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_poison_released, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_not_ready, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_staging_from_plan, vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_metrics, vmm_traits);

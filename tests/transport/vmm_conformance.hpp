@@ -21,11 +21,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/poison_byte.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/detail/vmm_window.hpp"
 #include "runtime/runtime_fixtures.hpp"
@@ -363,6 +365,69 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: weights the route does not cover kee
   } catch (const ddo::config_error& e) {
     CHECK(e.key() == "vmm_resident_weight_budget_gb");
     CHECK(std::string(e.what()).find("linear side image") != std::string::npos);
+  }
+}
+
+TEST_CASE_TEMPLATE_DEFINE("vmm conformance: poisoning at release shows a pointer kept past its lease",
+                          Traits, vmm_poison_released) {
+  DDO_VMM_SKIP(Traits);
+  using namespace ddo_vmm_test;
+  using T = typename Traits::transport_type;
+  // issue 30 item 7 on the stable-address routes: the engine keeps lease.data() past its lease.
+  // Without the debug mode it reads the group's bytes still mapped there (the bug is silent);
+  // with it, both the mapped range and the side image (position 3: not covered) read 0xCD.
+  auto spec = vmm_spec(313, 3, 200000);
+  spec.where = [](std::size_t, std::size_t) { return ddo::placement::pinned_host; };
+  spec.vmm_covered = [](std::size_t, std::size_t i) { return i != 3; };
+  auto m = ddo_test::make_model(spec);
+  for (const bool poison : {false, true}) {
+    CAPTURE(poison);
+    ddo::vmm_window_options w;
+    w.budget_bytes = roomy_budget(*m, 1 * ddo::mib) + 4 * ddo::mib;
+    auto t = Traits::make(w);
+    auto compute = t.make_stream();
+    const auto v = T::view(compute);
+    auto o = vmm_runtime_options(2);
+    o.poison_slots = false;
+    o.prefetch_depth = 0;  // nothing rebinds the slot after the release: the read is deterministic
+    o.poison_released_slots = poison;
+    readback<T> kept_rb(t, model_bytes(*m));
+    readback<T> again_rb(t, model_bytes(*m));
+    {
+      ddo::basic_offloader<T> off(t, m->table, m->plan, o);
+      std::vector<std::pair<const std::byte*, std::size_t>> kept;  // (pointer, weight)
+      {
+        auto lease = off.acquire(0, v);
+        for (std::size_t i = 0; i < lease.size(); ++i) kept.emplace_back(lease.data(i), lease.weight_index(i));
+        Traits::delay(t, v, 200);  // the lease's own work, which the fill must follow
+      }  // released; the engine's next "kernel" on the same stream reads through the kept pointers
+      for (const auto& [p, wi] : kept) {
+        const std::size_t n = m->expected[wi].size();
+        t.copy_to_host(kept_rb.host + kept_rb.used, p, n, v);
+        kept_rb.items.emplace_back(kept_rb.used, wi);
+        kept_rb.used += n;
+      }
+      t.synchronize(v);
+      REQUIRE(kept.size() == 4);
+      std::size_t poisoned = 0;
+      for (std::size_t b = 0; b < kept_rb.used; ++b)
+        poisoned += std::to_integer<int>(kept_rb.host[b]) == ddo::poison_byte ? 1 : 0;
+      if (poison) {
+        CHECK(poisoned == kept_rb.used);  // caught: the pattern in the mapped range and the side image
+      } else {
+        CHECK(kept_rb.mismatches(*m) == 0);  // silent: the old bytes are still mapped there
+      }
+      // The group is loaded again at its next acquire, and the others are intact.
+      for (std::size_t g : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{0}}) {
+        auto lease = off.acquire(g, v);
+        again_rb.used = 0;
+        again_rb.items.clear();
+        again_rb.enqueue(v, lease, *m);
+        t.synchronize(v);
+        CHECK(again_rb.mismatches(*m) == 0);
+      }
+    }
+    CHECK(Traits::live_mappings(t) == 0);
   }
 }
 

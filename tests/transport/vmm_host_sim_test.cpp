@@ -44,6 +44,7 @@ TEST_CASE_TEMPLATE_INVOKE(vmm_leak_cycles, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_setup_failure, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_refusals, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_uncovered_side_image, host_sim_vmm_traits);
+TEST_CASE_TEMPLATE_INVOKE(vmm_poison_released, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_not_ready, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_staging_from_plan, host_sim_vmm_traits);
 TEST_CASE_TEMPLATE_INVOKE(vmm_metrics, host_sim_vmm_traits);

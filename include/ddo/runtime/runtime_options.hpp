@@ -94,9 +94,9 @@ struct runtime_options {
   /// last lease on it is released, ordered on the releasing stream after the lease's work (so
   /// before any later copy into the slot, which waits on the release), and load the group again
   /// at its next acquire. A raw pointer kept past its lease then reads 0xCD bytes instead of
-  /// whatever the slot holds next. Costs a device fill and a reload per release. Transports with
-  /// stable addresses (VMM) are not poisoned at release (their slot pages are remapped per group;
-  /// poison_slots covers them). Set from `debug_poison_released_slots`
+  /// whatever the slot holds next. Costs a device fill and a reload per release. On a
+  /// stable-address (VMM) route the group's mapped range and its side image are filled, before
+  /// the range is unmapped. Set from `debug_poison_released_slots`
   /// (DDO_DEBUG_POISON_RELEASED_SLOTS); ddo-run sets it under --verify (docs/getting-started.md).
   bool poison_released_slots = false;
   /// Consulted before every file read (fault-injection tests, ddo/transport/fault_injection.hpp).

@@ -148,6 +148,7 @@ class offloader_core {
     requires transport_with_stable_addresses<U>
   void load_stable(std::size_t g, std::size_t s);
   void prefetch();
+  void poison_released(const group_runtime& gr, slot_state<T>& st, stream_view s, std::size_t slot);
   [[noreturn]] void throw_ring_full(std::size_t g) const;
   void refuse_unreplayable_capture(std::size_t g) const;
 

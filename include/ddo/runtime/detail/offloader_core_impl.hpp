@@ -121,15 +121,8 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     // One release event covers every lease of this occupancy: a release on another stream
     // than the previous one first waits on it, so re-recording loses none of the readers.
     if (st.released && !(st.release_stream == s)) t_.wait(s, st.release);
-    if constexpr (!transport_with_stable_addresses<T>) {
-      if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ && gr.slot_bytes > 0) {
-        // Debug mode: on s after the lease's work (and, through the wait above, the other
-        // streams' readers) and before the release event the next copy into the slot waits
-        // on. The slot no longer holds g: its next acquire loads it again.
-        t_.fill_device(st.image, poison_byte, gr.slot_bytes, s);
-        ring_schedule_.vacate(static_cast<std::size_t>(slot));
-      }
-    }
+    if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ && gr.streamed())
+      poison_released(gr, st, s, static_cast<std::size_t>(slot));
     t_.record(st.release, s);
     st.released = true;
     st.release_stream = s;
@@ -137,6 +130,23 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
   }
   timing_.lease_ended(g);
   prefetch();
+}
+
+/// Debug mode (runtime_options::poison_released_slots): on s after the lease's work (and, through
+/// the wait on the previous release, the other streams' readers) and before the release event
+/// that the next copy into the slot — or, on a stable-address (VMM) route, the unmap of g's
+/// range — waits on. A stable-address route fills g's mapped range (still mapped to the slot's
+/// pages: nothing rebinds the slot before the release event) and the slot's side image. The
+/// slot no longer holds g: its next acquire loads it again.
+template <class T>
+void offloader_core<T>::poison_released(const group_runtime& gr, slot_state<T>& st, stream_view s,
+                                        std::size_t slot) {
+  if (gr.slot_bytes > 0) t_.fill_device(st.image, poison_byte, gr.slot_bytes, s);
+  if (gr.side != no_group) {
+    const auto side_bytes = layout_.side_parts[gr.side].slot_bytes;
+    if (side_bytes > 0) t_.fill_device(st.side_image, poison_byte, side_bytes, s);
+  }
+  ring_schedule_.vacate(slot);
 }
 
 template <class T>
