@@ -72,4 +72,38 @@ TEST_CASE("the pinned-weight cache keeps blocks alive until cleared and counts t
   CHECK(sim.registered_bytes_in_use() == 0);
 }
 
+TEST_CASE("ranges of a shared pinned block keep it alive, follow its registration and count it once") {
+  ddo::host_sim_transport sim;
+  ddo::pinned_weight_cache cache;
+  std::weak_ptr<ddo::pinned_block> watch;
+  {
+    auto block = std::make_shared<ddo::pinned_block>(3000);
+    watch = block;
+    auto a = std::make_shared<ddo::pinned_block>(block, 0, 256);
+    auto b = std::make_shared<ddo::pinned_block>(block, 256, 100);
+    CHECK(b->data() == block->data() + 256);
+    CHECK(b->size() == 100);
+    CHECK(&b->mapping() == block.get());
+    CHECK_FALSE(b->registered());
+    std::byte* p = block->data();
+    REQUIRE(sim.register_host(p, block->size()));
+    block->set_registered([sim, p]() mutable { sim.unregister_host(p); });
+    CHECK(a->registered());
+    CHECK(b->registered());
+    // A range is registered through its block; one outside the block is refused.
+    CHECK_THROWS_AS(b->set_registered([] {}), ddo::usage_error);
+    CHECK_THROWS_AS(ddo::pinned_block(block, block->size() - 8, 16), ddo::usage_error);
+    CHECK_THROWS_AS(ddo::pinned_block(nullptr, 0, 0), ddo::usage_error);
+    cache.insert("ns\x1f" "a", a);
+    cache.insert("ns\x1f" "b", b);
+  }
+  CHECK_FALSE(watch.expired());  // the ranges hold their block
+  CHECK(cache.size() == 2);
+  CHECK(cache.bytes() == ddo::host_page_size());  // one page mapped, counted once
+  CHECK(sim.registered_bytes_in_use() == cache.bytes());
+  cache.clear();
+  CHECK(watch.expired());
+  CHECK(sim.registered_bytes_in_use() == 0);
+}
+
 TEST_SUITE_END();

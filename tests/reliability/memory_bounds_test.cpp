@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include <atomic>
 #include <fstream>
@@ -43,6 +44,15 @@ bool reset_peak() {
   out << "5";
   out.flush();
   return static_cast<bool>(out);
+}
+
+/// malloc's bytes in use: chunks of the heap and chunks mapped on their own. The second count
+/// matters: glibc maps a large block (a vector of 20,000 group records) apart from the heap, and
+/// raises that threshold after freeing one, so the heap alone counted such a vector in one run
+/// and not in the next.
+std::size_t heap_in_use() {
+  const auto info = ::mallinfo2();
+  return info.uordblks + info.hblkhd;
 }
 
 /// Threads of this process now (/proc/self/task entries).
@@ -141,10 +151,16 @@ TEST_SUITE("reliability") {
     // issue 30: 200,000 tiny streamed groups took ~6 KB of RSS each through ddo-run. Here the
     // offloader alone over 20,000 one-weight groups of 64 bytes, staged (pageable) and pinned:
     // the heap it keeps per group (malloc's bytes in use, which RSS hides when freed memory is
-    // reused) and the pages it maps per group (RSS growth beyond the heap).
+    // reused; the same allocations every run, so the bound is exact, not a timing), the host
+    // bytes it page-locks per group (the transport's ledger) and the RSS growth (printed, loosely
+    // bounded: it moves with the allocator). Before the fix a pinned group mapped and
+    // page-locked a 4 KiB page of its own (4,843 bytes of RSS per group) and the group index was a
+    // hash map (staged 859, pinned 970 bytes of heap per group).
     for (const auto where : {ddo::placement::pageable_host, ddo::placement::pinned_host}) {
       ddo_test::model_spec spec;
-      spec.groups = 20'000;
+      // DDO_TEST_BOOKKEEPING_GROUPS=200000 measures at the issue's scale (by hand: 20 s).
+      const char* scale = std::getenv("DDO_TEST_BOOKKEEPING_GROUPS");
+      spec.groups = scale != nullptr ? std::stoul(scale) : 20'000;
       spec.weights_per_group = 1;
       spec.min_bytes = 64;
       spec.max_bytes = 64;
@@ -154,27 +170,33 @@ TEST_SUITE("reliability") {
       ddo::host_sim_transport sim;
       ddo::runtime_options o;
       o.slot_count = 2;
-      const auto heap_before = ::mallinfo2().uordblks;
+      const auto heap_before = heap_in_use();
       const std::uint64_t rss_before = status_bytes("VmRSS:");
       ddo::basic_offloader<ddo::host_sim_transport> off(sim, m->table, m->plan, o);
-      const auto heap_after = ::mallinfo2().uordblks;
+      const auto heap_after = heap_in_use();
       const std::uint64_t rss_after = status_bytes("VmRSS:");
       const auto groups = static_cast<double>(spec.groups);
       const double heap =
           static_cast<double>(heap_after > heap_before ? heap_after - heap_before : 0) / groups;
       const double rss =
           static_cast<double>(rss_after > rss_before ? rss_after - rss_before : 0) / groups;
+      const double locked = static_cast<double>(sim.registered_bytes_in_use()) / groups;
       const bool pinned = where == ddo::placement::pinned_host;
       std::printf(
-          "%s: %zu groups of 64 bytes: offloader heap %.0f bytes/group, RSS growth %.0f "
-          "bytes/group\n",
-          pinned ? "pinned" : "staged", spec.groups, heap, rss);
-      if (DDO_TEST_UNDER_ASAN) continue;  // redzones counted
-      // The layout and its vectors (name, weights, offsets, pieces) and the group index.
-      CHECK(heap <= 1024.0);
-      // A pinned group maps its packed block: one 4 KiB page for 64 bytes (see
-      // docs/reliability.md: packing tiny groups into shared pages is not done).
-      if (rss_before != 0) CHECK(rss <= (pinned ? 4096.0 + 1024.0 : 1024.0));
+          "%s: %zu groups of 64 bytes: offloader heap %.0f bytes/group, page-locked %.0f "
+          "bytes/group, RSS growth %.0f bytes/group\n",
+          pinned ? "pinned" : "staged", spec.groups, heap, locked, rss);
+      // Tiny pinned groups share blocks: a group's range is its 64 bytes at the 256-byte
+      // alignment, the blocks' last pages aside (was 4,096: a page each).
+      CHECK(locked <= (pinned ? 256.0 + 8.0 : 0.0));
+      CHECK(static_cast<double>(off.metrics().pinned_bytes) == locked * groups);
+      if (DDO_TEST_UNDER_ASAN) continue;  // no heap counted, redzones in RSS
+      // The layout (a 272-byte record, the name, its weights, offsets and pieces), the sorted
+      // name index, the plan's copy, pointer bindings and step timing: measured 794 (staged) and
+      // 729 (pinned) bytes with g++ 12 / libstdc++ (was 859 and 970). One more allocation per
+      // group (a hash-map node is 64-72 bytes) passes the bound.
+      CHECK(heap <= (pinned ? 800.0 : 860.0));
+      if (rss_before != 0) CHECK(rss <= 2048.0);
     }
   }
 }

@@ -438,6 +438,67 @@ TEST_CASE("pinned blocks are reused through the cache within a namespace only") 
   CHECK(sim.registered_bytes_in_use() == 0);
 }
 
+TEST_CASE("tiny pinned groups share page-locked blocks: bytes, cache and fallback stay right") {
+  // issue 30: each tiny group mapped (and page-locked) a 4 KiB page of its own. 40 groups of two
+  // weights of 64-600 bytes (from host memory and from the file) now share one block.
+  ddo_test::model_spec spec;
+  spec.groups = 40;
+  spec.weights_per_group = 2;
+  spec.min_bytes = 64;
+  spec.max_bytes = 600;
+  spec.seed = 91;
+  spec.where = [](std::size_t, std::size_t) { return ddo::placement::pinned_host; };
+  auto m = ddo_test::make_model(spec);
+  const std::uint64_t page = ddo::host_page_size();
+  std::uint64_t model_bytes = 0;
+  for (const auto& e : m->expected) model_bytes += e.size();
+  const auto deliver_all = [&](offloader& off, host_sim_transport& sim) {
+    auto s = sim.make_stream();
+    device_checker check;
+    for (int step = 0; step < 2; ++step)
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, sim.view(s));
+        check.enqueue(sim, sim.view(s), *m, lease);
+      }
+    sim.synchronize(sim.view(s));
+    CHECK(check.checked == 2 * model_bytes);
+    return check.mismatches.load();
+  };
+  {
+    host_sim_transport sim;
+    offloader off(sim, m->table, m->plan, test_options());
+    // 40 groups of at most 2 x 768 aligned bytes: 60 KiB at most, not 40 pages of their own.
+    CHECK(sim.registered_bytes_in_use() <= ddo::round_up(40 * 2 * 768, page));
+    CHECK(off.metrics().pinned_bytes == sim.registered_bytes_in_use());
+    CHECK(off.metrics().pin_fallback_bytes == 0);
+    CHECK(deliver_all(off, sim) == 0);
+  }
+  {
+    // The cache keeps each group's range (and so the shared block) and gives it back.
+    host_sim_transport sim;
+    ddo::pinned_weight_cache cache;
+    auto o = test_options();
+    o.pinned_cache = &cache;
+    { offloader first(sim, m->table, m->plan, o); }
+    CHECK(cache.size() == spec.groups);
+    CHECK(cache.bytes() == sim.registered_bytes_in_use());
+    CHECK(cache.bytes() <= ddo::round_up(40 * 2 * 768, page));
+    offloader second(sim, m->table, m->plan, o);
+    CHECK(second.metrics().cached_blocks_reused == spec.groups);
+    CHECK(deliver_all(second, sim) == 0);
+  }
+  {
+    // A refused registration stages every group of the shared block from its own range.
+    ddo::host_sim_options ho;
+    ho.fail_host_registration = true;
+    host_sim_transport sim(ho);
+    offloader off(sim, m->table, m->plan, test_options());
+    CHECK(off.metrics().pin_fallback_bytes > 0);
+    CHECK(sim.registered_bytes_in_use() == 0);
+    CHECK(deliver_all(off, sim) == 0);
+  }
+}
+
 TEST_CASE("several pin workers pack and register every group") {
   ddo_test::model_spec spec;
   spec.groups = 12;

@@ -2,7 +2,8 @@
 #pragma once
 /// @file
 /// @brief ddo::pinned_block (a packed, page-locked host copy of one execution group's streamed
-/// weights) and ddo::pinned_weight_cache, the in-process cache of such blocks that
+/// weights, or a range of a block that tiny groups share) and ddo::pinned_weight_cache, the
+/// in-process cache of such blocks that
 /// `cache_pinned_weights` turns on, keyed by `pinned_weight_cache_namespace` and the group's
 /// layout.
 ///
@@ -16,19 +17,31 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
+#include "ddo/core/error.hpp"
 #include "ddo/memory/host_buffer.hpp"
 
 namespace ddo {
 inline namespace v0 {
 
-/// @brief Packed host bytes of one group; page-locked when registered() is true.
+/// @brief Packed host bytes of one group; page-locked when registered() is true. Either a mapping
+/// of its own (whole pages) or a range of a shared block: groups far smaller than a page share
+/// one mapping, so a 64-byte group does not cost a 4 KiB page (issue 30).
 class pinned_block {
  public:
   /// @brief Maps @p bytes of page-aligned host memory (not touched yet).
   explicit pinned_block(std::uint64_t bytes) : buffer_(bytes) {}
+  /// @brief Bytes [offset, offset + bytes) of @p shared, which this range keeps alive; registered
+  /// when @p shared is. @throws usage_error when the range is not inside @p shared.
+  pinned_block(std::shared_ptr<pinned_block> shared, std::uint64_t offset, std::uint64_t bytes)
+      : shared_(std::move(shared)), offset_(offset), range_bytes_(bytes) {
+    DDO_EXPECTS(shared_ != nullptr && offset <= shared_->size() && bytes <= shared_->size() - offset,
+                "pinned_block: the range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                    ") is not inside the shared block");
+  }
   pinned_block(const pinned_block&) = delete;
   pinned_block& operator=(const pinned_block&) = delete;
   /// @brief Undoes the registration (if any) before the memory is unmapped.
@@ -41,16 +54,28 @@ class pinned_block {
     }
   }
 
-  [[nodiscard]] std::byte* data() const noexcept { return buffer_.data(); }
-  /// @brief Mapped bytes (whole pages).
-  [[nodiscard]] std::uint64_t size() const noexcept { return buffer_.size(); }
-  [[nodiscard]] bool registered() const noexcept { return static_cast<bool>(unregister_); }
-  /// @brief Marks the block registered; @p unregister runs once, at destruction.
-  void set_registered(std::function<void()> unregister) { unregister_ = std::move(unregister); }
+  [[nodiscard]] std::byte* data() const noexcept {
+    return shared_ ? shared_->data() + offset_ : buffer_.data();
+  }
+  /// @brief Mapped bytes (whole pages), or the range's bytes.
+  [[nodiscard]] std::uint64_t size() const noexcept { return shared_ ? range_bytes_ : buffer_.size(); }
+  /// @brief The block that maps these bytes: this one, or a range's shared block.
+  [[nodiscard]] const pinned_block& mapping() const noexcept { return shared_ ? *shared_ : *this; }
+  [[nodiscard]] bool registered() const noexcept {
+    return shared_ ? shared_->registered() : static_cast<bool>(unregister_);
+  }
+  /// @brief Marks the block registered; @p unregister runs once, at destruction. A range is
+  /// registered through its shared block.
+  void set_registered(std::function<void()> unregister) {
+    DDO_EXPECTS(!shared_, "pinned_block: a range is registered through its shared block");
+    unregister_ = std::move(unregister);
+  }
 
  private:
   host_buffer buffer_;  // declared first: unmapped after unregister_ ran
   std::function<void()> unregister_;
+  std::shared_ptr<pinned_block> shared_;  // a range's block (null: this block maps its own)
+  std::uint64_t offset_ = 0, range_bytes_ = 0;
 };
 
 /// @brief In-process cache of pinned blocks, shared by the offloaders given a pointer to it.
@@ -78,11 +103,13 @@ class pinned_weight_cache {
     std::lock_guard lock(mutex_);
     return blocks_.size();
   }
-  /// @brief Host bytes held by the cached blocks.
+  /// @brief Host bytes mapped by the cached blocks (a block that ranges share counted once).
   [[nodiscard]] std::uint64_t bytes() const {
     std::lock_guard lock(mutex_);
+    std::set<const pinned_block*> seen;
     std::uint64_t total = 0;
-    for (const auto& [key, block] : blocks_) total += block->size();
+    for (const auto& [key, block] : blocks_)
+      if (seen.insert(&block->mapping()).second) total += block->mapping().size();
     return total;
   }
   /// @brief Drops every block (each is freed once no offloader holds it).

@@ -24,7 +24,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "ddo/core/linkage.hpp"
@@ -58,17 +57,19 @@ struct group_runtime {
   std::vector<std::size_t> weights;        // weight-table indices, plan order
   std::vector<std::uint64_t> slot_offset;  // per weight; not_streamed for resident ones
   std::vector<std::byte*> resident;        // per weight; resident device address or null
-  std::uint64_t pinned_bytes = 0;          // slot bytes [0, pinned_bytes) come from `block`
+  std::uint64_t pinned_bytes = 0;          // slot bytes [0, pinned_bytes) come from block_data()
   std::uint64_t packed_weight_bytes = 0;   // weight bytes in `block` (without alignment)
-  std::shared_ptr<pinned_block> block;
-  bool pinned_staged = false;              // pinning failed: the block is staged like pageable
+  std::shared_ptr<pinned_block> block;     // its own, or one that tiny groups share
+  std::uint64_t block_offset = 0;          // where this group's bytes start in `block`
   std::vector<staged_piece> in_place;      // pinned weights registered where the engine has them
   std::vector<staged_piece> staged;        // sorted by slot offset
   std::uint64_t slot_bytes = 0;            // bytes of the slot this group uses
   std::array<std::uint64_t, transfer_source_count> bytes_by_source{};
   std::vector<std::byte*> pointers;        // lease pointers of a group that is not streamed
   int leases = 0;
+  bool pinned_staged = false;              // pinning failed: the block is staged like pageable
   std::size_t side = no_group;             // its side part (group_layout::side_parts), if any
+  [[nodiscard]] std::byte* block_data() const noexcept { return block->data() + block_offset; }
   [[nodiscard]] bool streamed() const noexcept { return slot_bytes > 0 || side != no_group; }
   [[nodiscard]] bool has_block_copy() const noexcept { return pinned_bytes > 0 && !pinned_staged; }
   [[nodiscard]] bool has_copy_part() const noexcept { return has_block_copy() || !in_place.empty(); }
@@ -83,7 +84,7 @@ struct group_runtime {
 /// The layout of a whole plan.
 struct group_layout {
   std::vector<group_runtime> groups;
-  std::unordered_map<std::string, std::size_t> group_index;  // name -> group
+  std::vector<std::size_t> by_name;              // the groups sorted by name (find_group)
   std::vector<std::size_t> group_of;            // per weight: its group or no_group
   std::vector<std::uint64_t> resident_offset;   // per weight: arena offset or not_streamed
   std::uint64_t resident_bytes = 0;             // arena size (aligned)

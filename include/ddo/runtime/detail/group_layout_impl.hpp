@@ -18,9 +18,10 @@ inline namespace v0 {
 namespace detail {
 
 DDO_INLINE std::optional<std::size_t> group_layout::find_group(std::string_view name) const {
-  auto it = group_index.find(std::string(name));
-  if (it == group_index.end()) return std::nullopt;
-  return it->second;
+  auto it = std::lower_bound(by_name.begin(), by_name.end(), name,
+                             [&](std::size_t g, std::string_view n) { return groups[g].name < n; });
+  if (it == by_name.end() || groups[*it].name != name) return std::nullopt;
+  return *it;
 }
 
 DDO_INLINE std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
@@ -121,7 +122,6 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
     const auto& pg = plan.groups[g];
     auto& gr = l.groups[g];
     gr.name = pg.name.empty() ? "group " + std::to_string(g) : pg.name;
-    l.group_index.emplace(gr.name, g);
     gr.weights = pg.weights;
     for (std::size_t w : pg.weights) {
       DDO_EXPECTS(w < table.size(), "offloader: group '" + gr.name + "' names weight index " +
@@ -133,6 +133,12 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
       l.group_of[w] = g;
     }
   }
+  // By name: 8 bytes a group (a hash map of the names cost about 70; issue 30 counts 200,000
+  // groups). Stable, so the first of two groups with one name is found, as before.
+  l.by_name.resize(l.groups.size());
+  for (std::size_t g = 0; g < l.by_name.size(); ++g) l.by_name[g] = g;
+  std::stable_sort(l.by_name.begin(), l.by_name.end(),
+                   [&](std::size_t a, std::size_t b) { return l.groups[a].name < l.groups[b].name; });
   // Residents: every gpu_resident weight, grouped or not, in one device arena.
   l.resident_offset.assign(table.size(), not_streamed);
   std::uint64_t cursor = 0;

@@ -260,7 +260,7 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
     if (gr.has_block_copy()) {
       const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
       for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
-        t_.copy_to_device(st.image + off, gr.block->data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+        t_.copy_to_device(st.image + off, gr.block_data() + off, std::min(chunk, gr.pinned_bytes - off), v);
         ++step.copies;
       }
     }
@@ -348,7 +348,7 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     job.poison_bytes = options_.poison_slots ? part.slot_bytes : 0;
     job.pieces = &part.staged;
     if (part.has_block_copy()) {
-      job.block = part.block->data();
+      job.block = part.block_data();
       job.block_bytes = part.pinned_bytes;
       job.block_chunk = options_.max_copy_bytes;
       step.copies += options_.max_copy_bytes == 0

@@ -11,7 +11,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "ddo/core/error.hpp"
 #include "ddo/memory/host_buffer.hpp"
@@ -91,6 +93,47 @@ void for_each_packed(const group_runtime& gr, const weight_table& table, const o
     if (packed_here(gr, i, table, plan, o)) f(i, gr.weights[i]);
 }
 
+/// Host blocks of the groups to pin, and each group's offset in its block.
+struct block_plan {
+  std::uint64_t bytes = 0;
+  std::vector<std::pair<std::size_t, std::uint64_t>> groups;  // (part index, offset)
+};
+
+/// Groups of at most this many packed bytes share blocks: a block of its own maps whole pages,
+/// and 200,000 tiny streamed groups each mapping one 4 KiB page for 64 bytes cost 1.27 GB
+/// (issue 30). A larger group keeps its own block (at most one page of rounding, <= 1/16).
+inline constexpr std::uint64_t shared_block_group_bytes = 64 * kib;
+/// Size of a shared block: large enough that its last page's rounding is negligible, small enough
+/// that a pinned_weight_cache entry (a range) does not keep much else alive.
+inline constexpr std::uint64_t shared_block_bytes = 2 * mib;
+
+/// Lays out the blocks of @p todo (indices into @p parts, which have packed bytes): small groups
+/// packed back to back at @p align boundaries into shared blocks, in order; the others alone.
+template <class Part>
+std::vector<block_plan> share_blocks(const std::vector<Part*>& parts,
+                                     const std::vector<std::size_t>& todo, std::uint64_t align) {
+  std::vector<block_plan> blocks;
+  std::size_t open = no_group;  // the shared block being filled (none yet)
+  for (std::size_t g : todo) {
+    const std::uint64_t bytes = parts[g]->pinned_bytes;
+    if (bytes > shared_block_group_bytes) {
+      blocks.push_back({bytes, {{g, 0}}});
+      continue;
+    }
+    if (open != no_group) {
+      const std::uint64_t offset = round_up(blocks[open].bytes, align);
+      if (offset + bytes <= shared_block_bytes) {
+        blocks[open].groups.emplace_back(g, offset);
+        blocks[open].bytes = offset + bytes;
+        continue;
+      }
+    }
+    open = blocks.size();
+    blocks.push_back({bytes, {{g, 0}}});
+  }
+  return blocks;
+}
+
 }  // namespace pinning_detail
 
 template <class T>
@@ -117,52 +160,61 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     todo.push_back(g);
   }
   auto ranges = in_place_page_ranges(layout, static_cast<std::uintptr_t>(host_page_size()));
+  const auto blocks = pinning_detail::share_blocks(groups, todo, options.alignment);
   // Totals first: reports never see a total grow.
   for (std::size_t g : todo) {
     for_each_packed(*groups[g], table, plan, options, [&](std::size_t, std::size_t w) {
       const bool file = std::holds_alternative<file_source>(table[w].source);
       meter.plan(file ? setup_phase::reading : setup_phase::packing, table[w].bytes);
     });
-    meter.plan(setup_phase::pinning, round_up(groups[g]->pinned_bytes, host_page_size()));
   }
+  for (const auto& b : blocks) meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
 
   // Every block is mapped first (not touched: the read is the first touch of its pages), then
   // the weights of all groups are read or copied into them by pin_workers threads sharing the
   // bytes in grains (parallel_reader), so a few large groups keep every thread busy; the thread
-  // that completes a group page-locks its block while the others read on. File bytes are read
+  // that completes a block page-locks it while the others read on. File bytes are read
   // with positional reads straight into the block, never through a mapping: the file's pages
   // stay in the page cache and are not counted in the process twice (docs/transports.md).
+  // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
   std::vector<read_task> tasks;
-  std::vector<std::uint64_t> file_bytes(todo.size(), 0), host_bytes(todo.size(), 0);
-  for (std::size_t k = 0; k < todo.size(); ++k) {
-    auto& gr = *groups[todo[k]];
-    auto block = std::make_shared<pinned_block>(gr.pinned_bytes);
-    gr.block = block;
-    for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
-      const auto& info = table[w];
-      if (info.bytes == 0) return;
-      read_task task;
-      task.dst = block->data() + gr.slot_offset[i];
-      task.bytes = info.bytes;
-      task.batch = k;
-      if (const auto* h = std::get_if<host_source>(&info.source)) {
-        task.src = h->data;
-        host_bytes[k] += info.bytes;
-      } else {
-        const auto& f = std::get<file_source>(info.source);
-        task.file = files[f.file_index].get();
-        task.file_offset = f.offset;
-        file_bytes[k] += info.bytes;
-      }
-      tasks.push_back(task);
-    });
+  std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
+  enum : char { from_cache, own_block, shared_block };
+  std::vector<char> mapped_here(groups.size(), from_cache);
+  std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
+    for (const auto& [g, offset] : blocks[b].groups) {
+      auto& gr = *groups[g];
+      gr.block = mapped[b];
+      gr.block_offset = offset;
+      mapped_here[g] = blocks[b].groups.size() == 1 ? own_block : shared_block;
+      for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
+        const auto& info = table[w];
+        if (info.bytes == 0) return;
+        read_task task;
+        task.dst = gr.block_data() + gr.slot_offset[i];
+        task.bytes = info.bytes;
+        task.batch = b;
+        if (const auto* h = std::get_if<host_source>(&info.source)) {
+          task.src = h->data;
+          host_bytes[b] += info.bytes;
+        } else {
+          const auto& f = std::get<file_source>(info.source);
+          task.file = files[f.file_index].get();
+          task.file_offset = f.offset;
+          file_bytes[b] += info.bytes;
+        }
+        tasks.push_back(task);
+      });
+    }
   }
-  const auto group_packed = [&](std::size_t k) {
-    if (file_bytes[k] != 0) meter.advance(setup_phase::reading, file_bytes[k]);
-    if (host_bytes[k] != 0) meter.advance(setup_phase::packing, host_bytes[k]);
-    auto& block = *groups[todo[k]]->block;
-    bind_runtime_thread(t);  // this may be a pool thread: the transport's device, once per group
+  const auto block_packed = [&](std::size_t b) {
+    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
+    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
+    auto& block = *mapped[b];
+    bind_runtime_thread(t);  // this may be a pool thread: the transport's device, once per block
     T copy = t;
     std::byte* p = block.data();
     if (copy.register_host(p, block.size()))
@@ -179,7 +231,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   const auto asked = static_cast<std::uint64_t>(std::max(1, options.pin_workers));
   parallel_reader pool(
       static_cast<std::size_t>(std::min<std::uint64_t>({asked, work, max_worker_threads})));
-  pool.run(tasks, todo.size(), group_packed);
+  pool.run(tasks, blocks.size(), block_packed);
   for (std::size_t g : todo) {
     auto& gr = *groups[g];
     if (!gr.block->registered()) {
@@ -191,14 +243,23 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
                                 "allow_pin_memory_fallback is false");
       continue;
     }
-    if (options.pinned_cache != nullptr)
-      options.pinned_cache->insert(block_key(gr, table, plan, options), gr.block);
+    if (options.pinned_cache != nullptr) {
+      // A group of a shared block is cached as its range (which keeps the block alive).
+      auto entry = mapped_here[g] == own_block
+                       ? gr.block
+                       : std::make_shared<pinned_block>(gr.block, gr.block_offset, gr.pinned_bytes);
+      options.pinned_cache->insert(block_key(gr, table, plan, options), std::move(entry));
+    }
   }
-  for (auto* part : groups) {
-    auto& gr = *part;
+  // Page-locked bytes: each block mapped here once, and what the cache gave.
+  for (const auto& block : mapped)
+    if (block->registered()) pinned_bytes_ += block->size();
+  mapped.clear();  // the groups hold their blocks
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    auto& gr = *groups[g];
     if (!gr.block) continue;
     if (gr.block->registered()) {
-      pinned_bytes_ += gr.block->size();
+      if (mapped_here[g] == from_cache) pinned_bytes_ += gr.block->size();
       continue;
     }
     // Fallback: the packed block is staged like pageable memory (reported in metrics).
@@ -207,7 +268,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     staged_piece piece;
     piece.slot_offset = 0;
     piece.bytes = gr.pinned_bytes;
-    piece.host = gr.block->data();
+    piece.host = gr.block_data();
     piece.source = transfer_source::pageable_staged;
     gr.staged.insert(gr.staged.begin(), piece);
     auto& by = gr.bytes_by_source;
