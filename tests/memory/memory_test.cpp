@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
@@ -72,7 +74,8 @@ TEST_CASE("the pinned-weight cache keeps blocks alive until cleared and counts t
   CHECK(sim.registered_bytes_in_use() == 0);
 }
 
-TEST_CASE("ranges of a shared pinned block keep it alive, follow its registration and count it once") {
+TEST_CASE(
+    "ranges of a shared pinned block keep it alive, follow its registration and count it once") {
   ddo::host_sim_transport sim;
   ddo::pinned_weight_cache cache;
   std::weak_ptr<ddo::pinned_block> watch;
@@ -94,8 +97,9 @@ TEST_CASE("ranges of a shared pinned block keep it alive, follow its registratio
     CHECK_THROWS_AS(b->set_registered([] {}), ddo::usage_error);
     CHECK_THROWS_AS(ddo::pinned_block(block, block->size() - 8, 16), ddo::usage_error);
     CHECK_THROWS_AS(ddo::pinned_block(nullptr, 0, 0), ddo::usage_error);
-    cache.insert("ns\x1f" "a", a);
-    cache.insert("ns\x1f" "b", b);
+    const std::string ns = "ns\x1f";
+    cache.insert(ns + "a", a);
+    cache.insert(ns + "b", b);
   }
   CHECK_FALSE(watch.expired());  // the ranges hold their block
   CHECK(cache.size() == 2);

@@ -368,8 +368,9 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: weights the route does not cover kee
   }
 }
 
-TEST_CASE_TEMPLATE_DEFINE("vmm conformance: poisoning at release shows a pointer kept past its lease",
-                          Traits, vmm_poison_released) {
+TEST_CASE_TEMPLATE_DEFINE(
+    "vmm conformance: poisoning at release shows a pointer kept past its lease", Traits,
+    vmm_poison_released) {
   DDO_VMM_SKIP(Traits);
   using namespace ddo_vmm_test;
   using T = typename Traits::transport_type;
@@ -398,7 +399,8 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: poisoning at release shows a pointer
       std::vector<std::pair<const std::byte*, std::size_t>> kept;  // (pointer, weight)
       {
         auto lease = off.acquire(0, v);
-        for (std::size_t i = 0; i < lease.size(); ++i) kept.emplace_back(lease.data(i), lease.weight_index(i));
+        for (std::size_t i = 0; i < lease.size(); ++i)
+          kept.emplace_back(lease.data(i), lease.weight_index(i));
         Traits::delay(t, v, 200);  // the lease's own work, which the fill must follow
       }  // released; the engine's next "kernel" on the same stream reads through the kept pointers
       for (const auto& [p, wi] : kept) {
@@ -413,7 +415,8 @@ TEST_CASE_TEMPLATE_DEFINE("vmm conformance: poisoning at release shows a pointer
       for (std::size_t b = 0; b < kept_rb.used; ++b)
         poisoned += std::to_integer<int>(kept_rb.host[b]) == ddo::poison_byte ? 1 : 0;
       if (poison) {
-        CHECK(poisoned == kept_rb.used);  // caught: the pattern in the mapped range and the side image
+        // Caught: the pattern in the mapped range and in the side image.
+        CHECK(poisoned == kept_rb.used);
       } else {
         CHECK(kept_rb.mismatches(*m) == 0);  // silent: the old bytes are still mapped there
       }

@@ -38,9 +38,10 @@ class pinned_block {
   /// when @p shared is. @throws usage_error when the range is not inside @p shared.
   pinned_block(std::shared_ptr<pinned_block> shared, std::uint64_t offset, std::uint64_t bytes)
       : shared_(std::move(shared)), offset_(offset), range_bytes_(bytes) {
-    DDO_EXPECTS(shared_ != nullptr && offset <= shared_->size() && bytes <= shared_->size() - offset,
-                "pinned_block: the range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
-                    ") is not inside the shared block");
+    DDO_EXPECTS(
+        shared_ != nullptr && offset <= shared_->size() && bytes <= shared_->size() - offset,
+        "pinned_block: the range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+            ") is not inside the shared block");
   }
   pinned_block(const pinned_block&) = delete;
   pinned_block& operator=(const pinned_block&) = delete;
@@ -58,7 +59,9 @@ class pinned_block {
     return shared_ ? shared_->data() + offset_ : buffer_.data();
   }
   /// @brief Mapped bytes (whole pages), or the range's bytes.
-  [[nodiscard]] std::uint64_t size() const noexcept { return shared_ ? range_bytes_ : buffer_.size(); }
+  [[nodiscard]] std::uint64_t size() const noexcept {
+    return shared_ ? range_bytes_ : buffer_.size();
+  }
   /// @brief The block that maps these bytes: this one, or a range's shared block.
   [[nodiscard]] const pinned_block& mapping() const noexcept { return shared_ ? *shared_ : *this; }
   [[nodiscard]] bool registered() const noexcept {

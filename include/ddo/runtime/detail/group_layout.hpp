@@ -84,7 +84,7 @@ struct group_runtime {
 /// The layout of a whole plan.
 struct group_layout {
   std::vector<group_runtime> groups;
-  std::vector<std::size_t> by_name;              // the groups sorted by name (find_group)
+  std::vector<std::size_t> by_name;             // the groups sorted by name (find_group)
   std::vector<std::size_t> group_of;            // per weight: its group or no_group
   std::vector<std::uint64_t> resident_offset;   // per weight: arena offset or not_streamed
   std::uint64_t resident_bytes = 0;             // arena size (aligned)

@@ -137,8 +137,9 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   // groups). Stable, so the first of two groups with one name is found, as before.
   l.by_name.resize(l.groups.size());
   for (std::size_t g = 0; g < l.by_name.size(); ++g) l.by_name[g] = g;
-  std::stable_sort(l.by_name.begin(), l.by_name.end(),
-                   [&](std::size_t a, std::size_t b) { return l.groups[a].name < l.groups[b].name; });
+  std::stable_sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
+    return l.groups[a].name < l.groups[b].name;
+  });
   // Residents: every gpu_resident weight, grouped or not, in one device arena.
   l.resident_offset.assign(table.size(), not_streamed);
   std::uint64_t cursor = 0;

@@ -260,7 +260,8 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
     if (gr.has_block_copy()) {
       const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
       for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
-        t_.copy_to_device(st.image + off, gr.block_data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+        t_.copy_to_device(st.image + off, gr.block_data() + off,
+                          std::min(chunk, gr.pinned_bytes - off), v);
         ++step.copies;
       }
     }

@@ -168,7 +168,8 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
       meter.plan(file ? setup_phase::reading : setup_phase::packing, table[w].bytes);
     });
   }
-  for (const auto& b : blocks) meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
+  for (const auto& b : blocks)
+    meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
 
   // Every block is mapped first (not touched: the read is the first touch of its pages), then
