@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -94,7 +95,9 @@ TEST_SUITE("runtime") {
     const auto& m = c.m;
     const auto view = c.view();
     // The engine: odd blocks compute twice as long; compute grows with tokens (1 ms per 100).
+    std::vector<std::uint64_t> asked;  // the token counts calibrate ran the engine at
     const auto run_step = [&](std::uint64_t tokens) {
+      asked.push_back(tokens);
       for (std::size_t g = 0; g < off.group_count(); ++g) {
         auto lease = off.acquire(g, view);
         const auto ms = std::chrono::microseconds(tokens * 10 * (g % 2 ? 2 : 1));
@@ -110,6 +113,8 @@ TEST_SUITE("runtime") {
     CHECK(profile.model_fingerprint == ddo::model_fingerprint(m.table));
     CHECK(profile.tokens_low == 200);
     CHECK(profile.tokens_high == 400);
+    CHECK(std::count(asked.begin(), asked.end(), 200) > 0);
+    CHECK(std::count(asked.begin(), asked.end(), 400) > 0);
     CHECK(profile.slot_count == off.slot_count());
     CHECK(profile.min_free_vram_bytes <= profile.total_vram_bytes);
     REQUIRE(profile.groups.size() == 6);
@@ -120,18 +125,21 @@ TEST_SUITE("runtime") {
       CHECK(gp.pinned_bytes == 256 * 1024);  // calibration pins every streamed weight
       CHECK(gp.bytes() == 256 * 1024);
       CHECK(gp.transfer_ns > 0);
-      // Sleeps are lower bounds: at least the requested time, the high point above the low one.
+      // Sleeps are lower bounds only: at least the requested time. How much longer they take
+      // is the scheduler's (a loaded CI machine delayed a 4 ms sleep past an 8 ms one), so no
+      // check compares two measured times.
       const double low_ms = 2.0 * (g % 2 ? 2 : 1), high_ms = 4.0 * (g % 2 ? 2 : 1);
       CHECK(gp.compute_ns_low >= static_cast<std::uint64_t>(low_ms * 1e6 * 0.99));
       CHECK(gp.compute_ns_high >= static_cast<std::uint64_t>(high_ms * 1e6 * 0.99));
-      CHECK(gp.compute_ns_high > gp.compute_ns_low);
     }
     // The profile round-trips through the store and feeds the planner.
     const auto back = ddo::profile_store::parse(ddo::profile_store::format(profile), "x.toml", "calib-test");
     CHECK(back == profile);
     const auto timings = ddo::timings_at(profile, 300);
     REQUIRE(timings.size() == 6);
-    CHECK(timings[1].compute_ms > timings[0].compute_ms);
+    // Halfway between the two points: the mean of two lower bounds is one.
+    for (std::size_t g = 0; g < 6; ++g)
+      CHECK(timings[g].compute_ms >= 3.0 * (g % 2 ? 2 : 1) * 0.99);
 
     // Misuse: an offloader without a calibration plan is refused.
     auto other = settings.config;
