@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/model/synthetic_model.hpp"
 #include "ddo/model/weight_table.hpp"
 
 namespace flux {
@@ -79,53 +80,22 @@ struct weight_spec {
   std::vector<std::int64_t> shape;
 };
 
-/// @brief Every weight of @p c, in execution order, by its published diffusers name.
+/// @brief Every weight of @p c, in execution order, by its published diffusers name (the
+/// library's list: ddo::flux_transformer_specs, which the synthetic flux shape also writes).
 [[nodiscard]] inline std::vector<weight_spec> weight_specs(const config& c) {
-  const std::int64_t h = c.hidden(), m = c.mlp(), d = c.head_dim;
+  ddo::flux_transformer_dims dims;
+  dims.double_blocks = c.double_blocks;
+  dims.single_blocks = c.single_blocks;
+  dims.hidden = c.hidden();
+  dims.head_dim = c.head_dim;
+  dims.mlp = c.mlp();
+  dims.in_channels = c.in_channels;
+  dims.text_dim = c.text_dim;
+  dims.pooled_dim = c.pooled_dim;
+  dims.guidance = c.guidance;
   std::vector<weight_spec> s;
-  const auto linear = [&](const std::string& module, std::int64_t out, std::int64_t in) {
-    s.push_back({module + ".weight", {out, in}});
-    s.push_back({module + ".bias", {out}});
-  };
-  const auto norm = [&](const std::string& module) { s.push_back({module + ".weight", {d}}); };
-  linear("x_embedder", h, c.in_channels);
-  linear("time_text_embed.timestep_embedder.linear_1", h, 256);
-  linear("time_text_embed.timestep_embedder.linear_2", h, h);
-  if (c.guidance) {
-    linear("time_text_embed.guidance_embedder.linear_1", h, 256);
-    linear("time_text_embed.guidance_embedder.linear_2", h, h);
-  }
-  linear("time_text_embed.text_embedder.linear_1", h, c.pooled_dim);
-  linear("time_text_embed.text_embedder.linear_2", h, h);
-  linear("context_embedder", h, c.text_dim);
-  for (int b = 0; b < c.double_blocks; ++b) {
-    const std::string p = "transformer_blocks." + std::to_string(b) + ".";
-    linear(p + "norm1.linear", 6 * h, h);
-    linear(p + "norm1_context.linear", 6 * h, h);
-    for (const char* n : {"to_q", "to_k", "to_v"}) linear(p + "attn." + n, h, h);
-    norm(p + "attn.norm_q");
-    norm(p + "attn.norm_k");
-    for (const char* n : {"add_q_proj", "add_k_proj", "add_v_proj"}) linear(p + "attn." + n, h, h);
-    norm(p + "attn.norm_added_q");
-    norm(p + "attn.norm_added_k");
-    linear(p + "attn.to_out.0", h, h);
-    linear(p + "attn.to_add_out", h, h);
-    linear(p + "ff.net.0.proj", m, h);
-    linear(p + "ff.net.2", h, m);
-    linear(p + "ff_context.net.0.proj", m, h);
-    linear(p + "ff_context.net.2", h, m);
-  }
-  for (int b = 0; b < c.single_blocks; ++b) {
-    const std::string p = "single_transformer_blocks." + std::to_string(b) + ".";
-    linear(p + "norm.linear", 3 * h, h);
-    for (const char* n : {"to_q", "to_k", "to_v"}) linear(p + "attn." + n, h, h);
-    norm(p + "attn.norm_q");
-    norm(p + "attn.norm_k");
-    linear(p + "proj_mlp", m, h);
-    linear(p + "proj_out", h, h + m);
-  }
-  linear("norm_out.linear", 2 * h, h);
-  linear("proj_out", c.in_channels, h);
+  for (auto& spec : ddo::flux_transformer_specs(dims, ddo::dtype::bf16))
+    s.push_back({std::move(spec.name), std::move(spec.shape)});
   return s;
 }
 

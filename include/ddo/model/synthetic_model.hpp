@@ -155,6 +155,27 @@ struct synthetic_model_result {
   std::size_t tensors = 0;
 };
 
+/// @brief The sizes that fix FluxTransformer2DModel's weight names and shapes (FLUX.1-dev's by
+/// default; the MLP is 4 x hidden as in every FLUX.1).
+struct flux_transformer_dims {
+  std::int64_t double_blocks = 19;
+  std::int64_t single_blocks = 38;
+  std::int64_t hidden = 3072;   ///< heads x head_dim
+  std::int64_t head_dim = 128;  ///< RMSNorm weights of q and k have this many elements
+  std::int64_t mlp = 4 * 3072;  ///< feed-forward and proj_mlp width
+  std::int64_t in_channels = 64;
+  std::int64_t text_dim = 4096;   ///< context_embedder's input (T5)
+  std::int64_t pooled_dim = 768;  ///< text_embedder's input (CLIP pooled)
+  bool guidance = true;           ///< guidance_embedder present (FLUX.1-dev; not schnell)
+};
+
+/// @brief Every weight of a FluxTransformer2DModel of @p dims, by its published diffusers name,
+/// in execution order (embedders, double-stream blocks, single-stream blocks, head), all of
+/// @p type: the one list of FLUX.1's names and shapes (the synthetic flux shape and ddo-flux's
+/// engine both use it).
+[[nodiscard]] DDO_INLINE std::vector<safetensors_tensor_spec> flux_transformer_specs(
+    const flux_transformer_dims& dims, dtype type);
+
 /// @brief The tensor specs of a synthetic model, in execution order.
 /// @throws usage_error for zero blocks/hidden/ratio, single-stream blocks on the dit shape, or
 /// an unsupported dtype.

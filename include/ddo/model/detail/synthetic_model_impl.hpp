@@ -12,6 +12,61 @@
 namespace ddo {
 inline namespace v0 {
 
+DDO_INLINE std::vector<safetensors_tensor_spec> flux_transformer_specs(
+    const flux_transformer_dims& d, dtype type) {
+  DDO_EXPECTS(d.double_blocks >= 0 && d.single_blocks >= 0 && d.hidden > 0 && d.head_dim > 0 &&
+                  d.mlp > 0 && d.in_channels > 0 && d.text_dim > 0 && d.pooled_dim > 0,
+              "flux_transformer_specs: block counts must be >= 0 and every width > 0");
+  const std::int64_t h = d.hidden, m = d.mlp;
+  std::vector<safetensors_tensor_spec> specs;
+  auto linear = [&](const std::string& module, std::int64_t out, std::int64_t in) {
+    specs.push_back({module + ".weight", type, {out, in}});
+    specs.push_back({module + ".bias", type, {out}});
+  };
+  auto norm = [&](const std::string& module) {
+    specs.push_back({module + ".weight", type, {d.head_dim}});
+  };
+  linear("x_embedder", h, d.in_channels);
+  linear("time_text_embed.timestep_embedder.linear_1", h, 256);
+  linear("time_text_embed.timestep_embedder.linear_2", h, h);
+  if (d.guidance) {
+    linear("time_text_embed.guidance_embedder.linear_1", h, 256);
+    linear("time_text_embed.guidance_embedder.linear_2", h, h);
+  }
+  linear("time_text_embed.text_embedder.linear_1", h, d.pooled_dim);
+  linear("time_text_embed.text_embedder.linear_2", h, h);
+  linear("context_embedder", h, d.text_dim);
+  for (std::int64_t b = 0; b < d.double_blocks; ++b) {
+    const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+    linear(p + "norm1.linear", 6 * h, h);
+    linear(p + "norm1_context.linear", 6 * h, h);
+    for (const char* n : {"to_q", "to_k", "to_v"}) linear(p + "attn." + n, h, h);
+    norm(p + "attn.norm_q");
+    norm(p + "attn.norm_k");
+    for (const char* n : {"add_q_proj", "add_k_proj", "add_v_proj"}) linear(p + "attn." + n, h, h);
+    norm(p + "attn.norm_added_q");
+    norm(p + "attn.norm_added_k");
+    linear(p + "attn.to_out.0", h, h);
+    linear(p + "attn.to_add_out", h, h);
+    linear(p + "ff.net.0.proj", m, h);
+    linear(p + "ff.net.2", h, m);
+    linear(p + "ff_context.net.0.proj", m, h);
+    linear(p + "ff_context.net.2", h, m);
+  }
+  for (std::int64_t b = 0; b < d.single_blocks; ++b) {
+    const std::string p = "single_transformer_blocks." + std::to_string(b) + ".";
+    linear(p + "norm.linear", 3 * h, h);
+    for (const char* n : {"to_q", "to_k", "to_v"}) linear(p + "attn." + n, h, h);
+    norm(p + "attn.norm_q");
+    norm(p + "attn.norm_k");
+    linear(p + "proj_mlp", m, h);
+    linear(p + "proj_out", h, h + m);
+  }
+  linear("norm_out.linear", 2 * h, h);
+  linear("proj_out", d.in_channels, h);
+  return specs;
+}
+
 DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
     const synthetic_model_options& o) {
   DDO_EXPECTS(o.blocks > 0 && o.hidden > 0 && o.mlp_ratio > 0,
@@ -25,13 +80,23 @@ DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
   const std::int64_t h = o.hidden;
   const std::int64_t m = h * static_cast<std::int64_t>(o.mlp_ratio);
   const std::int64_t head = h < 128 ? h : 128;
+  if (o.shape == synthetic_shape::flux) {
+    // FLUX.1's own list, with FLUX.1-dev's text (4096), pooled (768) and latent (64) widths.
+    flux_transformer_dims dims;
+    dims.double_blocks = o.blocks;
+    dims.single_blocks = o.single_blocks;
+    dims.hidden = h;
+    dims.head_dim = head;
+    dims.mlp = m;
+    return flux_transformer_specs(dims, o.type);
+  }
   std::vector<safetensors_tensor_spec> specs;
   auto linear = [&](const std::string& module, std::int64_t out, std::int64_t in) {
     specs.push_back({module + ".weight", o.type, {out, in}});
     specs.push_back({module + ".bias", o.type, {out}});
   };
   auto vec = [&](const std::string& name, std::int64_t n) { specs.push_back({name, o.type, {n}}); };
-  if (o.shape == synthetic_shape::dit) {
+  {  // the dit shape
     linear("x_embedder", h, 64);
     linear("context_embedder", h, 4096);
     linear("time_text_embed.timestep_embedder.linear_1", h, 256);
@@ -48,47 +113,6 @@ DDO_INLINE std::vector<safetensors_tensor_spec> synthetic_model_specs(
       vec(p + "norm2.weight", h);
       linear(p + "ff.net.0.proj", m, h);
       linear(p + "ff.net.2", h, m);
-    }
-  } else {
-    linear("x_embedder", h, 64);
-    linear("time_text_embed.timestep_embedder.linear_1", h, 256);
-    linear("time_text_embed.timestep_embedder.linear_2", h, h);
-    linear("time_text_embed.guidance_embedder.linear_1", h, 256);
-    linear("time_text_embed.guidance_embedder.linear_2", h, h);
-    linear("time_text_embed.text_embedder.linear_1", h, 768);
-    linear("time_text_embed.text_embedder.linear_2", h, h);
-    linear("context_embedder", h, 4096);
-    for (std::uint32_t b = 0; b < o.blocks; ++b) {
-      const std::string p = "transformer_blocks." + std::to_string(b) + ".";
-      linear(p + "norm1.linear", 6 * h, h);
-      linear(p + "norm1_context.linear", 6 * h, h);
-      linear(p + "attn.to_q", h, h);
-      linear(p + "attn.to_k", h, h);
-      linear(p + "attn.to_v", h, h);
-      vec(p + "attn.norm_q.weight", head);
-      vec(p + "attn.norm_k.weight", head);
-      linear(p + "attn.add_q_proj", h, h);
-      linear(p + "attn.add_k_proj", h, h);
-      linear(p + "attn.add_v_proj", h, h);
-      vec(p + "attn.norm_added_q.weight", head);
-      vec(p + "attn.norm_added_k.weight", head);
-      linear(p + "attn.to_out.0", h, h);
-      linear(p + "attn.to_add_out", h, h);
-      linear(p + "ff.net.0.proj", m, h);
-      linear(p + "ff.net.2", h, m);
-      linear(p + "ff_context.net.0.proj", m, h);
-      linear(p + "ff_context.net.2", h, m);
-    }
-    for (std::uint32_t b = 0; b < o.single_blocks; ++b) {
-      const std::string p = "single_transformer_blocks." + std::to_string(b) + ".";
-      linear(p + "norm.linear", 3 * h, h);
-      linear(p + "attn.to_q", h, h);
-      linear(p + "attn.to_k", h, h);
-      linear(p + "attn.to_v", h, h);
-      vec(p + "attn.norm_q.weight", head);
-      vec(p + "attn.norm_k.weight", head);
-      linear(p + "proj_mlp", m, h);
-      linear(p + "proj_out", h, h + m);
     }
   }
   linear("norm_out.linear", 2 * h, h);
