@@ -39,6 +39,7 @@
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/platform/cuda_driver.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "runner/overlap_report.hpp"
 #include "runner/run_setup.hpp"
@@ -214,61 +215,48 @@ int main(int argc, char** argv) {
         inputs, reserve,
         ram_gb > 0.0 ? std::optional<std::uint64_t>(ddo::gib_to_bytes(ram_gb)) : std::nullopt);
     options.max_group_bytes = ddo::gib_to_bytes(slot_gb);
+    options.tokens = static_cast<std::uint64_t>(run_tokens);
     std::string vram_note;
-    std::vector<std::string> notes;
-    const auto component = ddo::component_for(settings, options.inputs, &notes);
-    ddo::offload_setup setup;
-    // The file route plans against its transport too: its staging slot limits a group.
-    const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
-    // --profile: the overlap-aware planner, with the profile's timings for this model and device.
-    std::optional<ddo::runner::overlap_timings> overlap;
-    ddo::overlap_residency_planner overlap_planner;
     const std::string device_name = gpu ? ddo::query_device_name(0) : std::string();
-    if (!profile_name.empty())  // --profile: the profile must exist
-      overlap = ddo::runner::load_overlap_timings(settings, profile_name, table, device_name,
-                                                  static_cast<std::uint64_t>(run_tokens), models);
-    else  // profile_name from the settings: as ddo-run, once a profile with group timings is stored
-      overlap = ddo::runner::stored_overlap_timings(settings, table, device_name,
-                                                    static_cast<std::uint64_t>(run_tokens));
-    if (overlap) {
-      overlap_planner.timings = overlap->timings;
-      overlap_planner.ring =
-          ddo::runner::ring_of(ddo::runtime_options_from(settings.config, options.runtime));
-    }
-    auto plan_over = [&](auto transport) {
-      return overlap && !overlap->timings.empty()
-                 ? ddo::setup_offload(table, settings, component, options, transport, overlap_planner)
-                 : ddo::setup_offload(table, settings, component, options, transport);
-    };
+    if (!profile_name.empty())  // --profile: the profile must exist, with group timings
+      ddo::runner::require_group_timings(settings, profile_name, table, device_name,
+                                         static_cast<std::uint64_t>(run_tokens), models);
+    // The machine as ddo-run states it: on a GPU the emulated card (or the device), without
+    // one host_sim standing in for it.
+    options.simulate_device = !gpu;
     if (gpu) {
-      ddo::linear_options o;
-      o.device = ddo::parse_execution_device(settings).index;
       if (!vram_device) {
         const ddo::runner::vram_budget card{
             ddo::gib_to_bytes(vram_gb > 0.0 ? vram_gb : ddo::runner::default_gpu_vram_gib), context,
             reserve};
-        o.device_limit_bytes = card.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+        options.device_limit_bytes = card.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
         vram_note = "an emulated " + ddo::format_bytes(card.vram_bytes) + " card on device " +
                     settings.config.execution_device + " (CUDA context " +
                     ddo::format_bytes(context) + " measured now)";
       } else {
         vram_note = "device " + settings.config.execution_device + " as probed now";
       }
-      setup = file_route ? plan_over(ddo::nvme_transport<ddo::linear_transport>(
-                               ddo::linear_transport(o), ddo::detail::nvme_options_from(settings)))
-                         : plan_over(ddo::linear_transport(o));
     } else {
       const std::uint64_t card = vram_gb > 0.0 ? ddo::gib_to_bytes(vram_gb)
                                                : ddo::runner::default_sim_device_bytes(table, settings, reserve);
       options.host_sim.device_capacity_bytes =
-          ddo::runner::vram_budget{card, 0, reserve}.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
-      setup = file_route
-                  ? plan_over(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, options.host_sim))
-                  : plan_over(ddo::make_transport<ddo::host_sim_transport>(settings, options.host_sim));
+          ddo::runner::vram_budget{card, 0, reserve}.ddo_limit_bytes(
+              ddo::runtime_device_reserve_bytes);
       vram_note = vram_gb > 0.0 ? "host_sim device of --vram-gb"
                                 : "no GPU: ddo-run's default host_sim device";
     }
-    notes.insert(notes.end(), setup.notes.begin(), setup.notes.end());
+    // The one call (ddo/runtime/prepare_offload.hpp), as ddo-run and enable_offload take it:
+    // the transport `backend` chooses, the planner by profile, the plan; nothing is started.
+    std::optional<ddo::runner::overlap_timings> overlap;
+    std::vector<std::string> notes;
+    ddo::offload_setup setup =
+        ddo::with_prepared_offload<>(table, settings, options, [&](auto& prepared) {
+          overlap = prepared.profile;
+          return std::move(prepared.setup);
+        });
+    // The stored profile's note is printed after the plan, with its prediction.
+    for (auto& n : setup.notes)
+      if (!overlap || n != overlap->note) notes.push_back(std::move(n));
     const ddo::offload_plan& plan = setup.plan;
     if (format == ddo::plan_format::text && (vram_gb > 0.0 || gpu))
       std::printf("note: %s\n", ddo::runner::emulation_caveat);
@@ -311,8 +299,8 @@ int main(int argc, char** argv) {
     ddo::flush_standard_output();  // a truncated plan on a full disk is a failure
     return 0;
   } catch (const ddo::config_error& e) {
-    std::cerr << "ddo-plan: invalid setting (" << e.source() << " " << ddo::sanitize_utf8(e.key())
-              << "): " << e.what() << "\n";
+    std::cerr << "ddo-plan: invalid setting (" << e.source_name() << " "
+              << ddo::sanitize_utf8(e.key()) << "): " << e.what() << "\n";
     return exit_usage;
   } catch (const ddo::usage_error& e) {
     std::cerr << "ddo-plan: " << e.what() << "\n";

@@ -56,6 +56,7 @@
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/calibration.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/runtime/trace.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -277,7 +278,7 @@ struct run_context {
   std::int64_t tokens;
   int steps;
   bool gpu;
-  std::string requested_route;
+  ddo::component_route requested_route;
   ddo::setup_options setup;  // the engine's reserve (activations), stated RAM, the component
   ddo::runner::vram_budget budget;  // the card: context + engine reserve + ddo's bytes ≤ it
   bool emulated = false;            // budget.vram_bytes is an emulated card (else the real one)
@@ -337,14 +338,13 @@ ddo::runner::measured_bound measure_bound(const run_context& ctx,
 /// Plans, sets up the offloader over @p transport and runs the steps with @p Engine.
 template <class Engine>
 int run_steps(run_context& ctx, typename Engine::transport_type transport) {
-  using transport_type = typename Engine::transport_type;
   const auto& opt = ctx.opt;
   const ddo::dynamic_offload_config& config = ctx.settings.config;
 
-  // The one setup path (ddo/runtime/setup.hpp), as ddo-plan and enable_offload take it: the
+  // The one call (ddo/runtime/prepare_offload.hpp), as ddo-plan and enable_offload take it: the
   // machine the plan sees (device memory minus the ring, the activations and ddo's reserve; a
-  // stored capacity profile), then the component's route: dynamic_offload, the Diffusers
-  // group-offload translation, or none.
+  // stored capacity profile), the planner by profile, then the component's route:
+  // dynamic_offload, the Diffusers group-offload translation, or none.
   // Host memory from here on: the transport exists, so CUDA has started (its context's own host
   // memory is in the baseline); what grows after is planning, ddo's setup and the steps.
   ddo::memory_watch host_memory;
@@ -359,40 +359,26 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
   // Calibration (build_profile): the library's recorder times every group's compute and loads
   // (forwarding spans to the trace). A stored profile with group timings (format 2 or 3): the
-  // overlap-aware planner, as ddo-plan plans it (runner/overlap_report.hpp).
+  // overlap-aware planner (by_profile_planner), as ddo-plan plans it.
   ddo::calibration_recorder recorder(ctx.setup.runtime.trace);
   if (config.build_profile) ctx.setup.runtime = recorder.runtime_options(ctx.setup.runtime);
-  const auto overlap = ddo::runner::stored_overlap_timings(
-      ctx.settings, ctx.table, ctx.gpu ? ddo::query_device_name(0) : std::string(),
-      static_cast<std::uint64_t>(ctx.tokens));
-  ddo::overlap_residency_planner overlap_planner;
-  if (overlap) {
-    overlap_planner.timings = overlap->timings;
-    overlap_planner.ring =
-        ddo::runner::ring_of(ddo::runtime_options_from(config, ctx.setup.runtime));
-  }
   // The bound's C and B, measured now on this transport, before ddo's setup takes its memory
   // (the same measurements as --compare's, runner/compare_run.hpp).
   std::optional<ddo::runner::measured_bound> bound;
   if (opt.bound) bound = measure_bound<Engine>(ctx, transport);
-  std::vector<std::string> notes;
-  const auto component = ddo::component_for(ctx.settings, ctx.setup.inputs, &notes);
-  auto setup = overlap && !overlap->timings.empty()
-                   ? ddo::setup_offload(ctx.table, ctx.settings, component, ctx.setup, transport,
-                                        overlap_planner)
-                   : ddo::setup_offload(ctx.table, ctx.settings, component, ctx.setup, transport);
-  if (overlap && !overlap->note.empty()) notes.push_back(overlap->note);
-  notes.insert(notes.end(), setup.notes.begin(), setup.notes.end());
-  for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  auto prepared = ddo::prepare_offload<>(ctx.table, ctx.settings, ctx.setup, std::move(transport));
+  auto& setup = prepared.setup;
+  const auto& overlap = prepared.profile;
+  for (const auto& n : setup.notes) std::printf("note: %s\n", n.c_str());
   if (!setup.machine.profile_note.empty()) std::printf("%s\n", setup.machine.profile_note.c_str());
   const std::uint64_t free_before = setup.machine.device.free_bytes;
   const std::uint64_t activations = ctx.setup.reserve_device_bytes;
   // The VMM route that runs (vmm_fast_runtime: native; vmm_runtime: legacy) is the runtime's
   // route name; a fixed transport without stable addresses runs the linear route (a note says so).
   std::string executed_route = std::string(ddo::to_string(setup.component.route)) + " (" +
-                               std::string(transport.name()) + " transport";
-  if (setup.runtime.route == "vmm_fast_runtime" || setup.runtime.route == "vmm_runtime")
-    executed_route += ", " + setup.runtime.route;
+                               std::string(prepared.transport.name()) + " transport";
+  if (ddo::is_vmm_route(setup.runtime.route))
+    executed_route += ", " + std::string(ddo::to_string(setup.runtime.route));
   executed_route += ")";
   std::printf("\nmachine the plan sees: device %s free of %s - ring %zu x %s - activations %s - "
               "ddo reserve %s = %s\n",
@@ -424,15 +410,16 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   // ddo-run prints its own summary below (the same totals, with the route and host memory):
   // the library's show_profile summary would repeat it.
   setup.runtime.profile_summary = nullptr;
-  ddo::offloader<transport_type> offloader(ctx.table, std::move(setup), transport);
+  auto enabled = prepared.start();
+  auto& offloader = *enabled.offloader;
   setup_progress.finish();
   trace.reset_origin();  // the runtime's spans count from the end of its setup too
   host_memory.sample();
   std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
-  if constexpr (requires { transport.file_io_description(); })
-    std::printf("file route: %s\n", transport.file_io_description().c_str());
+  if constexpr (requires { offloader.transport().file_io_description(); })
+    std::printf("file route: %s\n", offloader.transport().file_io_description().c_str());
 
   Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
   auto view = engine.view();
@@ -529,9 +516,11 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     std::printf("  (--verify: each step also copies every weight back and compares it, so the "
                 "steps are slower than the bound says)\n");
   const std::string_view vmm_route = ddo::vmm_route_name(ctx.settings.config);
-  std::printf("  route: requested %s (execution_mode %s%s%s), executed %s\n", ctx.requested_route.c_str(),
+  std::printf("  route: requested %s (execution_mode %s%s%s), executed %s\n",
+              std::string(ddo::to_string(ctx.requested_route)).c_str(),
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
-              vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(), executed_route.c_str());
+              vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(),
+              executed_route.c_str());
   if (metrics.native.enabled)
     std::printf("  native VMM: %zu registered windows x %s (of the %zu vmm_staging_buffer_gb allows); "
                 "retained sources %s (%s registered), %s read once, %s copied straight, %s via windows; "
@@ -561,8 +550,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                   gb(sampler->peak_above_baseline()).c_str());
     std::printf("\n");
   }
-  if constexpr (requires { transport.file_stats(); }) {
-    const auto fs = transport.file_stats();
+  if constexpr (requires { offloader.transport().file_stats(); }) {
+    const auto fs = offloader.transport().file_stats();
     std::printf("  file route: %s read, %s delivered in %llu slot fill(s); reading took %.2f s "
                 "(%.2f GB/s)\n",
                 gb(fs.bytes_read).c_str(), gb(fs.bytes_delivered).c_str(),
@@ -946,12 +935,12 @@ int run(int argc, char** argv) {
   // here, before the model is known, only to read it).
   const auto early = ddo::resolve_settings(inputs);
   const bool backend_sim = early.config.backend == ddo::offload_backend::host_sim;
-  if (ddo::set_explicitly(early, "backend") && !backend_sim &&
+  if (ddo::set_explicitly(early, ddo::field_id::backend) && !backend_sim &&
       early.config.backend != ddo::offload_backend::linear &&
       early.config.backend != ddo::offload_backend::vmm &&
       early.config.backend != ddo::offload_backend::nvme)
-    return fail(ddo::describe(early.provenance.of("backend")) + ": backend = " +
-                    std::string(ddo::enum_name(early.config.backend)) +
+    return fail(ddo::describe(early.provenance.of(ddo::field_id::backend)) +
+                    ": backend = " + std::string(ddo::enum_name(early.config.backend)) +
                     ": this build has no such transport; use linear, vmm, nvme or host_sim",
                 exit_usage);
 
@@ -1122,7 +1111,8 @@ int run(int argc, char** argv) {
               gb(table.total_bytes()).c_str());
   print_settings_summary(settings, opt);
   if (settings.config.execution_mode == ddo::exec_mode::vmm_runtime &&
-      settings.provenance.of("vmm_resident_weight_budget_gb").source == ddo::origin::config)
+      settings.provenance.of(ddo::field_id::vmm_resident_weight_budget_gb).source ==
+          ddo::origin::config)
     std::printf(
         "settings: vmm_resident_weight_budget_gb %s: %s (no TOML key, "
         "DDO_VMM_RESIDENT_WEIGHT_BUDGET_GB or flag sets it)\n",
@@ -1150,9 +1140,9 @@ int run(int argc, char** argv) {
     std::printf("model: %zu 2-D weight(s) of a dtype other than %s are streamed but not multiplied\n",
                 compute.skipped_other_dtype, std::string(ddo::to_string(compute.type)).c_str());
 
-  std::string requested_route = "dynamic_offload";
+  ddo::component_route requested_route = ddo::component_route::dynamic_offload;
   for (const auto& c : settings.components)
-    if (c.name == ddo::runner::run_component) requested_route = std::string(ddo::to_string(c.route));
+    if (c.name == ddo::runner::run_component) requested_route = c.route;
 
   run_context ctx{opt,   settings, table, files, compute, tokens, 0,  gpu, requested_route,
                   {},    {},       false, {},    {},      {}};
@@ -1206,7 +1196,6 @@ int run(int argc, char** argv) {
   if (ctx.emulated) std::printf("note: %s\n", ddo::runner::emulation_caveat);
 
   const bool vmm = settings.config.backend == ddo::offload_backend::vmm;
-  const bool vmm_mode = settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
   if (opt.compare && (vmm || file_route))
     return fail(std::string("--compare runs ddo's linear transport (host_sim without a GPU); backend ") +
                     (vmm ? "vmm" : "nvme") + " is not compared",
@@ -1227,38 +1216,12 @@ int run(int argc, char** argv) {
                                      return ddo::linear_transport(o);
                                    });
   }
-  if (gpu && file_route) {
-    // The file route over the VMM transport (nvme_baseline: execution_mode vmm_runtime) or the
-    // linear ring, both capped at the card like the routes below.
-    if (vmm_mode) {
-      ddo::vmm_options o;
-      o.device.device = device.index;
-      o.device.device_limit_bytes = gpu_limit(ctx.budget);
-      o.window = ddo::detail::vmm_window_options_from(settings);
-      return run_steps<gpu_nvme_vmm_engine>(
-          ctx, ddo::nvme_transport<ddo::vmm_transport>(ddo::vmm_transport(o), ddo::detail::nvme_options_from(settings)));
-    }
-    ddo::linear_options o;
-    o.device = device.index;
-    o.device_limit_bytes = gpu_limit(ctx.budget);
-    return run_steps<gpu_nvme_engine>(
-        ctx, ddo::nvme_transport<ddo::linear_transport>(ddo::linear_transport(o), ddo::detail::nvme_options_from(settings)));
-  }
-  if (gpu && vmm) {
-    ddo::vmm_options o;
-    o.device.device = device.index;
-    o.device.device_limit_bytes = gpu_limit(ctx.budget);
-    o.window = ddo::detail::vmm_window_options_from(settings);
-    return run_steps<gpu_vmm_engine>(ctx, ddo::vmm_transport(o));
-  }
-  if (gpu) {
-    ddo::linear_options o;
-    o.device = device.index;
-    o.device_limit_bytes = gpu_limit(ctx.budget);
-    return run_steps<gpu_engine>(ctx, ddo::linear_transport(o));
-  }
-  ctx.setup.host_sim.device_capacity_bytes = ctx.budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
-  if (opt.compare) {
+  if (!gpu)
+    ctx.setup.host_sim.device_capacity_bytes =
+        ctx.budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+  ctx.setup.simulate_device = !gpu;
+  ctx.setup.device_limit_bytes = gpu ? gpu_limit(ctx.budget) : 0;
+  if (!gpu && opt.compare) {
     // The uncapped stand-in for the real device: room for the whole model and the reserve.
     ddo::host_sim_options base = ctx.setup.host_sim;
     base.device_capacity_bytes = table.total_bytes() + reserve + ddo::gib;
@@ -1267,15 +1230,11 @@ int run(int argc, char** argv) {
                                      return ddo::make_transport<ddo::host_sim_transport>(settings, sim);
                                    });
   }
-  if (file_route && vmm_mode)
-    return run_steps<cpu_nvme_vmm_engine>(
-        ctx, ddo::make_transport<ddo::nvme_transport<ddo::host_sim_vmm_transport>>(settings, ctx.setup.host_sim));
-  if (file_route)
-    return run_steps<cpu_nvme_engine>(
-        ctx, ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, ctx.setup.host_sim));
-  if (vmm)
-    return run_steps<cpu_vmm_engine>(ctx, ddo::make_transport<ddo::host_sim_vmm_transport>(settings, ctx.setup.host_sim));
-  return run_steps<cpu_engine>(ctx, ddo::make_transport<ddo::host_sim_transport>(settings, ctx.setup.host_sim));
+  // The transport `backend` chooses (ddo::with_transport, the one switch of the one call):
+  // on a GPU capped at the card, without one host_sim standing in for it on every route.
+  return ddo::with_transport(settings, ctx.setup, [&](auto transport) {
+    return run_steps<ddo::runner::engine_for<decltype(transport)>>(ctx, std::move(transport));
+  });
 }
 
 }  // namespace

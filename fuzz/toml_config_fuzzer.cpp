@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   } catch (const ddo::config_error& e) {
     const std::string_view what = e.what();
-    if (e.source() != "toml" || what.find('\n') != std::string_view::npos ||
+    if (e.source() != ddo::origin::toml || what.find('\n') != std::string_view::npos ||
         !ddo::is_valid_utf8(what))
       std::abort();
   }

@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_arguments.hpp"
+#include "bench_setup.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "bench_arguments.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 
@@ -24,29 +25,32 @@ namespace {
 
 struct model {
   ddo::weight_table table;
-  ddo::offload_plan plan;
+  std::vector<ddo::execution_group> groups;
   std::vector<std::vector<std::byte>> storage;
+  ddo::placement where = ddo::placement::gpu_resident;
 };
 
 /// @p groups groups of 4 weights of 64 KiB, all resident or all pinned.
 model make(std::size_t groups, ddo::placement where) {
   model m;
+  m.where = where;
   m.storage.reserve(groups * 4);
   for (std::size_t g = 0; g < groups; ++g) {
-    ddo::plan_group pg;
-    pg.name = "blocks." + std::to_string(g);
+    ddo::execution_group group;
+    group.name = "blocks." + std::to_string(g);
+    group.is_block = true;
     for (int i = 0; i < 4; ++i) {
       m.storage.emplace_back(64 * 1024, std::byte{static_cast<unsigned char>(g * 4 + i + 1)});
       ddo::weight_info w;
-      w.name = pg.name + ".w" + std::to_string(i);
+      w.name = group.name + ".w" + std::to_string(i);
+      w.module_name = group.name;
+      w.kind = ddo::module_kind::linear;
       w.type = ddo::dtype::u8;
       w.shape = {64 * 1024};
       w.source = ddo::host_source{m.storage.back().data()};
-      pg.weights.push_back(m.table.add(w));
-      m.plan.decisions.push_back({where, g, "bench"});
-      pg.bytes_by_placement[static_cast<std::size_t>(where)] += 64 * 1024;
+      group.weights.push_back(m.table.add(w));
     }
-    m.plan.groups.push_back(pg);
+    m.groups.push_back(std::move(group));
   }
   return m;
 }
@@ -54,9 +58,11 @@ model make(std::size_t groups, ddo::placement where) {
 template <class Transport, class View>
 double per_pair_us(Transport t, const model& m, View stream, std::size_t iterations,
                    std::size_t slots) {
-  ddo::runtime_options o;
-  o.slot_count = slots;
-  ddo::offloader<Transport> off(m.table, m.plan, o, t);
+  // Through the one call (bench_setup.hpp): the planner chooses the placement measured.
+  auto options = ddo_bench::placement_setup(m.groups, m.where);
+  options.runtime.slot_count = slots;
+  auto enabled = ddo_bench::offloader_for(m.table, options, t, m.where);
+  auto& off = *enabled.offloader;
   const std::size_t groups = off.group_count();
   for (std::size_t i = 0; i < 2 * groups; ++i) auto lease = off.acquire(i % groups, stream);
   const auto start = std::chrono::steady_clock::now();

@@ -34,9 +34,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench_setup.hpp"
 #include "ddo/core/atomic_file.hpp"
-#include "ddo/core/standard_output.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/model/file_reader.hpp"
@@ -246,7 +247,7 @@ double raw_pass(const options& o, const std::string& path, bool direct, std::uin
 struct file_model {
   std::string path;
   ddo::weight_table table;
-  ddo::offload_plan plan;
+  std::vector<ddo::execution_group> groups;
   std::uint64_t bytes = 0;
   std::uint64_t largest_group = 0;
 };
@@ -259,9 +260,10 @@ file_model make_model(const options& o, const std::string& path, std::uint64_t f
   std::size_t n = 0;
   for (std::uint64_t off = 0; off + w_bytes <= file_bytes; off += w_bytes, ++n) {
     const std::size_t g = n / o.per_group;
-    if (g == m.plan.groups.size()) {
-      m.plan.groups.emplace_back();
-      m.plan.groups.back().name = "blocks." + std::to_string(g);
+    if (g == m.groups.size()) {
+      m.groups.emplace_back();
+      m.groups.back().name = "blocks." + std::to_string(g);
+      m.groups.back().is_block = true;
     }
     ddo::weight_info w;
     w.name = "blocks." + std::to_string(g) + ".w" + std::to_string(n % o.per_group) + ".weight";
@@ -270,13 +272,14 @@ file_model make_model(const options& o, const std::string& path, std::uint64_t f
     w.shape = {static_cast<std::int64_t>(w_bytes)};
     w.bytes = w_bytes;
     w.source = ddo::file_source{f, off};
-    const std::size_t id = m.table.add(w);
-    m.plan.decisions.push_back({ddo::placement::file, g, "bench"});
-    m.plan.groups[g].weights.push_back(id);
-    m.plan.groups[g].bytes_by_placement[static_cast<std::size_t>(ddo::placement::file)] += w_bytes;
+    m.groups[g].weights.push_back(m.table.add(w));
     m.bytes += w_bytes;
   }
-  for (const auto& g : m.plan.groups) m.largest_group = std::max(m.largest_group, g.streamed_bytes());
+  for (const auto& g : m.groups) {
+    std::uint64_t bytes = 0;
+    for (std::size_t w : g.weights) bytes += m.table[w].bytes;
+    m.largest_group = std::max(m.largest_group, bytes);
+  }
   return m;
 }
 
@@ -297,10 +300,12 @@ double ddo_pass(const options& o, const file_model& m, Inner inner, std::string*
   no.request_bytes = o.request_mib * ddo::mib;
   using T = ddo::nvme_transport<Inner>;
   T t(std::move(inner), no);
-  ddo::runtime_options ro;
-  ro.slot_count = 3;
-  ro.prefetch_depth = 2;
-  ddo::basic_offloader<T> off(t, m.table, m.plan, ro);
+  // Through the one call (bench_setup.hpp): every weight streamed from its file.
+  auto setup = ddo_bench::placement_setup(m.groups, ddo::placement::file);
+  setup.runtime.slot_count = 3;
+  setup.runtime.prefetch_depth = 2;
+  auto enabled = ddo_bench::offloader_for(m.table, setup, t, ddo::placement::file);
+  auto& off = *enabled.offloader;
   *description = t.file_io_description();
   auto s = t.make_stream();
   const auto t0 = std::chrono::steady_clock::now();

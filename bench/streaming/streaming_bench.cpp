@@ -54,9 +54,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench_arguments.hpp"
 #include "ddo/core/atomic_file.hpp"
-#include "ddo/core/standard_output.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/process_memory.hpp"
 #include "ddo/memory/system_probe.hpp"
@@ -64,8 +65,8 @@
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
-#include "bench_arguments.hpp"
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/vmm.hpp"
 #include "runner/device_memory_sampler.hpp"
@@ -862,7 +863,7 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
   r.description = std::move(description);
   memory_sampler mem;
   {
-    // The one setup path (ddo/runtime/setup.hpp), as ddo-run and enable_offload take it: the
+    // The one call (ddo/runtime/prepare_offload.hpp), as ddo-run and enable_offload take it: the
     // plan sees device memory minus the ring, the forward's activations and ddo's reserve.
     ddo::resolve_inputs inputs;
     inputs.config = config;
@@ -874,14 +875,17 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
     setup_options.reserve_device_bytes =
         2 * static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(std::max(m.hidden, m.mlp)) *
         ddo::size_of(ddo::dtype::bf16);
-    auto transport = ddo::make_transport<Transport>(settings, setup_options.host_sim);
-    auto setup = ddo::setup_offload(d.table, settings, ddo::component_for(settings, inputs),
-                                    setup_options, transport);
+    auto prepared =
+        ddo::prepare_offload<>(d.table, settings, setup_options,
+                               ddo::make_transport<Transport>(settings, setup_options.host_sim));
+    auto& setup = prepared.setup;
     for (const auto& g : setup.plan.groups) r.streamed_bytes += g.streamed_bytes();
     r.resident_bytes = setup.plan.total_bytes(ddo::placement::gpu_resident);
     if (staging_bytes != 0) setup.runtime.staging_buffer_bytes = staging_bytes;
     const auto setup_t0 = std::chrono::steady_clock::now();
-    ddo::offloader<Transport> offloader(d.table, std::move(setup), transport);
+    auto enabled = prepared.start();
+    auto& offloader = *enabled.offloader;
+    auto& transport = offloader.transport();
     const double setup_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // The offloader's own setup (pack + pin, residents, ring): what the file route's setup

@@ -21,12 +21,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench_arguments.hpp"
+#include "bench_setup.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "bench_arguments.hpp"
 #include "ddo/transport/linear.hpp"
 
 namespace {
@@ -109,17 +110,20 @@ double raw_gbps(const std::byte* host, std::size_t groups, std::uint64_t group_b
   return median_gbps(run, groups * group_bytes * static_cast<std::uint64_t>(steps), trials, s);
 }
 
-/// ddo: acquire every group in order on the compute stream and drop the lease at once.
-double ddo_gbps(const ddo::weight_table& table, const ddo::offload_plan& plan, std::size_t slots,
-                std::uint64_t bytes_per_step, int steps, int trials, cudaStream_t compute,
-                std::string& note, std::size_t staging_threads = 4, bool pin_in_place = false) {
-  ddo::runtime_options o;
-  o.slot_count = slots;
-  o.pin_in_place = pin_in_place;
-  o.staging_threads = staging_threads;
-  o.pin_workers = 4;
-  o.staging_buffer_bytes = 32 * ddo::mib;
-  ddo::offloader<ddo::linear_transport> off(table, plan, o, ddo::linear_transport{});
+/// ddo: acquire every group in order on the compute stream and drop the lease at once. The
+/// offloader comes from the one call (bench_setup.hpp), every weight streamed from @p where.
+double ddo_gbps(const ddo::weight_table& table, const std::vector<ddo::execution_group>& groups,
+                ddo::placement where, std::size_t slots, std::uint64_t bytes_per_step, int steps,
+                int trials, cudaStream_t compute, std::string& note,
+                std::size_t staging_threads = 4, bool pin_in_place = false) {
+  auto options = ddo_bench::placement_setup(groups, where);
+  options.inputs.overrides.emplace_back("pin_cpu_workers", std::int64_t{4});
+  options.runtime.slot_count = slots;
+  options.runtime.pin_in_place = pin_in_place;
+  options.runtime.staging_threads = staging_threads;
+  options.runtime.staging_buffer_bytes = 32 * ddo::mib;
+  auto enabled = ddo_bench::offloader_for(table, options, ddo::linear_transport{}, where);
+  auto& off = *enabled.offloader;
   auto run = [&] {
     for (int step = 0; step < steps; ++step)
       for (std::size_t g = 0; g < off.group_count(); ++g) auto lease = off.acquire(g, compute);
@@ -178,36 +182,36 @@ int main(int argc, char** argv) {
 
     // The same bytes as a weight table: 4 weights per group, all pinned, then all pageable.
     ddo::weight_table table;
-    ddo::offload_plan pinned_plan;
+    std::vector<ddo::execution_group> groups;
     const std::uint64_t weight_bytes = group_bytes / 4;
     for (std::size_t g = 0; g < a.groups; ++g) {
-      ddo::plan_group pg;
-      pg.name = "blocks." + std::to_string(g);
+      ddo::execution_group group;
+      group.name = "blocks." + std::to_string(g);
+      group.is_block = true;
       for (int i = 0; i < 4; ++i) {
         ddo::weight_info w;
-        w.name = pg.name + ".w" + std::to_string(i);
+        w.name = group.name + ".w" + std::to_string(i);
+        w.module_name = group.name;
+        w.kind = ddo::module_kind::linear;
         w.type = ddo::dtype::u8;
         w.shape = {static_cast<std::int64_t>(weight_bytes)};
         w.source = ddo::host_source{host.data() + g * group_bytes + i * weight_bytes};
-        const std::size_t idx = table.add(w);
-        pg.weights.push_back(idx);
-        pinned_plan.decisions.push_back({ddo::placement::pinned_host, g, "bench"});
+        group.weights.push_back(table.add(w));
       }
-      pg.bytes_by_placement[static_cast<std::size_t>(ddo::placement::pinned_host)] = group_bytes;
-      pinned_plan.groups.push_back(pg);
+      groups.push_back(std::move(group));
     }
-    auto pageable_plan = pinned_plan;
-    for (auto& d : pageable_plan.decisions) d.where = ddo::placement::pageable_host;
-    for (auto& g : pageable_plan.groups) std::swap(g.bytes_by_placement[1], g.bytes_by_placement[2]);
+    constexpr auto pinned = ddo::placement::pinned_host;
+    constexpr auto pageable = ddo::placement::pageable_host;
 
     std::string note_pinned, note_pageable, note_one, note_in_place;
-    const double ddo_pinned = ddo_gbps(table, pinned_plan, a.slots, total, a.steps, a.trials, s, note_pinned);
+    const double ddo_pinned =
+        ddo_gbps(table, groups, pinned, a.slots, total, a.steps, a.trials, s, note_pinned);
     const double ddo_pageable =
-        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, 3, s, note_pageable, 8);
-    const double ddo_in_place =
-        ddo_gbps(table, pinned_plan, a.slots, total, a.steps, a.trials, s, note_in_place, 4, true);
+        ddo_gbps(table, groups, pageable, a.slots, total, pageable_steps, 3, s, note_pageable, 8);
+    const double ddo_in_place = ddo_gbps(table, groups, pinned, a.slots, total, a.steps, a.trials,
+                                         s, note_in_place, 4, true);
     const double ddo_pageable_one =
-        ddo_gbps(table, pageable_plan, a.slots, total, pageable_steps, 1, s, note_one, 1);
+        ddo_gbps(table, groups, pageable, a.slots, total, pageable_steps, 1, s, note_one, 1);
     DDO_CUDA_TRY(cudaStreamDestroy(s));
 
     const double ratio = ddo_pinned / raw_pinned;

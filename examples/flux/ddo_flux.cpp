@@ -32,6 +32,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ddo/cli/dynamic_offload_arguments.hpp"
@@ -40,6 +41,7 @@
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -212,24 +214,28 @@ int run(int argc, char** argv) {
   options.reserve_device_bytes = activations;
   const ddo::host_sim_options sim{.device_capacity_bytes =
                                       static_cast<std::uint64_t>(vram_gib * double(ddo::gib))};
+  options.host_sim = sim;
+  // host_sim stands in for the device on every route (simulated_routes::only), as in ddo-run
+  // without a GPU: backend nvme
+  // is the file route (over host_sim's VMM mode with execution_mode vmm_runtime), backend vmm
+  // host_sim's VMM mode (the legacy or native VMM route by execution_mode), else the linear route.
   std::vector<flux::stage> stages;
-  // The transport the settings choose, as ddo-run picks it on host_sim: backend nvme is the file
-  // route (over host_sim's VMM mode with execution_mode vmm_runtime), backend vmm host_sim's VMM
-  // mode (the legacy or native VMM route by execution_mode), else the linear route.
-  const auto run_on = [&](auto transport) {
-    using transport_type = decltype(transport);
-    auto setup = ddo::setup_offload(table, settings, ddo::component_for(settings, options.inputs),
-                                    options, transport);
+  // The one call (ddo/runtime/prepare_offload.hpp): the transport, the planner, the plan.
+  const auto run_on = [&](auto& prepared) {
+    using transport_type = typename std::decay_t<decltype(prepared)>::transport_type;
+    const auto& setup = prepared.setup;
     const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
     std::printf(
         "ddo: %s card (host_sim), preset %s, %s transport, route %s: %s resident, %s streamed per "
         "step; activations stated %s\n",
         ddo::format_bytes(sim.device_capacity_bytes).c_str(), settings.effective_preset.c_str(),
-        std::string(transport.name()).c_str(), setup.runtime.route.c_str(),
+        std::string(prepared.transport.name()).c_str(),
+        std::string(ddo::to_string(setup.runtime.route)).c_str(),
         ddo::format_bytes(resident).c_str(),
         ddo::format_bytes(table.total_bytes() - resident).c_str(),
         ddo::format_bytes(activations).c_str());
-    ddo::offloader<transport_type> off(table, std::move(setup), transport);
+    auto enabled = prepared.start();
+    auto& off = *enabled.offloader;
     auto compute = off.transport().make_stream();
     const auto view = transport_type::view(compute);
     stages = flux::plan_stages(table, off.plan());
@@ -249,17 +255,8 @@ int run(int argc, char** argv) {
                 steps);
     return out;
   };
-  const bool file_route = settings.config.backend == ddo::offload_backend::nvme;
-  const bool vmm = settings.config.backend == ddo::offload_backend::vmm;
-  const bool vmm_mode = settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
-  const std::vector<float> latents =
-      file_route && vmm_mode
-          ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_vmm_transport>>(settings,
-                                                                                         sim))
-      : file_route
-          ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings, sim))
-      : vmm ? run_on(ddo::make_transport<ddo::host_sim_vmm_transport>(settings, sim))
-            : run_on(ddo::make_transport<ddo::host_sim_transport>(settings, sim));
+  const std::vector<float> latents = ddo::with_prepared_offload<>(
+      table, settings, options, run_on, ddo::routes_of<ddo::simulated_routes::only>{});
   if (!output.empty()) {
     write_latents(output, latents);
     std::printf("latents: %s (%zu x %d float32)\n", output.c_str(), in.image_tokens, c.in_channels);

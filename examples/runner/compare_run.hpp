@@ -28,6 +28,7 @@
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "runner/compare.hpp"
 #include "runner/device_memory_sampler.hpp"
@@ -325,19 +326,19 @@ template <class Engine>
   detail::variant_meter meter(in.gpu);
   // A card too small for the plan (or for the ring the offloader allocates) is a skipped row
   // with ddo's refusal, not a failed sweep.
-  std::optional<offloader<transport_type>> held;
+  // The one call (ddo/runtime/prepare_offload.hpp) over this card's transport.
+  std::optional<enabled_offload<offloader<transport_type>>> held;
   try {
-    const auto component = component_for(settings, options.inputs);
-    offload_setup setup = setup_offload(in.table, settings, component, options, transport);
-    row.description += ": " + std::string(to_string(setup.component.route));
-    row.resident_bytes = setup.plan.total_bytes(placement::gpu_resident);
+    auto prepared = prepare_offload<>(in.table, settings, options, transport);
+    row.description += ": " + std::string(to_string(prepared.setup.component.route));
+    row.resident_bytes = prepared.plan().total_bytes(placement::gpu_resident);
     row.streamed_bytes = in.table.total_bytes() - row.resident_bytes;
-    held.emplace(in.table, std::move(setup), transport);
+    held.emplace(prepared.start());
   } catch (const out_of_memory& e) {
     row.skipped = std::string("ddo refused the plan: ") + e.what();
     return row;
   }
-  auto& off = *held;
+  auto& off = *held->offloader;
   auto& t = off.transport();
   Engine engine(t, in.tokens, in.compute.width, in.compute.type);
   const auto view = engine.view();

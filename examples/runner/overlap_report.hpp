@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The overlap-aware planner in ddo-plan and ddo-run: loading a capacity profile's timings for
-// this model and device, printing the predicted step with the reason for every group, and the
+// The overlap-aware planner's reports in ddo-plan and ddo-run: checking that a named capacity
+// profile exists, printing the predicted step with the reason for every group, and the
 // smallest budget within a slowdown of all-resident. Kept apart from the programs' own option
 // handling.
 
@@ -22,6 +22,7 @@
 #include "ddo/plan/plan.hpp"
 #include "ddo/plan/selectors.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
+#include "ddo/profile/profile_lookup.hpp"
 #include "ddo/profile/profile_store.hpp"
 #include "ddo/profile/profile_timings.hpp"
 #include "ddo/runtime/runtime_options.hpp"
@@ -30,13 +31,9 @@ namespace ddo {
 inline namespace v0 {
 namespace runner {
 
-/// A profile's timings for this run, or why there are none.
-struct overlap_timings {
-  capacity_profile profile;
-  std::vector<group_timing> timings;  // empty: not applied (see note)
-  std::uint64_t tokens = 0;
-  std::string note;  // a warning (another device or model, extrapolated tokens), or ""
-};
+/// A stored profile's timings for this run, or why there are none (ddo::stored_group_timings:
+/// the one call looks it up, runtime/prepare_offload.hpp).
+using overlap_timings = stored_group_timings;
 
 /// @p text quoted for a POSIX shell where it needs to be (it's as 'it'\''s').
 inline std::string shell_word(const std::string& text) {
@@ -58,49 +55,18 @@ inline std::string calibrate_command(const std::string& name,
   return command + " --profile " + shell_word(name) + " --calibrate";
 }
 
-/// Loads profile @p name from the settings' profile directory and its timings at @p tokens.
-/// A profile of another model (fingerprint) or device (@p device_name; "" for host_sim, which
-/// stands in for any device) gives no timings and a warning.
+/// Checks that profile @p name (ddo-plan --profile) is stored with group timings for the one
+/// call to plan with.
 /// @throws usage_error when there is no such profile (with the command that calibrates it for
 /// @p models) or it has no timings (format 1).
-inline overlap_timings load_overlap_timings(const dynamic_offload_settings& settings,
-                                            const std::string& name, const weight_table& table,
-                                            const std::string& device_name, std::uint64_t tokens,
-                                            const std::vector<std::string>& models = {}) {
-  const profile_store store(settings.profile_dir);
-  auto found = store.find(name);
-  if (!found)
-    throw usage_error("no capacity profile '" + name + "' in " + store.directory().string() +
+inline void require_group_timings(const dynamic_offload_settings& settings, const std::string& name,
+                                  const weight_table& table, const std::string& device_name,
+                                  std::uint64_t tokens,
+                                  const std::vector<std::string>& models = {}) {
+  if (!find_group_timings(settings.profile_dir, name, table, device_name, tokens))
+    throw usage_error("no capacity profile '" + name + "' in " +
+                      profile_store(settings.profile_dir).directory().string() +
                       ": calibrate first: " + calibrate_command(name, models));
-  overlap_timings out;
-  out.profile = std::move(*found);
-  out.tokens = tokens;
-  if (const auto why = profile_mismatch(out.profile, model_fingerprint(table), device_name, 0)) {
-    out.note = *why;
-    return out;
-  }
-  out.timings = timings_at(out.profile, tokens, &out.note);
-  return out;
-}
-
-/// The overlap-aware planner's timings when the run names a stored profile with group timings
-/// (format 2 or 3; `profile_name`, not calibrating): ddo-run and ddo-plan both plan with it then, so that they
-/// print the same plan. nullopt: no profile_name, calibrating, or no profile stored yet.
-/// A format 1 profile or one of another device or model gives timings-less result with a note.
-inline std::optional<overlap_timings> stored_overlap_timings(const dynamic_offload_settings& settings,
-                                                             const weight_table& table,
-                                                             const std::string& device_name,
-                                                             std::uint64_t tokens) {
-  const auto& c = settings.config;
-  if (c.profile_name.empty() || c.build_profile) return std::nullopt;
-  if (!profile_store(settings.profile_dir).find(c.profile_name)) return std::nullopt;
-  try {
-    return load_overlap_timings(settings, c.profile_name, table, device_name, tokens);
-  } catch (const usage_error& e) {  // a format 1 profile: its budget still applies
-    overlap_timings t;
-    t.note = std::string("note: ") + e.what();
-    return t;
-  }
 }
 
 /// The ring a plan runs on, as the runtime will run it.

@@ -104,7 +104,7 @@ std::uint64_t run_component(Engine& engine, Offloader& off, const pipeline_model
 template <class Offloader>
 std::string plan_line(const std::string& name, Offloader& off) {
   const auto& plan = off.plan();
-  return name + ": route " + off.metrics().route + ", resident " +
+  return name + ": route " + std::string(to_string(off.metrics().route)) + ", resident " +
          format_bytes(plan.total_bytes(placement::gpu_resident)) + ", ring " +
          std::to_string(off.slot_count()) + " x " + format_bytes(off.slot_bytes()) + ", pinned " +
          format_bytes(plan.total_bytes(placement::pinned_host)) + ", pageable " +

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -87,6 +88,19 @@ using cpu_engine = cpu_engine_t<host_sim_transport>;
 using cpu_vmm_engine = cpu_engine_t<host_sim_vmm_transport>;
 using cpu_nvme_engine = cpu_engine_t<nvme_transport<host_sim_transport>>;
 using cpu_nvme_vmm_engine = cpu_engine_t<nvme_transport<host_sim_vmm_transport>>;
+
+/// Whether @p Transport is host_sim standing in for the device (its VMM mode, the file route
+/// over either): the CPU stand-in computes there.
+template <class Transport>
+inline constexpr bool simulated_transport = std::is_same_v<Transport, host_sim_transport> ||
+                                            std::is_same_v<Transport, host_sim_vmm_transport>;
+template <class Inner>
+inline constexpr bool simulated_transport<nvme_transport<Inner>> = simulated_transport<Inner>;
+
+/// The engine on the transport ddo::with_transport made.
+template <class Transport>
+using engine_for = std::conditional_t<simulated_transport<Transport>, cpu_engine_t<Transport>,
+                                      gpu_engine_t<Transport>>;
 
 // --- the model as the runner computes it ------------------------------------------------------
 

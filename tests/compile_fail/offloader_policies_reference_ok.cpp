@@ -13,9 +13,10 @@ using spread_first = ddo::offloader<ddo::linear_transport, ddo::resident_selecti
 // 3. The largest weights first for both budgets, on the simulated device (tests, CI).
 using largest_sim = ddo::offloader<ddo::host_sim_transport, ddo::largest_selector>;
 
-static_assert(std::is_same_v<config_driven::planner_type, ddo::default_residency_planner>);
-static_assert(std::is_same_v<spread_first::planner_type,
-                             ddo::basic_residency_planner<ddo::spread_selector>>);
+static_assert(std::is_same_v<config_driven::planner_type, ddo::default_offload_planner>);
+static_assert(
+    std::is_same_v<spread_first::planner_type,
+                   ddo::by_profile_planner<ddo::basic_residency_planner<ddo::spread_selector>>>);
 static_assert(std::is_same_v<spread_first::pin_selector_type, ddo::basic_pin_selector<ddo::first_selector>>);
 static_assert(std::is_same_v<largest_sim::pin_selector_type, ddo::basic_pin_selector<ddo::largest_selector>>);
 static_assert(std::is_same_v<largest_sim::transport_type, ddo::host_sim_transport>);

@@ -215,7 +215,7 @@ TEST_SUITE("config") {
         (void)ddo::env_source{env}.collect();
         FAIL("no error");
       } catch (const ddo::config_error& error) {
-        CHECK(error.source() == "env");
+        CHECK(error.source() == ddo::origin::env);
         const std::string message = error.what();
         CHECK(message.find('\n') == std::string::npos);
         for (const auto& needle : needles) {

@@ -131,7 +131,7 @@ TEST_SUITE("config") {
     CHECK(settings.requested_preset == "auto");
     CHECK(settings.effective_preset == "vmm_fast_runtime");
     CHECK(settings.config.execution_mode == ddo::exec_mode::vmm_runtime);
-    CHECK(settings.provenance.of("backend").source == ddo::origin::cli);
+    CHECK(settings.provenance.of(ddo::field_id::backend).source == ddo::origin::cli);
   }
 
   TEST_CASE("unknown presets and presets the vmm backend lacks are errors") {

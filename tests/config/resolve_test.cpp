@@ -66,13 +66,13 @@ TEST_SUITE("config") {
       CAPTURE(sources);
       const auto settings = resolve(sources);
       CHECK(settings.config.pin_cpu_workers == (sources == 0 ? 2 : w[sources - 1]));
-      CHECK(settings.provenance.of("pin_cpu_workers").source == origins[sources]);
+      CHECK(settings.provenance.of(ddo::field_id::pin_cpu_workers).source == origins[sources]);
     }
     const auto all = resolve(5);
-    CHECK(all.provenance.of("pin_cpu_workers").key ==
+    CHECK(all.provenance.of(ddo::field_id::pin_cpu_workers).key ==
           "component transformer policy field pin_cpu_workers");
-    CHECK(resolve(3).provenance.of("pin_cpu_workers").key == "DDO_PIN_CPU_WORKERS");
-    CHECK(resolve(4).provenance.of("pin_cpu_workers").key == "--ddo-pin-cpu-workers");
+    CHECK(resolve(3).provenance.of(ddo::field_id::pin_cpu_workers).key == "DDO_PIN_CPU_WORKERS");
+    CHECK(resolve(4).provenance.of(ddo::field_id::pin_cpu_workers).key == "--ddo-pin-cpu-workers");
   }
 
   TEST_CASE("from_env operational defaults apply without a preset override") {
@@ -82,10 +82,11 @@ TEST_SUITE("config") {
     CHECK(settings.config.small_tensor_threshold_bytes == 1024 * 1024);
     CHECK(settings.config.pin_cpu_workers == 4);
     CHECK(settings.config.available_system_ram_gb == 48.5);
-    CHECK(settings.provenance.of("available_system_ram_gb").source == ddo::origin::detected);
+    CHECK(settings.provenance.of(ddo::field_id::available_system_ram_gb).source ==
+          ddo::origin::detected);
     CHECK_FALSE(settings.config.show_profile);
     CHECK(settings.config.always_resident_modules_pattern == ddo::builtin_always_resident_patterns());
-    CHECK(settings.provenance.of("show_profile").source == ddo::origin::default_value);
+    CHECK(settings.provenance.of(ddo::field_id::show_profile).source == ddo::origin::default_value);
   }
 
   TEST_CASE("a whole explicit config replaces preset and operational defaults") {
@@ -100,7 +101,7 @@ TEST_SUITE("config") {
     CHECK(settings.config.pin_cpu_workers == 3);  // not the preset's 2
     CHECK(settings.config.small_tensor_threshold_bytes == 16 * 1024);  // not from_env()'s
     CHECK(settings.config.verbose);  // the environment still outranks it
-    CHECK(settings.provenance.of("pin_cpu_workers").source == ddo::origin::config);
+    CHECK(settings.provenance.of(ddo::field_id::pin_cpu_workers).source == ddo::origin::config);
     CHECK(settings.explicit_config);
     // The preset's VAE leaf fallback is bypassed by an explicit config.
     CHECK(settings.components.at(0).route == ddo::component_route::dynamic_offload);
@@ -149,7 +150,7 @@ TEST_SUITE("config") {
     const auto settings = ddo::resolve_settings(inputs);
     CHECK(settings.config.backend == ddo::offload_backend::nvme);
     CHECK(settings.config.execution_mode == ddo::exec_mode::vmm_runtime);
-    CHECK(settings.provenance.of("backend").source == ddo::origin::detected);
+    CHECK(settings.provenance.of(ddo::field_id::backend).source == ddo::origin::detected);
     REQUIRE(settings.warnings.size() == 1);
     CHECK(settings.warnings[0].find("with preset nvme_baseline runs the preset's route") !=
           std::string::npos);
@@ -287,7 +288,7 @@ TEST_SUITE("config") {
     };
     CHECK(resolve("vmm_fast_runtime").config.vmm_staging_buffer_gb == total);
     CHECK(resolve("nvme_baseline").config.vmm_staging_buffer_gb == total / 2);
-    CHECK(resolve("nvme_baseline").provenance.of("vmm_staging_buffer_gb").key ==
+    CHECK(resolve("nvme_baseline").provenance.of(ddo::field_id::vmm_staging_buffer_gb).key ==
           "--ddo-vmm-total-staging-gb");
     auto inputs = ddo_test::hermetic_inputs();
     inputs.preset = "vmm_fast_runtime";
@@ -321,17 +322,17 @@ TEST_SUITE("config") {
       CHECK(value_of(ddo::resolve_settings(inputs)) == 0.0);  // not shared by default
       inputs.overrides = {{name, 1.5}};
       CHECK(value_of(ddo::resolve_settings(inputs)) == 1.5);
-      CHECK(ddo::resolve_settings(inputs).provenance.of(name).source == ddo::origin::config);
+      CHECK(ddo::resolve_settings(inputs).provenance.of(info.id).source == ddo::origin::config);
       inputs.toml = ddo::parse_toml_config(name + " = 2.25", "t.toml");
       CHECK(value_of(ddo::resolve_settings(inputs)) == 2.25);
-      CHECK(ddo::resolve_settings(inputs).provenance.of(name).source == ddo::origin::toml);
+      CHECK(ddo::resolve_settings(inputs).provenance.of(info.id).source == ddo::origin::toml);
       inputs.environment = std::map<std::string, std::string>{{std::string(info.env), "3.5"}};
       CHECK(value_of(ddo::resolve_settings(inputs)) == 3.5);
-      CHECK(ddo::resolve_settings(inputs).provenance.of(name).key == info.env);
+      CHECK(ddo::resolve_settings(inputs).provenance.of(info.id).key == info.env);
       inputs.cli = cli_layer({{name, 4.75}});
       const auto all = ddo::resolve_settings(inputs);
       CHECK(value_of(all) == 4.75);
-      CHECK(all.provenance.of(name).key == info.flag());
+      CHECK(all.provenance.of(info.id).key == info.flag());
       // Refused, naming the source, the value and what is allowed: a variable or flag that is
       // not a non-negative number when read, a value from code by the validator.
       for (const char* bad : {"-1", "nan", "inf", "lots"}) {
@@ -402,7 +403,7 @@ TEST_SUITE("config") {
     ::unsetenv("DDO_PRESET");
     CHECK(from_preset.requested_preset == "low_ram_safe");  // code wins over DDO_PRESET
     CHECK(from_preset.config.pin_cpu_workers == 6);
-    CHECK(from_preset.provenance.of("pin_cpu_workers").key == "DDO_PIN_CPU_WORKERS");
+    CHECK(from_preset.provenance.of(ddo::field_id::pin_cpu_workers).key == "DDO_PIN_CPU_WORKERS");
     CHECK(from_variable.requested_preset == "warm_process");
   }
 }

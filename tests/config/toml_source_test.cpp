@@ -27,7 +27,7 @@ std::string error_of(const std::string& text) {
   try {
     (void)ddo::parse_toml_config(text, "test.toml");
   } catch (const ddo::config_error& error) {
-    CHECK(error.source() == "toml");
+    CHECK(error.source() == ddo::origin::toml);
     const std::string message = error.what();
     CHECK(message.find('\n') == std::string::npos);
     return message;
@@ -154,7 +154,7 @@ TEST_SUITE("config") {
     const auto second = ddo::resolve_settings(again);
     CHECK(second.config == first.config);
     CHECK(second.requested_preset == "low_ram_safe");
-    CHECK(second.provenance.of("pin_cpu_workers").source == ddo::origin::toml);
+    CHECK(second.provenance.of(ddo::field_id::pin_cpu_workers).source == ddo::origin::toml);
   }
 
   TEST_CASE("toml_source reads a file; a missing file is an io_error naming it") {

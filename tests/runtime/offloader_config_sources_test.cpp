@@ -43,7 +43,7 @@ TEST_SUITE("runtime") {
     ddo::offloader<ddo::host_sim_transport> offloader(table, context, code);
     REQUIRE(offloader.settings() != nullptr);
     CHECK(offloader.settings()->config.small_tensor_threshold_bytes == 1024);
-    CHECK(offloader.settings()->provenance.of("small_tensor_threshold_bytes").source ==
+    CHECK(offloader.settings()->provenance.of(ddo::field_id::small_tensor_threshold_bytes).source ==
           ddo::origin::config);
     CHECK(offloader.group_count() == 4);
     CHECK(offloader.plan().decisions[*table.find("blocks.3.ff.up.weight")].where ==

@@ -63,10 +63,14 @@ std::vector<ddo::placement> placements(const ddo::offload_plan& p) {
 
 TEST_SUITE("runtime") {
   TEST_CASE("a bare selector fixes both selections; resident_selection and pin_selection one each") {
-    static_assert(std::is_same_v<largest_sim::planner_type, ddo::basic_residency_planner<ddo::largest_selector>>);
-    static_assert(std::is_same_v<spread_first::planner_type, ddo::basic_residency_planner<ddo::spread_selector>>);
+    static_assert(std::is_same_v<
+                  largest_sim::planner_type,
+                  ddo::by_profile_planner<ddo::basic_residency_planner<ddo::largest_selector>>>);
+    static_assert(std::is_same_v<
+                  spread_first::planner_type,
+                  ddo::by_profile_planner<ddo::basic_residency_planner<ddo::spread_selector>>>);
     static_assert(std::is_same_v<spread_first::pin_selector_type, ddo::basic_pin_selector<ddo::first_selector>>);
-    static_assert(std::is_same_v<config_driven::planner_type, ddo::default_residency_planner>);
+    static_assert(std::is_same_v<config_driven::planner_type, ddo::default_offload_planner>);
     static_assert(std::is_same_v<ddo::offloader<ddo::host_sim_transport, ddo::first_selector>::pin_selector_type,
                                  ddo::basic_pin_selector<ddo::first_selector>>);
     CHECK(true);

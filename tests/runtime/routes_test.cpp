@@ -75,7 +75,7 @@ TEST_CASE("block_level group offload merges num_blocks_per_group blocks into one
   ddo::basic_offloader<host_sim_transport> off(sim, m.table, plan, ddo::group_offload_runtime_options(o));
   CHECK(off.slot_count() == 2);
   CHECK(ddo_test::count_mismatches(off, sim, m.bytes, 2) == 0);
-  CHECK(off.metrics().route == "diffusers_group_offload");
+  CHECK(off.metrics().route == ddo::executed_route::diffusers_group_offload);
 }
 
 TEST_CASE("leaf_level group offload streams every module as its own group") {
@@ -185,7 +185,7 @@ TEST_CASE("enable_pipeline_offload routes each component by its own policy") {
       options, sim);
   CHECK(pipe.order == std::vector<std::string>{"transformer", "vae"});
   CHECK(pipe["vae"].component.route == ddo::component_route::diffusers_group_offload);
-  CHECK(pipe["vae"]->metrics().route == "diffusers_group_offload");
+  CHECK(pipe["vae"]->metrics().route == ddo::executed_route::diffusers_group_offload);
   CHECK(pipe["vae"]->group_count() == vae.table.size());
   CHECK(ddo_test::count_mismatches(*pipe["transformer"], sim, transformer.bytes, 1) == 0);
   CHECK(ddo_test::count_mismatches(*pipe["vae"], sim, vae.bytes, 1) == 0);

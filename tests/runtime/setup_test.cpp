@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one setup path (runtime/setup.hpp): the machine the plan sees, DDO_PRESET precedence,
-// the application's plan cache, verbose setup details, execution_device, stated RAM.
+// the application's plan cache, verbose setup details, execution_device, stated RAM; the one
+// call (runtime/prepare_offload.hpp) behind every entry point.
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "ddo/plan/plan_format.hpp"
+#include "ddo/profile/model_fingerprint.hpp"
+#include "ddo/profile/profile_store.hpp"
 #include "ddo/runtime/enable_offload.hpp"
 #include "ddo/runtime/pipeline_offload.hpp"
 #include "ddo/runtime/setup.hpp"
@@ -107,7 +113,7 @@ TEST_SUITE("runtime") {
     REQUIRE(config.backend == ddo::offload_backend::auto_select);
     options.inputs.config = config;
     const auto settings = ddo::resolve_settings(options.inputs);
-    CHECK(settings.provenance.of("backend").source == ddo::origin::detected);
+    CHECK(settings.provenance.of(ddo::field_id::backend).source == ddo::origin::detected);
     // The fixed host_sim transport is not refused for the backend auto resolved to.
     const auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
                                           options, sim);
@@ -294,5 +300,78 @@ TEST_SUITE("runtime") {
     CHECK(setup.plan.budgets.resident_budget_detail == "one pass");
     CHECK(setup.plan.total_bytes(ddo::placement::gpu_resident) ==
           setup.plan.budgets.rule_resident_bytes);
+  }
+}
+
+TEST_SUITE("runtime") {
+  TEST_CASE(
+      "the one call: enable_offload, with_offload_backend and with_prepared_offload plan alike; "
+      "a stored profile's group timings choose the overlap-aware planner") {
+    const blocks_model m(std::random_device{}());
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("ddo_one_call_" + std::to_string(std::random_device{}()));
+    auto options = quiet();
+    options.host_sim.device_capacity_bytes = ddo::gib;
+    options.inputs.environment =
+        std::map<std::string, std::string>{{"DDO_PROFILE_DIR", dir.string()}};
+    options.inputs.overrides.emplace_back("backend", std::string("host_sim"));
+    options.inputs.overrides.emplace_back(
+        "resident_module_budget_gb",
+        static_cast<double>(m.table.total_bytes() / 2) / static_cast<double>(ddo::gib));
+    const auto json = [&](const ddo::offload_plan& plan) {
+      return ddo::format_plan(plan, m.table, ddo::plan_format::json);
+    };
+    // Each entry point's plan and transport, for the same inputs.
+    const auto plans = [&](const ddo::setup_options& o) {
+      auto enabled =
+          ddo::enable_offload(m.table, std::nullopt, o, ddo::host_sim_transport(o.host_sim));
+      const auto chosen = ddo::with_offload_backend(m.table, std::nullopt, o, [&](auto& e) {
+        return json(e.plan()) + std::string(e->transport().name());
+      });
+      const auto prepared =
+          ddo::with_prepared_offload<>(m.table, enabled.settings, o, [&](auto& p) {
+            return std::make_pair(json(p.plan()) + std::string(p.transport.name()), p.profile);
+          });
+      CHECK(chosen == json(enabled.plan()) + "host_sim");
+      CHECK(prepared.first == chosen);
+      return std::make_pair(enabled.plan().budgets, prepared.second);
+    };
+    // Named results, not structured bindings: doctest's CHECK may capture in a lambda, which
+    // clang before 16 cannot do for a binding.
+    const auto plain = plans(options);
+    CHECK_FALSE(plain.second.has_value());
+    CHECK(plain.first.resident_selection != "overlap");
+    CHECK(plain.first.planner_detail == "selection: no profile_name");
+
+    options.inputs.overrides.emplace_back("profile_name", std::string("onecall"));
+    const auto absent = plans(options);
+    CHECK_FALSE(absent.second.has_value());
+    CHECK(absent.first.planner_detail.find("not stored yet") != std::string::npos);
+
+    // A profile with group timings for this model: copies slower than compute, so residents pay.
+    ddo::capacity_profile p;
+    p.name = "onecall";
+    p.model_fingerprint = ddo::model_fingerprint(m.table);
+    p.recommended_resident_budget_bytes = m.table.total_bytes() / 2;
+    p.tokens_low = p.tokens_high = 8;
+    p.slot_count = 3;
+    p.prefetch_depth = 2;
+    auto enabled = ddo::enable_offload(m.table, std::nullopt, options,
+                                       ddo::host_sim_transport(options.host_sim));
+    for (const auto& g : enabled.plan().groups) {
+      ddo::group_profile gp;
+      gp.name = g.name;
+      for (std::size_t w : g.weights) gp.pinned_bytes += m.table[w].bytes;
+      gp.transfer_ns = 2'000'000;
+      gp.compute_ns_low = gp.compute_ns_high = 500'000;
+      p.groups.push_back(gp);
+    }
+    ddo::profile_store(dir.string()).save(p);
+    const auto overlap = plans(options);
+    REQUIRE(overlap.second.has_value());
+    CHECK_FALSE(overlap.second->timings.empty());
+    CHECK(overlap.first.resident_selection == "overlap");
+    CHECK(overlap.first.planner_detail.find("capacity profile 'onecall'") != std::string::npos);
+    std::filesystem::remove_all(dir);
   }
 }

@@ -505,18 +505,18 @@ TEST_SUITE("transport") {
     };
     auto t = roomy_transport();
     const auto native = setup_for(true, 0.0, t);
-    CHECK(native.runtime.route == "vmm_fast_runtime");
+    CHECK(native.runtime.route == ddo::executed_route::vmm_fast_runtime);
     CHECK(native.runtime.native_vmm.enabled);
     const auto retained = setup_for(false, 0.5, t);  // source retention selects it too
-    CHECK(retained.runtime.route == "vmm_fast_runtime");
+    CHECK(retained.runtime.route == ddo::executed_route::vmm_fast_runtime);
     CHECK(retained.runtime.native_vmm.source_cache_bytes == ddo::gib / 2);
     const auto legacy = setup_for(false, 0.0, t);
-    CHECK(legacy.runtime.route == "vmm_runtime");
+    CHECK(legacy.runtime.route == ddo::executed_route::vmm_runtime);
     CHECK_FALSE(legacy.runtime.native_vmm.enabled);
     {
       // The executed route is what the metrics report.
       ddo::basic_offloader<ddo::host_sim_vmm_transport> off(t, m->table, native.plan, native.runtime);
-      CHECK(off.metrics().route == "vmm_fast_runtime");
+      CHECK(off.metrics().route == ddo::executed_route::vmm_fast_runtime);
       CHECK(off.metrics().native.enabled);
     }
     // An engine that fixed a transport without stable addresses runs the linear route: reported.

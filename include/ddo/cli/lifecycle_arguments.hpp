@@ -50,7 +50,7 @@ inline void add_dynamic_offload_lifecycle_arguments(
   const std::string value = to_lower(trim(it->second.as<std::string>()));
   if (env_truthy(value)) return true;
   if (value == "0" || value == "false" || value == "no" || value == "off") return false;
-  throw config_error("cli", flag,
+  throw config_error(origin::cli, flag,
                      "flag " + flag + " = \"" + it->second.as<std::string>() +
                          "\": not a valid value; expected true or false (1/0, yes/no, on/off)");
 }

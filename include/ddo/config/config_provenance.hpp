@@ -4,7 +4,6 @@
 /// @brief ddo::config_provenance: for every config field, the source of its resolved value.
 
 #include <cstddef>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,12 +33,6 @@ class config_provenance {
   [[nodiscard]] const field_origin& at(field_id id) const { return origins_.at(field_index(id)); }
   /// @brief The origin of field @p id (the same as at(id)).
   [[nodiscard]] const field_origin& of(field_id id) const { return at(id); }
-  /// @brief The origin of field @p name; throws std::out_of_range for an unknown name.
-  [[nodiscard]] const field_origin& of(std::string_view name) const {
-    const auto id = parse_field_id(name);
-    if (!id) throw std::out_of_range("ddo: no config field named '" + sanitize_utf8(name) + "'");
-    return at(*id);
-  }
   /// @brief Records that field @p index was last set by @p where.
   void set(std::size_t index, field_origin where) { origins_.at(index) = std::move(where); }
   /// @brief Records that field @p id was last set by @p where.

@@ -50,7 +50,7 @@ struct explicit_source {
       const field_origin where{origin::config, name};
       const auto index = find_field(name);
       if (!index)
-        throw config_error("config", name,
+        throw config_error(origin::config, name,
                            "explicit config field " + name + " is not a ddo setting" +
                                did_you_mean(closest_name(name, field_names())));
       layer.fields.push_back({*index, normalize_field_value(config_fields()[*index], value, where),

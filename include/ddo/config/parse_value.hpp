@@ -96,7 +96,7 @@ inline namespace v0 {
 
 [[noreturn]] inline void throw_rejected(const field_origin& where, std::string_view field_name,
                                         std::string_view seen, std::string_view allowed) {
-  throw config_error(std::string(to_string(where.source)), where.key,
+  throw config_error(where.source, where.key,
                      rejected_value_message(where, field_name, seen, allowed));
 }
 
@@ -204,7 +204,7 @@ inline namespace v0 {
                                                        const field_value& value,
                                                        const field_origin& where) {
   const auto wrong_type = [&](std::string_view expected) -> field_value {
-    throw config_error(std::string(to_string(where.source)), where.key,
+    throw config_error(where.source, where.key,
                        describe(where) + " has type " + std::string(value_type_name(value)) +
                            "; expected " + std::string(expected) + " for " +
                            std::string(info.name));

@@ -17,6 +17,7 @@
 #include "ddo/config/closest_name.hpp"
 #include "ddo/config/component_policy.hpp"
 #include "ddo/config/dynamic_offload_config.hpp"
+#include "ddo/config/enum_names.hpp"
 #include "ddo/config/field_id.hpp"
 #include "ddo/config/field_value.hpp"
 #include "ddo/config/preset_id.hpp"
@@ -46,75 +47,78 @@ using preset_value = std::pair<field_id, field_value>;
 [[nodiscard]] inline std::vector<preset_value> preset_values(preset_id preset) {
   using v = std::vector<preset_value>;
   using enum field_id;
+  // Enum settings are written as enum values; a field_value carries an enum as its canonical
+  // name (config/enum_names.hpp), which normalize_field_value reads back.
+  const auto value = [](auto e) { return field_value(std::string(enum_name(e))); };
   const std::vector<std::string> auto_blocks = {"auto"};
   switch (preset) {
     case preset_id::one_shot_fast:
-      return v{{execution_mode, std::string("linear_runtime")},
+      return v{{execution_mode, value(exec_mode::linear_runtime)},
                {pin_cpu_memory, true},
-               {auto_budget_policy, std::string("balanced")},
+               {auto_budget_policy, value(budget_policy::balanced)},
                {resident_module_patterns, auto_blocks},
                {auto_vram_headroom_gb, 1.5}};
     case preset_id::low_ram_safe:
-      return v{{execution_mode, std::string("linear_runtime")},
+      return v{{execution_mode, value(exec_mode::linear_runtime)},
                {pin_cpu_memory, false},
                {pin_cpu_workers, std::int64_t{2}},
-               {auto_budget_policy, std::string("balanced")},
+               {auto_budget_policy, value(budget_policy::balanced)},
                {resident_module_patterns, auto_blocks},
                {max_resident_module_budget_gb, 3.0},
                {auto_vram_headroom_gb, 3.0},
                {auto_full_pin_min_model_to_vram_ratio, 0.0},
                {system_ram_headroom_gb, 8.0},
-               {load_safetensors_backend, std::string("mmap")}};
+               {load_safetensors_backend, value(safetensors_backend::mmap)}};
     case preset_id::wsl_compat:
-      return v{{execution_mode, std::string("linear_runtime")},
+      return v{{execution_mode, value(exec_mode::linear_runtime)},
                {pin_cpu_memory, false},
                {pin_cpu_workers, std::int64_t{1}},
-               {auto_budget_policy, std::string("balanced")},
+               {auto_budget_policy, value(budget_policy::balanced)},
                {resident_module_patterns, auto_blocks},
                {auto_vram_headroom_gb, 2.0},
                {auto_full_pin_min_model_to_vram_ratio, 0.0},
                {system_ram_headroom_gb, 8.0}};
     case preset_id::diffusers_offload_compat:
     case preset_id::diffusers_leaf_offload_compat:
-      return v{{execution_mode, std::string("linear_runtime")},
+      return v{{execution_mode, value(exec_mode::linear_runtime)},
                {pin_cpu_memory, true},
-               {auto_budget_policy, std::string("off")},
+               {auto_budget_policy, value(budget_policy::off)},
                {resident_module_budget_gb, 0.0},
                {always_resident_modules_pattern, std::vector<std::string>{}}};
     case preset_id::off:
-      return v{{execution_mode, std::string("plan")},
+      return v{{execution_mode, value(exec_mode::plan)},
                {pin_cpu_memory, false},
-               {auto_budget_policy, std::string("off")}};
+               {auto_budget_policy, value(budget_policy::off)}};
     case preset_id::warm_process:
-      return v{{execution_mode, std::string("linear_runtime")},
+      return v{{execution_mode, value(exec_mode::linear_runtime)},
                {pin_cpu_memory, true},
                {pin_cpu_workers, std::int64_t{8}},
                {cache_plan, true},
                {cache_pinned_weights, true},
                {pinned_weight_cache_namespace, std::string("warm_process")},
-               {auto_budget_policy, std::string("balanced")},
+               {auto_budget_policy, value(budget_policy::balanced)},
                {resident_module_patterns, auto_blocks},
                {auto_vram_headroom_gb, 1.5},
                {auto_full_pin_min_model_to_vram_ratio, 1.0}};
     case preset_id::nvme_baseline:
-      return v{{execution_mode, std::string("vmm_runtime")},
-               {backend, std::string("nvme")},
+      return v{{execution_mode, value(exec_mode::vmm_runtime)},
+               {backend, value(offload_backend::nvme)},
                {vmm_native_transport, false},
                {vmm_resident_weight_budget_gb, 4.0},
                {vmm_staging_buffer_gb, 0.625},
                {pin_cpu_memory, false},
-               {auto_budget_policy, std::string("balanced")},
+               {auto_budget_policy, value(budget_policy::balanced)},
                {resident_module_patterns, auto_blocks},
                {auto_vram_headroom_gb, 1.5},
-               {load_safetensors_backend, std::string("pread")}};
+               {load_safetensors_backend, value(safetensors_backend::pread)}};
     case preset_id::vmm_fast_runtime:
-      return v{{execution_mode, std::string("vmm_runtime")},
-               {backend, std::string("vmm")},
+      return v{{execution_mode, value(exec_mode::vmm_runtime)},
+               {backend, value(offload_backend::vmm)},
                {vmm_native_transport, true},
                {vmm_resident_weight_budget_gb, 4.0},
                {vmm_staging_buffer_gb, 1.25},
                {pin_cpu_memory, false},
-               {auto_budget_policy, std::string("off")}};
+               {auto_budget_policy, value(budget_policy::off)}};
     case preset_id::auto_select:
       break;
   }
@@ -164,7 +168,7 @@ inline constexpr double auto_low_ram_gb = 16.0;
                                                   const preset_context& context,
                                                   const field_origin& origin_of_request = {
                                                       origin::config, "preset"}) {
-  const std::string source(to_string(origin_of_request.source));
+  const origin source = origin_of_request.source;
   const std::string& key = origin_of_request.key;
   const std::string where = describe(origin_of_request);
   const auto preset = parse_preset(requested);

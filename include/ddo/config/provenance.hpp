@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief Where a resolved value came from: default, preset, config, toml, env, cli or component.
+/// @brief Where a resolved value came from (ddo::origin, core/origin.hpp) and how a message names
+/// it.
 
 #include <array>
 #include <cstddef>
@@ -9,26 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "ddo/core/enum_names.hpp"
+#include "ddo/core/origin.hpp"
 
 namespace ddo {
 inline namespace v0 {
-
-/// @brief The sources of a setting, lowest precedence first. `detected` is a default measured on
-/// this machine (available_system_ram_gb from MemAvailable and the cgroup limit): like
-/// default_value it is not a choice of the application, so a RAM the engine states outranks it.
-enum class origin { default_value, detected, preset, config, toml, env, cli, component };
-
-template <>
-struct enum_names<origin> {
-  static constexpr std::array<std::string_view, 8> values = {
-      "default", "detected", "preset", "config", "toml", "env", "cli", "component"};
-};
-
-/// @brief "default", "detected", "preset", "config", "toml", "env", "cli" or "component".
-[[nodiscard]] constexpr std::string_view to_string(origin source) noexcept {
-  return enum_name(source);
-}
 
 /// @brief The origin of one value: the source, and the key within it (the `DDO_*` variable, the
 /// `--ddo-*` flag, `file.toml:key`, the preset name, or `component NAME`).
@@ -51,6 +36,8 @@ struct field_origin {
     case origin::env: return "environment variable " + where.key;
     case origin::cli: return "flag " + where.key;
     case origin::component: return where.key;
+    case origin::engine: return "the engine's " + where.key;
+    case origin::transport: return "transport check of " + where.key;
   }
   return where.key;
 }

@@ -65,7 +65,7 @@ class toml_limit_scanner {
   struct resume {};
 
   [[noreturn]] void refuse(const std::string& what) const {
-    throw config_error("toml", file_,
+    throw config_error(origin::toml, file_,
                        file_ + ":" + std::to_string(line_) + ": " + what +
                            " (a limit ddo enforces before the TOML parser reads the file)");
   }

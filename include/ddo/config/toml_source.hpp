@@ -68,7 +68,7 @@ inline std::string toml_type_name(const toml::node& node) {
 
 [[noreturn]] inline void toml_type_error(const std::string& key, const toml::node& node,
                                          std::string_view expected) {
-  throw config_error("toml", key,
+  throw config_error(origin::toml, key,
                      "TOML key " + key + " has type " + toml_type_name(node) + "; expected " +
                          std::string(expected));
 }
@@ -85,9 +85,9 @@ inline field_value toml_to_value(const toml::node& node, const std::string& key,
     for (const auto& element : *array) {
       const auto* text = element.as_string();
       if (!text)
-        throw config_error("toml", key,
-                           "TOML key " + key + " is an array holding a " +
-                               toml_type_name(element) + "; expected an array of strings");
+        throw config_error(origin::toml, key,
+                           "TOML key " + key + " is an array holding a " + toml_type_name(element) +
+                               "; expected an array of strings");
       items.push_back(text->get());
     }
     return items;
@@ -107,7 +107,7 @@ inline void toml_unknown_key(const std::string& file, std::string_view table, st
   // A [ddo] table (or [dynamic_offload], as in other tools' files) is the common first guess:
   // say where the keys go.
   const bool wrapper = table.empty() && (key == "ddo" || key == "dynamic_offload");
-  throw config_error("toml", where,
+  throw config_error(origin::toml, where,
                      "TOML key " + where + " is not a ddo setting" +
                          (wrapper ? std::string("; ddo's keys go at the top level of the file or "
                                                 "under [config] (components under "
@@ -131,7 +131,7 @@ inline void read_toml_field(config_layer& layer, const std::string& file, std::s
   const field_origin where{origin::toml, where_key};
   for (const auto& earlier : layer.fields)
     if (earlier.field == *index)
-      throw config_error("toml", where_key,
+      throw config_error(origin::toml, where_key,
                          "TOML sets " + std::string(info.name) + " twice: at " + earlier.where.key +
                              " and at " + where_key +
                              " (the top level and [config] are the same settings); keep one");
@@ -154,7 +154,7 @@ inline component_policy read_toml_component(const std::string& file, const std::
       if (!text) toml_type_error(where, node, "a string");
       const auto route = parse_route(to_lower(trim(text->get())));
       if (!route)
-        throw config_error("toml", where,
+        throw config_error(origin::toml, where,
                            "TOML key " + where + " = \"" + text->get() +
                                "\": not a valid value; expected " + std::string(route_choices));
       policy.route = *route;
@@ -169,7 +169,7 @@ inline component_policy read_toml_component(const std::string& file, const std::
       if (!text) toml_type_error(where, node, "a string");
       const auto type = parse_group_offload_type(text->get());
       if (!type)
-        throw config_error("toml", where,
+        throw config_error(origin::toml, where,
                            "TOML key " + where + " = \"" + text->get() +
                                "\": not a valid value; expected \"block_level\" or \"leaf_level\"");
       policy.offload_type = *type;
@@ -177,7 +177,7 @@ inline component_policy read_toml_component(const std::string& file, const std::
       const auto* number = node.as_integer();
       if (!number) toml_type_error(where, node, "a positive integer");
       if (number->get() < 1)
-        throw config_error("toml", where,
+        throw config_error(origin::toml, where,
                            "TOML key " + where + " = " + std::to_string(number->get()) +
                                ": not a valid value; expected a positive integer");
       policy.num_blocks_per_group = number->get();
@@ -225,9 +225,10 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
     if (tomlpp_whitespace_lookup_undefined(c)) {
       char code[16];
       std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(c));
-      throw config_error("toml", file,
+      throw config_error(origin::toml, file,
                          file + ":" + std::to_string(line) + ":" + std::to_string(column) +
-                             ": the character " + code + " cannot be read safely by the TOML "
+                             ": the character " + code +
+                             " cannot be read safely by the TOML "
                              "library ddo uses (toml++ 3.3 or older); remove it or "
                              "write it as a \\u escape inside a string");
     }
@@ -254,8 +255,9 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
     root = toml::parse(text, std::string_view(file));
   } catch (const toml::parse_error& error) {
     const auto& begin = error.source().begin;
-    throw config_error("toml", file,
-                       file + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column) +
+    throw config_error(origin::toml, file,
+                       file + ":" + std::to_string(begin.line) + ":" +
+                           std::to_string(begin.column) +
                            ": invalid TOML: " + std::string(error.description()));
   }
   config_layer layer;
@@ -266,7 +268,7 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
                               std::string(key);
     const auto refuse_twice = [&](const auto& earlier, std::string_view name) {
       if (earlier)
-        throw config_error("toml", where,
+        throw config_error(origin::toml, where,
                            "TOML sets " + std::string(name) + " twice: at " + earlier->where.key +
                                " and at " + where + "; keep one");
     };

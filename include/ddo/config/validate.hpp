@@ -29,25 +29,26 @@ inline std::string format_number(double value) {
   return text;
 }
 
-[[noreturn]] inline void throw_invalid(const config_provenance& provenance, std::string_view name,
+[[noreturn]] inline void throw_invalid(const config_provenance& provenance, field_id id,
                                        const std::string& seen, const std::string& rule) {
-  const field_origin& where = provenance.of(name);
+  const field_origin& where = provenance.of(id);
+  const std::string_view name = to_string(id);
   std::string message = describe(where) + " = " + seen;
   if (where.key != name) message += " (" + std::string(name) + ")";
   message += ": " + rule;
-  throw config_error(std::string(to_string(where.source)), where.key, message);
+  throw config_error(where.source, where.key, message);
 }
 
-inline void check_patterns(const config_provenance& provenance, std::string_view name,
+inline void check_patterns(const config_provenance& provenance, field_id id,
                            const std::vector<std::string>& patterns) {
   // The loop variable is not called `pattern`: nvcc's front end then fails to see ddo::pattern.
   for (const auto& text : patterns) {
-    if (text == "auto" && name == "resident_module_patterns") continue;
+    if (text == "auto" && id == field_id::resident_module_patterns) continue;
     try {
       const ddo::pattern compiled(text);
       (void)compiled;
     } catch (const pattern_error& error) {
-      throw_invalid(provenance, name, "\"" + text + "\"",
+      throw_invalid(provenance, id, "\"" + text + "\"",
                     std::string("not a valid regular expression (") + error.what() + ")");
     }
   }
@@ -89,105 +90,109 @@ inline void validate(dynamic_offload_config& config, const config_provenance& pr
                                  : info.unit == "bytes" ? max_stated_bytes
                                                         : 0;
       if (most != 0 && value > 0 && static_cast<std::uint64_t>(value) > most)
-        throw_invalid(provenance, info.name, std::to_string(value),
+        throw_invalid(provenance, info.id, std::to_string(value),
                       "must be from 0 to " + std::to_string(most) + " " + std::string(info.unit) +
                           " (16 PiB: larger than any machine)");
       continue;
     }
     if (info.type != field_type::real && info.type != field_type::ratio) continue;
     const double value = std::get<double>(info.get(config));
-    if (!std::isfinite(value)) throw_invalid(provenance, info.name, format_number(value), "must be a finite number");
+    if (!std::isfinite(value))
+      throw_invalid(provenance, info.id, format_number(value), "must be a finite number");
     if (info.type == field_type::real && value < 0)
-      throw_invalid(provenance, info.name, format_number(value), "must be 0 or more");
+      throw_invalid(provenance, info.id, format_number(value), "must be 0 or more");
     // Every size in GiB converts to bytes through gib_to_bytes: bounded here, where the value's
     // source is known, so that no conversion saturates or wraps later.
     if (info.unit == "GiB" && value > max_stated_gib)
-      throw_invalid(provenance, info.name, format_number(value),
+      throw_invalid(provenance, info.id, format_number(value),
                     "must be from 0 to 16777216 GiB (16 PiB: larger than any machine)");
   }
   if (config.pin_weight_budget_ratio < 0.0 || config.pin_weight_budget_ratio > 1.0) {
     const double clamped = config.pin_weight_budget_ratio < 0.0 ? 0.0 : 1.0;
-    warnings.push_back("ddo: " + describe(provenance.of("pin_weight_budget_ratio")) + " = " +
-                       format_number(config.pin_weight_budget_ratio) +
+    warnings.push_back("ddo: " + describe(provenance.of(field_id::pin_weight_budget_ratio)) +
+                       " = " + format_number(config.pin_weight_budget_ratio) +
                        " is outside 0.0..1.0; clamped to " + format_number(clamped));
     config.pin_weight_budget_ratio = clamped;
   }
   if (config.pin_cpu_workers < 1 ||
       static_cast<std::size_t>(config.pin_cpu_workers) > max_worker_threads)
-    throw_invalid(provenance, "pin_cpu_workers", std::to_string(config.pin_cpu_workers),
+    throw_invalid(provenance, field_id::pin_cpu_workers, std::to_string(config.pin_cpu_workers),
                   "must be a positive worker count, at most " + std::to_string(max_worker_threads) +
                       " (ddo/core/thread_limits.hpp); setup starts no more than it has work for");
   if (!detail::is_cuda_device(config.execution_device))
-    throw_invalid(provenance, "execution_device", "\"" + config.execution_device + "\"",
-                    "expected \"cuda\" or \"cuda:N\"");
+    throw_invalid(provenance, field_id::execution_device, "\"" + config.execution_device + "\"",
+                  "expected \"cuda\" or \"cuda:N\"");
   if (config.offload_device != "cpu")
-    throw_invalid(provenance, "offload_device", "\"" + config.offload_device + "\"",
+    throw_invalid(provenance, field_id::offload_device, "\"" + config.offload_device + "\"",
                   "expected \"cpu\" (ddo keeps inactive weights in host memory)");
   if (config.vmm_page_mb != 0 && config.vmm_page_mb % 2 != 0)
-    throw_invalid(provenance, "vmm_page_mb", std::to_string(config.vmm_page_mb),
+    throw_invalid(provenance, field_id::vmm_page_mb, std::to_string(config.vmm_page_mb),
                   "must be 0 (default geometry) or a multiple of 2 (the 2 MiB VMM granularity)");
   if (config.vmm_source_registered_gb > 0.0) {
     const long double bytes =
         static_cast<long double>(config.vmm_source_registered_gb) * static_cast<long double>(gib);
     const long double segments = bytes / static_cast<long double>(vmm_segment_bytes);
     if (std::fabs(segments - std::round(segments)) > 1e-6L)
-      throw_invalid(provenance, "vmm_source_registered_gb",
+      throw_invalid(provenance, field_id::vmm_source_registered_gb,
                     format_number(config.vmm_source_registered_gb),
                     "must be whole 64 MiB segments (a multiple of 0.0625 GiB)");
     if (config.vmm_source_registered_gb > config.vmm_source_cache_gb)
-      throw_invalid(provenance, "vmm_source_registered_gb",
+      throw_invalid(provenance, field_id::vmm_source_registered_gb,
                     format_number(config.vmm_source_registered_gb),
                     "must be within the retained storage vmm_source_cache_gb = " +
                         format_number(config.vmm_source_cache_gb) + " (" +
-                        describe(provenance.of("vmm_source_cache_gb")) + ")");
+                        describe(provenance.of(field_id::vmm_source_cache_gb)) + ")");
   }
   if ((config.vmm_native_source_cache_slot_mb == 0) != (config.vmm_native_source_cache_slots == 0)) {
     const bool slots_missing = config.vmm_native_source_cache_slots == 0;
-    const char* name =
-        slots_missing ? "vmm_native_source_cache_slot_mb" : "vmm_native_source_cache_slots";
+    const field_id id = slots_missing ? field_id::vmm_native_source_cache_slot_mb
+                                      : field_id::vmm_native_source_cache_slots;
     const auto value = slots_missing ? config.vmm_native_source_cache_slot_mb
                                      : config.vmm_native_source_cache_slots;
-    throw_invalid(provenance, name, std::to_string(value),
+    throw_invalid(provenance, id, std::to_string(value),
                   "vmm_native_source_cache_slot_mb and vmm_native_source_cache_slots go together: "
                   "set both or neither");
   }
   if (config.execution_mode == exec_mode::vmm_runtime) {
     // Blame the source that asked for the VMM route when nobody set the budget.
-    const auto require_positive = [&](std::string_view name, double value, const char* example) {
+    const auto require_positive = [&](field_id id, double value, const char* example) {
       if (value > 0.0) return;
-      if (provenance.of(name).source == origin::default_value)
-        throw_invalid(provenance, "execution_mode", "\"vmm_runtime\"",
-                      "the VMM route needs a positive " + std::string(name) + " (e.g. " +
+      if (provenance.of(id).source == origin::default_value)
+        throw_invalid(provenance, field_id::execution_mode, "\"vmm_runtime\"",
+                      "the VMM route needs a positive " + std::string(to_string(id)) + " (e.g. " +
                           example + "), which no source sets");
-      throw_invalid(provenance, name, format_number(value),
-                    "execution_mode vmm_runtime needs a positive size (e.g. " +
-                        std::string(example) + ")");
+      throw_invalid(
+          provenance, id, format_number(value),
+          "execution_mode vmm_runtime needs a positive size (e.g. " + std::string(example) + ")");
     };
-    require_positive("vmm_resident_weight_budget_gb", config.vmm_resident_weight_budget_gb, "4.0");
-    require_positive("vmm_staging_buffer_gb", config.vmm_staging_buffer_gb, "0.625");
+    require_positive(field_id::vmm_resident_weight_budget_gb, config.vmm_resident_weight_budget_gb,
+                     "4.0");
+    require_positive(field_id::vmm_staging_buffer_gb, config.vmm_staging_buffer_gb, "0.625");
   }
   // Ownership is the native route's (the reference: "native fast only").
   if (config.vmm_component_tensor_ownership &&
       !(config.execution_mode == exec_mode::vmm_runtime &&
         (config.vmm_native_transport || config.vmm_source_cache_gb > 0.0)))
-    throw_invalid(provenance, "vmm_component_tensor_ownership", "true",
+    throw_invalid(provenance, field_id::vmm_component_tensor_ownership, "true",
                   "component tensor ownership is for the native VMM route only (vmm_fast_runtime: "
                   "execution_mode vmm_runtime with vmm_native_transport or a positive "
                   "vmm_source_cache_gb); execution_mode is \"" +
                       std::string(enum_name(config.execution_mode)) + "\" (" +
-                      describe(provenance.of("execution_mode")) + ")");
+                      describe(provenance.of(field_id::execution_mode)) + ")");
   if (config.backend == offload_backend::vmm && config.execution_mode != exec_mode::vmm_runtime)
-    throw_invalid(provenance, "backend", "\"vmm\"",
+    throw_invalid(provenance, field_id::backend, "\"vmm\"",
                   "backend vmm needs execution_mode vmm_runtime, but execution_mode is \"" +
                       std::string(enum_name(config.execution_mode)) + "\" (" +
-                      describe(provenance.of("execution_mode")) + ")");
+                      describe(provenance.of(field_id::execution_mode)) + ")");
   if (config.build_profile && config.profile_name.empty())
-    throw_invalid(provenance, "build_profile", "true", "build_profile needs a profile_name");
-  detail::check_patterns(provenance, "skip_modules_pattern", config.skip_modules_pattern);
-  detail::check_patterns(provenance, "always_resident_modules_pattern",
+    throw_invalid(provenance, field_id::build_profile, "true",
+                  "build_profile needs a profile_name");
+  detail::check_patterns(provenance, field_id::skip_modules_pattern, config.skip_modules_pattern);
+  detail::check_patterns(provenance, field_id::always_resident_modules_pattern,
                          config.always_resident_modules_pattern);
-  detail::check_patterns(provenance, "resident_module_patterns", config.resident_module_patterns);
-  detail::check_patterns(provenance, "vmm_module_pattern", {config.vmm_module_pattern});
+  detail::check_patterns(provenance, field_id::resident_module_patterns,
+                         config.resident_module_patterns);
+  detail::check_patterns(provenance, field_id::vmm_module_pattern, {config.vmm_module_pattern});
 }
 
 }  // namespace v0

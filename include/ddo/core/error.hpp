@@ -25,24 +25,27 @@
 #include <cuda_runtime_api.h>
 
 #include "ddo/core/memory_tier.hpp"
+#include "ddo/core/origin.hpp"
 #include "ddo/core/text.hpp"
 
 namespace ddo {
 inline namespace v0 {
 
-/// @brief A setting that is invalid: names the source (default, preset, config, toml, env, cli,
-/// component) and the key (field name, `DDO_*` variable or `--ddo-*` flag) it came from.
+/// @brief A setting that is invalid: names the origin of the value (ddo::origin: default, preset,
+/// config, toml, env, cli, component; engine or transport for a check outside the settings) and
+/// the key (field name, `DDO_*` variable or `--ddo-*` flag) it came from.
 class config_error : public std::invalid_argument {
  public:
-  config_error(std::string source, std::string key, const std::string& what)
-      : std::invalid_argument(sanitize_utf8(what)),
-        source_(std::move(source)),
-        key_(std::move(key)) {}
-  [[nodiscard]] const std::string& source() const noexcept { return source_; }
+  config_error(origin source, std::string key, const std::string& what)
+      : std::invalid_argument(sanitize_utf8(what)), source_(source), key_(std::move(key)) {}
+  /// @brief The origin of the refused value.
+  [[nodiscard]] origin source() const noexcept { return source_; }
+  /// @brief Its canonical name ("toml", "env", "cli", ...).
+  [[nodiscard]] std::string_view source_name() const noexcept { return to_string(source_); }
   [[nodiscard]] const std::string& key() const noexcept { return key_; }
 
  private:
-  std::string source_;
+  origin source_;
   std::string key_;
 };
 

@@ -110,7 +110,7 @@ inline void infer_module_kinds(weight_table& table,
     try {
       compiled.emplace_back(o.pattern);
     } catch (const pattern_error& e) {
-      throw config_error("engine", "module_kind_override",
+      throw config_error(origin::engine, "module_kind_override",
                          "module kind override pattern '" + o.pattern +
                              "' is not a valid regular expression: " + e.what());
     }

@@ -97,6 +97,10 @@ struct plan_budgets {
   /// route plans, which select nothing.
   std::string resident_selection;
   std::string pin_selection;  ///< how the pin budget picked, named as resident_selection
+  /// Which planner planned, when it was chosen at run time (by_profile_planner): the capacity
+  /// profile whose group timings the overlap-aware planner used, or why none applied; empty
+  /// for a planner fixed at compile time.
+  std::string planner_detail;
   /// Bytes the rules keep resident whatever the budget (skip patterns, kinds outside
   /// target_module_classes, small tensors, always-resident patterns), after demotion.
   std::uint64_t rule_resident_bytes = 0;

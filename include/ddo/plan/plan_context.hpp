@@ -94,6 +94,9 @@ struct residency_result {
   /// The selection that picked the winners ("first", "spread", "largest", "custom"); empty:
   /// the config's `resident_module_selection`.
   std::string selection;
+  /// Which planner planned and why, when the planner was chosen at run time (by_profile_planner:
+  /// the capacity profile whose timings it used, or why none applied); empty otherwise.
+  std::string planner_detail;
   bool full_pin_zero_resident = false;
   std::uint64_t rule_resident_bytes = 0;  ///< see plan_budgets::rule_resident_bytes
   std::uint64_t demoted_bytes = 0;        ///< see plan_budgets::demoted_bytes

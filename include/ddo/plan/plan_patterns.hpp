@@ -34,9 +34,9 @@ struct plan_patterns {
       try {
         out.emplace_back(text);
       } catch (const pattern_error& e) {
-        throw config_error("config", field,
-                           std::string(field) + ": '" + text +
-                               "' is not a valid regular expression: " + e.what());
+        throw config_error(
+            origin::config, field,
+            std::string(field) + ": '" + text + "' is not a valid regular expression: " + e.what());
       }
     }
     return out;

@@ -61,13 +61,13 @@ inline void check_plan_number(double value, const char* field) {
   // __builtin_isnan, not std::isnan: <cmath> alone costs every TU including the umbrella 4%.
   if (__builtin_isnan(value) || value < 0.0)
     throw config_error(
-        "config", field,
+        origin::config, field,
         std::string(field) + " must be a non-negative number, got " + std::to_string(value));
   // Sizes in GiB past 2^34 have no byte count in 64 bits: refused rather than saturated, so
   // that a typo (1e20) is reported, not planned around.
   const std::string_view name(field);
   if (name.ends_with("_gb") && value > max_representable_gib)
-    throw config_error("config", field,
+    throw config_error(origin::config, field,
                        std::string(field) + " = " + std::to_string(value) +
                            " GiB is larger than any machine (at most 17179869184 GiB, 2^64 "
                            "bytes); give a size in GiB");
@@ -85,7 +85,7 @@ inline void check_planning_config(const dynamic_offload_config& c) {
   check_plan_number(c.pin_weight_budget_gb, "pin_weight_budget_gb");
   // The reference clamps the ratio into [0, 1]; NaN has no clamp.
   if (__builtin_isnan(c.pin_weight_budget_ratio))
-    throw config_error("config", "pin_weight_budget_ratio", "pin_weight_budget_ratio is NaN");
+    throw config_error(origin::config, "pin_weight_budget_ratio", "pin_weight_budget_ratio is NaN");
 }
 
 /// make_plan with the config's patterns compiled once (see plan/plan_patterns.hpp).
@@ -194,6 +194,7 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   b.resident_selection = !residency.selection.empty()
                              ? residency.selection
                              : std::string(selection_name(config.resident_module_selection));
+  b.planner_detail = residency.planner_detail;
   b.pin_selection = !pins.selection.empty() ? pins.selection
                                             : std::string(selection_name(config.pin_weight_selection));
 

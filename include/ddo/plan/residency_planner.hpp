@@ -216,7 +216,7 @@ inline void choose_budget_source(const plan_context& c, const rule_residency& ru
                                  residency_result& r) {
   const auto& config = c.config;
   if (config.build_profile && config.profile_name.empty())
-    throw config_error("config", "build_profile",
+    throw config_error(origin::config, "build_profile",
                        "build_profile needs a profile_name to save the calibration under");
   const bool given = config.resident_module_budget_gb > 0.0;
   using enum resident_budget_source;

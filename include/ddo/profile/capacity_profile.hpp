@@ -124,7 +124,7 @@ inline void validate_profile_name(std::string_view name) {
   const bool ok = !name.empty() && name.size() <= 128 && name.front() != '.' &&
                   std::all_of(name.begin(), name.end(), allowed);
   if (!ok)
-    throw config_error("config", "profile_name",
+    throw config_error(origin::config, "profile_name",
                        "profile_name '" + std::string(name) +
                            "' is not a valid profile name: use 1-128 letters, digits, '.', '_' "
                            "or '-', not starting with '.'");

@@ -8,10 +8,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ddo/config/dynamic_offload_config.hpp"
-#include "ddo/plan/machine_capacity.hpp"
+#include "ddo/core/error.hpp"
 #include "ddo/model/weight_table.hpp"
+#include "ddo/plan/machine_capacity.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/profile/profile_store.hpp"
 #include "ddo/profile/profile_timings.hpp"
@@ -53,6 +56,54 @@ inline std::string apply_capacity_profile(machine_capacity& machine,
                     ": a budget only, no per-group timings; calibrate again for the overlap-aware "
                     "planner)"
               : "");
+}
+
+/// @brief A stored profile's group timings for one run, or why there are none.
+struct stored_group_timings {
+  capacity_profile profile;
+  std::vector<group_timing> timings;  ///< empty: not applied (see note)
+  std::uint64_t tokens = 0;           ///< the run's token count (0: the profile's calibrated high)
+  std::string note;  ///< a warning (another device or model, extrapolated tokens), or ""
+};
+
+/// @brief The group timings of profile @p name under @p profile_dir for @p table on device
+/// @p device_name ("" for a simulated device, which stands in for any) at @p tokens. A profile
+/// of another model or device gives no timings and a warning.
+/// @return nullopt when no profile @p name is stored.
+/// @throws usage_error for a profile without group timings (format 1); format_error / io_error
+/// for a bad profile file.
+[[nodiscard]] inline std::optional<stored_group_timings> find_group_timings(
+    std::string_view profile_dir, const std::string& name, const weight_table& table,
+    std::string_view device_name, std::uint64_t tokens) {
+  auto found = profile_store(profile_dir).find(name);
+  if (!found) return std::nullopt;
+  stored_group_timings out;
+  out.profile = std::move(*found);
+  out.tokens = tokens;
+  if (const auto why = profile_mismatch(out.profile, model_fingerprint(table), device_name, 0)) {
+    out.note = *why;
+    return out;
+  }
+  out.timings = timings_at(out.profile, tokens, &out.note);
+  return out;
+}
+
+/// @brief The timings the overlap-aware planner plans with when the settings name a stored
+/// profile (`profile_name`, not calibrating): nullopt without profile_name, while calibrating,
+/// or before the profile is stored. A format 1 profile (a budget only) or one of another device
+/// or model gives a result without timings and a note (its budget still applies:
+/// apply_capacity_profile).
+[[nodiscard]] inline std::optional<stored_group_timings> stored_timings_for(
+    const dynamic_offload_config& config, std::string_view profile_dir, const weight_table& table,
+    std::string_view device_name, std::uint64_t tokens) {
+  if (config.profile_name.empty() || config.build_profile) return std::nullopt;
+  try {
+    return find_group_timings(profile_dir, config.profile_name, table, device_name, tokens);
+  } catch (const usage_error& e) {  // a format 1 profile: its budget still applies
+    stored_group_timings t;
+    t.note = std::string("note: ") + e.what();
+    return t;
+  }
 }
 
 }  // namespace v0

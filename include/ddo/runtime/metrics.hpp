@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ddo/core/enum_names.hpp"
+#include "ddo/runtime/executed_route.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/transport/vmm_stats.hpp"
 
@@ -95,7 +96,7 @@ struct step_metrics {
 
 /// @brief A snapshot of an offloader's metrics (offloader::metrics()).
 struct offload_metrics {
-  std::string route;      ///< "dynamic_offload", "group_offload", "none"
+  executed_route route = executed_route::dynamic_offload;  ///< the route that ran
   std::string transport;  ///< "linear", "host_sim", ...
   bool timing = false;    ///< copy_ms / stall_ms measured (metrics enabled)
   std::vector<step_metrics> steps;

@@ -287,7 +287,8 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
         o.runtime.device_budget_bytes = shares[i].device_bytes;
         notes.push_back("pipeline device budget: phase '" + pipeline[i].name + "' plans against " +
                         format_bytes(shares[i].device_bytes));
-        if (pipeline[i].passes_per_phase == 1 && !set_explicitly(s, "resident_module_budget_gb")) {
+        if (pipeline[i].passes_per_phase == 1 &&
+            !set_explicitly(s, field_id::resident_module_budget_gb)) {
           o.zero_resident_reason =
               "pipeline phase '" + pipeline[i].name + "' runs once (passes_per_phase = 1)";
           notes.push_back("passes_per_phase = 1: nothing resident beyond the rules (streamed "

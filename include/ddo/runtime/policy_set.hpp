@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "ddo/config/concepts.hpp"
+#include "ddo/plan/by_profile_planner.hpp"
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/residency_planner.hpp"
@@ -188,13 +189,19 @@ struct policy_set {
       typename selector_of<typename first_matching<is_resident_choice, by_config_selection, Policies...>::type>::type;
   using pin_selector_choice =
       typename selector_of<typename first_matching<is_pin_choice, by_config_selection, Policies...>::type>::type;
-  using planner = typename first_matching<is_planner_policy,
-                                          basic_residency_planner<resident_selector>, Policies...>::type;
+  /// The engine's planner; else chosen at run time: the overlap-aware planner where a stored
+  /// capacity profile's group timings apply, the (selection's) default planner otherwise.
+  using planner =
+      typename first_matching<is_planner_policy,
+                              by_profile_planner<basic_residency_planner<resident_selector>>,
+                              Policies...>::type;
   using pin = typename first_matching<is_pin_policy, basic_pin_selector<pin_selector_choice>,
                                       Policies...>::type;
   using transport_type = typename first_matching<is_transport_policy, linear_transport, Policies...>::type;
   /// Whether the engine named the transport.
   static constexpr bool fixed_transport = (transport<Policies> || ... || false);
+  /// Whether the engine named the residency planner.
+  static constexpr bool fixed_planner = (residency_planner<Policies> || ... || false);
 };
 
 }  // namespace detail

@@ -26,8 +26,8 @@ inline namespace v0 {
     return std::string(text);
   };
   std::vector<std::string> lines;
-  lines.push_back("ddo: profile: route " + m.route + " on the " + m.transport + " transport, " +
-                  std::to_string(m.steps.size()) + " step(s)");
+  lines.push_back("ddo: profile: route " + std::string(to_string(m.route)) + " on the " +
+                  m.transport + " transport, " + std::to_string(m.steps.size()) + " step(s)");
   std::string moved = "ddo: profile: moved " + format_bytes(t.bytes()) + " (pinned " +
                       format_bytes(t.bytes(transfer_source::pinned)) + ", staged " +
                       format_bytes(t.bytes(transfer_source::pageable_staged)) + ", file " +

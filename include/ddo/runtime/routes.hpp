@@ -116,9 +116,10 @@ inline void add_to_plan(offload_plan& plan, const weight_table& table, std::stri
   };
   if (options.offload_type == group_offload_type::block_level) {
     if (options.num_blocks_per_group < 1)
-      throw config_error("component", "num_blocks_per_group",
-                         "num_blocks_per_group must be at least 1 for block_level group offload, got " +
-                             std::to_string(options.num_blocks_per_group));
+      throw config_error(
+          origin::component, "num_blocks_per_group",
+          "num_blocks_per_group must be at least 1 for block_level group offload, got " +
+              std::to_string(options.num_blocks_per_group));
     // Consecutive numbered blocks merge num_blocks_per_group at a time; other groups (the
     // modules before, between and after the blocks) stay groups of their own, as in Diffusers.
     const auto per = static_cast<std::size_t>(options.num_blocks_per_group);
@@ -160,7 +161,7 @@ inline void add_to_plan(offload_plan& plan, const weight_table& table, std::stri
 /// loaded on acquire.
 [[nodiscard]] inline runtime_options group_offload_runtime_options(const group_offload_options& o,
                                                                    runtime_options base = {}) {
-  base.route = "diffusers_group_offload";
+  base.route = executed_route::diffusers_group_offload;
   if (o.use_stream) {
     base.slot_count = 2;
     base.prefetch_depth = 2;

@@ -18,6 +18,7 @@
 #include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/file_fault_hook.hpp"
+#include "ddo/runtime/executed_route.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/runtime/poison_byte.hpp"
 #include "ddo/runtime/setup_progress.hpp"
@@ -108,8 +109,8 @@ struct runtime_options {
   /// is pread, ddo's measured default (docs/benchmarks.md). The file route (backend nvme) reads
   /// with its own direct I/O and ignores it.
   safetensors_backend file_backend = safetensors_backend::pread;
-  /// The route name reported in metrics.
-  std::string route = "dynamic_offload";
+  /// The route that runs, reported in metrics (setup sets it).
+  executed_route route = executed_route::dynamic_offload;
   /// Where the offloader writes its profile summary when destroyed (totals of every step:
   /// bytes by source, copies, copy and stall time, overlap, resident, pinned and peak device
   /// bytes; runtime/profile_summary.hpp). Silent by default; setup sets it from
@@ -139,7 +140,7 @@ struct runtime_options {
                                                           pinned_weight_cache* cache = nullptr) {
   if (config.pin_cpu_workers < 1 ||
       static_cast<std::size_t>(config.pin_cpu_workers) > max_worker_threads)
-    throw config_error("config", "pin_cpu_workers",
+    throw config_error(origin::config, "pin_cpu_workers",
                        "pin_cpu_workers must be a positive worker count, at most " +
                            std::to_string(max_worker_threads) + ", got " +
                            std::to_string(config.pin_cpu_workers));

@@ -19,7 +19,7 @@
 ///   diffusers_group_offload and none (runtime/routes.hpp) — and returns the plan and the runtime
 ///   options to run it with. It checks the transport against `backend` and `execution_device`
 ///   and prints the setup details when `verbose` is on.
-/// - make_offloader(): setup_offload() and the composed ddo::offloader in one call.
+/// - planner_for(): the residency planner of a run (by profile: runtime/prepare_offload.hpp).
 /// - make_transport(): the transport a Transport type gets from the settings (execution_device;
 ///   runtime/transport_setup.hpp).
 
@@ -56,6 +56,7 @@
 #include "ddo/runtime/plan_cache.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/runtime/runtime_options.hpp"
+#include "ddo/runtime/stable_address_route.hpp"
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -102,8 +103,18 @@ struct setup_options {
   /// runs once uploads its residents again every phase), unless resident_module_budget_gb is set
   /// (machine_capacity::zero_resident_reason; the plan's source is "zero_resident").
   std::string zero_resident_reason;
-  /// Options of a host_sim transport ddo makes itself (backend host_sim).
+  /// Options of a host_sim transport ddo makes itself (backend host_sim, or simulate_device).
   host_sim_options host_sim;
+  /// The transports ddo makes (with_prepared_offload): host_sim stands in for the device, every
+  /// route running over it (its VMM mode for the VMM routes, the file route over it): a machine
+  /// without a GPU, planning for one.
+  bool simulate_device = false;
+  /// Caps the device memory of a CUDA transport ddo makes (an emulated smaller card); 0: the
+  /// device's.
+  std::uint64_t device_limit_bytes = 0;
+  /// Activation rows per step the engine runs, for a stored profile's group timings
+  /// (by_profile_planner); 0: the profile's calibrated high token count.
+  std::uint64_t tokens = 0;
   /// Where ddo writes the setup details (`verbose`) and the offloader its profile summary
   /// (`show_profile`): stderr by default; a FILE*, nullptr (silent) or the engine's logger
   /// (core/log_sink.hpp).
@@ -138,8 +149,16 @@ struct offload_setup {
 
 namespace detail {
 
-inline std::string policy_names(const std::type_info& planner, const std::type_info& pins) {
-  return std::string(planner.name()) + '+' + pins.name();
+/// The plan cache's name of the policies: their types, and the planner's state when it has one
+/// that changes the plan (by_profile_planner: the profile's timings, or none).
+template <class Planner>
+std::string policy_names(const Planner& planner, const std::type_info& pins) {
+  std::string names = std::string(typeid(Planner).name()) + '+' + pins.name();
+  if constexpr (requires {
+                  { planner.cache_key() } -> std::convertible_to<std::string>;
+                })
+    names += '+' + planner.cache_key();
+  return names;
 }
 
 inline void print_setup(const log_sink& log, const weight_table& table, const offload_setup& r,
@@ -184,7 +203,7 @@ inline void note_missing_caches(const dynamic_offload_settings& settings,
     fields += text;
   };
   if (settings.config.cache_plan && options.plans == nullptr &&
-      settings.provenance.of("cache_plan").source != origin::default_value)
+      settings.provenance.of(field_id::cache_plan).source != origin::default_value)
     add("cache_plan (setup_options::plans)");
   if (options.pinned_cache == nullptr) {
     if (settings.config.cache_pinned_weights)
@@ -301,9 +320,10 @@ template <class Transport>
     c.free_vram_bytes = m.device.free_bytes > reserve ? m.device.free_bytes - reserve : 1;
   }
   // 0 asks for detection (the reference's "None"), also when an explicit config struct carries it.
-  if (set_explicitly(settings, "available_system_ram_gb") &&
+  if (set_explicitly(settings, field_id::available_system_ram_gb) &&
       settings.config.available_system_ram_gb > 0.0) {
-    m.ram_source = "available_system_ram_gb (" + describe(settings.provenance.of("available_system_ram_gb")) + ")";
+    m.ram_source = "available_system_ram_gb (" +
+                   describe(settings.provenance.of(field_id::available_system_ram_gb)) + ")";
     c.available_ram_bytes = gib_to_bytes(settings.config.available_system_ram_gb);
   } else if (options.ram_bytes) {
     m.ram_source = "stated by the engine";
@@ -336,20 +356,22 @@ template <class Transport>
         }
       }
     }
-    const auto& where = settings.provenance.of("vmm_staging_buffer_gb");
+    const auto& where = settings.provenance.of(field_id::vmm_staging_buffer_gb);
     const std::uint64_t configured = transport.staging_slot_bytes();
     if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
-      if (!set_explicitly(settings, "vmm_staging_buffer_gb") && largest_streamed > configured)
+      if (!set_explicitly(settings, field_id::vmm_staging_buffer_gb) &&
+          largest_streamed > configured)
         transport.grow_staging_slot(largest_streamed);
     }
     const std::uint64_t slot = transport.staging_slot_bytes();
     const std::uint64_t setting = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
-    if (slot > round_up(setting, 4096) && !set_explicitly(settings, "vmm_staging_buffer_gb"))
+    if (slot > round_up(setting, 4096) &&
+        !set_explicitly(settings, field_id::vmm_staging_buffer_gb))
       c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(setting) + " (" + describe(where) +
                            ") grown to " + format_bytes(slot) +
                            " for the largest group that may stream, '" + largest_group + "' (" +
                            format_bytes(largest_streamed) + ")";
-    if (c.max_group_detail.empty() && set_explicitly(settings, "vmm_staging_buffer_gb"))
+    if (c.max_group_detail.empty() && set_explicitly(settings, field_id::vmm_staging_buffer_gb))
       c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " set by " +
                            describe(where) + ", honoured";
     if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
@@ -403,12 +425,63 @@ template <class Transport>
   return c;
 }
 
+namespace detail {
+template <class Planner>
+inline constexpr bool is_by_profile_planner = false;
+template <class Fallback>
+inline constexpr bool is_by_profile_planner<by_profile_planner<Fallback>> = true;
+}  // namespace detail
+
+/// @brief The residency planner of this run: a by_profile_planner gets the group timings of the
+/// stored capacity profile the settings name (`profile_name`) when they apply to @p table on
+/// @p transport's device at `options.tokens`, and says which planner plans and why; any other
+/// planner is default-constructed.
+/// @param found set to the profile lookup (nullopt: no profile_name, calibrating, or none stored)
+/// for a caller that reports it; untouched for other planners.
+/// @throws format_error / io_error for a bad profile file.
+template <class Planner, class Transport>
+[[nodiscard]] Planner planner_for(const weight_table& table,
+                                  const dynamic_offload_settings& settings,
+                                  const setup_options& options, const Transport& transport,
+                                  std::optional<stored_group_timings>* found = nullptr) {
+  Planner planner{};
+  if constexpr (detail::is_by_profile_planner<Planner>) {
+    // A simulated device stands in for any device: no name to check.
+    std::string device;
+    if constexpr (requires {
+                    { transport.device() } -> std::convertible_to<int>;
+                  })
+      device = transport_device_name(transport);
+    auto timings =
+        stored_timings_for(settings.config, settings.profile_dir, table, device, options.tokens);
+    if (timings && !timings->timings.empty()) {
+      const runtime_options runtime = runtime_options_from(settings.config, options.runtime);
+      planner.overlap.emplace();
+      planner.overlap->timings = timings->timings;
+      planner.overlap->ring = {runtime.slot_count, runtime.prefetch_depth};
+      planner.reason = "overlap-aware: capacity profile '" + settings.config.profile_name +
+                       "', group timings at " +
+                       (options.tokens != 0 ? std::to_string(options.tokens) + " tokens"
+                                            : std::string("its calibrated token count"));
+    } else {
+      planner.reason = settings.config.profile_name.empty() ? "selection: no profile_name"
+                       : settings.config.build_profile      ? "selection: calibrating"
+                       : !timings ? "selection: capacity profile '" + settings.config.profile_name +
+                                        "' not stored yet"
+                                  : "selection: capacity profile '" + settings.config.profile_name +
+                                        "' has no group timings that apply here";
+    }
+    if (found != nullptr) *found = std::move(timings);
+  }
+  return planner;
+}
+
 /// @brief Plans component @p component's route over @p transport and returns the plan and
 /// runtime options to run it with (see the file comment).
 /// @tparam Planner, PinSelector the dynamic_offload route's policies (plan/concepts.hpp).
 /// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
 /// usage_error (groups).
-template <class Planner = default_residency_planner, class PinSelector = default_pin_selector,
+template <class Planner = default_offload_planner, class PinSelector = default_pin_selector,
           class Transport>
 [[nodiscard]] offload_setup setup_offload(const weight_table& table,
                                           const dynamic_offload_settings& settings,
@@ -442,7 +515,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
   }
   switch (component.route) {
     case component_route::none: {
-      r.runtime.route = "none";
+      r.runtime.route = executed_route::none;
       r.machine = machine_for(transport, table, groups, settings, r.runtime, options, false);
       r.plan = make_resident_plan(table, std::move(groups));
       const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
@@ -469,7 +542,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
       break;
     }
     default: {
-      r.runtime.route = "dynamic_offload";
+      r.runtime.route = executed_route::dynamic_offload;
       // The ring holds what streams: reserved from what the residency rules do not keep.
       std::vector<char> kept = rule_kept_weights(table, groups, settings.config);
       r.machine = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
@@ -493,7 +566,7 @@ template <class Planner = default_residency_planner, class PinSelector = default
             {"resident_limit", r.machine.capacity.resident_limit_bytes.value_or(~0ull)},
         };
         key = plan_cache_key(table, groups, config,
-                             detail::policy_names(typeid(Planner), typeid(PinSelector)), budgets);
+                             detail::policy_names(planner, typeid(PinSelector)), budgets);
         if (auto hit = options.plans->find(key)) {
           // Reused while its resident bytes still fit what is free now.
           const std::uint64_t free = r.machine.capacity.free_vram_bytes;
@@ -548,71 +621,13 @@ template <class Planner = default_residency_planner, class PinSelector = default
       break;
     }
   }
-  // A stable-address transport (VMM) sizes its window from its budget: as many slots as that
-  // holds, up to one per streamed group (transport/detail/vmm_window.hpp).
-  // vmm_staging_buffer_gb is one of the legacy route's two pinned staging buffers
-  // (--ddo-vmm-total-staging-gb splits the total over two): it must fit the largest group.
-  // The native route (vmm_fast_runtime) stages through its registered windows instead
-  // (runtime/native_vmm_options.hpp) and may own the whole component (component_ownership.hpp).
+  // A stable-address (VMM) transport's route: its window's slots, staging and route name
+  // (runtime/stable_address_route.hpp).
   if constexpr (transport_with_stable_addresses<Transport>)
-    if (component.route != component_route::none) {
-      r.runtime.slot_count = std::max<std::size_t>(r.plan.groups.size(), 1);
-      // ... but no more slots than the device memory the plan saw holds (its ring's share plus
-      // what the plan left free), in whole 2 MiB pages: the window's physical memory is device
-      // memory like the ring it replaces.
-      std::uint64_t free = r.machine.capacity.free_vram_bytes;
-      // Under a device budget (an engine's cap, a pipeline phase's share) machine_for adds the
-      // balanced rule's VRAM headroom to the card the plan sees, for the engine's memory on the
-      // real card: the window's physical memory must stay inside the budget itself.
-      if (r.runtime.device_budget_bytes != 0 && free > 1) {
-        const std::uint64_t headroom = gib_to_bytes(settings.config.auto_vram_headroom_gb);
-        free = free > headroom ? free - headroom : 1;
-      }
-      const std::uint64_t slot = round_up(r.machine.slot_bytes, 2 * mib);
-      if (free > 1 && slot != 0) {
-        const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
-        const std::uint64_t room = free + r.machine.ring_bytes > resident ? free + r.machine.ring_bytes - resident : 0;
-        r.runtime.slot_count =
-            std::min<std::size_t>(r.runtime.slot_count, std::max<std::uint64_t>(1, room / slot));
-      }
-      if (native_vmm_selected(settings.config)) {
-        r.runtime.native_vmm = native_vmm_options_from(settings.config);
-        r.runtime.route = "vmm_fast_runtime";
-        if (r.runtime.native_vmm.component_tensor_ownership) {
-          const auto owned = apply_component_ownership(r.plan, table,
-                                                       r.runtime.native_vmm.component_buffer_limit_bytes);
-          r.notes.push_back("vmm_component_tensor_ownership: " + std::to_string(owned.once_copied) +
-                            " tensor(s) copied once (" + format_bytes(owned.once_copied_bytes) +
-                            " of the " + format_bytes(r.runtime.native_vmm.component_buffer_limit_bytes) +
-                            " limit), " + std::to_string(owned.mapped) + " mapped and streamed (" +
-                            format_bytes(owned.mapped_bytes) + ")");
-        }
-      } else {
-        const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
-        if (staging > 0) r.runtime.staging_buffer_bytes = staging;
-        if (settings.config.execution_mode == exec_mode::vmm_runtime) r.runtime.route = "vmm_runtime";
-      }
-      // vmm_module_pattern selects the attachment units among the weights the route covers
-      // (searched in each weight's module name, as the other module patterns); the rest keep
-      // their planned placement. ".*" (the default) selects them all.
-      if (!r.runtime.native_vmm.component_tensor_ownership && settings.config.vmm_module_pattern != ".*") {
-        const pattern units(settings.config.vmm_module_pattern);
-        r.runtime.vmm_covered.assign(table.size(), 0);
-        std::size_t coverable = 0, selected = 0;
-        for (std::size_t w = 0; w < table.size(); ++w) {
-          if (!vmm_covered_weight(table[w])) continue;
-          ++coverable;
-          if (units.search(table[w].module_name)) {
-            r.runtime.vmm_covered[w] = 1;
-            ++selected;
-          }
-        }
-        r.notes.push_back("vmm_module_pattern '" + settings.config.vmm_module_pattern + "': " +
-                          std::to_string(selected) + " of " + std::to_string(coverable) +
-                          " dense BF16/FP16 linear weights mapped at stable addresses; the others keep "
-                          "their planned placement");
-      }
-    }
+    if (component.route != component_route::none)
+      configure_stable_address_route(
+          r.runtime, r.notes, r.plan, table, settings,
+          {r.machine.capacity.free_vram_bytes, r.machine.slot_bytes, r.machine.ring_bytes});
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;
 }
@@ -650,45 +665,28 @@ offload_setup setup_path<dynamic_offload_settings>::run(const weight_table& tabl
                                                         const setup_options& options,
                                                         Transport& transport) {
   return setup_offload(table, settings, component_for(settings, options.inputs), options, transport,
-                       Planner{}, PinSelector{});
+                       planner_for<Planner>(table, settings, options, transport), PinSelector{});
 }
 
 }  // namespace detail
 
-/// @brief setup_offload() and the composed offloader in one call: "make me an offloader".
-/// @tparam Policies as for ddo::offloader; the transport type is that of @p transport.
-template <class... Policies, class Transport>
-[[nodiscard]] offloader<Policies...> make_offloader(const weight_table& table,
-                                                    const dynamic_offload_settings& settings,
-                                                    const resolved_component& component,
-                                                    const setup_options& options,
-                                                    Transport transport) {
-  using result = offloader<Policies...>;
-  static_assert(std::is_same_v<typename result::transport_type, Transport>,
-                "ddo::make_offloader: the transport object's type differs from the offloader's "
-                "transport policy");
-  auto setup = setup_offload(table, settings, component, options, transport,
-                             typename result::planner_type{}, typename result::pin_selector_type{});
-  return result(table, std::move(setup), std::move(transport));
-}
-
 /// The setup path's instantiations for one shipped transport with the default planner and pin
 /// selector: declared extern where ddo is compiled once (DDO_EXTERN_TEMPLATES, core/linkage.hpp)
 /// and defined by ddo/instantiate.hpp. @p PREFIX is `extern` or empty.
-#define DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, TRANSPORT)                                   \
-  PREFIX template offload_setup                                                            \
-  setup_offload<default_residency_planner, default_pin_selector, TRANSPORT>(               \
-      const weight_table&, const dynamic_offload_settings&, const resolved_component&,     \
-      const setup_options&, TRANSPORT&, const default_residency_planner&,                  \
-      const default_pin_selector&);                                                        \
-  PREFIX template setup_machine machine_for<TRANSPORT>(                                    \
-      TRANSPORT&, const weight_table&, std::span<const execution_group>,                   \
-      const dynamic_offload_settings&, const runtime_options&, const setup_options&, bool, \
-      std::span<const char>);                                                              \
-  PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,     \
-                                                      const host_sim_options&);            \
-  PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<         \
-      default_residency_planner, default_pin_selector, TRANSPORT>(                         \
+#define DDO_SETUP_PATH_INSTANTIATIONS(PREFIX, TRANSPORT)                                       \
+  PREFIX template offload_setup                                                                \
+  setup_offload<default_offload_planner, default_pin_selector, TRANSPORT>(                     \
+      const weight_table&, const dynamic_offload_settings&, const resolved_component&,         \
+      const setup_options&, TRANSPORT&, const default_offload_planner&,                        \
+      const default_pin_selector&);                                                            \
+  PREFIX template setup_machine machine_for<TRANSPORT>(                                        \
+      TRANSPORT&, const weight_table&, std::span<const execution_group>,                       \
+      const dynamic_offload_settings&, const runtime_options&, const setup_options&, bool,     \
+      std::span<const char>);                                                                  \
+  PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,         \
+                                                      const host_sim_options&, std::uint64_t); \
+  PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<             \
+      default_offload_planner, default_pin_selector, TRANSPORT>(                               \
       const weight_table&, const dynamic_offload_settings&, const setup_options&, TRANSPORT&);
 
 /// Every transport the setup path constructs (make_transport, with_offload_backend): the

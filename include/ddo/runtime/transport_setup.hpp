@@ -6,6 +6,7 @@
 /// fixed transport cannot honour. Part of the one setup path (runtime/setup.hpp).
 
 #include <concepts>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,19 +26,10 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief Whether field @p name was set by the application or the user (code config, TOML,
+/// @brief Whether field @p id was set by the application or the user (code config, TOML,
 /// environment, flag or component policy), not by a default, detection or the preset.
-[[nodiscard]] inline bool set_explicitly(const dynamic_offload_settings& s, std::string_view name) {
-  switch (s.provenance.of(name).source) {
-    case origin::config:
-    case origin::toml:
-    case origin::env:
-    case origin::cli:
-    case origin::component:
-      return true;
-    default:
-      return false;
-  }
+[[nodiscard]] inline bool set_explicitly(const dynamic_offload_settings& s, field_id id) {
+  return s.provenance.given(id);
 }
 
 /// @brief A parsed `execution_device`: "cpu", "cuda" (device 0) or "cuda:N".
@@ -49,9 +41,9 @@ struct execution_device_spec {
 /// @brief Parses `execution_device`. @throws config_error naming its source for other text.
 [[nodiscard]] inline execution_device_spec parse_execution_device(const dynamic_offload_settings& s) {
   const std::string& text = s.config.execution_device;
-  const auto& where = s.provenance.of("execution_device");
+  const auto& where = s.provenance.of(field_id::execution_device);
   auto bad = [&] {
-    return config_error(std::string(to_string(where.source)), where.key,
+    return config_error(where.source, where.key,
                         describe(where) + ": execution_device = \"" + text +
                             "\" is not a device; expected \"cuda\", \"cuda:N\" (N a device "
                             "ordinal) or \"cpu\"");
@@ -95,18 +87,13 @@ inline constexpr bool is_nvme_transport<nvme_transport<Inner>> = true;
 
 [[nodiscard]] inline config_error cpu_device_refused(const dynamic_offload_settings& s,
                                                      std::string_view what) {
-  const auto& where = s.provenance.of("execution_device");
-  return config_error(std::string(to_string(where.source)), where.key,
+  const auto& where = s.provenance.of(field_id::execution_device);
+  return config_error(where.source, where.key,
                       describe(where) + ": execution_device = \"cpu\" but " + std::string(what) +
                           "; use \"cuda:N\", or backend host_sim");
 }
 }  // namespace detail
 
-/// @brief The transport @p Transport gets from the settings: linear or VMM on the device
-/// `execution_device` names (VMM with its window from the vmm_* fields); host_sim (and its VMM
-/// mode) with @p sim; nvme_transport<Inner> over the Inner these rules make, its two staging
-/// slots of vmm_staging_buffer_gb each; others default-constructed.
-/// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
 /// @brief The name of the device @p transport runs on, as capacity profiles record it: the
 /// CUDA device's name for a transport on a device (device()), the transport's own name
 /// ("host_sim") otherwise; "" when the device cannot be asked.
@@ -125,12 +112,20 @@ template <class Transport>
   }
 }
 
+/// @brief The transport @p Transport gets from the settings: linear or VMM on the device
+/// `execution_device` names (VMM with its window from the vmm_* fields); host_sim (and its VMM
+/// mode) with @p sim; nvme_transport<Inner> over the Inner these rules make, its two staging
+/// slots of vmm_staging_buffer_gb each; others default-constructed.
+/// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
+/// @param device_limit_bytes caps the device memory a CUDA transport uses (an emulated smaller
+/// card); 0: the device's.
 template <class Transport>
 [[nodiscard]] Transport make_transport(const dynamic_offload_settings& s,
-                                       const host_sim_options& sim = {}) {
+                                       const host_sim_options& sim = {},
+                                       std::uint64_t device_limit_bytes = 0) {
   static_assert(detail::check_transport<Transport>());
   if constexpr (detail::is_nvme_transport<Transport>) {
-    return Transport(make_transport<typename Transport::inner_type>(s, sim),
+    return Transport(make_transport<typename Transport::inner_type>(s, sim, device_limit_bytes),
                      detail::nvme_options_from(s));
   } else if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it
@@ -150,6 +145,7 @@ template <class Transport>
     if (!device.cuda) throw detail::cpu_device_refused(s, "the VMM transport maps CUDA device memory");
     vmm_options options;
     options.device.device = device.index;
+    options.device.device_limit_bytes = device_limit_bytes;
     options.window = detail::vmm_window_options_from(s);
     return vmm_transport(options);
   } else if constexpr (std::constructible_from<Transport, linear_options>) {
@@ -157,6 +153,7 @@ template <class Transport>
     if (!device.cuda) throw detail::cpu_device_refused(s, "this transport copies to a CUDA device");
     linear_options options;
     options.device = device.index;
+    options.device_limit_bytes = device_limit_bytes;
     return Transport(options);
   } else {
     return Transport{};
@@ -173,15 +170,15 @@ void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
   const std::string_view want = enum_name(s.config.backend);
   // host_sim's VMM mode is the vmm backend simulated (stable addresses, mapped budget).
   if (want != have && !(want == "vmm" && transport_with_stable_addresses<Transport>)) {
-    const auto& where = s.provenance.of("backend");
-    if (set_explicitly(s, "backend"))
-      throw config_error(
-          std::string(to_string(where.source)), where.key,
-          describe(where) + ": backend = " + std::string(want) + " but this engine fixed the " +
-              std::string(have) + " transport at compile time; set backend to " +
-              std::string(have) + " (or leave it unset), or let ddo choose the transport with "
-              "ddo::with_offload_backend (runtime/enable_offload.hpp)");
-    const origin from = s.provenance.of("backend").source;
+    const auto& where = s.provenance.of(field_id::backend);
+    if (set_explicitly(s, field_id::backend))
+      throw config_error(where.source, where.key,
+                         describe(where) + ": backend = " + std::string(want) +
+                             " but this engine fixed the " + std::string(have) +
+                             " transport at compile time; set backend to " + std::string(have) +
+                             " (or leave it unset), or let ddo choose the transport with "
+                             "ddo::with_offload_backend (runtime/enable_offload.hpp)");
+    const origin from = s.provenance.of(field_id::backend).source;
     if ((from != origin::default_value && from != origin::detected) ||
         s.config.execution_mode == exec_mode::vmm_runtime)
       notes.push_back("backend " + std::string(want) + " (" + describe(where) +
@@ -190,12 +187,14 @@ void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
   }
   if constexpr (requires { { t.device() } -> std::convertible_to<int>; }) {
     const auto device = parse_execution_device(s);
-    if (set_explicitly(s, "execution_device") && (!device.cuda || device.index != t.device())) {
-      const auto& where = s.provenance.of("execution_device");
-      throw config_error(std::string(to_string(where.source)), where.key,
-                         describe(where) + ": execution_device = \"" + s.config.execution_device +
-                             "\" but the engine's transport uses cuda:" + std::to_string(t.device()) +
-                             "; construct the transport for that device or let ddo make it");
+    if (set_explicitly(s, field_id::execution_device) &&
+        (!device.cuda || device.index != t.device())) {
+      const auto& where = s.provenance.of(field_id::execution_device);
+      throw config_error(
+          where.source, where.key,
+          describe(where) + ": execution_device = \"" + s.config.execution_device +
+              "\" but the engine's transport uses cuda:" + std::to_string(t.device()) +
+              "; construct the transport for that device or let ddo make it");
     }
   }
 }

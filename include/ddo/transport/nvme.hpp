@@ -192,7 +192,7 @@ class nvme_transport : public Inner {
         }
       }
       if (o.io == file_io_mode::direct && !refused.empty())
-        throw config_error("transport", "file_io_mode",
+        throw config_error(origin::transport, "file_io_mode",
                            "O_DIRECT was required but the file system of '" + refused +
                                "' refuses it; use buffered or automatic I/O");
       st.direct = opened != 0 && direct == opened;

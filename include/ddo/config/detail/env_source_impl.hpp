@@ -88,7 +88,7 @@ DDO_INLINE component_policy parse_component_env(const std::string& component,
   };
   const auto reject = [](const std::string& variable, const std::string& value,
                          std::string_view allowed) -> void {
-    throw config_error("env", variable,
+    throw config_error(origin::env, variable,
                        "environment variable " + variable + " = \"" + value +
                            "\": not a valid value; expected " + std::string(allowed));
   };
@@ -101,7 +101,7 @@ DDO_INLINE component_policy parse_component_env(const std::string& component,
     const auto group = boolean("GROUP_OFFLOAD");
     const auto dynamic = boolean("DYNAMIC_OFFLOAD");
     if (group.value_or(false) && dynamic.value_or(false))
-      throw config_error("env", "DDO_" + component_env_name(component) + "_GROUP_OFFLOAD",
+      throw config_error(origin::env, "DDO_" + component_env_name(component) + "_GROUP_OFFLOAD",
                          "environment variables DDO_" + component_env_name(component) +
                              "_GROUP_OFFLOAD and DDO_" + component_env_name(component) +
                              "_DYNAMIC_OFFLOAD are both true: choose one route (or set DDO_" +

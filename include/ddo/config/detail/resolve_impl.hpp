@@ -60,10 +60,10 @@ DDO_INLINE void apply_component_policy(resolved_component& out,
   if (policy.offload_low_cpu_mem_usage) out.offload_low_cpu_mem_usage = *policy.offload_low_cpu_mem_usage;
   if (policy.num_blocks_per_group) {
     if (*policy.num_blocks_per_group < 1)
-      throw config_error(std::string(to_string(where.source)), where.key,
+      throw config_error(where.source, where.key,
                          describe(where) + ": num_blocks_per_group = " +
-                             std::to_string(*policy.num_blocks_per_group) +
-                             " for component " + out.name + "; expected a positive integer");
+                             std::to_string(*policy.num_blocks_per_group) + " for component " +
+                             out.name + "; expected a positive integer");
     out.num_blocks_per_group = *policy.num_blocks_per_group;
   }
 }
@@ -177,7 +177,7 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
                                  "component " + context.component + " policy field " + name};
         const auto index = find_field(name);
         if (!index)
-          throw config_error("component", name,
+          throw config_error(origin::component, name,
                              describe(where) + " is not a ddo setting" +
                                  did_you_mean(closest_name(name, explicit_source::field_names())));
         fields[*index].set(config, normalize_field_value(fields[*index], value, where));
@@ -194,11 +194,11 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
     const std::size_t index = field_index(field_id::vmm_staging_buffer_gb);
     const field_origin& where = total_staging->where;
     if (!(total_staging->value > 0.0))
-      throw config_error(std::string(to_string(where.source)), where.key,
+      throw config_error(where.source, where.key,
                          describe(where) + " = " + detail::format_number(total_staging->value) +
                              ": not a valid value; expected a positive size in GiB");
     if (provenance.at(index).source == origin::cli)
-      throw config_error(std::string(to_string(where.source)), where.key,
+      throw config_error(where.source, where.key,
                          describe(where) + " and " + describe(provenance.at(index)) +
                              " both set the staging size: give only one");
     const bool native = config.vmm_native_transport || config.vmm_source_cache_gb > 0.0;
@@ -235,7 +235,7 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   validate(config, provenance, settings.warnings);
   warn_inactive_fields(config, provenance, settings.warnings);
   if (config.backend == offload_backend::vmm && context.vmm_supported == false)
-    throw config_error(std::string(to_string(provenance.of(field_id::backend).source)),
+    throw config_error(provenance.of(field_id::backend).source,
                        provenance.of(field_id::backend).key,
                        describe(provenance.of(field_id::backend)) +
                            " = \"vmm\": the device reports no virtual-memory-management support; "

@@ -446,14 +446,14 @@ DDO_INLINE std::vector<pattern> compile_block_patterns(std::span<const std::stri
   compiled.reserve(patterns.size());
   for (const auto& p : patterns) {
     if (p == "auto")
-      throw config_error("config", "resident_module_patterns",
+      throw config_error(origin::config, "resident_module_patterns",
                          "resident_module_patterns: 'auto' must be the only entry, found it "
                          "together with explicit patterns");
     try {
       compiled.emplace_back(p);
     } catch (const pattern_error& e) {
       throw config_error(
-          "config", "resident_module_patterns",
+          origin::config, "resident_module_patterns",
           "resident_module_patterns: '" + p + "' is not a valid regular expression: " + e.what());
     }
   }

@@ -28,7 +28,7 @@ DDO_INLINE std::filesystem::path expand_home(std::string_view path) {
   if (path == "~" || path.starts_with("~/")) {
     const char* home = std::getenv("HOME");
     if (home == nullptr || *home == '\0')
-      throw config_error("env", "DDO_PROFILE_DIR",
+      throw config_error(origin::env, "DDO_PROFILE_DIR",
                          "the profile directory '" + std::string(path) +
                              "' starts with '~' but HOME is not set: set DDO_PROFILE_DIR to an "
                              "absolute path");

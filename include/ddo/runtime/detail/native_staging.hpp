@@ -157,12 +157,13 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
   try {
     const auto allowed = static_cast<std::size_t>(o.staging_total_bytes / o.window_bytes);
     if (allowed < 2)
-      throw config_error("transport", "vmm_staging_buffer_gb",
+      throw config_error(origin::transport, "vmm_staging_buffer_gb",
                          "vmm_staging_buffer_gb is the native route's TOTAL host staging (" +
-                             std::to_string(o.staging_total_bytes) + " bytes), cut into whole windows of " +
-                             std::to_string(o.window_bytes) + " bytes; it holds " + std::to_string(allowed) +
-                             ", and the route needs at least 2 (" + std::to_string(2 * o.window_bytes) +
-                             " bytes): raise it");
+                             std::to_string(o.staging_total_bytes) +
+                             " bytes), cut into whole windows of " +
+                             std::to_string(o.window_bytes) + " bytes; it holds " +
+                             std::to_string(allowed) + ", and the route needs at least 2 (" +
+                             std::to_string(2 * o.window_bytes) + " bytes): raise it");
     window_count_ = std::min(allowed, std::max<std::size_t>(2, o.window_cap_bytes / o.window_bytes));
     stats_.windows_allowed = allowed;
     chunks_per_window_ = static_cast<std::size_t>((o.window_bytes + max_staging_chunk_bytes - 1) /
@@ -170,11 +171,12 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
     chunk_bytes_ = o.window_bytes / chunks_per_window_;
     if (chunks_per_window_ > 1) chunk_bytes_ -= chunk_bytes_ % 4096;  // whole pages (O_DIRECT reads)
     if (o.source_registered_bytes % o.segment_bytes != 0 || o.source_registered_bytes > o.source_cache_bytes)
-      throw config_error("transport", "vmm_source_registered_gb",
+      throw config_error(origin::transport, "vmm_source_registered_gb",
                          "vmm_source_registered_gb = " + std::to_string(o.source_registered_bytes) +
                              " bytes must be whole segments of " + std::to_string(o.segment_bytes) +
                              " bytes within the retained storage vmm_source_cache_gb = " +
-                             std::to_string(o.source_cache_bytes) + " bytes (0 registers all of it)");
+                             std::to_string(o.source_cache_bytes) +
+                             " bytes (0 registers all of it)");
     windows_ = host_buffer(window_count_ * o.window_bytes);
     if (!register_range(windows_.data(), window_count_ * o.window_bytes))
       throw out_of_memory(memory_tier::registered_host, window_count_ * o.window_bytes, 0,

@@ -91,12 +91,13 @@ class vmm_window {
     const std::uint64_t slot = round_up(r.slot_bytes, gran_);
     if (o.handle_bytes != 0) {
       if (o.handle_bytes % gran_ != 0)
-        throw config_error("transport", "vmm_page_mb", "vmm_page_mb = " + std::to_string(o.handle_bytes / mib) +
-                                              " MiB is not a multiple of the device's VMM allocation "
-                                              "granularity (" + std::to_string(gran_) +
-                                              " bytes); use a multiple of " +
-                                              std::to_string(std::max<std::uint64_t>(1, gran_ / mib)) +
-                                              " MiB, or 0 for the measured default");
+        throw config_error(origin::transport, "vmm_page_mb",
+                           "vmm_page_mb = " + std::to_string(o.handle_bytes / mib) +
+                               " MiB is not a multiple of the device's VMM allocation "
+                               "granularity (" +
+                               std::to_string(gran_) + " bytes); use a multiple of " +
+                               std::to_string(std::max<std::uint64_t>(1, gran_ / mib)) +
+                               " MiB, or 0 for the measured default");
       handle_ = o.handle_bytes;
     } else {
       // No group has a mapped range (every streamed weight is one the route does not cover):
@@ -114,18 +115,20 @@ class vmm_window {
                                 : " + " + std::to_string(r.side_slot_bytes) +
                                       " bytes of linear side image for the weights VMM does not cover");
     if (o.budget_bytes == 0)
-      throw config_error("transport", "vmm_resident_weight_budget_gb",
-                         "vmm_resident_weight_budget_gb is 0: the VMM route maps streamed groups "
-                         "inside this budget, so it needs at least the resident set plus one group (" +
-                             std::to_string(r.resident_bytes + slot_device) + " bytes here)");
+      throw config_error(
+          origin::transport, "vmm_resident_weight_budget_gb",
+          "vmm_resident_weight_budget_gb is 0: the VMM route maps streamed groups "
+          "inside this budget, so it needs at least the resident set plus one group (" +
+              std::to_string(r.resident_bytes + slot_device) + " bytes here)");
     if (o.budget_bytes < r.resident_bytes + slot_device)
-      throw config_error("transport", "vmm_resident_weight_budget_gb",
+      throw config_error(origin::transport, "vmm_resident_weight_budget_gb",
                          "vmm_resident_weight_budget_gb is " + std::to_string(o.budget_bytes) +
-                             " bytes, smaller than the resident set (" + std::to_string(r.resident_bytes) +
+                             " bytes, smaller than the resident set (" +
+                             std::to_string(r.resident_bytes) +
                              " bytes) plus the largest group's slot (" + slot_words +
                              "); raise the budget or plan fewer weights resident");
     if (o.staging_buffer_bytes != 0 && r.largest_staged_bytes > o.staging_buffer_bytes)
-      throw config_error("transport", "vmm_staging_buffer_gb",
+      throw config_error(origin::transport, "vmm_staging_buffer_gb",
                          "vmm_staging_buffer_gb holds " + std::to_string(o.staging_buffer_bytes) +
                              " bytes but the largest group stages " +
                              std::to_string(r.largest_staged_bytes) +
