@@ -1197,25 +1197,23 @@ int run(int argc, char** argv) {
 
   const bool vmm = settings.config.backend == ddo::offload_backend::vmm;
   if (opt.compare && (vmm || file_route))
-    return fail(std::string("--compare runs ddo's linear transport (host_sim without a GPU); backend ") +
-                    (vmm ? "vmm" : "nvme") + " is not compared",
-                exit_usage);
-  const auto device = ddo::parse_execution_device(settings);
+    return fail(
+        std::string("--compare runs ddo's linear transport (host_sim without a GPU); backend ") +
+            (vmm ? "vmm" : "nvme") + " is not compared",
+        exit_usage);
   // ddo's transport on one card: capped at the card minus the context (0: uncapped, the device).
   auto gpu_limit = [&](const ddo::runner::vram_budget& b) -> std::uint64_t {
     return ctx.emulated ? b.ddo_limit_bytes(ddo::runtime_device_reserve_bytes) : 0;
   };
-  if (gpu && opt.compare) {
-    ddo::linear_options base;
-    base.device = device.index;
-    return run_compare<gpu_engine>(ctx, ddo::linear_transport(base),
-                                   [&](const ddo::runner::vram_budget& b, const ddo::host_sim_options&) {
-                                     ddo::linear_options o;
-                                     o.device = device.index;
-                                     o.device_limit_bytes = gpu_limit(b);
-                                     return ddo::linear_transport(o);
-                                   });
-  }
+  // --compare: the linear transport on the device execution_device names, uncapped for the
+  // bound and the baselines, capped per card for ddo's rows (make_transport, as with_transport
+  // makes it).
+  if (gpu && opt.compare)
+    return run_compare<gpu_engine>(
+        ctx, ddo::make_transport<ddo::linear_transport>(settings),
+        [&](const ddo::runner::vram_budget& b, const ddo::host_sim_options&) {
+          return ddo::make_transport<ddo::linear_transport>(settings, {}, gpu_limit(b));
+        });
   if (!gpu)
     ctx.setup.host_sim.device_capacity_bytes =
         ctx.budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);

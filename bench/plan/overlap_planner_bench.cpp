@@ -40,8 +40,8 @@
 
 #include "bench_arguments.hpp"
 #include "ddo/core/atomic_file.hpp"
-#include "ddo/core/standard_output.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/standard_output.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/model/weight_table.hpp"
@@ -52,6 +52,7 @@
 #include "ddo/profile/profile_timings.hpp"
 #include "ddo/runtime/calibration.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/linear.hpp"
 #include "runner/synthetic_forward.hpp"
@@ -300,12 +301,13 @@ struct measured {
   std::string pattern;     ///< per group in order: R resident, . streamed
 };
 
-using bench_offloader = ddo::offloader<ddo::linear_transport>;
+/// Every plan's offloader, whichever planner planned it (the offloader's type names its planner).
+using bench_offloader = ddo::basic_offloader<ddo::linear_transport>;
 
 /// A plan set up and kept, so that several plans can be measured in turns.
 struct prepared {
   measured r;
-  std::unique_ptr<bench_offloader> off;
+  std::shared_ptr<bench_offloader> off;  // deletes the planner's offloader type
   std::vector<double> samples;  // ms per step, one per round
 };
 
@@ -317,7 +319,9 @@ prepared prepare_plan(const flux_like& m, ddo::linear_transport& transport, ddo:
   o.inputs.overrides.emplace_back("resident_module_budget_gb",
                                   std::max(1e-9, static_cast<double>(budget) / static_cast<double>(ddo::gib)));
   const auto settings = ddo::resolve_settings(o.inputs);
-  auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, transport, planner);
+  // The one call (ddo/runtime/prepare_offload.hpp) with this planner.
+  auto planned = ddo::prepare_offload<>(m.table, settings, o, transport, planner);
+  const auto& setup = planned.setup;
   const ddo::ring_shape ring{setup.runtime.slot_count, setup.runtime.prefetch_depth};
   prepared p;
   const auto loads = ddo::plan_loads(setup.plan, timings);
@@ -329,7 +333,7 @@ prepared prepare_plan(const flux_like& m, ddo::linear_transport& transport, ddo:
   p.r.tolerated = ddo::tolerated_copy_slowdown(loads, ring);
   p.r.resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
   for (const auto& g : setup.plan.groups) p.r.pattern += g.streamed_bytes() == 0 ? 'R' : '.';
-  p.off = std::make_unique<bench_offloader>(m.table, std::move(setup), transport);
+  p.off = planned.start().offloader;
   return p;
 }
 
@@ -463,8 +467,8 @@ int main(int argc, char** argv) {
       o.inputs.overrides.emplace_back("profile_name", std::string("overlap-bench"));
       o.runtime = recorder.runtime_options(o.runtime);
       const auto settings = ddo::resolve_settings(o.inputs);
-      auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, transport);
-      ddo::offloader<ddo::linear_transport> off(m.table, std::move(setup), transport);
+      auto enabled = ddo::prepare_offload<>(m.table, settings, o, transport).start();
+      auto& off = *enabled.offloader;
       ddo::calibration_options c;
       c.tokens_low = static_cast<std::uint64_t>(opt.tokens_low);
       c.tokens_high = static_cast<std::uint64_t>(opt.tokens_high);

@@ -220,7 +220,7 @@ inline constexpr double rss_target = 1.10;
 inline constexpr double used_growth_target = 1.05;
 inline constexpr double setup_target = 1.5;
 
-namespace detail {
+namespace internal {
 inline std::string fixed(double value, int digits);
 /// "1.23 (1.02x)" — bytes in GB and their ratio to the weights; "-" when not measured.
 inline std::string memory_cell(bool measured, std::uint64_t bytes, std::uint64_t weights) {
@@ -257,14 +257,14 @@ inline std::string str(const std::string& s) {
   }
   return out + "\"";
 }
-}  // namespace detail
+}  // namespace internal
 
 /// @brief The Markdown report: the run's context, then one table per token count.
 [[nodiscard]] inline std::string markdown(const report_context& ctx,
                                           const std::vector<token_run>& runs) {
-  using detail::fixed;
-  using detail::gb;
-  using detail::memory_cell;
+  using internal::fixed;
+  using internal::gb;
+  using internal::memory_cell;
   std::ostringstream out;
   out << "\n## streaming_bench on " << ctx.device << "\n\n"
       << "model: " << ctx.blocks << " blocks, hidden " << ctx.hidden << ", MLP " << ctx.mlp
@@ -353,8 +353,8 @@ inline std::string str(const std::string& s) {
 /// "summary" list of {metric, value, unit, target?, pass?} rows for tools/gpu-check.
 [[nodiscard]] inline std::string json(const report_context& ctx,
                                       const std::vector<token_run>& runs) {
-  using detail::num;
-  using detail::str;
+  using internal::num;
+  using internal::str;
   std::ostringstream out;
   out << "{\n  \"bench\": \"streaming\",\n  \"device\": " << str(ctx.device)
       << ",\n  \"command\": " << str(ctx.command) << ",\n  \"model\": {\"blocks\": " << ctx.blocks
@@ -437,7 +437,7 @@ inline std::string str(const std::string& s) {
       }
       out << ", \"value\": " << num(v.ratio) << ", \"unit\": \"x bound\"";
       if (v.target > 0)
-        out << ", \"target\": " << str("<= " + detail::fixed(v.target, 2))
+        out << ", \"target\": " << str("<= " + internal::fixed(v.target, 2))
             << ", \"pass\": " << (v.pass() ? "true" : "false");
       out << "}";
       // A VMM variant's host time per loaded GB and its device bytes (issue 10).
@@ -449,12 +449,13 @@ inline std::string str(const std::string& s) {
         out << ",\n    {\"metric\": " << str(prefix + " ddo device bytes (ledger)")
             << ", \"value\": " << num(static_cast<double>(m.ledger_device_bytes) / 1e9)
             << ", \"unit\": \"GB\", \"target\": "
-            << str("<= " + detail::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
+            << str("<= " + internal::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
             << ", \"pass\": " << (m.ledger_ok() ? "true" : "false") << "}";
         out << ",\n    {\"metric\": " << str(prefix + " sampled device minus activations")
-            << ", \"value\": " << num(static_cast<double>(m.sampled_ddo_bytes(v.peak_device_bytes)) / 1e9)
+            << ", \"value\": "
+            << num(static_cast<double>(m.sampled_ddo_bytes(v.peak_device_bytes)) / 1e9)
             << ", \"unit\": \"GB\", \"target\": "
-            << str("<= " + detail::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
+            << str("<= " + internal::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
             << ", \"pass\": " << (m.sampled_ok(v.peak_device_bytes) ? "true" : "false") << "}";
       }
       if (v.ceiling_ms > 0)
@@ -466,7 +467,7 @@ inline std::string str(const std::string& s) {
         auto row = [&](const std::string& metric, double value, const char* unit, double target) {
           out << ",\n    {\"metric\": " << str(std::to_string(run.tokens) + " tok " + metric)
               << ", \"value\": " << num(value) << ", \"unit\": " << str(unit)
-              << ", \"target\": " << str("<= " + detail::fixed(target, 2))
+              << ", \"target\": " << str("<= " + internal::fixed(target, 2))
               << ", \"pass\": " << (value <= target ? "true" : "false") << "}";
         };
         row("file pinned peak RSS growth", static_cast<double>(v.host.rss_growth_bytes()) / w,

@@ -84,7 +84,7 @@ inline void finish_row(compare_row& row, double compute_ms, double pinned_gbps) 
   row.ratio = row.bound_ms > 0.0 ? row.ms / row.bound_ms : 0.0;
 }
 
-namespace detail {
+namespace internal {
 [[nodiscard]] inline std::string fixed(double value, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
@@ -94,12 +94,12 @@ namespace detail {
 [[nodiscard]] inline std::string gb_text(std::uint64_t bytes) {
   return fixed(static_cast<double>(bytes) / static_cast<double>(1ull << 30), 2);
 }
-}  // namespace detail
+}  // namespace internal
 
 /// @brief The report as a Markdown table with its header lines (what ddo-run prints).
 [[nodiscard]] inline std::string format_compare_table(const compare_report& r) {
-  using detail::fixed;
-  using detail::gb_text;
+  using internal::fixed;
+  using internal::gb_text;
   std::string out;
   out += "compare: " + r.model + " (" + gb_text(r.model_bytes) + " GiB), " +
          std::to_string(r.tokens) + " tokens, " + std::to_string(r.steps) + " timed steps per " +
@@ -146,7 +146,7 @@ namespace detail {
 
 /// @brief The report as JSON (tools/plot_bench.py reads it: `"kind": "ddo-run compare"`).
 [[nodiscard]] inline std::string compare_json(const compare_report& r) {
-  using detail::fixed;
+  using internal::fixed;
   std::string o = "{\n  \"kind\": \"ddo-run compare\",\n  \"device\": ";
   append_json_string(o, r.device);
   o += ",\n  \"transport\": ";

@@ -54,7 +54,7 @@ struct compare_inputs {
   std::uint64_t engine_reserve_bytes = 0;
 };
 
-namespace detail {
+namespace internal {
 
 using clock = std::chrono::steady_clock;
 
@@ -123,7 +123,7 @@ template <class Step, class Sync>
   return offsets;
 }
 
-}  // namespace detail
+}  // namespace internal
 
 /// @brief B: pinned host→device bandwidth in GB/s over @p bytes copies (one warm-up, five timed).
 template <class Transport>
@@ -138,10 +138,10 @@ template <class Transport>
     t.copy_to_device(device, host, bytes, view);
     t.synchronize(view);
     constexpr int copies = 5;
-    const auto t0 = detail::clock::now();
+    const auto t0 = internal::clock::now();
     for (int i = 0; i < copies; ++i) t.copy_to_device(device, host, bytes, view);
     t.synchronize(view);
-    const double ms = detail::ms_since(t0);
+    const double ms = internal::ms_since(t0);
     t.free_device(device, bytes);
     t.free_pinned(host, bytes);
     return ms > 0.0 ? static_cast<double>(bytes) * copies / (ms * 1e-3) / 1e9 : 0.0;
@@ -163,7 +163,7 @@ template <class Engine>
   std::vector<std::size_t> all;
   for (const auto& g : in.groups) all.insert(all.end(), g.weights.begin(), g.weights.end());
   std::uint64_t block_bytes = 0;
-  const auto offsets = detail::aligned_offsets(in.table, all, &block_bytes);
+  const auto offsets = internal::aligned_offsets(in.table, all, &block_bytes);
   const auto free = t.device_memory().free_bytes;
   const std::uint64_t needed = block_bytes + in.engine_reserve_bytes + 256 * mib;
   if (free != 0 && needed > free) {
@@ -171,7 +171,7 @@ template <class Engine>
                   "fit the device's " + format_bytes(free) + " free";
     return row;
   }
-  detail::variant_meter meter(in.gpu);
+  internal::variant_meter meter(in.gpu);
   std::byte* block = t.allocate_device(block_bytes);
   try {
     Engine engine(t, in.tokens, in.compute.width, in.compute.type);
@@ -185,11 +185,12 @@ template <class Engine>
       t.copy_to_device(block + offsets[w], staging.data(), n, view);
       t.synchronize(view);  // the staging vector is reused by the next weight
     }
-    row.step_ms = detail::time_steps(
+    row.step_ms = internal::time_steps(
         in,
         [&] {
           for (const auto& g : in.groups)
-            detail::enqueue_group(engine, t, in, g, [&](std::size_t w) { return block + offsets[w]; });
+            internal::enqueue_group(engine, t, in, g,
+                                    [&](std::size_t w) { return block + offsets[w]; });
         },
         [&] { t.synchronize(view); });
   } catch (...) {
@@ -220,11 +221,11 @@ template <class Engine>
     const auto view = engine.view();
     t.copy_to_device(scratch, host.data(), host.size(), view);
     t.synchronize(view);
-    ms = median_of(detail::time_steps(
+    ms = median_of(internal::time_steps(
         in,
         [&] {
           for (const auto& g : in.groups)
-            detail::enqueue_group(engine, t, in, g, [&](std::size_t) { return scratch; });
+            internal::enqueue_group(engine, t, in, g, [&](std::size_t) { return scratch; });
         },
         [&] { t.synchronize(view); }));
   } catch (...) {
@@ -241,7 +242,7 @@ class host_model_copy {
   explicit host_model_copy(const compare_inputs& in) {
     std::vector<std::size_t> all;
     for (const auto& g : in.groups) all.insert(all.end(), g.weights.begin(), g.weights.end());
-    offsets_ = detail::aligned_offsets(in.table, all, &bytes_);
+    offsets_ = internal::aligned_offsets(in.table, all, &bytes_);
     // Page-aligned (cudaHostRegister page-locks whole pages) and not value-initialised: the
     // pages are first touched by the reads below, once.
     data_.reset(static_cast<std::byte*>(::operator new(bytes_, std::align_val_t{page})));
@@ -276,15 +277,15 @@ template <class Engine>
   std::vector<std::vector<std::uint64_t>> offsets;
   for (const auto& g : in.groups) {
     std::uint64_t bytes = 0;
-    offsets.push_back(detail::aligned_offsets(in.table, g.weights, &bytes));
+    offsets.push_back(internal::aligned_offsets(in.table, g.weights, &bytes));
     slot = std::max(slot, bytes);
   }
-  detail::variant_meter meter(in.gpu);
+  internal::variant_meter meter(in.gpu);
   std::byte* buffer = t.allocate_device(slot);
   try {
     Engine engine(t, in.tokens, in.compute.width, in.compute.type);
     const auto view = engine.view();
-    row.step_ms = detail::time_steps(
+    row.step_ms = internal::time_steps(
         in,
         [&] {
           for (std::size_t gi = 0; gi < in.groups.size(); ++gi) {
@@ -293,8 +294,8 @@ template <class Engine>
               t.copy_to_device(buffer + offsets[gi][w], host.weight(w),
                                static_cast<std::size_t>(in.table[w].bytes), view);
             t.synchronize(view);  // a synchronous copy, as cudaMemcpy is
-            detail::enqueue_group(engine, t, in, g,
-                                  [&](std::size_t w) { return buffer + offsets[gi][w]; });
+            internal::enqueue_group(engine, t, in, g,
+                                    [&](std::size_t w) { return buffer + offsets[gi][w]; });
             t.synchronize(view);  // the buffer is reused by the next group
           }
         },
@@ -323,7 +324,7 @@ template <class Engine>
   row.variant = "ddo";
   row.vram_gib = static_cast<double>(budget.vram_bytes) / static_cast<double>(gib);
   row.description = "ddo's plan (" + settings.effective_preset + ") on the emulated card";
-  detail::variant_meter meter(in.gpu);
+  internal::variant_meter meter(in.gpu);
   // A card too small for the plan (or for the ring the offloader allocates) is a skipped row
   // with ddo's refusal, not a failed sweep.
   // The one call (ddo/runtime/prepare_offload.hpp) over this card's transport.
@@ -355,7 +356,7 @@ template <class Engine>
       }
     }
   };
-  row.step_ms = detail::time_steps(in, step, [&] { t.synchronize(view); });
+  row.step_ms = internal::time_steps(in, step, [&] { t.synchronize(view); });
   const auto metrics = off.metrics(true);
   const auto check =
       check_accounted_peak(budget, ddo_peak_device_bytes(t, metrics.peak_device_bytes));

@@ -72,7 +72,7 @@ struct pipeline_variant_result {
   std::vector<std::string> plans;    ///< one line per component: route, resident, pinned
 };
 
-namespace detail {
+namespace internal {
 
 /// Runs every group of @p c once per pass through @p off; with @p verify, copies each leased
 /// weight back and compares it with the host bytes. Returns the mismatches.
@@ -111,7 +111,7 @@ std::string plan_line(const std::string& name, Offloader& off) {
          format_bytes(plan.total_bytes(placement::pageable_host));
 }
 
-}  // namespace detail
+}  // namespace internal
 
 /// @brief Runs @p images images through @p enter (which makes a component's phase current and
 /// returns its offloader), recording each phase.
@@ -135,9 +135,9 @@ void run_images(Engine& engine, pipeline_model& model, const pipeline_run_option
       const auto restored_before = restored();
       const auto t0 = clock::now();
       auto& off = enter(c.name);
-      if (image < 0) out.plans.push_back(detail::plan_line(c.name, off));
+      if (image < 0) out.plans.push_back(internal::plan_line(c.name, off));
       const auto streamed_before = off.metrics().totals.bytes();
-      r.mismatches = detail::run_component(engine, off, c, o.verify);
+      r.mismatches = internal::run_component(engine, off, c, o.verify);
       off.transport().synchronize(engine.view());
       r.ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
       r.streamed_bytes = off.metrics().totals.bytes() - streamed_before;

@@ -45,7 +45,7 @@ namespace runner {
   return result;
 }
 
-namespace detail {
+namespace internal {
 
 [[noreturn]] inline void throw_cublas_error(cublasStatus_t status, const char* call,
                                             const char* file, int line) {
@@ -109,14 +109,14 @@ namespace detail {
   return static_cast<std::uint16_t>(sign | (exponent << 10) | ((mantissa + 0x1000u) >> 13));
 }
 
-}  // namespace detail
+}  // namespace internal
 
 /// Runs a cuBLAS call and throws ddo::cuda_error naming it (and its status) when it fails.
-#define DDO_RUNNER_CUBLAS_TRY(call)                                                    \
-  do {                                                                                 \
-    const ::cublasStatus_t ddo_cublas_status_ = (call);                                \
-    if (ddo_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                   \
-      ::ddo::runner::detail::throw_cublas_error(ddo_cublas_status_, #call, __FILE__, __LINE__); \
+#define DDO_RUNNER_CUBLAS_TRY(call)                                                               \
+  do {                                                                                            \
+    const ::cublasStatus_t ddo_cublas_status_ = (call);                                           \
+    if (ddo_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                              \
+      ::ddo::runner::internal::throw_cublas_error(ddo_cublas_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 /// @brief Element of a weight as float (bf16, fp16, fp32 supported; others read as 0).
@@ -126,12 +126,12 @@ namespace detail {
     case dtype::bf16: {
       std::uint16_t bits;
       std::memcpy(&bits, data + 2 * index, 2);
-      return detail::bf16_to_float(bits);
+      return internal::bf16_to_float(bits);
     }
     case dtype::f16: {
       std::uint16_t bits;
       std::memcpy(&bits, data + 2 * index, 2);
-      return detail::f16_to_float(bits);
+      return internal::f16_to_float(bits);
     }
     case dtype::f32: {
       float value;
@@ -157,7 +157,7 @@ inline void row_as_float(const std::byte* data, dtype type, std::size_t first, s
       for (std::size_t i = 0; i < count; ++i) {
         const auto bits = static_cast<std::uint16_t>(std::to_integer<unsigned>(p[2 * i + low]) |
                                                      std::to_integer<unsigned>(p[2 * i + 1 - low]) << 8);
-        out[i] = brain ? detail::bf16_to_float(bits) : detail::f16_to_float(bits);
+        out[i] = brain ? internal::bf16_to_float(bits) : internal::f16_to_float(bits);
       }
       return;
     }
@@ -213,7 +213,7 @@ class cublas_handle {
     const cublasStatus_t status = cublasSetStream(handle_, stream);
     if (status != CUBLAS_STATUS_SUCCESS) {
       cublasDestroy(handle_);
-      detail::throw_cublas_error(status, "cublasSetStream(handle_, stream)", __FILE__, __LINE__);
+      internal::throw_cublas_error(status, "cublasSetStream(handle_, stream)", __FILE__, __LINE__);
     }
   }
   cublas_handle(const cublas_handle&) = delete;
@@ -258,7 +258,7 @@ class gpu_synthetic_forward {
         std::memcpy(host.data() + 4 * i, &v, 4);
       } else {
         const std::uint16_t bits =
-            type == dtype::bf16 ? detail::float_to_bf16(v) : detail::float_to_f16(v);
+            type == dtype::bf16 ? internal::float_to_bf16(v) : internal::float_to_f16(v);
         std::memcpy(host.data() + 2 * i, &bits, 2);
       }
     }

@@ -14,7 +14,7 @@ std::vector<std::byte> random_bf16(std::size_t count, float scale, std::mt19937_
   std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<std::byte> out(2 * count);
   for (std::size_t i = 0; i < count; ++i) {
-    const std::uint16_t bits = ddo::runner::detail::float_to_bf16(u(rng));
+    const std::uint16_t bits = ddo::runner::internal::float_to_bf16(u(rng));
     std::memcpy(out.data() + 2 * i, &bits, 2);
   }
   return out;
@@ -35,7 +35,7 @@ double activation_rms(const ddo::runner::cpu_synthetic_forward& f, std::int64_t 
 
 TEST_SUITE("runner") {
   TEST_CASE("bf16 and fp16 conversions keep values the formats can represent") {
-    using namespace ddo::runner::detail;
+    using namespace ddo::runner::internal;
     for (float v : {1.0f, -2.5f, 0.15625f, 3.0e38f, -1.0e-30f})
       CHECK(bf16_to_float(float_to_bf16(v)) == doctest::Approx(v).epsilon(1e-2));
     CHECK(bf16_to_float(0x3f80) == 1.0f);
