@@ -336,3 +336,47 @@ TEST_SUITE("runtime") {
     t.release_stable_addresses();
   }
 }
+
+TEST_SUITE("runtime") {
+  TEST_CASE("the legacy VMM route grows the default staging buffer to the largest group that may stream") {
+    // ddo-run --ram-gb 24 --vram-gb 8 --ddo-execution-mode vmm_runtime on FLUX.1 (H200, 5 Dec):
+    // pageable 648 MiB double blocks against the default 640 MiB buffer were refused by the
+    // window. Groups of 700 MiB here; nothing is read (planning and the window's sizing only).
+    ddo::weight_table table;
+    const std::size_t file = table.add_file("/nonexistent/model.safetensors");
+    std::uint64_t offset = 0;
+    for (int b = 0; b < 6; ++b)
+      for (int k = 0; k < 2; ++k) {
+        ddo::weight_info w;
+        w.name = "blocks." + std::to_string(b) + ".w" + std::to_string(k) + ".weight";
+        w.shape = {175 * 1024, 1024};  // 350 MiB bf16
+        w.kind = ddo::module_kind::linear;
+        w.source = ddo::file_source{file, offset};
+        offset += 350 * ddo::mib;
+        table.add(w);
+      }
+    ddo::setup_options options;
+    options.inputs.environment = std::map<std::string, std::string>{};
+    options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
+    options.inputs.overrides.emplace_back("pin_cpu_memory", false);  // every streamed byte stages
+    options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 4.0);
+    options.ram_bytes = 64 * ddo::gib;
+    options.log = nullptr;
+    const auto settings = ddo::resolve_settings(options.inputs);
+    ddo::host_sim_options sim;
+    sim.device_capacity_bytes = 4 * ddo::gib + 512 * ddo::mib;
+    auto t = ddo::make_transport<ddo::host_sim_vmm_transport>(settings, sim);
+    REQUIRE(t.staging_buffer_bytes() < 700 * ddo::mib);
+    const auto setup = ddo::setup_offload(table, settings,
+                                          ddo::component_for(settings, options.inputs), options, t);
+    CHECK(t.staging_buffer_bytes() == 700 * ddo::mib);
+    CHECK(setup.runtime.staging_buffer_bytes == 700 * ddo::mib);
+    CHECK(setup.plan.budgets.max_group_detail.find("grown to 700.00 MiB") != std::string::npos);
+    // A size the user set is honoured: the window then refuses the group with both numbers.
+    options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.5);
+    const auto given = ddo::resolve_settings(options.inputs);
+    auto tg = ddo::make_transport<ddo::host_sim_vmm_transport>(given, sim);
+    (void)ddo::setup_offload(table, given, ddo::component_for(given, options.inputs), options, tg);
+    CHECK(tg.staging_buffer_bytes() == ddo::gib / 2);
+  }
+}

@@ -338,24 +338,31 @@ template <class Transport>
   // than a slot holds is refused by make_plan with the numbers (vmm_staging_buffer_gb).
   // A preset's (or the default) vmm_staging_buffer_gb grows to the largest streamed group; a
   // size the user set is honoured, or the plan is refused naming it (make_plan).
-  if constexpr (transport_with_file_staging<Transport>) {
-    // Grown for the most any plan can stream in one group (what rules 1-3 keep never streams;
-    // a demoted always-resident weight may): the setting costs nothing, the page-locked slot is
-    // allocated at the largest piece the plan reads.
-    if (ring) {
-      const plan_context context{table, settings.config, c, groups, group_of_weights(table, groups), {}, {}, nullptr};
-      const rule_residency rules = residency_rules(context);
-      for (const auto& g : groups) {
-        std::uint64_t bytes = 0;
-        for (std::size_t w : g.weights)
-          if (rules.rule[w] == residency_rule::managed || rules.rule[w] == residency_rule::builtin_pattern)
-            bytes += table[w].bytes;
-        if (bytes > largest_streamed) {
-          largest_streamed = bytes;
-          largest_group = g.name;
-        }
+  // Grown for the most any plan can stream in one group (what rules 1-3 keep never streams;
+  // a demoted always-resident weight may): the setting costs nothing, the page-locked buffers
+  // are allocated at the largest piece the plan stages.
+  const auto largest_group_that_may_stream = [&] {
+    const plan_context context{table, settings.config, c, groups, group_of_weights(table, groups), {}, {}, nullptr};
+    const rule_residency rules = residency_rules(context);
+    for (const auto& g : groups) {
+      std::uint64_t bytes = 0;
+      for (std::size_t w : g.weights)
+        if (rules.rule[w] == residency_rule::managed || rules.rule[w] == residency_rule::builtin_pattern)
+          bytes += table[w].bytes;
+      if (bytes > largest_streamed) {
+        largest_streamed = bytes;
+        largest_group = g.name;
       }
     }
+  };
+  const auto grown_detail = [&](std::uint64_t grown) {
+    return "vmm_staging_buffer_gb " + format_bytes(gib_to_bytes(settings.config.vmm_staging_buffer_gb)) +
+           " (" + describe(settings.provenance.of(field_id::vmm_staging_buffer_gb)) + ") grown to " +
+           format_bytes(grown) + " for the largest group that may stream, '" + largest_group +
+           "' (" + format_bytes(largest_streamed) + ")";
+  };
+  if constexpr (transport_with_file_staging<Transport>) {
+    if (ring) largest_group_that_may_stream();
     const auto& where = settings.provenance.of(field_id::vmm_staging_buffer_gb);
     const std::uint64_t configured = transport.staging_slot_bytes();
     if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
@@ -367,14 +374,27 @@ template <class Transport>
     const std::uint64_t setting = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
     if (slot > round_up(setting, 4096) &&
         !set_explicitly(settings, field_id::vmm_staging_buffer_gb))
-      c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(setting) + " (" + describe(where) +
-                           ") grown to " + format_bytes(slot) +
-                           " for the largest group that may stream, '" + largest_group + "' (" +
-                           format_bytes(largest_streamed) + ")";
+      c.max_group_detail = grown_detail(slot);
     if (c.max_group_detail.empty() && set_explicitly(settings, field_id::vmm_staging_buffer_gb))
       c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " set by " +
                            describe(where) + ", honoured";
     if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
+  } else if constexpr (requires {
+                         transport.grow_staging_buffer(std::uint64_t{});
+                         { transport.staging_buffer_bytes() } -> std::same_as<std::uint64_t>;
+                       }) {
+    // The legacy VMM route stages a group's pageable bytes through one of two pinned buffers
+    // of vmm_staging_buffer_gb, and its window refuses a group that stages more (FLUX.1's
+    // 648 MiB double blocks against the default 640 MiB): a preset's or the default size grows
+    // as the file route's slots do; a size the user set is honoured or refused by the window.
+    if (ring && !native_vmm_selected(settings.config) &&
+        !set_explicitly(settings, field_id::vmm_staging_buffer_gb)) {
+      largest_group_that_may_stream();
+      if (largest_streamed > transport.staging_buffer_bytes()) {
+        transport.grow_staging_buffer(largest_streamed);
+        c.max_group_detail = grown_detail(transport.staging_buffer_bytes());
+      }
+    }
   }
   // The legacy VMM route maps resident weights and its window inside
   // vmm_resident_weight_budget_gb: the plan keeps resident at most the budget less one slot.
@@ -624,10 +644,12 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   // A stable-address (VMM) transport's route: its window's slots, staging and route name
   // (runtime/stable_address_route.hpp).
   if constexpr (transport_with_stable_addresses<Transport>)
-    if (component.route != component_route::none)
-      configure_stable_address_route(
-          r.runtime, r.notes, r.plan, table, settings,
-          {r.machine.capacity.free_vram_bytes, r.machine.slot_bytes, r.machine.ring_bytes});
+    if (component.route != component_route::none) {
+      window_room room{r.machine.capacity.free_vram_bytes, r.machine.slot_bytes, r.machine.ring_bytes};
+      if constexpr (requires { { transport.staging_buffer_bytes() } -> std::same_as<std::uint64_t>; })
+        room.staging_bytes = transport.staging_buffer_bytes();
+      configure_stable_address_route(r.runtime, r.notes, r.plan, table, settings, room);
+    }
   if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;
 }

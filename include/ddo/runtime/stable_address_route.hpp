@@ -37,6 +37,9 @@ struct window_room {
   std::uint64_t free_vram_bytes = 0;  ///< machine_capacity::free_vram_bytes (0: unknown)
   std::uint64_t slot_bytes = 0;       ///< one ring slot the plan reserved
   std::uint64_t ring_bytes = 0;       ///< the ring the plan reserved
+  /// The legacy route's staging buffer as setup left it (grown from a preset's size to the
+  /// largest group that may stream); 0: vmm_staging_buffer_gb as set.
+  std::uint64_t staging_bytes = 0;
 };
 
 /// @brief Sets @p runtime (slot_count, staging, route, native options, mapped weights) for a
@@ -80,7 +83,9 @@ inline void configure_stable_address_route(runtime_options& runtime,
                       format_bytes(owned.mapped_bytes) + ")");
     }
   } else {
-    const std::uint64_t staging = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
+    const std::uint64_t staging = room.staging_bytes != 0
+                                      ? room.staging_bytes
+                                      : gib_to_bytes(settings.config.vmm_staging_buffer_gb);
     if (staging > 0) runtime.staging_buffer_bytes = staging;
     if (settings.config.execution_mode == exec_mode::vmm_runtime)
       runtime.route = executed_route::vmm_runtime;

@@ -295,6 +295,12 @@ class host_sim_vmm_transport : public host_sim_transport {
     auto& check = vmm_->options.window.staging_buffer_bytes;
     if (check != 0) check = std::max(check, bytes);
   }
+  /// @brief The window's staging check in bytes (vmm_staging_buffer_gb, grown or not; 0: none,
+  /// the native route).
+  [[nodiscard]] std::uint64_t staging_buffer_bytes() const {
+    std::lock_guard lock(vmm_->mutex);
+    return vmm_->options.window.staging_buffer_bytes;
+  }
   /// @brief Whether the window is prepared (held by an offloader until it releases it): one
   /// window per transport object, so a second offloader on it must wait for the release.
   [[nodiscard]] bool stable_addresses_prepared() const {
