@@ -19,7 +19,6 @@
 #include <type_traits>
 
 #include "ddo/config/concepts.hpp"
-#include "ddo/plan/by_profile_planner.hpp"
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/residency_planner.hpp"
@@ -29,6 +28,12 @@
 
 namespace ddo {
 inline namespace v0 {
+
+// Named, not defined, here (plan/by_profile_planner.hpp): the default planner's type costs an
+// engine TU that runs a ready plan nothing; the setup path, which plans with it, includes it.
+template <class Fallback>
+struct by_profile_planner;
+
 namespace detail {
 
 /// A type that says it is a transport (its transport_category) but does not model the concept.

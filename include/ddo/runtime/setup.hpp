@@ -44,6 +44,7 @@
 #include "ddo/core/text.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
+#include "ddo/plan/by_profile_planner.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/planner.hpp"
