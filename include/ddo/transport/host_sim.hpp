@@ -41,6 +41,7 @@
 #include "ddo/core/units.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/limited_ledger.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -147,10 +148,15 @@ struct host_sim_event_state {
 
 /// State shared by all copies of one host_sim_transport.
 struct host_sim_state {
-  explicit host_sim_state(host_sim_options o) : options(o) {}
+  explicit host_sim_state(host_sim_options o)
+      : options(o),
+        memory("host_sim",
+               {.device = o.device_capacity_bytes,
+                .registered = o.registration_limit_bytes != 0 ? o.registration_limit_bytes
+                                                              : unlimited_bytes},
+               "the simulated device capacity") {}
   host_sim_options options;
-  std::mutex alloc_mutex;  // makes "check capacity, then add" one step (setup-time calls only)
-  allocation_ledger ledger;
+  limited_ledger memory;  // capacity and registration limit checked and accounted as one step
   std::atomic<std::uint64_t> pageable_direct_copies{0};
   std::atomic<std::uint64_t> copies{0};
   std::atomic<std::uint64_t> bytes_to_device{0};
@@ -298,22 +304,13 @@ class host_sim_transport {
   // --- memory (accounted in the shared allocation_ledger) ---------------------------------------
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_device: zero bytes requested");
-    std::lock_guard lock(state_->alloc_mutex);
-    const std::uint64_t capacity = state_->options.device_capacity_bytes;
-    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
-    const std::uint64_t available = capacity > used ? capacity - used : 0;
-    if (bytes > available)
-      throw out_of_memory(memory_tier::device, bytes, available,
-                          "host_sim: device allocation of " + std::to_string(bytes) +
-                              " bytes refused: " + std::to_string(available) + " of " +
-                              std::to_string(capacity) + " simulated device bytes are free");
-    auto* p = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{256}));
-    state_->ledger.add(ledger_kind::device, p, bytes, "host_sim_transport::allocate_device");
-    return p;
+    return state_->memory.allocate(ledger_kind::device, bytes, "host_sim_transport::allocate_device", [&] {
+      return static_cast<std::byte*>(::operator new (bytes, std::align_val_t{256}));
+    });
   }
 
   void free_device(std::byte* p, std::size_t bytes) {
-    state_->ledger.remove(ledger_kind::device, p, bytes, "host_sim_transport::free_device");
+    state_->memory.remove(ledger_kind::device, p, bytes, "host_sim_transport::free_device");
     ::operator delete(p, std::align_val_t{256});
   }
 
@@ -321,31 +318,22 @@ class host_sim_transport {
   /// simulator (VMM mode's physical handles, host_sim_vmm.hpp), with allocate_device's capacity
   /// check. @throws out_of_memory(memory_tier::device, ...) over the capacity.
   void add_device_range(const void* p, std::uint64_t bytes, std::string_view who) {
-    std::lock_guard lock(state_->alloc_mutex);
-    const std::uint64_t capacity = state_->options.device_capacity_bytes;
-    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
-    const std::uint64_t available = capacity > used ? capacity - used : 0;
-    if (bytes > available)
-      throw out_of_memory(memory_tier::device, bytes, available,
-                          std::string(who) + ": " + std::to_string(bytes) +
-                              " bytes refused: " + std::to_string(available) + " of " +
-                              std::to_string(capacity) + " simulated device bytes are free");
-    state_->ledger.add(ledger_kind::device, p, bytes, who);
+    state_->memory.add(ledger_kind::device, p, bytes, who);
   }
   /// @brief Ends the account add_device_range() started.
   void remove_device_range(const void* p, std::uint64_t bytes, std::string_view who) {
-    state_->ledger.remove(ledger_kind::device, p, bytes, who);
+    state_->memory.remove(ledger_kind::device, p, bytes, who);
   }
 
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_pinned: zero bytes requested");
-    auto* p = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}));
-    state_->ledger.add(ledger_kind::pinned, p, bytes, "host_sim_transport::allocate_pinned");
-    return p;
+    return state_->memory.allocate(ledger_kind::pinned, bytes, "host_sim_transport::allocate_pinned", [&] {
+      return static_cast<std::byte*>(::operator new (bytes, std::align_val_t{4096}));
+    });
   }
 
   void free_pinned(std::byte* p, std::size_t bytes) {
-    state_->ledger.remove(ledger_kind::pinned, p, bytes, "host_sim_transport::free_pinned");
+    state_->memory.remove(ledger_kind::pinned, p, bytes, "host_sim_transport::free_pinned");
     ::operator delete(p, std::align_val_t{4096});
   }
 
@@ -354,22 +342,13 @@ class host_sim_transport {
   [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
     DDO_EXPECTS(p != nullptr && bytes > 0,
                 "host_sim_transport::register_host: null pointer or zero bytes");
-    std::lock_guard lock(state_->alloc_mutex);
-    const auto& o = state_->options;
-    auto& ledger = state_->ledger;
-    if (o.fail_host_registration) return false;
-    if (o.registration_limit_bytes != 0 &&
-        ledger.in_use(ledger_kind::registered) + bytes > o.registration_limit_bytes)
-      return false;
-    if (ledger.overlaps(ledger_kind::registered, p, bytes) ||
-        ledger.overlaps(ledger_kind::pinned, p, bytes))
-      return false;
-    ledger.add(ledger_kind::registered, p, bytes, "host_sim_transport::register_host");
-    return true;
+    if (state_->options.fail_host_registration) return false;
+    return state_->memory.try_add(ledger_kind::registered, p, bytes,
+                                  "host_sim_transport::register_host", ledger_kind::pinned);
   }
 
   void unregister_host(void* p) {
-    state_->ledger.remove(ledger_kind::registered, p, 0, "host_sim_transport::unregister_host");
+    state_->memory.remove(ledger_kind::registered, p, 0, "host_sim_transport::unregister_host");
   }
 
   // --- copies --------------------------------------------------------------------------------
@@ -377,7 +356,7 @@ class host_sim_transport {
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     require(s);
     // host_sim checks every copy in every build: policing the contract is its job.
-    const auto& ledger = state_->ledger;
+    const auto& ledger = state_->memory.ledger();
     DDO_EXPECTS(ledger.contains(ledger_kind::device, dst, bytes),
                 "host_sim_transport::copy_to_device: destination range of " +
                     std::to_string(bytes) + " bytes is not inside one device allocation");
@@ -397,7 +376,7 @@ class host_sim_transport {
   /// @brief Copies device → host on @p s.
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     require(s);
-    DDO_EXPECTS(state_->ledger.contains(ledger_kind::device, src, bytes),
+    DDO_EXPECTS(state_->memory.ledger().contains(ledger_kind::device, src, bytes),
                 "host_sim_transport::copy_to_host: source range of " + std::to_string(bytes) +
                     " bytes is not inside one device allocation");
     const double bw = state_->options.bandwidth_bytes_per_second;
@@ -411,33 +390,31 @@ class host_sim_transport {
   /// @brief Sets device bytes to @p value on @p s (poisoning).
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
     require(s);
-    DDO_EXPECTS(state_->ledger.contains(ledger_kind::device, dst, bytes),
+    DDO_EXPECTS(state_->memory.ledger().contains(ledger_kind::device, dst, bytes),
                 "host_sim_transport::fill_device: range is not inside one device allocation");
     s.state->enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
   }
 
   [[nodiscard]] device_memory_info device_memory() const {
-    const std::uint64_t cap = state_->options.device_capacity_bytes;
-    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
-    return {cap > used ? cap - used : 0, cap};
+    return {state_->memory.available(ledger_kind::device), state_->options.device_capacity_bytes};
   }
 
   // --- accounting (for tests and metrics) ----------------------------------------------------
   /// @brief The shared account of this simulated device's allocations.
-  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->ledger; }
-  [[nodiscard]] std::uint64_t device_bytes_in_use() const { return state_->ledger.in_use(ledger_kind::device); }
-  [[nodiscard]] std::uint64_t peak_device_bytes() const { return state_->ledger.peak(ledger_kind::device); }
+  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->memory.ledger(); }
+  [[nodiscard]] std::uint64_t device_bytes_in_use() const { return state_->memory.ledger().in_use(ledger_kind::device); }
+  [[nodiscard]] std::uint64_t peak_device_bytes() const { return state_->memory.ledger().peak(ledger_kind::device); }
   /// @brief Pinned host bytes: allocate_pinned plus register_host.
   [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
-    return state_->ledger.in_use(ledger_kind::pinned) + state_->ledger.in_use(ledger_kind::registered);
+    return state_->memory.ledger().in_use(ledger_kind::pinned) + state_->memory.ledger().in_use(ledger_kind::registered);
   }
-  [[nodiscard]] std::uint64_t registered_bytes_in_use() const { return state_->ledger.in_use(ledger_kind::registered); }
+  [[nodiscard]] std::uint64_t registered_bytes_in_use() const { return state_->memory.ledger().in_use(ledger_kind::registered); }
   /// @brief Copies whose source was neither pinned nor registered (ddo keeps this at zero).
   [[nodiscard]] std::uint64_t pageable_direct_copies() const { return state_->pageable_direct_copies.load(); }
   [[nodiscard]] std::uint64_t copies_issued() const { return state_->copies.load(); }
   [[nodiscard]] std::uint64_t bytes_to_device() const { return state_->bytes_to_device.load(); }
   /// @brief Resets the peak to the current use (between phases of a test).
-  void reset_peak() { state_->ledger.reset_peak(ledger_kind::device); }
+  void reset_peak() { state_->memory.reset_peak(ledger_kind::device); }
 
  private:
   static void throttle(std::chrono::steady_clock::time_point start, std::size_t bytes, double bw) {

@@ -27,7 +27,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -39,6 +38,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/detail/stable_addresses.hpp"
 #include "ddo/transport/detail/vmm_window.hpp"
 #include "ddo/transport/host_sim.hpp"
 
@@ -243,84 +243,24 @@ class host_sim_vmm_driver {
   handle_type next_handle_ = 0;
 };
 
-struct host_sim_vmm_state {
-  host_sim_vmm_state(host_sim_transport device, const host_sim_vmm_options& o)
-      : options(o), driver(std::move(device), o.granularity) {}
-  host_sim_vmm_options options;
-  host_sim_vmm_driver driver;
-  std::mutex mutex;  // window calls: setup and teardown on the engine thread, binds on ddo's
-  vmm_window<host_sim_vmm_driver> window;
-};
-
 }  // namespace detail
 
 /// @brief host_sim with stable addresses through simulated VMM (see the file comment).
-class host_sim_vmm_transport : public host_sim_transport {
+class host_sim_vmm_transport : public host_sim_transport,
+                               public detail::stable_addresses<detail::host_sim_vmm_driver> {
  public:
   /// @throws usage_error when the simulated device has no VMM support.
   explicit host_sim_vmm_transport(host_sim_vmm_options options = {})
-      : host_sim_transport(options.device) {
-    if (!options.vmm_supported)
-      throw usage_error("host_sim VMM: the simulated device reports no virtual-memory-management "
-                        "support; use the linear route (backend = host_sim) instead");
-    DDO_EXPECTS(options.granularity > 0 && options.granularity % 4096 == 0,
-                "host_sim_vmm_options::granularity must be a positive multiple of 4096");
-    vmm_ = std::make_shared<detail::host_sim_vmm_state>(*this, options);
-  }
+      : host_sim_transport(options.device),
+        stable_addresses(checked(options).window, static_cast<host_sim_transport&>(*this),
+                         options.granularity) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return "host_sim_vmm"; }
 
-  // --- stable addresses (transport_with_stable_addresses) ----------------------------------------
-  std::size_t prepare_stable_addresses(const stable_address_request& r) {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.prepare(vmm_->driver, vmm_->options.window, r);
-  }
-  [[nodiscard]] std::byte* stable_address(std::size_t g) { return vmm_->window.address(g); }
-  void bind_stable(std::size_t slot, std::size_t g) {
-    std::lock_guard lock(vmm_->mutex);
-    vmm_->window.bind(slot, g);
-  }
-  void release_stable_addresses() {
-    std::lock_guard lock(vmm_->mutex);
-    vmm_->window.release();
-  }
-  /// @brief Raises the window's staging check (vmm_staging_buffer_gb) to at least @p bytes
-  /// before setup: the file route over this transport grows its slots when the size came from a
-  /// preset (nvme_transport::grow_staging_slot) and stages each group through them, so the check
-  /// that a group fits its staging follows the grown slot. No effect on the native route (no
-  /// check: 0). @throws usage_error once the window is prepared.
-  void grow_staging_buffer(std::uint64_t bytes) {
-    std::lock_guard lock(vmm_->mutex);
-    DDO_EXPECTS(!vmm_->window.prepared(), "host_sim_vmm_transport::grow_staging_buffer: the window is already prepared");
-    auto& check = vmm_->options.window.staging_buffer_bytes;
-    if (check != 0) check = std::max(check, bytes);
-  }
-  /// @brief The window's staging check in bytes (vmm_staging_buffer_gb, grown or not; 0: none,
-  /// the native route).
-  [[nodiscard]] std::uint64_t staging_buffer_bytes() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->options.window.staging_buffer_bytes;
-  }
-  /// @brief Whether the window is prepared (held by an offloader until it releases it): one
-  /// window per transport object, so a second offloader on it must wait for the release.
-  [[nodiscard]] bool stable_addresses_prepared() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.prepared();
-  }
-  [[nodiscard]] vmm_window_stats vmm_stats() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.stats();
-  }
-  /// @brief Bytes of physical handles (the mapped budget's device memory).
-  [[nodiscard]] std::uint64_t vmm_physical_bytes() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.physical_bytes();
-  }
-  [[nodiscard]] std::size_t live_handles() const { return vmm_->driver.live_handles(); }
-  [[nodiscard]] std::size_t live_mappings() const { return vmm_->driver.live_mappings(); }
-  [[nodiscard]] std::size_t live_reservations() const { return vmm_->driver.live_reservations(); }
+  [[nodiscard]] std::size_t live_mappings() const { return vmm_driver().live_mappings(); }
+  [[nodiscard]] std::size_t live_reservations() const { return vmm_driver().live_reservations(); }
   /// @brief The simulated driver (tests of its ordering rules).
-  [[nodiscard]] detail::host_sim_vmm_driver& driver() noexcept { return vmm_->driver; }
+  [[nodiscard]] detail::host_sim_vmm_driver& driver() noexcept { return vmm_driver(); }
 
   // --- copies: mapped ranges are device memory while mapped and accessible -----------------------
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
@@ -340,18 +280,20 @@ class host_sim_vmm_transport : public host_sim_transport {
   }
 
  private:
-  [[nodiscard]] bool reserved(const std::byte* p, std::size_t n) const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.reserves(p, n);
+  static const host_sim_vmm_options& checked(const host_sim_vmm_options& options) {
+    if (!options.vmm_supported)
+      throw usage_error("host_sim VMM: the simulated device reports no virtual-memory-management "
+                        "support; use the linear route (backend = host_sim) instead");
+    DDO_EXPECTS(options.granularity > 0 && options.granularity % 4096 == 0,
+                "host_sim_vmm_options::granularity must be a positive multiple of 4096");
+    return options;
   }
   void require_mapped(const std::byte* p, std::size_t n, const char* what) const {
-    if (!vmm_->driver.accessible(p, n))
+    if (!vmm_driver().accessible(p, n))
       throw usage_error(std::string("host_sim_vmm_transport::") + what + ": " + std::to_string(n) +
                         " bytes of the VMM reservation are not mapped and accessible (a copy "
                         "issued before its range was mapped, or after it was unmapped)");
   }
-
-  std::shared_ptr<detail::host_sim_vmm_state> vmm_;
 };
 
 static_assert(transport<host_sim_vmm_transport>);

@@ -11,10 +11,10 @@
 /// lookup, so the copy path takes no lock. Every CUDA call is checked: a failure is a
 /// ddo::cuda_error naming it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +25,7 @@
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/limited_ledger.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -38,9 +39,13 @@ struct linear_options {
 
 namespace detail {
 struct linear_state {
+  explicit linear_state(const linear_options& o)
+      : options(o),
+        memory("linear",
+               {.device = o.device_limit_bytes != 0 ? o.device_limit_bytes : unlimited_bytes},
+               "the transport's device limit") {}
   linear_options options;
-  std::mutex alloc_mutex;  // makes "check the limit, then allocate" one step (setup-time calls)
-  allocation_ledger ledger;
+  limited_ledger memory;  // device_limit_bytes checked and the ledger updated as one step
 };
 }  // namespace detail
 
@@ -107,8 +112,7 @@ class linear_transport {
 
   /// @brief Makes @p options.device current. @throws cuda_error (e.g. no device).
   explicit linear_transport(linear_options options = {})
-      : state_(std::make_shared<detail::linear_state>()) {
-    state_->options = options;
+      : state_(std::make_shared<detail::linear_state>(options)) {
     DDO_CUDA_TRY(cudaSetDevice(options.device));
   }
 
@@ -176,46 +180,38 @@ class linear_transport {
 
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "linear_transport::allocate_device: zero bytes requested");
-    std::lock_guard lock(state_->alloc_mutex);
-    const std::uint64_t limit = state_->options.device_limit_bytes;
-    const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
-    if (limit != 0 && used + bytes > limit)
-      throw out_of_memory(memory_tier::device, bytes, limit > used ? limit - used : 0,
-                          "linear: device allocation of " + std::to_string(bytes) +
-                              " bytes refused: the transport's device limit is " +
-                              std::to_string(limit) + " bytes and " + std::to_string(used) +
-                              " are in use");
-    void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, bytes);
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      std::size_t free_b = 0, total_b = 0;
-      (void)cudaMemGetInfo(&free_b, &total_b);
-      throw out_of_memory(memory_tier::device, bytes, free_b,
-                          "linear: cudaMalloc of " + std::to_string(bytes) + " bytes failed with " +
-                              std::to_string(free_b) + " bytes free of " + std::to_string(total_b));
-    }
-    DDO_CUDA_TRY(status);
-    auto* b = static_cast<std::byte*>(p);
-    state_->ledger.add(ledger_kind::device, b, bytes, "linear_transport::allocate_device");
-    return b;
+    return state_->memory.allocate(ledger_kind::device, bytes, "linear_transport::allocate_device", [&] {
+      void* p = nullptr;
+      const cudaError_t status = cudaMalloc(&p, bytes);
+      if (status == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        std::size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        throw out_of_memory(memory_tier::device, bytes, free_b,
+                            "linear: cudaMalloc of " + std::to_string(bytes) + " bytes failed with " +
+                                std::to_string(free_b) + " bytes free of " + std::to_string(total_b));
+      }
+      DDO_CUDA_TRY(status);
+      return static_cast<std::byte*>(p);
+    });
   }
 
   void free_device(std::byte* p, std::size_t bytes) {
-    state_->ledger.remove(ledger_kind::device, p, bytes, "linear_transport::free_device");
+    state_->memory.remove(ledger_kind::device, p, bytes, "linear_transport::free_device");
     DDO_CUDA_TRY(cudaFree(p));
   }
 
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "linear_transport::allocate_pinned: zero bytes requested");
-    void* p = nullptr;
-    DDO_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
-    state_->ledger.add(ledger_kind::pinned, p, bytes, "linear_transport::allocate_pinned");
-    return static_cast<std::byte*>(p);
+    return state_->memory.allocate(ledger_kind::pinned, bytes, "linear_transport::allocate_pinned", [&] {
+      void* p = nullptr;
+      DDO_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+      return static_cast<std::byte*>(p);
+    });
   }
 
   void free_pinned(std::byte* p, std::size_t bytes) {
-    state_->ledger.remove(ledger_kind::pinned, p, bytes, "linear_transport::free_pinned");
+    state_->memory.remove(ledger_kind::pinned, p, bytes, "linear_transport::free_pinned");
     DDO_CUDA_TRY(cudaFreeHost(p));
   }
 
@@ -229,12 +225,12 @@ class linear_transport {
       (void)cudaGetLastError();
       return false;
     }
-    state_->ledger.add(ledger_kind::registered, p, bytes, "linear_transport::register_host");
+    state_->memory.add(ledger_kind::registered, p, bytes, "linear_transport::register_host");
     return true;
   }
 
   void unregister_host(void* p) {
-    state_->ledger.remove(ledger_kind::registered, p, 0, "linear_transport::unregister_host");
+    state_->memory.remove(ledger_kind::registered, p, 0, "linear_transport::unregister_host");
     DDO_CUDA_TRY(cudaHostUnregister(p));
   }
 
@@ -258,35 +254,31 @@ class linear_transport {
   /// @brief Free and total device memory (cudaMemGetInfo), capped by device_limit_bytes.
   [[nodiscard]] device_memory_info device_memory() const {
     auto info = query_device_memory(state_->options.device);
-    const std::uint64_t limit = state_->options.device_limit_bytes;
-    if (limit != 0) {
-      const std::uint64_t used = state_->ledger.in_use(ledger_kind::device);
-      const std::uint64_t left = limit > used ? limit - used : 0;
-      if (left < info.free_bytes) info.free_bytes = left;
-      if (limit < info.total_bytes) info.total_bytes = limit;
-    }
+    const auto& memory = state_->memory;
+    info.free_bytes = std::min<std::uint64_t>(info.free_bytes, memory.available(ledger_kind::device));
+    info.total_bytes = std::min<std::uint64_t>(info.total_bytes, memory.limit_of(ledger_kind::device));
     return info;
   }
 
   /// @brief The shared account of this transport's allocations.
-  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->ledger; }
+  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->memory.ledger(); }
   [[nodiscard]] std::uint64_t device_bytes_in_use() const {
-    return state_->ledger.in_use(ledger_kind::device);
+    return state_->memory.ledger().in_use(ledger_kind::device);
   }
   [[nodiscard]] std::uint64_t peak_device_bytes() const {
-    return state_->ledger.peak(ledger_kind::device);
+    return state_->memory.ledger().peak(ledger_kind::device);
   }
   [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
-    return state_->ledger.in_use(ledger_kind::pinned) +
-           state_->ledger.in_use(ledger_kind::registered);
+    return state_->memory.ledger().in_use(ledger_kind::pinned) +
+           state_->memory.ledger().in_use(ledger_kind::registered);
   }
   [[nodiscard]] std::uint64_t registered_bytes_in_use() const {
-    return state_->ledger.in_use(ledger_kind::registered);
+    return state_->memory.ledger().in_use(ledger_kind::registered);
   }
 
  private:
   void check_device_range(const std::byte* p, std::size_t bytes, const char* what) const {
-    if (!state_->ledger.contains(ledger_kind::device, p, bytes))
+    if (!state_->memory.ledger().contains(ledger_kind::device, p, bytes))
       throw usage_error(std::string("linear_transport::") + what + ": range of " +
                         std::to_string(bytes) +
                         " bytes is not inside one device allocation of this transport");

@@ -9,12 +9,12 @@
 /// ahead of use (the runtime's ring schedule), each load mapped and copied on ddo's staging
 /// thread once the previous occupant's release event completed (detail/vmm_window.hpp).
 ///
-/// Everything else is the linear transport: streams, events, copies, residents (cudaMalloc).
+/// Everything else is a linear transport the VMM transport owns: streams, events, copies,
+/// residents (cudaMalloc).
 /// The driver API is reached through cudaGetDriverEntryPointByVersion (no link to libcuda), and
 /// every driver call is checked. A device without VMM support is refused at construction.
 /// One offloader per transport object: make one transport per component.
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -29,6 +29,7 @@
 #include "ddo/platform/cuda_driver.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/detail/stable_addresses.hpp"
 #include "ddo/transport/detail/vmm_window.hpp"
 #include "ddo/transport/linear.hpp"
 
@@ -128,102 +129,87 @@ class cuda_vmm_driver {
   std::uintptr_t next_key_ = 0x10000;
 };
 
-struct vmm_state {
-  explicit vmm_state(const vmm_options& o) : options(o), driver(o.device.device) {}
-  vmm_options options;
-  cuda_vmm_driver driver;
-  std::mutex mutex;  // window calls: setup/teardown on the engine thread, binds on ddo's
-  vmm_window<cuda_vmm_driver> window;
-};
-
 }  // namespace detail
 
-/// @brief The CUDA VMM transport (see the file comment).
-class vmm_transport : public linear_transport {
+/// @brief The CUDA VMM transport (see the file comment): a linear_transport it owns for streams,
+/// events, copies and residents, and the stable-address window over the CUDA driver.
+class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
  public:
+  using transport_category = transport_tag;
+  using stream = linear_transport::stream;
+  using stream_view = linear_transport::stream_view;
+  using event = linear_transport::event;
+
   /// @throws cuda_error (no device, driver entry points missing), usage_error (no VMM support).
   explicit vmm_transport(vmm_options options = {})
-      : linear_transport(options.device), vmm_(std::make_shared<detail::vmm_state>(options)) {}
+      : stable_addresses(options.window, current_device(options.device.device)),
+        linear_(options.device) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return "vmm"; }
+  /// @brief The linear transport under the window (residents, streams, events).
+  [[nodiscard]] linear_transport& linear() noexcept { return linear_; }
 
-  // --- stable addresses (transport_with_stable_addresses) ----------------------------------------
-  std::size_t prepare_stable_addresses(const stable_address_request& r) {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.prepare(vmm_->driver, vmm_->options.window, r);
+  // --- the linear transport's operations ----------------------------------------------------------
+  void bind_thread() { linear_.bind_thread(); }
+  [[nodiscard]] int device() const noexcept { return linear_.device(); }
+  [[nodiscard]] stream make_stream() { return linear_.make_stream(); }
+  [[nodiscard]] static stream_view view(stream& s) noexcept { return linear_transport::view(s); }
+  [[nodiscard]] event make_event(bool timing) { return linear_.make_event(timing); }
+  [[nodiscard]] static bool capturing(stream_view s) { return linear_transport::capturing(s); }
+  void record(event& e, stream_view s) { linear_.record(e, s); }
+  void wait(stream_view s, const event& e) { linear_.wait(s, e); }
+  [[nodiscard]] bool ready(const event& e) { return linear_.ready(e); }
+  void synchronize(const event& e) { linear_.synchronize(e); }
+  void synchronize(stream_view s) { linear_.synchronize(s); }
+  [[nodiscard]] double elapsed_ms(const event& a, const event& b) { return linear_.elapsed_ms(a, b); }
+  [[nodiscard]] std::byte* allocate_device(std::size_t n) { return linear_.allocate_device(n); }
+  void free_device(std::byte* p, std::size_t n) { linear_.free_device(p, n); }
+  [[nodiscard]] std::byte* allocate_pinned(std::size_t n) { return linear_.allocate_pinned(n); }
+  void free_pinned(std::byte* p, std::size_t n) { linear_.free_pinned(p, n); }
+  [[nodiscard]] bool register_host(void* p, std::size_t n) { return linear_.register_host(p, n); }
+  void unregister_host(void* p) { linear_.unregister_host(p); }
+  [[nodiscard]] device_memory_info device_memory() const { return linear_.device_memory(); }
+  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return linear_.ledger(); }
+  [[nodiscard]] std::uint64_t peak_device_bytes() const { return linear_.peak_device_bytes(); }
+  [[nodiscard]] std::uint64_t pinned_bytes_in_use() const { return linear_.pinned_bytes_in_use(); }
+  [[nodiscard]] std::uint64_t registered_bytes_in_use() const {
+    return linear_.registered_bytes_in_use();
   }
-  [[nodiscard]] std::byte* stable_address(std::size_t g) { return vmm_->window.address(g); }
-  void bind_stable(std::size_t slot, std::size_t g) {
-    std::lock_guard lock(vmm_->mutex);
-    vmm_->window.bind(slot, g);
-  }
-  void release_stable_addresses() {
-    std::lock_guard lock(vmm_->mutex);
-    vmm_->window.release();
-  }
-  /// @brief Raises the window's staging check (vmm_staging_buffer_gb) to at least @p bytes
-  /// before setup: the file route over this transport grows its slots when the size came from a
-  /// preset (nvme_transport::grow_staging_slot) and stages each group through them, so the check
-  /// that a group fits its staging follows the grown slot. No effect on the native route (no
-  /// check: 0). @throws usage_error once the window is prepared.
-  void grow_staging_buffer(std::uint64_t bytes) {
-    std::lock_guard lock(vmm_->mutex);
-    DDO_EXPECTS(!vmm_->window.prepared(), "vmm_transport::grow_staging_buffer: the window is already prepared");
-    auto& check = vmm_->options.window.staging_buffer_bytes;
-    if (check != 0) check = std::max(check, bytes);
-  }
-  /// @brief The window's staging check in bytes (vmm_staging_buffer_gb, grown or not; 0: none,
-  /// the native route).
-  [[nodiscard]] std::uint64_t staging_buffer_bytes() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->options.window.staging_buffer_bytes;
-  }
-  /// @brief Whether the window is prepared (held by an offloader until it releases it): one
-  /// window per transport object, so a second offloader on it must wait for the release.
-  [[nodiscard]] bool stable_addresses_prepared() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.prepared();
-  }
-  [[nodiscard]] vmm_window_stats vmm_stats() const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.stats();
-  }
-  /// @brief Bytes of physical handles (the window part of the mapped budget).
-  [[nodiscard]] std::uint64_t vmm_physical_bytes() const {
-    return vmm_->driver.ledger().in_use(ledger_kind::device);
-  }
-  [[nodiscard]] std::uint64_t vmm_granularity() const noexcept { return vmm_->driver.granularity(); }
-  [[nodiscard]] std::size_t live_handles() const { return vmm_->driver.live_handles(); }
+
+  // --- the window -----------------------------------------------------------------------------
+  [[nodiscard]] std::uint64_t vmm_granularity() const noexcept { return vmm_driver().granularity(); }
   /// @brief ddo's device bytes: cudaMalloc'd (residents) plus physical handles.
   [[nodiscard]] std::uint64_t device_bytes_in_use() const {
-    return linear_transport::device_bytes_in_use() + vmm_physical_bytes();
+    return linear_.device_bytes_in_use() + vmm_driver().ledger().in_use(ledger_kind::device);
   }
 
   // --- copies: the reservation is device memory while mapped (the runtime orders that) ---------
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    if (!reserved(dst, bytes)) return linear_transport::copy_to_device(dst, src, bytes, s);
+    if (!reserved(dst, bytes)) return linear_.copy_to_device(dst, src, bytes, s);
     DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.handle));
   }
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    if (!reserved(src, bytes)) return linear_transport::copy_to_host(dst, src, bytes, s);
+    if (!reserved(src, bytes)) return linear_.copy_to_host(dst, src, bytes, s);
     DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s.handle));
   }
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
-    if (!reserved(dst, bytes)) return linear_transport::fill_device(dst, value, bytes, s);
+    if (!reserved(dst, bytes)) return linear_.fill_device(dst, value, bytes, s);
     DDO_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, s.handle));
   }
 
  private:
-  [[nodiscard]] bool reserved(const std::byte* p, std::size_t n) const {
-    std::lock_guard lock(vmm_->mutex);
-    return vmm_->window.reserves(p, n);
+  // The device is made current before the driver probes it (as the linear transport does).
+  static int current_device(int ordinal) {
+    DDO_CUDA_TRY(cudaSetDevice(ordinal));
+    return ordinal;
   }
-  std::shared_ptr<detail::vmm_state> vmm_;
+  linear_transport linear_;
 };
 
 static_assert(transport<vmm_transport>);
 static_assert(transport_with_stable_addresses<vmm_transport>);
 static_assert(transport_with_thread_binding<vmm_transport>);
+static_assert(transport_with_ledger<vmm_transport>);
 
 }  // namespace v0
 }  // namespace ddo
