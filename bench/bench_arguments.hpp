@@ -86,6 +86,29 @@ namespace po = boost::program_options;
   return whole_number(program, name, vm[name].as<std::string>(), lo, hi);
 }
 
+/// A number from @p text in [@p lo, @p hi] (fractions allowed: sizes in GiB); anything else
+/// exits with a usage error naming @p option, the text seen and the range.
+[[nodiscard]] inline double real_number(const char* program, const std::string& option,
+                                        const std::string& text, double lo, double hi) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || !(value >= lo && value <= hi)) {
+    std::ostringstream range;
+    range << lo << " to " << hi;
+    usage_exit(program, "--" + option + " = '" + text + "': expected a number from " + range.str());
+  }
+  return value;
+}
+
+/// The option @p name (declared as a string value) as a number in [lo, hi], or @p fallback when
+/// it was not given.
+[[nodiscard]] inline double real_or(const char* program, const po::variables_map& vm,
+                                    const char* name, double fallback, double lo, double hi) {
+  if (vm.count(name) == 0) return fallback;
+  return real_number(program, name, vm[name].as<std::string>(), lo, hi);
+}
+
 /// The command line as one string, for the report.
 [[nodiscard]] inline std::string command_line(int argc, char** argv) {
   std::string command;

@@ -43,6 +43,7 @@
 #include "ddo/config/settings_toml.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/memory/process_memory.hpp"
 #include "ddo/memory/system_probe.hpp"
@@ -130,17 +131,9 @@ struct run_options {
   int images = 0;                // --images (pipeline; 0: the default)
 };
 
-std::string gb(std::uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(bytes) / 1e9);
-  return buf;
-}
-
-std::string gib_text(std::uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(ddo::gib));
-  return buf;
-}
+// Short names for ddo's byte formatter (core/format_bytes.hpp), used on nearly every line printed.
+std::string gb(std::uint64_t bytes) { return ddo::format_decimal_gb(bytes); }
+std::string gib_text(std::uint64_t bytes) { return ddo::format_size(bytes, ddo::size_unit::gib); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -41,6 +41,8 @@
 #include "bench_arguments.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
@@ -424,11 +426,6 @@ measured run_plan(const options& opt, const flux_like& m, ddo::linear_transport&
   return p.r;
 }
 
-std::string gb(std::uint64_t b) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.2f GB", static_cast<double>(b) / 1e9);
-  return s;
-}
 
 }  // namespace
 
@@ -454,9 +451,9 @@ int main(int argc, char** argv) {
     };
     std::printf("model: %d double-stream blocks (%s each) + %d single-stream blocks (%s each), hidden %lld, "
                 "bf16, %s; text tokens %lld\n",
-                opt.double_blocks, gb(group_bytes(m.groups.front())).c_str(), opt.single_blocks,
-                gb(group_bytes(m.groups.back())).c_str(), static_cast<long long>(opt.hidden),
-                gb(total).c_str(), static_cast<long long>(text_tokens));
+                opt.double_blocks, ddo::format_decimal_gb(group_bytes(m.groups.front())).c_str(), opt.single_blocks,
+                ddo::format_decimal_gb(group_bytes(m.groups.back())).c_str(), static_cast<long long>(opt.hidden),
+                ddo::format_decimal_gb(total).c_str(), static_cast<long long>(text_tokens));
 
     // 1. Calibration through the library: zero resident, every group streamed and timed.
     ddo::capacity_profile profile;
@@ -539,7 +536,7 @@ int main(int argc, char** argv) {
     const auto row = [&](const char* budget, const char* name, const measured& r, double all_ms) {
       const auto error = [&](double predicted) { return (predicted - r.ms) / r.ms; };
       std::printf("| %s | %s | %s | %.2f | %.2f | %+.1f%% | %.3f | %.2fx | %+.1f%% |\n", budget, name,
-                  gb(r.resident).c_str(), r.ms, r.predicted, 100.0 * error(r.predicted), r.ms / all_ms,
+                  ddo::format_decimal_gb(r.resident).c_str(), r.ms, r.predicted, 100.0 * error(r.predicted), r.ms / all_ms,
                   r.tolerated, 100.0 * error(r.predicted_streaming));
       worst_streaming = std::max(worst_streaming, std::abs(error(r.predicted_streaming)));
     };
@@ -613,8 +610,8 @@ int main(int argc, char** argv) {
     std::printf("\nsmallest budget predicted within 1.02x all-resident: overlap-aware %s (%.0f%% of the model), "
                 "spread %s, first %s; measured there in turns with all resident: %.3fx all-resident (paired "
                 "%+.2f%% ±%.2f%%)\n",
-                gb(best.budget_bytes).c_str(), 100.0 * static_cast<double>(best.budget_bytes) / static_cast<double>(total),
-                gb(spread_needs).c_str(), gb(first_needs).c_str(), at_best.ms / pa.r.ms, vs_all.mean_pct,
+                ddo::format_decimal_gb(best.budget_bytes).c_str(), 100.0 * static_cast<double>(best.budget_bytes) / static_cast<double>(total),
+                ddo::format_decimal_gb(spread_needs).c_str(), ddo::format_decimal_gb(first_needs).c_str(), at_best.ms / pa.r.ms, vs_all.mean_pct,
                 vs_all.half_width_pct);
     std::printf("overlap-aware fastest at %d of %d budgets (by the medians), slower than none of the three "
                 "beyond the paired interval at %d; worst prediction error %.1f%% (target 5%%; %.1f%% at the "
@@ -685,17 +682,19 @@ int main(int argc, char** argv) {
                   agree, pairs);
     }
     if (!opt.json_path.empty()) {
-      std::ostringstream out;  // written aside and renamed: no partial file on a full disk
-      out << "{\"device\":\"" << probe.name << "\",\"tokens\":" << tokens << ",\"all_resident_ms\":" << all.ms
-          << ",\"none_resident_ms\":" << none.ms << ",\"wins\":" << wins << ",\"cases\":" << cases << ",\"not_slower\":" << not_slower
-          << ",\"worst_prediction_error\":" << worst_error << ",\"min_budget_overlap\":" << best.budget_bytes
-          << ",\"min_budget_spread\":" << spread_needs << ",\"min_budget_first\":" << first_needs
-          << ",\"measured_at_min_budget\":" << at_best.ms / pa.r.ms;
+      ddo::json_writer out;
+      out.begin_object().member("device", probe.name).member("tokens", tokens);
+      out.member("all_resident_ms", all.ms).member("none_resident_ms", none.ms).member("wins", wins);
+      out.member("cases", cases).member("not_slower", not_slower);
+      out.member("worst_prediction_error", worst_error).member("min_budget_overlap", best.budget_bytes);
+      out.member("min_budget_spread", spread_needs).member("min_budget_first", first_needs);
+      out.member("measured_at_min_budget", at_best.ms / pa.r.ms);
       if (concordant_share >= 0.0)
-        out << ",\"search_matches_exhaustive\":" << (search_matches_exhaustive ? "true" : "false")
-            << ",\"ordering_agreement\":" << concordant_share;
-      out << "}\n";
-      ddo::write_file_atomically(opt.json_path, out.str());
+        out.member("search_matches_exhaustive", search_matches_exhaustive)
+            .member("ordering_agreement", concordant_share);
+      out.end_object();
+      // Written aside and renamed: no partial file on a full disk.
+      ddo::write_file_atomically(opt.json_path, out.take() + "\n");
     }
     ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;

@@ -31,7 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_arguments.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/safetensors.hpp"
@@ -80,21 +82,31 @@ std::uint64_t read_status_kib(const char* key) {
 
 namespace {
 int run(int argc, char** argv) {
-  std::size_t tensors = 1000000;
-  std::size_t header_tensors = 500000;
+  namespace po = boost::program_options;
+  constexpr const char* program = "plan_scale_bench";
   std::string json_path = "plan_scale_bench.json";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--tensors") tensors = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--header-tensors") header_tensors = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--json") json_path = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: plan_scale_bench [--tensors N] [--header-tensors M] [--json FILE]\n");
-      return 2;
-    }
-  }
+  po::options_description desc("options");
+  desc.add_options()("tensors", po::value<std::string>()->value_name("N"),
+                     "tensors of the planned model (default 1000000)")(
+      "header-tensors", po::value<std::string>()->value_name("M"),
+      "tensors of the safetensors header read (default 500000)")(
+      "json", po::value<std::string>(&json_path)->value_name("FILE"),
+      "where the JSON goes (default plan_scale_bench.json)");
+  const auto vm = ddo_bench::parse_or_exit(program, argc, argv, desc,
+                                           "[--tensors N] [--header-tensors M] [--json FILE]");
+  const auto tensors = static_cast<std::size_t>(
+      ddo_bench::number_or(program, vm, "tensors", 1000000, 1, 100000000));
+  const auto header_tensors = static_cast<std::size_t>(
+      ddo_bench::number_or(program, vm, "header-tensors", 500000, 1, 100000000));
 
-  std::string json = "{\n  \"tensors\": " + std::to_string(tensors) + ",\n  \"plans\": [";
+  ddo::json_writer json;
+  json.begin_object(ddo::json_layout::lines).member("tensors", tensors);
+  json.key("plans").begin_array(ddo::json_layout::lines);
+  // One row of "plans": seconds with six decimals (as the file always had them).
+  auto plan_row = [&json](std::string_view selection, double s, double cpu, std::size_t groups) {
+    json.begin_object(ddo::json_layout::spaced).member("selection", selection);
+    json.member("seconds", s, 6).member("cpu_seconds", cpu, 6).member("groups", groups).end_object();
+  };
   std::printf("# ddo plan scale benchmark\n\ncommand: plan_scale_bench --tensors %zu --header-tensors %zu\n\n",
               tensors, header_tensors);
   auto t0 = std::chrono::steady_clock::now();
@@ -109,7 +121,6 @@ int run(int argc, char** argv) {
   machine.free_vram_bytes = total;
   machine.total_vram_bytes = total;
   machine.available_ram_bytes = total / 4;
-  bool first_row = true;
   const ddo::selection all[] = {ddo::selection::first, ddo::selection::spread,
                                 ddo::selection::largest};
   for (auto which : all) {
@@ -128,10 +139,7 @@ int run(int argc, char** argv) {
     const std::string label(ddo::selection_name(which));
     std::printf("| %s | %s | %.3f | %.3f | %s |\n", label.c_str(), label.c_str(), s, cpu,
                 cpu <= 2.0 ? "<= 2 s: met" : "<= 2 s: MISSED");
-    json += std::string(first_row ? "" : ",") + "\n    {\"selection\": \"" + label +
-            "\", \"seconds\": " + std::to_string(s) + ", \"cpu_seconds\": " + std::to_string(cpu) + ", \"groups\": " +
-            std::to_string(plan.groups.size()) + "}";
-    first_row = false;
+    plan_row(label, s, cpu, plan.groups.size());
   }
   {
     // The overlap-aware planner over the same table: made-up times per group (every other block
@@ -155,11 +163,9 @@ int run(int argc, char** argv) {
     const double cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
     std::printf("| overlap (%zu groups) | spread | %.3f | %.3f | %s |\n", plan.groups.size(), s, cpu,
                 cpu <= 2.0 ? "<= 2 s: met" : "<= 2 s: MISSED");
-    json += ",\n    {\"selection\": \"overlap\", \"seconds\": " + std::to_string(s) +
-            ", \"cpu_seconds\": " + std::to_string(cpu) + ", \"groups\": " +
-            std::to_string(plan.groups.size()) + "}";
+    plan_row("overlap", s, cpu, plan.groups.size());
   }
-  json += "\n  ],\n";
+  json.end_array();
 
   // Header peak memory, in a child so the measurement is not the parent's high-water mark.
   const auto dir = std::filesystem::temp_directory_path() /
@@ -214,11 +220,11 @@ int run(int argc, char** argv) {
               "|---|---|---|---|---|---|\n| %zu | %llu | %.3f | %.1f MiB | %.1fx | %s |\n",
               count, header_bytes, read_s, growth / 1048576.0, ratio,
               ratio <= 10.0 ? "<= 10x: met" : "<= 10x: MISSED");
-  json += "  \"header\": {\"tensors\": " + std::to_string(count) + ", \"header_bytes\": " +
-          std::to_string(header_bytes) + ", \"read_seconds\": " + std::to_string(read_s) +
-          ", \"peak_rss_growth_bytes\": " + std::to_string(static_cast<std::uint64_t>(growth)) +
-          ", \"ratio\": " + std::to_string(ratio) + "}\n}\n";
-  ddo::write_file_atomically(json_path, json);
+  json.key("header").begin_object(ddo::json_layout::spaced).member("tensors", count);
+  json.member("header_bytes", header_bytes).member("read_seconds", read_s, 6);
+  json.member("peak_rss_growth_bytes", static_cast<std::uint64_t>(growth)).member("ratio", ratio, 6);
+  json.end_object().end_object();
+  ddo::write_file_atomically(json_path, json.take() + "\n");
   std::printf("\nJSON: %s\n", json_path.c_str());
   ddo::flush_standard_output();  // a full disk is a failure, not success
   return 0;

@@ -15,6 +15,7 @@
 #include "bench_arguments.hpp"
 #include "bench_setup.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
@@ -123,17 +124,17 @@ int main(int argc, char** argv) {
       std::printf("| %s | %s | %.3f | <= 5 (%s) |\n", r.transport.c_str(), r.kind.c_str(), r.us,
                   r.us <= 5.0 ? "PASS" : "MISS");
     if (!json.empty()) {
-      std::ostringstream j;  // written aside and renamed: no partial file on a full disk
-      j << "{\"bench\":\"acquire_bench\",\"device\":\"" << device << "\",\"iterations\":" << iterations
-        << ",\"summary\":[";
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        if (i) j << ',';
-        j << "{\"metric\":\"acquire+release " << rows[i].transport << ", " << rows[i].kind
-          << "\",\"value\":" << rows[i].us << ",\"unit\":\"us\",\"target\":\"<= 5\",\"pass\":"
-          << (rows[i].us <= 5.0 ? "true" : "false") << "}";
+      ddo::json_writer j;
+      j.begin_object().member("bench", "acquire_bench").member("device", device);
+      j.member("iterations", iterations).key("summary").begin_array();
+      for (const auto& r : rows) {
+        j.begin_object().member("metric", "acquire+release " + r.transport + ", " + r.kind);
+        j.member("value", r.us).member("unit", "us").member("target", "<= 5");
+        j.member("pass", r.us <= 5.0).end_object();
       }
-      j << "]}\n";
-      ddo::write_file_atomically(json, j.str());
+      j.end_array().end_object();
+      // Written aside and renamed: no partial file on a full disk.
+      ddo::write_file_atomically(json, j.take() + "\n");
     }
     ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;

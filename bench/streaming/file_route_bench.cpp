@@ -32,10 +32,13 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "bench_arguments.hpp"
 #include "bench_setup.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/core/units.hpp"
@@ -64,49 +67,42 @@ struct options {
   std::string json;
 };
 
-[[noreturn]] void usage(const std::string& what) {
-  std::fprintf(stderr,
-               "file_route_bench: %s\n"
-               "usage: file_route_bench [--dir DIR (not a tmpfs)] [--gib 4] [--weight-mib 72] "
-               "[--per-group 4] [--threads 8] [--request-mib 8] [--passes 3] [--host-sim] "
-               "[--keep-file] [--drop auto|fadvise] [--json FILE]\n",
-               what.c_str());
-  std::exit(2);
-}
+constexpr const char* program = "file_route_bench";
 
 options parse(int argc, char** argv) {
+  namespace po = boost::program_options;
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&](double lo, double hi) {
-      const std::string v = value();
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(x >= lo && x <= hi))
-        usage(a + " = " + v + ": expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      return x;
-    };
-    if (a == "--dir") o.dir = value();
-    else if (a == "--gib") o.gib = number(0.0625, 1024);
-    else if (a == "--weight-mib") o.weight_mib = static_cast<std::uint64_t>(number(1, 4096));
-    else if (a == "--per-group") o.per_group = static_cast<std::size_t>(number(1, 64));
-    else if (a == "--threads") o.threads = static_cast<std::size_t>(number(1, 64));
-    else if (a == "--request-mib") o.request_mib = static_cast<std::uint64_t>(number(1, 256));
-    else if (a == "--passes") o.passes = static_cast<int>(number(1, 15));
-    else if (a == "--host-sim") o.host_sim = true;
-    else if (a == "--keep-file") o.keep_file = true;
-    else if (a == "--drop") {
-      const std::string v = value();
-      if (v != "auto" && v != "fadvise") usage("--drop = " + v + ": expected auto or fadvise");
-      o.global_drop = v == "auto";
-    }
-    else if (a == "--json") o.json = value();
-    else usage("unknown argument " + a);
-  }
+  std::string drop = "auto";
+  po::options_description desc("options");
+  desc.add_options()("dir", po::value<std::string>(&o.dir)->value_name("DIR"),
+                     "where the model file is written (not a tmpfs; default .)")(
+      "gib", po::value<std::string>()->value_name("G"), "file size in GiB (default 4)")(
+      "weight-mib", po::value<std::string>()->value_name("M"), "MiB per weight (default 72)")(
+      "per-group", po::value<std::string>()->value_name("N"), "weights per group (default 4)")(
+      "threads", po::value<std::string>()->value_name("T"), "reader threads (default 8)")(
+      "request-mib", po::value<std::string>()->value_name("R"), "MiB per read request (default 8)")(
+      "passes", po::value<std::string>()->value_name("P"), "cold passes, median taken (default 3)")(
+      "host-sim", po::bool_switch(&o.host_sim), "host_sim's device even where a GPU is present")(
+      "keep-file", po::bool_switch(&o.keep_file), "keep the model file afterwards")(
+      "drop", po::value<std::string>(&drop)->value_name("auto|fadvise"),
+      "how the page cache is dropped (default auto: drop_caches where permitted)")(
+      "json", po::value<std::string>(&o.json)->value_name("FILE"), "write the numbers as JSON");
+  const auto vm = ddo_bench::parse_or_exit(
+      program, argc, argv, desc,
+      "[--dir DIR (not a tmpfs)] [--gib 4] [--weight-mib 72] [--per-group 4] [--threads 8] "
+      "[--request-mib 8] [--passes 3] [--host-sim] [--keep-file] [--drop auto|fadvise] "
+      "[--json FILE]");
+  o.gib = ddo_bench::real_or(program, vm, "gib", o.gib, 0.0625, 1024);
+  o.weight_mib =
+      static_cast<std::uint64_t>(ddo_bench::number_or(program, vm, "weight-mib", 72, 1, 4096));
+  o.per_group = static_cast<std::size_t>(ddo_bench::number_or(program, vm, "per-group", 4, 1, 64));
+  o.threads = static_cast<std::size_t>(ddo_bench::number_or(program, vm, "threads", 8, 1, 64));
+  o.request_mib =
+      static_cast<std::uint64_t>(ddo_bench::number_or(program, vm, "request-mib", 8, 1, 256));
+  o.passes = static_cast<int>(ddo_bench::number_or(program, vm, "passes", 3, 1, 15));
+  if (drop != "auto" && drop != "fadvise")
+    ddo_bench::usage_exit(program, "--drop = '" + drop + "': expected auto or fadvise");
+  o.global_drop = drop == "auto";
   return o;
 }
 
@@ -410,29 +406,38 @@ int main(int argc, char** argv) {
                 static_cast<double>(file_cache) / 1e9, 100.0 * file_share, file_share <= 0.05 ? "met" : "NOT met",
                 static_cast<double>(shmem) / 1e9);
     if (!o.json.empty()) {
-      std::ostringstream j;  // written aside and renamed: no partial file on a full disk
-      j << "{\"bench\":\"file_route\",\"device\":\"" << (gpu ? "gpu" : "host_sim") << "\",\"file_bytes\":" << file_bytes
-        << ",\"threads\":" << o.threads << ",\"request_bytes\":" << o.request_mib * ddo::mib
-        << ",\"group_bytes\":" << group_bytes << ",\"cache_drop\":\"" << drop << "\",\"raw_direct_mode\":\""
-        << direct_mode << "\",\"raw_direct_bps\":" << rd << ",\"raw_buffered_bps\":" << rb
-        << ",\"ddo_bps\":" << dd << ",\"ratio\":" << ratio << ",\"target\":0.90,\"passes\":{\"raw_direct\":[";
-      for (std::size_t i = 0; i < raw_direct.size(); ++i) j << (i ? "," : "") << raw_direct[i];
-      j << "],\"raw_buffered\":[";
-      for (std::size_t i = 0; i < raw_buffered.size(); ++i) j << (i ? "," : "") << raw_buffered[i];
-      j << "],\"ddo\":[";
-      for (std::size_t i = 0; i < via_ddo.size(); ++i) j << (i ? "," : "") << via_ddo[i];
-      j << "]},\"summary\":[{\"metric\":\"file route delivered / raw read, cold\",\"value\":" << ratio
-        << ",\"target\":\">= 0.90\",\"pass\":" << (ratio >= 0.90 ? "true" : "false")
-        << "},{\"metric\":\"raw read (better of O_DIRECT and buffered)\",\"value\":" << raw / 1e9
-        << ",\"unit\":\"GB/s\"},{\"metric\":\"ddo file route delivered\",\"value\":" << dd / 1e9
-        << ",\"unit\":\"GB/s\"},{\"metric\":\"file route peak RSS growth / allowed (staging + 5%)\",\"value\":"
-        << static_cast<double>(rss) / static_cast<double>(allowed) << ",\"target\":\"<= 1.0\",\"pass\":"
-        << (rss_ok ? "true" : "false") << "},{\"metric\":\"page cache growth during a ddo pass / bytes read\",\"value\":"
-        << static_cast<double>(cache) / static_cast<double>(m.bytes)
-        << "},{\"metric\":\"model file pages cached during a ddo pass (mincore) / bytes read\",\"value\":"
-        << static_cast<double>(file_cache) / static_cast<double>(m.bytes) << ",\"target\":\"<= 0.05\",\"pass\":"
-        << (file_share <= 0.05 ? "true" : "false") << "}]}\n";
-      ddo::write_file_atomically(o.json, j.str());
+      ddo::json_writer j;
+      j.begin_object().member("bench", "file_route").member("device", gpu ? "gpu" : "host_sim");
+      j.member("file_bytes", file_bytes).member("threads", o.threads);
+      j.member("request_bytes", o.request_mib * ddo::mib).member("group_bytes", group_bytes);
+      j.member("cache_drop", drop).member("raw_direct_mode", direct_mode);
+      j.member("raw_direct_bps", rd).member("raw_buffered_bps", rb).member("ddo_bps", dd);
+      j.member("ratio", ratio).key("target").encoded("0.90").key("passes").begin_object();
+      for (const auto& [name, passes] : {std::pair{"raw_direct", &raw_direct},
+                                         std::pair{"raw_buffered", &raw_buffered},
+                                         std::pair{"ddo", &via_ddo}}) {
+        j.key(name).begin_array();
+        for (double bps : *passes) j.value(bps);
+        j.end_array();
+      }
+      j.end_object().key("summary").begin_array();
+      j.begin_object().member("metric", "file route delivered / raw read, cold").member("value", ratio);
+      j.member("target", ">= 0.90").member("pass", ratio >= 0.90).end_object();
+      j.begin_object().member("metric", "raw read (better of O_DIRECT and buffered)");
+      j.member("value", raw / 1e9).member("unit", "GB/s").end_object();
+      j.begin_object().member("metric", "ddo file route delivered").member("value", dd / 1e9);
+      j.member("unit", "GB/s").end_object();
+      j.begin_object().member("metric", "file route peak RSS growth / allowed (staging + 5%)");
+      j.member("value", static_cast<double>(rss) / static_cast<double>(allowed));
+      j.member("target", "<= 1.0").member("pass", rss_ok).end_object();
+      j.begin_object().member("metric", "page cache growth during a ddo pass / bytes read");
+      j.member("value", static_cast<double>(cache) / static_cast<double>(m.bytes)).end_object();
+      j.begin_object().member("metric", "model file pages cached during a ddo pass (mincore) / bytes read");
+      j.member("value", static_cast<double>(file_cache) / static_cast<double>(m.bytes));
+      j.member("target", "<= 0.05").member("pass", file_share <= 0.05).end_object();
+      j.end_array().end_object();
+      // Written aside and renamed: no partial file on a full disk.
+      ddo::write_file_atomically(o.json, j.take() + "\n");
     }
     ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "bench_arguments.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/standard_output.hpp"
@@ -81,11 +82,6 @@ using ddo::bench::token_run;
 using ddo::bench::variant_result;
 using ddo::runner::gpu_synthetic_forward;
 
-std::string gb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1e9);
-  return buf;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -1020,7 +1016,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const model m = build_model(opt, storage);
     std::fprintf(stderr, "streaming_bench: %s GB of random bf16 weights built in %.1f s\n",
-                 gb(static_cast<double>(m.total_bytes())).c_str(),
+                 ddo::format_size_number(m.total_bytes(), ddo::size_unit::gb).c_str(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     // The native route's ceiling: its registered windows (the total, capped as ddo caps it).
     bandwidths bw = measure_bandwidths(

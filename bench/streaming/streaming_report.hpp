@@ -16,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/core/json_writer.hpp"
+
 namespace ddo {
 inline namespace v0 {
 namespace bench {
@@ -235,28 +238,7 @@ inline std::string fixed(double value, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
 }
-inline std::string gb(std::uint64_t bytes) { return fixed(static_cast<double>(bytes) / 1e9, 2); }
-/// A JSON number, or null where the value is not finite (JSON has no nan/inf).
-inline std::string num(double value) {
-  if (!std::isfinite(value)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", value);
-  return buf;
-}
-inline std::string str(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, size_unit::gb); }
 }  // namespace internal
 
 /// @brief The Markdown report: the run's context, then one table per token count.
@@ -353,122 +335,117 @@ inline std::string str(const std::string& s) {
 /// "summary" list of {metric, value, unit, target?, pass?} rows for tools/gpu-check.
 [[nodiscard]] inline std::string json(const report_context& ctx,
                                       const std::vector<token_run>& runs) {
-  using internal::num;
-  using internal::str;
-  std::ostringstream out;
-  out << "{\n  \"bench\": \"streaming\",\n  \"device\": " << str(ctx.device)
-      << ",\n  \"command\": " << str(ctx.command) << ",\n  \"model\": {\"blocks\": " << ctx.blocks
-      << ", \"hidden\": " << ctx.hidden << ", \"mlp\": " << ctx.mlp
-      << ", \"dtype\": \"bf16\", \"tensors_per_block\": " << ctx.tensors_per_block
-      << ", \"weight_bytes\": " << ctx.weight_bytes << "},\n  \"steps\": " << ctx.steps
-      << ", \"warmup\": " << ctx.warmup << ",\n  \"bandwidth_gbps\": {\"pinned_h2d\": "
-      << num(ctx.bw.pinned_h2d / 1e9) << ", \"pageable_h2d\": " << num(ctx.bw.pageable_h2d / 1e9)
-      << ", \"pageable_staging\": " << num(ctx.bw.pageable_staging / 1e9)
-      << ", \"pageable_staging_by_threads\": {";
-  for (std::size_t i = 0; i < ctx.bw.staging_by_threads.size(); ++i)
-    out << (i ? ", " : "") << "\"" << ctx.bw.staging_by_threads[i].first
-        << "\": " << num(ctx.bw.staging_by_threads[i].second / 1e9);
-  auto fill_json = [&](const concurrent_fill& f) {
-    out << "{\"threads\": " << f.threads << ", \"region_bytes\": " << f.region_bytes
-        << ", \"alone\": " << num(f.alone / 1e9)
-        << ", \"beside_dma\": " << num(f.beside_dma / 1e9)
-        << ", \"dma_beside\": " << num(f.dma_beside / 1e9)
-        << ", \"ceiling\": " << num(f.ceiling(ctx.bw.pinned_h2d) / 1e9) << "}";
+  using lay = json_layout;
+  json_writer out;
+  out.begin_object(lay::lines).member("bench", "streaming").member("device", ctx.device);
+  out.member("command", ctx.command).key("model").begin_object(lay::spaced);
+  out.member("blocks", ctx.blocks).member("hidden", ctx.hidden).member("mlp", ctx.mlp);
+  out.member("dtype", "bf16").member("tensors_per_block", ctx.tensors_per_block);
+  out.member("weight_bytes", ctx.weight_bytes).end_object();
+  out.member("steps", ctx.steps).member("warmup", ctx.warmup);
+  out.key("bandwidth_gbps").begin_object(lay::spaced).member("pinned_h2d", ctx.bw.pinned_h2d / 1e9);
+  out.member("pageable_h2d", ctx.bw.pageable_h2d / 1e9);
+  out.member("pageable_staging", ctx.bw.pageable_staging / 1e9);
+  out.key("pageable_staging_by_threads").begin_object(lay::spaced);
+  for (const auto& [threads, bps] : ctx.bw.staging_by_threads)
+    out.member(std::to_string(threads), bps / 1e9);
+  out.end_object();
+  auto fill_json = [&](std::string_view name, const concurrent_fill& f) {
+    out.key(name).begin_object(lay::spaced).member("threads", f.threads);
+    out.member("region_bytes", f.region_bytes).member("alone", f.alone / 1e9);
+    out.member("beside_dma", f.beside_dma / 1e9).member("dma_beside", f.dma_beside / 1e9);
+    out.member("ceiling", f.ceiling(ctx.bw.pinned_h2d) / 1e9).end_object();
   };
-  out << "}, \"host_copy\": ";
-  fill_json(ctx.bw.host_copy);
-  out << ", \"file_read\": ";
-  fill_json(ctx.bw.file_read);
-  out << ", \"host_copy_windows\": ";
-  fill_json(ctx.bw.host_copy_windows);
-  out << "},\n  \"file_baseline\": {\"bytes\": " << ctx.file.bytes
-      << ", \"threads\": " << ctx.file.threads << ", \"read_s\": " << num(ctx.file.read_s)
-      << ", \"register_s\": " << num(ctx.file.register_s) << "},\n  \"runs\": [";
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto& run = runs[i];
-    out << (i ? "," : "") << "\n    {\"tokens\": " << run.tokens
-        << ", \"compute_ms\": " << num(run.compute_ms) << ", \"variants\": [";
-    for (std::size_t j = 0; j < run.variants.size(); ++j) {
-      const auto& v = run.variants[j];
-      out << (j ? "," : "") << "\n      {\"name\": " << str(v.name)
-          << ", \"description\": " << str(v.description) << ", \"ms_per_step\": " << num(v.ms)
-          << ", \"bound_ms\": " << num(v.bound_ms) << ", \"ratio\": " << num(v.ratio)
-          << ", \"bound_kind\": " << str(v.bound_kind) << ", \"ceiling_ms\": " << num(v.ceiling_ms)
-          << ", \"ceiling_ratio\": " << num(v.ceiling_ratio) << ", \"target\": " << num(v.target)
-          << ", \"pass\": " << (v.pass() ? "true" : "false")
-          << ", \"streamed_bytes\": " << v.streamed_bytes
-          << ", \"resident_bytes\": " << v.resident_bytes
-          << ", \"effective_gbps\": " << num(v.effective_bytes_per_second() / 1e9)
-          << ", \"peak_device_bytes\": " << v.peak_device_bytes
-          << ", \"pinned_host_bytes\": " << v.pinned_host_bytes << ", \"setup_s\": " << num(v.setup_s)
-          << ", \"host_memory\": {\"measured\": " << (v.host.measured ? "true" : "false")
-          << ", \"rss_start_bytes\": " << v.host.rss_start_bytes
-          << ", \"peak_rss_bytes\": " << v.host.peak_rss_bytes
-          << ", \"peak_rss_reset\": " << (v.host.peak_reset ? "true" : "false")
-          << ", \"rss_growth_bytes\": " << v.host.rss_growth_bytes()
-          << ", \"pss_bytes\": " << v.host.pss_bytes
-          << ", \"mem_used_growth_bytes\": " << v.host.used_growth_bytes << "}"
-          << ", \"vmm\": {\"measured\": " << (v.vmm.measured ? "true" : "false")
-          << ", \"map_ms\": " << num(v.vmm.map_ms) << ", \"access_ms\": " << num(v.vmm.access_ms)
-          << ", \"unmap_ms\": " << num(v.vmm.unmap_ms) << ", \"binds\": " << v.vmm.binds
-          << ", \"loaded_bytes\": " << v.vmm.loaded_bytes
-          << ", \"host_ms_per_gb\": " << num(v.vmm.host_ms_per_gb())
-          << ", \"budget_bytes\": " << v.vmm.budget_bytes
-          << ", \"ledger_device_bytes\": " << v.vmm.ledger_device_bytes
-          << ", \"activation_bytes\": " << v.vmm.activation_bytes
-          << ", \"sampled_ddo_bytes\": " << v.vmm.sampled_ddo_bytes(v.peak_device_bytes) << "}"
-          << ", \"note\": " << str(v.note)
-          << ", \"steps_ms\": [";
-      for (std::size_t s = 0; s < v.step_ms.size(); ++s) out << (s ? ", " : "") << num(v.step_ms[s]);
-      out << "]}";
+  fill_json("host_copy", ctx.bw.host_copy);
+  fill_json("file_read", ctx.bw.file_read);
+  fill_json("host_copy_windows", ctx.bw.host_copy_windows);
+  out.end_object().key("file_baseline").begin_object(lay::spaced).member("bytes", ctx.file.bytes);
+  out.member("threads", ctx.file.threads).member("read_s", ctx.file.read_s);
+  out.member("register_s", ctx.file.register_s).end_object();
+  out.key("runs").begin_array(lay::lines);
+  for (const auto& run : runs) {
+    out.begin_object(lay::spaced).member("tokens", run.tokens).member("compute_ms", run.compute_ms);
+    out.key("variants").begin_array(lay::lines);
+    for (const auto& v : run.variants) {
+      out.begin_object(lay::spaced).member("name", v.name).member("description", v.description);
+      out.member("ms_per_step", v.ms).member("bound_ms", v.bound_ms).member("ratio", v.ratio);
+      out.member("bound_kind", v.bound_kind).member("ceiling_ms", v.ceiling_ms);
+      out.member("ceiling_ratio", v.ceiling_ratio).member("target", v.target);
+      out.member("pass", v.pass()).member("streamed_bytes", v.streamed_bytes);
+      out.member("resident_bytes", v.resident_bytes);
+      out.member("effective_gbps", v.effective_bytes_per_second() / 1e9);
+      out.member("peak_device_bytes", v.peak_device_bytes);
+      out.member("pinned_host_bytes", v.pinned_host_bytes).member("setup_s", v.setup_s);
+      out.key("host_memory").begin_object(lay::spaced).member("measured", v.host.measured);
+      out.member("rss_start_bytes", v.host.rss_start_bytes);
+      out.member("peak_rss_bytes", v.host.peak_rss_bytes);
+      out.member("peak_rss_reset", v.host.peak_reset);
+      out.member("rss_growth_bytes", v.host.rss_growth_bytes());
+      out.member("pss_bytes", v.host.pss_bytes);
+      out.member("mem_used_growth_bytes", v.host.used_growth_bytes).end_object();
+      out.key("vmm").begin_object(lay::spaced).member("measured", v.vmm.measured);
+      out.member("map_ms", v.vmm.map_ms).member("access_ms", v.vmm.access_ms);
+      out.member("unmap_ms", v.vmm.unmap_ms).member("binds", v.vmm.binds);
+      out.member("loaded_bytes", v.vmm.loaded_bytes);
+      out.member("host_ms_per_gb", v.vmm.host_ms_per_gb());
+      out.member("budget_bytes", v.vmm.budget_bytes);
+      out.member("ledger_device_bytes", v.vmm.ledger_device_bytes);
+      out.member("activation_bytes", v.vmm.activation_bytes);
+      out.member("sampled_ddo_bytes", v.vmm.sampled_ddo_bytes(v.peak_device_bytes)).end_object();
+      out.member("note", v.note).key("steps_ms").begin_array(lay::spaced);
+      for (double ms : v.step_ms) out.value(ms);
+      out.end_array().end_object();
     }
-    out << "\n    ]}";
+    out.end_array().end_object();
   }
-  out << "\n  ],\n  \"summary\": [\n    {\"metric\": \"pinned H2D bandwidth\", \"value\": "
-      << num(ctx.bw.pinned_h2d / 1e9) << ", \"unit\": \"GB/s\"},\n"
-      << "    {\"metric\": \"pageable staging\", \"value\": "
-      << num(ctx.bw.pageable_staging / 1e9) << ", \"unit\": \"GB/s\"}";
+  out.end_array();
+  // The summary rows tools/gpu-check reads: {metric, value, unit, target?, pass?}.
+  out.key("summary").begin_array(lay::lines);
+  auto metric = [&](const std::string& name, double value, std::string_view unit) -> json_writer& {
+    out.begin_object(lay::spaced).member("metric", name).member("value", value);
+    return out.member("unit", unit);
+  };
+  metric("pinned H2D bandwidth", ctx.bw.pinned_h2d / 1e9, "GB/s").end_object();
+  metric("pageable staging", ctx.bw.pageable_staging / 1e9, "GB/s").end_object();
   for (const auto& run : runs) {
     for (const auto& v : run.variants) {
-      out << ",\n    {\"metric\": " << str(std::to_string(run.tokens) + " tok " + v.name);
+      const std::string prefix = std::to_string(run.tokens) + " tok ";
       if (v.name == "resident") {
-        out << ", \"value\": " << num(v.ms) << ", \"unit\": \"ms (C)\"}";
+        metric(prefix + v.name, v.ms, "ms (C)").end_object();
         continue;
       }
-      out << ", \"value\": " << num(v.ratio) << ", \"unit\": \"x bound\"";
+      metric(prefix + v.name, v.ratio, "x bound");
       if (v.target > 0)
-        out << ", \"target\": " << str("<= " + internal::fixed(v.target, 2))
-            << ", \"pass\": " << (v.pass() ? "true" : "false");
-      out << "}";
+        out.member("target", "<= " + internal::fixed(v.target, 2)).member("pass", v.pass());
+      out.end_object();
       // A VMM variant's host time per loaded GB and its device bytes (issue 10).
       if (v.vmm.measured) {
         const auto& m = v.vmm;
-        const std::string prefix = std::to_string(run.tokens) + " tok " + v.name;
-        out << ",\n    {\"metric\": " << str(prefix + " map/access/unmap host time")
-            << ", \"value\": " << num(m.host_ms_per_gb()) << ", \"unit\": \"ms per GB loaded\"}";
-        out << ",\n    {\"metric\": " << str(prefix + " ddo device bytes (ledger)")
-            << ", \"value\": " << num(static_cast<double>(m.ledger_device_bytes) / 1e9)
-            << ", \"unit\": \"GB\", \"target\": "
-            << str("<= " + internal::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
-            << ", \"pass\": " << (m.ledger_ok() ? "true" : "false") << "}";
-        out << ",\n    {\"metric\": " << str(prefix + " sampled device minus activations")
-            << ", \"value\": "
-            << num(static_cast<double>(m.sampled_ddo_bytes(v.peak_device_bytes)) / 1e9)
-            << ", \"unit\": \"GB\", \"target\": "
-            << str("<= " + internal::gb(m.allowed_bytes()) + " (budget + 64 MiB)")
-            << ", \"pass\": " << (m.sampled_ok(v.peak_device_bytes) ? "true" : "false") << "}";
+        const std::string allowed = "<= " + internal::gb(m.allowed_bytes()) + " (budget + 64 MiB)";
+        metric(prefix + v.name + " map/access/unmap host time", m.host_ms_per_gb(),
+               "ms per GB loaded")
+            .end_object();
+        metric(prefix + v.name + " ddo device bytes (ledger)",
+               static_cast<double>(m.ledger_device_bytes) / 1e9, "GB")
+            .member("target", allowed)
+            .member("pass", m.ledger_ok())
+            .end_object();
+        metric(prefix + v.name + " sampled device minus activations",
+               static_cast<double>(m.sampled_ddo_bytes(v.peak_device_bytes)) / 1e9, "GB")
+            .member("target", allowed)
+            .member("pass", m.sampled_ok(v.peak_device_bytes))
+            .end_object();
       }
       if (v.ceiling_ms > 0)
-        out << ",\n    {\"metric\": " << str(std::to_string(run.tokens) + " tok " + v.name + " over its fill ceiling")
-            << ", \"value\": " << num(v.ceiling_ratio) << ", \"unit\": \"x ceiling\"}";
+        metric(prefix + v.name + " over its fill ceiling", v.ceiling_ratio, "x ceiling").end_object();
       // The pinned file route's memory and setup targets (issue 11), as rows of their own.
       if (v.name == "ddo_file_pinned" && v.host.measured && ctx.weight_bytes != 0) {
         const double w = static_cast<double>(ctx.weight_bytes);
-        auto row = [&](const std::string& metric, double value, const char* unit, double target) {
-          out << ",\n    {\"metric\": " << str(std::to_string(run.tokens) + " tok " + metric)
-              << ", \"value\": " << num(value) << ", \"unit\": " << str(unit)
-              << ", \"target\": " << str("<= " + internal::fixed(target, 2))
-              << ", \"pass\": " << (value <= target ? "true" : "false") << "}";
+        auto row = [&](const std::string& name, double value, const char* unit, double target) {
+          metric(prefix + name, value, unit)
+              .member("target", "<= " + internal::fixed(target, 2))
+              .member("pass", value <= target)
+              .end_object();
         };
         row("file pinned peak RSS growth", static_cast<double>(v.host.rss_growth_bytes()) / w,
             "x weights", rss_target);
@@ -479,8 +456,8 @@ inline std::string str(const std::string& s) {
       }
     }
   }
-  out << "\n  ]\n}\n";
-  return out.str();
+  out.end_array().end_object();
+  return out.take() + "\n";
 }
 
 }  // namespace bench

@@ -24,6 +24,7 @@
 #include "bench_arguments.hpp"
 #include "bench_setup.hpp"
 #include "ddo/core/atomic_file.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/platform/cuda_device.hpp"
@@ -233,18 +234,20 @@ int main(int argc, char** argv) {
                 note_in_place.c_str());
 
     if (!a.json.empty()) {
-      std::ostringstream j;  // written aside and renamed: no partial file on a full disk
-      j << "{\"bench\":\"transfer_bench\",\"device\":\"" << device << "\",\"groups\":" << a.groups
-        << ",\"group_mib\":" << a.group_mib << ",\"steps\":" << a.steps << ",\"slots\":" << a.slots
-        << ",\"raw_pinned_gbps\":" << raw_pinned << ",\"ddo_pinned_gbps\":" << ddo_pinned
-        << ",\"raw_pageable_gbps\":" << raw_pageable << ",\"ddo_pageable_gbps\":" << ddo_pageable
-        << ",\"ddo_pageable_one_thread_gbps\":" << ddo_pageable_one
-        << ",\"ddo_pinned_in_place_gbps\":" << ddo_in_place
-        << ",\"summary\":[{\"metric\":\"linear pinned / raw pinned\",\"value\":" << ratio
-        << ",\"unit\":\"x\",\"target\":\">= 0.97\",\"pass\":" << (ratio >= 0.97 ? "true" : "false")
-        << "},{\"metric\":\"ddo staged pageable / raw pageable\",\"value\":" << ratio_pageable
-        << ",\"unit\":\"x\",\"target\":\"\"}]}\n";
-      ddo::write_file_atomically(a.json, j.str());
+      ddo::json_writer j;
+      j.begin_object().member("bench", "transfer_bench").member("device", device);
+      j.member("groups", a.groups).member("group_mib", a.group_mib).member("steps", a.steps);
+      j.member("slots", a.slots).member("raw_pinned_gbps", raw_pinned);
+      j.member("ddo_pinned_gbps", ddo_pinned).member("raw_pageable_gbps", raw_pageable);
+      j.member("ddo_pageable_gbps", ddo_pageable).member("ddo_pageable_one_thread_gbps", ddo_pageable_one);
+      j.member("ddo_pinned_in_place_gbps", ddo_in_place).key("summary").begin_array();
+      j.begin_object().member("metric", "linear pinned / raw pinned").member("value", ratio);
+      j.member("unit", "x").member("target", ">= 0.97").member("pass", ratio >= 0.97).end_object();
+      j.begin_object().member("metric", "ddo staged pageable / raw pageable");
+      j.member("value", ratio_pageable).member("unit", "x").member("target", "").end_object();
+      j.end_array().end_object();
+      // Written aside and renamed: no partial file on a full disk.
+      ddo::write_file_atomically(a.json, j.take() + "\n");
     }
     ddo::flush_standard_output();  // a full disk is a failure, not success
     return 0;

@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -22,7 +21,8 @@
 
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
-#include "ddo/core/text.hpp"
+#include "ddo/core/chrome_trace_writer.hpp"
+#include "ddo/core/json_writer.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -42,7 +42,12 @@ struct trace_event {
 class chrome_trace {
  public:
   /// @brief Track numbers and the names shown for them.
-  enum track : int { host = 1, copy_stream = 2, compute_stream = 3, runtime = 4 };
+  enum track : int {
+    host = static_cast<int>(trace_track::host),
+    copy_stream = static_cast<int>(trace_track::copy_stream),
+    compute_stream = static_cast<int>(trace_track::compute_stream),
+    runtime = static_cast<int>(trace_track::runtime)
+  };
 
   chrome_trace() : origin_(std::chrono::steady_clock::now()) {}
 
@@ -82,51 +87,22 @@ class chrome_trace {
     return events_.size();
   }
 
-  /// @brief The whole trace as JSON text.
+  /// @brief The whole trace as JSON text (ddo's one Chrome-trace writer,
+  /// core/chrome_trace_writer.hpp).
   [[nodiscard]] std::string json() const {
     std::lock_guard lock(mutex_);
-    std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-    const std::pair<int, const char*> names[] = {{host, "host"},
-                                                 {copy_stream, "copy stream"},
-                                                 {compute_stream, "compute stream"},
-                                                 {runtime, "ddo runtime"}};
-    bool first = true;
-    for (const auto& [id, label] : names) {
-      out += std::string(first ? "" : ",\n") +
-             "{\"ph\": \"M\", \"pid\": 1, \"tid\": " + std::to_string(id) +
-             ", \"name\": \"thread_name\", \"args\": {\"name\": \"" + label + "\"}}";
-      first = false;
-    }
-    char number[64];
-    for (const auto& e : events_) {
-      out += ",\n{\"ph\": \"X\", \"pid\": 1, \"tid\": " + std::to_string(e.track) +
-             ", \"name\": \"" + escape(e.name) + "\", \"cat\": \"" + escape(e.category) + "\"";
-      std::snprintf(number, sizeof number, ", \"ts\": %.3f, \"dur\": %.3f", e.start_us,
-                    e.duration_us < 0 ? 0.0 : e.duration_us);
-      out += number;
-      if (!e.args.empty()) {
-        out += ", \"args\": {";
-        for (std::size_t i = 0; i < e.args.size(); ++i)
-          out += std::string(i ? ", " : "") + "\"" + escape(e.args[i].first) + "\": \"" +
-                 escape(e.args[i].second) + "\"";
-        out += "}";
-      }
-      out += "}";
-    }
-    out += "\n]}\n";
-    return out;
+    chrome_trace_writer out;
+    for (const auto& e : events_)
+      out.complete(e.name, e.category, static_cast<trace_track>(e.track), e.start_us,
+                   e.duration_us, [&](json_writer& args) {
+                     for (const auto& [k, v] : e.args) args.member(k, v);
+                   });
+    return out.finish();
   }
 
   /// @brief Writes json() to @p path atomically (written aside, then renamed: a failed write
   /// leaves a previous trace untouched). @throws io_error when the file cannot be written.
   void write(const std::string& path) const { write_file_atomically(path, json()); }
-
-  /// @brief JSON string escaping, without the quotes (ddo's one JSON string writer,
-  /// ddo/core/text.hpp: control characters escaped, invalid UTF-8 shown as \xHH).
-  [[nodiscard]] static std::string escape(std::string_view text) {
-    std::string quoted = json_string(text);
-    return quoted.substr(1, quoted.size() - 2);
-  }
 
  private:
   std::chrono::steady_clock::time_point origin_;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/text.hpp"
 
 namespace ddo {
@@ -92,7 +94,7 @@ namespace internal {
 }
 // Sizes in GiB, as the VRAM column (--vram-gb) states the card: one unit family per header.
 [[nodiscard]] inline std::string gb_text(std::uint64_t bytes) {
-  return fixed(static_cast<double>(bytes) / static_cast<double>(1ull << 30), 2);
+  return format_size_number(bytes, size_unit::gib);
 }
 }  // namespace internal
 
@@ -146,53 +148,35 @@ namespace internal {
 
 /// @brief The report as JSON (tools/plot_bench.py reads it: `"kind": "ddo-run compare"`).
 [[nodiscard]] inline std::string compare_json(const compare_report& r) {
-  using internal::fixed;
-  std::string o = "{\n  \"kind\": \"ddo-run compare\",\n  \"device\": ";
-  append_json_string(o, r.device);
-  o += ",\n  \"transport\": ";
-  append_json_string(o, r.transport);
-  o += ",\n  \"model\": ";
-  append_json_string(o, r.model);
-  o += ",\n  \"model_bytes\": " + std::to_string(r.model_bytes) +
-       ",\n  \"tokens\": " + std::to_string(r.tokens) + ",\n  \"steps\": " + std::to_string(r.steps) +
-       ",\n  \"compute_ms\": " + fixed(r.compute_ms, 3) + ",\n  \"compute_source\": ";
-  append_json_string(o, r.compute_source);
-  o += ",\n  \"pinned_gbps\": " + fixed(r.pinned_gbps, 3) +
-       ",\n  \"context_bytes\": " + std::to_string(r.context_bytes) +
-       ",\n  \"engine_reserve_bytes\": " + std::to_string(r.engine_reserve_bytes) +
-       ",\n  \"peak_rss_per_row\": " + (r.rss_reset ? "true" : "false") + ",\n  \"caveat\": ";
-  append_json_string(o, r.caveat);
-  o += ",\n  \"rows\": [";
-  for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    const auto& row = r.rows[i];
-    o += i == 0 ? "\n    {" : ",\n    {";
-    o += "\"variant\": ";
-    append_json_string(o, row.variant);
-    o += ", \"description\": ";
-    append_json_string(o, row.description);
-    o += ", \"vram_gib\": " + fixed(row.vram_gib, 3);
+  json_writer o;
+  o.begin_object(json_layout::lines).member("kind", "ddo-run compare").member("device", r.device);
+  o.member("transport", r.transport).member("model", r.model).member("model_bytes", r.model_bytes);
+  o.member("tokens", r.tokens).member("steps", r.steps).member("compute_ms", r.compute_ms, 3);
+  o.member("compute_source", r.compute_source).member("pinned_gbps", r.pinned_gbps, 3);
+  o.member("context_bytes", r.context_bytes).member("engine_reserve_bytes", r.engine_reserve_bytes);
+  o.member("peak_rss_per_row", r.rss_reset).member("caveat", r.caveat);
+  o.key("rows").begin_array(json_layout::lines);
+  for (const auto& row : r.rows) {
+    o.begin_object(json_layout::spaced).member("variant", row.variant);
+    o.member("description", row.description).member("vram_gib", row.vram_gib, 3);
     if (!row.skipped.empty()) {
-      o += ", \"skipped\": ";
-      append_json_string(o, row.skipped);
-      o += "}";
+      o.member("skipped", row.skipped).end_object();
       continue;
     }
-    o += ", \"ms\": " + fixed(row.ms, 3) + ", \"bound_ms\": " + fixed(row.bound_ms, 3) +
-         ", \"ratio\": " + fixed(row.ratio, 4) + ", \"step_ms\": [";
-    for (std::size_t s = 0; s < row.step_ms.size(); ++s)
-      o += (s == 0 ? "" : ", ") + fixed(row.step_ms[s], 3);
-    o += "], \"streamed_bytes\": " + std::to_string(row.streamed_bytes) +
-         ", \"resident_bytes\": " + std::to_string(row.resident_bytes) +
-         ", \"peak_device_bytes\": " + std::to_string(row.peak_device_bytes);
+    o.member("ms", row.ms, 3).member("bound_ms", row.bound_ms, 3).member("ratio", row.ratio, 4);
+    o.key("step_ms").begin_array(json_layout::spaced);
+    for (double ms : row.step_ms) o.value(ms, 3);
+    o.end_array().member("streamed_bytes", row.streamed_bytes);
+    o.member("resident_bytes", row.resident_bytes).member("peak_device_bytes", row.peak_device_bytes);
     if (row.sampled_peak_device_bytes)
-      o += ", \"sampled_peak_device_bytes\": " + std::to_string(*row.sampled_peak_device_bytes);
-    if (row.peak_rss_bytes) o += ", \"peak_rss_bytes\": " + std::to_string(*row.peak_rss_bytes);
-    if (row.within_budget) o += std::string(", \"within_budget\": ") + (*row.within_budget ? "true" : "false");
-    if (row.verified) o += std::string(", \"verified\": ") + (*row.verified ? "true" : "false");
-    o += "}";
+      o.member("sampled_peak_device_bytes", *row.sampled_peak_device_bytes);
+    if (row.peak_rss_bytes) o.member("peak_rss_bytes", *row.peak_rss_bytes);
+    if (row.within_budget) o.member("within_budget", *row.within_budget);
+    if (row.verified) o.member("verified", *row.verified);
+    o.end_object();
   }
-  o += "\n  ]\n}\n";
-  return o;
+  o.end_array().end_object();
+  return o.take() + "\n";
 }
 
 }  // namespace runner

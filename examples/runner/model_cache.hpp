@@ -18,6 +18,7 @@
 
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/model/dtype.hpp"
 #include "ddo/model/synthetic_model.hpp"
 
@@ -62,11 +63,7 @@ namespace runner {
     if (fits(bytes_of(smaller))) break;
   }
   if (why != nullptr) {
-    auto gbs = [](std::uint64_t b) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(b) / 1e9);
-      return std::string(buf);
-    };
+    auto gbs = [](std::uint64_t b) { return format_size(b, size_unit::gb, 1); };
     *why = "the Flux-sized model (" + gbs(full) + ") needs " +
            (disk_free_bytes != 0 && full + full / 10 > disk_free_bytes
                 ? gbs(full + full / 10) + " of disk, " + gbs(disk_free_bytes) + " free"

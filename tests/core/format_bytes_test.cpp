@@ -33,4 +33,12 @@ TEST_SUITE("core") {
     CHECK(ddo::format_decimal_gb(bytes) == expected);
     CHECK(ddo::format_decimal_gb(1'610'612'736) == "1.61 GB");
   }
+
+  TEST_CASE("format_size: a fixed unit (GB or GiB), the number alone for table cells") {
+    CHECK(ddo::format_size(3 * ddo::gib / 2, ddo::size_unit::gib) == "1.50 GiB");
+    CHECK(ddo::format_size(1'610'612'736, ddo::size_unit::gb, 1) == "1.6 GB");
+    CHECK(ddo::format_size_number(3 * ddo::gib / 2, ddo::size_unit::gib) == "1.50");
+    CHECK(ddo::format_size_number(2'500'000'000, ddo::size_unit::gb) == "2.50");
+    CHECK(ddo::format_size(ddo::mib, ddo::size_unit::gib) == "0.00 GiB");  // fixed unit, no switch
+  }
 }

@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ddo/core/json_writer.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/vmm.hpp"
 #include "gpu_support.hpp"
@@ -368,16 +369,19 @@ int main(int argc, char** argv) {
   std::printf("gpu_soak: %s\n", failures.empty() ? "PASS" : "FAIL");
 
   if (!json.empty()) {
+    ddo::json_writer j;
+    j.begin_object().member("seconds", elapsed).member("pass", failures.empty());
+    for (const auto* r : {&lin, &second}) {
+      j.key(r->transport + (r == &lin ? "_a" : "_b")).begin_object().member("rounds", r->rounds);
+      j.member("acquires", r->acquires).member("weights_checked", r->weights_checked);
+      j.member("bytes_checked", r->bytes_checked).member("mismatches", r->mismatches).end_object();
+    }
+    j.member("rss_growth_kib", rss_growth_kib).member("heap_growth_kib", heap_growth_kib);
+    j.member("device_growth_mib", device_growth_mib);
+    j.key("threads").begin_array().value(first.threads).value(last.threads).end_array();
+    j.key("open_files").begin_array().value(first.open_files).value(last.open_files).end_array();
     std::ofstream out(json);
-    out << "{\"seconds\":" << elapsed << ",\"pass\":" << (failures.empty() ? "true" : "false");
-    for (const auto* r : {&lin, &second})
-      out << ",\"" << r->transport << (r == &lin ? "_a" : "_b") << "\":{\"rounds\":" << r->rounds
-          << ",\"acquires\":" << r->acquires << ",\"weights_checked\":" << r->weights_checked
-          << ",\"bytes_checked\":" << r->bytes_checked << ",\"mismatches\":" << r->mismatches << "}";
-    out << ",\"rss_growth_kib\":" << rss_growth_kib << ",\"heap_growth_kib\":" << heap_growth_kib
-        << ",\"device_growth_mib\":" << device_growth_mib
-        << ",\"threads\":[" << first.threads << "," << last.threads << "],\"open_files\":[" << first.open_files
-        << "," << last.open_files << "]}\n";
+    out << j.end_object().take() << "\n";
   }
   return failures.empty() ? 0 : 1;
 }

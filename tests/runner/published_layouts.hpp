@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "ddo/core/json_writer.hpp"
 #include "ddo/model/dtype.hpp"
 
 namespace ddo_test {
@@ -494,18 +495,18 @@ inline std::vector<std::string> write_sparse_layout(const published_layout& l,
   for (std::size_t f = 0; f < files.size(); ++f) {
     auto& list = files[f];
     std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->name < b->name; });
-    std::string header = "{";
+    ddo::json_writer json;
+    json.begin_object();
     std::uint64_t offset = 0;
     for (const auto* s : list) {
-      header += (header.size() > 1 ? "," : "") + std::string("\"") + s->name + "\":{\"dtype\":\"" +
-                std::string(ddo::to_string(s->type)) + "\",\"shape\":[";
-      for (std::size_t k = 0; k < s->shape.size(); ++k)
-        header += (k ? "," : "") + std::to_string(s->shape[k]);
-      header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-                std::to_string(offset + s->bytes()) + "]}";
+      json.key(s->name).begin_object().member("dtype", ddo::to_string(s->type));
+      json.key("shape").begin_array();
+      for (auto d : s->shape) json.value(d);
+      json.end_array().key("data_offsets").begin_array().value(offset).value(offset + s->bytes());
+      json.end_array().end_object();
       offset += s->bytes();
     }
-    header += "}";
+    std::string header = json.end_object().take();
     while (header.size() % 8 != 0) header += ' ';
     char shard[64];
     std::snprintf(shard, sizeof shard, "-%05zu-of-%05zu", f + 1, files.size());

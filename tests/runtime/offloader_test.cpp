@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ddo/core/detail/json.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -569,8 +570,18 @@ TEST_CASE("metrics time copies and stalls under a bandwidth limit, and trace the
   for (const auto& r : records) CHECK(r.end_us >= r.start_us);
   std::ostringstream json;
   trace.write_chrome_trace(json);
-  CHECK(json.str().find("\"traceEvents\"") == 1);
-  CHECK(json.str().find("\"cat\":\"copy\"") != std::string::npos);
+  // The one Chrome-trace writer: valid JSON, four track names, then one event per span, copies
+  // on the copy-stream track with their group and bytes.
+  const auto doc = ddo::detail::parse_json(json.str());
+  const auto* events = doc.find("traceEvents");
+  REQUIRE(events != nullptr);
+  REQUIRE(events->items().size() == 4 + records.size());
+  const auto copy = std::find_if(events->items().begin(), events->items().end(), [](const auto& e) {
+    return e.find("cat") != nullptr && e.find("cat")->text() == "copy";
+  });
+  REQUIRE(copy != events->items().end());
+  CHECK(copy->find("tid")->text() == "2");
+  CHECK(copy->find("args")->find("bytes")->as_u64().value_or(0) > 0);
 }
 
 TEST_CASE("without prefetch every acquire loads its group and still delivers the right bytes") {

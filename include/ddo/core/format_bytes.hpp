@@ -38,12 +38,30 @@ inline namespace v0 {
   return out;
 }
 
+/// @brief The unit of a fixed-unit size: decimal gigabytes (1e9 bytes, as GB/s rates) or
+/// binary gibibytes (2^30 bytes, as the `*_gb` settings and a card's VRAM are stated).
+enum class size_unit { gb, gib };
+
+/// @brief "1.61": @p bytes in @p unit with @p decimals decimals, the number alone (a table cell
+/// whose header names the unit).
+[[nodiscard]] inline std::string format_size_number(std::uint64_t bytes, size_unit unit,
+                                                    int decimals = 2) {
+  const double per_unit = unit == size_unit::gb ? 1e9 : static_cast<double>(gib);
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, static_cast<double>(bytes) / per_unit);
+  return buffer;
+}
+
+/// @brief "1.61 GB" / "1.50 GiB": format_size_number() and the unit.
+[[nodiscard]] inline std::string format_size(std::uint64_t bytes, size_unit unit,
+                                             int decimals = 2) {
+  return format_size_number(bytes, unit, decimals) + (unit == size_unit::gb ? " GB" : " GiB");
+}
+
 /// @brief "1.61 GB": decimal gigabytes (1e9 bytes) with two decimals, the unit bandwidth reports
 /// (GB/s) use, so bytes and rates read alike.
 [[nodiscard]] inline std::string format_decimal_gb(std::uint64_t bytes) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.2f GB", static_cast<double>(bytes) / 1e9);
-  return buffer;
+  return format_size(bytes, size_unit::gb);
 }
 
 }  // namespace v0

@@ -23,6 +23,7 @@
 #include "ddo/config/enum_names.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/core/detail/json.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/plan/plan.hpp"
@@ -244,26 +245,24 @@ inline std::string format_plan_toml(const offload_plan& plan, const weight_table
 }
 
 inline std::string format_plan_json(const offload_plan& plan, const weight_table& table) {
-  auto object = [](const detail::encoded_fields& fields, std::string_view indent) {
-    std::string s = "{";
-    for (std::size_t k = 0; k < fields.size(); ++k)
-      s += std::string(k ? "," : "") + "\n" + std::string(indent) + "  " +
-           detail::json_quote(fields[k].first) + ": " + fields[k].second;
-    s += "\n" + std::string(indent) + "}";
-    return s;
+  json_writer out;
+  auto object = [&out](const detail::encoded_fields& fields) {
+    out.begin_object(json_layout::lines);
+    for (const auto& [key, value] : fields) out.key(key).encoded(value);
+    out.end_object();
   };
-  std::string out = "{\n  \"summary\": " + object(detail::summary_fields(plan, table), "  ");
-  out += ",\n  \"budgets\": " + object(detail::budget_fields(plan.budgets), "  ");
-  out += ",\n  \"groups\": [";
-  for (std::size_t g = 0; g < plan.groups.size(); ++g)
-    out +=
-        std::string(g ? "," : "") + "\n    " + object(detail::group_fields(plan.groups[g]), "    ");
-  out += "\n  ],\n  \"weights\": [";
+  out.begin_object(json_layout::lines);
+  out.key("summary");
+  object(detail::summary_fields(plan, table));
+  out.key("budgets");
+  object(detail::budget_fields(plan.budgets));
+  out.key("groups").begin_array(json_layout::lines);
+  for (const auto& g : plan.groups) object(detail::group_fields(g));
+  out.end_array().key("weights").begin_array(json_layout::lines);
   for (std::size_t i = 0; i < table.size() && i < plan.decisions.size(); ++i)
-    out += std::string(i ? "," : "") + "\n    " +
-           object(detail::weight_fields(plan, table, i), "    ");
-  out += "\n  ]\n}\n";
-  return out;
+    object(detail::weight_fields(plan, table, i));
+  out.end_array().end_object();
+  return out.take() + "\n";
 }
 
 }  // namespace v0

@@ -19,7 +19,9 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/core/chrome_trace_writer.hpp"
 #include "ddo/core/enum_names.hpp"
+#include "ddo/core/json_writer.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -88,26 +90,20 @@ class trace_recorder final : public trace_sink {
     return records_;
   }
 
-  /// @brief Writes {"traceEvents": [...]} with one complete event ("ph": "X") per span; copies
-  /// and stalls on the "device" track, leases and steps on the "host" track.
+  /// @brief Writes the spans as a Chrome trace (core/chrome_trace_writer.hpp): one complete
+  /// event per span, leases and steps on the host track, copies on the copy-stream track,
+  /// stalls and compute on the compute-stream track; the group and bytes as args.
   void write_chrome_trace(std::ostream& out) const {
     std::lock_guard lock(mutex_);
-    out << "{\"traceEvents\":[";
-    bool first = true;
+    chrome_trace_writer trace;
     for (const auto& r : records_) {
-      if (!first) out << ',';
-      first = false;
-      out << "{\"name\":\"";
-      for (char c : r.name) {
-        if (c == '"' || c == '\\') out << '\\';
-        out << c;
-      }
-      out << "\",\"cat\":\"" << to_string(r.kind) << "\",\"ph\":\"X\",\"pid\":1,\"tid\":"
-          << (r.device ? (r.kind == span_kind::copy ? 2 : 3) : 1) << ",\"ts\":" << r.start_us
-          << ",\"dur\":" << (r.end_us - r.start_us) << ",\"args\":{\"group\":" << r.group
-          << ",\"bytes\":" << r.bytes << "}}";
+      const trace_track track = !r.device                ? trace_track::host
+                                : r.kind == span_kind::copy ? trace_track::copy_stream
+                                                            : trace_track::compute_stream;
+      trace.complete(r.name, to_string(r.kind), track, r.start_us, r.end_us - r.start_us,
+                     [&](json_writer& args) { args.member("group", r.group).member("bytes", r.bytes); });
     }
-    out << "]}\n";
+    out << trace.finish();
   }
 
  private:

@@ -39,7 +39,6 @@ struct ledger_limits {
 /// @brief An allocation_ledger behind a byte limit per ledger_kind (see the file comment).
 class limited_ledger {
  public:
-
   /// @param owner names the transport in refusals ("linear", "host_sim")
   /// @param limit_name what the limit is, for refusals ("the transport's device limit")
   explicit limited_ledger(std::string_view owner, ledger_limits l = {},

@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "ddo/core/detail/json.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/core/text.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 // Part of ddo/model/safetensors.hpp, which includes it (not back: no include cycles).
@@ -463,15 +464,12 @@ DDO_INLINE safetensors_writer::safetensors_writer(
     std::string path, std::vector<safetensors_tensor_spec> tensors,
     std::vector<std::pair<std::string, std::string>> metadata)
     : path_(std::move(path)) {
-  std::string json = "{";
-  bool first = true;
+  json_writer writer;
+  writer.begin_object();
   if (!metadata.empty()) {
-    json += "\"__metadata__\":{";
-    for (std::size_t i = 0; i < metadata.size(); ++i)
-      json += (i ? "," : "") + detail::json_quote(metadata[i].first) + ":" +
-              detail::json_quote(metadata[i].second);
-    json += "}";
-    first = false;
+    writer.key("__metadata__").begin_object();
+    for (const auto& [key, value] : metadata) writer.member(key, value);
+    writer.end_object();
   }
   std::unordered_set<std::string> names;
   std::uint64_t offset = 0;
@@ -484,22 +482,16 @@ DDO_INLINE safetensors_writer::safetensors_writer(
     DDO_EXPECTS(names.insert(t.name).second,
                 "safetensors_writer: duplicate tensor name '" + t.name + "'");
     const std::uint64_t bytes = t.bytes();
-    // Appended piece by piece: `"literal" + std::string&&` trips g++ 12's -Wrestrict at -O3.
-    if (!first) json += ',';
-    json += detail::json_quote(t.name);
-    json += ":{\"dtype\":\"";
-    json += to_string(t.type);
-    json += "\",\"shape\":[";
-    for (std::size_t i = 0; i < t.shape.size(); ++i) {
-      if (i != 0) json += ',';
-      json += std::to_string(t.shape[i]);
-    }
-    json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) +
-            "]}";
+    writer.key(t.name).begin_object().member("dtype", to_string(t.type));
+    writer.key("shape").begin_array();
+    for (auto d : t.shape) writer.value(d);
+    writer.end_array();
+    writer.key("data_offsets").begin_array().value(offset).value(offset + bytes).end_array();
+    writer.end_object();
     offset += bytes;
-    first = false;
   }
-  json += "}";
+  writer.end_object();
+  std::string json = writer.take();
   while ((8 + json.size()) % 8 != 0) json += ' ';
   data_bytes_ = offset;
   data_offset_ = 8 + json.size();
@@ -604,13 +596,13 @@ DDO_INLINE void write_safetensors(const std::string& path,
 DDO_INLINE void write_safetensors_index(
     const std::string& path, std::span<const std::pair<std::string, std::string>> weight_map,
     std::uint64_t total_size) {
-  std::string json = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total_size) +
-                     "},\n  \"weight_map\": {";
-  for (std::size_t i = 0; i < weight_map.size(); ++i)
-    json += std::string(i ? "," : "") + "\n    " + detail::json_quote(weight_map[i].first) + ": " +
-            detail::json_quote(weight_map[i].second);
-  json += "\n  }\n}\n";
-  detail::write_text_file(path, json);
+  json_writer index;
+  index.begin_object(json_layout::lines);
+  index.key("metadata").begin_object(json_layout::spaced).member("total_size", total_size).end_object();
+  index.key("weight_map").begin_object(json_layout::lines);
+  for (const auto& [tensor, file] : weight_map) index.member(tensor, file);
+  index.end_object().end_object();
+  detail::write_text_file(path, index.take() + "\n");
 }
 
 }  // namespace v0

@@ -90,8 +90,8 @@ class stable_addresses {
  protected:
   template <class... DriverArgs>
   explicit stable_addresses(const vmm_window_options& w, DriverArgs&&... args)
-      : state_(std::make_shared<stable_address_state<Driver>>(
-            w, std::forward<DriverArgs>(args)...)) {}
+      : state_(
+            std::make_shared<stable_address_state<Driver>>(w, std::forward<DriverArgs>(args)...)) {}
 
   /// Whether [p, p + n) lies inside the window's reservation (a copy there is the driver's).
   [[nodiscard]] bool reserved(const std::byte* p, std::size_t n) const {
