@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ddo/core/format_bytes.hpp"
 #include "runner/compare.hpp"
 
 namespace ddo {
@@ -78,9 +79,9 @@ struct measured_bound {
     const double copy_ms = copy_ms_at(bound->streamed_bytes, bound->pinned_gbps);
     const double b = bound_ms_of(bound->compute_ms, bound->streamed_bytes, bound->pinned_gbps);
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%.2f GB", static_cast<double>(bound->streamed_bytes) / 1e9);
     out += "  bound, measured in this run: max(C = " + ms(bound->compute_ms) +
-           " ms compute with nothing copied, W / B = " + buf + " streamed at " +
+           " ms compute with nothing copied, W / B = " + format_decimal_gb(bound->streamed_bytes) +
+           " streamed at " +
            ms(bound->pinned_gbps) + " GB/s pinned = " + ms(copy_ms) + " ms) = " + ms(b) + " ms";
     if (!s.steady_ms.empty() && b > 0.0) {
       std::snprintf(buf, sizeof buf, "%.2f", s.median_ms / b);
