@@ -13,18 +13,20 @@
 // the last step are written to --output (little-endian: "DDOFLUX1", uint32 1, uint32 count,
 // float32 values, image tokens x 64).
 //
-// This session's engine runs the CPU float path (examples/flux/flux_cpu.hpp) on ddo's host_sim
-// transport: host memory stands in for the device, the compute stream's thread runs each stage.
-// The route is the settings' (--ddo-backend, --ddo-execution-mode, presets, DDO_*): linear
-// (pinned or pageable sources), the file route, or host_sim's VMM mode.
-// --check runs the same loop with every weight read once into host memory, without ddo, and
-// fails unless the two outputs are equal to the bit. The GPU forward is not built yet: its
-// kernels are (flux_kernels.cu, tested against flux_cpu.hpp in the GPU suite); the cuBLASLt
-// GEMMs and the stage functions over device buffers are not. The stages, the lookup by name and
-// the acquire/enqueue/release loop are what it will share (docs/engine-walkthrough.md).
+// With a GPU (and built with nvcc: DDO_FLUX_GPU) the engine runs the GPU forward
+// (examples/flux/flux_gpu.hpp: cuBLASLt bf16 GEMMs with float accumulation, the kernels of
+// flux_kernels.cu) on ddo's CUDA transports, on an emulated card of --vram-gb; without one (or
+// with --cpu, or backend host_sim) the CPU float path (flux_cpu.hpp) on ddo's host_sim
+// transport, where host memory stands in for the device and the compute stream's thread runs
+// each stage. The route is the settings' (--ddo-backend, --ddo-execution-mode, presets, DDO_*):
+// linear (pinned or pageable sources), the file route (nvme_baseline), or VMM (legacy or native).
+// --check runs the same loop with every weight resident without ddo (in host memory, or copied
+// once to the GPU) and fails unless the two outputs are equal to the bit. The stages, the lookup
+// by name and the acquire/run/release loop are shared (docs/engine-walkthrough.md).
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -50,6 +52,12 @@
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
 #include "runner/program_main.hpp"
+#include "runner/vram_budget.hpp"
+#if defined(DDO_FLUX_GPU)
+#include "ddo/platform/cuda_device.hpp"
+#include "flux/flux_gpu.hpp"
+#include "runner/compare_run.hpp"
+#endif
 
 namespace po = boost::program_options;
 
@@ -105,13 +113,206 @@ void write_latents(const std::string& path, const std::vector<float>& latents) {
   ddo::write_file_atomically(path, bytes);
 }
 
+#if defined(DDO_FLUX_GPU)
+/// What one GPU run needs (run_gpu).
+struct gpu_run {
+  const ddo::weight_table& table;
+  const ddo::dynamic_offload_settings& settings;
+  const ddo::resolve_inputs& inputs;
+  const flux::config& c;
+  const flux::inputs& in;
+  int steps = 1;
+  double vram_gib = 12.0;
+  bool check = false;
+  bool profile = false;
+  bool tensor_attention = true;
+  std::string output;
+  std::string json;
+};
+
+/// The median of @p ms without its first (warm-up) entry; the only entry when there is one.
+double steady_median(std::vector<double> ms) {
+  if (ms.size() > 1) ms.erase(ms.begin());
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  return n == 0 ? 0.0 : n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+}
+
+/// The GPU forward on ddo's CUDA transport the settings choose, on an emulated card of
+/// --vram-gb: ddo's transport is capped at the card minus the CUDA context (measured at start),
+/// and the plan leaves free the engine's reserve, measured as the device memory the forward's
+/// buffers and the cuBLASLt workspace took (cudaMemGetInfo before and after creating them).
+int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
+  const auto memory = ddo::query_device_memory(0);
+  const std::uint64_t context = memory.total_bytes - memory.free_bytes;
+  flux::gpu::gemm_runner gemms;
+  flux::gpu::device_forward f(r.c, r.in.image_tokens, r.in.text_tokens, gemms);
+  f.tensor_attention(r.tensor_attention);
+  const auto after = ddo::query_device_memory(0);
+  const std::uint64_t reserve = memory.free_bytes - after.free_bytes;
+  const ddo::runner::vram_budget card{static_cast<std::uint64_t>(r.vram_gib * double(ddo::gib)),
+                                      context, reserve};
+  const std::uint64_t limit = card.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+  std::printf(
+      "device: %s; emulating a %s card: ddo's transport capped at %s (the card minus the %s CUDA "
+      "context); engine reserve measured %s (activations %s + cuBLASLt workspace %s)\n",
+      probe.name.c_str(), ddo::format_bytes(card.vram_bytes).c_str(),
+      ddo::format_bytes(limit).c_str(), ddo::format_bytes(context).c_str(),
+      ddo::format_bytes(reserve).c_str(), ddo::format_bytes(f.device_bytes()).c_str(),
+      ddo::format_bytes(gemms.device_bytes()).c_str());
+  ddo::setup_options options;
+  options.inputs = r.inputs;
+  options.reserve_device_bytes = reserve;
+  const auto device = ddo::parse_execution_device(r.settings);
+  // B of the bound, measured before ddo's setup on an uncapped linear transport (the pinned
+  // host-to-device rate the streamed bytes cannot beat).
+  double pinned_gbps = 0.0;
+  if (r.profile) {
+    ddo::linear_options uncapped;
+    uncapped.device = device.index;
+    ddo::linear_transport probe_transport(uncapped);
+    pinned_gbps = ddo::runner::measure_pinned_gbps(probe_transport, 512ull << 20);
+  }
+  std::uint64_t streamed_bytes = 0;
+  std::vector<flux::stage> stages;
+  std::vector<double> streamed_ms;
+  const auto run_on = [&](auto transport) {
+    using transport_type = decltype(transport);
+    auto setup = ddo::setup_offload(
+        r.table, r.settings, ddo::component_for(r.settings, options.inputs), options, transport);
+    const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
+    streamed_bytes = r.table.total_bytes() - resident;
+    std::printf("ddo: preset %s, %s transport, route %s: %s resident, %s streamed per step\n",
+                r.settings.effective_preset.c_str(), std::string(transport.name()).c_str(),
+                setup.runtime.route.c_str(), ddo::format_bytes(resident).c_str(),
+                ddo::format_bytes(r.table.total_bytes() - resident).c_str());
+    ddo::offloader<transport_type> off(r.table, std::move(setup), transport);
+    auto compute = off.transport().make_stream();
+    const auto view = transport_type::view(compute);
+    f.bind(view.handle);
+    stages = flux::plan_stages(r.table, off.plan());
+    auto out = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto v = flux::streamed_forward(off, view, stages, f, x, t);
+      streamed_ms.push_back(ms_since(t0));
+      std::printf("  step %zu: %.2f ms\n", streamed_ms.size() - 1, streamed_ms.back());
+      return v;
+    });
+    const auto metrics = off.metrics(true);
+    std::printf("ddo: %s moved over %d steps; %zu GEMM shapes, one cuBLASLt algorithm each\n",
+                ddo::format_bytes(metrics.totals.bytes()).c_str(), r.steps, gemms.shapes());
+    return out;
+  };
+  const bool file_route = r.settings.config.backend == ddo::offload_backend::nvme;
+  const bool vmm = r.settings.config.backend == ddo::offload_backend::vmm;
+  const bool vmm_mode = r.settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
+  ddo::linear_options linear;
+  linear.device = device.index;
+  linear.device_limit_bytes = limit;
+  ddo::vmm_options vmm_options;
+  vmm_options.device = linear;
+  vmm_options.window = ddo::detail::vmm_window_options_from(r.settings);
+  const auto nvme = ddo::detail::nvme_options_from(r.settings);
+  const std::vector<float> latents =
+      file_route && vmm_mode
+          ? run_on(ddo::nvme_transport<ddo::vmm_transport>(ddo::vmm_transport(vmm_options), nvme))
+      : file_route
+          ? run_on(ddo::nvme_transport<ddo::linear_transport>(ddo::linear_transport(linear), nvme))
+      : vmm ? run_on(ddo::vmm_transport(vmm_options))
+            : run_on(ddo::linear_transport(linear));
+  if (!r.output.empty()) {
+    write_latents(r.output, latents);
+    std::printf("latents: %s (%zu x %d float32)\n", r.output.c_str(), r.in.image_tokens,
+                r.c.in_channels);
+  }
+  const double streamed_median = steady_median(streamed_ms);
+  std::printf("streamed: median %.2f ms/step over %zu steady steps (step 0 is the warm-up)\n",
+              streamed_median, streamed_ms.size() > 1 ? streamed_ms.size() - 1 : 1);
+  if (!r.check && !r.profile) return 0;
+  // All resident on the device without ddo, the same forward (so the same GEMM algorithms,
+  // workspace and buffers), its own stream.
+  const flux::host_weights host(r.table);
+  const flux::gpu::device_weights weights(host.refs());
+  cudaStream_t stream = nullptr;
+  DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  f.bind(stream);
+  std::vector<double> resident_ms;
+  const auto resident_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto v = flux::resident_forward(weights, stages, f, x, t);
+    resident_ms.push_back(ms_since(t0));
+    return v;
+  });
+  const double resident_median = steady_median(resident_ms);
+  std::printf("resident: median %.2f ms/step (all %zu weights on the device, no ddo)\n",
+              resident_median, r.table.size());
+  flux::gpu::step_profile::totals prof;
+  if (r.profile) {
+    // One more resident step with every GEMM and attention call timed by events.
+    flux::gpu::step_profile p;
+    f.profile(&p);
+    p.begin(stream);
+    (void)flux::resident_forward(weights, stages, f, r.in, flux::pipeline_timestep(1.f));
+    p.end(stream);
+    f.profile(nullptr);
+    prof = p.sum();
+    const double rest = prof.step_ms - prof.gemm_ms - prof.attention_ms;
+    const double gemm_tflops = prof.gemm_flops / (prof.gemm_ms * 1e-3) / 1e12;
+    const double attention_tflops =
+        prof.attention_ms > 0 ? prof.attention_flops / (prof.attention_ms * 1e-3) / 1e12 : 0.0;
+    std::printf(
+        "profile (one resident step, events around each call): step %.2f ms; GEMMs %.2f ms, "
+        "%.1f TFLOP/s; attention %.2f ms, %.1f TFLOP/s = %.3fx the GEMM rate; neither %.2f ms "
+        "= %.1f%% of the step\n",
+        prof.step_ms, prof.gemm_ms, gemm_tflops, prof.attention_ms, attention_tflops,
+        attention_tflops / gemm_tflops, rest, 100.0 * rest / prof.step_ms);
+    const double copy_ms = static_cast<double>(streamed_bytes) / (pinned_gbps * 1e9) * 1e3;
+    const double bound = std::max(resident_median, copy_ms);
+    std::printf(
+        "bound: max(resident %.2f ms, %s streamed at %.1f GB/s pinned = %.2f ms) = %.2f ms; "
+        "streamed median / bound = %.3fx\n",
+        resident_median, ddo::format_bytes(streamed_bytes).c_str(), pinned_gbps, copy_ms, bound,
+        streamed_median / bound);
+    if (!r.json.empty()) {
+      char buf[2048];
+      std::snprintf(buf, sizeof buf,
+                    "{\n  \"device\": \"%s\",\n  \"image_tokens\": %zu,\n  \"text_tokens\": %zu,\n"
+                    "  \"card_gib\": %.3f,\n  \"streamed_bytes_per_step\": %llu,\n"
+                    "  \"pinned_gbps\": %.3f,\n  \"streamed_ms\": %.3f,\n  \"resident_ms\": %.3f,\n"
+                    "  \"bound_ms\": %.3f,\n  \"streamed_over_bound\": %.4f,\n"
+                    "  \"profile_step_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n  \"gemm_tflops\": %.2f,\n"
+                    "  \"attention_ms\": %.3f,\n  \"attention_tflops\": %.2f,\n"
+                    "  \"attention_over_gemm_rate\": %.4f,\n  \"neither_ms\": %.3f,\n"
+                    "  \"neither_share\": %.4f,\n  \"steps\": %d\n}\n",
+                    probe.name.c_str(), r.in.image_tokens, r.in.text_tokens, r.vram_gib,
+                    static_cast<unsigned long long>(streamed_bytes), pinned_gbps, streamed_median,
+                    resident_median, bound, streamed_median / bound, prof.step_ms, prof.gemm_ms,
+                    gemm_tflops, prof.attention_ms, attention_tflops,
+                    attention_tflops / gemm_tflops, rest, rest / prof.step_ms, r.steps);
+      ddo::write_file_atomically(r.json, buf);
+    }
+  }
+  DDO_CUDA_TRY(cudaStreamDestroy(stream));
+  if (r.check) {
+    const bool equal =
+        resident_latents.size() == latents.size() &&
+        std::memcmp(resident_latents.data(), latents.data(), latents.size() * 4) == 0;
+    std::printf("check: streamed through ddo vs all-resident without ddo (GPU): %s\n",
+                equal ? "bitwise equal" : "DIFFERENT");
+    if (!equal) return exit_failure;
+  }
+  return 0;
+}
+#endif
+
 int run(int argc, char** argv) {
   std::vector<std::string> models;
   std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56", output;
   int steps = 28, width = 1024, height = 1024, text_tokens = 512;
   double guidance = 3.5, vram_gib = 12.0;
   std::uint64_t seed = 0;
-  bool check = false;
+  bool check = false, force_cpu = false, profile = false;
+  std::string json, attention = "tensor";
   po::options_description general("ddo-flux options");
   general.add_options()("help,h", "Print this help and exit")(
       "model", po::value(&models)->multitoken()->value_name("PATH..."),
@@ -128,7 +329,15 @@ int run(int argc, char** argv) {
       "axes", po::value(&axes_text)->value_name("A,B,C"),
       "RoPE axes (axes_dims_rope), summing to the head size (default 16,56,56)")(
       "vram-gb", po::value(&vram_gib)->value_name("GiB"),
-      "host_sim's device memory: the card ddo plans for (default 12)")(
+      "The card ddo plans for (default 12): host_sim's device memory, or on a GPU an emulated "
+      "card (ddo's transport capped at it minus the CUDA context)")(
+      "cpu", po::bool_switch(&force_cpu), "Run the CPU path on host_sim even where a GPU is")(
+      "profile", po::bool_switch(&profile),
+      "GPU: also time the all-resident steps, one step's GEMMs and attention (events), and the "
+      "pinned bandwidth; print the streamed step's ratio to max(resident, bytes / bandwidth)")(
+      "json", po::value(&json)->value_name("FILE"), "--profile: write its figures to FILE")(
+      "attention", po::value(&attention)->value_name("tensor|float"),
+      "GPU attention kernel: tensor cores over bf16 q, k, v (default) or float on the CUDA cores")(
       "check", po::bool_switch(&check),
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
@@ -152,8 +361,8 @@ int run(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
                  "       ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16]\n"
-                 "FLUX.1's transformer on ddo (CPU float path on host_sim; text encoders and VAE\n"
-                 "not included: seeded inputs stand in for them).\n\n"
+                 "FLUX.1's transformer on ddo (the GPU forward on a GPU, else the CPU float path\n"
+                 "on host_sim; text encoders and VAE not included: seeded inputs stand in).\n\n"
               << all << '\n';
     return 0;
   }
@@ -172,6 +381,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (models.empty()) return fail("--model is required (or --make-model to write one)", exit_usage);
+  if (!json.empty() && !profile) return fail("--json FILE needs --profile", exit_usage);
+  if (attention != "tensor" && attention != "float")
+    return fail("--attention '" + attention + "' is not one of tensor, float", exit_usage);
   if (steps < 1 || steps > 1000)
     return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
@@ -209,6 +421,21 @@ int run(int argc, char** argv) {
   inputs.component = "transformer";
   inputs.model_bytes = table.total_bytes();
   const auto settings = ddo::resolve_settings(inputs);
+#if defined(DDO_FLUX_GPU)
+  if (!force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
+    const auto probe = ddo::probe_cuda_device(0);
+    if (probe.available)
+      return run_gpu({table, settings, inputs, c, in, steps, vram_gib, check, profile,
+                      attention == "tensor", output, json},
+                     probe);
+    std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
+  }
+#else
+  (void)force_cpu;
+#endif
+  if (profile || !json.empty())
+    return fail("--profile and --json need the GPU forward (a GPU, and ddo-flux built with nvcc)",
+                exit_usage);
   ddo::setup_options options;
   options.inputs = inputs;
   options.reserve_device_bytes = activations;
@@ -279,4 +506,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return ddo::runner::run_program("ddo-flux", run, argc, argv); }
+int main(int argc, char** argv) {
+  return ddo::runner::run_program("ddo-flux", run, argc, argv);
+}

@@ -74,9 +74,18 @@ struct stage {
   return stages;
 }
 
-/// @brief Runs @p s on @p f with the weights @p w: the velocity comes back from the head.
-inline void run_stage(const stage& s, forward& f, const weight_lookup& w, const inputs& in,
-                      float timestep, std::vector<float>& velocity) {
+/// @brief A forward whose stages only enqueue device work (gpu::device_forward): the velocity
+/// is read with velocity() once the stream is synchronized, not returned by head().
+template <class Forward>
+concept device_stages = requires(const Forward& f) {
+  f.velocity();
+};
+
+/// @brief Runs @p s on @p f with the weights @p w: on the CPU forward the velocity comes back
+/// from the head; a device forward's stays on it until velocity().
+template <class Forward>
+void run_stage(const stage& s, Forward& f, const weight_lookup& w, const inputs& in, float timestep,
+               std::vector<float>& velocity) {
   switch (s.what) {
     case stage::kind::embed:
       f.embed(w, in, timestep);
@@ -88,17 +97,23 @@ inline void run_stage(const stage& s, forward& f, const weight_lookup& w, const 
       f.single_block(s.block, w);
       break;
     case stage::kind::head:
-      velocity = f.head(w);
+      if constexpr (device_stages<Forward>)
+        f.head(w);
+      else
+        velocity = f.head(w);
       break;
   }
 }
 
-/// @brief One forward through ddo on host_sim: per stage acquire, enqueue, release; then one
-/// synchronize of the compute stream. @p off is a ddo::offloader over a host_sim transport.
-template <class Offloader>
+/// @brief One forward through ddo: per stage acquire its groups, run the stage on the lease
+/// pointers, drop the leases (their release events follow the stage's work); then one
+/// synchronize of the compute stream. On host_sim (flux::forward) the stage is a host task on
+/// the compute stream (transport.enqueue); on a GPU (gpu::device_forward, bound to the stream of
+/// @p view) the stage's kernels are launched on that stream from this thread.
+template <class Offloader, class Forward>
 [[nodiscard]] std::vector<float> streamed_forward(Offloader& off,
                                                   typename Offloader::stream_view view,
-                                                  const std::vector<stage>& stages, forward& f,
+                                                  const std::vector<stage>& stages, Forward& f,
                                                   const inputs& in, float timestep) {
   auto& t = off.transport();
   const auto& table = off.table();
@@ -116,18 +131,21 @@ template <class Offloader>
                                static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
       }
     }
-    // The stage's "kernels": a task on the compute stream, after the loads it waits for and
-    // before the release events the leases record when they drop at the end of this scope.
-    t.enqueue(view, [&, s, names] {
-      const weight_lookup w = [&](const std::string& name) {
-        const auto it = names->find(name);
-        if (it == names->end()) throw ddo::usage_error("flux: stage has no weight '" + name + "'");
-        return it->second;
-      };
-      run_stage(s, f, w, in, timestep, velocity);
-    });
+    const auto lookup = [names](const std::string& name) {
+      const auto it = names->find(name);
+      if (it == names->end()) throw ddo::usage_error("flux: stage has no weight '" + name + "'");
+      return it->second;
+    };
+    if constexpr (device_stages<Forward>) {
+      run_stage(s, f, lookup, in, timestep, velocity);
+    } else {
+      // The stage's "kernels": a task on the compute stream, after the loads it waits for and
+      // before the release events the leases record when they drop at the end of this scope.
+      t.enqueue(view, [&, s, lookup] { run_stage(s, f, lookup, in, timestep, velocity); });
+    }
   }
   t.synchronize(view);
+  if constexpr (device_stages<Forward>) velocity = f.velocity();
   return velocity;
 }
 
@@ -145,6 +163,10 @@ class host_weights {
                           static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
     }
   }
+  /// @brief Every weight by name (gpu::device_weights copies them to the device).
+  [[nodiscard]] const std::unordered_map<std::string, cpu::tensor_ref>& refs() const noexcept {
+    return refs_;
+  }
   [[nodiscard]] weight_lookup lookup() const {
     return [this](const std::string& name) {
       const auto it = refs_.find(name);
@@ -158,14 +180,20 @@ class host_weights {
   std::unordered_map<std::string, cpu::tensor_ref> refs_;
 };
 
-/// @brief One forward on host weights, stage by stage in the same order as the streamed one.
-[[nodiscard]] inline std::vector<float> resident_forward(const host_weights& weights,
-                                                         const std::vector<stage>& stages,
-                                                         forward& f, const inputs& in,
-                                                         float timestep) {
+/// @brief One forward on resident weights (@p weights: host_weights for the CPU forward,
+/// gpu::device_weights for the GPU one), stage by stage in the same order as the streamed one.
+/// A device forward's stream is synchronized before its velocity is read.
+template <class Weights, class Forward>
+[[nodiscard]] std::vector<float> resident_forward(const Weights& weights,
+                                                  const std::vector<stage>& stages, Forward& f,
+                                                  const inputs& in, float timestep) {
   std::vector<float> velocity;
   const auto w = weights.lookup();
   for (const auto& s : stages) run_stage(s, f, w, in, timestep, velocity);
+  if constexpr (device_stages<Forward>) {
+    f.synchronize();
+    velocity = f.velocity();
+  }
   return velocity;
 }
 

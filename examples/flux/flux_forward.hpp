@@ -50,6 +50,36 @@ struct inputs {
   return ids;
 }
 
+/// @brief The rotary angles of every token (text ids first) into @p cos / @p sin (tokens x
+/// head_dim), as FluxPosEmbed computes them: per axis i of width d, frequency 10000^(-2k / d) in
+/// double, angle pos x frequency, cos and sin each repeated for the pair (2k, 2k + 1), rounded
+/// to float. The CPU and the GPU forward both use these tables.
+inline void rope_tables(const config& c, const std::vector<float>& txt_ids,
+                        const std::vector<float>& img_ids, std::vector<float>& cos,
+                        std::vector<float>& sin) {
+  DDO_EXPECTS(txt_ids.size() % 3 == 0 && img_ids.size() % 3 == 0,
+              "flux: position ids must be tokens x 3");
+  const std::size_t nt = txt_ids.size() / 3, n = nt + img_ids.size() / 3;
+  const auto d = static_cast<std::size_t>(c.head_dim);
+  cos.assign(n * d, 0.f);
+  sin.assign(n * d, 0.f);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float* id = t < nt ? &txt_ids[t * 3] : &img_ids[(t - nt) * 3];
+    std::size_t col = 0;
+    for (std::size_t a = 0; a < 3; ++a) {
+      const auto dim = static_cast<std::size_t>(c.axes[a]);
+      for (std::size_t k = 0; k < dim; k += 2) {
+        const double freq =
+            1.0 / std::pow(10000.0, static_cast<double>(k) / static_cast<double>(dim));
+        const double angle = static_cast<double>(id[a]) * freq;
+        cos[t * d + col + k] = cos[t * d + col + k + 1] = static_cast<float>(std::cos(angle));
+        sin[t * d + col + k] = sin[t * d + col + k + 1] = static_cast<float>(std::sin(angle));
+      }
+      col += dim;
+    }
+  }
+}
+
 /// @brief One forward's activations and its stages.
 class forward {
  public:
@@ -64,28 +94,11 @@ class forward {
     sin_.resize(cos_.size());
   }
 
-  /// @brief The rotary angles of every token (text ids first), as FluxPosEmbed computes them:
-  /// per axis i of width d, frequency 10000^(-2k / d) in double, angle pos x frequency, cos and
-  /// sin each repeated for the pair (2k, 2k + 1), rounded to float.
+  /// @brief The rotary angles of every token (rope_tables).
   void set_positions(const std::vector<float>& txt_ids, const std::vector<float>& img_ids) {
     DDO_EXPECTS(txt_ids.size() == nt_ * 3 && img_ids.size() == ni_ * 3,
                 "flux: position ids must be tokens x 3");
-    const auto d = static_cast<std::size_t>(c_.head_dim);
-    for (std::size_t t = 0; t < n_; ++t) {
-      const float* id = t < nt_ ? &txt_ids[t * 3] : &img_ids[(t - nt_) * 3];
-      std::size_t col = 0;
-      for (std::size_t a = 0; a < 3; ++a) {
-        const auto dim = static_cast<std::size_t>(c_.axes[a]);
-        for (std::size_t k = 0; k < dim; k += 2) {
-          const double freq =
-              1.0 / std::pow(10000.0, static_cast<double>(k) / static_cast<double>(dim));
-          const double angle = static_cast<double>(id[a]) * freq;
-          cos_[t * d + col + k] = cos_[t * d + col + k + 1] = static_cast<float>(std::cos(angle));
-          sin_[t * d + col + k] = sin_[t * d + col + k + 1] = static_cast<float>(std::sin(angle));
-        }
-        col += dim;
-      }
-    }
+    rope_tables(c_, txt_ids, img_ids, cos_, sin_);
   }
 
   /// @brief x_embedder, the conditioning embedding and context_embedder. @p timestep is what

@@ -6,10 +6,13 @@
 /// affine, RMSNorm per head, RoPE, GELU (tanh), SiLU, adaLN modulation, gated residual, and
 /// attention that streams keys in tiles with an online softmax (never the N x N scores; no
 /// split-KV, so every output is summed in one fixed order: bitwise reproducible). float
-/// activations. Compiled by nvcc (examples/flux/flux_kernels.cu); this header needs only the
-/// CUDA runtime's types. Example code (examples/flux/).
+/// activations; the GEMMs' operands are rounded to bf16 by to_bf16 (examples/flux/flux_gpu.hpp
+/// runs the GEMMs with cuBLASLt). Compiled by nvcc (examples/flux/flux_kernels.cu); this header
+/// needs only the CUDA runtime's types. Example code (examples/flux/).
 
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 namespace flux::gpu {
 
@@ -42,5 +45,30 @@ void gated_add(float* x, int rows, int n, const float* gate, const float* y, int
 /// head_dim 64 or 128. @return false for another head size (nothing launched).
 bool attention(const float* q, const float* k, const float* v, float* out, int n, int width,
                int head_dim, cudaStream_t stream);
+
+/// @brief attention() on the tensor cores: q, k and v in bf16 (n x width, rows 16-byte aligned:
+/// width a multiple of 8), scores, softmax and output in float, P rounded to bf16 for P v
+/// (FlashAttention-2's scheme with mma.sync; never the N x N scores, no split-KV: bitwise
+/// reproducible). head_dim 64 or 128. @return false for another head size (nothing launched).
+bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                    float* out, int n, int width, int head_dim, cudaStream_t stream);
+
+/// @brief x += y per row (rows x n); y with its own row stride.
+void add(float* x, const float* y, int rows, int n, int y_stride, cudaStream_t stream);
+
+/// @brief y = x rounded to bf16 (nearest even), rows x n; each with its own row stride.
+void to_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
+             cudaStream_t stream);
+
+/// @brief y = x widened to float; x holds @p n bf16 values (@p bf16) or floats.
+void to_float(const void* x, bool bf16, float* y, long long n, cudaStream_t stream);
+
+/// @brief y[r, c] += bias[c] for rows x n with row stride @p y_stride; bias bf16 or float.
+void add_bias(float* y, int rows, int n, int y_stride, const void* bias, bool bf16,
+              cudaStream_t stream);
+
+/// @brief Writes the sinusoidal projection of value x 1000 (diffusers' Timesteps: 256 channels,
+/// cos first, no frequency shift) to @p out; float math as flux_forward.hpp's.
+void timestep_projection(float value, float* out, cudaStream_t stream);
 
 }  // namespace flux::gpu

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -132,6 +133,55 @@ TEST_SUITE("gpu") {
       }
     device_buffer b(std::vector<float>(96));
     CHECK_FALSE(flux::gpu::attention(b.p, b.p, b.p, b.p, 1, 96, 96, nullptr));
+  }
+
+  TEST_CASE(
+      "flux kernels: tensor-core attention matches the naive reference on the same bf16 inputs "
+      "at lengths off its 64-key and 128-row tiles, and repeats bitwise") {
+    DDO_SKIP_FLUX_WITHOUT_GPU();
+    // Round to bf16 (nearest even) on the host: the kernel's inputs, and the reference's.
+    const auto to_bf16 = [](const std::vector<float>& x, std::vector<std::uint16_t>& bits) {
+      std::vector<float> rounded(x.size());
+      bits.resize(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, &x[i], 4);
+        bits[i] = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        const std::uint32_t back = static_cast<std::uint32_t>(bits[i]) << 16;
+        std::memcpy(&rounded[i], &back, 4);
+      }
+      return rounded;
+    };
+    for (const int head_dim : {64, 128})
+      for (const int n : {1, 5, 63, 64, 65, 127, 128, 129, 300}) {
+        CAPTURE(head_dim);
+        CAPTURE(n);
+        const int width = 2 * head_dim;
+        std::vector<std::uint16_t> qb, kb, vb;
+        const auto q = to_bf16(data("q", n * width), qb), k = to_bf16(data("k", n * width), kb),
+                   v = to_bf16(data("v", n * width), vb);
+        std::uint16_t* dev = nullptr;
+        const std::size_t count = static_cast<std::size_t>(n) * width;
+        DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&dev), 3 * count * 2));
+        DDO_CUDA_TRY(cudaMemcpy(dev, qb.data(), count * 2, cudaMemcpyHostToDevice));
+        DDO_CUDA_TRY(cudaMemcpy(dev + count, kb.data(), count * 2, cudaMemcpyHostToDevice));
+        DDO_CUDA_TRY(cudaMemcpy(dev + 2 * count, vb.data(), count * 2, cudaMemcpyHostToDevice));
+        device_buffer out(std::vector<float>(count, 0.f)), again(std::vector<float>(count, 0.f));
+        REQUIRE(flux::gpu::attention_bf16(dev, dev + count, dev + 2 * count, out.p, n, width,
+                                          head_dim, nullptr));
+        REQUIRE(flux::gpu::attention_bf16(dev, dev + count, dev + 2 * count, again.p, n, width,
+                                          head_dim, nullptr));
+        std::vector<float> cpu(count);
+        flux::cpu::attention(q.data(), k.data(), v.data(), n, width, head_dim, cpu.data());
+        const auto gpu = out.host();
+        const auto second = again.host();
+        cudaFree(dev);
+        // The kernel rounds only P to bf16 (its sum stays float): each output is then off by at
+        // most 2^-9 of max |v| (here 1); 4e-3 is twice that.
+        check_close(gpu, cpu, 4e-3);
+        CHECK(std::memcmp(gpu.data(), second.data(), gpu.size() * sizeof(float)) == 0);
+      }
+    CHECK_FALSE(flux::gpu::attention_bf16(nullptr, nullptr, nullptr, nullptr, 1, 96, 96, nullptr));
   }
 }
 

@@ -1,0 +1,598 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The FLUX.1 forward on the GPU: the stages of flux_forward.hpp (embed, double block,
+/// single block, head) over device buffers, enqueued on one stream, reading the weights through
+/// the same lookup by published name (a lease's device pointers, or a resident copy).
+///
+/// Precision: the activations are float; the residual stream, LayerNorm, RMSNorm, RoPE and
+/// modulation run in float (flux_kernels.cu). Each GEMM's activation operand is rounded to bf16
+/// right before it (to_bf16), the weight is bf16 as published, and cuBLASLt accumulates and
+/// writes in float (CUBLAS_COMPUTE_32F), the bias added after in float. Attention rounds q, k
+/// and v to bf16 and runs on the tensor cores (attention_bf16: scores, softmax and the output
+/// in float, P rounded to bf16 for P v); tensor_attention(false) runs the float kernel instead.
+/// Keeping the activations in float costs memory traffic on the non-GEMM kernels but keeps the
+/// rounding to one place per product, which is what the tolerance against diffusers
+/// (tests/gpu/flux_forward_gpu_test.cpp) is built on.
+///
+/// Determinism: one cuBLASLt algorithm per GEMM shape, chosen by the heuristic the first time
+/// the shape is seen with split-K reductions excluded and a fixed 16-byte alignment asked for
+/// (so the choice cannot depend on where a lease's pointer happens to fall), the same fixed
+/// workspace for every GEMM, and kernels without atomics: the streamed and the all-resident
+/// forward give the same bits when they share the gemm_runner. Example code (examples/flux/).
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "flux/flux_forward.hpp"
+#include "flux/flux_kernels.hpp"
+
+namespace flux::gpu {
+
+/// @brief Throws ddo::cuda_error naming a failed cuBLASLt call.
+inline void check_lt(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const char* name = cublasLtGetStatusName(status);
+  throw ddo::cuda_error(
+      static_cast<int>(status), name ? name : "cublasStatus_t", call, __FILE__, __LINE__,
+      std::string("cuBLASLt call failed: ") + call + " returned " + (name ? name : "?"));
+}
+
+/// @brief A device allocation of @p T, freed with its owner.
+template <class T>
+class device_buffer {
+ public:
+  device_buffer() = default;
+  explicit device_buffer(std::size_t count) : count_(count) {
+    if (count > 0) DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+  }
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() {
+    if (data_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(data_));
+  }
+  [[nodiscard]] T* get() const noexcept { return data_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return count_ * sizeof(T); }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// @brief y[rows, out] = x[rows, in] W^T with W the published [out, in] bf16 weight, x bf16 and
+/// y float, each with its own row stride: cuBLASLt, one algorithm per shape (see the file
+/// comment), one workspace. Shared by every forward that must give the same bits.
+class gemm_runner {
+ public:
+  static constexpr std::uint64_t workspace_bytes = 32ull << 20;
+  static constexpr std::uint32_t alignment = 16;
+
+  gemm_runner() : workspace_(workspace_bytes) {
+    check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+  }
+  gemm_runner(const gemm_runner&) = delete;
+  gemm_runner& operator=(const gemm_runner&) = delete;
+  ~gemm_runner() {
+    for (auto& [k, p] : plans_) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.d);
+      cublasLtMatmulDescDestroy(p.desc);
+    }
+    if (handle_ != nullptr) cublasLtDestroy(handle_);
+  }
+
+  void run(const void* w, const std::uint16_t* x, int x_stride, float* y, int y_stride, int rows,
+           int out, int in, cudaStream_t stream) {
+    for (const void* p : {w, static_cast<const void*>(x), static_cast<const void*>(y)})
+      DDO_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
+                  "flux gpu: a GEMM operand is not 16-byte aligned");
+    const plan& p = plan_for({rows, out, in, x_stride, y_stride});
+    const float one = 1.f, zero = 0.f;
+    check_lt(cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d, y, p.d, &p.algo,
+                            workspace_.get(), workspace_bytes, stream),
+             "cublasLtMatmul");
+  }
+
+  /// @brief GEMM shapes seen so far (each with its one algorithm).
+  [[nodiscard]] std::size_t shapes() const noexcept { return plans_.size(); }
+  [[nodiscard]] std::uint64_t device_bytes() const noexcept { return workspace_.bytes(); }
+
+ private:
+  struct key {
+    int rows, out, in, x_stride, y_stride;
+    auto operator<=>(const key&) const = default;
+  };
+  struct plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  const plan& plan_for(const key& k) {
+    if (const auto it = plans_.find(k); it != plans_.end()) return it->second;
+    plan p;
+    check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+             "cublasLtMatmulDescCreate");
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                            sizeof transpose),
+             "cublasLtMatmulDescSetAttribute(TRANSA)");
+    // Column-major view: W [out, in] row-major is in x out (op T gives out x in), x^T is
+    // in x rows, y^T out x rows.
+    check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, static_cast<std::uint64_t>(k.in),
+                                        static_cast<std::uint64_t>(k.out), k.in),
+             "cublasLtMatrixLayoutCreate(A)");
+    check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<std::uint64_t>(k.in),
+                                        static_cast<std::uint64_t>(k.rows), k.x_stride),
+             "cublasLtMatrixLayoutCreate(B)");
+    check_lt(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<std::uint64_t>(k.out),
+                                        static_cast<std::uint64_t>(k.rows), k.y_stride),
+             "cublasLtMatrixLayoutCreate(D)");
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const std::uint64_t ws = workspace_bytes;
+    const std::uint32_t no_split_k = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                         &no_split_k, sizeof no_split_k);
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d,
+                                                                 p.d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0)
+      throw ddo::usage_error("flux gpu: cuBLASLt has no algorithm for a bf16 GEMM of " +
+                             std::to_string(k.rows) + " x " + std::to_string(k.in) + " by [" +
+                             std::to_string(k.out) + ", " + std::to_string(k.in) + "]");
+    p.algo = result.algo;
+    return plans_.emplace(k, p).first->second;
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  device_buffer<std::byte> workspace_;
+  std::map<key, plan> plans_;
+};
+
+/// @brief Pinned host memory of @p T (the uploads and the velocity's way back).
+template <class T>
+class pinned_buffer {
+ public:
+  explicit pinned_buffer(std::size_t count) : count_(count) {
+    DDO_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(T)));
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  ~pinned_buffer() {
+    if (data_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFreeHost(data_));
+  }
+  [[nodiscard]] T* get() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_;
+};
+
+/// @brief Where a forward's GPU time goes, measured with CUDA events around each GEMM and each
+/// attention call of one step (profile mode; events add a little launch overhead, so a profiled
+/// step is not a timed one): GEMM time and FLOPs (2 rows out in, from the shapes), attention time
+/// and FLOPs (4 n^2 width: q k^T and p v), and the step from its first to its last event; what
+/// is neither is the rest.
+class step_profile {
+ public:
+  enum class kind { gemm, attention };
+  step_profile() = default;
+  step_profile(const step_profile&) = delete;
+  step_profile& operator=(const step_profile&) = delete;
+  ~step_profile() { clear(); }
+
+  void begin(cudaStream_t s) { start_ = record(s); }
+  void mark(kind k, double flops, cudaEvent_t before, cudaEvent_t after) {
+    spans_.push_back({k, flops, before, after});
+  }
+  [[nodiscard]] cudaEvent_t record(cudaStream_t s) {
+    cudaEvent_t e = nullptr;
+    DDO_CUDA_TRY(cudaEventCreate(&e));
+    DDO_CUDA_TRY(cudaEventRecord(e, s));
+    events_.push_back(e);
+    return e;
+  }
+  void end(cudaStream_t s) { end_ = record(s); }
+
+  struct totals {
+    double step_ms = 0, gemm_ms = 0, gemm_flops = 0, attention_ms = 0, attention_flops = 0;
+  };
+  /// @brief The sums, once the stream has passed end() (waits for it).
+  [[nodiscard]] totals sum() const {
+    DDO_CUDA_TRY(cudaEventSynchronize(end_));
+    totals t;
+    float ms = 0;
+    DDO_CUDA_TRY(cudaEventElapsedTime(&ms, start_, end_));
+    t.step_ms = ms;
+    for (const auto& s : spans_) {
+      DDO_CUDA_TRY(cudaEventElapsedTime(&ms, s.before, s.after));
+      (s.what == kind::gemm ? t.gemm_ms : t.attention_ms) += ms;
+      (s.what == kind::gemm ? t.gemm_flops : t.attention_flops) += s.flops;
+    }
+    return t;
+  }
+  void clear() noexcept {
+    for (auto e : events_) cudaEventDestroy(e);
+    events_.clear();
+    spans_.clear();
+  }
+
+ private:
+  struct span {
+    kind what;
+    double flops;
+    cudaEvent_t before, after;
+  };
+  std::vector<cudaEvent_t> events_;
+  std::vector<span> spans_;
+  cudaEvent_t start_ = nullptr, end_ = nullptr;
+};
+
+/// @brief One GPU forward's activations and its stages (the twin of flux::forward). Every
+/// stage only enqueues work on the bound stream; velocity() reads the head's output after the
+/// caller synchronized that stream.
+class device_forward {
+ public:
+  device_forward(const config& c, std::size_t image_tokens, std::size_t text_tokens,
+                 gemm_runner& gemms)
+      : c_(c),
+        ni_(image_tokens),
+        nt_(text_tokens),
+        n_(image_tokens + text_tokens),
+        h_(static_cast<std::size_t>(c.hidden())),
+        m_(static_cast<std::size_t>(c.mlp())),
+        gemms_(gemms),
+        x_(n_ * h_),
+        norm_(n_ * h_),
+        q_(n_ * h_),
+        k_(n_ * h_),
+        v_(n_ * h_),
+        attn_(n_ * h_),
+        out_(n_ * h_),
+        mid_(n_ * m_),
+        b16_(n_ * std::max({h_ + m_, static_cast<std::size_t>(c.text_dim),
+                            static_cast<std::size_t>(c.in_channels), std::size_t{256},
+                            static_cast<std::size_t>(c.pooled_dim)})),
+        latents_(ni_ * static_cast<std::size_t>(c.in_channels)),
+        text_(nt_ * static_cast<std::size_t>(c.text_dim)),
+        pooled_(static_cast<std::size_t>(c.pooled_dim)),
+        cos_(n_ * static_cast<std::size_t>(c.head_dim)),
+        sin_(n_ * static_cast<std::size_t>(c.head_dim)),
+        vec_(16 * h_ + 256),
+        norm_weight_(static_cast<std::size_t>(c.head_dim)),
+        velocity_(ni_ * static_cast<std::size_t>(c.in_channels)),
+        latents_host_(ni_ * static_cast<std::size_t>(c.in_channels)),
+        velocity_host_(ni_ * static_cast<std::size_t>(c.in_channels)) {
+    validate(c_);
+    DDO_EXPECTS(c.head_dim == 64 || c.head_dim == 128,
+                "flux gpu: head_dim must be 64 or 128 (the attention kernel's), got " +
+                    std::to_string(c.head_dim));
+  }
+
+  /// @brief The stream the stages enqueue on (the compute stream ddo's leases are acquired for).
+  void bind(cudaStream_t stream) noexcept { stream_ = stream; }
+
+  /// @brief Attention on the tensor cores (attention_bf16: q, k, v and P in bf16, the default)
+  /// or in float on the CUDA cores (attention: the exact but slow reference kernel).
+  void tensor_attention(bool on) noexcept { tensor_attention_ = on; }
+
+  /// @brief Times every GEMM and attention call into @p p (nullptr: stop).
+  void profile(step_profile* p) noexcept { profile_ = p; }
+
+  /// @brief Waits for everything enqueued on the bound stream.
+  void synchronize() const { DDO_CUDA_TRY(cudaStreamSynchronize(stream_)); }
+
+  /// @brief Device bytes of the activations (the GEMMs' workspace is the gemm_runner's).
+  [[nodiscard]] std::uint64_t device_bytes() const noexcept {
+    std::uint64_t total = 0;
+    for (const auto* b : {&x_, &norm_, &q_, &k_, &v_, &attn_, &out_, &mid_, &latents_, &text_,
+                          &pooled_, &cos_, &sin_, &vec_, &norm_weight_, &velocity_})
+      total += b->bytes();
+    return total + b16_.bytes();
+  }
+
+  void embed(const weight_lookup& w, const inputs& in, float timestep) {
+    DDO_EXPECTS(in.latents.size() == latents_host_.size() &&
+                    in.text.size() == nt_ * static_cast<std::size_t>(c_.text_dim) &&
+                    in.pooled.size() == static_cast<std::size_t>(c_.pooled_dim),
+                "flux: the inputs do not match the model's widths");
+    if (!uploaded_) {  // text, pooled vector and positions do not change from step to step
+      std::vector<float> cos, sin;
+      rope_tables(c_, in.txt_ids, in.img_ids, cos, sin);
+      DDO_EXPECTS(cos.size() == n_ * static_cast<std::size_t>(c_.head_dim),
+                  "flux: position ids must be tokens x 3");
+      upload(text_.get(), in.text);
+      upload(pooled_.get(), in.pooled);
+      upload(cos_.get(), cos);
+      upload(sin_.get(), sin);
+      DDO_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host vectors above are temporaries
+      uploaded_ = true;
+    }
+    std::memcpy(latents_host_.get(), in.latents.data(), in.latents.size() * 4);
+    DDO_CUDA_TRY(cudaMemcpyAsync(latents_.get(), latents_host_.get(), in.latents.size() * 4,
+                                 cudaMemcpyHostToDevice, stream_));
+    const int h = hidden();
+    lin(w, "x_embedder", latents_.get(), c_.in_channels, static_cast<int>(ni_), c_.in_channels,
+        x_.get() + nt_ * h_, h, h);
+    lin(w, "context_embedder", text_.get(), c_.text_dim, static_cast<int>(nt_), c_.text_dim,
+        x_.get(), h, h);
+    float* temb = vec(0);
+    float* silu_temb = vec(1);
+    float* a = vec(2);
+    float* b = vec(3);
+    float* proj = vec(16);  // 256 floats after the 16 h-wide vectors
+    timestep_embedding(w, "time_text_embed.timestep_embedder", timestep, proj, a, temb);
+    if (c_.guidance) {
+      timestep_embedding(w, "time_text_embed.guidance_embedder", in.guidance, proj, a, b);
+      add(temb, b, 1, h, h);
+    }
+    lin(w, "time_text_embed.text_embedder.linear_1", pooled_.get(), c_.pooled_dim, 1, c_.pooled_dim,
+        a, h, h);
+    gpu::silu(a, h, stream_);
+    lin(w, "time_text_embed.text_embedder.linear_2", a, h, 1, h, b, h, h);
+    add(temb, b, 1, h, h);
+    DDO_CUDA_TRY(cudaMemcpyAsync(silu_temb, temb, h_ * 4, cudaMemcpyDeviceToDevice, stream_));
+    gpu::silu(silu_temb, h, stream_);
+  }
+
+  void double_block(int block, const weight_lookup& w) {
+    const std::string p = "transformer_blocks." + std::to_string(block) + ".";
+    const int h = hidden(), ni = static_cast<int>(ni_), nt = static_cast<int>(nt_),
+              n = static_cast<int>(n_), d = c_.head_dim;
+    float* txt = x_.get();
+    float* img = x_.get() + nt_ * h_;
+    float* mod = vec(4);    // 6 h: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
+    float* cmod = vec(10);  // 6 h, the text stream's
+    lin(w, p + "norm1.linear", vec(1), h, 1, h, mod, 6 * h, 6 * h);
+    lin(w, p + "norm1_context.linear", vec(1), h, 1, h, cmod, 6 * h, 6 * h);
+    const auto chunk = [&](float* m, int i) { return m + static_cast<std::size_t>(i) * h_; };
+    gpu::layer_norm(x_.get(), norm_.get(), n, h, stream_);
+    gpu::modulate(norm_.get(), nt, h, chunk(cmod, 0), chunk(cmod, 1), stream_);
+    gpu::modulate(norm_.get() + nt_ * h_, ni, h, chunk(mod, 0), chunk(mod, 1), stream_);
+    gpu::to_bf16(norm_.get(), n, h, h, b16_.get(), h, stream_);
+    const std::uint16_t* nimg = b16_.get() + nt_ * h_;
+    const std::uint16_t* ntxt = b16_.get();
+    const auto img_rows = [&](float* buffer) { return buffer + nt_ * h_; };
+    lin16(w, p + "attn.to_q", nimg, h, ni, h, img_rows(q_.get()), h, h);
+    lin16(w, p + "attn.to_k", nimg, h, ni, h, img_rows(k_.get()), h, h);
+    lin16(w, p + "attn.to_v", nimg, h, ni, h, img_rows(v_.get()), h, h);
+    lin16(w, p + "attn.add_q_proj", ntxt, h, nt, h, q_.get(), h, h);
+    lin16(w, p + "attn.add_k_proj", ntxt, h, nt, h, k_.get(), h, h);
+    lin16(w, p + "attn.add_v_proj", ntxt, h, nt, h, v_.get(), h, h);
+    rms(w, p + "attn.norm_q.weight", img_rows(q_.get()), ni);
+    rms(w, p + "attn.norm_k.weight", img_rows(k_.get()), ni);
+    rms(w, p + "attn.norm_added_q.weight", q_.get(), nt);
+    rms(w, p + "attn.norm_added_k.weight", k_.get(), nt);
+    joint_attention();
+    gpu::to_bf16(attn_.get(), n, h, h, b16_.get(), h, stream_);
+    lin16(w, p + "attn.to_add_out", b16_.get(), h, nt, h, out_.get(), h, h);
+    lin16(w, p + "attn.to_out.0", b16_.get() + nt_ * h_, h, ni, h, img_rows(out_.get()), h, h);
+    gpu::gated_add(img, ni, h, chunk(mod, 2), img_rows(out_.get()), h, stream_);
+    feed_forward(w, p + "ff", img, ni, chunk(mod, 3), chunk(mod, 4), chunk(mod, 5));
+    gpu::gated_add(txt, nt, h, chunk(cmod, 2), out_.get(), h, stream_);
+    feed_forward(w, p + "ff_context", txt, nt, chunk(cmod, 3), chunk(cmod, 4), chunk(cmod, 5));
+    (void)d;
+  }
+
+  void single_block(int block, const weight_lookup& w) {
+    const std::string p = "single_transformer_blocks." + std::to_string(block) + ".";
+    const int h = hidden(), m = static_cast<int>(m_), n = static_cast<int>(n_);
+    float* mod = vec(4);  // shift, scale, gate
+    lin(w, p + "norm.linear", vec(1), h, 1, h, mod, 3 * h, 3 * h);
+    gpu::layer_norm(x_.get(), norm_.get(), n, h, stream_);
+    gpu::modulate(norm_.get(), n, h, mod, mod + h_, stream_);
+    gpu::to_bf16(norm_.get(), n, h, h, b16_.get(), h, stream_);
+    lin16(w, p + "proj_mlp", b16_.get(), h, n, h, mid_.get(), m, m);
+    gpu::gelu_tanh(mid_.get(), static_cast<long long>(n_ * m_), stream_);
+    lin16(w, p + "attn.to_q", b16_.get(), h, n, h, q_.get(), h, h);
+    lin16(w, p + "attn.to_k", b16_.get(), h, n, h, k_.get(), h, h);
+    lin16(w, p + "attn.to_v", b16_.get(), h, n, h, v_.get(), h, h);
+    rms(w, p + "attn.norm_q.weight", q_.get(), n);
+    rms(w, p + "attn.norm_k.weight", k_.get(), n);
+    joint_attention();
+    // proj_out reads [attention | MLP] per token: both rounded into one bf16 row of h + m.
+    gpu::to_bf16(attn_.get(), n, h, h, b16_.get(), h + m, stream_);
+    gpu::to_bf16(mid_.get(), n, m, m, b16_.get() + h_, h + m, stream_);
+    lin16(w, p + "proj_out", b16_.get(), h + m, n, h + m, out_.get(), h, h);
+    gpu::gated_add(x_.get(), n, h, mod + 2 * h_, out_.get(), h, stream_);
+  }
+
+  /// @brief norm_out and proj_out of the image tokens; the velocity is copied back to pinned
+  /// host memory on the stream (velocity() reads it once the stream is synchronized).
+  void head(const weight_lookup& w) {
+    const int h = hidden(), ni = static_cast<int>(ni_);
+    float* emb = vec(4);  // scale, shift
+    lin(w, "norm_out.linear", vec(1), h, 1, h, emb, 2 * h, 2 * h);
+    gpu::layer_norm(x_.get() + nt_ * h_, norm_.get(), ni, h, stream_);
+    gpu::modulate(norm_.get(), ni, h, emb + h_, emb, stream_);
+    lin(w, "proj_out", norm_.get(), h, ni, h, velocity_.get(), c_.in_channels, c_.in_channels);
+    DDO_CUDA_TRY(cudaMemcpyAsync(velocity_host_.get(), velocity_.get(), velocity_host_.size() * 4,
+                                 cudaMemcpyDeviceToHost, stream_));
+  }
+
+  /// @brief The head's output of the last forward (after its stream was synchronized).
+  [[nodiscard]] std::vector<float> velocity() const {
+    return {velocity_host_.get(), velocity_host_.get() + velocity_host_.size()};
+  }
+
+  [[nodiscard]] const config& model_config() const noexcept { return c_; }
+
+ private:
+  [[nodiscard]] int hidden() const noexcept { return static_cast<int>(h_); }
+  /// The i-th h-wide float vector of the small-vector buffer.
+  [[nodiscard]] float* vec(int i) const noexcept {
+    return vec_.get() + static_cast<std::size_t>(i) * h_;
+  }
+
+  template <class T>
+  void upload(T* device, const std::vector<T>& host) {
+    if (!host.empty())
+      DDO_CUDA_TRY(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(T),
+                                   cudaMemcpyHostToDevice, stream_));
+  }
+
+  void add(float* x, const float* y, int rows, int n, int y_stride) {
+    gpu::add(x, y, rows, n, y_stride, stream_);
+  }
+
+  /// The Linear called @p module over float rows: rounded to bf16 into the scratch, then lin16.
+  void lin(const weight_lookup& w, const std::string& module, const float* x, int x_stride,
+           int rows, int in, float* y, int y_stride, int out) {
+    gpu::to_bf16(x, rows, in, x_stride, b16_.get(), in, stream_);
+    lin16(w, module, b16_.get(), in, rows, in, y, y_stride, out);
+  }
+
+  /// y = x W^T + b for bf16 rows @p x (stride @p x_stride) of width @p in; @p out outputs.
+  void lin16(const weight_lookup& w, const std::string& module, const std::uint16_t* x,
+             int x_stride, int rows, int in, float* y, int y_stride, int out) {
+    const cpu::tensor_ref weight = w(module + ".weight");
+    const cpu::tensor_ref bias = w(module + ".bias");
+    if (weight.type != ddo::dtype::bf16)
+      throw ddo::usage_error("flux gpu: " + module + ".weight is " +
+                             std::string(ddo::to_string(weight.type)) +
+                             "; the GPU forward's GEMMs take bf16 weights (write the model with "
+                             "--dtype bf16)");
+    DDO_EXPECTS(weight.elements == static_cast<std::size_t>(in) * static_cast<std::size_t>(out) &&
+                    bias.elements == static_cast<std::size_t>(out),
+                "flux gpu: " + module + " has not the shape the forward expects");
+    cudaEvent_t before = profile_ ? profile_->record(stream_) : nullptr;
+    gemms_.run(weight.data, x, x_stride, y, y_stride, rows, out, in, stream_);
+    if (profile_)
+      profile_->mark(step_profile::kind::gemm, 2.0 * rows * out * in, before,
+                     profile_->record(stream_));
+    gpu::add_bias(y, rows, out, y_stride, bias.data, is_bf16(bias, module + ".bias"), stream_);
+  }
+
+  static bool is_bf16(const cpu::tensor_ref& t, const std::string& name) {
+    if (t.type == ddo::dtype::bf16) return true;
+    if (t.type == ddo::dtype::f32) return false;
+    throw ddo::usage_error("flux gpu: " + name + " is " + std::string(ddo::to_string(t.type)) +
+                           "; biases and norm weights must be bf16 or f32");
+  }
+
+  void rms(const weight_lookup& w, const std::string& name, float* x, int rows) {
+    const cpu::tensor_ref weight = w(name);
+    DDO_EXPECTS(weight.elements == static_cast<std::size_t>(c_.head_dim),
+                "flux gpu: " + name + " must have head_dim elements");
+    gpu::to_float(weight.data, is_bf16(weight, name), norm_weight_.get(), c_.head_dim, stream_);
+    gpu::rms_norm_heads(x, rows, hidden(), c_.head_dim, norm_weight_.get(), stream_);
+  }
+
+  /// TimestepEmbedding of the sinusoidal projection of value x 1000 into @p out (h floats).
+  void timestep_embedding(const weight_lookup& w, const std::string& module, float value,
+                          float* proj, float* scratch, float* out) {
+    const int h = hidden();
+    gpu::timestep_projection(value, proj, stream_);
+    lin(w, module + ".linear_1", proj, 256, 1, 256, scratch, h, h);
+    gpu::silu(scratch, h, stream_);
+    lin(w, module + ".linear_2", scratch, h, 1, h, out, h, h);
+  }
+
+  /// RoPE on q and k (every token), then attention into attn_.
+  void joint_attention() {
+    const int h = hidden(), n = static_cast<int>(n_), d = c_.head_dim;
+    gpu::rope(q_.get(), n, h, d, cos_.get(), sin_.get(), stream_);
+    gpu::rope(k_.get(), n, h, d, cos_.get(), sin_.get(), stream_);
+    cudaEvent_t before = profile_ ? profile_->record(stream_) : nullptr;
+    bool launched = false;
+    if (tensor_attention_) {
+      // q, k and v rounded to bf16 side by side in the scratch (5 h wide per token: room for 3).
+      const std::size_t nh = n_ * h_;
+      std::uint16_t* qb = b16_.get();
+      gpu::to_bf16(q_.get(), n, h, h, qb, h, stream_);
+      gpu::to_bf16(k_.get(), n, h, h, qb + nh, h, stream_);
+      gpu::to_bf16(v_.get(), n, h, h, qb + 2 * nh, h, stream_);
+      launched = gpu::attention_bf16(qb, qb + nh, qb + 2 * nh, attn_.get(), n, h, d, stream_);
+    } else {
+      launched = gpu::attention(q_.get(), k_.get(), v_.get(), attn_.get(), n, h, d, stream_);
+    }
+    DDO_EXPECTS(launched, "flux gpu: no attention kernel for head_dim " + std::to_string(d));
+    if (profile_)
+      profile_->mark(step_profile::kind::attention, 4.0 * n * double(n) * h, before,
+                     profile_->record(stream_));
+  }
+
+  /// x += gate * ff(LayerNorm(x) * (1 + scale) + shift) (flux::forward's feed_forward); the
+  /// output goes through attn_, free by then.
+  void feed_forward(const weight_lookup& w, const std::string& module, float* x, int rows,
+                    const float* shift, const float* scale, const float* gate) {
+    const int h = hidden(), m = static_cast<int>(m_);
+    gpu::layer_norm(x, norm_.get(), rows, h, stream_);
+    gpu::modulate(norm_.get(), rows, h, shift, scale, stream_);
+    lin(w, module + ".net.0.proj", norm_.get(), h, rows, h, mid_.get(), m, m);
+    gpu::gelu_tanh(mid_.get(), static_cast<long long>(rows) * m, stream_);
+    lin(w, module + ".net.2", mid_.get(), m, rows, m, attn_.get(), h, h);
+    gpu::gated_add(x, rows, h, gate, attn_.get(), h, stream_);
+  }
+
+  config c_;
+  std::size_t ni_, nt_, n_, h_, m_;
+  gemm_runner& gemms_;
+  cudaStream_t stream_ = nullptr;
+  step_profile* profile_ = nullptr;
+  bool uploaded_ = false;
+  bool tensor_attention_ = true;
+  device_buffer<float> x_, norm_, q_, k_, v_, attn_, out_, mid_;
+  device_buffer<std::uint16_t> b16_;
+  device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, norm_weight_, velocity_;
+  pinned_buffer<float> latents_host_, velocity_host_;
+};
+
+/// @brief Every weight of @p host copied once to the device: the GPU's all-resident reference
+/// (no ddo), read through the same lookup by name.
+class device_weights {
+ public:
+  explicit device_weights(const std::unordered_map<std::string, cpu::tensor_ref>& host) {
+    for (const auto& [name, ref] : host) {
+      const std::size_t bytes = ref.elements * ddo::size_of(ref.type);
+      device_buffer<std::byte> buffer(bytes);
+      DDO_CUDA_TRY(cudaMemcpy(buffer.get(), ref.data, bytes, cudaMemcpyHostToDevice));
+      refs_[name] = {buffer.get(), ref.type, ref.elements};
+      buffers_.push_back(std::move(buffer));
+    }
+  }
+  [[nodiscard]] weight_lookup lookup() const {
+    return [this](const std::string& name) {
+      const auto it = refs_.find(name);
+      if (it == refs_.end()) throw ddo::usage_error("flux: the model has no weight '" + name + "'");
+      return it->second;
+    };
+  }
+
+ private:
+  std::vector<device_buffer<std::byte>> buffers_;
+  std::unordered_map<std::string, cpu::tensor_ref> refs_;
+};
+
+}  // namespace flux::gpu
