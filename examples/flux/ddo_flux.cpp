@@ -283,12 +283,12 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
                     "  \"profile_step_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n  \"gemm_tflops\": %.2f,\n"
                     "  \"attention_ms\": %.3f,\n  \"attention_tflops\": %.2f,\n"
                     "  \"attention_over_gemm_rate\": %.4f,\n  \"neither_ms\": %.3f,\n"
-                    "  \"neither_share\": %.4f,\n  \"steps\": %d\n}\n",
+                    "  \"neither_share\": %.4f,\n  \"steps\": %d,\n  \"attention_kernel\": \"%s\"\n}\n",
                     probe.name.c_str(), r.in.image_tokens, r.in.text_tokens, r.vram_gib,
                     static_cast<unsigned long long>(streamed_bytes), pinned_gbps, streamed_median,
                     resident_median, bound, streamed_median / bound, prof.step_ms, prof.gemm_ms,
                     gemm_tflops, prof.attention_ms, attention_tflops,
-                    attention_tflops / gemm_tflops, rest, rest / prof.step_ms, r.steps);
+                    attention_tflops / gemm_tflops, rest, rest / prof.step_ms, r.steps, r.tensor_attention ? "tensor" : "float");
       ddo::write_file_atomically(r.json, buf);
     }
   }
