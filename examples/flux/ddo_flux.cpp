@@ -163,14 +163,11 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   ddo::setup_options options;
   options.inputs = r.inputs;
   options.reserve_device_bytes = reserve;
-  const auto device = ddo::parse_execution_device(r.settings);
   // B of the bound, measured before ddo's setup on an uncapped linear transport (the pinned
   // host-to-device rate the streamed bytes cannot beat).
   double pinned_gbps = 0.0;
   if (r.profile) {
-    ddo::linear_options uncapped;
-    uncapped.device = device.index;
-    ddo::linear_transport probe_transport(uncapped);
+    auto probe_transport = ddo::make_transport<ddo::linear_transport>(r.settings);
     pinned_gbps = ddo::runner::measure_pinned_gbps(probe_transport, 512ull << 20);
   }
   std::uint64_t streamed_bytes = 0;
@@ -206,20 +203,14 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   const bool file_route = r.settings.config.backend == ddo::offload_backend::nvme;
   const bool vmm = r.settings.config.backend == ddo::offload_backend::vmm;
   const bool vmm_mode = r.settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
-  ddo::linear_options linear;
-  linear.device = device.index;
-  linear.device_limit_bytes = limit;
-  ddo::vmm_options vmm_options;
-  vmm_options.device = linear;
-  vmm_options.window = ddo::detail::vmm_window_options_from(r.settings);
-  const auto nvme = ddo::detail::nvme_options_from(r.settings);
+  // The transport the settings choose (make_transport), capped at the emulated card.
   const std::vector<float> latents =
-      file_route && vmm_mode
-          ? run_on(ddo::nvme_transport<ddo::vmm_transport>(ddo::vmm_transport(vmm_options), nvme))
-      : file_route
-          ? run_on(ddo::nvme_transport<ddo::linear_transport>(ddo::linear_transport(linear), nvme))
-      : vmm ? run_on(ddo::vmm_transport(vmm_options))
-            : run_on(ddo::linear_transport(linear));
+      file_route && vmm_mode ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::vmm_transport>>(
+                                   r.settings, {}, limit))
+      : file_route ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::linear_transport>>(
+                         r.settings, {}, limit))
+      : vmm        ? run_on(ddo::make_transport<ddo::vmm_transport>(r.settings, {}, limit))
+                   : run_on(ddo::make_transport<ddo::linear_transport>(r.settings, {}, limit));
   if (!r.output.empty()) {
     write_latents(r.output, latents);
     std::printf("latents: %s (%zu x %d float32)\n", r.output.c_str(), r.in.image_tokens,
@@ -275,20 +266,21 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
         streamed_median / bound);
     if (!r.json.empty()) {
       char buf[2048];
-      std::snprintf(buf, sizeof buf,
-                    "{\n  \"device\": \"%s\",\n  \"image_tokens\": %zu,\n  \"text_tokens\": %zu,\n"
-                    "  \"card_gib\": %.3f,\n  \"streamed_bytes_per_step\": %llu,\n"
-                    "  \"pinned_gbps\": %.3f,\n  \"streamed_ms\": %.3f,\n  \"resident_ms\": %.3f,\n"
-                    "  \"bound_ms\": %.3f,\n  \"streamed_over_bound\": %.4f,\n"
-                    "  \"profile_step_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n  \"gemm_tflops\": %.2f,\n"
-                    "  \"attention_ms\": %.3f,\n  \"attention_tflops\": %.2f,\n"
-                    "  \"attention_over_gemm_rate\": %.4f,\n  \"neither_ms\": %.3f,\n"
-                    "  \"neither_share\": %.4f,\n  \"steps\": %d,\n  \"attention_kernel\": \"%s\"\n}\n",
-                    probe.name.c_str(), r.in.image_tokens, r.in.text_tokens, r.vram_gib,
-                    static_cast<unsigned long long>(streamed_bytes), pinned_gbps, streamed_median,
-                    resident_median, bound, streamed_median / bound, prof.step_ms, prof.gemm_ms,
-                    gemm_tflops, prof.attention_ms, attention_tflops,
-                    attention_tflops / gemm_tflops, rest, rest / prof.step_ms, r.steps, r.tensor_attention ? "tensor" : "float");
+      std::snprintf(
+          buf, sizeof buf,
+          "{\n  \"device\": \"%s\",\n  \"image_tokens\": %zu,\n  \"text_tokens\": %zu,\n"
+          "  \"card_gib\": %.3f,\n  \"streamed_bytes_per_step\": %llu,\n"
+          "  \"pinned_gbps\": %.3f,\n  \"streamed_ms\": %.3f,\n  \"resident_ms\": %.3f,\n"
+          "  \"bound_ms\": %.3f,\n  \"streamed_over_bound\": %.4f,\n"
+          "  \"profile_step_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n  \"gemm_tflops\": %.2f,\n"
+          "  \"attention_ms\": %.3f,\n  \"attention_tflops\": %.2f,\n"
+          "  \"attention_over_gemm_rate\": %.4f,\n  \"neither_ms\": %.3f,\n"
+          "  \"neither_share\": %.4f,\n  \"steps\": %d,\n  \"attention_kernel\": \"%s\"\n}\n",
+          probe.name.c_str(), r.in.image_tokens, r.in.text_tokens, r.vram_gib,
+          static_cast<unsigned long long>(streamed_bytes), pinned_gbps, streamed_median,
+          resident_median, bound, streamed_median / bound, prof.step_ms, prof.gemm_ms, gemm_tflops,
+          prof.attention_ms, attention_tflops, attention_tflops / gemm_tflops, rest,
+          rest / prof.step_ms, r.steps, r.tensor_attention ? "tensor" : "float");
       ddo::write_file_atomically(r.json, buf);
     }
   }
