@@ -181,7 +181,8 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     streamed_bytes = r.table.total_bytes() - resident;
     std::printf("ddo: preset %s, %s transport, route %s: %s resident, %s streamed per step\n",
                 r.settings.effective_preset.c_str(), std::string(transport.name()).c_str(),
-                setup.runtime.route.c_str(), ddo::format_bytes(resident).c_str(),
+                std::string(ddo::to_string(setup.runtime.route)).c_str(),
+                ddo::format_bytes(resident).c_str(),
                 ddo::format_bytes(r.table.total_bytes() - resident).c_str());
     ddo::offloader<transport_type> off(r.table, std::move(setup), transport);
     auto compute = off.transport().make_stream();
