@@ -93,25 +93,64 @@ class gemm_runner {
   gemm_runner(const gemm_runner&) = delete;
   gemm_runner& operator=(const gemm_runner&) = delete;
   ~gemm_runner() {
-    for (auto& [k, p] : plans_) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.d);
-      cublasLtMatmulDescDestroy(p.desc);
-    }
+    for (auto& [k, p] : plans_) destroy(p);
     if (handle_ != nullptr) cublasLtDestroy(handle_);
   }
 
-  void run(const void* w, const std::uint16_t* x, int x_stride, float* y, int y_stride, int rows,
-           int out, int in, cudaStream_t stream) {
+  /// @brief Runs the GEMM; with @p bias (bf16 when @p bias_bf16, else float) the bias is added
+  /// in cuBLASLt's epilogue where it takes that bias type for the shape. @return whether it did
+  /// (else the caller adds it); decided at the shape's first call, the same for every later one.
+  bool run(const void* w, const std::uint16_t* x, int x_stride, float* y, int y_stride, int rows,
+           int out, int in, const void* bias, bool bias_bf16, cudaStream_t stream) {
     for (const void* p : {w, static_cast<const void*>(x), static_cast<const void*>(y)})
       DDO_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
                   "flux gpu: a GEMM operand is not 16-byte aligned");
-    const plan& p = plan_for({rows, out, in, x_stride, y_stride});
+    const key k{rows, out, in, x_stride, y_stride, bias == nullptr ? 0 : bias_bf16 ? 2 : 1};
     const float one = 1.f, zero = 0.f;
-    check_lt(cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d, y, p.d, &p.algo,
-                            workspace_.get(), workspace_bytes, stream),
-             "cublasLtMatmul");
+    const auto matmul = [&](const plan& p) {
+      if (p.bias)
+        check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof bias),
+                 "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+      return cublasLtMatmul(handle_, p.desc, &one, w, p.a, x, p.b, &zero, y, p.d, y, p.d, &p.algo,
+                            workspace_.get(), workspace_bytes, stream);
+    };
+    if (const auto it = plans_.find(k); it != plans_.end()) {
+      check_lt(matmul(it->second), "cublasLtMatmul");
+      return it->second.bias;
+    }
+    // First call of this shape: the bias epilogue if cuBLASLt has it for this bias type, else
+    // a plain GEMM (the caller adds the bias).
+    if (k.bias != 0) {
+      plan p = make_plan(k, true);
+      if (p.desc != nullptr) {
+        const cublasStatus_t status = matmul(p);
+        if (status == CUBLAS_STATUS_SUCCESS) {
+          plans_.emplace(k, p);
+          return true;
+        }
+        destroy(p);
+        if (status != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(status, "cublasLtMatmul");
+      }
+    }
+    plan p = make_plan(k, false);
+    if (p.desc == nullptr)
+      throw ddo::usage_error("flux gpu: cuBLASLt has no algorithm for a bf16 GEMM of " +
+                             std::to_string(k.rows) + " x " + std::to_string(k.in) + " by [" +
+                             std::to_string(k.out) + ", " + std::to_string(k.in) + "]");
+    plans_.emplace(k, p);
+    check_lt(matmul(p), "cublasLtMatmul");
+    return false;
+  }
+
+  /// @brief Shapes whose bias is added in the GEMM's epilogue, of those with a bias.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> epilogue_bias_shapes() const noexcept {
+    std::size_t with = 0, fused = 0;
+    for (const auto& [k, p] : plans_) {
+      with += k.bias != 0;
+      fused += p.bias;
+    }
+    return {fused, with};
   }
 
   /// @brief GEMM shapes seen so far (each with its one algorithm).
@@ -121,16 +160,27 @@ class gemm_runner {
  private:
   struct key {
     int rows, out, in, x_stride, y_stride;
+    int bias;  // 0: none, 1: float, 2: bf16
     auto operator<=>(const key&) const = default;
   };
   struct plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool bias = false;  // added in the epilogue
   };
 
-  const plan& plan_for(const key& k) {
-    if (const auto it = plans_.find(k); it != plans_.end()) return it->second;
+  static void destroy(plan& p) noexcept {
+    if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.d != nullptr) cublasLtMatrixLayoutDestroy(p.d);
+    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+    p = plan{};
+  }
+
+  /// The descriptor, layouts and the heuristic's first algorithm for @p k, with the bias
+  /// epilogue when @p with_bias; desc null when the heuristic has none.
+  plan make_plan(const key& k, bool with_bias) {
     plan p;
     check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
              "cublasLtMatmulDescCreate");
@@ -138,6 +188,17 @@ class gemm_runner {
     check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
                                             sizeof transpose),
              "cublasLtMatmulDescSetAttribute(TRANSA)");
+    if (with_bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t type = k.bias == 2 ? CUDA_R_16BF : CUDA_R_32F;
+      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                              sizeof epilogue),
+               "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                              sizeof type),
+               "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+      p.bias = true;
+    }
     // Column-major view: W [out, in] row-major is in x out (op T gives out x in), x^T is
     // in x rows, y^T out x rows.
     check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, static_cast<std::uint64_t>(k.in),
@@ -166,12 +227,12 @@ class gemm_runner {
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d,
                                                                  p.d, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (status != CUBLAS_STATUS_SUCCESS || found == 0)
-      throw ddo::usage_error("flux gpu: cuBLASLt has no algorithm for a bf16 GEMM of " +
-                             std::to_string(k.rows) + " x " + std::to_string(k.in) + " by [" +
-                             std::to_string(k.out) + ", " + std::to_string(k.in) + "]");
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+      destroy(p);
+      return p;
+    }
     p.algo = result.algo;
-    return plans_.emplace(k, p).first->second;
+    return p;
   }
 
   cublasLtHandle_t handle_ = nullptr;
@@ -274,7 +335,6 @@ class device_forward {
         m_(static_cast<std::size_t>(c.mlp())),
         gemms_(gemms),
         x_(n_ * h_),
-        norm_(n_ * h_),
         q_(n_ * h_),
         k_(n_ * h_),
         v_(n_ * h_),
@@ -316,8 +376,8 @@ class device_forward {
   /// @brief Device bytes of the activations (the GEMMs' workspace is the gemm_runner's).
   [[nodiscard]] std::uint64_t device_bytes() const noexcept {
     std::uint64_t total = 0;
-    for (const auto* b : {&x_, &norm_, &q_, &k_, &v_, &attn_, &out_, &mid_, &latents_, &text_,
-                          &pooled_, &cos_, &sin_, &vec_, &norm_weight_, &velocity_})
+    for (const auto* b : {&x_, &q_, &k_, &v_, &attn_, &out_, &mid_, &latents_, &text_, &pooled_,
+                          &cos_, &sin_, &vec_, &norm_weight_, &velocity_})
       total += b->bytes();
     return total + b16_.bytes();
   }
@@ -377,10 +437,10 @@ class device_forward {
     lin(w, p + "norm1.linear", vec(1), h, 1, h, mod, 6 * h, 6 * h);
     lin(w, p + "norm1_context.linear", vec(1), h, 1, h, cmod, 6 * h, 6 * h);
     const auto chunk = [&](float* m, int i) { return m + static_cast<std::size_t>(i) * h_; };
-    gpu::layer_norm(x_.get(), norm_.get(), n, h, stream_);
-    gpu::modulate(norm_.get(), nt, h, chunk(cmod, 0), chunk(cmod, 1), stream_);
-    gpu::modulate(norm_.get() + nt_ * h_, ni, h, chunk(mod, 0), chunk(mod, 1), stream_);
-    gpu::to_bf16(norm_.get(), n, h, h, b16_.get(), h, stream_);
+    gpu::layer_norm_modulate_bf16(txt, nt, h, chunk(cmod, 0), chunk(cmod, 1), b16_.get(), h,
+                                  stream_);
+    gpu::layer_norm_modulate_bf16(img, ni, h, chunk(mod, 0), chunk(mod, 1), b16_.get() + nt_ * h_,
+                                  h, stream_);
     const std::uint16_t* nimg = b16_.get() + nt_ * h_;
     const std::uint16_t* ntxt = b16_.get();
     const auto img_rows = [&](float* buffer) { return buffer + nt_ * h_; };
@@ -410,20 +470,18 @@ class device_forward {
     const int h = hidden(), m = static_cast<int>(m_), n = static_cast<int>(n_);
     float* mod = vec(4);  // shift, scale, gate
     lin(w, p + "norm.linear", vec(1), h, 1, h, mod, 3 * h, 3 * h);
-    gpu::layer_norm(x_.get(), norm_.get(), n, h, stream_);
-    gpu::modulate(norm_.get(), n, h, mod, mod + h_, stream_);
-    gpu::to_bf16(norm_.get(), n, h, h, b16_.get(), h, stream_);
+    gpu::layer_norm_modulate_bf16(x_.get(), n, h, mod, mod + h_, b16_.get(), h, stream_);
     lin16(w, p + "proj_mlp", b16_.get(), h, n, h, mid_.get(), m, m);
-    gpu::gelu_tanh(mid_.get(), static_cast<long long>(n_ * m_), stream_);
     lin16(w, p + "attn.to_q", b16_.get(), h, n, h, q_.get(), h, h);
     lin16(w, p + "attn.to_k", b16_.get(), h, n, h, k_.get(), h, h);
     lin16(w, p + "attn.to_v", b16_.get(), h, n, h, v_.get(), h, h);
     rms(w, p + "attn.norm_q.weight", q_.get(), n);
     rms(w, p + "attn.norm_k.weight", k_.get(), n);
     joint_attention();
-    // proj_out reads [attention | MLP] per token: both rounded into one bf16 row of h + m.
+    // proj_out reads [attention | GELU(MLP)] per token: both rounded into one bf16 row of h + m
+    // (after attention, whose q, k and v used the same scratch).
     gpu::to_bf16(attn_.get(), n, h, h, b16_.get(), h + m, stream_);
-    gpu::to_bf16(mid_.get(), n, m, m, b16_.get() + h_, h + m, stream_);
+    gpu::gelu_bf16(mid_.get(), n, m, m, b16_.get() + h_, h + m, stream_);
     lin16(w, p + "proj_out", b16_.get(), h + m, n, h + m, out_.get(), h, h);
     gpu::gated_add(x_.get(), n, h, mod + 2 * h_, out_.get(), h, stream_);
   }
@@ -434,9 +492,9 @@ class device_forward {
     const int h = hidden(), ni = static_cast<int>(ni_);
     float* emb = vec(4);  // scale, shift
     lin(w, "norm_out.linear", vec(1), h, 1, h, emb, 2 * h, 2 * h);
-    gpu::layer_norm(x_.get() + nt_ * h_, norm_.get(), ni, h, stream_);
-    gpu::modulate(norm_.get(), ni, h, emb + h_, emb, stream_);
-    lin(w, "proj_out", norm_.get(), h, ni, h, velocity_.get(), c_.in_channels, c_.in_channels);
+    gpu::layer_norm_modulate_bf16(x_.get() + nt_ * h_, ni, h, emb + h_, emb, b16_.get(), h,
+                                  stream_);
+    lin16(w, "proj_out", b16_.get(), h, ni, h, velocity_.get(), c_.in_channels, c_.in_channels);
     DDO_CUDA_TRY(cudaMemcpyAsync(velocity_host_.get(), velocity_.get(), velocity_host_.size() * 4,
                                  cudaMemcpyDeviceToHost, stream_));
   }
@@ -487,11 +545,13 @@ class device_forward {
                     bias.elements == static_cast<std::size_t>(out),
                 "flux gpu: " + module + " has not the shape the forward expects");
     cudaEvent_t before = profile_ ? profile_->record(stream_) : nullptr;
-    gemms_.run(weight.data, x, x_stride, y, y_stride, rows, out, in, stream_);
+    const bool bias_bf16 = is_bf16(bias, module + ".bias");
+    const bool fused = gemms_.run(weight.data, x, x_stride, y, y_stride, rows, out, in, bias.data,
+                                  bias_bf16, stream_);
     if (profile_)
       profile_->mark(step_profile::kind::gemm, 2.0 * rows * out * in, before,
                      profile_->record(stream_));
-    gpu::add_bias(y, rows, out, y_stride, bias.data, is_bf16(bias, module + ".bias"), stream_);
+    if (!fused) gpu::add_bias(y, rows, out, y_stride, bias.data, bias_bf16, stream_);
   }
 
   static bool is_bf16(const cpu::tensor_ref& t, const std::string& name) {
@@ -548,11 +608,10 @@ class device_forward {
   void feed_forward(const weight_lookup& w, const std::string& module, float* x, int rows,
                     const float* shift, const float* scale, const float* gate) {
     const int h = hidden(), m = static_cast<int>(m_);
-    gpu::layer_norm(x, norm_.get(), rows, h, stream_);
-    gpu::modulate(norm_.get(), rows, h, shift, scale, stream_);
-    lin(w, module + ".net.0.proj", norm_.get(), h, rows, h, mid_.get(), m, m);
-    gpu::gelu_tanh(mid_.get(), static_cast<long long>(rows) * m, stream_);
-    lin(w, module + ".net.2", mid_.get(), m, rows, m, attn_.get(), h, h);
+    gpu::layer_norm_modulate_bf16(x, rows, h, shift, scale, b16_.get(), h, stream_);
+    lin16(w, module + ".net.0.proj", b16_.get(), h, rows, h, mid_.get(), m, m);
+    gpu::gelu_bf16(mid_.get(), rows, m, m, b16_.get(), m, stream_);
+    lin16(w, module + ".net.2", b16_.get(), m, rows, m, attn_.get(), h, h);
     gpu::gated_add(x, rows, h, gate, attn_.get(), h, stream_);
   }
 
@@ -563,7 +622,7 @@ class device_forward {
   step_profile* profile_ = nullptr;
   bool uploaded_ = false;
   bool tensor_attention_ = true;
-  device_buffer<float> x_, norm_, q_, k_, v_, attn_, out_, mid_;
+  device_buffer<float> x_, q_, k_, v_, attn_, out_, mid_;
   device_buffer<std::uint16_t> b16_;
   device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, norm_weight_, velocity_;
   pinned_buffer<float> latents_host_, velocity_host_;

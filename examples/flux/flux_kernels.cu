@@ -166,6 +166,37 @@ __global__ void attention_kernel(const float* q, const float* k, const float* v,
       out[static_cast<long long>(row) * width + col0 + lane + 32 * i] = acc[i] / l;
 }
 
+/// LayerNorm (no affine), then x (1 + scale) + shift, rounded to bf16: layer_norm, modulate and
+/// to_bf16 in one pass (the same float operations in the same order as the three).
+__global__ void layer_norm_modulate_bf16_kernel(const float* x, int n, const float* shift,
+                                                const float* scale, __nv_bfloat16* y,
+                                                int y_stride) {
+  __shared__ float scratch[32];
+  const float* xr = x + static_cast<long long>(blockIdx.x) * n;
+  __nv_bfloat16* yr = y + static_cast<long long>(blockIdx.x) * y_stride;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s, scratch) / static_cast<float>(n);
+  float v = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
+  const float var = block_sum(v, scratch) / static_cast<float>(n);
+  const float inv = rsqrtf(var + 1e-6f);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = __float2bfloat16_rn((xr[i] - mean) * inv * (1.f + scale[i]) + shift[i]);
+}
+
+/// GELU (tanh) rounded to bf16: gelu_tanh and to_bf16 in one pass.
+__global__ void gelu_bf16_kernel(const float* x, int rows, int n, int x_stride, __nv_bfloat16* y,
+                                 int y_stride) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<long long>(rows) * n) return;
+  const long long r = i / n;
+  const int c = static_cast<int>(i % n);
+  const float v = x[r * x_stride + c];
+  y[r * y_stride + c] = __float2bfloat16_rn(
+      0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))));
+}
+
 __global__ void add_kernel(float* x, const float* y, int rows, int n, int y_stride) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<long long>(rows) * n) return;
@@ -210,8 +241,8 @@ __global__ void timestep_projection_kernel(float t, float* out) {
 }
 
 // --- attention on the tensor cores -------------------------------------------------------------
-// FlashAttention-2's scheme with mma.sync m16n8k16 (bf16 in, float accumulate): a block of 8
-// warps takes 128 query rows of one head, each warp 16 rows whose q stays in registers; keys and
+// FlashAttention-2's scheme with mma.sync m16n8k16 (bf16 in, float accumulate): a block of 4
+// warps takes 64 query rows of one head, each warp 16 rows whose q stays in registers; keys and
 // values stream through shared memory 64 at a time; S = q k^T and the online softmax stay in
 // registers (never the N x N scores); P is rounded to bf16 for P v. Keys past n score -inf, their
 // values are zeros. Every output is summed in one fixed order (no split-KV, no atomics).
@@ -238,7 +269,7 @@ __device__ inline unsigned load_pair(const __nv_bfloat16* x, int row, int n, lon
 }
 
 template <int D>
-__global__ void __launch_bounds__(mma_warps * 32, 1)
+__global__ void __launch_bounds__(mma_warps * 32, 2)
     attention_mma_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                          float* out, int n, int width, float scale_log2) {
   __shared__ __align__(16) __nv_bfloat16 ks[mma_keys][D + mma_pad];
@@ -459,6 +490,22 @@ bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::u
     return false;
   }
   return true;
+}
+
+void layer_norm_modulate_bf16(const float* x, int rows, int n, const float* shift,
+                              const float* scale, std::uint16_t* y, int y_stride,
+                              cudaStream_t stream) {
+  if (rows > 0)
+    layer_norm_modulate_bf16_kernel<<<rows, 256, 0, stream>>>(
+        x, n, shift, scale, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+}
+
+void gelu_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
+               cudaStream_t stream) {
+  const long long items = static_cast<long long>(rows) * n;
+  if (items > 0)
+    gelu_bf16_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(
+        x, rows, n, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
 }
 
 }  // namespace flux::gpu

@@ -53,6 +53,17 @@ bool attention(const float* q, const float* k, const float* v, float* out, int n
 bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                     float* out, int n, int width, int head_dim, cudaStream_t stream);
 
+/// @brief y = bf16(LayerNorm(x) (1 + scale) + shift) per row (rows x n, y with its own stride):
+/// layer_norm, modulate and to_bf16 in one pass, the same float operations.
+void layer_norm_modulate_bf16(const float* x, int rows, int n, const float* shift,
+                              const float* scale, std::uint16_t* y, int y_stride,
+                              cudaStream_t stream);
+
+/// @brief y = bf16(GELU-tanh(x)), rows x n, each with its own row stride: gelu_tanh and to_bf16
+/// in one pass.
+void gelu_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
+               cudaStream_t stream);
+
 /// @brief x += y per row (rows x n); y with its own row stride.
 void add(float* x, const float* y, int rows, int n, int y_stride, cudaStream_t stream);
 

@@ -110,6 +110,47 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("flux kernels: the fused bf16 kernels match the CPU's float steps, then rounded") {
+    DDO_SKIP_FLUX_WITHOUT_GPU();
+    const int rows = 37, width = 256;
+    const auto x = data("x", rows * width), shift = data("shift", width),
+               scale = data("scale", width);
+    // bf16 bits back to float
+    const auto widen = [](const std::vector<std::uint16_t>& bits) {
+      std::vector<float> out(bits.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        const std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+        std::memcpy(&out[i], &u, 4);
+      }
+      return out;
+    };
+    const auto device_bits = [](std::uint16_t* dev, std::size_t n) {
+      std::vector<std::uint16_t> bits(n);
+      DDO_CUDA_TRY(cudaDeviceSynchronize());
+      DDO_CUDA_TRY(cudaMemcpy(bits.data(), dev, n * 2, cudaMemcpyDeviceToHost));
+      return bits;
+    };
+    std::uint16_t* y = nullptr;
+    DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&y), x.size() * 2));
+    {
+      device_buffer dx(x), dsh(shift), dsc(scale);
+      flux::gpu::layer_norm_modulate_bf16(dx.p, rows, width, dsh.p, dsc.p, y, width, nullptr);
+      std::vector<float> cpu(x.size());
+      flux::cpu::layer_norm(x.data(), rows, width, cpu.data());
+      flux::cpu::modulate(cpu.data(), rows, width, shift.data(), scale.data());
+      // one bf16 rounding: within 2^-8 of the value (4e-3 relative, with the float differences)
+      check_close(widen(device_bits(y, x.size())), cpu, 8e-3);
+    }
+    {
+      device_buffer dx(x);
+      flux::gpu::gelu_bf16(dx.p, rows, width, width, y, width, nullptr);
+      auto cpu = x;
+      flux::cpu::gelu_tanh(cpu.data(), cpu.size());
+      check_close(widen(device_bits(y, x.size())), cpu, 8e-3);
+    }
+    cudaFree(y);
+  }
+
   TEST_CASE(
       "flux kernels: attention matches the naive reference at lengths off its tiles, and "
       "repeats bitwise") {
