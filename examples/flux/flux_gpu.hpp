@@ -7,8 +7,10 @@
 ///
 /// Precision: the activations are float; the residual stream, LayerNorm, RMSNorm, RoPE and
 /// modulation run in float (flux_kernels.cu). Each GEMM's activation operand is rounded to bf16
-/// right before it (to_bf16), the weight is bf16 as published, and cuBLASLt accumulates and
-/// writes in float (CUBLAS_COMPUTE_32F), the bias added after in float. Attention rounds q, k
+/// right before it (fused with LayerNorm + modulation, or with GELU, where those feed it), the
+/// weight is bf16 as published, and cuBLASLt accumulates and writes in float
+/// (CUBLAS_COMPUTE_32F), the bias added in its epilogue (or by a kernel after, where cuBLASLt
+/// has no epilogue for that bias type; decided once per shape). Attention rounds q, k
 /// and v to bf16 and runs on the tensor cores (attention_bf16: scores, softmax and the output
 /// in float, P rounded to bf16 for P v); tensor_attention(false) runs the float kernel instead.
 /// Keeping the activations in float costs memory traffic on the non-GEMM kernels but keeps the
