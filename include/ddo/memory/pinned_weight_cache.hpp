@@ -11,15 +11,16 @@
 /// blocks (no process-wide singleton): blocks live while the cache or an offloader holds them,
 /// and are unregistered and unmapped when the last holder lets go.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ddo/core/error.hpp"
 #include "ddo/memory/host_buffer.hpp"
@@ -109,10 +110,14 @@ class pinned_weight_cache {
   /// @brief Host bytes mapped by the cached blocks (a block that ranges share counted once).
   [[nodiscard]] std::uint64_t bytes() const {
     std::lock_guard lock(mutex_);
-    std::set<const pinned_block*> seen;
+    // A sorted vector, not std::set: this header is in the umbrella, whose include cost CI caps.
+    std::vector<const pinned_block*> mappings;
+    mappings.reserve(blocks_.size());
+    for (const auto& [key, block] : blocks_) mappings.push_back(&block->mapping());
+    std::sort(mappings.begin(), mappings.end());
+    mappings.erase(std::unique(mappings.begin(), mappings.end()), mappings.end());
     std::uint64_t total = 0;
-    for (const auto& [key, block] : blocks_)
-      if (seen.insert(&block->mapping()).second) total += block->mapping().size();
+    for (const pinned_block* m : mappings) total += m->size();
     return total;
   }
   /// @brief Drops every block (each is freed once no offloader holds it).
