@@ -167,13 +167,7 @@ class host_weights {
   [[nodiscard]] const std::unordered_map<std::string, cpu::tensor_ref>& refs() const noexcept {
     return refs_;
   }
-  [[nodiscard]] weight_lookup lookup() const {
-    return [this](const std::string& name) {
-      const auto it = refs_.find(name);
-      if (it == refs_.end()) throw ddo::usage_error("flux: the model has no weight '" + name + "'");
-      return it->second;
-    };
-  }
+  [[nodiscard]] weight_lookup lookup() const { return lookup_in(refs_); }
 
  private:
   std::unordered_map<std::string, std::vector<std::byte>> data_;

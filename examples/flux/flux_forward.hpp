@@ -17,8 +17,10 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "ddo/core/error.hpp"
 #include "flux/flux_config.hpp"
 #include "flux/flux_cpu.hpp"
 
@@ -26,6 +28,17 @@ namespace flux {
 
 /// @brief A stage's access to its weights: the tensor called NAME.
 using weight_lookup = std::function<cpu::tensor_ref(const std::string& name)>;
+
+/// @brief The lookup over a name -> tensor map (the host model's, or its device copy's), which
+/// must outlive it; a name the model lacks is refused with the name.
+[[nodiscard]] inline weight_lookup lookup_in(
+    const std::unordered_map<std::string, cpu::tensor_ref>& refs) {
+  return [&refs](const std::string& name) {
+    const auto it = refs.find(name);
+    if (it == refs.end()) throw ddo::usage_error("flux: the model has no weight '" + name + "'");
+    return it->second;
+  };
+}
 
 /// @brief What a pipeline hands the transformer for one image (batch 1).
 struct inputs {

@@ -643,13 +643,7 @@ class device_weights {
       buffers_.push_back(std::move(buffer));
     }
   }
-  [[nodiscard]] weight_lookup lookup() const {
-    return [this](const std::string& name) {
-      const auto it = refs_.find(name);
-      if (it == refs_.end()) throw ddo::usage_error("flux: the model has no weight '" + name + "'");
-      return it->second;
-    };
-  }
+  [[nodiscard]] weight_lookup lookup() const { return lookup_in(refs_); }
 
  private:
   std::vector<device_buffer<std::byte>> buffers_;

@@ -23,6 +23,7 @@
 #include "flux/flux_engine.hpp"
 #include "flux/flux_gpu.hpp"
 #include "flux/flux_init.hpp"
+#include "flux_reference_data.hpp"
 #include "gpu_support.hpp"
 
 #ifndef DDO_FLUX_REFERENCE
@@ -33,24 +34,7 @@ namespace flux_forward_gpu_test {
 
 constexpr std::uint64_t seed = 25;  // tools/flux_reference.py's
 
-std::vector<std::vector<float>> reference() {
-  std::ifstream in(DDO_FLUX_REFERENCE, std::ios::binary);
-  REQUIRE(in.good());
-  char magic[8];
-  std::uint32_t count = 0;
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(&count), 4);
-  REQUIRE(std::string(magic, 8) == "DDOFLUX1");
-  std::vector<std::vector<float>> arrays(count);
-  for (auto& a : arrays) {
-    std::uint32_t n = 0;
-    in.read(reinterpret_cast<char*>(&n), 4);
-    a.resize(n);
-    in.read(reinterpret_cast<char*>(a.data()), static_cast<std::streamsize>(n) * 4);
-  }
-  REQUIRE(in.good());
-  return arrays;
-}
+std::vector<std::vector<float>> reference() { return ddo_test::read_flux_reference(DDO_FLUX_REFERENCE); }
 
 /// ||a - b|| / ||b|| over every element (the error relative to the reference's size).
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {

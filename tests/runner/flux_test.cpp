@@ -21,6 +21,7 @@
 #include "ddo/transport/host_sim.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
+#include "flux_reference_data.hpp"
 #include "model/model_test_support.hpp"
 
 #ifndef DDO_FLUX_REFERENCE
@@ -34,24 +35,7 @@ namespace flux_test {
 // tokens, seed 25, guidance 3.5, 2 Euler steps.
 constexpr std::uint64_t seed = 25;
 
-std::vector<std::vector<float>> reference() {
-  std::ifstream in(DDO_FLUX_REFERENCE, std::ios::binary);
-  REQUIRE(in.good());
-  char magic[8];
-  std::uint32_t count = 0;
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(&count), 4);
-  REQUIRE(std::string(magic, 8) == "DDOFLUX1");
-  std::vector<std::vector<float>> arrays(count);
-  for (auto& a : arrays) {
-    std::uint32_t n = 0;
-    in.read(reinterpret_cast<char*>(&n), 4);
-    a.resize(n);
-    in.read(reinterpret_cast<char*>(a.data()), static_cast<std::streamsize>(n) * 4);
-  }
-  REQUIRE(in.good());
-  return arrays;
-}
+std::vector<std::vector<float>> reference() { return ddo_test::read_flux_reference(DDO_FLUX_REFERENCE); }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
