@@ -33,6 +33,25 @@ using ddo_test::file_model;
 using nvme_sim = ddo::nvme_transport<ddo::host_sim_transport>;
 using nvme_sim_vmm = ddo::nvme_transport<ddo::host_sim_vmm_transport>;
 
+/// Six blocks of two 350 MiB bf16 linears (4.10 GiB, more than the simulated card) in a file
+/// that does not exist: the staging-growth cases plan and size windows, never read.
+ddo::weight_table blocks_of_700_mib() {
+  ddo::weight_table table;
+  const std::size_t file = table.add_file("/nonexistent/model.safetensors");
+  std::uint64_t offset = 0;
+  for (int b = 0; b < 6; ++b)
+    for (int k = 0; k < 2; ++k) {
+      ddo::weight_info w;
+      w.name = "blocks." + std::to_string(b) + ".w" + std::to_string(k) + ".weight";
+      w.shape = {175 * 1024, 1024};
+      w.kind = ddo::module_kind::linear;
+      w.source = ddo::file_source{file, offset};
+      offset += 350 * ddo::mib;
+      table.add(w);
+    }
+  return table;
+}
+
 ddo::runtime_options route_options() {
   ddo::runtime_options o;
   o.poison_slots = true;
@@ -260,19 +279,7 @@ TEST_SUITE("runtime") {
 TEST_SUITE("runtime") {
   TEST_CASE("a preset's staging slot grows to the largest streamed group; the plan says so") {
     // A group of 700 MiB on the file route (nothing is read: planning only).
-    ddo::weight_table table;
-    const std::size_t file = table.add_file("/nonexistent/model.safetensors");
-    std::uint64_t offset = 0;
-    for (int b = 0; b < 6; ++b)  // 4.10 GiB: more than the card
-      for (int k = 0; k < 2; ++k) {
-        ddo::weight_info w;
-        w.name = "blocks." + std::to_string(b) + ".w" + std::to_string(k) + ".weight";
-        w.shape = {175 * 1024, 1024};  // 350 MiB bf16
-        w.kind = ddo::module_kind::linear;
-        w.source = ddo::file_source{file, offset};
-        offset += 350 * ddo::mib;
-        table.add(w);
-      }
+    const ddo::weight_table table = blocks_of_700_mib();
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.preset = "nvme_baseline";
@@ -342,19 +349,7 @@ TEST_SUITE("runtime") {
     // ddo-run --ram-gb 24 --vram-gb 8 --ddo-execution-mode vmm_runtime on FLUX.1 (H200, 5 Dec):
     // pageable 648 MiB double blocks against the default 640 MiB buffer were refused by the
     // window. Groups of 700 MiB here; nothing is read (planning and the window's sizing only).
-    ddo::weight_table table;
-    const std::size_t file = table.add_file("/nonexistent/model.safetensors");
-    std::uint64_t offset = 0;
-    for (int b = 0; b < 6; ++b)
-      for (int k = 0; k < 2; ++k) {
-        ddo::weight_info w;
-        w.name = "blocks." + std::to_string(b) + ".w" + std::to_string(k) + ".weight";
-        w.shape = {175 * 1024, 1024};  // 350 MiB bf16
-        w.kind = ddo::module_kind::linear;
-        w.source = ddo::file_source{file, offset};
-        offset += 350 * ddo::mib;
-        table.add(w);
-      }
+    const ddo::weight_table table = blocks_of_700_mib();
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
