@@ -4,10 +4,13 @@
 # selects vmm_fast_runtime, which ddo-run executes with --verify (every acquired byte compared)
 # and reports as executed with its window's map/access/unmap host time; ddo-config and ddo-plan
 # name the route; `--ddo-execution-mode vmm_runtime` alone runs with the CLI helper's VMM budget.
+# The runs check routes and budgets, not speed: --no-bound and one token each (the CPU stand-in's
+# steps are most of this script's time under the sanitizers: 34 s under ASan with the bound and 8
+# tokens).
 # Usage: check_native_vmm.sh DDO_RUN DDO_CONFIG DDO_PLAN CACHE_DIR
 set -euo pipefail
 run="$1" config="$2" plan="$3" cache="$4"
-out="$("$run" --cpu --verify --steps 2 --blocks 2 --no-environment --cache-dir "$cache" \
+out="$("$run" --cpu --verify --steps 2 --blocks 2 --tokens 1 --no-bound --no-environment --cache-dir "$cache" \
         --ddo-backend vmm --ddo-preset auto --ddo-show-profile 2>&1)" || {
   echo "$out"
   echo "check_native_vmm: ddo-run failed" >&2
@@ -30,11 +33,11 @@ out="$("$plan" "$model" --no-environment --ddo-preset vmm_fast_runtime)"
 grep -q '^VMM route: vmm_fast_runtime' <<<"$out" || fail "ddo-plan does not name the native route"
 # ddo-run's flags are the reference's CLI helper: `--ddo-execution-mode vmm_runtime` alone runs,
 # with the helper's 4 GiB VMM budget (or what a smaller emulated card holds), said so.
-out="$("$run" --cpu --steps 1 --blocks 2 --no-environment --cache-dir "$cache" \
+out="$("$run" --cpu --steps 1 --blocks 2 --tokens 1 --no-bound --no-environment --cache-dir "$cache" \
         --ddo-execution-mode vmm_runtime 2>&1)" || fail "ddo-run --ddo-execution-mode vmm_runtime failed"
 grep -q "vmm_resident_weight_budget_gb 4.00 GiB: the CLI helper's default" <<<"$out" ||
   fail "the VMM budget is not the CLI helper's 4 GiB"
-out="$("$run" --cpu --steps 1 --blocks 2 --no-environment --cache-dir "$cache" --vram-gb 2 \
+out="$("$run" --cpu --steps 1 --blocks 2 --tokens 1 --no-bound --no-environment --cache-dir "$cache" --vram-gb 2 \
         --ddo-execution-mode vmm_runtime 2>&1)" || fail "ddo-run --vram-gb 2 --ddo-execution-mode vmm_runtime failed"
 grep -q "vmm_resident_weight_budget_gb 2.00 GiB: what the emulated card holds" <<<"$out" ||
   fail "on a 2 GiB emulated card the VMM budget is not what the card holds"
