@@ -6,3 +6,5 @@
 // checks (header, ODR, nvcc), the consumer builds and the fuzzers keep using ddo header-only, as
 // engines do by default.
 #include "ddo/instantiate.hpp"
+#include "ddo/instantiate.hpp"  // twice: this TU is also the header's own compile check (its
+                                // include guard too; tests/build_checks leaves it out)

@@ -2,7 +2,8 @@
 // The "using" TU of the compile-ddo-once check: compiled with DDO_EXTERN_TEMPLATES, it runs an
 // offloader on host_sim from a ready plan and one planned from resolved settings, but compiles
 // none of the runtime core, the setup path or the resolver (the nm test checks that);
-// extern_instantiate.cpp, including ddo/instantiate.hpp, holds the only copy.
+// src/ddo_instantiate.cpp, including ddo/instantiate.hpp, holds the only copy (extern_main.cpp
+// has main()).
 #include <cstddef>
 #include <cstdint>
 #include <random>

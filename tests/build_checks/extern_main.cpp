@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The instantiating TU of the compile-ddo-once check: the only one holding ddo's non-template
-// functions, the runtime core and the setup path for the shipped transports. extern_use.cpp
-// uses them without compiling them.
+// main() of the compile-ddo-once check. extern_use.cpp uses ddo's non-template functions, the
+// runtime core and the setup path for the shipped transports without compiling them; the only
+// copy is src/ddo_instantiate.cpp's (ddo/instantiate.hpp), in the library this program links.
 #include <cstdio>
 
-#include "ddo/instantiate.hpp"
+#ifndef DDO_EXTERN_TEMPLATES
+#error "extern_main.cpp must be compiled with DDO_EXTERN_TEMPLATES"
+#endif
 
 long run_extern_use();
 long run_extern_setup();
