@@ -14,6 +14,7 @@
 #include "ddo/core/detail/json.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/trace_recorder.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "runtime_fixtures.hpp"
 

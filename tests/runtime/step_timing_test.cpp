@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ddo/runtime/detail/step_timing.hpp"
+#include "ddo/runtime/trace_recorder.hpp"
 #include "ddo/transport/host_sim.hpp"
 
 using sim = ddo::host_sim_transport;

@@ -2,7 +2,9 @@
 #pragma once
 /// @file
 /// @brief Tracing: ddo::trace_sink receives spans (copies, waits, leases, steps) so a runner
-/// can write a Chrome trace; ddo::trace_recorder is a ready sink that does. With
+/// can write a Chrome trace; ddo::trace_recorder (runtime/trace_recorder.hpp, apart so that the
+/// runtime core, which only calls the sink, does not compile the JSON writer) is a ready sink
+/// that does. With
 /// runtime_options::nvtx the runtime also pushes NVTX ranges (header-only nvtx3 from the
 /// toolkit, when present) around acquire, release and setup.
 ///
@@ -13,15 +15,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <ostream>
-#include <string>
 #include <string_view>
-#include <vector>
 
-#include "ddo/core/chrome_trace_writer.hpp"
 #include "ddo/core/enum_names.hpp"
-#include "ddo/core/json_writer.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -63,52 +59,6 @@ class trace_sink {
   virtual ~trace_sink() = default;
   /// @brief One finished span; @p span.name is valid only during the call.
   virtual void on_span(const trace_span& span) = 0;
-};
-
-/// @brief A sink that keeps every span and writes the Chrome trace-event JSON format.
-class trace_recorder final : public trace_sink {
- public:
-  /// @brief A stored span (owns its name).
-  struct record {
-    span_kind kind;
-    std::string name;
-    std::size_t group;
-    std::uint64_t bytes;
-    double start_us;
-    double end_us;
-    bool device;
-  };
-
-  void on_span(const trace_span& s) override {
-    std::lock_guard lock(mutex_);
-    records_.push_back({s.kind, std::string(s.name), s.group, s.bytes, s.start_us, s.end_us, s.device});
-  }
-
-  /// @brief A copy of the spans so far.
-  [[nodiscard]] std::vector<record> records() const {
-    std::lock_guard lock(mutex_);
-    return records_;
-  }
-
-  /// @brief Writes the spans as a Chrome trace (core/chrome_trace_writer.hpp): one complete
-  /// event per span, leases and steps on the host track, copies on the copy-stream track,
-  /// stalls and compute on the compute-stream track; the group and bytes as args.
-  void write_chrome_trace(std::ostream& out) const {
-    std::lock_guard lock(mutex_);
-    chrome_trace_writer trace;
-    for (const auto& r : records_) {
-      const trace_track track = !r.device                ? trace_track::host
-                                : r.kind == span_kind::copy ? trace_track::copy_stream
-                                                            : trace_track::compute_stream;
-      trace.complete(r.name, to_string(r.kind), track, r.start_us, r.end_us - r.start_us,
-                     [&](json_writer& args) { args.member("group", r.group).member("bytes", r.bytes); });
-    }
-    out << trace.finish();
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::vector<record> records_;
 };
 
 }  // namespace v0
