@@ -10,6 +10,7 @@
 #include <thread>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "ddo/config/dynamic_offload_config.hpp"
@@ -33,6 +34,7 @@ inline namespace v0 {
 }
 
 class pinned_weight_cache;
+class shared_weight_store;
 class trace_sink;
 
 /// @brief Settings of one offloader's runtime. The defaults are the fast path.
@@ -73,6 +75,10 @@ struct runtime_options {
   pinned_weight_cache* pinned_cache = nullptr;
   /// Separates cache entries between models/configs (pinned_weight_cache_namespace).
   std::string cache_namespace;
+  /// One host copy shared by several offloaders (memory/shared_weight_store.hpp): every pinned
+  /// streamed weight is copied from the store (added there once if missing) instead of a block
+  /// of this offloader's; the store outlives the offloaders holding it. Null: none.
+  std::shared_ptr<shared_weight_store> weight_store;
   /// Hard cap on ddo's device bytes (resident weights + ring); 0: what the transport has free.
   std::uint64_t device_budget_bytes = 0;
   /// Hard cap on page-locked weight bytes; 0: the plan's pin budget (when it has one).

@@ -42,6 +42,7 @@
 #include "ddo/core/linkage.hpp"
 #include "ddo/core/log_sink.hpp"
 #include "ddo/core/text.hpp"
+#include "ddo/memory/shared_weight_store.hpp"
 #include "ddo/memory/system_probe.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/plan/by_profile_planner.hpp"
@@ -332,6 +333,12 @@ template <class Transport>
   } else {
     m.ram_source = "probed";
     c.available_ram_bytes = available_ram_bytes().value_or(0);
+    // A shared weight store's bytes are out of MemAvailable already and this plan reuses them:
+    // counted once, by the offloader that pinned them (memory/shared_weight_store.hpp).
+    if (const auto& store = options.runtime.weight_store; store && c.available_ram_bytes != 0) {
+      c.available_ram_bytes += store->bytes();
+      m.ram_source += ", plus " + format_bytes(store->bytes()) + " in the shared weight store";
+    }
   }
   c.max_group_bytes = options.max_group_bytes;
   c.zero_resident_reason = options.zero_resident_reason;

@@ -28,6 +28,8 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -46,6 +48,32 @@
 namespace ddo {
 inline namespace v0 {
 
+/// @brief The host several simulated devices share (host_sim_options::host): memory
+/// registered through any of them counts as page-locked for all, as CUDA's portable
+/// registration does (linear_transport). Thread-safe.
+class host_sim_host {
+ public:
+  void add(const void* p, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    ranges_[address(p)] = address(p) + bytes;
+  }
+  void remove(const void* p) {
+    std::lock_guard lock(mutex_);
+    ranges_.erase(address(p));
+  }
+  /// @brief Whether [p, p + bytes) lies inside one registration.
+  [[nodiscard]] bool contains(const void* p, std::size_t bytes) const {
+    std::lock_guard lock(mutex_);
+    auto it = ranges_.upper_bound(address(p));
+    return it != ranges_.begin() && address(p) + bytes <= std::prev(it)->second;
+  }
+
+ private:
+  static std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, std::uintptr_t> ranges_;  // begin -> end
+};
+
 /// @brief Settings of the simulated device.
 struct host_sim_options {
   /// Simulated VRAM: allocations beyond it throw out_of_memory(memory_tier::device, ...).
@@ -56,6 +84,9 @@ struct host_sim_options {
   bool fail_host_registration = false;
   /// register_host fails once this many bytes are registered (0: no limit).
   std::uint64_t registration_limit_bytes = 0;
+  /// Several simulated devices of one host: registrations through any transport given this
+  /// host count as pinned for all of them (null: this device's registrations only).
+  std::shared_ptr<host_sim_host> host = nullptr;
 };
 
 namespace detail {
@@ -343,12 +374,16 @@ class host_sim_transport {
     DDO_EXPECTS(p != nullptr && bytes > 0,
                 "host_sim_transport::register_host: null pointer or zero bytes");
     if (state_->options.fail_host_registration) return false;
-    return state_->memory.try_add(ledger_kind::registered, p, bytes,
-                                  "host_sim_transport::register_host", ledger_kind::pinned);
+    if (!state_->memory.try_add(ledger_kind::registered, p, bytes,
+                                "host_sim_transport::register_host", ledger_kind::pinned))
+      return false;
+    if (state_->options.host) state_->options.host->add(p, bytes);
+    return true;
   }
 
   void unregister_host(void* p) {
     state_->memory.remove(ledger_kind::registered, p, 0, "host_sim_transport::unregister_host");
+    if (state_->options.host) state_->options.host->remove(p);
   }
 
   // --- copies --------------------------------------------------------------------------------
@@ -361,7 +396,8 @@ class host_sim_transport {
                 "host_sim_transport::copy_to_device: destination range of " +
                     std::to_string(bytes) + " bytes is not inside one device allocation");
     if (!ledger.contains(ledger_kind::pinned, src, bytes) &&
-        !ledger.contains(ledger_kind::registered, src, bytes))
+        !ledger.contains(ledger_kind::registered, src, bytes) &&
+        !(state_->options.host && state_->options.host->contains(src, bytes)))
       state_->pageable_direct_copies.fetch_add(1, std::memory_order_relaxed);
     state_->copies.fetch_add(1, std::memory_order_relaxed);
     state_->bytes_to_device.fetch_add(bytes, std::memory_order_relaxed);

@@ -71,7 +71,8 @@ void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_pl
           staged_piece piece;
           piece.slot_offset = cursor;
           piece.bytes = info.bytes;
-          piece.host = std::get<host_source>(info.source).data;
+          // From a shared_weight_store: the address is the store's, set at pinning.
+          if (!options.weight_store) piece.host = std::get<host_source>(info.source).data;
           piece.source = transfer_source::pinned;
           gr.in_place.push_back(piece);
         }

@@ -4,7 +4,8 @@
 /// @brief Pinning (not API): each streamed group's pinned weights are packed into one
 /// page-aligned block (the file read or memcpy is the first touch of its pages) and page-locked
 /// with register_host, by pin_workers threads, one group at a time each; blocks are reused
-/// through a pinned_weight_cache when the options give one. With pin_in_place the engine's own
+/// through a pinned_weight_cache when the options give one. With a shared_weight_store the store
+/// holds them instead: each weight read and page-locked once for every offloader sharing it. With pin_in_place the engine's own
 /// pages are registered instead (whole pages, overlapping ranges merged, each once). Where the
 /// driver refuses, the bytes are staged like pageable memory (allow_pin_fallback) or setup fails.
 /// Runs at setup only.
@@ -59,6 +60,11 @@ class group_pinning {
  private:
   void pin_in_place(T& t, group_layout& layout, const runtime_options& options,
                     std::vector<host_page_range> ranges, setup_meter& meter);
+  /// pin()'s path with runtime_options::weight_store: the in-place pieces point into the store,
+  /// the weights it lacks added to it first (memory/shared_weight_store.hpp).
+  void pin_from_store(T& t, group_layout& layout, const weight_table& table,
+                      const offload_plan& plan, const runtime_options& options,
+                      const source_files& files, setup_meter& meter);
 
   std::vector<void*> registered_;  // engine pages registered in place
   std::uint64_t pinned_bytes_ = 0;

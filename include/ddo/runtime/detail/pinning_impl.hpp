@@ -18,6 +18,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
+#include "ddo/memory/shared_weight_store.hpp"
 #include "ddo/model/parallel_reader.hpp"
 #include "ddo/core/format_bytes.hpp"
 // Part of ddo/runtime/detail/pinning.hpp, which includes it (not back: no include cycles).
@@ -85,6 +86,56 @@ inline std::string block_key(const group_runtime& gr, const weight_table& table,
   return key;
 }
 
+/// The shared_weight_store key of weight @p w: the namespace, its source and its size (not its
+/// name: a shard's table names the same bytes as the whole table's).
+inline std::string store_key(const weight_table& table, std::size_t w, const runtime_options& o) {
+  const auto& info = table[w];
+  std::string key = o.cache_namespace;
+  key += '\x1f';
+  if (const auto* h = std::get_if<host_source>(&info.source)) {
+    key += "host:" + std::to_string(reinterpret_cast<std::uintptr_t>(h->data));
+  } else {
+    const auto& f = std::get<file_source>(info.source);
+    key += "file:" + table.files()[f.file_index] + ":" + std::to_string(f.offset);
+  }
+  key += '+' + std::to_string(info.bytes);
+  return key;
+}
+
+/// Page-locks @p block through a copy of @p t (unregistered when the block goes), reporting it.
+template <class T>
+void register_block(T& t, pinned_block& block, setup_meter& meter) {
+  bind_runtime_thread(t);  // this may be a pool thread: the transport's device, once per block
+  T copy = t;
+  std::byte* p = block.data();
+  if (copy.register_host(p, block.size()))
+    block.set_registered([copy, p]() mutable { copy.unregister_host(p); });
+  meter.advance(setup_phase::pinning, block.size());
+}
+
+/// Threads that read @p tasks: no more than there is work for — one per weight, or per smallest
+/// grain of the bytes where that is more (50 tiny weights with --ddo-pin-cpu-workers 100000
+/// started 100,000 threads) — within the bound.
+inline std::size_t reader_threads(const std::vector<read_task>& tasks, const runtime_options& o) {
+  std::uint64_t task_bytes = 0;
+  for (const auto& task : tasks) task_bytes += task.bytes;
+  const std::uint64_t work =
+      std::max<std::uint64_t>({1, tasks.size(), task_bytes / parallel_reader::min_grain});
+  const auto asked = static_cast<std::uint64_t>(std::max(1, o.pin_workers));
+  return static_cast<std::size_t>(std::min<std::uint64_t>({asked, work, max_worker_threads}));
+}
+
+/// Fills @p task's source from weight @p w's (host memory or its file).
+inline void set_task_source(read_task& task, const weight_info& info, const source_files& files) {
+  if (const auto* h = std::get_if<host_source>(&info.source)) {
+    task.src = h->data;
+  } else {
+    const auto& f = std::get<file_source>(info.source);
+    task.file = files[f.file_index].get();
+    task.file_offset = f.offset;
+  }
+}
+
 /// Calls f(weight position, weight index) for each packed pinned weight of @p gr.
 template <class F>
 void for_each_packed(const group_runtime& gr, const weight_table& table, const offload_plan& plan,
@@ -140,6 +191,10 @@ template <class T>
 void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table,
                            const offload_plan& plan, const runtime_options& options,
                            const source_files& files, setup_meter& meter) {
+  if (options.weight_store) {
+    pin_from_store(t, layout, table, plan, options, files, meter);
+    return;
+  }
   using pinning_detail::block_key;
   using pinning_detail::for_each_packed;
   // Every part that copies: the groups and, on a split layout, their side parts.
@@ -198,15 +253,8 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
         task.dst = gr.block_data() + gr.slot_offset[i];
         task.bytes = info.bytes;
         task.batch = b;
-        if (const auto* h = std::get_if<host_source>(&info.source)) {
-          task.src = h->data;
-          host_bytes[b] += info.bytes;
-        } else {
-          const auto& f = std::get<file_source>(info.source);
-          task.file = files[f.file_index].get();
-          task.file_offset = f.offset;
-          file_bytes[b] += info.bytes;
-        }
+        pinning_detail::set_task_source(task, info, files);
+        (task.file != nullptr ? file_bytes : host_bytes)[b] += info.bytes;
         tasks.push_back(task);
       });
     }
@@ -214,24 +262,9 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   const auto block_packed = [&](std::size_t b) {
     if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
     if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
-    auto& block = *mapped[b];
-    bind_runtime_thread(t);  // this may be a pool thread: the transport's device, once per block
-    T copy = t;
-    std::byte* p = block.data();
-    if (copy.register_host(p, block.size()))
-      block.set_registered([copy, p]() mutable { copy.unregister_host(p); });
-    meter.advance(setup_phase::pinning, block.size());
+    pinning_detail::register_block(t, *mapped[b], meter);
   };
-  // No more threads than there is work for: one per weight, or per smallest grain of the bytes
-  // where that is more (50 tiny weights with --ddo-pin-cpu-workers 100000 started 100,000
-  // threads), within the bound.
-  std::uint64_t task_bytes = 0;
-  for (const auto& task : tasks) task_bytes += task.bytes;
-  const std::uint64_t work =
-      std::max<std::uint64_t>({1, tasks.size(), task_bytes / parallel_reader::min_grain});
-  const auto asked = static_cast<std::uint64_t>(std::max(1, options.pin_workers));
-  parallel_reader pool(
-      static_cast<std::size_t>(std::min<std::uint64_t>({asked, work, max_worker_threads})));
+  parallel_reader pool(pinning_detail::reader_threads(tasks, options));
   pool.run(tasks, blocks.size(), block_packed);
   for (std::size_t g : todo) {
     auto& gr = *groups[g];
@@ -323,6 +356,135 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
               [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
     if (!gr.staged.empty()) layout.staging_needed = true;
   });
+}
+
+template <class T>
+void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_table& table,
+                                      const offload_plan& plan, const runtime_options& options,
+                                      const source_files& files, setup_meter& meter) {
+  auto& store = *options.weight_store;
+  const auto one_setup = store.setup_lock();  // a weight two devices lack is read once
+  std::vector<group_runtime*> parts;
+  layout.for_each_part([&](group_runtime& gr) { parts.push_back(&gr); });
+  // Per part: the weight of each in-place piece (the layout's order) and its store entry; the
+  // missing weights of a part laid out back to back at the slot's alignment, so a device that
+  // streams the whole group finds its slot's layout in the store (one copy, merged below).
+  struct missing_part {
+    std::uint64_t pinned_bytes = 0;
+    std::vector<std::pair<std::size_t, std::uint64_t>> pieces;  // (piece index, offset)
+  };
+  std::vector<std::vector<std::size_t>> piece_weight(parts.size());
+  std::vector<std::vector<shared_weight_store::entry>> entries(parts.size());
+  std::vector<missing_part> missing(parts.size());
+  std::vector<missing_part*> missing_of(parts.size());
+  std::vector<std::size_t> todo;
+  for (std::size_t g = 0; g < parts.size(); ++g) {
+    const auto& gr = *parts[g];
+    missing_of[g] = &missing[g];
+    for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+      const std::size_t w = gr.weights[i];
+      if (gr.slot_offset[i] == not_streamed || plan.decisions[w].where != placement::pinned_host ||
+          table[w].bytes == 0)
+        continue;
+      const std::size_t k = piece_weight[g].size();
+      piece_weight[g].push_back(w);
+      entries[g].push_back(store.find(pinning_detail::store_key(table, w, options)));
+      if (entries[g].back().block) continue;
+      auto& m = missing[g];
+      const std::uint64_t offset = round_up(m.pinned_bytes, options.alignment);
+      m.pieces.emplace_back(k, offset);
+      m.pinned_bytes = offset + table[w].bytes;
+    }
+    DDO_EXPECTS(piece_weight[g].size() == gr.in_place.size(),
+                "offloader setup: group '" + gr.name + "' has " + std::to_string(gr.in_place.size()) +
+                    " pieces to copy from the shared weight store but " +
+                    std::to_string(piece_weight[g].size()) + " pinned weights");
+    if (!missing[g].pieces.empty()) todo.push_back(g);
+  }
+  const auto blocks = pinning_detail::share_blocks(missing_of, todo, options.alignment);
+  for (std::size_t g : todo)
+    for (const auto& [k, offset] : missing[g].pieces) {
+      const auto& info = table[piece_weight[g][k]];
+      meter.plan(std::holds_alternative<file_source>(info.source) ? setup_phase::reading
+                                                                  : setup_phase::packing,
+                 info.bytes);
+    }
+  for (const auto& b : blocks) meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
+  // Mapped, read by the pool, page-locked as each block completes (as pin() does).
+  std::vector<read_task> tasks;
+  std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
+  std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
+    for (const auto& [g, part_offset] : blocks[b].groups)
+      for (const auto& [k, offset] : missing[g].pieces) {
+        const auto& info = table[piece_weight[g][k]];
+        entries[g][k] = {mapped[b], part_offset + offset};
+        read_task task;
+        task.dst = mapped[b]->data() + part_offset + offset;
+        task.bytes = info.bytes;
+        task.batch = b;
+        pinning_detail::set_task_source(task, info, files);
+        (task.file != nullptr ? file_bytes : host_bytes)[b] += info.bytes;
+        tasks.push_back(task);
+      }
+  }
+  parallel_reader pool(pinning_detail::reader_threads(tasks, options));
+  pool.run(tasks, blocks.size(), [&](std::size_t b) {
+    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
+    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
+    pinning_detail::register_block(t, *mapped[b], meter);
+  });
+  // Stored only once every block is read: a failed read leaves the store as it was.
+  for (std::size_t g : todo)
+    for (const auto& [k, offset] : missing[g].pieces)
+      store.insert(pinning_detail::store_key(table, piece_weight[g][k], options), entries[g][k]);
+
+  // The pieces: the store's addresses; adjacent ones of one block that lie in the slot as in the
+  // store merged into one copy; refused registrations staged (or refused, without fallback).
+  std::vector<const pinned_block*> used;
+  for (std::size_t g = 0; g < parts.size(); ++g) {
+    auto& gr = *parts[g];
+    std::vector<staged_piece> kept;
+    const pinned_block* kept_block = nullptr;
+    for (std::size_t k = 0; k < gr.in_place.size(); ++k) {
+      auto piece = gr.in_place[k];
+      const auto& e = entries[g][k];
+      piece.host = e.data();
+      if (!e.block->registered()) {
+        if (!options.allow_pin_fallback)
+          throw out_of_memory(memory_tier::pinned_host, piece.bytes, 0,
+                              "offloader setup: page-locking the shared weight store's copy of '" +
+                                  table[piece_weight[g][k]].name +
+                                  "' failed (cudaHostRegister refused) and "
+                                  "allow_pin_memory_fallback is false");
+        fallback_bytes_ += piece.bytes;
+        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
+        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
+        piece.source = transfer_source::pageable_staged;
+        gr.staged.push_back(piece);
+        continue;
+      }
+      used.push_back(&e.block->mapping());
+      if (!kept.empty() && kept_block == e.block.get()) {
+        auto& last = kept.back();
+        if (last.host + (piece.slot_offset - last.slot_offset) == piece.host) {
+          last.bytes = piece.slot_offset + piece.bytes - last.slot_offset;
+          continue;
+        }
+      }
+      kept.push_back(piece);
+      kept_block = e.block.get();
+    }
+    gr.in_place.swap(kept);
+    std::sort(gr.staged.begin(), gr.staged.end(),
+              [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
+    if (!gr.staged.empty()) layout.staging_needed = true;
+  }
+  // Page-locked bytes this offloader copies from: each store block it uses, once.
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  for (const pinned_block* b : used) pinned_bytes_ += b->size();
 }
 
 template <class T>

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// Several simulated devices sharing one ddo::shared_weight_store (issue 28): each device has its
+// own host_sim transport (one simulated host between them), device budget, plan, offloader and
+// host thread, so the store's lookups and additions race for real (ThreadSanitizer runs this
+// suite).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "ddo/memory/shared_weight_store.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/fault_injection.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "runtime_fixtures.hpp"
+
+namespace shared_store_test {
+
+using ddo::host_sim_transport;
+using ddo::placement;
+
+/// Moves weight @p w of @p plan to @p where (the group's byte counts follow).
+void place(ddo::offload_plan& plan, std::size_t w, placement where, std::uint64_t bytes) {
+  auto& d = plan.decisions[w];
+  auto& by = plan.groups[d.group].bytes_by_placement;
+  by[static_cast<std::size_t>(d.where)] -= bytes;
+  by[static_cast<std::size_t>(where)] += bytes;
+  d.where = where;
+}
+
+/// Three different plans of one model: the model's; group 1 resident and group 2's pageable
+/// weights pinned; group 0's file weights pinned and group 3 resident. Their pinned weights
+/// overlap but differ, so the store must hold the union.
+std::vector<ddo::offload_plan> device_plans(const ddo_test::synthetic_model& m) {
+  std::vector<ddo::offload_plan> plans(3, m.plan);
+  for (std::size_t w = 0; w < m.table.size(); ++w) {
+    const auto g = m.plan.decisions[w].group;
+    const auto where = m.plan.decisions[w].where;
+    const auto bytes = m.table[w].bytes;
+    if (g == 1) place(plans[1], w, placement::gpu_resident, bytes);
+    if (g == 2 && where == placement::pageable_host) place(plans[1], w, placement::pinned_host, bytes);
+    if (g == 0 && where == placement::file) place(plans[2], w, placement::pinned_host, bytes);
+    if (g == 3) place(plans[2], w, placement::gpu_resident, bytes);
+  }
+  return plans;
+}
+
+/// Bytes of the weights some plan of @p plans streams from pinned memory, each once.
+std::uint64_t union_pinned_bytes(const ddo_test::synthetic_model& m,
+                                 const std::vector<const ddo::offload_plan*>& plans) {
+  std::uint64_t bytes = 0;
+  for (std::size_t w = 0; w < m.table.size(); ++w)
+    for (const auto* p : plans)
+      if (p->decisions[w].where == placement::pinned_host) {
+        bytes += m.table[w].bytes;
+        break;
+      }
+  return bytes;
+}
+
+/// Streams every group of @p off twice on a compute stream of @p sim, comparing each weight a
+/// lease gives with the model's bytes; returns the mismatching weights (checked: the bytes seen).
+template <class Offloader, class Sim>
+std::uint64_t stream_and_check(Offloader& off, Sim& sim, const ddo_test::synthetic_model& m,
+                               std::uint64_t* checked) {
+  auto s = sim.make_stream();
+  const auto v = sim.view(s);
+  std::atomic<std::uint64_t> bad{0}, seen{0};
+  for (int step = 0; step < 2; ++step)
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, v);
+      std::vector<std::pair<const std::byte*, std::size_t>> items;
+      for (std::size_t i = 0; i < lease.size(); ++i)
+        items.emplace_back(lease.data(i), lease.weight_index(i));
+      sim.enqueue(v, [&, items = std::move(items)] {
+        for (const auto& [p, w] : items) {
+          const auto& e = m.expected[w];
+          if (std::memcmp(p, e.data(), e.size()) != 0) ++bad;
+          seen += e.size();
+        }
+      });
+    }
+  sim.synchronize(v);
+  if (checked != nullptr) *checked = seen;
+  return bad;
+}
+
+ddo_test::model_spec spec_of(std::uint32_t seed) {
+  ddo_test::model_spec spec;
+  spec.groups = 6;
+  spec.min_bytes = 64 * 1024;  // large enough that page rounding stays under the 5% bound
+  spec.max_bytes = 192 * 1024;
+  spec.seed = seed;
+  return spec;
+}
+
+ddo::runtime_options store_options(std::shared_ptr<ddo::shared_weight_store> store) {
+  ddo::runtime_options o;
+  o.poison_slots = true;
+  o.staging_buffer_bytes = 64 * 1024;
+  o.weight_store = std::move(store);
+  return o;
+}
+
+}  // namespace shared_store_test
+
+TEST_SUITE_BEGIN("runtime");
+
+TEST_CASE("devices on threads share one host copy: every byte right, the union once, budgets each") {
+  using namespace shared_store_test;
+  auto m = ddo_test::make_model(spec_of(281));
+  const auto plans = device_plans(*m);
+  auto host = std::make_shared<ddo::host_sim_host>();
+  std::uint64_t store_bytes_at[2] = {};
+  const std::size_t device_counts[2] = {2, 5};
+  for (int run = 0; run < 2; ++run) {
+    const std::size_t n = device_counts[run];
+    auto store = std::make_shared<ddo::shared_weight_store>();
+    std::vector<host_sim_transport> sims;
+    std::vector<const ddo::offload_plan*> used;
+    for (std::size_t d = 0; d < n; ++d) {
+      ddo::host_sim_options ho;
+      ho.device_capacity_bytes = (8 + 2 * d) * ddo::mib;  // a budget of its own per device
+      ho.host = host;
+      sims.emplace_back(ho);
+      used.push_back(&plans[d % plans.size()]);
+    }
+    std::vector<std::uint64_t> mismatches(n, 1), checked(n, 0), pinned(n, 0);
+    std::vector<std::thread> devices;
+    for (std::size_t d = 0; d < n; ++d)
+      devices.emplace_back([&, d] {
+        ddo::basic_offloader<host_sim_transport> off(sims[d], m->table, *used[d], store_options(store));
+        pinned[d] = off.metrics().pinned_bytes;
+        mismatches[d] = stream_and_check(off, sims[d], *m, &checked[d]);
+      });
+    for (auto& t : devices) t.join();
+    std::uint64_t model_bytes = 0;
+    for (const auto& e : m->expected) model_bytes += e.size();
+    for (std::size_t d = 0; d < n; ++d) {
+      CAPTURE(d);
+      CHECK(mismatches[d] == 0);
+      CHECK(checked[d] == 2 * model_bytes);  // every weight, both steps
+      CHECK(sims[d].pageable_direct_copies() == 0);  // the store's pages count as pinned
+      CHECK(sims[d].peak_device_bytes() <= sims[d].options().device_capacity_bytes);
+      CHECK(sims[d].device_bytes_in_use() == 0);
+      CHECK(pinned[d] <= store->registered_bytes());
+    }
+    const std::uint64_t union_bytes = union_pinned_bytes(*m, used);
+    CHECK(store->bytes() >= union_bytes);
+    CHECK(static_cast<double>(store->bytes()) <= 1.05 * static_cast<double>(union_bytes));
+    CHECK(store->registered_bytes() == store->bytes());
+    std::uint64_t registered = 0;
+    for (const auto& s : sims) registered += s.registered_bytes_in_use();
+    CHECK(registered == store->bytes());  // the store keeps them after the offloaders went
+    store_bytes_at[run] = store->bytes();
+    const auto placed = store->placement();
+    CHECK(placed.nodes_online >= 1);
+    store.reset();  // the last holder: every block unregistered and unmapped
+    for (const auto& s : sims) CHECK(s.registered_bytes_in_use() == 0);
+  }
+  // 2 devices (two plans) and 5 devices (all three): the union grew, not the count of copies.
+  CHECK(store_bytes_at[1] >= store_bytes_at[0]);
+  CHECK(store_bytes_at[1] < 2 * store_bytes_at[0]);
+}
+
+TEST_CASE("a device that fails or goes leaves the other devices and the store intact") {
+  using namespace shared_store_test;
+  auto m = ddo_test::make_model(spec_of(282));
+  auto host = std::make_shared<ddo::host_sim_host>();
+  auto store = std::make_shared<ddo::shared_weight_store>();
+  ddo::host_sim_options ho;
+  ho.host = host;
+  host_sim_transport a(ho), b(ho), c(ho);
+  using faulty = ddo::fault_injection_transport<host_sim_transport>;
+  faulty cf(c);
+  std::uint64_t store_bytes = 0;
+  {
+    auto off_a = std::make_unique<ddo::basic_offloader<host_sim_transport>>(a, m->table, m->plan,
+                                                                           store_options(store));
+    store_bytes = store->bytes();
+    REQUIRE(store_bytes > 0);
+    {
+      // Device c: a copy on its stream fails (its third, in setup or a step); its offloader
+      // throws and is destroyed.
+      cf.faults().fail_nth(ddo::fault_point::copy_to_device, 3);
+      CHECK_THROWS_AS(([&] {
+                        ddo::basic_offloader<faulty> off_c(cf, m->table, m->plan,
+                                                           store_options(store));
+                        (void)stream_and_check(off_c, c, *m, nullptr);
+                      })(),
+                      ddo::cuda_error);
+      CHECK(cf.faults().calls(ddo::fault_point::copy_to_device) >= 3);
+    }
+    CHECK(store->bytes() == store_bytes);
+    {
+      // Device b: set up from the store, its leases dropped, destroyed while a runs on.
+      ddo::basic_offloader<host_sim_transport> off_b(b, m->table, m->plan, store_options(store));
+      CHECK(stream_and_check(off_b, b, *m, nullptr) == 0);
+      CHECK(b.registered_bytes_in_use() == 0);  // b pinned nothing: a had
+    }
+    CHECK(stream_and_check(*off_a, a, *m, nullptr) == 0);
+    // The application lets go of the store: the offloader that still runs keeps it.
+    std::weak_ptr<ddo::shared_weight_store> weak = store;
+    store.reset();
+    REQUIRE_FALSE(weak.expired());
+    CHECK(stream_and_check(*off_a, a, *m, nullptr) == 0);
+    CHECK(a.registered_bytes_in_use() == store_bytes);
+    off_a.reset();  // the last user frees the store
+    CHECK(weak.expired());
+  }
+  for (const auto* s : {&a, &b, &c}) {
+    CHECK(s->registered_bytes_in_use() == 0);  // no pinned byte leaks
+    CHECK(s->device_bytes_in_use() == 0);
+  }
+}
+
+TEST_CASE("a refused registration in the store stages its weights on every device") {
+  using namespace shared_store_test;
+  auto m = ddo_test::make_model(spec_of(283));
+  auto store = std::make_shared<ddo::shared_weight_store>();
+  ddo::host_sim_options refused;
+  refused.fail_host_registration = true;
+  host_sim_transport a(refused), b;
+  ddo::basic_offloader<host_sim_transport> off_a(a, m->table, m->plan, store_options(store));
+  CHECK(store->registered_bytes() == 0);
+  CHECK(off_a.metrics().pin_fallback_bytes > 0);
+  CHECK(stream_and_check(off_a, a, *m, nullptr) == 0);
+  ddo::basic_offloader<host_sim_transport> off_b(b, m->table, m->plan, store_options(store));
+  CHECK(off_b.metrics().pin_fallback_bytes == off_a.metrics().pin_fallback_bytes);
+  CHECK(stream_and_check(off_b, b, *m, nullptr) == 0);
+  CHECK(b.pageable_direct_copies() == 0);
+  auto strict = store_options(store);
+  strict.allow_pin_fallback = false;
+  host_sim_transport c;
+  CHECK_THROWS_AS(ddo::basic_offloader<host_sim_transport>(c, m->table, m->plan, strict),
+                  ddo::out_of_memory);
+}
+
+TEST_SUITE_END();
