@@ -67,6 +67,7 @@
 #include "runner/compare.hpp"
 #include "runner/compare_run.hpp"
 #include "runner/device_memory_sampler.hpp"
+#include "runner/devices_run.hpp"
 #include "runner/interrupt_cleanup.hpp"
 #include "runner/model_cache.hpp"
 #include "runner/overlap_report.hpp"
@@ -129,6 +130,8 @@ struct run_options {
   bool calibrate = false;        // --calibrate
   bool pipeline = false;         // --pipeline: text encoder -> transformer steps -> VAE
   int images = 0;                // --images (pipeline; 0: the default)
+  int devices = 1;               // --devices: offloaders sharing one weight store
+  bool shard_layers = false;     // --shard layers: each device its range of the groups
 };
 
 // Short names for ddo's byte formatter (core/format_bytes.hpp), used on nearly every line printed.
@@ -632,6 +635,51 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   return 0;
 }
 
+// --- --devices ---------------------------------------------------------------------------------
+
+int fail(const std::string& message, int code);
+
+/// --devices N (runner/devices_run.hpp): the linear transport on N GPUs where the host has them,
+/// else N transports on the execution device, each capped at the card (emulated cards sharing
+/// one link); without a GPU N host_sim devices of one simulated host.
+int run_devices(run_context& ctx, bool gpu, std::uint64_t card_limit) {
+  const auto& opt = ctx.opt;
+  const auto backend = ctx.settings.config.backend;
+  if (backend == ddo::offload_backend::vmm || backend == ddo::offload_backend::nvme)
+    return fail(std::string("--devices runs the linear transport (host_sim without a GPU); "
+                            "backend ") + std::string(ddo::enum_name(backend)) + " runs one device",
+                exit_usage);
+  const auto n = static_cast<std::size_t>(opt.devices);
+  ddo::runner::devices_inputs in{ctx.settings, ctx.table,    ctx.files,  ctx.compute,
+                                 ctx.tokens,   ctx.steps,    opt.warmup, opt.verify,
+                                 opt.shard_layers, ctx.setup, ctx.budget};
+  ddo::memory_watch host_memory;
+  if (gpu) {
+    const int gpus = ddo::query_cuda_availability().device_count;
+    const bool real = gpus >= opt.devices;
+    std::printf("devices: %zu %s\n", n,
+                real ? "GPUs, one offloader each"
+                     : "emulated cards on the one GPU (separate budgets and streams, one link)");
+    std::vector<ddo::linear_transport> transports;
+    for (std::size_t d = 0; d < n; ++d) {
+      ddo::linear_options o;
+      o.device = real ? static_cast<int>(d) : ddo::parse_execution_device(ctx.settings).index;
+      o.device_limit_bytes = card_limit;
+      transports.emplace_back(o);
+    }
+    host_memory.start();  // CUDA has started on every device used
+    return ddo::runner::run_devices<gpu_engine>(in, std::move(transports), host_memory, false);
+  }
+  std::printf("devices: %zu simulated devices of one host (host_sim)\n", n);
+  ddo::host_sim_options sim = ctx.setup.host_sim;
+  sim.host = std::make_shared<ddo::host_sim_host>();
+  std::vector<ddo::host_sim_transport> transports;
+  for (std::size_t d = 0; d < n; ++d)
+    transports.push_back(ddo::make_transport<ddo::host_sim_transport>(ctx.settings, sim));
+  host_memory.start();
+  return ddo::runner::run_devices<cpu_engine>(in, std::move(transports), host_memory, true);
+}
+
 // --- --compare ---------------------------------------------------------------------------------
 
 /// --compare: the same model, engine, tokens and steps as (a) everything resident (when it fits
@@ -818,7 +866,16 @@ int run(int argc, char** argv) {
       "--pipeline: images to run (default 3 on a GPU, 2 on host_sim), after one warm-up image; "
       "its budgets are the settings pipeline_device_budget_gb / pipeline_pinned_budget_gb "
       "(--ddo-pipeline-device-budget-gb, DDO_PIPELINE_DEVICE_BUDGET_GB, TOML; default 40% of "
-      "the weights + 64 MiB and every weight)");
+      "the weights + 64 MiB and every weight)")(
+      "devices", po::value<int>(&opt.devices)->value_name("N"),
+      "Run N devices at once, one offloader each (its own transport, card budget, ring, copy "
+      "stream, plan and thread), all reading one shared host copy of the weights: N GPUs where "
+      "the host has them, else N emulated cards (--vram-gb each) on the one GPU, sharing its "
+      "link (host_sim without a GPU); reported per device and in total")(
+      "shard", po::value<std::string>()->value_name("none|layers"),
+      "With --devices: none (default) runs the whole model on each device (data parallel); "
+      "layers gives each device its consecutive range of the execution groups (pipeline "
+      "parallel)");
   po::options_description deprecated("deprecated");
   deprecated.add_options()("sim-vram-gb", po::value<std::string>()->value_name("GiB"),
                            "deprecated: --vram-gb (which now applies to a GPU too)");
@@ -905,6 +962,18 @@ int run(int argc, char** argv) {
   if (!opt.json_path.empty() && !opt.compare)
     return fail("--json writes the --compare table; give --compare too", exit_usage);
   if (!opt.json_path.empty()) ddo::check_output_path(opt.json_path, "--json file");
+  if (opt.devices < 1 || opt.devices > 64)
+    return fail("--devices must be 1..64, got " + std::to_string(opt.devices), exit_usage);
+  if (vm.count("shard")) {
+    const auto shard = vm["shard"].as<std::string>();
+    if (shard != "none" && shard != "layers")
+      return fail("--shard = \"" + shard + "\": expected none or layers", exit_usage);
+    opt.shard_layers = shard == "layers";
+  }
+  if (opt.devices > 1 && (opt.compare || opt.pipeline || opt.calibrate || !opt.trace_path.empty()))
+    return fail("--devices runs the plain steps: --compare, --pipeline, --calibrate and --trace "
+                "run one device",
+                exit_usage);
 
   // Settings: preset auto < --config < DDO_* < --ddo-* flags; the component is the transformer.
   ddo::resolve_inputs inputs;
@@ -1210,6 +1279,7 @@ int run(int argc, char** argv) {
   if (!gpu)
     ctx.setup.host_sim.device_capacity_bytes =
         ctx.budget.ddo_limit_bytes(ddo::runtime_device_reserve_bytes);
+  if (opt.devices > 1) return run_devices(ctx, gpu, gpu_limit(ctx.budget));
   ctx.setup.simulate_device = !gpu;
   ctx.setup.device_limit_bytes = gpu ? gpu_limit(ctx.budget) : 0;
   if (!gpu && opt.compare) {

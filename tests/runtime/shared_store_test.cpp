@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ddo/memory/shared_weight_store.hpp"
+#include "ddo/model/weight_shard.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/fault_injection.hpp"
 #include "ddo/transport/host_sim.hpp"
@@ -103,6 +104,31 @@ ddo::runtime_options store_options(std::shared_ptr<ddo::shared_weight_store> sto
   o.staging_buffer_bytes = 64 * 1024;
   o.weight_store = std::move(store);
   return o;
+}
+
+/// The groups of @p m's plan, as execution groups of its table.
+std::vector<ddo::execution_group> groups_of(const ddo_test::synthetic_model& m) {
+  std::vector<ddo::execution_group> groups;
+  for (const auto& g : m.plan.groups) groups.push_back({g.name, g.weights, true});
+  return groups;
+}
+
+/// @p m's plan restricted to shard @p s (its decisions, the shard's groups).
+ddo::offload_plan plan_of(const ddo_test::synthetic_model& m, const ddo::sharded_table& s) {
+  ddo::offload_plan plan;
+  for (std::size_t g = 0; g < s.groups.size(); ++g) {
+    ddo::plan_group pg;
+    pg.name = s.groups[g].name;
+    pg.weights = s.groups[g].weights;
+    for (std::size_t w : pg.weights) {
+      auto d = m.plan.decisions[s.whole_index[w]];
+      d.group = g;
+      pg.bytes_by_placement[static_cast<std::size_t>(d.where)] += s.table[w].bytes;
+      plan.decisions.push_back(d);
+    }
+    plan.groups.push_back(std::move(pg));
+  }
+  return plan;
 }
 
 }  // namespace shared_store_test
@@ -237,6 +263,68 @@ TEST_CASE("a refused registration in the store stages its weights on every devic
   host_sim_transport c;
   CHECK_THROWS_AS(ddo::basic_offloader<host_sim_transport>(c, m->table, m->plan, strict),
                   ddo::out_of_memory);
+}
+
+TEST_CASE("layer shards stream only their groups, from the one store") {
+  using namespace shared_store_test;
+  auto m = ddo_test::make_model(spec_of(284));
+  const auto groups = groups_of(*m);
+  auto host = std::make_shared<ddo::host_sim_host>();
+  auto store = std::make_shared<ddo::shared_weight_store>();
+  const std::size_t n = 2;
+  std::vector<ddo::sharded_table> shards;
+  std::vector<ddo::offload_plan> plans;
+  for (std::size_t d = 0; d < n; ++d) {
+    shards.push_back(ddo::shard_weight_table(m->table, groups, ddo::even_shard(groups.size(), d, n)));
+    plans.push_back(plan_of(*m, shards.back()));
+  }
+  CHECK(shards[0].groups.size() + shards[1].groups.size() == groups.size());
+  CHECK(shards[0].table.size() + shards[1].table.size() == m->table.size());
+  std::vector<host_sim_transport> sims;
+  for (std::size_t d = 0; d < n; ++d) {
+    ddo::host_sim_options ho;
+    ho.host = host;
+    sims.emplace_back(ho);
+  }
+  std::vector<std::uint64_t> bad(n, 1), checked(n, 0);
+  std::vector<std::thread> devices;
+  for (std::size_t d = 0; d < n; ++d)
+    devices.emplace_back([&, d] {
+      ddo::basic_offloader<host_sim_transport> off(sims[d], shards[d].table, plans[d],
+                                                   store_options(store));
+      // The shard's expected bytes are the whole model's at the whole table's indices.
+      ddo_test::synthetic_model view;
+      for (std::size_t w : shards[d].whole_index) view.expected.push_back(m->expected[w]);
+      bad[d] = stream_and_check(off, sims[d], view, &checked[d]);
+    });
+  for (auto& t : devices) t.join();
+  std::uint64_t model_bytes = 0;
+  for (const auto& e : m->expected) model_bytes += e.size();
+  CHECK(bad[0] == 0);
+  CHECK(bad[1] == 0);
+  CHECK(checked[0] + checked[1] == 2 * model_bytes);  // each weight on exactly one device
+  const std::uint64_t sharded_store = store->bytes();
+  // A whole-table device beside them adds nothing: the shards' bytes are the same bytes.
+  {
+    ddo::host_sim_options ho;
+    ho.host = host;
+    host_sim_transport whole(ho);
+    ddo::basic_offloader<host_sim_transport> off(whole, m->table, m->plan, store_options(store));
+    CHECK(stream_and_check(off, whole, *m, nullptr) == 0);
+  }
+  CHECK(store->bytes() == sharded_store);
+  const std::vector<const ddo::offload_plan*> used{&m->plan};
+  CHECK(static_cast<double>(sharded_store) <= 1.05 * static_cast<double>(union_pinned_bytes(*m, used)));
+
+  // Bad shards are refused with the field named.
+  CHECK_THROWS_WITH_AS((void)ddo::shard_weight_table(m->table, groups, {4, 2, ""}),
+                       doctest::Contains("first_group 4"), ddo::usage_error);
+  CHECK_THROWS_WITH_AS((void)ddo::shard_weight_table(m->table, groups, {0, 99, "no-such-name"}),
+                       doctest::Contains("no-such-name"), ddo::usage_error);
+  CHECK_THROWS_AS((void)ddo::even_shard(3, 0, 4), ddo::usage_error);
+  const auto named = ddo::shard_weight_table(m->table, groups, {0, 99, "blocks\\.1\\."});
+  CHECK(named.groups.size() == 1);
+  CHECK(named.groups[0].name == groups[1].name);
 }
 
 TEST_SUITE_END();
