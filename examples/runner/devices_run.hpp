@@ -168,9 +168,10 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   std::vector<std::optional<sharded_table>> shards(n);
   std::vector<device_result> results(n);
   if (in.shard_layers) {
-    const auto groups = in.setup.groups ? *in.setup.groups
-                                        : infer_execution_groups(
-                                              in.table, in.settings.config.resident_module_patterns);
+    const auto groups =
+        in.setup.groups
+            ? *in.setup.groups
+            : infer_execution_groups(in.table, in.settings.config.resident_module_patterns);
     for (std::size_t d = 0; d < n; ++d) {
       const auto s = even_shard(groups.size(), d, n);
       shards[d] = shard_weight_table(in.table, groups, s);
@@ -184,9 +185,10 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   if (const auto free = transports[0].device_memory().free_bytes; free != 0)
     copy_bytes = std::max<std::uint64_t>(mib, std::min(copy_bytes, free / 4));
   const double bound_gbps = measure_pinned_gbps(transports[0], copy_bytes);
-  std::printf("\n--devices %zu (%s): one shared weight store; pinned bound B %.2f GB/s measured on "
-              "device 0\n",
-              n, in.shard_layers ? "layer-sharded" : "data parallel", bound_gbps);
+  std::printf(
+      "\n--devices %zu (%s): one shared weight store; pinned bound B %.2f GB/s measured on "
+      "device 0\n",
+      n, in.shard_layers ? "layer-sharded" : "data parallel", bound_gbps);
   std::fflush(stdout);
   devices_detail::start_gate gate(n);
   std::vector<std::thread> threads;
@@ -210,16 +212,16 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
     }
     const auto summary = summarize_steps(r.step_ms, in.warmup);
     const double steady_s = std::chrono::duration<double>(r.steady_end - r.steady_begin).count();
-    std::printf("  device %zu (%s): setup %.2f s; steady median %.1f ms/step (min %.1f, max %.1f); "
-                "streamed %s in the steady steps (%.2f GB/s); pinned %s; peak device bytes %s of "
-                "the %s card: %s",
-                d, r.shard.c_str(), r.setup_s, summary.median_ms, summary.min_ms, summary.max_ms,
-                format_decimal_gb(r.steady_bytes).c_str(),
-                steady_s > 0 ? static_cast<double>(r.steady_bytes) / steady_s / 1e9 : 0.0,
-                format_decimal_gb(r.pinned_bytes).c_str(),
-                format_decimal_gb(r.peak_device_bytes).c_str(),
-                format_size(in.budget.vram_bytes, size_unit::gib).c_str(),
-                r.within_budget ? "within" : "OVER");
+    std::printf(
+        "  device %zu (%s): setup %.2f s; steady median %.1f ms/step (min %.1f, max %.1f); "
+        "streamed %s in the steady steps (%.2f GB/s); pinned %s; peak device bytes %s of "
+        "the %s card: %s",
+        d, r.shard.c_str(), r.setup_s, summary.median_ms, summary.min_ms, summary.max_ms,
+        format_decimal_gb(r.steady_bytes).c_str(),
+        steady_s > 0 ? static_cast<double>(r.steady_bytes) / steady_s / 1e9 : 0.0,
+        format_decimal_gb(r.pinned_bytes).c_str(), format_decimal_gb(r.peak_device_bytes).c_str(),
+        format_size(in.budget.vram_bytes, size_unit::gib).c_str(),
+        r.within_budget ? "within" : "OVER");
     if (in.verify)
       std::printf("; verify: %s checked, %llu mismatch(es)", format_decimal_gb(r.verified).c_str(),
                   static_cast<unsigned long long>(r.mismatches));
@@ -231,16 +233,18 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   }
   const double wall_s = end > begin ? std::chrono::duration<double>(end - begin).count() : 0.0;
   const double combined = wall_s > 0 ? static_cast<double>(total_bytes) / wall_s / 1e9 : 0.0;
-  std::printf("  total: %s streamed by %zu devices in %.3f s of steady steps: %.2f GB/s combined, "
-              "%.2f of the pinned bound B\n",
-              format_decimal_gb(total_bytes).c_str(), n, wall_s, combined,
-              bound_gbps > 0 ? combined / bound_gbps : 0.0);
+  std::printf(
+      "  total: %s streamed by %zu devices in %.3f s of steady steps: %.2f GB/s combined, "
+      "%.2f of the pinned bound B\n",
+      format_decimal_gb(total_bytes).c_str(), n, wall_s, combined,
+      bound_gbps > 0 ? combined / bound_gbps : 0.0);
   const std::uint64_t store_bytes = store->bytes();
   const auto placed = store->placement();
-  std::printf("  shared weight store: %s in %zu blocks (%zu weights), %s page-locked; NUMA: %d "
-              "node(s) online",
-              format_decimal_gb(store_bytes).c_str(), store->blocks(), store->weights(),
-              format_decimal_gb(store->registered_bytes()).c_str(), placed.nodes_online);
+  std::printf(
+      "  shared weight store: %s in %zu blocks (%zu weights), %s page-locked; NUMA: %d "
+      "node(s) online",
+      format_decimal_gb(store_bytes).c_str(), store->blocks(), store->weights(),
+      format_decimal_gb(store->registered_bytes()).c_str(), placed.nodes_online);
   if (placed.unknown_reason.empty()) {
     std::printf(", sampled pages per node:");
     for (std::size_t node = 0; node < placed.pages_on_node.size(); ++node)
@@ -251,12 +255,12 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   std::printf("\n");
   const auto& now = host_memory.last();
   const double s = store_bytes > 0 ? static_cast<double>(store_bytes) : 1.0;
-  std::printf("  host memory against the store (one copy): MemTotal-MemAvailable +%s (%.3fx) since "
-              "CUDA started, peak RSS %s (%.3fx)",
-              format_decimal_gb(host_memory.used_growth_bytes()).c_str(),
-              static_cast<double>(host_memory.used_growth_bytes()) / s,
-              format_decimal_gb(now.peak_rss_bytes).c_str(),
-              static_cast<double>(now.peak_rss_bytes) / s);
+  std::printf(
+      "  host memory against the store (one copy): MemTotal-MemAvailable +%s (%.3fx) since "
+      "CUDA started, peak RSS %s (%.3fx)",
+      format_decimal_gb(host_memory.used_growth_bytes()).c_str(),
+      static_cast<double>(host_memory.used_growth_bytes()) / s,
+      format_decimal_gb(now.peak_rss_bytes).c_str(), static_cast<double>(now.peak_rss_bytes) / s);
   if (now.has_pss)
     std::printf(", PSS %s (%.3fx)", format_decimal_gb(now.pss_bytes).c_str(),
                 static_cast<double>(now.pss_bytes) / s);

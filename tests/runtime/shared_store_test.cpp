@@ -42,7 +42,8 @@ std::vector<ddo::offload_plan> device_plans(const ddo_test::synthetic_model& m) 
     const auto where = m.plan.decisions[w].where;
     const auto bytes = m.table[w].bytes;
     if (g == 1) place(plans[1], w, placement::gpu_resident, bytes);
-    if (g == 2 && where == placement::pageable_host) place(plans[1], w, placement::pinned_host, bytes);
+    if (g == 2 && where == placement::pageable_host)
+      place(plans[1], w, placement::pinned_host, bytes);
     if (g == 0 && where == placement::file) place(plans[2], w, placement::pinned_host, bytes);
     if (g == 3) place(plans[2], w, placement::gpu_resident, bytes);
   }
@@ -135,7 +136,8 @@ ddo::offload_plan plan_of(const ddo_test::synthetic_model& m, const ddo::sharded
 
 TEST_SUITE_BEGIN("runtime");
 
-TEST_CASE("devices on threads share one host copy: every byte right, the union once, budgets each") {
+TEST_CASE(
+    "devices on threads share one host copy: every byte right, the union once, budgets each") {
   using namespace shared_store_test;
   auto m = ddo_test::make_model(spec_of(281));
   const auto plans = device_plans(*m);
@@ -158,7 +160,8 @@ TEST_CASE("devices on threads share one host copy: every byte right, the union o
     std::vector<std::thread> devices;
     for (std::size_t d = 0; d < n; ++d)
       devices.emplace_back([&, d] {
-        ddo::basic_offloader<host_sim_transport> off(sims[d], m->table, *used[d], store_options(store));
+        ddo::basic_offloader<host_sim_transport> off(sims[d], m->table, *used[d],
+                                                     store_options(store));
         pinned[d] = off.metrics().pinned_bytes;
         mismatches[d] = stream_and_check(off, sims[d], *m, &checked[d]);
       });
@@ -168,7 +171,7 @@ TEST_CASE("devices on threads share one host copy: every byte right, the union o
     for (std::size_t d = 0; d < n; ++d) {
       CAPTURE(d);
       CHECK(mismatches[d] == 0);
-      CHECK(checked[d] == 2 * model_bytes);  // every weight, both steps
+      CHECK(checked[d] == 2 * model_bytes);          // every weight, both steps
       CHECK(sims[d].pageable_direct_copies() == 0);  // the store's pages count as pinned
       CHECK(sims[d].peak_device_bytes() <= sims[d].options().device_capacity_bytes);
       CHECK(sims[d].device_bytes_in_use() == 0);
@@ -205,7 +208,7 @@ TEST_CASE("a device that fails or goes leaves the other devices and the store in
   std::uint64_t store_bytes = 0;
   {
     auto off_a = std::make_unique<ddo::basic_offloader<host_sim_transport>>(a, m->table, m->plan,
-                                                                           store_options(store));
+                                                                            store_options(store));
     store_bytes = store->bytes();
     REQUIRE(store_bytes > 0);
     {
@@ -275,7 +278,8 @@ TEST_CASE("layer shards stream only their groups, from the one store") {
   std::vector<ddo::sharded_table> shards;
   std::vector<ddo::offload_plan> plans;
   for (std::size_t d = 0; d < n; ++d) {
-    shards.push_back(ddo::shard_weight_table(m->table, groups, ddo::even_shard(groups.size(), d, n)));
+    shards.push_back(
+        ddo::shard_weight_table(m->table, groups, ddo::even_shard(groups.size(), d, n)));
     plans.push_back(plan_of(*m, shards.back()));
   }
   CHECK(shards[0].groups.size() + shards[1].groups.size() == groups.size());
@@ -314,7 +318,8 @@ TEST_CASE("layer shards stream only their groups, from the one store") {
   }
   CHECK(store->bytes() == sharded_store);
   const std::vector<const ddo::offload_plan*> used{&m->plan};
-  CHECK(static_cast<double>(sharded_store) <= 1.05 * static_cast<double>(union_pinned_bytes(*m, used)));
+  CHECK(static_cast<double>(sharded_store) <=
+        1.05 * static_cast<double>(union_pinned_bytes(*m, used)));
 
   // Bad shards are refused with the field named.
   CHECK_THROWS_WITH_AS((void)ddo::shard_weight_table(m->table, groups, {4, 2, ""}),

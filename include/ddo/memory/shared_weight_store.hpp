@@ -75,7 +75,8 @@ inline int numa_nodes_online(const char* path = "/sys/devices/system/node/online
     const std::string part = list.substr(pos, comma - pos);
     const std::size_t dash = part.find('-');
     try {
-      count += dash == std::string::npos ? 1 : std::stoi(part.substr(dash + 1)) - std::stoi(part) + 1;
+      count +=
+          dash == std::string::npos ? 1 : std::stoi(part.substr(dash + 1)) - std::stoi(part) + 1;
     } catch (...) {
       return 1;
     }
@@ -168,7 +169,8 @@ class shared_weight_store {
     std::vector<int> status(pages.size(), -1);
 #ifdef SYS_move_pages
     // nodes = null: report each page's node, move nothing.
-    const long rc = ::syscall(SYS_move_pages, 0, pages.size(), pages.data(), nullptr, status.data(), 0);
+    const long rc =
+        ::syscall(SYS_move_pages, 0, pages.size(), pages.data(), nullptr, status.data(), 0);
     if (rc != 0) {
       p.unknown_reason = "move_pages failed";
       return p;

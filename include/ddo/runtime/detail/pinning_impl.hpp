@@ -396,7 +396,8 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
       m.pinned_bytes = offset + table[w].bytes;
     }
     DDO_EXPECTS(piece_weight[g].size() == gr.in_place.size(),
-                "offloader setup: group '" + gr.name + "' has " + std::to_string(gr.in_place.size()) +
+                "offloader setup: group '" + gr.name + "' has " +
+                    std::to_string(gr.in_place.size()) +
                     " pieces to copy from the shared weight store but " +
                     std::to_string(piece_weight[g].size()) + " pinned weights");
     if (!missing[g].pieces.empty()) todo.push_back(g);
@@ -409,7 +410,8 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
                                                                   : setup_phase::packing,
                  info.bytes);
     }
-  for (const auto& b : blocks) meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
+  for (const auto& b : blocks)
+    meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   // Mapped, read by the pool, page-locked as each block completes (as pin() does).
   std::vector<read_task> tasks;
   std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
@@ -460,7 +462,8 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
                                   "allow_pin_memory_fallback is false");
         fallback_bytes_ += piece.bytes;
         gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
-        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
+        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] +=
+            piece.bytes;
         piece.source = transfer_source::pageable_staged;
         gr.staged.push_back(piece);
         continue;
@@ -477,8 +480,9 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
       kept_block = e.block.get();
     }
     gr.in_place.swap(kept);
-    std::sort(gr.staged.begin(), gr.staged.end(),
-              [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
+    std::sort(gr.staged.begin(), gr.staged.end(), [](const staged_piece& x, const staged_piece& y) {
+      return x.slot_offset < y.slot_offset;
+    });
     if (!gr.staged.empty()) layout.staging_needed = true;
   }
   // Page-locked bytes this offloader copies from: each store block it uses, once.
