@@ -14,6 +14,7 @@
 #include "ddo/memory/shared_weight_store.hpp"
 #include "ddo/model/weight_shard.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/setup.hpp"
 #include "ddo/transport/fault_injection.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "runtime_fixtures.hpp"
@@ -266,6 +267,36 @@ TEST_CASE("a refused registration in the store stages its weights on every devic
   host_sim_transport c;
   CHECK_THROWS_AS(ddo::basic_offloader<host_sim_transport>(c, m->table, m->plan, strict),
                   ddo::out_of_memory);
+}
+
+TEST_CASE("setup counts the store once: its bytes of this table go back to the probed RAM") {
+  using namespace shared_store_test;
+  auto m = ddo_test::make_model(spec_of(285));
+  auto store = std::make_shared<ddo::shared_weight_store>();
+  host_sim_transport sim;
+  ddo::setup_options options;  // RAM probed, not stated: only probed RAM holds the store
+  options.inputs.environment = std::map<std::string, std::string>{};
+  const auto settings = ddo::resolve_settings(options.inputs);
+  const auto groups = groups_of(*m);
+  auto runtime = ddo::runtime_options_from(settings.config);
+  runtime.weight_store = store;
+  const auto before = ddo::machine_for(sim, m->table, groups, settings, runtime, options);
+  CHECK(before.ram_source.find("plus " + ddo::format_bytes(0) + " of its weights") !=
+        std::string::npos);
+  { ddo::basic_offloader<host_sim_transport> first(sim, m->table, m->plan, store_options(store)); }
+  const auto after = ddo::machine_for(sim, m->table, groups, settings, runtime, options);
+  const std::uint64_t held = m->plan.total_bytes(placement::pinned_host);
+  CAPTURE(after.ram_source);
+  CHECK(after.ram_source.find("plus " + ddo::format_bytes(held) + " of its weights") !=
+        std::string::npos);
+  // A shard's plan is credited its own weights only.
+  const auto shard = ddo::shard_weight_table(m->table, groups, {0, 1, ""});
+  const auto one = ddo::machine_for(sim, shard.table, shard.groups, settings, runtime, options);
+  std::uint64_t shard_held = 0;
+  for (std::size_t w : shard.whole_index)
+    if (m->plan.decisions[w].where == placement::pinned_host) shard_held += m->table[w].bytes;
+  CHECK(one.ram_source.find("plus " + ddo::format_bytes(shard_held) + " of its weights") !=
+        std::string::npos);
 }
 
 TEST_CASE("layer shards stream only their groups, from the one store") {

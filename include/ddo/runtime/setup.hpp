@@ -333,11 +333,12 @@ template <class Transport>
   } else {
     m.ram_source = "probed";
     c.available_ram_bytes = available_ram_bytes().value_or(0);
-    // A shared weight store's bytes are out of MemAvailable already and this plan reuses them:
-    // counted once, by the offloader that pinned them (memory/shared_weight_store.hpp).
-    if (const auto& store = options.runtime.weight_store; store && c.available_ram_bytes != 0) {
-      c.available_ram_bytes += store->bytes();
-      m.ram_source += ", plus " + format_bytes(store->bytes()) + " in the shared weight store";
+    // This table's weights already in a shared weight store are out of MemAvailable and this
+    // plan reuses them: counted once, by the offloader that pinned them.
+    if (runtime.weight_store && c.available_ram_bytes != 0) {
+      const auto held = detail::pinning_detail::store_bytes_held(*runtime.weight_store, table, runtime);
+      c.available_ram_bytes += held;
+      m.ram_source += ", plus " + format_bytes(held) + " of its weights in the shared weight store";
     }
   }
   c.max_group_bytes = options.max_group_bytes;

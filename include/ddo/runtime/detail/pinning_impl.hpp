@@ -102,6 +102,16 @@ inline std::string store_key(const weight_table& table, std::size_t w, const run
   return key;
 }
 
+/// Bytes of @p table's weights @p store holds already: a plan reuses them, so setup adds them
+/// to the RAM it probes (they are out of MemAvailable already; counted once).
+inline std::uint64_t store_bytes_held(const shared_weight_store& store, const weight_table& table,
+                                      const runtime_options& o) {
+  std::uint64_t bytes = 0;
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (table[w].bytes != 0 && store.find(store_key(table, w, o)).block) bytes += table[w].bytes;
+  return bytes;
+}
+
 /// Page-locks @p block through a copy of @p t (unregistered when the block goes), reporting it.
 template <class T>
 void register_block(T& t, pinned_block& block, setup_meter& meter) {
