@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -265,6 +268,129 @@ TEST_CASE("linear: metrics measure copy bandwidth and stalls") {
                       << " ms, overlap " << metrics.totals.overlap_ratio());
   CHECK(metrics.totals.achieved_gbps() > 1.0);
   CHECK(metrics.totals.stall_ms > 0.0);  // nothing to overlap with: the engine waits on copies
+}
+
+// --- graph streaming (issue 29; docs/transports.md, "CUDA graphs") ------------------------------
+
+namespace {
+
+/// A captured step (graph and its instance), freed at scope end.
+struct captured_graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~captured_graph() {
+    if (exec != nullptr) DDO_CUDA_TRY_NOTHROW(cudaGraphExecDestroy(exec));
+    if (graph != nullptr) DDO_CUDA_TRY_NOTHROW(cudaGraphDestroy(graph));
+  }
+};
+
+/// The watchdog: a deadlocked stream fails the run (the process exits, since teardown would wait
+/// on it too) instead of hanging it.
+void finish_or_fail(cudaStream_t s, int seconds, const char* what) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (;;) {
+    const cudaError_t status = cudaStreamQuery(s);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) DDO_CUDA_TRY(status);
+    if (std::chrono::steady_clock::now() > until) {
+      std::fprintf(stderr, "ddo graph streaming: DEADLOCK: %s did not finish within %d s (the "
+                           "watchdog ends the process)\n", what, seconds);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+/// A step captured once (acquire, a 100 us stall, device copies of every leased weight into an
+/// output buffer, the lease drop), replayed @p replays times through launch_graph with the
+/// output copied to host after each replay and poisoned again; every weight of every replay is
+/// compared with its source. Slots are poisoned before each load and after each release.
+void graph_streaming_run(std::size_t groups, std::size_t slots, int replays, bool teardown_at_once,
+                         std::uint32_t seed) {
+  CAPTURE(groups);
+  CAPTURE(slots);
+  ddo_test::model_spec spec;
+  spec.groups = groups;
+  spec.seed = seed;
+  spec.max_bytes = 48 * 1024;
+  spec.where = [](std::size_t g, std::size_t) {
+    return g % 3 == 1 ? ddo::placement::gpu_resident : ddo::placement::pinned_host;
+  };
+  auto m = ddo_test::make_model(spec);
+  const std::uint64_t total = model_bytes(*m);
+  cuda_stream compute;
+  std::byte* out = nullptr;
+  std::byte* host = nullptr;
+  DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&out), total));
+  DDO_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&host), total * replays, cudaHostAllocDefault));
+  std::memset(host, 0x3C, total * replays);
+  std::vector<std::pair<std::size_t, std::size_t>> items;  // (offset in the output, weight)
+  {
+    auto o = gpu_options();
+    o.slot_count = slots;
+    o.poison_released_slots = true;
+    offloader off(ddo::linear_transport{}, m->table, m->plan, o);
+    REQUIRE(off.slot_count() == slots);
+    captured_graph g;
+    DDO_CUDA_TRY(cudaStreamBeginCapture(compute.s, cudaStreamCaptureModeGlobal));
+    std::size_t used = 0;
+    for (std::size_t group = 0; group < off.group_count(); ++group) {
+      auto lease = off.acquire(group, compute.s);
+      ddo_test::stall_stream(compute.s, 100);
+      for (std::size_t i = 0; i < lease.size(); ++i) {
+        const std::size_t w = lease.weight_index(i);
+        const std::size_t n = m->expected[w].size();
+        DDO_CUDA_TRY(cudaMemcpyAsync(out + used, lease.data(i), n, cudaMemcpyDeviceToDevice, compute.s));
+        items.emplace_back(used, w);
+        used += n;
+      }
+    }
+    DDO_CUDA_TRY(cudaStreamEndCapture(compute.s, &g.graph));
+    REQUIRE(used == total);
+    REQUIRE(off.graph_mode());
+    DDO_CUDA_TRY(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    for (int r = 0; r < replays; ++r) {
+      off.launch_graph(g.exec, compute.s);
+      DDO_CUDA_TRY(cudaMemcpyAsync(host + static_cast<std::size_t>(r) * total, out, total,
+                                   cudaMemcpyDeviceToHost, compute.s));
+      DDO_CUDA_TRY(cudaMemsetAsync(out, 0x5A, total, compute.s));  // a replay that skips a copy fails
+    }
+    if (!teardown_at_once) {
+      finish_or_fail(compute.s, 60, "the replays");
+      const auto metrics = off.metrics();
+      CHECK(metrics.totals.group_loads == static_cast<std::uint64_t>(replays) * (groups - groups / 3));
+    }
+  }  // teardown (right after the last launch when teardown_at_once)
+  finish_or_fail(compute.s, 60, "the replays after teardown");
+  std::size_t bad = 0;
+  for (int r = 0; r < replays; ++r)
+    for (const auto& [off_in_out, w] : items)
+      if (std::memcmp(host + static_cast<std::size_t>(r) * total + off_in_out, m->expected[w].data(),
+                      m->expected[w].size()) != 0)
+        ++bad;
+  MESSAGE(replays << " replays of " << groups << " groups over " << slots << " slots (connections: "
+                  << (std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") ? std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") : "default")
+                  << "): " << items.size() * replays << " weights checked, " << bad << " mismatches");
+  CHECK(bad == 0);
+  DDO_CUDA_TRY(cudaFree(out));
+  DDO_CUDA_TRY(cudaFreeHost(host));
+}
+
+}  // namespace
+
+// tools/gpu-check and .gpu-carry run these again with CUDA_DEVICE_MAX_CONNECTIONS=1 (one
+// hardware queue): the watchdog turns a deadlock into a failure.
+TEST_CASE("linear graph streaming: 100 replays through a ring smaller than the model, every weight right") {
+  DDO_SKIP_WITHOUT_GPU();
+  graph_streaming_run(10, 3, 100, false, 501);  // 7 streamed over 3 slots: 7 mod 3 = 1
+  graph_streaming_run(12, 3, 100, false, 502);  // 8 streamed over 3 slots
+  graph_streaming_run(12, 2, 100, false, 503);  // 8 over 2 (a multiple, for contrast)
+}
+
+TEST_CASE("linear graph streaming: teardown right after a launch") {
+  DDO_SKIP_WITHOUT_GPU();
+  graph_streaming_run(10, 3, 3, true, 504);
 }
 
 TEST_SUITE_END();

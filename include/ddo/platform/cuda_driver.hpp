@@ -147,6 +147,38 @@ class vmm_driver_api : public driver_api {
 static_assert(sizeof(vmm_driver_api::allocation_prop) == 32, "CUmemAllocationProp_v1 is 32 bytes");
 static_assert(sizeof(vmm_driver_api::access_desc) == 12, "CUmemAccessDesc_v1 is 12 bytes");
 
+/// @brief The 32-bit stream memory operations (cuStreamWaitValue32, cuStreamWriteValue32) that
+/// graph streaming captures as batch memory-operation nodes (docs/transports.md, "CUDA graphs").
+/// A driver without them leaves missing() naming the first one absent; the caller refuses.
+class stream_memory_api : public driver_api {
+ public:
+  using device_ptr = unsigned long long;  ///< CUdeviceptr
+  static constexpr unsigned wait_equal = 1;     ///< CU_STREAM_WAIT_VALUE_EQ
+  static constexpr unsigned write_default = 0;  ///< CU_STREAM_WRITE_VALUE_DEFAULT (with a fence)
+
+  stream_memory_api() {
+    wait_ = driver_entry_point<fn>("cuStreamWaitValue32");
+    write_ = driver_entry_point<fn>("cuStreamWriteValue32");
+  }
+  /// @brief The first entry point the driver lacks, or nullptr.
+  [[nodiscard]] const char* missing() const noexcept {
+    return wait_ == nullptr ? "cuStreamWaitValue32" : write_ == nullptr ? "cuStreamWriteValue32" : nullptr;
+  }
+  /// @brief Later work on @p s waits until the 32-bit word at @p address equals @p value.
+  driver_result wait_value(cudaStream_t s, device_ptr address, std::uint32_t value) const {
+    return wait_(s, address, value, wait_equal);
+  }
+  /// @brief Writes @p value at @p address after the work before it on @p s (memory fence first).
+  driver_result write_value(cudaStream_t s, device_ptr address, std::uint32_t value) const {
+    return write_(s, address, value, write_default);
+  }
+
+ private:
+  using fn = driver_result (*)(cudaStream_t, device_ptr, std::uint32_t, unsigned);
+  fn wait_ = nullptr;
+  fn write_ = nullptr;
+};
+
 namespace detail {
 [[noreturn]] inline void throw_cu_error(const driver_api& api, driver_result status,
                                         const char* call, const char* file, int line) {

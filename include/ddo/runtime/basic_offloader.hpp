@@ -95,6 +95,19 @@ class basic_offloader {
     core_->unbind(*w);
   }
 
+  /// @brief Launches @p exec, a captured step, on @p stream and enqueues that step's loads on
+  /// ddo's copy stream: graph streaming (docs/transports.md, "CUDA graphs"). A step captured with
+  /// a streamed group while the ring holds fewer slots than streamed groups waits on memory flags
+  /// only these loads set, so every replay goes through this call. Starts a metrics step.
+  /// @throws usage_error when no whole step was captured, or a captured lease is still alive.
+  template <class U = Transport>
+    requires detail::graph_streaming_transport<U>
+  void launch_graph(const typename U::graph_exec& exec, stream_view stream) {
+    core_->launch_graph(exec, stream);
+  }
+  /// @brief Whether a captured step put the offloader in graph mode (see launch_graph).
+  [[nodiscard]] bool graph_mode() const noexcept { return core_->graph_mode(); }
+
   /// @brief Starts a new metrics step now (steps also start automatically when the engine
   /// acquires a group whose index is not above the previous one).
   void begin_step() { core_->begin_step(); }

@@ -178,6 +178,26 @@ concept transport_with_stable_addresses =
       t.release_stable_addresses();
     };
 
+/// @brief Whether a transport can stream weights through a captured CUDA graph (issue 29;
+/// docs/transports.md, "CUDA graphs"): `graph_exec` (what the engine launches: cudaGraphExec_t,
+/// host_sim's graph), `static bool capturing(stream_view)`, `launch_graph(const graph_exec&,
+/// stream_view)`, `check_graph_streaming()` (throws naming what the driver lacks), 32-bit flags
+/// the host and the device both reach (`allocate_flags(n)` zeroed, `free_flags(p, n)`), and the
+/// stream memory operations `wait_value(s, flag, v)` (later work on s waits until *flag == v) and
+/// `write_value(s, flag, v)`, which a capture turns into graph nodes holding v.
+template <class T>
+concept transport_with_graph_streaming =
+    transport<T> && requires(T& t, typename T::stream_view v, const typename T::graph_exec& g,
+                             std::uint32_t* flag, std::uint32_t value, std::size_t n) {
+      { T::capturing(v) } -> std::same_as<bool>;
+      t.launch_graph(g, v);
+      t.check_graph_streaming();
+      { t.allocate_flags(n) } -> std::same_as<std::uint32_t*>;
+      t.free_flags(flag, n);
+      t.wait_value(v, flag, value);
+      t.write_value(v, flag, value);
+    };
+
 namespace detail {
 /// Used by templates that take a transport, for a readable error on misuse.
 template <class T>

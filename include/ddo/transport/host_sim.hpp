@@ -17,6 +17,14 @@
 /// allocation are usage errors, and a copy from a pageable (unpinned) source is counted in
 /// pageable_direct_copies(), which ddo's runtime keeps at zero. Its memory is accounted in an
 /// allocation_ledger (ledger()); unlike linear it checks every copy in every build.
+///
+/// Graphs (issue 29) are modelled as CUDA has them: begin_capture()/end_capture() turn the work
+/// issued on a stream into a `graph` whose nodes keep the values of capture time (ranges, flag
+/// values, events); launch_graph() replays them, a wait node waiting on its event's record as of
+/// the launch, a record node recording at every launch, a memory wait (wait_value) polling its
+/// flag for the value captured. A protocol right only on the first replay therefore fails here
+/// as on a GPU; host_sim_options::wait_value_timeout_ms turns a wait that never completes into a
+/// stream error instead of a hang.
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +46,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
@@ -87,9 +96,16 @@ struct host_sim_options {
   /// Several simulated devices of one host: registrations through any transport given this
   /// host count as pinned for all of them (null: this device's registrations only).
   std::shared_ptr<host_sim_host> host = nullptr;
+  /// A memory wait (wait_value) not satisfied within this many milliseconds fails its stream
+  /// (synchronize rethrows) instead of blocking it forever: a deadlock fails a test (0: no limit).
+  std::uint64_t wait_value_timeout_ms = 60'000;
 };
 
 namespace detail {
+
+class host_sim_stream_state;
+/// One node of a captured graph: what a launch issues on the launching stream.
+using host_sim_node = std::function<void(host_sim_stream_state*)>;
 
 /// One simulated stream: a worker thread draining a FIFO of tasks.
 class host_sim_stream_state {
@@ -105,6 +121,9 @@ class host_sim_stream_state {
     work_cv_.notify_all();
     worker_.join();
   }
+
+  /// While set, work issued on the stream is captured into it (the issuing thread's only).
+  std::shared_ptr<std::vector<host_sim_node>> capture;
 
   void enqueue(std::function<void()> task) {
     {
@@ -218,6 +237,19 @@ class host_sim_transport {
     friend bool operator==(stream_view, stream_view) = default;
   };
 
+  /// @brief A captured graph (begin_capture / end_capture): copyable, immutable, launched with
+  /// launch_graph() as often as wanted.
+  class graph {
+   public:
+    graph() = default;
+    [[nodiscard]] std::size_t node_count() const noexcept { return nodes_ ? nodes_->size() : 0; }
+
+   private:
+    friend class host_sim_transport;
+    std::shared_ptr<const std::vector<detail::host_sim_node>> nodes_;
+  };
+  using graph_exec = graph;
+
   /// @brief An owning event; pending tasks keep its state alive, so it may be destroyed early.
   class event {
    public:
@@ -252,43 +284,113 @@ class host_sim_transport {
   /// @brief Enqueues an engine task ("kernel") on @p s; it runs after everything enqueued before.
   void enqueue(stream_view s, std::function<void()> task) {
     require(s);
-    s.state->enqueue(std::move(task));
+    issue_task(s, std::move(task));
   }
 
+  /// @brief Records @p e on @p s; captured, a record node that records @p e at every launch.
   void record(event& e, stream_view s) {
     require(s);
     require(e);
-    auto st = e.state_;
-    std::uint64_t seq = 0;
-    {
-      std::lock_guard lock(st->mutex);
-      seq = ++st->recorded;
-      st->pending.insert(seq);
-    }
-    s.state->enqueue([st, seq] {
+    issue(s, [st = e.state_](detail::host_sim_stream_state* on) {
+      std::uint64_t seq = 0;
       {
         std::lock_guard lock(st->mutex);
-        st->pending.erase(seq);
-        if (seq > st->latest_completed) {
-          st->latest_completed = seq;
-          st->when = std::chrono::steady_clock::now();
-        }
+        seq = ++st->recorded;
+        st->pending.insert(seq);
       }
-      st->cv.notify_all();
+      on->enqueue([st, seq] {
+        {
+          std::lock_guard lock(st->mutex);
+          st->pending.erase(seq);
+          if (seq > st->latest_completed) {
+            st->latest_completed = seq;
+            st->when = std::chrono::steady_clock::now();
+          }
+        }
+        st->cv.notify_all();
+      });
     });
   }
 
+  /// @brief Later work on @p s waits for @p e's latest record; captured, a wait node that takes
+  /// the latest record as of each launch (as CUDA's event wait nodes do).
   void wait(stream_view s, const event& e) {
     require(s);
     require(e);
-    auto st = e.state_;
-    std::uint64_t target = 0;
-    {
-      std::lock_guard lock(st->mutex);
-      target = st->recorded;
-    }
-    if (target == 0) return;  // never recorded: complete (as in CUDA)
-    s.state->enqueue([st, target] { st->wait_for(target); });
+    issue(s, [st = e.state_](detail::host_sim_stream_state* on) {
+      std::uint64_t target = 0;
+      {
+        std::lock_guard lock(st->mutex);
+        target = st->recorded;
+      }
+      if (target == 0) return;  // never recorded: complete (as in CUDA)
+      on->enqueue([st, target] { st->wait_for(target); });
+    });
+  }
+
+  // --- graphs and memory operations (issue 29) --------------------------------------------------
+  /// @brief Starts capturing the work issued on @p s (cudaStreamBeginCapture).
+  void begin_capture(stream_view s) {
+    require(s);
+    DDO_EXPECTS(s.state->capture == nullptr, "host_sim_transport::begin_capture: already capturing");
+    s.state->capture = std::make_shared<std::vector<detail::host_sim_node>>();
+  }
+  /// @brief Ends the capture begun on @p s and returns the graph (cudaStreamEndCapture).
+  [[nodiscard]] graph end_capture(stream_view s) {
+    require(s);
+    DDO_EXPECTS(s.state->capture != nullptr, "host_sim_transport::end_capture: not capturing");
+    graph g;
+    g.nodes_ = std::exchange(s.state->capture, nullptr);
+    return g;
+  }
+  /// @brief Whether @p s is being captured (cudaStreamIsCapturing).
+  [[nodiscard]] static bool capturing(stream_view s) {
+    require(s);
+    return s.state->capture != nullptr;
+  }
+  /// @brief Launches @p g on @p s (cudaGraphLaunch): its nodes are issued in capture order.
+  void launch_graph(const graph& g, stream_view s) {
+    require(s);
+    DDO_EXPECTS(g.nodes_ != nullptr, "host_sim_transport::launch_graph: empty graph");
+    DDO_EXPECTS(s.state->capture == nullptr,
+                "host_sim_transport::launch_graph: the stream is being captured");
+    for (const auto& node : *g.nodes_) node(s.state);
+  }
+  /// @brief Always available (the CUDA transports check their driver here).
+  static void check_graph_streaming() noexcept {}
+
+  /// @brief @p count zeroed 32-bit flags that both the host and the simulated device may read
+  /// and write (CUDA: mapped pinned memory); counted as pinned memory.
+  [[nodiscard]] std::uint32_t* allocate_flags(std::size_t count) {
+    auto* p = allocate_pinned(count * sizeof(std::uint32_t));
+    std::memset(p, 0, count * sizeof(std::uint32_t));
+    return reinterpret_cast<std::uint32_t*>(p);
+  }
+  void free_flags(std::uint32_t* flags, std::size_t count) {
+    free_pinned(reinterpret_cast<std::byte*>(flags), count * sizeof(std::uint32_t));
+  }
+  /// @brief Later work on @p s waits until `*flag == value` (cuStreamWaitValue32, EQ).
+  void wait_value(stream_view s, std::uint32_t* flag, std::uint32_t value) {
+    require(s);
+    const std::uint64_t timeout_ms = state_->options.wait_value_timeout_ms;
+    issue_task(s, [flag, value, timeout_ms] {
+      const auto start = std::chrono::steady_clock::now();
+      while (std::atomic_ref<std::uint32_t>(*flag).load(std::memory_order_acquire) != value) {
+        if (timeout_ms != 0 &&
+            std::chrono::steady_clock::now() - start > std::chrono::milliseconds(timeout_ms))
+          throw usage_error("host_sim_transport: a memory wait for value " + std::to_string(value) +
+                            " was not satisfied in " + std::to_string(timeout_ms) +
+                            " ms (a deadlock, or a flag protocol right only on the first replay)");
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    });
+  }
+  /// @brief Sets `*flag = value` after the work before it on @p s (cuStreamWriteValue32).
+  void write_value(stream_view s, std::uint32_t* flag, std::uint32_t value) {
+    require(s);
+    issue_task(s, [flag, value] {
+      std::atomic_ref<std::uint32_t>(*flag).store(value, std::memory_order_release);
+    });
   }
 
   [[nodiscard]] bool ready(const event& e) {
@@ -309,6 +411,8 @@ class host_sim_transport {
 
   void synchronize(stream_view s) {
     require(s);
+    DDO_EXPECTS(s.state->capture == nullptr,
+                "host_sim_transport::synchronize: the stream is being captured");
     s.state->synchronize();
   }
 
@@ -402,7 +506,7 @@ class host_sim_transport {
     state_->copies.fetch_add(1, std::memory_order_relaxed);
     state_->bytes_to_device.fetch_add(bytes, std::memory_order_relaxed);
     const double bw = state_->options.bandwidth_bytes_per_second;
-    s.state->enqueue([dst, src, bytes, bw] {
+    issue_task(s, [dst, src, bytes, bw] {
       const auto start = std::chrono::steady_clock::now();
       std::memcpy(dst, src, bytes);
       throttle(start, bytes, bw);
@@ -416,7 +520,7 @@ class host_sim_transport {
                 "host_sim_transport::copy_to_host: source range of " + std::to_string(bytes) +
                     " bytes is not inside one device allocation");
     const double bw = state_->options.bandwidth_bytes_per_second;
-    s.state->enqueue([dst, src, bytes, bw] {
+    issue_task(s, [dst, src, bytes, bw] {
       const auto start = std::chrono::steady_clock::now();
       std::memcpy(dst, src, bytes);
       throttle(start, bytes, bw);
@@ -428,7 +532,7 @@ class host_sim_transport {
     require(s);
     DDO_EXPECTS(state_->memory.ledger().contains(ledger_kind::device, dst, bytes),
                 "host_sim_transport::fill_device: range is not inside one device allocation");
-    s.state->enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+    issue_task(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
   }
 
   [[nodiscard]] device_memory_info device_memory() const {
@@ -459,6 +563,21 @@ class host_sim_transport {
                                     std::chrono::duration<double>(static_cast<double>(bytes) / bw));
     std::this_thread::sleep_until(target);
   }
+  /// Runs @p node on @p s now, or keeps it in the graph being captured on @p s.
+  static void issue(stream_view s, detail::host_sim_node node) {
+    if (s.state->capture != nullptr)
+      s.state->capture->push_back(std::move(node));
+    else
+      node(s.state);
+  }
+  /// issue() of one task (a copy, a fill, a memory operation, an engine "kernel").
+  static void issue_task(stream_view s, std::function<void()> task) {
+    if (s.state->capture == nullptr)
+      s.state->enqueue(std::move(task));
+    else
+      s.state->capture->push_back(
+          [task = std::move(task)](detail::host_sim_stream_state* on) { on->enqueue(task); });
+  }
   static void require(stream_view s) {
     DDO_EXPECTS(s.state != nullptr, "host_sim_transport: null or moved-from stream");
   }
@@ -471,6 +590,7 @@ class host_sim_transport {
 
 static_assert(transport<host_sim_transport>);
 static_assert(transport_with_ledger<host_sim_transport>);
+static_assert(transport_with_graph_streaming<host_sim_transport>);
 
 }  // namespace v0
 }  // namespace ddo

@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +25,7 @@
 
 #include "ddo/core/error.hpp"
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo/platform/cuda_driver.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/limited_ledger.hpp"
@@ -46,6 +49,22 @@ struct linear_state {
                "the transport's device limit") {}
   linear_options options;
   limited_ledger memory;  // device_limit_bytes checked and the ledger updated as one step
+  std::once_flag memory_ops_once;  // the stream memory operations, fetched at first use
+  std::unique_ptr<stream_memory_api> memory_ops;
+};
+
+/// Switches the calling thread's stream-capture mode to relaxed while alive, so that a pinned
+/// allocation made while the engine captures in global mode is not refused as unsafe
+/// (cudaThreadExchangeStreamCaptureMode, meant for libraries).
+class relaxed_capture_mode {
+ public:
+  relaxed_capture_mode() { DDO_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~relaxed_capture_mode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 }  // namespace detail
 
@@ -157,6 +176,51 @@ class linear_transport {
   void wait(stream_view s, const event& e) {
     DDO_CUDA_TRY(cudaStreamWaitEvent(s.handle, e.handle_, capturing(s) ? cudaEventWaitExternal : 0));
   }
+  // --- graph streaming (issue 29; docs/transports.md, "CUDA graphs") -------------------------
+  using graph_exec = cudaGraphExec_t;
+  /// @brief cudaGraphLaunch of @p g on @p s.
+  void launch_graph(const graph_exec& g, stream_view s) { DDO_CUDA_TRY(cudaGraphLaunch(g, s.handle)); }
+  /// @brief A guard that relaxes the calling thread's capture mode while graph streaming makes
+  /// its flags and events inside an engine's (possibly global-mode) capture.
+  [[nodiscard]] static detail::relaxed_capture_mode relaxed_capture() { return {}; }
+  /// @brief Fetches the 32-bit stream memory operations. @throws usage_error naming the entry
+  /// point the driver lacks (every CUDA 12 driver has both).
+  void check_graph_streaming() { (void)memory_ops(); }
+  /// @brief @p count zeroed 32-bit flags in mapped pinned host memory: the device waits on them,
+  /// the host may write them (teardown). Counted as pinned memory.
+  [[nodiscard]] std::uint32_t* allocate_flags(std::size_t count) {
+    DDO_EXPECTS(count > 0, "linear_transport::allocate_flags: zero flags requested");
+    const std::size_t bytes = count * sizeof(std::uint32_t);
+    auto* p = state_->memory.allocate(ledger_kind::pinned, bytes, "linear_transport::allocate_flags", [&] {
+      void* h = nullptr;
+      DDO_CUDA_TRY(cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+      void* d = nullptr;
+      DDO_CUDA_TRY(cudaHostGetDevicePointer(&d, h, 0));
+      if (d != h) {
+        (void)cudaFreeHost(h);
+        throw usage_error("linear_transport::allocate_flags: mapped host memory has another "
+                          "device address (no unified addressing); graph streaming needs UVA");
+      }
+      return static_cast<std::byte*>(h);
+    });
+    std::memset(p, 0, bytes);
+    return reinterpret_cast<std::uint32_t*>(p);
+  }
+  void free_flags(std::uint32_t* flags, std::size_t count) {
+    free_pinned(reinterpret_cast<std::byte*>(flags), count * sizeof(std::uint32_t));
+  }
+  /// @brief Later work on @p s waits until `*flag == value` (cuStreamWaitValue32, EQ); captured,
+  /// a batch memory-operation node holding @p value.
+  void wait_value(stream_view s, std::uint32_t* flag, std::uint32_t value) {
+    const auto& api = memory_ops();
+    DDO_CU_TRY(api, api.wait_value(s.handle, reinterpret_cast<std::uintptr_t>(flag), value));
+  }
+  /// @brief Writes `*flag = value` after the work before it on @p s (cuStreamWriteValue32).
+  void write_value(stream_view s, std::uint32_t* flag, std::uint32_t value) {
+    const auto& api = memory_ops();
+    DDO_CU_TRY(api, api.write_value(s.handle, reinterpret_cast<std::uintptr_t>(flag), value));
+  }
+
   [[nodiscard]] bool ready(const event& e) {
     const cudaError_t status = cudaEventQuery(e.handle_);
     if (status == cudaSuccess) return true;
@@ -277,6 +341,15 @@ class linear_transport {
   }
 
  private:
+  const stream_memory_api& memory_ops() {
+    std::call_once(state_->memory_ops_once,
+                   [&] { state_->memory_ops = std::make_unique<stream_memory_api>(); });
+    if (const char* absent = state_->memory_ops->missing())
+      throw usage_error(std::string("linear_transport: graph streaming needs the driver's 32-bit "
+                                    "stream memory operations; this driver lacks ") +
+                        absent + " (docs/transports.md, CUDA graphs)");
+    return *state_->memory_ops;
+  }
   void check_device_range(const std::byte* p, std::size_t bytes, const char* what) const {
     if (!state_->memory.ledger().contains(ledger_kind::device, p, bytes))
       throw usage_error(std::string("linear_transport::") + what + ": range of " +
@@ -289,6 +362,7 @@ class linear_transport {
 static_assert(transport<linear_transport>);
 static_assert(transport_with_ledger<linear_transport>);
 static_assert(transport_with_thread_binding<linear_transport>);
+static_assert(transport_with_graph_streaming<linear_transport>);
 
 }  // namespace v0
 }  // namespace ddo

@@ -37,6 +37,7 @@
 
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/runtime/detail/graph_ring.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
 #include "ddo/runtime/detail/native_staging.hpp"
 #include "ddo/runtime/detail/owned_memory.hpp"
@@ -72,6 +73,13 @@ class offloader_core {
   void release(std::size_t g, int slot, stream_view s);
   std::byte* lease_data(std::size_t g, std::byte* const* ptrs, std::string_view name) const;
   std::size_t lease_weight_index(std::size_t g, std::size_t i) const;
+
+  // --- graph streaming (graph_ring.hpp; docs/transports.md, "CUDA graphs") ---------------------
+  /// Enqueues the step's loads around a launch of the captured step @p exec on @p s.
+  template <class U = Transport>
+    requires graph_streaming_transport<U>
+  void launch_graph(const typename U::graph_exec& exec, stream_view s);
+  [[nodiscard]] bool graph_mode() const noexcept { return graph_.active; }
 
   // --- steps and metrics ----------------------------------------------------------------------
   void begin_step();
@@ -151,6 +159,20 @@ class offloader_core {
   void poison_released(const group_runtime& gr, slot_state<T>& st, stream_view s, std::size_t slot);
   [[noreturn]] void throw_ring_full(std::size_t g) const;
   void refuse_unreplayable_capture(std::size_t g) const;
+  // graph streaming (offloader_core_graph_impl.hpp)
+  template <class U = Transport>
+    requires graph_streaming_transport<U>
+  lease_type acquire_captured(std::size_t g, stream_view s);
+  template <class U = Transport>
+    requires graph_streaming_transport<U>
+  void enter_graph_mode(const std::string& what);
+  template <class U = Transport>
+    requires graph_streaming_transport<U>
+  void load_position(std::size_t p, step_metrics& step);
+  void release_captured(std::size_t g, std::size_t slot, stream_view s);
+  /// Leaves graph mode (release_device, teardown): ddo's loads end, waiting graphs are released
+  /// (host writes to the flags), the last launch ends, the flags and events go.
+  void end_graph_mode() noexcept;
 
   T t_;
   const weight_table* table_;
@@ -166,6 +188,7 @@ class offloader_core {
   ring_schedule ring_schedule_;
   step_timing<T> timing_;
   pointer_bindings bindings_;
+  graph_ring<T> graph_;
 
   typename T::stream copy_stream_;
   device_allocation<T> resident_;

@@ -16,6 +16,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/runtime/nvtx_range.hpp"
 // Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
+#include "ddo/runtime/detail/offloader_core_graph_impl.hpp"
 #include "ddo/runtime/detail/offloader_core_setup_impl.hpp"
 
 namespace ddo {
@@ -32,10 +33,22 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   if (released_) throw_released(g);
   nvtx_range range(options_.nvtx, "ddo acquire");
   staging_.rethrow_error();
-  if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; })
-    if (T::capturing(s)) refuse_unreplayable_capture(g);
-  timing_.note_acquire(g);
   auto& gr = layout_.groups[g];
+  if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; }) {
+    if (T::capturing(s)) {
+      // A ring smaller than the streamed groups streams through the graph (graph_ring.hpp).
+      if constexpr (graph_streaming_transport<T>)
+        if (gr.streamed() && (graph_.active || slots_.size() < layout_.streamed_order.size()))
+          return acquire_captured(g, s);
+      refuse_unreplayable_capture(g);
+    }
+  }
+  if (graph_.active && gr.streamed())
+    throw usage_error("acquire('" + gr.name +
+                      "'): this offloader streams through a captured CUDA graph now (its slots "
+                      "follow the graph's map): launch the step with launch_graph, or leave graph "
+                      "mode with release_device / restore_device first");
+  timing_.note_acquire(g);
   auto& step = timing_.current();
   ++step.acquires;
   int slot = -1;
@@ -116,7 +129,9 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
       timing_.compute_ended(g, e);
     }
   }
-  if (slot >= 0) {
+  if (slot >= 0 && graph_.active) {
+    release_captured(g, static_cast<std::size_t>(slot), s);
+  } else if (slot >= 0) {
     auto& st = slots_[static_cast<std::size_t>(slot)];
     // One release event covers every lease of this occupancy: a release on another stream
     // than the previous one first waits on it, so re-recording loses none of the readers.
@@ -202,6 +217,7 @@ void offloader_core<T>::wait_staged(slot_state<T>& st) {
 
 template <class T>
 void offloader_core<T>::prefetch() {
+  if (graph_.active) return;  // graph mode: loads are enqueued by launch_graph only
   if (!ring_schedule_.prefetch([this](std::size_t g, std::size_t s) { load(g, s); }))
     ++timing_.current().deferred_prefetches;
 }
@@ -415,7 +431,7 @@ void offloader_core<T>::set_compute_only(bool on) {
                                      " leases are alive; drop them before switching the mode");
   if (on == compute_only_) return;
   compute_only_ = on;
-  if (on || released_) return;
+  if (on || released_ || graph_.active) return;  // graph mode: every launch loads every slot
   // The slots loaded while copying nothing hold other groups' bytes: load their occupants
   // again (into the same slots, so a stable-address window keeps one mapping per group).
   for (std::size_t s = 0; s < slots_.size(); ++s)

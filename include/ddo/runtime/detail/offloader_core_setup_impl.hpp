@@ -260,6 +260,7 @@ void offloader_core<T>::release_device() {
                   " lease(s) of this component are alive; drop them before its phase ends (the "
                   "device memory they point into is freed at the phase switch)");
   if (released_) return;
+  end_graph_mode();
   staging_.wait_all();
   staging_.rethrow_error();
   // The engine's reads of the slots end with their release events, ddo's loads with the copy
@@ -348,6 +349,7 @@ void offloader_core<T>::teardown() noexcept {
       std::fprintf(stderr, "ddo: during offloader teardown: %s\n", e.what());
     }
   };
+  end_graph_mode();
   // Engine work reading the slots ends with their release events; ddo's own loads with the
   // copy and staging streams. Only then is the memory freed.
   for (auto& st : slots_) {

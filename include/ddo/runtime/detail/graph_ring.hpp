@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Graph streaming's ring (not API; issue 29, docs/transports.md "CUDA graphs"): the slot
+/// map that repeats every step and the per-position handshake state. A captured graph holds the
+/// slot addresses of its capture, so position p of the step (the p-th streamed group in plan
+/// order) always uses slot p mod S, whatever the streamed-group count N is modulo S; the eager
+/// ring's overall-position map would repeat only every S / gcd(N, S) steps.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ddo/transport/concepts.hpp"
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+/// Transports the runtime streams through a captured graph: memory operations and graphs, and
+/// slot addresses the runtime owns (the VMM routes map ranges on a host thread: not built).
+template <class T>
+concept graph_streaming_transport =
+    transport_with_graph_streaming<T> && !transport_with_stable_addresses<T> &&
+    !transport_with_slot_binding<T>;
+
+template <class T>
+struct graph_ring {
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  std::size_t positions = 0;               // N: streamed groups per step
+  std::size_t slots = 0;                   // S
+  std::vector<std::size_t> position_of;    // per group: its position in the step, or none
+  std::uint32_t* ready = nullptr;          // per position: 1 once loaded, reset to 0 by the graph
+  std::vector<typename T::event> release;  // per position: recorded by the graph (record node)
+  typename T::event done;                  // recorded on the engine's stream after each launch
+  std::vector<int> held;                   // per slot: captured leases alive
+  std::size_t captured = 0;                // positions captured so far in the step being captured
+  std::size_t launches = 0;
+  std::string broken;  // why the captured step cannot be launched (empty: it can)
+  bool active = false;
+
+  [[nodiscard]] std::size_t slot_of(std::size_t p) const noexcept { return p % slots; }
+  /// The position whose release the load of @p p waits on: the slot's previous occupant, in this
+  /// step (p - S) or, for the first S positions, the slot's last occupant of the previous step.
+  [[nodiscard]] std::size_t previous(std::size_t p) const noexcept {
+    return p >= slots ? p - slots : p + slots * ((positions - 1 - p) / slots);
+  }
+  /// Host writes: every ready flag 1, so a graph waiting on a load that will never come runs to
+  /// its end (teardown) instead of hanging.
+  void release_waiters() noexcept {
+    for (std::size_t p = 0; p < positions && ready != nullptr; ++p)
+      std::atomic_ref<std::uint32_t>(ready[p]).store(1, std::memory_order_release);
+  }
+};
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Definitions of offloader_core.hpp's graph streaming (not API; issue 29): captured
+/// acquires and releases, launch_graph and leaving graph mode. The protocol and why it is right
+/// on every replay: docs/transports.md, "CUDA graphs".
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "ddo/core/error.hpp"
+#include "ddo/runtime/poison_byte.hpp"
+// Part of ddo/runtime/detail/offloader_core.hpp (through offloader_core_impl.hpp).
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+/// The transport's guard relaxing the thread's capture mode (linear), or nothing (host_sim).
+template <class T>
+auto relaxed_capture(T& t) {
+  if constexpr (requires { t.relaxed_capture(); })
+    return t.relaxed_capture();
+  else
+    return 0;
+}
+
+/// Position p of a captured step: the graph waits for ready[p] == 1 and resets it (the consumer
+/// resets: the nodes' values are fixed at capture and right on every replay), then reads slot
+/// p mod S, whose pointers every launch loads g into.
+template <class T>
+template <class U>
+requires graph_streaming_transport<U>
+auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_type {
+  auto& gr = layout_.groups[g];
+  const std::string what = "acquire('" + gr.name + "') captured into a CUDA graph: ";
+  if (timing_.timing())
+    throw usage_error(what +
+                      "metrics timing events would need host reads of every replay; "
+                      "capture with runtime_options::metrics off");
+  if (!graph_.active) enter_graph_mode(what);
+  const std::size_t p = graph_.position_of[g];
+  if (p == 0 && graph_.captured == graph_.positions) graph_.captured = 0;  // the next capture
+  if (p != graph_.captured)
+    throw usage_error(
+        what +
+        "a replay loads the plan's streamed groups in plan order, one position each, so "
+        "a captured step acquires them in that order, each once; the next one is '" +
+        (graph_.captured < graph_.positions
+             ? layout_.groups[layout_.streamed_order[graph_.captured]].name
+             : layout_.groups[layout_.streamed_order[0]].name + "' (a new step") +
+        "' (docs/transports.md, CUDA graphs)");
+  const std::size_t k = graph_.slot_of(p);
+  if (graph_.held[k] > 0)
+    throw usage_error(what + "the lease of '" +
+                      layout_.groups[layout_.streamed_order[p - graph_.slots]].name +
+                      "', which uses the same slot, is alive: its release must come before this "
+                      "group's wait (the load waits on it), so a captured step holds at most " +
+                      std::to_string(graph_.slots) + " streamed leases at once (slot_count)");
+  auto& st = slots_[k];
+  bind_slot_to(st, g);
+  t_.wait_value(s, graph_.ready + p, 1);
+  t_.write_value(s, graph_.ready + p, 0);
+  ++graph_.held[k];
+  ++graph_.captured;
+  ++gr.leases;
+  ++live_leases_;
+  lease_type result(this, g, static_cast<int>(k), s, st.pointers.data(), gr.weights.size());
+  if (bindings_.any(g)) bindings_.write(g, st.pointers.data());
+  return result;
+}
+
+/// The first captured acquire of a streamed group: no host sync (the first launch's loads wait
+/// on the eager ring's events); the flags and events are made here, once.
+template <class T>
+template <class U>
+requires graph_streaming_transport<U>
+void offloader_core<T>::enter_graph_mode(const std::string& what) {
+  for (std::size_t s = 0; s < ring_schedule_.slot_count(); ++s)
+    if (ring_schedule_.leases(s) > 0)
+      throw usage_error(what + "a lease of '" + layout_.groups[ring_schedule_.occupant(s)].name +
+                        "' taken before the capture is alive; drop it before capturing a step");
+  for (const std::size_t g : layout_.streamed_order)
+    if (layout_.groups[g].has_staged_part())
+      throw usage_error(what + "group '" + layout_.groups[g].name +
+                        "' streams pageable or file bytes; graph streaming loads on ddo's copy "
+                        "stream at each launch, from pinned memory only: pin every streamed group "
+                        "(pin_weight_selection, the pinned budget)");
+  t_.check_graph_streaming();
+  // CUDA: the allocations below run inside the engine's capture, which may refuse them as unsafe
+  // in global mode; the transport relaxes the thread's mode meanwhile.
+  [[maybe_unused]] auto relaxed = relaxed_capture(t_);
+  const std::size_t n = layout_.streamed_order.size();
+  graph_.positions = n;
+  graph_.slots = slots_.size();
+  graph_.position_of.assign(layout_.groups.size(), graph_ring<T>::none);
+  for (std::size_t p = 0; p < n; ++p) graph_.position_of[layout_.streamed_order[p]] = p;
+  graph_.ready = t_.allocate_flags(n);
+  graph_.release.clear();
+  for (std::size_t p = 0; p < n; ++p) graph_.release.push_back(t_.make_event(false));
+  graph_.done = t_.make_event(false);
+  graph_.held.assign(graph_.slots, 0);
+  graph_.captured = 0;
+  graph_.launches = 0;
+  graph_.broken.clear();
+  graph_.active = true;
+}
+
+/// The lease of a captured position drops inside the capture: an event record node, recorded by
+/// every launch, that the load of the slot's next occupant waits on (a CUDA-visible edge).
+template <class T>
+void offloader_core<T>::release_captured(std::size_t g, std::size_t slot, stream_view s) {
+  if constexpr (graph_streaming_transport<T>) {
+    auto& st = slots_[slot];
+    --graph_.held[slot];
+    if (!T::capturing(s)) {
+      graph_.broken = "launch_graph: the lease of '" + layout_.groups[g].name +
+                      "' was dropped after the capture ended (a lease kept past the step): its "
+                      "release is not in the graph. Drop every lease inside the captured step and "
+                      "capture it again";
+      t_.record(graph_.release[graph_.position_of[g]], s);
+      return;
+    }
+    if (options_.poison_released_slots)
+      t_.fill_device(st.image, poison_byte, layout_.groups[g].slot_bytes, s);
+    t_.record(graph_.release[graph_.position_of[g]], s);
+  } else {
+    (void)g, (void)slot, (void)s;
+  }
+}
+
+/// The loads of the first min(S, N) positions wait on the previous launch's releases and are
+/// enqueued before the launch; the others wait on this launch's and follow it (an event wait
+/// takes the latest record made before the call; a launch re-records its record nodes).
+template <class T>
+template <class U>
+requires graph_streaming_transport<U>
+void offloader_core<T>::launch_graph(const typename U::graph_exec& exec, stream_view s) {
+  if (released_)
+    throw usage_error(
+        "launch_graph: this component's device memory was released at a phase "
+        "switch (release_device left graph mode); capture its step again");
+  DDO_EXPECTS(graph_.active,
+              "launch_graph: no step was captured with a streamed group (graph streaming starts "
+              "at the first acquire of a streamed group on a capturing stream, when the ring "
+              "holds fewer slots than streamed groups); with every group loaded, launch the "
+              "graph directly");
+  DDO_EXPECTS(graph_.broken.empty(), graph_.broken);
+  DDO_EXPECTS(graph_.captured == graph_.positions,
+              "launch_graph: the captured step acquired " + std::to_string(graph_.captured) +
+                  " of the " + std::to_string(graph_.positions) +
+                  " streamed groups; a replay loads every streamed group, so capture a whole step");
+  const int held =
+      std::count_if(graph_.held.begin(), graph_.held.end(), [](int h) { return h > 0; });
+  DDO_EXPECTS(held == 0, "launch_graph: " + std::to_string(held) +
+                             " captured lease(s) are still alive (a lease kept past the step): "
+                             "their releases are not in the graph; drop them inside the capture");
+  staging_.rethrow_error();
+  timing_.begin_step();
+  auto& step = timing_.current();
+  const std::size_t first = std::min(graph_.slots, graph_.positions);
+  for (std::size_t p = 0; p < first; ++p) load_position(p, step);
+  t_.launch_graph(exec, s);
+  t_.record(graph_.done, s);  // right after the launch: teardown waits for it whatever follows
+  for (std::size_t p = first; p < graph_.positions; ++p) load_position(p, step);
+  ++graph_.launches;
+}
+
+template <class T>
+template <class U>
+requires graph_streaming_transport<U>
+void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
+  const auto v = T::view(copy_stream_);
+  auto& st = slots_[graph_.slot_of(p)];
+  const auto& gr = layout_.groups[layout_.streamed_order[p]];
+  t_.wait(v, graph_.release[graph_.previous(p)]);
+  if (graph_.launches == 0) {  // the eager steps before the capture are done with the slot
+    t_.wait(v, st.release);
+    t_.wait(v, st.ready);
+  }
+  if (!compute_only_) {
+    if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, v);
+    if (gr.has_block_copy()) {
+      const std::uint64_t chunk =
+          options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
+      for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
+        t_.copy_to_device(st.base + off, gr.block_data() + off,
+                          std::min(chunk, gr.pinned_bytes - off), v);
+        ++step.copies;
+      }
+    }
+    for (const auto& piece : gr.in_place) {
+      t_.copy_to_device(st.base + piece.slot_offset, piece.host, piece.bytes, v);
+      ++step.copies;
+    }
+    ++step.group_loads;
+    for (std::size_t i = 0; i < transfer_source_count; ++i)
+      step.bytes_by_source[i] += gr.bytes_by_source[i];
+  }
+  t_.write_value(v, graph_.ready + p, 1);
+}
+
+template <class T>
+void offloader_core<T>::end_graph_mode() noexcept {
+  if constexpr (graph_streaming_transport<T>) {
+    if (!graph_.active) return;
+    auto quiet = [](auto&& f) {
+      try {
+        f();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddo: leaving graph mode: %s\n", e.what());
+      }
+    };
+    // ddo's loads wait only on records of launches already made: they end. The last launch may
+    // wait on flags that no load will write (a launch_graph that threw part-way): host writes
+    // release it, written until it ended (a flag the replay consumed meanwhile is written again).
+    if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
+    quiet([&] {
+      while (!t_.ready(graph_.done)) {
+        graph_.release_waiters();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    for (auto& e : graph_.release) quiet([&] { t_.synchronize(e); });
+    quiet([&] { t_.free_flags(graph_.ready, graph_.positions); });
+    graph_.ready = nullptr;
+    graph_.release.clear();
+    graph_.done = typename T::event{};
+    graph_.active = false;
+  }
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

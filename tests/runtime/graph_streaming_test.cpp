@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// Graph streaming on host_sim (issue 29; docs/transports.md, "CUDA graphs"): a step captured once
+// and replayed through offloader::launch_graph over a ring smaller than the model. host_sim keeps
+// a graph's node values as of capture, as CUDA does, so a flag protocol right only on the first
+// replay, or a slot map that drifts between steps, shows up here as wrong bytes or as a memory
+// wait that times out (host_sim_options::wait_value_timeout_ms).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "runtime_fixtures.hpp"
+
+namespace graph_streaming_test {
+
+using ddo::host_sim_transport;
+using offloader = ddo::basic_offloader<host_sim_transport>;
+
+/// Streamed groups pinned (graph streaming loads from pinned memory), every third one resident.
+std::unique_ptr<ddo_test::synthetic_model> pinned_model(std::size_t groups, std::uint32_t seed) {
+  ddo_test::model_spec spec;
+  spec.groups = groups;
+  spec.seed = seed;
+  spec.max_bytes = 60000;
+  spec.where = [](std::size_t g, std::size_t) {
+    return g % 3 == 1 ? ddo::placement::gpu_resident : ddo::placement::pinned_host;
+  };
+  return ddo_test::make_model(spec);
+}
+
+host_sim_transport::stream_view view(host_sim_transport::stream& s) {
+  return host_sim_transport::view(s);
+}
+
+/// The engine's "kernels": a task per lease that compares every weight with its source bytes.
+struct checker {
+  std::atomic<std::uint64_t> checked{0};
+  std::atomic<std::uint64_t> mismatches{0};
+  template <class Lease>
+  void enqueue(host_sim_transport& sim, host_sim_transport::stream_view s,
+               const ddo_test::synthetic_model& m, const Lease& lease) {
+    std::vector<std::pair<const std::byte*, std::size_t>> items;
+    for (std::size_t i = 0; i < lease.size(); ++i)
+      items.emplace_back(lease.data(i), lease.weight_index(i));
+    sim.enqueue(s, [this, &m, items = std::move(items)] {
+      for (const auto& [p, w] : items) {
+        const auto& e = m.expected[w];
+        if (std::memcmp(p, e.data(), e.size()) != 0) ++mismatches;
+        checked += e.size();
+      }
+    });
+  }
+};
+
+std::uint64_t model_bytes(const ddo_test::synthetic_model& m) {
+  std::uint64_t total = 0;
+  for (const auto& e : m.expected) total += e.size();
+  return total;
+}
+
+/// Captures one step (acquire, check, drop, in plan order) on @p s.
+host_sim_transport::graph capture_step(host_sim_transport& sim, offloader& off,
+                                       host_sim_transport::stream_view s,
+                                       const ddo_test::synthetic_model& m, checker& check) {
+  sim.begin_capture(s);
+  for (std::size_t g = 0; g < off.group_count(); ++g) {
+    auto lease = off.acquire(g, s);
+    check.enqueue(sim, s, m, lease);
+  }
+  return sim.end_capture(s);
+}
+
+ddo::runtime_options poisoned(std::size_t slots) {
+  ddo::runtime_options o;
+  o.slot_count = slots;
+  o.poison_slots = true;           // every load fills its slot first: an early read sees poison
+  o.poison_released_slots = true;  // every release fills it after: a late read sees poison
+  return o;
+}
+
+}  // namespace graph_streaming_test
+
+TEST_SUITE_BEGIN("runtime");
+
+TEST_CASE(
+    "graph streaming: 100 replays through a ring smaller than the model, every weight right") {
+  using namespace graph_streaming_test;
+  // 10 and 11 groups (7 streamed) over 3 slots: 7 mod 3 = 1 (the next step's first load waits for
+  // the last position), and 8 streamed over 3 (a slot map that drifts would show in 3 steps).
+  for (const std::size_t groups : {10u, 12u}) {
+    CAPTURE(groups);
+    auto m = pinned_model(groups, static_cast<std::uint32_t>(groups));
+    ddo::host_sim_options so;
+    so.bandwidth_bytes_per_second = 4e9;  // copies take time: a read before its wait sees poison
+    so.wait_value_timeout_ms = 5000;
+    host_sim_transport sim(so);
+    auto compute = sim.make_stream();
+    const auto s = view(compute);
+    checker check;
+    {
+      offloader off(sim, m->table, m->plan, poisoned(3));
+      REQUIRE(off.slot_count() == 3);
+      // A few eager steps first: the first launch must wait for their work on the slots.
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, s);
+        check.enqueue(sim, s, *m, lease);
+      }
+      const auto graph = capture_step(sim, off, s, *m, check);
+      CHECK(off.graph_mode());
+      for (int replay = 0; replay < 100; ++replay) off.launch_graph(graph, s);
+      sim.synchronize(s);
+      const auto metrics = off.metrics();
+      CHECK(metrics.totals.group_loads >= 100 * (groups - groups / 3));
+    }
+    sim.synchronize(s);
+    CHECK(check.mismatches == 0);
+    CHECK(check.checked == 101 * model_bytes(*m));
+    CHECK(sim.device_bytes_in_use() == 0);
+    CHECK(sim.pinned_bytes_in_use() == 0);
+  }
+}
+
+TEST_CASE("graph streaming: teardown right after a launch") {
+  using namespace graph_streaming_test;
+  auto m = pinned_model(8, 7);
+  ddo::host_sim_options so;
+  so.bandwidth_bytes_per_second = 2e9;
+  so.wait_value_timeout_ms = 5000;
+  host_sim_transport sim(so);
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  checker check;
+  {
+    offloader off(sim, m->table, m->plan, poisoned(2));
+    const auto graph = capture_step(sim, off, s, *m, check);
+    off.launch_graph(graph, s);
+  }  // ddo's loads were enqueued: the replay completes with every weight right
+  sim.synchronize(s);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == model_bytes(*m));
+  CHECK(sim.device_bytes_in_use() == 0);
+}
+
+TEST_CASE("graph streaming: what a replay cannot do is refused") {
+  using namespace graph_streaming_test;
+  auto m = pinned_model(8, 9);  // streamed: 0 2 3 5 6 (1, 4, 7 resident)
+  ddo::host_sim_options so;
+  so.wait_value_timeout_ms = 2000;
+  host_sim_transport sim(so);
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  auto refused = [](auto&& f, const std::string& says) {
+    try {
+      f();
+    } catch (const ddo::usage_error& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(says) != std::string::npos, e.what());
+      return;
+    }
+    FAIL("not refused: expected '" << says << "'");
+  };
+  SUBCASE("out of plan order, and launching an incomplete step") {
+    offloader off(sim, m->table, m->plan, poisoned(2));
+    sim.begin_capture(s);
+    { auto a = off.acquire(std::size_t{0}, s); }
+    refused([&] { auto b = off.acquire(std::size_t{3}, s); }, "the next one is 'blocks.2'");
+    const auto graph = sim.end_capture(s);
+    refused([&] { off.launch_graph(graph, s); }, "acquired 1 of the 5 streamed groups");
+    refused([&] { auto c = off.acquire(std::size_t{2}, s); },
+            "streams through a captured CUDA graph");
+  }
+  SUBCASE("more leases than slots, and a lease kept past the step") {
+    offloader off(sim, m->table, m->plan, poisoned(2));
+    sim.begin_capture(s);
+    auto a = off.acquire(std::size_t{0}, s);
+    auto b = off.acquire(std::size_t{2}, s);
+    refused([&] { auto c = off.acquire(std::size_t{3}, s); }, "which uses the same slot, is alive");
+    a.reset();
+    b.reset();
+    for (std::size_t g : {3u, 5u}) {
+      auto l = off.acquire(g, s);
+    }
+    auto kept = off.acquire(std::size_t{6}, s);
+    const auto graph = sim.end_capture(s);
+    refused([&] { off.launch_graph(graph, s); }, "a lease kept past the step");
+    kept.reset();
+    refused([&] { off.launch_graph(graph, s); }, "dropped after the capture ended");
+  }
+  SUBCASE("metrics timing") {
+    auto o = poisoned(2);
+    o.metrics = true;
+    offloader off(sim, m->table, m->plan, o);
+    sim.begin_capture(s);
+    refused([&] { auto a = off.acquire(std::size_t{0}, s); }, "metrics timing");
+    (void)sim.end_capture(s);
+  }
+  SUBCASE("pageable bytes") {
+    ddo_test::model_spec spec;
+    spec.groups = 4;
+    spec.where = [](std::size_t, std::size_t i) {
+      return i == 0 ? ddo::placement::pageable_host : ddo::placement::pinned_host;
+    };
+    auto pm = ddo_test::make_model(spec);
+    offloader off(sim, pm->table, pm->plan, poisoned(2));
+    sim.begin_capture(s);
+    refused([&] { auto a = off.acquire(std::size_t{0}, s); }, "from pinned memory only");
+    (void)sim.end_capture(s);
+  }
+}
+
+TEST_CASE("host_sim graphs keep capture-time values: a per-step counter fails on the 2nd replay") {
+  // The protocol ddo must not use: wait for the step number. Captured once, the node waits for 1
+  // on every replay; the second step's flag says 2 and the wait times out (a stream error).
+  ddo::host_sim_options so;
+  so.wait_value_timeout_ms = 100;
+  host_sim_transport sim(so);
+  auto a = sim.make_stream();
+  const auto s = host_sim_transport::view(a);
+  auto* flag = sim.allocate_flags(1);
+  std::atomic<int> ran{0};
+  sim.begin_capture(s);
+  CHECK(host_sim_transport::capturing(s));
+  sim.wait_value(s, flag, 1);
+  sim.enqueue(s, [&] { ++ran; });
+  const auto graph = sim.end_capture(s);
+  CHECK(graph.node_count() == 2);
+  CHECK(ran == 0);  // captured, not run
+  std::atomic_ref<std::uint32_t>(*flag).store(1);
+  sim.launch_graph(graph, s);
+  sim.synchronize(s);
+  CHECK(ran == 1);
+  std::atomic_ref<std::uint32_t>(*flag).store(2);  // "step 2"
+  sim.launch_graph(graph, s);
+  CHECK_THROWS_WITH_AS(sim.synchronize(s), doctest::Contains("was not satisfied in 100 ms"),
+                       ddo::usage_error);
+  // Consumer resets (wait 1, write 0) are right on every replay.
+  sim.begin_capture(s);
+  sim.wait_value(s, flag, 1);
+  sim.write_value(s, flag, 0);
+  const auto resetting = sim.end_capture(s);
+  for (int step = 0; step < 3; ++step) {
+    std::atomic_ref<std::uint32_t>(*flag).store(1);
+    sim.launch_graph(resetting, s);
+    sim.synchronize(s);
+    CHECK(std::atomic_ref<std::uint32_t>(*flag).load() == 0);
+  }
+  sim.free_flags(flag, 1);
+}
+
+TEST_SUITE_END();
