@@ -132,6 +132,7 @@ struct run_options {
   int images = 0;                // --images (pipeline; 0: the default)
   int devices = 1;               // --devices: offloaders sharing one weight store
   bool shard_layers = false;     // --shard layers: each device its range of the groups
+  bool graph = false;            // --graph: capture the first step, replay it for the rest
 };
 
 // Short names for ddo's byte formatter (core/format_bytes.hpp), used on nearly every line printed.
@@ -353,6 +354,20 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   // bytes, which the check after the step reports (DDO_DEBUG_POISON_RELEASED_SLOTS otherwise).
   if (opt.verify) ctx.setup.runtime.poison_released_slots = true;
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
+  if (opt.graph) {
+    if constexpr (!ddo::detail::graph_streaming_transport<typename Engine::transport_type>) {
+      std::fprintf(stderr, "ddo-run: --graph runs on the linear route (or host_sim's); this run's "
+                           "transport is '%s' (the VMM routes replay a graph only with every group "
+                           "loaded, which ddo-run does not capture)\n",
+                   std::string(transport.name()).c_str());
+      return exit_usage;
+    }
+    if (ctx.setup.runtime.metrics) {
+      std::fprintf(stderr, "ddo-run: --graph: metrics timing (show_profile) would need host reads "
+                           "of every replay; run without --ddo-show-profile\n");
+      return exit_usage;
+    }
+  }
   // Calibration (build_profile): the library's recorder times every group's compute and loads
   // (forwarding spans to the trace). A stored profile with group timings (format 2 or 3): the
   // overlap-aware planner (by_profile_planner), as ddo-plan plans it.
@@ -441,6 +456,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                    ::isatty(STDERR_FILENO) ? ddo::runner::progress_style::terminal
                                            : ddo::runner::progress_style::quiet);
   std::vector<double> step_ms;
+  std::unique_ptr<typename Engine::graph_holder> graph;  // --graph: the captured step
   for (int step = 0; step < total_steps; ++step) {
     const std::string step_name = step < warmup ? "warm-up " + std::to_string(step)
                                                 : "step " + std::to_string(step - warmup);
@@ -448,42 +464,63 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     offloader.begin_step();
     const auto t0 = std::chrono::steady_clock::now();
     const double t0_us = trace.now_us();
-    for (std::size_t g = 0; g < offloader.group_count(); ++g) {
-      auto lease = offloader.acquire(g, view);
-      const double enqueue_us = trace.now_us();
-      for (std::size_t i = 0; i < lease.size(); ++i) {
-        const std::size_t w = lease.weight_index(i);
-        if (!ctx.compute.is_gemm[w]) continue;
-        const auto& info = ctx.table[w];
-        engine.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type,
-                      ctx.compute.alpha[w], ctx.compute.rows[w]);
-      }
-      if (!opt.trace_path.empty())
-        trace.add("enqueue " + offloader.group_name(g), "compute", enqueue_us,
-                  trace.now_us() - enqueue_us, chrome_trace::host);
-      if (opt.verify) {
-        // After the compute on the same stream: the bytes must still be the file's when the
-        // GEMMs that read them are done (a prefetch overwriting a live slot would show here).
+    const auto enqueue_step = [&] {
+      for (std::size_t g = 0; g < offloader.group_count(); ++g) {
+        auto lease = offloader.acquire(g, view);
+        const double enqueue_us = trace.now_us();
         for (std::size_t i = 0; i < lease.size(); ++i) {
           const std::size_t w = lease.weight_index(i);
-          const std::size_t n = static_cast<std::size_t>(ctx.table[w].bytes);
-          t.copy_to_host(device_copy.data(), lease.data(i), n, view);
-          t.synchronize(view);
-          read_source(ctx.table, ctx.files, w, std::span(source_copy.data(), n));
-          verified_bytes += n;
-          if (std::memcmp(device_copy.data(), source_copy.data(), n) != 0) {
-            std::size_t at = 0;
-            while (at < n && device_copy[at] == source_copy[at]) ++at;
-            ++mismatches;
-            bar.interrupt([&] {
-              std::fprintf(stderr,
-                           "ddo-run: VERIFY FAILED: step %d, group '%s', weight '%s': device bytes "
-                           "differ from the file at byte %zu of %zu\n",
-                           step, offloader.group_name(g).c_str(), ctx.table[w].name.c_str(), at, n);
-            });
+          if (!ctx.compute.is_gemm[w]) continue;
+          const auto& info = ctx.table[w];
+          engine.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type,
+                        ctx.compute.alpha[w], ctx.compute.rows[w]);
+        }
+        if (!opt.trace_path.empty())
+          trace.add("enqueue " + offloader.group_name(g), "compute", enqueue_us,
+                    trace.now_us() - enqueue_us, chrome_trace::host);
+        if (opt.verify) {
+          // After the compute on the same stream: the bytes must still be the file's when the
+          // GEMMs that read them are done (a prefetch overwriting a live slot would show here).
+          for (std::size_t i = 0; i < lease.size(); ++i) {
+            const std::size_t w = lease.weight_index(i);
+            const std::size_t n = static_cast<std::size_t>(ctx.table[w].bytes);
+            t.copy_to_host(device_copy.data(), lease.data(i), n, view);
+            t.synchronize(view);
+            read_source(ctx.table, ctx.files, w, std::span(source_copy.data(), n));
+            verified_bytes += n;
+            if (std::memcmp(device_copy.data(), source_copy.data(), n) != 0) {
+              std::size_t at = 0;
+              while (at < n && device_copy[at] == source_copy[at]) ++at;
+              ++mismatches;
+              bar.interrupt([&] {
+                std::fprintf(stderr,
+                             "ddo-run: VERIFY FAILED: step %d, group '%s', weight '%s': device bytes "
+                             "differ from the file at byte %zu of %zu\n",
+                             step, offloader.group_name(g).c_str(), ctx.table[w].name.c_str(), at, n);
+              });
+            }
           }
         }
       }
+    };
+    if constexpr (ddo::detail::graph_streaming_transport<typename Engine::transport_type>) {
+      if (opt.graph) {
+        // --graph: the first step captured (acquires, GEMMs, lease drops), every step launched;
+        // through ddo when the capture entered graph streaming (ddo enqueues the step's loads).
+        if (!graph) {
+          engine.begin_capture(t);
+          enqueue_step();
+          graph = engine.end_capture(t);
+        }
+        if (offloader.graph_mode())
+          offloader.launch_graph(Engine::exec_of(*graph), view);
+        else
+          engine.launch(t, *graph);
+      } else {
+        enqueue_step();
+      }
+    } else {
+      enqueue_step();
     }
     t.synchronize(view);  // per-step time for the printout (the benchmark never syncs)
     const double ms = seconds_since(t0) * 1e3;
@@ -506,6 +543,13 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
 
   const auto metrics = offloader.metrics(true);
   if (sampler) sampler->stop();
+  if (graph)
+    std::printf("\ngraph: the first step captured, every step launched %s\n",
+                offloader.graph_mode()
+                    ? ("through offloader.launch_graph (graph streaming: " +
+                       std::to_string(offloader.slot_count()) + " slots, the step's loads "
+                       "enqueued around each launch)").c_str()
+                    : "directly (every streamed group stays loaded)");
   const auto summary = ddo::runner::summarize_steps(step_ms, warmup);
   std::printf("\n%s", ddo::runner::format_step_summary(summary, bound ? &*bound : nullptr).c_str());
   if (opt.verify && bound)
@@ -872,6 +916,11 @@ int run(int argc, char** argv) {
       "stream, plan and thread), all reading one shared host copy of the weights: N GPUs where "
       "the host has them, else N emulated cards (--vram-gb each) on the one GPU, sharing its "
       "link (host_sim without a GPU); reported per device and in total")(
+      "graph", po::bool_switch(&opt.graph),
+      "Capture the first step as a CUDA graph (host_sim: its graph model) and replay it for "
+      "every step: through offloader.launch_graph when the ring is smaller than the streamed "
+      "groups (graph streaming: the linear route, streamed groups pinned), directly when every "
+      "group stays loaded")(
       "shard", po::value<std::string>()->value_name("none|layers"),
       "With --devices: none (default) runs the whole model on each device (data parallel); "
       "layers gives each device its consecutive range of the execution groups (pipeline "
@@ -973,6 +1022,13 @@ int run(int argc, char** argv) {
   if (opt.devices > 1 && (opt.compare || opt.pipeline || opt.calibrate || !opt.trace_path.empty()))
     return fail("--devices runs the plain steps: --compare, --pipeline, --calibrate and --trace "
                 "run one device",
+                exit_usage);
+
+  if (opt.graph && (opt.verify || opt.compare || opt.pipeline || opt.calibrate || opt.devices > 1 ||
+                    !opt.trace_path.empty()))
+    return fail("--graph replays one captured step: --verify (host reads inside the step), "
+                "--trace (timing events), --compare, --pipeline, --calibrate and --devices run "
+                "without it",
                 exit_usage);
 
   // Settings: preset auto < --config < DDO_* < --ddo-* flags; the component is the transformer.

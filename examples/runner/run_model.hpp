@@ -34,10 +34,35 @@ namespace runner {
 
 // --- compute engines: what the runner does with a lease ---------------------------------------
 
+/// A captured step of the GPU engine (ddo-run --graph): the graph and its instance.
+struct cuda_graph_holder {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_graph_holder() = default;
+  cuda_graph_holder(const cuda_graph_holder&) = delete;
+  cuda_graph_holder& operator=(const cuda_graph_holder&) = delete;
+  ~cuda_graph_holder() {
+    if (exec != nullptr) DDO_CUDA_TRY_NOTHROW(cudaGraphExecDestroy(exec));
+    if (graph != nullptr) DDO_CUDA_TRY_NOTHROW(cudaGraphDestroy(graph));
+  }
+};
+
+/// host_sim's graph where the transport has one (not its VMM mode), else nothing.
+template <class T>
+struct sim_graph_of {
+  using type = std::monostate;
+};
+template <class T>
+  requires requires { typename T::graph; }
+struct sim_graph_of<T> {
+  using type = typename T::graph;
+};
+
 /// GPU: cuBLAS GEMMs on a non-blocking stream of the linear transport.
 template <class Transport>
 struct gpu_engine_t {
   using transport_type = Transport;
+  using graph_holder = cuda_graph_holder;
   typename transport_type::stream stream;
   std::unique_ptr<runner::gpu_synthetic_forward> forward;
 
@@ -53,6 +78,20 @@ struct gpu_engine_t {
   /// Device bytes the engine holds (activations, cuBLAS workspace).
   [[nodiscard]] std::uint64_t device_bytes() const { return forward->device_bytes(); }
   [[nodiscard]] static const char* compute_name() { return "cuBLAS GEMM"; }
+  /// --graph: captures the work enqueued on the stream until end_capture (global mode, as
+  /// frameworks capture; ddo relaxes it where it allocates).
+  void begin_capture(transport_type&) {
+    DDO_CUDA_TRY(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  }
+  [[nodiscard]] std::unique_ptr<graph_holder> end_capture(transport_type&) {
+    auto h = std::make_unique<graph_holder>();
+    DDO_CUDA_TRY(cudaStreamEndCapture(stream.get(), &h->graph));
+    DDO_CUDA_TRY(cudaGraphInstantiate(&h->exec, h->graph, 0));
+    return h;
+  }
+  [[nodiscard]] static const cudaGraphExec_t& exec_of(const graph_holder& h) { return h.exec; }
+  /// Launches the captured step directly (every streamed group stays loaded: no graph streaming).
+  void launch(transport_type&, const graph_holder& h) { DDO_CUDA_TRY(cudaGraphLaunch(h.exec, stream.get())); }
 };
 using gpu_engine = gpu_engine_t<linear_transport>;
 /// The same engine on the VMM route (execution_mode vmm_runtime / backend vmm).
@@ -66,6 +105,7 @@ using gpu_nvme_vmm_engine = gpu_engine_t<nvme_transport<vmm_transport>>;
 template <class Transport>
 struct cpu_engine_t {
   using transport_type = Transport;
+  using graph_holder = typename sim_graph_of<Transport>::type;
   typename transport_type::stream stream;
   std::shared_ptr<runner::cpu_synthetic_forward> forward;
 
@@ -82,6 +122,13 @@ struct cpu_engine_t {
   /// The stand-in keeps its activations in host memory: nothing on the simulated device.
   [[nodiscard]] static std::uint64_t device_bytes() { return 0; }
   [[nodiscard]] static const char* compute_name() { return "CPU stand-in"; }
+  /// --graph on host_sim: its graph model (values fixed at capture, as CUDA's).
+  void begin_capture(transport_type& t) { t.begin_capture(view()); }
+  [[nodiscard]] std::unique_ptr<graph_holder> end_capture(transport_type& t) {
+    return std::make_unique<graph_holder>(t.end_capture(view()));
+  }
+  [[nodiscard]] static const graph_holder& exec_of(const graph_holder& h) { return h; }
+  void launch(transport_type& t, const graph_holder& h) { t.launch_graph(h, view()); }
 };
 using cpu_engine = cpu_engine_t<host_sim_transport>;
 /// The CPU stand-in on host_sim's VMM mode (execution_mode vmm_runtime / backend vmm).
