@@ -696,7 +696,7 @@ int run_devices(run_context& ctx, bool gpu, std::uint64_t card_limit) {
   const auto n = static_cast<std::size_t>(opt.devices);
   ddo::runner::devices_inputs in{ctx.settings, ctx.table,    ctx.files,  ctx.compute,
                                  ctx.tokens,   ctx.steps,    opt.warmup, opt.verify,
-                                 opt.shard_layers, ctx.setup, ctx.budget};
+                                 opt.shard_layers, opt.bound,  ctx.setup,  ctx.budget};
   ddo::memory_watch host_memory;
   if (gpu) {
     const int gpus = ddo::query_cuda_availability().device_count;

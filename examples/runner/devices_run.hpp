@@ -45,6 +45,7 @@ struct devices_inputs {
   int steps = 0, warmup = 0;
   bool verify = false;
   bool shard_layers = false;  // --shard layers: each device its range of the groups
+  bool bound = true;          // measure B (--no-bound: skip it)
   setup_options setup;        // copied per device; the store and the shard go on top
   vram_budget budget;         // each card's (the same size for every device)
 };
@@ -181,14 +182,19 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   }
   // B: pinned host-to-device bandwidth of one device, measured now, before any setup; the
   // devices of one emulation share its link, so their combined rate is held against it.
-  std::uint64_t copy_bytes = 256 * mib;
-  if (const auto free = transports[0].device_memory().free_bytes; free != 0)
-    copy_bytes = std::max<std::uint64_t>(mib, std::min(copy_bytes, free / 4));
-  const double bound_gbps = measure_pinned_gbps(transports[0], copy_bytes);
-  std::printf(
-      "\n--devices %zu (%s): one shared weight store; pinned bound B %.2f GB/s measured on "
-      "device 0\n",
-      n, in.shard_layers ? "layer-sharded" : "data parallel", bound_gbps);
+  double bound_gbps = 0.0;
+  if (in.bound) {
+    std::uint64_t copy_bytes = 256 * mib;
+    if (const auto free = transports[0].device_memory().free_bytes; free != 0)
+      copy_bytes = std::max<std::uint64_t>(mib, std::min(copy_bytes, free / 4));
+    bound_gbps = measure_pinned_gbps(transports[0], copy_bytes);
+  }
+  std::printf("\n--devices %zu (%s): one shared weight store; ", n,
+              in.shard_layers ? "layer-sharded" : "data parallel");
+  if (in.bound)
+    std::printf("pinned bound B %.2f GB/s measured on device 0\n", bound_gbps);
+  else
+    std::printf("no bound measured (--no-bound)\n");
   std::fflush(stdout);
   devices_detail::start_gate gate(n);
   std::vector<std::thread> threads;
@@ -233,11 +239,10 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   }
   const double wall_s = end > begin ? std::chrono::duration<double>(end - begin).count() : 0.0;
   const double combined = wall_s > 0 ? static_cast<double>(total_bytes) / wall_s / 1e9 : 0.0;
-  std::printf(
-      "  total: %s streamed by %zu devices in %.3f s of steady steps: %.2f GB/s combined, "
-      "%.2f of the pinned bound B\n",
-      format_decimal_gb(total_bytes).c_str(), n, wall_s, combined,
-      bound_gbps > 0 ? combined / bound_gbps : 0.0);
+  std::printf("  total: %s streamed by %zu devices in %.3f s of steady steps: %.2f GB/s combined",
+              format_decimal_gb(total_bytes).c_str(), n, wall_s, combined);
+  if (bound_gbps > 0) std::printf(", %.2f of the pinned bound B", combined / bound_gbps);
+  std::printf("\n");
   const std::uint64_t store_bytes = store->bytes();
   const auto placed = store->placement();
   std::printf(
