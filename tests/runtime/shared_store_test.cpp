@@ -269,6 +269,26 @@ TEST_CASE("a refused registration in the store stages its weights on every devic
                   ddo::out_of_memory);
 }
 
+TEST_CASE("a whole group from the store is one copy, as from a block of the device's own") {
+  using namespace shared_store_test;
+  // Every weight pinned: a group is its pinned part alone (a group with staged weights copies
+  // its own block in staging-buffer chunks, more copies than the store's one).
+  auto spec = spec_of(286);
+  spec.where = [](std::size_t, std::size_t) { return placement::pinned_host; };
+  auto m = ddo_test::make_model(spec);
+  host_sim_transport own_sim, shared_sim;
+  auto own_options = store_options(nullptr);
+  ddo::basic_offloader<host_sim_transport> own(own_sim, m->table, m->plan, own_options);
+  ddo::basic_offloader<host_sim_transport> shared(
+      shared_sim, m->table, m->plan, store_options(std::make_shared<ddo::shared_weight_store>()));
+  CHECK(stream_and_check(own, own_sim, *m, nullptr) == 0);
+  CHECK(stream_and_check(shared, shared_sim, *m, nullptr) == 0);
+  // The store lays each group out as its slot: its 4 weights merge into one copy per load
+  // (unmerged, two steps would issue at least one copy per weight each).
+  CHECK(shared_sim.copies_issued() == own_sim.copies_issued());
+  CHECK(shared_sim.copies_issued() < 2 * m->table.size());
+}
+
 TEST_CASE("setup counts the store once: its bytes of this table go back to the probed RAM") {
   using namespace shared_store_test;
   auto m = ddo_test::make_model(spec_of(285));
