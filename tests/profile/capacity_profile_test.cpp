@@ -79,7 +79,7 @@ TEST_SUITE("profile") {
     CHECK_FALSE(store.find("never-saved").has_value());
     // No temporary files are left behind by the atomic saves.
     for (const auto& entry : std::filesystem::directory_iterator(store.directory()))
-      CHECK(entry.path().extension() == ".toml");
+      CHECK(entry.path().extension() == ".json");
   }
 
   TEST_CASE("malformed profile files give format errors naming the file and key") {
@@ -101,16 +101,19 @@ TEST_SUITE("profile") {
         CHECK(e.tensor() == key);
       }
     };
-    expect_error(good + "extra_key = 1\n", "extra_key");
-    expect_error(good + "model_bytes = 5\n", "model_bytes");
+    const auto inserted = [&](const std::string& member) {
+      return std::string(good).insert(2, member + ",\n");
+    };
+    expect_error(inserted("\"extra_key\": 1"), "extra_key");
+    expect_error(inserted("\"model_bytes\": 5"), "");  // JSON's duplicate key
     std::string negative = good;
-    negative.replace(negative.find("model_bytes = ") + 14, 1, "-");
+    negative.insert(negative.find("\"model_bytes\": ") + 15, "-");
     expect_error(negative, "model_bytes");
     expect_error(good.substr(0, good.find("full_pin")), "");
     std::string renamed = good;
-    renamed.replace(renamed.find("name = \"p\""), 10, "name = \"q\"");
+    renamed.replace(renamed.find("\"name\": \"p\""), 11, "\"name\": \"q\"");
     expect_error(renamed, "name");
-    expect_error("this is not toml\n", "");
+    expect_error("this is not json\n", "");
   }
 
   TEST_CASE("a leading ~ in the profile directory is HOME") {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Format 4 of capacity profiles: per-group timings, lead-ins and sustained compute, device and
-// model identity, reading formats 3, 2 and 1, refusing newer formats; interpolation between the
-// two token counts.
+// Format 4 of capacity profiles, as JSON files: per-group timings, lead-ins and sustained compute,
+// device and model identity, refusing other formats and the TOML files of earlier versions;
+// interpolation between the two token counts (in-memory profiles of formats 1 to 3 too).
+#include "ddo/core/detail/json.hpp"
 #include "ddo/profile/capacity_profile.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/profile/profile_lookup.hpp"
@@ -10,6 +11,8 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -48,9 +51,9 @@ ddo::capacity_profile timed_profile(std::mt19937_64& rng, std::size_t groups) {
   return ddo::make_capacity_profile("timed", m, 1.0);
 }
 
-/// A timed profile in an earlier @p format (2 or 3: the fields that format lacks zeroed), and
-/// its text, checked to read back identical and to format back to the same text.
-std::pair<ddo::capacity_profile, std::string> predecessor(int format, std::uint64_t seed) {
+/// A timed profile in an earlier @p format (2 or 3: the fields that format lacks zeroed), as
+/// calibration code or an engine may still hold one in memory; files are format 4 (JSON).
+ddo::capacity_profile predecessor(int format, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto p = timed_profile(rng, 4);
   p.format = format;
@@ -58,44 +61,42 @@ std::pair<ddo::capacity_profile, std::string> predecessor(int format, std::uint6
     g.sustained_compute_ns_low = g.sustained_compute_ns_high = 0;
     if (format < 3) g.lead_in_ns_low = g.lead_in_ns_high = 0;
   }
-  auto text = ddo::profile_store::format(p);
-  CHECK(text.find("format = " + std::to_string(format)) != std::string::npos);
-  const auto back = ddo::profile_store::parse(text, "t.toml", "timed");
-  CHECK(back == p);
-  CHECK(ddo::profile_store::format(back) == text);
-  return {back, std::move(text)};
+  return p;
+}
+
+/// @p text with the value of the last member called @p key replaced by @p value (JSON text).
+std::string with_member(std::string text, const std::string& key, const std::string& value) {
+  const auto at = text.rfind("\"" + key + "\": ");
+  REQUIRE(at != std::string::npos);
+  const auto from = at + key.size() + 4;
+  text.replace(from, text.find_first_of(",}\n", from) - from, value);
+  return text;
 }
 
 }  // namespace
 
 TEST_SUITE("profile") {
-  TEST_CASE("a format 4 profile with group timings reads back identical") {
+  TEST_CASE("a format 4 profile with group timings reads back identical, as JSON") {
     std::mt19937_64 rng(std::random_device{}());
     const auto p = timed_profile(rng, 57);
     CHECK(p.format == 4);
     CHECK(p.min_free_vram_bytes > 0);
     const auto text = ddo::profile_store::format(p);
-    CHECK(text.find("format = 4") != std::string::npos);
-    CHECK(text.find("[[groups]]") != std::string::npos);
-    CHECK(text.find("lead_in_ns_high") != std::string::npos);
-    CHECK(text.find("sustained_compute_ns_high") != std::string::npos);
-    CHECK(ddo::profile_store::parse(text, "t.toml", "timed") == p);
+    CHECK(text.starts_with("{\n  \"format\": 4,\n"));
+    CHECK(text.find("\"groups\": [") != std::string::npos);
+    CHECK(text.find("\"lead_in_ns_high\"") != std::string::npos);
+    CHECK(text.find("\"sustained_compute_ns_high\"") != std::string::npos);
+    CHECK(ddo::detail::parse_json(text).find("groups")->items().size() == 57);
+    CHECK(ddo::profile_store::parse(text, "t.json", "timed") == p);
+    CHECK(ddo::profile_store::format(ddo::profile_store::parse(text, "t.json", "timed")) == text);
   }
 
-  TEST_CASE("a format 3 profile is read without sustained compute") {
-    const auto [back, text] = predecessor(3, 3);
-    CHECK(text.find("sustained") == std::string::npos);
+  TEST_CASE("a format 3 profile in memory gives timings without sustained compute") {
+    const auto back = predecessor(3, 3);
     const auto timings = ddo::timings_at(back, 2048);
     REQUIRE(timings.size() == 4);
     CHECK(timings[0].compute_ms == doctest::Approx(ddo::compute_ms_at(back, back.groups[0], 2048)));
     CHECK(timings[0].streaming_compute_ms == 0.0);
-    // A format 3 file with a format 4 key is malformed, not silently upgraded.
-    std::string mixed = text;
-    mixed.insert(mixed.find("compute_ns_high"), "sustained_compute_ns_low = 5\n");
-    CHECK_THROWS_WITH_AS(
-        (void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
-        doctest::Contains("belongs to format 4 and later, but the file says format 3"),
-        ddo::format_error);
   }
 
   TEST_CASE("with sustained compute, timings give it as compute and the streaming pass apart") {
@@ -116,74 +117,70 @@ TEST_SUITE("profile") {
     CHECK(t[0].streaming_compute_ms == 0.0);
   }
 
-  TEST_CASE("a format 2 profile is read with lead-ins of 0 and formats back to its layout") {
-    const auto [back, text] = predecessor(2, 2);
-    CHECK(text.find("lead_in") == std::string::npos);
+  TEST_CASE("a format 2 profile in memory gives lead-ins of 0; format 1 has no timings") {
+    const auto back = predecessor(2, 2);
     const auto timings = ddo::timings_at(back, 2048);
     REQUIRE(timings.size() == 4);
     CHECK(timings[0].lead_in_ms == 0.0);
     CHECK(timings[0].compute_ms > 0.0);
-    // A format 2 file with a format 3 key is malformed, not silently upgraded.
-    std::string mixed = text;
-    mixed.insert(mixed.find("compute_ns_high"), "lead_in_ns_low = 5\n");
-    CHECK_THROWS_WITH_AS((void)ddo::profile_store::parse(mixed, "t.toml", "timed"),
-                         doctest::Contains("belongs to format 3 and later"), ddo::format_error);
-  }
-
-  TEST_CASE("a format 1 profile is read as a budget without timings") {
-    const std::string v1 =
-        "# ddo capacity profile: written by a zero-resident calibration run.\n"
-        "name = \"old\"\ndevice_name = \"NVIDIA H200\"\ntotal_vram_bytes = 85899345920\n"
-        "model_bytes = 1000\npeak_in_use_bytes = 10\nheadroom_bytes = 0\n"
-        "recommended_resident_budget_bytes = 5000\nfull_pin = true\n";
-    const auto p = ddo::profile_store::parse(v1, "old.toml", "old");
-    CHECK(p.format == 1);
-    CHECK(p.groups.empty());
-    CHECK(p.recommended_resident_budget_bytes == 5000);
-    CHECK(ddo::profile_store::format(p) == v1);  // formats back to the predecessor's layout
-    CHECK_THROWS_WITH_AS((void)ddo::timings_at(p, 1024), doctest::Contains("format 1"),
+    ddo::capacity_profile v1;
+    v1.format = 1;
+    v1.recommended_resident_budget_bytes = 5000;
+    CHECK_THROWS_WITH_AS((void)ddo::timings_at(v1, 1024), doctest::Contains("format 1"),
                          ddo::usage_error);
-    // A format 2 key without the format line is an error, not silently format 1.
-    CHECK_THROWS_AS((void)ddo::profile_store::parse(v1 + "tokens_low = 5\n", "old.toml", "old"),
-                    ddo::format_error);
   }
 
-  TEST_CASE("a newer format, a group missing a key or a bad token range are refused") {
+  TEST_CASE("a profile of another format, a group missing a key or a bad token range are refused") {
     std::mt19937_64 rng(1);
-    const auto good = ddo::profile_store::format(timed_profile(rng, 3));
-    const auto expect = [&](std::string text, const char* key, const char* says) {
+    const auto profile = timed_profile(rng, 3);
+    const auto good = ddo::profile_store::format(profile);
+    const auto expect = [&](const std::string& text, const char* key, const char* says) {
       try {
-        (void)ddo::profile_store::parse(text, "p.toml", "timed");
+        (void)ddo::profile_store::parse(text, "p.json", "timed");
         FAIL("no error");
       } catch (const ddo::format_error& e) {
-        CHECK(e.file() == "p.toml");
+        CHECK(e.file() == "p.json");
         CHECK(e.tensor() == key);
         CHECK(std::string(e.what()).find(says) != std::string::npos);
       }
     };
-    std::string newer = good;
-    newer.replace(newer.find("format = 4"), 10, "format = 5");
-    expect(newer, "format", "format 5 is not one this ddo reads (2 to 4");
+    expect(with_member(good, "format", "5"), "format", "format 5 is not one this ddo reads (4)");
     std::string no_lead_in = good;
-    no_lead_in.erase(no_lead_in.rfind("lead_in_ns_low"),
-                     no_lead_in.find('\n', no_lead_in.rfind("lead_in_ns_low")) -
-                         no_lead_in.rfind("lead_in_ns_low") + 1);
-    expect(no_lead_in, "groups", "lead_in_ns_low, lead_in_ns_high, sustained_compute_ns_low");
-    std::string no_transfer = good;
-    no_transfer.erase(no_transfer.rfind("transfer_ns"), no_transfer.find('\n', no_transfer.rfind("transfer_ns")) -
-                                                         no_transfer.rfind("transfer_ns") + 1);
-    expect(no_transfer, "groups", "is missing a key");
-    std::string twice = good +
-                        "\n[[groups]]\nname = \"transformer_blocks.0\"\npinned_bytes = 1\n"
-                        "staged_bytes = 0\nfile_bytes = 0\ntransfer_ns = 1\ncompute_ns_low = 1\n"
-                        "compute_ns_high = 1\nlead_in_ns_low = 0\nlead_in_ns_high = 0\n"
-                        "sustained_compute_ns_low = 0\nsustained_compute_ns_high = 0\n";
-    expect(twice, "groups", "appears twice");
-    std::string reversed = good;
-    reversed.replace(reversed.find("tokens_low = 1024"), 17, "tokens_low = 9999");
-    expect(reversed, "tokens_low", "tokens_low <= tokens_high");
-    expect(good + "[other]\n", "", "unknown table");
-    expect(good + "bogus = 1\n", "bogus", "unknown key");
+    const auto lead_in = no_lead_in.rfind("\"lead_in_ns_low\"");
+    no_lead_in.erase(lead_in, no_lead_in.find(", ", lead_in) + 2 - lead_in);
+    expect(no_lead_in, "groups", "group 2 is missing lead_in_ns_low");
+    auto twice = profile;
+    twice.groups[2].name = twice.groups[0].name;
+    expect(ddo::profile_store::format(twice), "groups", "appears twice");
+    expect(with_member(good, "tokens_low", "9999"), "tokens_low", "tokens_low <= tokens_high");
+    std::string unknown = good;
+    unknown.insert(2, "\"bogus\": 1,\n");
+    expect(unknown, "bogus", "unknown key 'bogus'");
+    expect(with_member(good, "full_pin", "1"), "full_pin", "full_pin must be true or false");
+    expect(with_member(good, "device_name", "7"), "device_name", "device_name must be a string");
+    expect(good.substr(0, good.size() / 2), "", "not a JSON capacity profile");
+    std::string duplicate = good;
+    duplicate.insert(2, "\"name\": \"timed\",\n");
+    expect(duplicate, "", "duplicate key");
+  }
+
+  TEST_CASE("a TOML profile of earlier versions is refused naming the file and what to do") {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("ddo-profile-toml-" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir);
+    { std::ofstream(dir / "old.toml") << "format = 4\nname = \"old\"\n"; }
+    const ddo::profile_store store(dir.string());
+    CHECK(store.path_of("old") == dir / "old.json");
+    const std::string names_it =
+        (dir / "old.toml").string() + ": a capacity profile in the TOML layout";
+    CHECK_THROWS_WITH_AS((void)store.find("old"), doctest::Contains(names_it.c_str()),
+                         ddo::format_error);
+    CHECK_THROWS_WITH_AS((void)store.find("old"),
+                         doctest::Contains("delete it and calibrate again (ddo-run --profile old "
+                                           "--calibrate, or build_profile)"),
+                         ddo::format_error);
+    CHECK_FALSE(store.find("other").has_value());
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("times and sizes beyond the stated bounds are refused naming the file, key and range") {
@@ -191,33 +188,29 @@ TEST_SUITE("profile") {
     // negative or non-finite time", naming neither the file nor the key.
     std::mt19937_64 rng(2);
     const auto good = ddo::profile_store::format(timed_profile(rng, 2));
-    const auto with = [&](const std::string& key, const std::string& value) {
-      std::string text = good;
-      const auto at = text.rfind("\n" + key + " = ") + 1;  // a whole key, not a suffix of one
-      text.replace(at, text.find('\n', at) - at, key + " = " + value);
-      return text;
-    };
     for (const char* key :
          {"transfer_ns", "compute_ns_low", "compute_ns_high", "lead_in_ns_low", "lead_in_ns_high",
           "sustained_compute_ns_low", "sustained_compute_ns_high"}) {
-      for (const char* value : {"18446744073709551615", "10000000000001", "99999999999999999999"}) {
+      for (const char* value :
+           {"18446744073709551615", "10000000000001", "99999999999999999999", "-1", "1.5"}) {
         CAPTURE(std::string(key));
         CAPTURE(std::string(value));
         CHECK_THROWS_WITH_AS(
-            (void)ddo::profile_store::parse(with(key, value), "p.toml", "timed"),
-            doctest::Contains(("p.toml: " + std::string(key) +
+            (void)ddo::profile_store::parse(with_member(good, key, value), "p.json", "timed"),
+            doctest::Contains(("p.json: " + std::string(key) +
                                " must be a whole number of nanoseconds from 0 to 10000000000000")
                                   .c_str()),
             ddo::format_error);
       }
-      CHECK_NOTHROW(
-          (void)ddo::profile_store::parse(with(key, "10000000000000"), "p.toml", "timed"));
+      CHECK_NOTHROW((void)ddo::profile_store::parse(with_member(good, key, "10000000000000"),
+                                                    "p.json", "timed"));
     }
     for (const char* key : {"pinned_bytes", "total_vram_bytes", "headroom_bytes"}) {
       CAPTURE(std::string(key));
       CHECK_THROWS_WITH_AS(
-          (void)ddo::profile_store::parse(with(key, "18014398509481985"), "p.toml", "timed"),
-          doctest::Contains(("p.toml: " + std::string(key) +
+          (void)ddo::profile_store::parse(with_member(good, key, "18014398509481985"), "p.json",
+                                          "timed"),
+          doctest::Contains(("p.json: " + std::string(key) +
                              " must be a whole number of bytes from 0 to 18014398509481984")
                                 .c_str()),
           ddo::format_error);

@@ -53,6 +53,22 @@ std::size_t entries(const fs::path& dir) {
 }
 }  // namespace
 
+namespace files_and_text_test {
+
+/// A complete profile file of @p name whose device_name is @p raw, written into the JSON text
+/// as it is (bytes the writer would have escaped).
+inline std::string profile_with_device_name(const std::string& name, const std::string& raw) {
+  ddo::capacity_profile p;
+  p.name = name;
+  p.device_name = "DEVICE";
+  std::string text = ddo::profile_store::format(p);
+  text.replace(text.find("DEVICE"), 6, raw);
+  return text;
+}
+
+}  // namespace files_and_text_test
+using files_and_text_test::profile_with_device_name;
+
 TEST_SUITE("reliability") {
   TEST_CASE("an atomic write replaces the file whole or not at all") {
     ddo_test::temp_dir dir;
@@ -185,7 +201,7 @@ TEST_SUITE("reliability") {
     const ddo::profile_store store(dir.file("."));
     REQUIRE(::mkfifo(store.path_of("piped").c_str(), 0600) == 0);
     CHECK_THROWS_WITH_AS((void)store.find("piped"), doctest::Contains("FIFO"), ddo::io_error);
-    const auto stale = fs::path(dir.file(".gone.toml.tmp-" + std::to_string(dead_pid()) + "-9"));
+    const auto stale = fs::path(dir.file(".gone.json.tmp-" + std::to_string(dead_pid()) + "-9"));
     std::ofstream(stale) << "half a profile";
     ddo::capacity_profile p;
     p.name = "run";
@@ -197,7 +213,7 @@ TEST_SUITE("reliability") {
     REQUIRE(back.has_value());
     CHECK(ddo::is_valid_utf8(back->device_name));
     CHECK(back->device_name == "GPU \\x01\\xff");
-    std::ofstream(store.path_of("bad")) << "name = \"bad\"\nmodel_bytes = 12\xff\n";
+    std::ofstream(store.path_of("bad")) << profile_with_device_name("bad", "12\xff");
     try {
       (void)store.find("bad");
       FAIL("no error");
@@ -317,7 +333,10 @@ TEST_SUITE("reliability") {
     SUBCASE("profile file") {
       ddo_test::temp_dir dir;
       const ddo::profile_store store(dir.file("."));
-      std::ofstream(store.path_of("bad")) << "name = \"bad\"\nmodel_bytes = 12" << bad << "\n";
+      // The control byte as JSON writes it (a raw one is a JSON syntax error, which names its
+      // offset, not the text).
+      std::ofstream(store.path_of("bad"))
+          << profile_with_device_name("bad", "\xff\xfe\\u001bz");
       check_throws([&] { (void)store.find("bad"); }, shown);
     }
   }

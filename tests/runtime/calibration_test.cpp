@@ -133,7 +133,7 @@ TEST_SUITE("runtime") {
       CHECK(gp.compute_ns_high >= static_cast<std::uint64_t>(high_ms * 1e6 * 0.99));
     }
     // The profile round-trips through the store and feeds the planner.
-    const auto back = ddo::profile_store::parse(ddo::profile_store::format(profile), "x.toml", "calib-test");
+    const auto back = ddo::profile_store::parse(ddo::profile_store::format(profile), "x.json", "calib-test");
     CHECK(back == profile);
     const auto timings = ddo::timings_at(profile, 300);
     REQUIRE(timings.size() == 6);

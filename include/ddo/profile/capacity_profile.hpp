@@ -16,8 +16,9 @@
 /// with tokens; profile/profile_timings.hpp interpolates); format 3 adds the engine's time
 /// between groups (lead-ins), format 4 the compute timed back to back (the GPU's sustained
 /// clock). It names the device, the transport and the model (a fingerprint of the weight table,
-/// profile/model_fingerprint.hpp), so that a profile measured elsewhere is not applied. Format 1
-/// profiles (budget only, no groups) are still read: they give a budget, never timings.
+/// profile/model_fingerprint.hpp), so that a profile measured elsewhere is not applied. Files are
+/// JSON (profile/profile_store.hpp) of format 4; a profile built in code with an earlier format
+/// plans as that format did (format 1: a budget, never timings).
 
 #include <algorithm>
 #include <cstdint>
@@ -31,8 +32,9 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief The profile format this ddo writes; it reads this one and its predecessors (3: no
-/// sustained compute times, read as 0; 2: no lead-in times either; 1: a resident budget only).
+/// @brief The profile format this ddo writes and reads (JSON files). Its predecessors (3: no
+/// sustained compute times; 2: no lead-in times either; 1: a resident budget only) were TOML files,
+/// no longer read; the planner still honours a profile built in code with one.
 inline constexpr int capacity_profile_format = 4;
 
 /// @brief What calibration measured for one execution group (nanoseconds, medians over the

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief ddo::profile_store: capacity profiles on disk, one `<name>.toml` file per workload under
+/// @brief ddo::profile_store: capacity profiles on disk, one `<name>.json` file per workload under
 /// `DDO_PROFILE_DIR` (default `~/.ddo/profiles`).
 ///
-/// The files are a small TOML subset that ddo writes itself (`key = value`, quoted strings,
-/// integers, booleans, `[[groups]]` tables), so the core reads them without toml++ and any TOML tool can read them.
+/// The files are JSON, written by ddo's JSON writer and read by its JSON reader (core/), so the
+/// core reads them without a parser of their own and any JSON tool can read them. A `<name>.toml`
+/// profile of earlier ddo versions is refused with a message naming it and what to do.
 /// Saves are atomic (write to a temporary file, then rename), so a run that crashes mid-save never
 /// leaves a half profile for the next run to trust.
 
@@ -21,6 +22,9 @@
 
 namespace ddo {
 inline namespace v0 {
+namespace detail {
+class json_value;
+}  // namespace detail
 
 /// @brief Expands a leading "~" or "~/" with $HOME (the reference's default `~/.ddo/profiles`).
 [[nodiscard]] DDO_INLINE std::filesystem::path expand_home(std::string_view path);
@@ -48,26 +52,23 @@ class profile_store {
   /// @throws io_error naming the path on failure (nothing half-written is left behind).
   void save(const capacity_profile& profile) const;
 
-  /// @brief The text of a profile file, in the profile's format (1 to 3: the predecessors'
-  /// layouts, so that a profile read from one formats back to the same text).
+  /// @brief The text of a profile file: one JSON object, a member per line, with `format`
+  /// (capacity_profile_format), the budget and calibration keys, and `groups`, an array of one
+  /// object per execution group.
   [[nodiscard]] static std::string format(const capacity_profile& p);
 
-  /// @brief Parses a profile file's text: format 4 (a `format = 4` line before any group, the
-  /// keys of format 1 and the calibration's, then one `[[groups]]` table per execution group),
-  /// format 3 (the same with `format = 3` and groups without the sustained-compute keys, read as
-  /// 0: not measured), format 2 (nor the lead-in keys, read as 0), or format 1 (no `format`
-  /// line, exactly the budget keys). Every key of the file's format must be present exactly
-  /// once.
-  /// @throws format_error naming @p file and the key; a profile of a newer format is refused
-  /// with the formats this ddo reads.
+  /// @brief Parses a profile file's text (format()'s layout; any JSON spacing). Every key must be
+  /// present exactly once, none unknown; times and sizes within the stated bounds.
+  /// @throws format_error naming @p file and the key; a profile of another format is refused
+  /// with the format this ddo reads.
   [[nodiscard]] static capacity_profile parse(std::string_view text, const std::string& file,
                                               std::string_view expected_name);
 
  private:
-  static std::string_view trim(std::string_view s);
-  static std::string escape(std::string_view s);
-  static std::string parse_string(std::string_view v, const std::string& file,
-                                  const std::string& key);
+  static std::string text_of(const detail::json_value& v, const std::string& file,
+                             const std::string& key);
+  static std::uint64_t number_of(const detail::json_value& v, const std::string& file,
+                                 const std::string& key);
   static std::uint64_t parse_u64(std::string_view v, const std::string& file,
                                  const std::string& key);
 

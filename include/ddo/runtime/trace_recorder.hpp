@@ -36,7 +36,8 @@ class trace_recorder final : public trace_sink {
 
   void on_span(const trace_span& s) override {
     std::lock_guard lock(mutex_);
-    records_.push_back({s.kind, std::string(s.name), s.group, s.bytes, s.start_us, s.end_us, s.device});
+    records_.push_back(
+        {s.kind, std::string(s.name), s.group, s.bytes, s.start_us, s.end_us, s.device});
   }
 
   /// @brief A copy of the spans so far.
@@ -52,11 +53,12 @@ class trace_recorder final : public trace_sink {
     std::lock_guard lock(mutex_);
     chrome_trace_writer trace;
     for (const auto& r : records_) {
-      const trace_track track = !r.device                ? trace_track::host
+      const trace_track track = !r.device                   ? trace_track::host
                                 : r.kind == span_kind::copy ? trace_track::copy_stream
                                                             : trace_track::compute_stream;
-      trace.complete(r.name, to_string(r.kind), track, r.start_us, r.end_us - r.start_us,
-                     [&](json_writer& args) { args.member("group", r.group).member("bytes", r.bytes); });
+      trace.complete(
+          r.name, to_string(r.kind), track, r.start_us, r.end_us - r.start_us,
+          [&](json_writer& args) { args.member("group", r.group).member("bytes", r.bytes); });
     }
     out << trace.finish();
   }
