@@ -77,7 +77,9 @@ struct runtime_options {
   std::string cache_namespace;
   /// One host copy shared by several offloaders (memory/shared_weight_store.hpp): every pinned
   /// streamed weight is copied from the store (added there once if missing) instead of a block
-  /// of this offloader's; the store outlives the offloaders holding it. Null: none.
+  /// of this offloader's; the store outlives the offloaders holding it. With a store,
+  /// pinned_cache and pin_in_place are not used (the store holds host sources' copies too).
+  /// Null: none.
   std::shared_ptr<shared_weight_store> weight_store;
   /// Hard cap on ddo's device bytes (resident weights + ring); 0: what the transport has free.
   std::uint64_t device_budget_bytes = 0;
