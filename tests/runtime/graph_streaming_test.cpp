@@ -147,6 +147,37 @@ TEST_CASE("graph streaming: teardown right after a launch") {
   CHECK(sim.device_bytes_in_use() == 0);
 }
 
+TEST_CASE(
+    "graph streaming: release_device leaves graph mode; eager steps and a new capture follow") {
+  using namespace graph_streaming_test;
+  auto m = pinned_model(10, 11);
+  ddo::host_sim_options so;
+  so.wait_value_timeout_ms = 5000;
+  host_sim_transport sim(so);
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  checker check;
+  {
+    offloader off(sim, m->table, m->plan, poisoned(3));
+    for (int round = 0; round < 2; ++round) {
+      CAPTURE(round);
+      const auto graph = capture_step(sim, off, s, *m, check);
+      for (int replay = 0; replay < 5; ++replay) off.launch_graph(graph, s);
+      off.release_device();  // a pipeline's phase switch: ends graph mode
+      CHECK_FALSE(off.graph_mode());
+      off.restore_device();
+      for (std::size_t g = 0; g < off.group_count(); ++g) {  // eager again
+        auto lease = off.acquire(g, s);
+        check.enqueue(sim, s, *m, lease);
+      }
+    }
+  }
+  sim.synchronize(s);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == 12 * model_bytes(*m));
+  CHECK(sim.pinned_bytes_in_use() == 0);
+}
+
 TEST_CASE("graph streaming: what a replay cannot do is refused") {
   using namespace graph_streaming_test;
   auto m = pinned_model(8, 9);  // streamed: 0 2 3 5 6 (1, 4, 7 resident)
