@@ -148,6 +148,10 @@ class offloader_core {
   void wait_staged(slot_state<T>& st);
   void load(std::size_t g, std::size_t s);
   void load_unguarded(std::size_t g, std::size_t s);
+  /// Enqueues on @p v the copies of @p gr's pinned bytes (its packed block, in chunks of
+  /// max_copy_bytes, and its pieces pinned in place) into the slot image at @p image; the eager
+  /// load and the graph's per-position load share it.
+  void copy_pinned_parts(const group_runtime& gr, std::byte* image, stream_view v, step_metrics& step);
   // A constrained member template, so that an explicit instantiation for a transport without
   // stable addresses (ddo/instantiate.hpp) leaves it out: explicit instantiation never
   // instantiates member templates, while constrained non-template members are skipped only by

@@ -184,19 +184,7 @@ void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
   }
   if (!compute_only_) {
     if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, v);
-    if (gr.has_block_copy()) {
-      const std::uint64_t chunk =
-          options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
-      for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
-        t_.copy_to_device(st.base + off, gr.block_data() + off,
-                          std::min(chunk, gr.pinned_bytes - off), v);
-        ++step.copies;
-      }
-    }
-    for (const auto& piece : gr.in_place) {
-      t_.copy_to_device(st.base + piece.slot_offset, piece.host, piece.bytes, v);
-      ++step.copies;
-    }
+    copy_pinned_parts(gr, st.base, v, step);
     ++step.group_loads;
     for (std::size_t i = 0; i < transfer_source_count; ++i)
       step.bytes_by_source[i] += gr.bytes_by_source[i];

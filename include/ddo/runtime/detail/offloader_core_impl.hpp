@@ -216,6 +216,22 @@ void offloader_core<T>::wait_staged(slot_state<T>& st) {
 }
 
 template <class T>
+void offloader_core<T>::copy_pinned_parts(const group_runtime& gr, std::byte* image, stream_view v,
+                                          step_metrics& step) {
+  if (gr.has_block_copy()) {
+    const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
+    for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
+      t_.copy_to_device(image + off, gr.block_data() + off, std::min(chunk, gr.pinned_bytes - off), v);
+      ++step.copies;
+    }
+  }
+  for (const auto& piece : gr.in_place) {
+    t_.copy_to_device(image + piece.slot_offset, piece.host, piece.bytes, v);
+    ++step.copies;
+  }
+}
+
+template <class T>
 void offloader_core<T>::prefetch() {
   if (graph_.active) return;  // graph mode: loads are enqueued by launch_graph only
   if (!ring_schedule_.prefetch([this](std::size_t g, std::size_t s) { load(g, s); }))
@@ -273,18 +289,7 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
     t_.wait(v, st.ready);
     if (options_.poison_slots) t_.fill_device(st.image, poison_byte, gr.slot_bytes, v);
     if (t_start != no_group) t_.record(timing_.at(t_start), v);
-    if (gr.has_block_copy()) {
-      const std::uint64_t chunk = options_.max_copy_bytes == 0 ? gr.pinned_bytes : options_.max_copy_bytes;
-      for (std::uint64_t off = 0; off < gr.pinned_bytes; off += chunk) {
-        t_.copy_to_device(st.image + off, gr.block_data() + off,
-                          std::min(chunk, gr.pinned_bytes - off), v);
-        ++step.copies;
-      }
-    }
-    for (const auto& piece : gr.in_place) {
-      t_.copy_to_device(st.image + piece.slot_offset, piece.host, piece.bytes, v);
-      ++step.copies;
-    }
+    copy_pinned_parts(gr, st.image, v, step);
     if (!gr.has_staged_part()) {
       if (t_end != no_group) t_.record(timing_.at(t_end), v);
       t_.record(st.ready, v);
