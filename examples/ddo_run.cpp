@@ -355,7 +355,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (opt.verify) ctx.setup.runtime.poison_released_slots = true;
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
   if (opt.graph) {
-    if constexpr (!ddo::detail::graph_streaming_transport<typename Engine::transport_type>) {
+    if constexpr (!ddo::graph_streaming_transport<typename Engine::transport_type>) {
       std::fprintf(stderr, "ddo-run: --graph runs on the linear route (or host_sim's); this run's "
                            "transport is '%s' (the VMM routes replay a graph only with every group "
                            "loaded, which ddo-run does not capture)\n",
@@ -503,7 +503,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
         }
       }
     };
-    if constexpr (ddo::detail::graph_streaming_transport<typename Engine::transport_type>) {
+    if constexpr (ddo::graph_streaming_transport<typename Engine::transport_type>) {
       if (opt.graph) {
         // --graph: the first step captured (acquires, GEMMs, lease drops), every step launched;
         // through ddo when the capture entered graph streaming (ddo enqueues the step's loads).

@@ -62,7 +62,7 @@ struct device_result {
   std::string error;  // empty: ran
 };
 
-namespace devices_detail {
+namespace devices_internal {
 
 /// Holds every device until all finished setup (or failed), so the steady steps overlap.
 class start_gate {
@@ -156,7 +156,7 @@ void run_device(const devices_inputs& in, typename Engine::transport_type transp
   }
 }
 
-}  // namespace devices_detail
+}  // namespace devices_internal
 
 /// The --devices run over the transports @p transports (one per device, made by the caller:
 /// CUDA has started, so @p host_memory's baseline holds its context). Returns 0, or 1 when a
@@ -196,11 +196,11 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
   else
     std::printf("no bound measured (--no-bound)\n");
   std::fflush(stdout);
-  devices_detail::start_gate gate(n);
+  devices_internal::start_gate gate(n);
   std::vector<std::thread> threads;
   for (std::size_t d = 0; d < n; ++d)
     threads.emplace_back([&, d, t = std::move(transports[d])]() mutable {
-      devices_detail::run_device<Engine>(in, std::move(t), shards[d], store, gate, results[d]);
+      devices_internal::run_device<Engine>(in, std::move(t), shards[d], store, gate, results[d]);
     });
   for (auto& t : threads) t.join();
   host_memory.sample();

@@ -37,6 +37,12 @@
 namespace ddo {
 inline namespace v0 {
 
+/// @brief Transports whose offloader streams through a captured step (launch_graph): CUDA-graph
+/// support with slot addresses the runtime owns (docs/cuda-graphs.md). The public name of the
+/// runtime's own condition, for engines that choose their replay path at compile time.
+template <class T>
+concept graph_streaming_transport = detail::graph_streaming_transport<T>;
+
 /// @brief The offload runtime over one transport. Move-only; leases point into it, so it must
 /// outlive them (moving the offloader does not invalidate leases).
 /// @tparam Transport a ddo::transport (host_sim_transport, linear_transport, ...).
