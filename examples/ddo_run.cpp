@@ -26,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -76,6 +77,7 @@
 #include "runner/progress.hpp"
 #include "runner/run_model.hpp"
 #include "runner/run_setup.hpp"
+#include "runner/setup_floor.hpp"
 #include "runner/setup_progress_printer.hpp"
 #include "runner/step_summary.hpp"
 #include "runner/synthetic_forward.hpp"
@@ -111,6 +113,7 @@ struct run_options {
   int steps = 0;              // 0: the default for the device
   int warmup = 1;             // --warmup: untimed-for-the-median steps before the steady ones
   bool bound = true;          // --no-bound: skip measuring C and B (scripts that check the plan)
+  bool setup_floor = false;   // --setup-floor: measure the setup's floor before the setup
   std::int64_t tokens = 0;    // 0: the default for the device
   bool verify = false;
   std::string trace_path;
@@ -284,6 +287,16 @@ struct run_context {
   std::string model_name;
 };
 
+/// The setup against its floor (runner/setup_floor.hpp), measured in this run.
+void print_setup_floor(const ddo::runner::setup_floor& f, double setup_s) {
+  std::printf("setup floor (measured before the setup, same page cache): parallel read of %s into "
+              "fresh page-aligned memory %.2f s (%.1f GB/s, %zu threads), registering those bytes "
+              "%.2f s (%.1f GB/s)%s; setup / max(read, registration) = %.2fx (goal <= 1.3x)\n",
+              gb(f.bytes).c_str(), f.read_s, f.read_gbps(), f.threads, f.register_s,
+              f.register_gbps(), f.registered ? "" : " (the transport refused a chunk)",
+              f.floor_s() > 0 ? setup_s / f.floor_s() : 0.0);
+}
+
 /// The accounted peak against the card, printed; false when it is over (a failed run).
 bool report_budget(const run_context& ctx, std::uint64_t ddo_peak,
                    const ddo::runner::device_memory_sampler* sampler) {
@@ -377,6 +390,14 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   // (the same measurements as --compare's, runner/compare_run.hpp).
   std::optional<ddo::runner::measured_bound> bound;
   if (opt.bound) bound = measure_bound<Engine>(ctx, transport);
+  // The setup's floor, on the same transport and page cache, just before the setup (which reads
+  // the same files): as many reader threads as the machine has, up to 16.
+  std::optional<ddo::runner::setup_floor> floor;
+  if (opt.setup_floor) {
+    std::fprintf(stderr, "ddo-run: measuring the setup's floor (parallel read, registration)...\n");
+    floor = ddo::runner::measure_setup_floor(
+        ctx.table, transport, std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  }
   auto prepared = ddo::prepare_offload<>(ctx.table, ctx.settings, ctx.setup, std::move(transport));
   auto& setup = prepared.setup;
   const auto& overlap = prepared.profile;
@@ -426,9 +447,11 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   setup_progress.finish();
   trace.reset_origin();  // the runtime's spans count from the end of its setup too
   host_memory.sample();
-  std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", seconds_since(setup_t0),
+  const double setup_s = seconds_since(setup_t0);
+  std::printf("\nsetup: %.2f s; ring %zu x %s, ddo device bytes %s\n", setup_s,
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
+  if (floor) print_setup_floor(*floor, setup_s);
   if constexpr (requires { offloader.transport().file_io_description(); })
     std::printf("file route: %s\n", offloader.transport().file_io_description().c_str());
 
@@ -870,6 +893,9 @@ int run(int argc, char** argv) {
       "no-bound",
       "Do not measure the bound max(C, W / B) before the steps (C costs up to four steps of "
       "compute; for scripts that check the plan, not the speed)")(
+      "setup-floor", po::bool_switch(&opt.setup_floor),
+      "Before the setup, measure its floor (a parallel read of the model files into fresh "
+      "page-aligned memory; registering those bytes) and print setup / max(read, registration)")(
       "tokens", po::value<std::int64_t>()->value_name("T"),
       "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
       "verify", po::bool_switch(&opt.verify),

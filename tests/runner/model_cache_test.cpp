@@ -11,6 +11,8 @@
 #include <string>
 
 #include "ddo/model/safetensors.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "runner/setup_floor.hpp"
 
 namespace {
 
@@ -105,6 +107,29 @@ TEST_SUITE("runner") {
     CHECK(first == second);
     CHECK(std::filesystem::last_write_time(second) == when);
     CHECK(entries(dir.path) == 1);  // no temporary directory left behind
+  }
+
+  TEST_CASE("the setup floor reads every file byte into fresh pages and registers them") {
+    temp_dir dir;
+    auto o = small_model();
+    o.shards = 2;
+    const auto table = ddo::load_safetensors(ddo::runner::ensure_synthetic_model(o, dir.path));
+    std::uint64_t file_bytes = 0;
+    for (const auto& f : table.files()) file_bytes += std::filesystem::file_size(f);
+    ddo::host_sim_transport t;
+    // chunks smaller than a file: several per file, the last one short
+    const auto f = ddo::runner::measure_setup_floor(table, t, 3, 64 * ddo::kib);
+    CHECK(f.bytes == file_bytes);
+    CHECK(f.threads == 3);
+    CHECK(f.registered);
+    CHECK(f.read_s > 0.0);
+    CHECK(f.floor_s() == std::max(f.read_s, f.register_s));
+    CHECK(t.registered_bytes_in_use() == 0);  // every chunk unregistered
+    CHECK(t.ledger().peak(ddo::ledger_kind::registered) == 64 * ddo::kib);
+    ddo::host_sim_options refuse;
+    refuse.fail_host_registration = true;
+    ddo::host_sim_transport refusing(refuse);
+    CHECK_FALSE(ddo::runner::measure_setup_floor(table, refusing, 1).registered);
   }
 
   TEST_CASE("a sharded model is cached under its index") {
