@@ -114,6 +114,7 @@ struct run_options {
   int warmup = 1;             // --warmup: untimed-for-the-median steps before the steady ones
   bool bound = true;          // --no-bound: skip measuring C and B (scripts that check the plan)
   bool setup_floor = false;   // --setup-floor: measure the setup's floor before the setup
+  bool parallel_setup = false;  // --parallel-setup: runtime_options::parallel_setup
   std::int64_t tokens = 0;    // 0: the default for the device
   bool verify = false;
   std::string trace_path;
@@ -439,6 +440,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   const auto setup_t0 = std::chrono::steady_clock::now();
   ddo::runner::setup_progress_printer setup_progress;
   setup.runtime.on_setup_progress = setup_progress.callback();
+  setup.runtime.parallel_setup = opt.parallel_setup;
   // ddo-run prints its own summary below (the same totals, with the route and host memory):
   // the library's show_profile summary would repeat it.
   setup.runtime.profile_summary = nullptr;
@@ -896,6 +898,9 @@ int run(int argc, char** argv) {
       "setup-floor", po::bool_switch(&opt.setup_floor),
       "Before the setup, measure its floor (a parallel read of the model files into fresh "
       "page-aligned memory; registering those bytes) and print setup / max(read, registration)")(
+      "parallel-setup", po::bool_switch(&opt.parallel_setup),
+      "Pack and page-lock the streamed groups beside the residents' upload at setup "
+      "(runtime_options::parallel_setup; off by default)")(
       "tokens", po::value<std::int64_t>()->value_name("T"),
       "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
       "verify", po::bool_switch(&opt.verify),

@@ -33,7 +33,8 @@ struct device_checker {
   void enqueue(host_sim_transport& sim, host_sim_transport::stream_view s,
                const ddo_test::synthetic_model& m, const Lease& lease, int stall_us = 0) {
     std::vector<std::pair<const std::byte*, std::size_t>> items;
-    for (std::size_t i = 0; i < lease.size(); ++i) items.emplace_back(lease.data(i), lease.weight_index(i));
+    for (std::size_t i = 0; i < lease.size(); ++i)
+      items.emplace_back(lease.data(i), lease.weight_index(i));
     sim.enqueue(s, [this, &m, items = std::move(items), stall_us] {
       if (stall_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(stall_us));
       for (const auto& [p, w] : items) {
@@ -222,22 +223,72 @@ TEST_CASE("teardown returns device and pinned bytes to their start values") {
 }
 
 TEST_CASE("a failed setup releases what it had allocated") {
-  ddo_test::model_spec spec;
-  auto m = ddo_test::make_model(spec);
-  ddo::host_sim_options o;
-  o.fail_host_registration = true;
-  host_sim_transport sim(o);
-  auto opts = test_options();
-  opts.allow_pin_fallback = false;
-  try {
-    offloader off(sim, m->table, m->plan, opts);
-    FAIL("setup succeeded although pinning failed without fallback");
-  } catch (const ddo::out_of_memory& e) {
-    CHECK(e.tier() == ddo::memory_tier::pinned_host);
-    CHECK(std::string(e.what()).find("allow_pin_memory_fallback") != std::string::npos);
+  for (const bool parallel : {false, true}) {
+    CAPTURE(parallel);
+    ddo_test::model_spec spec;
+    auto m = ddo_test::make_model(spec);
+    ddo::host_sim_options o;
+    o.fail_host_registration = true;
+    host_sim_transport sim(o);
+    auto opts = test_options();
+    opts.allow_pin_fallback = false;
+    opts.parallel_setup = parallel;  // the pinning fails on its own thread, beside the upload
+    try {
+      offloader off(sim, m->table, m->plan, opts);
+      FAIL("setup succeeded although pinning failed without fallback");
+    } catch (const ddo::out_of_memory& e) {
+      CHECK(e.tier() == ddo::memory_tier::pinned_host);
+      CHECK(std::string(e.what()).find("allow_pin_memory_fallback") != std::string::npos);
+    }
+    CHECK(sim.device_bytes_in_use() == 0);
+    CHECK(sim.pinned_bytes_in_use() == 0);
   }
-  CHECK(sim.device_bytes_in_use() == 0);
-  CHECK(sim.pinned_bytes_in_use() == 0);
+}
+
+TEST_CASE("parallel setup (pinning beside the residents' upload) delivers every byte") {
+  for (const bool refuse : {false, true}) {
+    CAPTURE(refuse);  // refused registration: the fallback stages more than the buffers had
+    ddo_test::model_spec spec;
+    spec.groups = 10;
+    spec.seed = 4040;
+    auto m = ddo_test::make_model(spec);
+    // Two steps after a sequential and after a parallel setup: the same bytes from the same
+    // sources, every one of them right.
+    std::vector<ddo::offload_metrics> seen;
+    for (const bool parallel : {false, true}) {
+      CAPTURE(parallel);
+      ddo::host_sim_options o;
+      o.fail_host_registration = refuse;
+      host_sim_transport sim(o);
+      auto s = sim.make_stream();
+      auto opts = test_options();
+      opts.parallel_setup = parallel;
+      opts.pin_workers = 3;
+      device_checker check;
+      {
+        offloader off(sim, m->table, m->plan, opts);
+        for (int step = 0; step < 2; ++step)
+          for (std::size_t g = 0; g < off.group_count(); ++g) {
+            auto lease = off.acquire(g, sim.view(s));
+            check.enqueue(sim, sim.view(s), *m, lease);
+          }
+        sim.synchronize(sim.view(s));
+        seen.push_back(off.metrics(true));
+      }
+      CHECK(check.mismatches == 0);
+      CHECK(check.checked > 0);
+      CHECK(sim.device_bytes_in_use() == 0);
+      CHECK(sim.pinned_bytes_in_use() == 0);
+    }
+    const std::uint64_t pinned = m->plan.total_bytes(ddo::placement::pinned_host);
+    CHECK(pinned > 0);
+    CHECK(m->plan.total_bytes(ddo::placement::gpu_resident) > 0);
+    CHECK(seen[1].pin_fallback_bytes == (refuse ? pinned : 0));
+    CHECK(seen[1].pinned_bytes == (refuse ? 0 : seen[0].pinned_bytes));
+    for (const auto source : {ddo::transfer_source::pinned, ddo::transfer_source::pageable_staged,
+                              ddo::transfer_source::file})
+      CHECK(seen[1].totals.bytes(source) == seen[0].totals.bytes(source));
+  }
 }
 
 TEST_CASE("pinning failure with fallback allowed stages the weights and reports it") {
@@ -308,7 +359,8 @@ TEST_CASE("a plan that does not match the table is refused") {
   bool any_streamed = false;
   for (std::size_t w : m->plan.groups[0].weights)
     any_streamed |= m->plan.decisions[w].where != ddo::placement::gpu_resident;
-  if (any_streamed) CHECK_THROWS_AS(offloader(sim, m->table, plan, test_options()), ddo::usage_error);
+  if (any_streamed)
+    CHECK_THROWS_AS(offloader(sim, m->table, plan, test_options()), ddo::usage_error);
 }
 
 TEST_CASE("swap strategy writes device addresses for the lease and restores host pointers") {
@@ -544,7 +596,8 @@ TEST_CASE("metrics time copies and stalls under a bandwidth limit, and trace the
     for (int step = 0; step < 3; ++step)
       for (std::size_t g = 0; g < off.group_count(); ++g) {
         auto lease = off.acquire(g, sim.view(s));
-        sim.enqueue(sim.view(s), [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+        sim.enqueue(sim.view(s),
+                    [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
       }
     sim.synchronize(sim.view(s));
     const auto metrics = off.metrics(true);
@@ -561,7 +614,8 @@ TEST_CASE("metrics time copies and stalls under a bandwidth limit, and trace the
   }
   const auto records = trace.records();
   auto count = [&](ddo::span_kind k) {
-    return std::count_if(records.begin(), records.end(), [&](const auto& r) { return r.kind == k; });
+    return std::count_if(records.begin(), records.end(),
+                         [&](const auto& r) { return r.kind == k; });
   };
   CHECK(count(ddo::span_kind::copy) >= 12);
   CHECK(count(ddo::span_kind::stall) >= 12);
@@ -750,8 +804,9 @@ TEST_CASE("pinning in place registers the engine's pages once and returns them a
   CHECK(sim.registered_bytes_in_use() == 0);
   spec.pinned_from_file = false;  // every pinned weight in host memory: the in-place path refuses
   auto host_only = ddo_test::make_model(spec);
-  CHECK_THROWS_WITH_AS(ddo::basic_offloader<host_sim_transport>(sim, host_only->table, host_only->plan, opts),
-                       doctest::Contains("in place"), ddo::out_of_memory);
+  CHECK_THROWS_WITH_AS(
+      ddo::basic_offloader<host_sim_transport>(sim, host_only->table, host_only->plan, opts),
+      doctest::Contains("in place"), ddo::out_of_memory);
 }
 
 TEST_CASE("pageable groups staged by several copy threads through large buffers arrive intact") {

@@ -59,8 +59,10 @@ expected_bytes expected_for(const ddo_test::synthetic_model& m, bool in_place) {
       e.uploading += m.table[w].bytes;
       if (file) e.reading += m.table[w].bytes;
     } else if (where == ddo::placement::pinned_host) {
-      if (file) e.reading += m.table[w].bytes;
-      else if (!in_place) e.packing += m.table[w].bytes;
+      if (file)
+        e.reading += m.table[w].bytes;
+      else if (!in_place)
+        e.packing += m.table[w].bytes;
     }
   }
   return e;
@@ -73,27 +75,31 @@ TEST_SUITE_BEGIN("runtime");
 TEST_CASE("setup reports reading, packing, pinning and uploading up to their totals") {
   for (int workers : {1, 3}) {
     for (bool in_place : {false, true}) {
-      ddo_test::model_spec spec;
-      spec.groups = 9;
-      spec.seed = 300 + static_cast<std::uint32_t>(workers);
-      auto m = ddo_test::make_model(spec);
-      ddo::host_sim_transport sim;
-      progress_log log;
-      ddo::runtime_options o;
-      o.pin_workers = workers;
-      o.pin_in_place = in_place;
-      o.staging_buffer_bytes = 64 * 1024;
-      o.on_setup_progress = log.callback();
-      ddo::basic_offloader<ddo::host_sim_transport> off(sim, m->table, m->plan, o);
-      const auto e = expected_for(*m, in_place);
-      CHECK(log.check(setup_phase::reading) == e.reading);
-      CHECK(log.check(setup_phase::packing) == e.packing);
-      CHECK(log.check(setup_phase::uploading) == e.uploading);
-      const std::uint64_t pinning = log.check(setup_phase::pinning);
-      CHECK(pinning == off.metrics().pinned_bytes);  // every byte page-locked was reported
-      CHECK(pinning > 0);
-      CHECK(e.reading > 0);
-      CHECK(e.uploading > 0);
+      for (bool parallel : {false, true}) {  // pinning beside the residents' upload
+        CAPTURE(parallel);
+        ddo_test::model_spec spec;
+        spec.groups = 9;
+        spec.seed = 300 + static_cast<std::uint32_t>(workers);
+        auto m = ddo_test::make_model(spec);
+        ddo::host_sim_transport sim;
+        progress_log log;
+        ddo::runtime_options o;
+        o.pin_workers = workers;
+        o.pin_in_place = in_place;
+        o.parallel_setup = parallel;
+        o.staging_buffer_bytes = 64 * 1024;
+        o.on_setup_progress = log.callback();
+        ddo::basic_offloader<ddo::host_sim_transport> off(sim, m->table, m->plan, o);
+        const auto e = expected_for(*m, in_place);
+        CHECK(log.check(setup_phase::reading) == e.reading);
+        CHECK(log.check(setup_phase::packing) == e.packing);
+        CHECK(log.check(setup_phase::uploading) == e.uploading);
+        const std::uint64_t pinning = log.check(setup_phase::pinning);
+        CHECK(pinning == off.metrics().pinned_bytes);  // every byte page-locked was reported
+        CHECK(pinning > 0);
+        CHECK(e.reading > 0);
+        CHECK(e.uploading > 0);
+      }
     }
   }
 }

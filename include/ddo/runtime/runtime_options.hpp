@@ -68,6 +68,11 @@ struct runtime_options {
   /// but a second host copy of the pinned weights). Saves host RAM and setup time; costs
   /// bandwidth when weights are small (2 MiB copies run ~6% slower). File sources are packed.
   bool pin_in_place = false;
+  /// Setup packs and page-locks the streamed groups on a thread of its own while the calling
+  /// thread uploads the resident weights, so reading, page-locking and uploading overlap
+  /// (issue 25 item 6; not with native VMM, whose windows are made after the pinning). Off by
+  /// default: not yet measured on a GPU (ddo-run --parallel-setup --setup-floor measures it).
+  bool parallel_setup = false;
   /// Continue with staged copies when page-locking fails (allow_pin_memory_fallback);
   /// otherwise setup throws out_of_memory(memory_tier::pinned_host, ...).
   bool allow_pin_fallback = true;

@@ -138,6 +138,7 @@ class offloader_core {
   // setup
   void plan_setup_progress();
   void upload_residents(setup_meter* meter);
+  bool pin_beside_upload();
   void allocate_ring(std::size_t max_slots);
   void free_device_side() noexcept;
   [[noreturn]] void throw_released(std::size_t g) const;

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <variant>
 
@@ -67,20 +70,24 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     copy_stream_ = t_.make_stream();
     staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
     plan_setup_progress();
-    pinning_.pin(t_, layout_, table, plan_, options_, files_, meter_);
-    // After pinning: a pin fallback adds staged pieces, and the native stager keys on them.
-    if (options_.native_vmm.enabled) {
-      native_.prepare(t_, options_.native_vmm, layout_, files_, options_.allow_pin_fallback);
-      staging_.use_native(&native_);
+    if (options_.parallel_setup && !options_.native_vmm.enabled) {
+      setup_only_staging = pin_beside_upload();
     } else {
-      // Buffers as large as what passes through them, capped by the setting (staging_size.hpp);
-      // a transport that reads files into the device itself needs them only for host bytes.
-      const auto demand = staging_demand_of(layout_, table, transport_with_file_reads<T>);
-      const std::uint64_t bytes = staging_buffer_bytes_for(demand, options_.staging_buffer_bytes);
-      if (bytes != 0) staging_.ensure_buffers(bytes);
-      setup_only_staging = demand.run_bytes == 0;
+      pinning_.pin(t_, layout_, table, plan_, options_, files_, meter_);
+      // After pinning: a pin fallback adds staged pieces, and the native stager keys on them.
+      if (options_.native_vmm.enabled) {
+        native_.prepare(t_, options_.native_vmm, layout_, files_, options_.allow_pin_fallback);
+        staging_.use_native(&native_);
+      } else {
+        // Buffers as large as what passes through them, capped by the setting (staging_size.hpp);
+        // a transport that reads files into the device itself needs them only for host bytes.
+        const auto demand = staging_demand_of(layout_, table, transport_with_file_reads<T>);
+        const std::uint64_t bytes = staging_buffer_bytes_for(demand, options_.staging_buffer_bytes);
+        if (bytes != 0) staging_.ensure_buffers(bytes);
+        setup_only_staging = demand.run_bytes == 0;
+      }
+      upload_residents(&meter_);
     }
-    upload_residents(&meter_);
     allocate_ring(options_.slot_count);
     ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
                          layout_.prefetch_depth);
@@ -160,6 +167,64 @@ void offloader_core<T>::upload_residents(setup_meter* meter) {
   if (meter != nullptr) meter->start(setup_phase::uploading);
   // Through the native route's windows when it is on (staging_worker::stage routes there).
   staging_.stage(resident_.data, pieces, T::view(copy_stream_), meter);
+}
+
+/// runtime_options::parallel_setup: the streamed groups are packed and page-locked on a thread
+/// of their own (with its pin workers) while this thread uploads the residents through the
+/// staging buffers, so the setup's reads, page-locking and uploads overlap. The buffers are
+/// sized before the pinning and grown after it where a pinning fallback staged more. The upload
+/// starts once the pinning planned its progress totals. @return whether the buffers served the
+/// residents' upload only (no group stages).
+template <class T>
+bool offloader_core<T>::pin_beside_upload() {
+  const auto& table = *table_;
+  const auto sized = [&] {
+    return staging_buffer_bytes_for(staging_demand_of(layout_, table, transport_with_file_reads<T>),
+                                    options_.staging_buffer_bytes);
+  };
+  const std::uint64_t bytes = sized();
+  if (bytes != 0) staging_.ensure_buffers(bytes);
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool planned = false;
+  std::exception_ptr failure;
+  const auto release = [&] {
+    {
+      std::lock_guard lock(mutex);
+      planned = true;
+    }
+    cv.notify_one();
+  };
+  std::thread pinner([&] {
+    try {
+      bind_runtime_thread(t_);
+      pinning_.pin(t_, layout_, table, plan_, options_, files_, meter_, release);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    release();  // a pinning that failed before planning must not leave the upload waiting
+  });
+  try {
+    {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return planned; });
+    }
+    upload_residents(&meter_);  // (after a failed pinning too: it is rethrown below)
+  } catch (...) {
+    pinner.join();
+    throw;
+  }
+  pinner.join();
+  if (failure) std::rethrow_exception(failure);
+  if (const std::uint64_t need = sized(); need > bytes) {
+    // A pinning fallback staged more than the buffers were sized for: the residents' copies
+    // from them are done first.
+    t_.synchronize(T::view(copy_stream_));
+    t_.synchronize(staging_.stream());
+    staging_.release_buffers();
+    staging_.ensure_buffers(need);
+  }
+  return staging_demand_of(layout_, table, transport_with_file_reads<T>).run_bytes == 0;
 }
 
 /// @param max_slots the most slots a stable-address transport may size its window for (setup:

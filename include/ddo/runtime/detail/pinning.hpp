@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ddo/model/weight_table.hpp"
@@ -44,10 +45,13 @@ class group_pinning {
   group_pinning& operator=(const group_pinning&) = delete;
 
   /// Packs and page-locks every group of @p layout (see the file comment); falls back by adding
-  /// staged pieces to the group. Reports reading, packing and pinning to @p meter.
+  /// staged pieces to the group. Reports reading, packing and pinning to @p meter, and calls
+  /// @p planned (when given) once every total is planned, before any work: a setup that uploads
+  /// beside the pinning starts its reports then, so no report sees a total grow.
   /// @throws out_of_memory(memory_tier::pinned_host, ...) when page-locking fails without fallback.
   void pin(T& t, group_layout& layout, const weight_table& table, const offload_plan& plan,
-           const runtime_options& options, const source_files& files, setup_meter& meter);
+           const runtime_options& options, const source_files& files, setup_meter& meter,
+           const std::function<void()>& planned = {});
   /// Unregisters the engine pages registered in place (blocks unregister themselves when the
   /// last holder — the layout or the cache — lets go).
   void release(T& t) noexcept;

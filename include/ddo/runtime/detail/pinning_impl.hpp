@@ -200,8 +200,10 @@ std::vector<block_plan> share_blocks(const std::vector<Part*>& parts,
 template <class T>
 void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table,
                            const offload_plan& plan, const runtime_options& options,
-                           const source_files& files, setup_meter& meter) {
+                           const source_files& files, setup_meter& meter,
+                           const std::function<void()>& planned) {
   if (options.weight_store) {
+    // (planned is not called: a parallel setup's upload starts when this returns)
     pin_from_store(t, layout, table, plan, options, files, meter);
     return;
   }
@@ -236,6 +238,7 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   for (const auto& b : blocks)
     meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
+  if (planned) planned();
 
   // Every block is mapped first (not touched: the read is the first touch of its pages), then
   // the weights of all groups are read or copied into them by pin_workers threads sharing the
