@@ -34,20 +34,6 @@ __device__ float block_sum(float v, float* scratch) {
   return total;
 }
 
-__global__ void layer_norm_kernel(const float* x, float* y, int n) {
-  __shared__ float scratch[32];
-  const float* xr = x + static_cast<long long>(blockIdx.x) * n;
-  float* yr = y + static_cast<long long>(blockIdx.x) * n;
-  float s = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
-  const float mean = block_sum(s, scratch) / static_cast<float>(n);
-  float v = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
-  const float var = block_sum(v, scratch) / static_cast<float>(n);
-  const float inv = rsqrtf(var + 1e-6f);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] - mean) * inv;
-}
-
 /// One warp per (row, head).
 __global__ void rms_norm_heads_kernel(float* x, int rows, int width, int head_dim,
                                       const float* weight) {
@@ -77,24 +63,10 @@ __global__ void rope_kernel(float* x, int rows, int width, int head_dim, const f
   p[1] = b * c[1] + a * s[1];
 }
 
-__global__ void gelu_tanh_kernel(float* x, long long n) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float v = x[i];
-  x[i] = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-}
-
 __global__ void silu_kernel(float* x, long long n) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   x[i] = x[i] / (1.f + expf(-x[i]));
-}
-
-__global__ void modulate_kernel(float* x, int rows, int n, const float* shift, const float* scale) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long long>(rows) * n) return;
-  const int c = static_cast<int>(i % n);
-  x[i] = x[i] * (1.f + scale[c]) + shift[c];
 }
 
 __global__ void gated_add_kernel(float* x, int rows, int n, const float* gate, const float* y,
@@ -166,8 +138,8 @@ __global__ void attention_kernel(const float* q, const float* k, const float* v,
       out[static_cast<long long>(row) * width + col0 + lane + 32 * i] = acc[i] / l;
 }
 
-/// LayerNorm (no affine), then x (1 + scale) + shift, rounded to bf16: layer_norm, modulate and
-/// to_bf16 in one pass (the same float operations in the same order as the three).
+/// LayerNorm (no affine, eps 1e-6), then x (1 + scale) + shift, rounded to bf16, in one pass:
+/// the float operations of the CPU path's layer_norm and modulate, in their order.
 __global__ void layer_norm_modulate_bf16_kernel(const float* x, int n, const float* shift,
                                                 const float* scale, __nv_bfloat16* y,
                                                 int y_stride) {
@@ -185,7 +157,7 @@ __global__ void layer_norm_modulate_bf16_kernel(const float* x, int n, const flo
     yr[i] = __float2bfloat16_rn((xr[i] - mean) * inv * (1.f + scale[i]) + shift[i]);
 }
 
-/// GELU (tanh) rounded to bf16: gelu_tanh and to_bf16 in one pass.
+/// GELU (tanh approximation, as the CPU path's gelu_tanh) rounded to bf16, in one pass.
 __global__ void gelu_bf16_kernel(const float* x, int rows, int n, int x_stride, __nv_bfloat16* y,
                                  int y_stride) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -388,10 +360,6 @@ unsigned blocks_for(long long items, int threads) {
 
 }  // namespace
 
-void layer_norm(const float* x, float* y, int rows, int n, cudaStream_t stream) {
-  if (rows > 0) layer_norm_kernel<<<rows, 256, 0, stream>>>(x, y, n);
-}
-
 void rms_norm_heads(float* x, int rows, int width, int head_dim, const float* weight,
                     cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * (width / head_dim);
@@ -407,19 +375,8 @@ void rope(float* x, int rows, int width, int head_dim, const float* cos, const f
     rope_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(x, rows, width, head_dim, cos, sin);
 }
 
-void gelu_tanh(float* x, long long n, cudaStream_t stream) {
-  if (n > 0) gelu_tanh_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n);
-}
-
 void silu(float* x, long long n, cudaStream_t stream) {
   if (n > 0) silu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n);
-}
-
-void modulate(float* x, int rows, int n, const float* shift, const float* scale,
-              cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * n;
-  if (items > 0)
-    modulate_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(x, rows, n, shift, scale);
 }
 
 void gated_add(float* x, int rows, int n, const float* gate, const float* y, int y_stride,

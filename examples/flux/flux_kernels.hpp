@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief The FLUX.1 forward's CUDA kernels other than the GEMMs, each the GPU twin of a
-/// function of flux_cpu.hpp and held to it by tests/gpu/flux_kernels_test.cpp: LayerNorm without
-/// affine, RMSNorm per head, RoPE, GELU (tanh), SiLU, adaLN modulation, gated residual, and
+/// @brief The FLUX.1 forward's CUDA kernels other than the GEMMs, each the GPU twin of steps of
+/// flux_cpu.hpp and held to them by tests/gpu/flux_kernels_test.cpp: LayerNorm without affine
+/// with adaLN modulation (rounded to bf16 for the next GEMM), RMSNorm per head, RoPE, GELU
+/// (tanh, rounded to bf16), SiLU, gated residual, and
 /// attention that streams keys in tiles with an online softmax (never the N x N scores; no
 /// split-KV, so every output is summed in one fixed order: bitwise reproducible). float
 /// activations; the GEMMs' operands are rounded to bf16 by to_bf16 (examples/flux/flux_gpu.hpp
@@ -16,9 +17,6 @@
 
 namespace flux::gpu {
 
-/// @brief y = LayerNorm(x) per row (eps 1e-6, no affine); rows x n.
-void layer_norm(const float* x, float* y, int rows, int n, cudaStream_t stream);
-
 /// @brief RMSNorm (eps 1e-6) of each head_dim-wide piece of each row, times @p weight; in place.
 void rms_norm_heads(float* x, int rows, int width, int head_dim, const float* weight,
                     cudaStream_t stream);
@@ -27,15 +25,8 @@ void rms_norm_heads(float* x, int rows, int width, int head_dim, const float* we
 void rope(float* x, int rows, int width, int head_dim, const float* cos, const float* sin,
           cudaStream_t stream);
 
-/// @brief tanh-approximated GELU, in place.
-void gelu_tanh(float* x, long long n, cudaStream_t stream);
-
 /// @brief x * sigmoid(x), in place.
 void silu(float* x, long long n, cudaStream_t stream);
-
-/// @brief x = x * (1 + scale) + shift per row; rows x n.
-void modulate(float* x, int rows, int n, const float* shift, const float* scale,
-              cudaStream_t stream);
 
 /// @brief x += gate * y per row; y with its own row stride.
 void gated_add(float* x, int rows, int n, const float* gate, const float* y, int y_stride,
@@ -53,14 +44,14 @@ bool attention(const float* q, const float* k, const float* v, float* out, int n
 bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                     float* out, int n, int width, int head_dim, cudaStream_t stream);
 
-/// @brief y = bf16(LayerNorm(x) (1 + scale) + shift) per row (rows x n, y with its own stride):
-/// layer_norm, modulate and to_bf16 in one pass, the same float operations.
+/// @brief y = bf16(LayerNorm(x) (1 + scale) + shift) per row (rows x n, eps 1e-6, no affine; y
+/// with its own stride): the CPU path's layer_norm and modulate, rounded, in one pass.
 void layer_norm_modulate_bf16(const float* x, int rows, int n, const float* shift,
                               const float* scale, std::uint16_t* y, int y_stride,
                               cudaStream_t stream);
 
-/// @brief y = bf16(GELU-tanh(x)), rows x n, each with its own row stride: gelu_tanh and to_bf16
-/// in one pass.
+/// @brief y = bf16(GELU-tanh(x)), rows x n, each with its own row stride: the CPU path's
+/// gelu_tanh, rounded, in one pass.
 void gelu_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
                cudaStream_t stream);
 

@@ -60,17 +60,10 @@ void check_close(const std::vector<float>& gpu, const std::vector<float>& cpu, d
 }
 
 TEST_SUITE("gpu") {
-  TEST_CASE("flux kernels: norms, RoPE, activations, modulation and gated residual match the CPU") {
+  TEST_CASE("flux kernels: RMSNorm, RoPE, SiLU and the gated residual match the CPU") {
     DDO_SKIP_FLUX_WITHOUT_GPU();
     const int rows = 37, width = 256, head_dim = 128;
     const auto x = data("x", rows * width);
-    {
-      device_buffer dx(x), dy(std::vector<float>(x.size()));
-      flux::gpu::layer_norm(dx.p, dy.p, rows, width, nullptr);
-      std::vector<float> cpu(x.size());
-      flux::cpu::layer_norm(x.data(), rows, width, cpu.data());
-      check_close(dy.host(), cpu, 1e-5);
-    }
     {
       const auto w = data("w", head_dim);
       device_buffer dx(x), dw(w);
@@ -88,23 +81,17 @@ TEST_SUITE("gpu") {
       check_close(dx.host(), cpu, 1e-6);
     }
     {
-      device_buffer g(x), s(x);
-      flux::gpu::gelu_tanh(g.p, static_cast<long long>(x.size()), nullptr);
+      device_buffer s(x);
       flux::gpu::silu(s.p, static_cast<long long>(x.size()), nullptr);
-      auto cg = x, cs = x;
-      flux::cpu::gelu_tanh(cg.data(), cg.size());
+      auto cs = x;
       flux::cpu::silu(cs.data(), cs.size());
-      check_close(g.host(), cg, 1e-6);
       check_close(s.host(), cs, 1e-6);
     }
     {
-      const auto shift = data("shift", width), scale = data("scale", width),
-                 y = data("y", rows * width);
-      device_buffer dx(x), dsh(shift), dsc(scale), dy(y);
-      flux::gpu::modulate(dx.p, rows, width, dsh.p, dsc.p, nullptr);
+      const auto scale = data("scale", width), y = data("y", rows * width);
+      device_buffer dx(x), dsc(scale), dy(y);
       flux::gpu::gated_add(dx.p, rows, width, dsc.p, dy.p, width, nullptr);
       auto cpu = x;
-      flux::cpu::modulate(cpu.data(), rows, width, shift.data(), scale.data());
       flux::cpu::gated_add(cpu.data(), rows, width, scale.data(), y.data(), width);
       check_close(dx.host(), cpu, 1e-6);
     }
