@@ -125,7 +125,7 @@ struct gpu_run {
   double vram_gib = 12.0;
   bool check = false;
   bool profile = false;
-  bool tensor_attention = true;
+  std::string attention = "tensor";  // tensor, tensor2 (pipelined) or float
   std::string output;
   std::string json;
 };
@@ -147,7 +147,8 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   const std::uint64_t context = memory.total_bytes - memory.free_bytes;
   flux::gpu::gemm_runner gemms;
   flux::gpu::device_forward f(r.c, r.in.image_tokens, r.in.text_tokens, gemms);
-  f.tensor_attention(r.tensor_attention);
+  f.tensor_attention(r.attention != "float");
+  if (r.attention == "tensor2") f.pipelined_attention(2);
   const auto after = ddo::query_device_memory(0);
   const std::uint64_t reserve = memory.free_bytes - after.free_bytes;
   const ddo::runner::vram_budget card{static_cast<std::uint64_t>(r.vram_gib * double(ddo::gib)),
@@ -281,7 +282,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
           static_cast<unsigned long long>(streamed_bytes), pinned_gbps, streamed_median,
           resident_median, bound, streamed_median / bound, prof.step_ms, prof.gemm_ms, gemm_tflops,
           prof.attention_ms, attention_tflops, attention_tflops / gemm_tflops, rest,
-          rest / prof.step_ms, r.steps, r.tensor_attention ? "tensor" : "float");
+          rest / prof.step_ms, r.steps, r.attention.c_str());
       ddo::write_file_atomically(r.json, buf);
     }
   }
@@ -329,8 +330,10 @@ int run(int argc, char** argv) {
       "GPU: also time the all-resident steps, one step's GEMMs and attention (events), and the "
       "pinned bandwidth; print the streamed step's ratio to max(resident, bytes / bandwidth)")(
       "json", po::value(&json)->value_name("FILE"), "--profile: write its figures to FILE")(
-      "attention", po::value(&attention)->value_name("tensor|float"),
-      "GPU attention kernel: tensor cores over bf16 q, k, v (default) or float on the CUDA cores")(
+      "attention", po::value(&attention)->value_name("tensor|tensor2|float"),
+      "GPU attention kernel: tensor cores over bf16 q, k, v (default); tensor2 the pipelined "
+      "tensor-core kernel (cp.async k/v tiles, 32 query rows per warp; not yet run on a GPU); "
+      "or float on the CUDA cores")(
       "check", po::bool_switch(&check),
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
@@ -375,8 +378,9 @@ int run(int argc, char** argv) {
   }
   if (models.empty()) return fail("--model is required (or --make-model to write one)", exit_usage);
   if (!json.empty() && !profile) return fail("--json FILE needs --profile", exit_usage);
-  if (attention != "tensor" && attention != "float")
-    return fail("--attention '" + attention + "' is not one of tensor, float", exit_usage);
+  if (attention != "tensor" && attention != "tensor2" && attention != "float")
+    return fail("--attention '" + attention + "' is not one of tensor, tensor2, float",
+                exit_usage);
   if (steps < 1 || steps > 1000)
     return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
@@ -419,7 +423,7 @@ int run(int argc, char** argv) {
     const auto probe = ddo::probe_cuda_device(0);
     if (probe.available)
       return run_gpu({table, settings, inputs, c, in, steps, vram_gib, check, profile,
-                      attention == "tensor", output, json},
+                      attention, output, json},
                      probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }

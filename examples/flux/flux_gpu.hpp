@@ -369,6 +369,10 @@ class device_forward {
   /// or in float on the CUDA cores (attention: the exact but slow reference kernel).
   void tensor_attention(bool on) noexcept { tensor_attention_ = on; }
 
+  /// @brief With tensor_attention: attention_bf16_pipelined with @p row_tiles query tiles per
+  /// warp (1 or 2) instead of attention_bf16; 0: attention_bf16 (the default).
+  void pipelined_attention(int row_tiles) noexcept { pipelined_row_tiles_ = row_tiles; }
+
   /// @brief Times every GEMM and attention call into @p p (nullptr: stop).
   void profile(step_profile* p) noexcept { profile_ = p; }
 
@@ -595,7 +599,10 @@ class device_forward {
       gpu::to_bf16(q_.get(), n, h, h, qb, h, stream_);
       gpu::to_bf16(k_.get(), n, h, h, qb + nh, h, stream_);
       gpu::to_bf16(v_.get(), n, h, h, qb + 2 * nh, h, stream_);
-      launched = gpu::attention_bf16(qb, qb + nh, qb + 2 * nh, attn_.get(), n, h, d, stream_);
+      launched = pipelined_row_tiles_ != 0
+                     ? gpu::attention_bf16_pipelined(qb, qb + nh, qb + 2 * nh, attn_.get(), false,
+                                                     h, n, h, d, pipelined_row_tiles_, stream_)
+                     : gpu::attention_bf16(qb, qb + nh, qb + 2 * nh, attn_.get(), n, h, d, stream_);
     } else {
       launched = gpu::attention(q_.get(), k_.get(), v_.get(), attn_.get(), n, h, d, stream_);
     }
@@ -624,6 +631,7 @@ class device_forward {
   step_profile* profile_ = nullptr;
   bool uploaded_ = false;
   bool tensor_attention_ = true;
+  int pipelined_row_tiles_ = 0;
   device_buffer<float> x_, q_, k_, v_, attn_, out_, mid_;
   device_buffer<std::uint16_t> b16_;
   device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, norm_weight_, velocity_;

@@ -354,6 +354,263 @@ __global__ void __launch_bounds__(mma_warps * 32, 2)
   }
 }
 
+// --- attention on the tensor cores, pipelined (opt-in: --attention tensor2) -------------------
+// attention_bf16's scheme, with k and v tiles loaded by cp.async two stages deep (the next tile
+// loads while this one is computed), k's fragments by ldmatrix too, and RT 16-row query tiles
+// per warp: RT = 2 reads each k and v fragment from shared memory once for 32 rows (half the
+// shared-memory reads per FLOP; q then in shared memory, 32-key tiles). Written for issue 25's
+// attention floor; compiled and tested here, not yet run on a GPU.
+using bf16 = __nv_bfloat16;
+
+constexpr int p_warps = 4;
+/// Keys per shared-memory tile: 64, or 32 with two row tiles per warp (their scores in
+/// registers beside twice the outputs).
+template <int RT>
+constexpr int p_keys = RT == 1 ? 64 : 32;
+constexpr int p_pad = 8;  // bf16 of padding per shared row: rows 16 bytes apart in the banks
+
+__device__ inline void ldmatrix_x4(unsigned (&b)[4], const bf16* p) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(address));
+}
+
+__device__ inline void ldmatrix_x4_trans(unsigned (&b)[4], const bf16* p) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(address));
+}
+
+/// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing read).
+__device__ inline void cp_async16(bf16* shared, const bf16* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+__device__ inline void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ inline void store_pair(float* p, float a, float b) {
+  *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+__device__ inline void store_pair(bf16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+
+/// Query rows per block: 4 warps of @p RT 16-row tiles each.
+template <int RT>
+constexpr int p_rows = p_warps * 16 * RT;
+
+/// Shared memory: two stages of k and v tiles; with RT > 1 the block's q too (its fragments come
+/// by ldmatrix: in registers they would not fit beside RT tiles of outputs).
+template <int D, int RT>
+constexpr int p_smem_bytes = (2 * 2 * p_keys<RT> + (RT > 1 ? p_rows<RT> : 0)) *
+                                     (D + p_pad) * 2;
+
+/// RT = 1: each warp 16 query rows, q in registers. RT = 2: each warp 32 rows (two tiles) that
+/// share every k and v fragment read from shared memory (half the shared-memory reads per
+/// FLOP), q in shared memory.
+template <int D, int RT, class Out>
+__global__ void __launch_bounds__(p_warps * 32, 2)
+    attention_pipelined_kernel(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride,
+                         int n, int width, float scale_log2) {
+  using tile = bf16[p_keys<RT>][D + p_pad];
+  using row = bf16[D + p_pad];
+  extern __shared__ __align__(16) unsigned char smem[];
+  tile* ks = reinterpret_cast<tile*>(smem);  // [2] stages
+  tile* vs = ks + 2;                         // [2] stages
+  row* qs = reinterpret_cast<row*>(vs + 2);  // RT > 1: [p_rows<RT>]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int col0 = blockIdx.y * D;
+  const int block_row = blockIdx.x * p_rows<RT>, warp_row = warp * 16 * RT;
+  const auto load_rows = [&](const bf16* src, bf16* dst0, int rows, int j0) {
+    for (int idx = threadIdx.x; idx < rows * D / 8; idx += p_warps * 32) {
+      const int r = idx / (D / 8), c = idx % (D / 8) * 8;
+      const bool in = j0 + r < n;
+      const long long at = static_cast<long long>(in ? j0 + r : 0) * width + col0 + c;
+      cp_async16(dst0 + r * (D + p_pad) + c, src + at, in);
+    }
+  };
+  bf16* const k_stages = &ks[0][0][0];
+  bf16* const v_stages = &vs[0][0][0];
+  constexpr int tile_elements = p_keys<RT> * (D + p_pad);
+  const auto load_tile = [&](int stage, int j0) {
+    load_rows(k, k_stages + stage * tile_elements, p_keys<RT>, j0);
+    load_rows(v, v_stages + stage * tile_elements, p_keys<RT>, j0);
+    cp_async_commit();
+  };
+  bf16* const q_rows = &qs[0][0];
+  if constexpr (RT > 1) load_rows(q, q_rows, p_rows<RT>, block_row);  // with tile 0's group
+  load_tile(0, 0);
+  unsigned qa[RT == 1 ? D / 16 : 1][4];  // RT = 1: q's A fragments for the whole head
+  if constexpr (RT == 1) {
+    const int r0 = block_row + warp_row + g, r1 = r0 + 8;
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int c = col0 + kk * 16 + tig * 2;
+      qa[kk][0] = load_pair(q, r0, n, static_cast<long long>(r0) * width + c);
+      qa[kk][1] = load_pair(q, r1, n, static_cast<long long>(r1) * width + c);
+      qa[kk][2] = load_pair(q, r0, n, static_cast<long long>(r0) * width + c + 8);
+      qa[kk][3] = load_pair(q, r1, n, static_cast<long long>(r1) * width + c + 8);
+    }
+  }
+  float o[RT][D / 8][4];
+  for (int rt = 0; rt < RT; ++rt)
+    for (int i = 0; i < D / 8; ++i) o[rt][i][0] = o[rt][i][1] = o[rt][i][2] = o[rt][i][3] = 0.f;
+  // Running maxima in raw score units (rows g and g + 8 of each tile); row sums per thread (its
+  // columns), summed over the quad at the end (every thread of a quad applies the same
+  // corrections).
+  float m[RT][2], l[RT][2];
+  for (int rt = 0; rt < RT; ++rt) m[rt][0] = m[rt][1] = -INFINITY, l[rt][0] = l[rt][1] = 0.f;
+  const int tiles = (n + p_keys<RT> - 1) / p_keys<RT>;
+  for (int t = 0; t < tiles; ++t) {
+    const int j0 = t * p_keys<RT>, stage = t & 1;
+    if (t + 1 < tiles) {
+      load_tile(stage ^ 1, j0 + p_keys<RT>);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // this stage's tile (and q) is in shared memory for every warp
+    float s[RT][p_keys<RT> / 8][4];
+    for (int rt = 0; rt < RT; ++rt)
+      for (int kt = 0; kt < p_keys<RT> / 8; ++kt)
+        s[rt][kt][0] = s[rt][kt][1] = s[rt][kt][2] = s[rt][kt][3] = 0.f;
+    for (int kk = 0; kk < D / 16; kk += 2) {
+      unsigned a[RT][2][4];  // q's A fragments of k-steps kk, kk + 1
+      if constexpr (RT == 1) {
+        for (int e = 0; e < 4; ++e) a[0][0][e] = qa[kk][e], a[0][1][e] = qa[kk + 1][e];
+      } else {
+        for (int rt = 0; rt < RT; ++rt)
+          for (int h = 0; h < 2; ++h)
+            ldmatrix_x4(a[rt][h],
+                        &qs[warp_row + rt * 16 + (lane & 15)][(kk + h) * 16 + (lane >> 4) * 8]);
+      }
+      for (int kt = 0; kt < p_keys<RT> / 8; ++kt) {
+        // keys kt*8 + 0..7; the four 8x8 matrices are dims kk*16 + {0, 8, 16, 24}: the B
+        // fragments of k-steps kk and kk + 1
+        unsigned b[4];
+        ldmatrix_x4(b, &ks[stage][kt * 8 + (lane & 7)][kk * 16 + (lane >> 3) * 8]);
+        for (int rt = 0; rt < RT; ++rt) {
+          mma_16816(s[rt][kt], a[rt][0], b[0], b[1]);
+          mma_16816(s[rt][kt], a[rt][1], b[2], b[3]);
+        }
+      }
+    }
+    if (j0 + p_keys < RT >> n)  // the last, partial tile
+      for (int rt = 0; rt < RT; ++rt)
+        for (int kt = 0; kt < p_keys<RT> / 8; ++kt)
+          for (int e = 0; e < 4; ++e)
+            if (j0 + kt * 8 + tig * 2 + (e & 1) >= n) s[rt][kt][e] = -INFINITY;
+    for (int rt = 0; rt < RT; ++rt) {
+      float mx0 = m[rt][0], mx1 = m[rt][1];
+      for (int kt = 0; kt < p_keys<RT> / 8; ++kt) {
+        mx0 = fmaxf(mx0, fmaxf(s[rt][kt][0], s[rt][kt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[rt][kt][2], s[rt][kt][3]));
+      }
+      for (int o2 = 1; o2 < 4; o2 *= 2) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(full_mask, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(full_mask, mx1, o2));
+      }
+      const float c0 = exp2f((m[rt][0] - mx0) * scale_log2);
+      const float c1 = exp2f((m[rt][1] - mx1) * scale_log2);
+      m[rt][0] = mx0;
+      m[rt][1] = mx1;
+      const float ms0 = mx0 * scale_log2, ms1 = mx1 * scale_log2;
+      float sum0 = 0.f, sum1 = 0.f;
+      for (int kt = 0; kt < p_keys<RT> / 8; ++kt) {
+        s[rt][kt][0] = exp2f(fmaf(s[rt][kt][0], scale_log2, -ms0));
+        s[rt][kt][1] = exp2f(fmaf(s[rt][kt][1], scale_log2, -ms0));
+        s[rt][kt][2] = exp2f(fmaf(s[rt][kt][2], scale_log2, -ms1));
+        s[rt][kt][3] = exp2f(fmaf(s[rt][kt][3], scale_log2, -ms1));
+        sum0 += s[rt][kt][0] + s[rt][kt][1];
+        sum1 += s[rt][kt][2] + s[rt][kt][3];
+      }
+      l[rt][0] = l[rt][0] * c0 + sum0;
+      l[rt][1] = l[rt][1] * c1 + sum1;
+      for (int i = 0; i < D / 8; ++i) {
+        o[rt][i][0] *= c0;
+        o[rt][i][1] *= c0;
+        o[rt][i][2] *= c1;
+        o[rt][i][3] *= c1;
+      }
+    }
+    for (int kk = 0; kk < p_keys<RT> / 16; ++kk) {
+      unsigned pa[RT][4];
+      for (int rt = 0; rt < RT; ++rt) {
+        pa[rt][0] = pack_bf16(s[rt][2 * kk][0], s[rt][2 * kk][1]);
+        pa[rt][1] = pack_bf16(s[rt][2 * kk][2], s[rt][2 * kk][3]);
+        pa[rt][2] = pack_bf16(s[rt][2 * kk + 1][0], s[rt][2 * kk + 1][1]);
+        pa[rt][3] = pack_bf16(s[rt][2 * kk + 1][2], s[rt][2 * kk + 1][3]);
+      }
+      // v's B fragments by ldmatrix .trans: lanes 0-15 address keys kk*16 + 0..15 of 8 columns,
+      // lanes 16-31 the same keys 8 columns on; one x4 load feeds two 8-column tiles.
+      const bf16* value = &vs[stage][kk * 16 + (lane & 15)][(lane / 16) * 8];
+      for (int i = 0; i < D / 8; i += 2) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, value + i * 8);
+        for (int rt = 0; rt < RT; ++rt) {
+          mma_16816(o[rt][i], pa[rt], b[0], b[1]);
+          mma_16816(o[rt][i + 1], pa[rt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {
+    float l0 = l[rt][0], l1 = l[rt][1];
+    for (int o2 = 1; o2 < 4; o2 *= 2) {
+      l0 += __shfl_xor_sync(full_mask, l0, o2);
+      l1 += __shfl_xor_sync(full_mask, l1, o2);
+    }
+    const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+    const int r0 = block_row + warp_row + rt * 16 + g, r1 = r0 + 8;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int c = col0 + i * 8 + tig * 2;
+      if (r0 < n)
+        store_pair(out + static_cast<long long>(r0) * out_stride + c, o[rt][i][0] * inv0,
+                   o[rt][i][1] * inv0);
+      if (r1 < n)
+        store_pair(out + static_cast<long long>(r1) * out_stride + c, o[rt][i][2] * inv1,
+                   o[rt][i][3] * inv1);
+    }
+  }
+}
+
+template <int D, int RT, class Out>
+void launch_pipelined(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride, int n,
+                      int width, cudaStream_t stream) {
+  constexpr int smem = p_smem_bytes<D, RT>;
+  // above the 48 KiB default: raised per device, on every launch (a host call, no stream work)
+  cudaFuncSetAttribute(attention_pipelined_kernel<D, RT, Out>,
+                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const dim3 grid(static_cast<unsigned>((n + p_rows<RT> - 1) / p_rows<RT>),
+                  static_cast<unsigned>(width / D));
+  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
+  attention_pipelined_kernel<D, RT, Out>
+      <<<grid, p_warps * 32, smem, stream>>>(q, k, v, out, out_stride, n, width, scale_log2);
+}
+
+template <int D, class Out>
+void launch_pipelined(int row_tiles, const bf16* q, const bf16* k, const bf16* v, Out* out,
+                      int out_stride, int n, int width, cudaStream_t stream) {
+  if (row_tiles == 1)
+    launch_pipelined<D, 1>(q, k, v, out, out_stride, n, width, stream);
+  else
+    launch_pipelined<D, 2>(q, k, v, out, out_stride, n, width, stream);
+}
+
 unsigned blocks_for(long long items, int threads) {
   return static_cast<unsigned>((items + threads - 1) / threads);
 }
@@ -445,6 +702,30 @@ bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::u
         <<<grid, mma_warps * 32, 0, stream>>>(qb, kb, vb, out, n, width, scale_log2);
   } else {
     return false;
+  }
+  return true;
+}
+
+bool attention_bf16_pipelined(const std::uint16_t* q, const std::uint16_t* k,
+                              const std::uint16_t* v, void* out, bool out_bf16, int out_stride,
+                              int n, int width, int head_dim, int row_tiles, cudaStream_t stream) {
+  if ((head_dim != 64 && head_dim != 128) || (row_tiles != 1 && row_tiles != 2)) return false;
+  if (n <= 0) return true;
+  const auto* qb = reinterpret_cast<const bf16*>(q);
+  const auto* kb = reinterpret_cast<const bf16*>(k);
+  const auto* vb = reinterpret_cast<const bf16*>(v);
+  auto* of = static_cast<float*>(out);
+  auto* ob = static_cast<bf16*>(out);
+  if (head_dim == 64) {
+    if (out_bf16)
+      launch_pipelined<64>(row_tiles, qb, kb, vb, ob, out_stride, n, width, stream);
+    else
+      launch_pipelined<64>(row_tiles, qb, kb, vb, of, out_stride, n, width, stream);
+  } else {
+    if (out_bf16)
+      launch_pipelined<128>(row_tiles, qb, kb, vb, ob, out_stride, n, width, stream);
+    else
+      launch_pipelined<128>(row_tiles, qb, kb, vb, of, out_stride, n, width, stream);
   }
   return true;
 }

@@ -44,6 +44,18 @@ bool attention(const float* q, const float* k, const float* v, float* out, int n
 bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                     float* out, int n, int width, int head_dim, cudaStream_t stream);
 
+/// @brief attention_bf16 pipelined: k and v tiles loaded by cp.async two stages deep while the
+/// previous tile is computed, fragments by ldmatrix, and @p row_tiles 16-row query tiles per
+/// warp (1: 64-key tiles, q in registers; 2: 32-key tiles, q in shared memory, each k and v
+/// fragment read once for 32 rows). The output float or (@p out_bf16) rounded to bf16, row
+/// stride @p out_stride (even). Deterministic; not bitwise equal to attention_bf16, nor across
+/// row_tiles (the softmax rescales at other keys). Opt-in (ddo-flux --attention tensor2): not
+/// yet run on a GPU. @return false for a head_dim other than 64 or 128 or row_tiles other than
+/// 1 or 2 (nothing launched).
+bool attention_bf16_pipelined(const std::uint16_t* q, const std::uint16_t* k,
+                              const std::uint16_t* v, void* out, bool out_bf16, int out_stride,
+                              int n, int width, int head_dim, int row_tiles, cudaStream_t stream);
+
 /// @brief y = bf16(LayerNorm(x) (1 + scale) + shift) per row (rows x n, eps 1e-6, no affine; y
 /// with its own stride): the CPU path's layer_norm and modulate, rounded, in one pass.
 void layer_norm_modulate_bf16(const float* x, int rows, int n, const float* shift,

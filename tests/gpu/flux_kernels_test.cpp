@@ -211,6 +211,77 @@ TEST_SUITE("gpu") {
       }
     CHECK_FALSE(flux::gpu::attention_bf16(nullptr, nullptr, nullptr, nullptr, 1, 96, 96, nullptr));
   }
+
+  TEST_CASE(
+      "flux kernels: the pipelined tensor-core attention (both row-tile variants) matches the "
+      "naive reference at lengths off its tiles, repeats bitwise, and writes bf16 rows in place") {
+    DDO_SKIP_FLUX_WITHOUT_GPU();
+    const auto round = [](const std::vector<float>& x, std::vector<std::uint16_t>& bits) {
+      std::vector<float> rounded(x.size());
+      bits.resize(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, &x[i], 4);
+        bits[i] = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        const std::uint32_t back = static_cast<std::uint32_t>(bits[i]) << 16;
+        std::memcpy(&rounded[i], &back, 4);
+      }
+      return rounded;
+    };
+    for (const int row_tiles : {1, 2})
+      for (const int head_dim : {64, 128})
+        for (const int n : {1, 5, 31, 33, 63, 64, 65, 127, 128, 129, 300}) {
+          CAPTURE(row_tiles);
+          CAPTURE(head_dim);
+          CAPTURE(n);
+          const int width = 2 * head_dim, stride = width + 8;
+          const std::size_t count = static_cast<std::size_t>(n) * width;
+          std::vector<std::uint16_t> qb, kb, vb;
+          const auto q = round(data("q", count), qb), k = round(data("k", count), kb),
+                     v = round(data("v", count), vb);
+          std::uint16_t* dev = nullptr;  // q, k, v, then the bf16 output rows (stride + 8)
+          const std::size_t wide = static_cast<std::size_t>(n) * stride;
+          DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&dev), (3 * count + wide) * 2));
+          DDO_CUDA_TRY(cudaMemcpy(dev, qb.data(), count * 2, cudaMemcpyHostToDevice));
+          DDO_CUDA_TRY(cudaMemcpy(dev + count, kb.data(), count * 2, cudaMemcpyHostToDevice));
+          DDO_CUDA_TRY(cudaMemcpy(dev + 2 * count, vb.data(), count * 2, cudaMemcpyHostToDevice));
+          DDO_CUDA_TRY(cudaMemset(dev + 3 * count, 0x7f, wide * 2));
+          device_buffer out(std::vector<float>(count, 0.f)), again(std::vector<float>(count, 0.f));
+          for (auto* o : {out.p, again.p})
+            REQUIRE(flux::gpu::attention_bf16_pipelined(dev, dev + count, dev + 2 * count, o, false,
+                                                        width, n, width, head_dim, row_tiles,
+                                                        nullptr));
+          REQUIRE(flux::gpu::attention_bf16_pipelined(dev, dev + count, dev + 2 * count,
+                                                      dev + 3 * count, true, stride, n, width,
+                                                      head_dim, row_tiles, nullptr));
+          std::vector<std::uint16_t> rows(wide);
+          DDO_CUDA_TRY(cudaDeviceSynchronize());
+          DDO_CUDA_TRY(cudaMemcpy(rows.data(), dev + 3 * count, wide * 2, cudaMemcpyDeviceToHost));
+          cudaFree(dev);
+          std::vector<float> cpu(count);
+          flux::cpu::attention(q.data(), k.data(), v.data(), n, width, head_dim, cpu.data());
+          const auto gpu = out.host();
+          const auto second = again.host();
+          check_close(gpu, cpu, 4e-3);  // as attention_bf16: only P is rounded
+          CHECK(std::memcmp(gpu.data(), second.data(), gpu.size() * sizeof(float)) == 0);
+          // the bf16 output is the float output rounded, bit for bit; the gaps stay untouched
+          std::vector<std::uint16_t> rounded;
+          round(gpu, rounded);
+          bool same = true, gaps = true;
+          for (int r = 0; r < n; ++r) {
+            const std::size_t at = static_cast<std::size_t>(r) * stride;
+            same = same && std::memcmp(&rows[at], &rounded[static_cast<std::size_t>(r) * width],
+                                       static_cast<std::size_t>(width) * 2) == 0;
+            for (int c = width; c < stride; ++c) gaps = gaps && rows[at + c] == 0x7f7f;
+          }
+          CHECK(same);
+          CHECK(gaps);
+        }
+    CHECK_FALSE(flux::gpu::attention_bf16_pipelined(nullptr, nullptr, nullptr, nullptr, false, 96,
+                                                    1, 96, 96, 2, nullptr));
+    CHECK_FALSE(flux::gpu::attention_bf16_pipelined(nullptr, nullptr, nullptr, nullptr, false, 128,
+                                                    1, 128, 128, 3, nullptr));
+  }
 }
 
 }  // namespace flux_kernels_test
