@@ -219,6 +219,12 @@ TEST_CASE("graph streaming: what a replay cannot do is refused") {
     auto kept = off.acquire(std::size_t{6}, s);
     const auto graph = sim.end_capture(s);
     refused([&] { off.launch_graph(graph, s); }, "a lease kept past the step");
+    // A new capture while the kept lease holds slot 0: position 0 (slot 0) names it, the slot's
+    // occupant of the previous step (position 4), not position 0 - 2.
+    sim.begin_capture(s);
+    refused([&] { auto c = off.acquire(std::size_t{0}, s); },
+            "the lease of 'blocks.6', which uses the same slot, is alive");
+    (void)sim.end_capture(s);
     kept.reset();
     refused([&] { off.launch_graph(graph, s); }, "dropped after the capture ended");
   }

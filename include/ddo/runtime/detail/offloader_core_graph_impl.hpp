@@ -57,7 +57,7 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
   const std::size_t k = graph_.slot_of(p);
   if (graph_.held[k] > 0)
     throw usage_error(what + "the lease of '" +
-                      layout_.groups[layout_.streamed_order[p - graph_.slots]].name +
+                      layout_.groups[layout_.streamed_order[graph_.previous(p)]].name +
                       "', which uses the same slot, is alive: its release must come before this "
                       "group's wait (the load waits on it), so a captured step holds at most " +
                       std::to_string(graph_.slots) + " streamed leases at once (slot_count)");
