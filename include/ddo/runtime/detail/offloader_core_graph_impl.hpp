@@ -99,10 +99,12 @@ void offloader_core<T>::enter_graph_mode(const std::string& what) {
   graph_.slots = slots_.size();
   graph_.position_of.assign(layout_.groups.size(), graph_ring<T>::none);
   for (std::size_t p = 0; p < n; ++p) graph_.position_of[layout_.streamed_order[p]] = p;
-  graph_.ready = t_.allocate_flags(n);
+  // The events first: they free themselves if a later step throws, the flags would not (graph
+  // mode is entered only below, and end_graph_mode frees the flags of an active one only).
   graph_.release.clear();
   for (std::size_t p = 0; p < n; ++p) graph_.release.push_back(t_.make_event(false));
   graph_.done = t_.make_event(false);
+  graph_.ready = t_.allocate_flags(n);
   graph_.held.assign(graph_.slots, 0);
   graph_.captured = 0;
   graph_.launches = 0;
