@@ -195,7 +195,12 @@ class linear_transport {
       void* h = nullptr;
       DDO_CUDA_TRY(cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
       void* d = nullptr;
-      DDO_CUDA_TRY(cudaHostGetDevicePointer(&d, h, 0));
+      try {
+        DDO_CUDA_TRY(cudaHostGetDevicePointer(&d, h, 0));
+      } catch (...) {
+        (void)cudaFreeHost(h);  // not in the ledger yet: nobody else frees it
+        throw;
+      }
       if (d != h) {
         (void)cudaFreeHost(h);
         throw usage_error("linear_transport::allocate_flags: mapped host memory has another "
