@@ -156,6 +156,7 @@ TEST_SUITE("profile") {
     std::string unknown = good;
     unknown.insert(2, "\"bogus\": 1,\n");
     expect(unknown, "bogus", "unknown key 'bogus'");
+    expect(unknown, "bogus", "(its keys: format, name, device_name,");  // the allowed ones
     expect(with_member(good, "full_pin", "1"), "full_pin", "full_pin must be true or false");
     expect(with_member(good, "device_name", "7"), "device_name", "device_name must be a string");
     expect(good.substr(0, good.size() / 2), "", "not a JSON capacity profile");

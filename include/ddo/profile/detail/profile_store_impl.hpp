@@ -133,6 +133,14 @@ template <class Key, std::size_t N>
   return nullptr;
 }
 
+/// Every name of @p keys, comma separated, for the error message naming an unknown key.
+template <class Key, std::size_t N>
+[[nodiscard]] std::string key_list(const Key (&keys)[N]) {
+  std::string list;
+  for (const auto& k : keys) list += (list.empty() ? "" : ", ") + std::string(k.name);
+  return list;
+}
+
 /// The names of @p keys an object lacks ("" when it has every one), for the error message.
 template <class Key, std::size_t N>
 [[nodiscard]] std::string missing_keys(const Key (&keys)[N], const json_value& object) {
@@ -181,7 +189,9 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
     refuse("", "a capacity profile is a JSON object, found " + std::string(root.describe()));
   // Every key present, none unknown (duplicates the JSON reader refuses); then the values.
   if (const auto* key = detail::unknown_key(detail::profile_keys, root))
-    refuse(sanitize_utf8(*key), "unknown key '" + sanitize_utf8(*key) + "' in a capacity profile");
+    refuse(sanitize_utf8(*key), "unknown key '" + sanitize_utf8(*key) +
+                                    "' in a capacity profile (its keys: " +
+                                    detail::key_list(detail::profile_keys) + ")");
   if (const auto missing = detail::missing_keys(detail::profile_keys, root); !missing.empty())
     refuse("", "incomplete capacity profile (missing: " + missing + ")");
   capacity_profile p;
@@ -208,7 +218,9 @@ DDO_INLINE capacity_profile profile_store::parse(std::string_view text, const st
     if (!entry.is_object())
       refuse("groups", at + " must be an object, found " + std::string(entry.describe()));
     if (const auto* key = detail::unknown_key(detail::group_keys, entry))
-      refuse(sanitize_utf8(*key), "unknown key '" + sanitize_utf8(*key) + "' in " + at);
+      refuse(sanitize_utf8(*key), "unknown key '" + sanitize_utf8(*key) + "' in " + at +
+                                      " (a group's keys: " + detail::key_list(detail::group_keys) +
+                                      ")");
     if (const auto missing = detail::missing_keys(detail::group_keys, entry); !missing.empty())
       refuse("groups", at + " is missing " + missing);
     auto& g = p.groups.emplace_back();
