@@ -41,6 +41,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/format_bytes.hpp"
+#include "ddo/core/json_writer.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/prepare_offload.hpp"
@@ -267,23 +268,21 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
         resident_median, ddo::format_bytes(streamed_bytes).c_str(), pinned_gbps, copy_ms, bound,
         streamed_median / bound);
     if (!r.json.empty()) {
-      char buf[2048];
-      std::snprintf(
-          buf, sizeof buf,
-          "{\n  \"device\": \"%s\",\n  \"image_tokens\": %zu,\n  \"text_tokens\": %zu,\n"
-          "  \"card_gib\": %.3f,\n  \"streamed_bytes_per_step\": %llu,\n"
-          "  \"pinned_gbps\": %.3f,\n  \"streamed_ms\": %.3f,\n  \"resident_ms\": %.3f,\n"
-          "  \"bound_ms\": %.3f,\n  \"streamed_over_bound\": %.4f,\n"
-          "  \"profile_step_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n  \"gemm_tflops\": %.2f,\n"
-          "  \"attention_ms\": %.3f,\n  \"attention_tflops\": %.2f,\n"
-          "  \"attention_over_gemm_rate\": %.4f,\n  \"neither_ms\": %.3f,\n"
-          "  \"neither_share\": %.4f,\n  \"steps\": %d,\n  \"attention_kernel\": \"%s\"\n}\n",
-          probe.name.c_str(), r.in.image_tokens, r.in.text_tokens, r.vram_gib,
-          static_cast<unsigned long long>(streamed_bytes), pinned_gbps, streamed_median,
-          resident_median, bound, streamed_median / bound, prof.step_ms, prof.gemm_ms, gemm_tflops,
-          prof.attention_ms, attention_tflops, attention_tflops / gemm_tflops, rest,
-          rest / prof.step_ms, r.steps, r.attention.c_str());
-      ddo::write_file_atomically(r.json, buf);
+      // Through ddo's JSON writer, which escapes the device name (and every string) in one place.
+      ddo::json_writer o;
+      o.begin_object(ddo::json_layout::lines).member("device", probe.name);
+      o.member("image_tokens", r.in.image_tokens).member("text_tokens", r.in.text_tokens);
+      o.member("card_gib", r.vram_gib, 3).member("streamed_bytes_per_step", streamed_bytes);
+      o.member("pinned_gbps", pinned_gbps, 3).member("streamed_ms", streamed_median, 3);
+      o.member("resident_ms", resident_median, 3).member("bound_ms", bound, 3);
+      o.member("streamed_over_bound", streamed_median / bound, 4);
+      o.member("profile_step_ms", prof.step_ms, 3).member("gemm_ms", prof.gemm_ms, 3);
+      o.member("gemm_tflops", gemm_tflops, 2).member("attention_ms", prof.attention_ms, 3);
+      o.member("attention_tflops", attention_tflops, 2);
+      o.member("attention_over_gemm_rate", attention_tflops / gemm_tflops, 4);
+      o.member("neither_ms", rest, 3).member("neither_share", rest / prof.step_ms, 4);
+      o.member("steps", r.steps).member("attention_kernel", r.attention).end_object();
+      ddo::write_file_atomically(r.json, o.take() + "\n");
     }
   }
   DDO_CUDA_TRY(cudaStreamDestroy(stream));
