@@ -15,6 +15,7 @@
 #include "flux/flux_cpu.hpp"
 #include "flux/flux_init.hpp"
 #include "flux/flux_kernels.hpp"
+#include "runner/synthetic_forward.hpp"
 #include "gpu_support.hpp"
 
 namespace flux_kernels_test {
@@ -30,6 +31,18 @@ namespace flux_kernels_test {
 std::vector<float> data(const char* name, std::size_t n) {
   const auto u = flux::seeded_uniform(name, n, 7);
   return {u.begin(), u.end()};
+}
+
+/// @p x rounded to bf16 (nearest even) on the host: the bits in @p bits (the kernels' inputs),
+/// the rounded values returned as floats (the reference's inputs).
+std::vector<float> round_to_bf16(const std::vector<float>& x, std::vector<std::uint16_t>& bits) {
+  std::vector<float> rounded(x.size());
+  bits.resize(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    bits[i] = ddo::runner::internal::float_to_bf16(x[i]);
+    rounded[i] = ddo::runner::internal::bf16_to_float(bits[i]);
+  }
+  return rounded;
 }
 
 /// A device copy of a host vector, freed with the object.
@@ -167,27 +180,15 @@ TEST_SUITE("gpu") {
       "flux kernels: tensor-core attention matches the naive reference on the same bf16 inputs "
       "at lengths off its 64-key and 128-row tiles, and repeats bitwise") {
     DDO_SKIP_FLUX_WITHOUT_GPU();
-    // Round to bf16 (nearest even) on the host: the kernel's inputs, and the reference's.
-    const auto to_bf16 = [](const std::vector<float>& x, std::vector<std::uint16_t>& bits) {
-      std::vector<float> rounded(x.size());
-      bits.resize(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        std::uint32_t u;
-        std::memcpy(&u, &x[i], 4);
-        bits[i] = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-        const std::uint32_t back = static_cast<std::uint32_t>(bits[i]) << 16;
-        std::memcpy(&rounded[i], &back, 4);
-      }
-      return rounded;
-    };
     for (const int head_dim : {64, 128})
       for (const int n : {1, 5, 63, 64, 65, 127, 128, 129, 300}) {
         CAPTURE(head_dim);
         CAPTURE(n);
         const int width = 2 * head_dim;
         std::vector<std::uint16_t> qb, kb, vb;
-        const auto q = to_bf16(data("q", n * width), qb), k = to_bf16(data("k", n * width), kb),
-                   v = to_bf16(data("v", n * width), vb);
+        const auto q = round_to_bf16(data("q", n * width), qb),
+                   k = round_to_bf16(data("k", n * width), kb),
+                   v = round_to_bf16(data("v", n * width), vb);
         std::uint16_t* dev = nullptr;
         const std::size_t count = static_cast<std::size_t>(n) * width;
         DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&dev), 3 * count * 2));
@@ -216,18 +217,6 @@ TEST_SUITE("gpu") {
       "flux kernels: the pipelined tensor-core attention (both row-tile variants) matches the "
       "naive reference at lengths off its tiles, repeats bitwise, and writes bf16 rows in place") {
     DDO_SKIP_FLUX_WITHOUT_GPU();
-    const auto round = [](const std::vector<float>& x, std::vector<std::uint16_t>& bits) {
-      std::vector<float> rounded(x.size());
-      bits.resize(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        std::uint32_t u;
-        std::memcpy(&u, &x[i], 4);
-        bits[i] = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-        const std::uint32_t back = static_cast<std::uint32_t>(bits[i]) << 16;
-        std::memcpy(&rounded[i], &back, 4);
-      }
-      return rounded;
-    };
     for (const int row_tiles : {1, 2})
       for (const int head_dim : {64, 128})
         for (const int n : {1, 5, 31, 33, 63, 64, 65, 127, 128, 129, 300}) {
@@ -237,8 +226,9 @@ TEST_SUITE("gpu") {
           const int width = 2 * head_dim, stride = width + 8;
           const std::size_t count = static_cast<std::size_t>(n) * width;
           std::vector<std::uint16_t> qb, kb, vb;
-          const auto q = round(data("q", count), qb), k = round(data("k", count), kb),
-                     v = round(data("v", count), vb);
+          const auto q = round_to_bf16(data("q", count), qb),
+                     k = round_to_bf16(data("k", count), kb),
+                     v = round_to_bf16(data("v", count), vb);
           std::uint16_t* dev = nullptr;  // q, k, v, then the bf16 output rows (stride + 8)
           const std::size_t wide = static_cast<std::size_t>(n) * stride;
           DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&dev), (3 * count + wide) * 2));
@@ -266,7 +256,7 @@ TEST_SUITE("gpu") {
           CHECK(std::memcmp(gpu.data(), second.data(), gpu.size() * sizeof(float)) == 0);
           // the bf16 output is the float output rounded, bit for bit; the gaps stay untouched
           std::vector<std::uint16_t> rounded;
-          round(gpu, rounded);
+          round_to_bf16(gpu, rounded);
           bool same = true, gaps = true;
           for (int r = 0; r < n; ++r) {
             const std::size_t at = static_cast<std::size_t>(r) * stride;
