@@ -178,11 +178,10 @@ void offloader_core<T>::upload_residents(setup_meter* meter) {
 template <class T>
 bool offloader_core<T>::pin_beside_upload() {
   const auto& table = *table_;
-  const auto sized = [&] {
-    return staging_buffer_bytes_for(staging_demand_of(layout_, table, transport_with_file_reads<T>),
-                                    options_.staging_buffer_bytes);
+  const auto demand = [&] {
+    return staging_demand_of(layout_, table, transport_with_file_reads<T>);
   };
-  const std::uint64_t bytes = sized();
+  const std::uint64_t bytes = staging_buffer_bytes_for(demand(), options_.staging_buffer_bytes);
   if (bytes != 0) staging_.ensure_buffers(bytes);
   std::mutex mutex;
   std::condition_variable cv;
@@ -216,7 +215,9 @@ bool offloader_core<T>::pin_beside_upload() {
   }
   pinner.join();
   if (failure) std::rethrow_exception(failure);
-  if (const std::uint64_t need = sized(); need > bytes) {
+  const auto pinned_demand = demand();  // with what a pinning fallback staged
+  const std::uint64_t need = staging_buffer_bytes_for(pinned_demand, options_.staging_buffer_bytes);
+  if (need > bytes) {
     // A pinning fallback staged more than the buffers were sized for: the residents' copies
     // from them are done first.
     t_.synchronize(T::view(copy_stream_));
@@ -224,7 +225,7 @@ bool offloader_core<T>::pin_beside_upload() {
     staging_.release_buffers();
     staging_.ensure_buffers(need);
   }
-  return staging_demand_of(layout_, table, transport_with_file_reads<T>).run_bytes == 0;
+  return pinned_demand.run_bytes == 0;
 }
 
 /// @param max_slots the most slots a stable-address transport may size its window for (setup:
