@@ -5,7 +5,13 @@
 // suite).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <variant>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -317,6 +323,64 @@ TEST_CASE("setup counts the store once: its bytes of this table go back to the p
     if (m->plan.decisions[w].where == placement::pinned_host) shard_held += m->table[w].bytes;
   CHECK(one.ram_source.find("plus " + ddo::format_bytes(shard_held) + " of its weights") !=
         std::string::npos);
+}
+
+TEST_CASE("a store kept across a model reload never hands out the old bytes") {
+  using namespace shared_store_test;
+  auto m = ddo_test::make_model(spec_of(287));
+  auto store = std::make_shared<ddo::shared_weight_store>();
+  host_sim_transport sim;
+  {
+    ddo::basic_offloader<host_sim_transport> first(sim, m->table, m->plan, store_options(store));
+    REQUIRE(stream_and_check(first, sim, *m, nullptr) == 0);
+  }
+  const std::uint64_t first_bytes = store->bytes();
+  // The engine reloads: new bytes in the same host buffers (so the same addresses, as a new
+  // allocation that lands where a freed one was) and in the same file, rewritten in place (its
+  // modification time set one second on, so the test does not hang on the clock's granularity).
+  std::mt19937_64 rng(7);
+  for (std::size_t w = 0; w < m->table.size(); ++w) {
+    auto& e = m->expected[w];
+    ddo_test::fill_random_bytes(e, rng);
+    if (std::holds_alternative<ddo::host_source>(m->table[w].source)) {
+      std::memcpy(m->host[w].data(), e.data(), e.size());
+    } else {
+      std::fstream f(m->file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(std::get<ddo::file_source>(m->table[w].source).offset));
+      f.write(reinterpret_cast<const char*>(e.data()), static_cast<std::streamsize>(e.size()));
+    }
+  }
+  std::filesystem::last_write_time(
+      m->file, std::filesystem::last_write_time(m->file) + std::chrono::seconds(1));
+  // The reloaded model's table, built anew as a loader does (same names, sources and sizes).
+  ddo::weight_table reloaded;
+  for (const auto& path : m->table.files()) reloaded.add_file(path);
+  for (const auto& info : m->table.weights()) reloaded.add(info);
+  {
+    ddo::basic_offloader<host_sim_transport> second(sim, reloaded, m->plan, store_options(store));
+    CHECK(stream_and_check(second, sim, *m, nullptr) == 0);
+  }
+  CHECK(store->bytes() == 2 * first_bytes);  // the old copy stays until the store goes
+  // A copy of the table (or a table that states it is over the same buffers) shares the copy.
+  ddo::weight_table copy = reloaded;
+  ddo::weight_table again;
+  for (const auto& path : m->table.files()) again.add_file(path);
+  for (const auto& info : m->table.weights()) again.add(info);
+  again.share_host_generation(reloaded);
+  for (const auto* t : {&copy, &again}) {
+    ddo::basic_offloader<host_sim_transport> off(sim, *t, m->plan, store_options(store));
+    CHECK(stream_and_check(off, sim, *m, nullptr) == 0);
+  }
+  CHECK(store->bytes() == 2 * first_bytes);
+  // An engine that keeps the table and writes new bytes into its buffers says so.
+  for (std::size_t w = 0; w < m->table.size(); ++w)
+    if (std::holds_alternative<ddo::host_source>(m->table[w].source)) {
+      std::reverse(m->expected[w].begin(), m->expected[w].end());
+      std::memcpy(m->host[w].data(), m->expected[w].data(), m->expected[w].size());
+    }
+  again.renew_host_generation();
+  ddo::basic_offloader<host_sim_transport> off(sim, again, m->plan, store_options(store));
+  CHECK(stream_and_check(off, sim, *m, nullptr) == 0);
 }
 
 TEST_CASE("layer shards stream only their groups, from the one store") {

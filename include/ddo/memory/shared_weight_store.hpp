@@ -12,8 +12,12 @@
 /// it is; the others are read (file) or copied (host) and page-locked once, into blocks laid out
 /// like the group's ring slot (so a device that streams the whole group copies it in one piece),
 /// and kept. Plans may differ per device: the store holds the union of what any of them streams,
-/// each weight once, keyed by its source (file and offset, or host address) and byte count, so a
-/// shard's table (model/weight_shard.hpp) shares the whole table's bytes.
+/// each weight once, keyed by its source and byte count — a file weight by path, offset and the
+/// file's identity (device, inode, size, modification time), a host weight by address and its
+/// table's host_generation() — so a shard's table (model/weight_shard.hpp) shares the whole
+/// table's bytes, and a store that outlives a reload (a table built anew, a file rewritten) never
+/// serves the old bytes for a new weight at the same address: it reads the new one. The old
+/// copies stay until the store goes.
 ///
 /// Lifetime: every offloader holds the store (a shared_ptr in its options), so the store outlives
 /// them all; the last holder frees it, and each block is unregistered and unmapped then. A store

@@ -63,6 +63,7 @@ struct sharded_table {
   if (!shard.name_pattern.empty()) filter.emplace(shard.name_pattern);
   sharded_table r;
   for (const auto& path : table.files()) r.table.add_file(path);  // file indices stay valid
+  r.table.share_host_generation(table);  // the same host bytes: a weight store shares them
   for (std::size_t g = shard.first_group; g < end; ++g) {
     execution_group part;
     part.name = groups[g].name;

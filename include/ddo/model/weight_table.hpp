@@ -7,6 +7,7 @@
 /// its bytes are now (a host pointer the engine owns, or a byte range in a file). Execution groups
 /// (the units the runtime streams) are described in model/execution_groups.hpp.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -105,6 +106,21 @@ class weight_table {
     return it->second;
   }
 
+  /// @brief Which contents of host memory the table's host sources mean: a token that a copy of
+  /// the table keeps (shard_weight_table's too) and a table built anew gets fresh. A
+  /// shared_weight_store keys host weights by address and this token, so a store that outlives
+  /// a model reload never hands out the old bytes for a new weight at a freed weight's address.
+  [[nodiscard]] std::uint64_t host_generation() const noexcept { return host_generation_; }
+  /// @brief States that this table's host sources point into the same live bytes as @p other's
+  /// (a table built again over the engine's buffers, or a part of @p other): a
+  /// shared_weight_store then shares their copies between the two.
+  void share_host_generation(const weight_table& other) noexcept {
+    host_generation_ = other.host_generation_;
+  }
+  /// @brief States that the bytes behind this table's host sources changed (an engine that
+  /// reloads into the same buffers and keeps the table): a shared_weight_store copies them again.
+  void renew_host_generation() noexcept { host_generation_ = next_host_generation(); }
+
   /// @brief Sum of all weights' bytes.
   [[nodiscard]] std::uint64_t total_bytes() const noexcept {
     std::uint64_t total = 0;
@@ -113,9 +129,15 @@ class weight_table {
   }
 
  private:
+  [[nodiscard]] static std::uint64_t next_host_generation() noexcept {
+    static std::atomic<std::uint64_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
   std::vector<weight_info> weights_;
   std::vector<std::string> files_;
   std::unordered_map<std::string, std::size_t> index_;
+  std::uint64_t host_generation_ = next_host_generation();  // copies keep it (member-wise)
 };
 
 }  // namespace v0

@@ -3,6 +3,8 @@
 /// @file
 /// @brief Definitions of pinning.hpp (not API).
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -86,29 +88,57 @@ inline std::string block_key(const group_runtime& gr, const weight_table& table,
   return key;
 }
 
-/// The shared_weight_store key of weight @p w: the namespace, its source and its size (not its
-/// name: a shard's table names the same bytes as the whole table's).
-inline std::string store_key(const weight_table& table, std::size_t w, const runtime_options& o) {
-  const auto& info = table[w];
-  std::string key = o.cache_namespace;
-  key += '\x1f';
-  if (const auto* h = std::get_if<host_source>(&info.source)) {
-    key += "host:" + std::to_string(reinterpret_cast<std::uintptr_t>(h->data));
-  } else {
-    const auto& f = std::get<file_source>(info.source);
-    key += "file:" + table.files()[f.file_index] + ":" + std::to_string(f.offset);
+/// What a file's bytes are now: its device, inode, size and modification time (ns), so a
+/// shared_weight_store that outlives a file replaced or rewritten in place reads it again.
+/// "unreadable" when stat fails (the read then fails and names the file).
+inline std::string file_identity(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "unreadable";
+  return std::to_string(st.st_dev) + ':' + std::to_string(st.st_ino) + ':' +
+         std::to_string(st.st_size) + ':' + std::to_string(st.st_mtim.tv_sec) + '.' +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+/// The shared_weight_store key of each weight of @p table: the namespace, its source and its
+/// size (not its name: a shard's table names the same bytes as the whole table's). A host source
+/// is its address and the table's host generation (a reload's new weight at a freed weight's
+/// address is another weight); a file source its path, the file's identity and the offset.
+inline std::vector<std::string> store_keys(const weight_table& table, const runtime_options& o) {
+  std::vector<std::string> identity;  // per file, stat'ed once
+  identity.reserve(table.files().size());
+  for (const auto& path : table.files()) identity.push_back(file_identity(path));
+  const std::string host_prefix = o.cache_namespace + "\x1fhost:" +
+                                  std::to_string(table.host_generation()) + ':';
+  std::vector<std::string> keys;
+  keys.reserve(table.size());
+  for (const auto& info : table.weights()) {
+    std::string key;
+    if (const auto* h = std::get_if<host_source>(&info.source)) {
+      key = host_prefix + std::to_string(reinterpret_cast<std::uintptr_t>(h->data));
+    } else {
+      const auto& f = std::get<file_source>(info.source);
+      key = o.cache_namespace + "\x1f" + "file:" + table.files()[f.file_index] + '@' +
+            identity[f.file_index] + ':' + std::to_string(f.offset);
+    }
+    key += '+' + std::to_string(info.bytes);
+    keys.push_back(std::move(key));
   }
-  key += '+' + std::to_string(info.bytes);
-  return key;
+  return keys;
 }
 
 /// Bytes of @p table's weights @p store holds already: a plan reuses them, so setup adds them
-/// to the RAM it probes (they are out of MemAvailable already; counted once).
+/// to the RAM it probes (they are out of MemAvailable already; counted once). With @p plan,
+/// only those it pins (what it takes from the store).
 inline std::uint64_t store_bytes_held(const shared_weight_store& store, const weight_table& table,
-                                      const runtime_options& o) {
+                                      const runtime_options& o,
+                                      const offload_plan* plan = nullptr) {
+  const auto keys = store_keys(table, o);
   std::uint64_t bytes = 0;
   for (std::size_t w = 0; w < table.size(); ++w)
-    if (table[w].bytes != 0 && store.find(store_key(table, w, o)).block) bytes += table[w].bytes;
+    if (table[w].bytes != 0 &&
+        (plan == nullptr || plan->decisions[w].where == placement::pinned_host) &&
+        store.find(keys[w]).block)
+      bytes += table[w].bytes;
   return bytes;
 }
 
@@ -377,6 +407,7 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
                                       const source_files& files, setup_meter& meter) {
   auto& store = *options.weight_store;
   const auto one_setup = store.setup_lock();  // a weight two devices lack is read once
+  const auto keys = pinning_detail::store_keys(table, options);
   std::vector<group_runtime*> parts;
   layout.for_each_part([&](group_runtime& gr) { parts.push_back(&gr); });
   // Per part: the weight of each in-place piece (the layout's order) and its store entry; the
@@ -401,7 +432,7 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
         continue;
       const std::size_t k = piece_weight[g].size();
       piece_weight[g].push_back(w);
-      entries[g].push_back(store.find(pinning_detail::store_key(table, w, options)));
+      entries[g].push_back(store.find(keys[w]));
       if (entries[g].back().block) continue;
       auto& m = missing[g];
       const std::uint64_t offset = round_up(m.pinned_bytes, options.alignment);
@@ -453,7 +484,7 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
   // Stored only once every block is read: a failed read leaves the store as it was.
   for (std::size_t g : todo)
     for (const auto& [k, offset] : missing[g].pieces)
-      store.insert(pinning_detail::store_key(table, piece_weight[g][k], options), entries[g][k]);
+      store.insert(keys[piece_weight[g][k]], entries[g][k]);
 
   // The pieces: the store's addresses; adjacent ones of one block that lie in the slot as in the
   // store merged into one copy; refused registrations staged (or refused, without fallback).
