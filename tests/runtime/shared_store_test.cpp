@@ -8,13 +8,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <variant>
-#include <cstring>
+#include <map>
 #include <memory>
+#include <random>
+#include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "ddo/memory/shared_weight_store.hpp"
@@ -381,6 +383,61 @@ TEST_CASE("a store kept across a model reload never hands out the old bytes") {
   again.renew_host_generation();
   ddo::basic_offloader<host_sim_transport> off(sim, again, m->plan, store_options(store));
   CHECK(stream_and_check(off, sim, *m, nullptr) == 0);
+}
+
+TEST_CASE("setup credits the store's bytes only for the weights its plan takes from it") {
+  using namespace shared_store_test;
+  auto spec = spec_of(288);
+  spec.where = [](std::size_t, std::size_t) { return placement::pinned_host; };
+  auto m = ddo_test::make_model(spec);
+  // The store holds the last three groups (a first device pinned only those).
+  auto store = std::make_shared<ddo::shared_weight_store>();
+  auto late = m->plan;
+  for (std::size_t w = 0; w < m->table.size(); ++w)
+    if (late.decisions[w].group < 3) place(late, w, placement::pageable_host, m->table[w].bytes);
+  host_sim_transport sim;
+  { ddo::basic_offloader<host_sim_transport> first(sim, m->table, late, store_options(store)); }
+  const std::uint64_t held = late.total_bytes(placement::pinned_host);
+  REQUIRE(held > 256 * 1024);
+  // A second device with little RAM free (MemAvailable: a 1 GiB headroom and 256 KiB) that
+  // pins from the first group on: credited the store's bytes, it would pin groups it does not
+  // take from the store on RAM the store already uses.
+  const std::uint64_t usable = 256 * 1024;
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ddo_store_credit_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream meminfo(dir / "meminfo");
+    meminfo << "MemTotal: 16777216 kB\nMemAvailable: " << (ddo::gib + usable) / 1024 << " kB\n";
+  }
+  ddo::setup_options options;
+  options.inputs.environment =
+      std::map<std::string, std::string>{{"DDO_PIN_WEIGHT_SELECTION", "first"},
+                                         {"DDO_PIN_CPU_MEMORY", "1"},
+                                         {"DDO_SMALL_TENSOR_THRESHOLD_KB", "0"},
+                                         {"DDO_SYSTEM_RAM_HEADROOM_GB", "1"}};
+  options.inputs.paths.meminfo = (dir / "meminfo").string();
+  options.inputs.paths.self_cgroup = (dir / "no-cgroup").string();
+  options.groups = groups_of(*m);
+  options.zero_resident_reason = "the test streams every group";
+  options.runtime.weight_store = store;
+  const auto settings = ddo::resolve_settings(options.inputs);
+  ddo::host_sim_options small;
+  small.device_capacity_bytes = 4 * ddo::mib;  // a ring, and nothing resident
+  host_sim_transport second(small);
+  const auto r = ddo::setup_offload(m->table, settings,
+                                    ddo::component_for(settings, options.inputs), options, second);
+  std::filesystem::remove_all(dir);
+  const std::uint64_t taken =
+      ddo::detail::pinning_detail::store_bytes_held(*store, m->table, r.runtime, &r.plan);
+  const std::uint64_t pinned = r.plan.total_bytes(placement::pinned_host);
+  CAPTURE(r.machine.ram_source);
+  CAPTURE(pinned);
+  CAPTURE(taken);
+  CHECK(pinned > 0);
+  CHECK(pinned - taken <= usable);  // new page-locked bytes fit the RAM that is free
+  CHECK(r.machine.store_credit_bytes == taken);
+  CHECK(r.machine.store_credit_bytes < held);
 }
 
 TEST_CASE("layer shards stream only their groups, from the one store") {

@@ -136,6 +136,9 @@ struct setup_machine {
   std::uint64_t engine_reserve_bytes = 0;   ///< setup_options::reserve_device_bytes
   std::uint64_t runtime_reserve_bytes = 0;  ///< runtime_device_reserve_bytes (0 when unknown)
   std::string ram_source;    ///< "stated by the engine", "probed", "available_system_ram_gb (...)"
+  /// Of capacity.available_ram_bytes, the bytes credited back for this table's weights a shared
+  /// weight store holds already (probed RAM only): after planning, only those the plan pins.
+  std::uint64_t store_credit_bytes = 0;
   std::string profile_note;  ///< what the capacity-profile lookup did (empty: no profile_name)
 };
 
@@ -332,13 +335,16 @@ template <class Transport>
     c.available_ram_bytes = *options.ram_bytes;
   } else {
     m.ram_source = "probed";
-    c.available_ram_bytes = available_ram_bytes().value_or(0);
-    // This table's weights already in a shared weight store are out of MemAvailable and this
-    // plan reuses them: counted once, by the offloader that pinned them.
+    c.available_ram_bytes = available_ram_bytes(options.inputs.paths).value_or(0);
+    // This table's weights already in a shared weight store are out of MemAvailable and a plan
+    // that pins them reuses them: counted once, by the offloader that pinned them. All of them
+    // here; setup_offload cuts the credit to those its plan pins (cap_store_credit).
     if (runtime.weight_store && c.available_ram_bytes != 0) {
-      const auto held = detail::pinning_detail::store_bytes_held(*runtime.weight_store, table, runtime);
-      c.available_ram_bytes += held;
-      m.ram_source += ", plus " + format_bytes(held) + " of its weights in the shared weight store";
+      m.store_credit_bytes =
+          detail::pinning_detail::store_bytes_held(*runtime.weight_store, table, runtime);
+      c.available_ram_bytes += m.store_credit_bytes;
+      m.ram_source += ", plus " + format_bytes(m.store_credit_bytes) +
+                      " of its weights in the shared weight store";
     }
   }
   c.max_group_bytes = options.max_group_bytes;
@@ -510,6 +516,99 @@ template <class Planner, class Transport>
 /// @tparam Planner, PinSelector the dynamic_offload route's policies (plan/concepts.hpp).
 /// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
 /// usage_error (groups).
+namespace detail {
+
+/// Cuts @p m's shared-weight-store credit to @p cap bytes (those a plan pins; setup_offload).
+inline void cap_store_credit(setup_machine& m, std::uint64_t cap) {
+  if (m.store_credit_bytes <= cap) return;
+  m.capacity.available_ram_bytes -= m.store_credit_bytes - cap;
+  m.store_credit_bytes = cap;
+  m.ram_source = "probed, plus " + format_bytes(cap) +
+                 " of its weights in the shared weight store (those the plan pins)";
+}
+
+/// The dynamic route's planning (setup_offload): the plan cache's plan when it still fits, else
+/// planned with the ring reserved for what the plan streams. @p machine gives the machine for
+/// the weights a plan keeps (machine_for with setup_offload's arguments).
+template <class Planner, class PinSelector, class Machine>
+void plan_streaming(offload_setup& r, const weight_table& table,
+                    const std::vector<execution_group>& groups,
+                    const dynamic_offload_config& settings_config,
+                    const dynamic_offload_config& config, const setup_options& options,
+                    const Planner& planner, const PinSelector& pins, Machine& machine, bool cached,
+                    std::string& key) {
+  // The ring holds what streams: reserved from what the residency rules do not keep.
+  std::vector<char> kept = rule_kept_weights(table, groups, settings_config);
+  r.machine = machine(kept);
+  if (cached) {
+    const std::pair<std::string_view, std::uint64_t> budgets[] = {
+        {"total_vram", r.machine.device.total_bytes},
+        {"ring", r.machine.ring_bytes},
+        {"engine_reserve", r.machine.engine_reserve_bytes},
+        {"runtime_reserve", r.machine.runtime_reserve_bytes},
+        {"stated_ram", options.ram_bytes.value_or(0)},
+        {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
+        {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
+        {"max_group", r.machine.capacity.max_group_bytes},
+        {"zero_resident", options.zero_resident_reason.empty() ? 0u : 1u},
+        {"resident_limit", r.machine.capacity.resident_limit_bytes.value_or(~0ull)},
+    };
+    key =
+        plan_cache_key(table, groups, config, policy_names(planner, typeid(PinSelector)), budgets);
+    if (auto hit = options.plans->find(key)) {
+      // Reused while its resident bytes still fit what is free now.
+      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
+        r.plan = std::move(*hit);
+        r.plan_from_cache = true;
+      } else {
+        r.notes.push_back("cached plan keeps more resident than is free now: planned again");
+      }
+    }
+  }
+  // The ring the plan sees is reserved from what a plan streams: first from what the rules
+  // do not keep; again from the plan's own streamed weights when they differ (demoted
+  // weights stream too; the budget kept the largest groups), planning once more and taking
+  // a smaller ring only when the new plan still fits it. A model the card holds whole (no
+  // ring at all) is planned that way first.
+  auto reserve_for = [&](const offload_plan& plan) {
+    for (std::size_t w = 0; w < table.size(); ++w)
+      kept[w] = plan.decisions[w].where == placement::gpu_resident ? 1 : 0;
+    return machine(kept);
+  };
+  if (r.plan_from_cache) {
+    r.machine = reserve_for(r.plan);
+    return;
+  }
+  if (table.total_bytes() <= r.machine.device.free_bytes) {
+    offload_plan everything;  // no ring: what is resident when nothing has to stream
+    everything.decisions.assign(table.size(), weight_decision{});
+    auto m = reserve_for(everything);
+    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    m = reserve_for(plan);  // the ring of what that plan streams
+    plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
+      r.machine = std::move(m);
+      r.plan = std::move(plan);
+      return;
+    }
+    kept = rule_kept_weights(table, groups, settings_config);
+  }
+  r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+  const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
+  if (streamed != r.machine.slot_bytes && streamed != 0) {
+    auto m = reserve_for(r.plan);
+    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    if (streamed > r.machine.slot_bytes ||
+        streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
+      r.machine = std::move(m);
+      r.plan = std::move(plan);
+    }
+  }
+}
+
+}  // namespace detail
+
 template <class Planner = default_offload_planner, class PinSelector = default_pin_selector,
           class Transport>
 [[nodiscard]] offload_setup setup_offload(const weight_table& table,
@@ -572,81 +671,34 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
     }
     default: {
       r.runtime.route = executed_route::dynamic_offload;
-      // The ring holds what streams: reserved from what the residency rules do not keep.
-      std::vector<char> kept = rule_kept_weights(table, groups, settings.config);
-      r.machine = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
       // The machine carries the RAM the plan uses (explicit field, stated, or probed):
       // resolution's detected value in the config must not override a stated one.
       dynamic_offload_config config = settings.config;
       config.available_system_ram_gb = 0.0;
       const bool cached = settings.config.cache_plan && options.plans != nullptr;
       std::string key;
-      if (cached) {
-        const std::pair<std::string_view, std::uint64_t> budgets[] = {
-            {"total_vram", r.machine.device.total_bytes},
-            {"ring", r.machine.ring_bytes},
-            {"engine_reserve", r.machine.engine_reserve_bytes},
-            {"runtime_reserve", r.machine.runtime_reserve_bytes},
-            {"stated_ram", options.ram_bytes.value_or(0)},
-            {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
-            {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
-            {"max_group", r.machine.capacity.max_group_bytes},
-            {"zero_resident", options.zero_resident_reason.empty() ? 0u : 1u},
-            {"resident_limit", r.machine.capacity.resident_limit_bytes.value_or(~0ull)},
-        };
-        key = plan_cache_key(table, groups, config,
-                             detail::policy_names(planner, typeid(PinSelector)), budgets);
-        if (auto hit = options.plans->find(key)) {
-          // Reused while its resident bytes still fit what is free now.
-          const std::uint64_t free = r.machine.capacity.free_vram_bytes;
-          if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
-            r.plan = std::move(*hit);
-            r.plan_from_cache = true;
-          } else {
-            r.notes.push_back("cached plan keeps more resident than is free now: planned again");
-          }
-        }
-      }
-      // The ring the plan sees is reserved from what a plan streams: first from what the rules
-      // do not keep; again from the plan's own streamed weights when they differ (demoted
-      // weights stream too; the budget kept the largest groups), planning once more and taking
-      // a smaller ring only when the new plan still fits it. A model the card holds whole (no
-      // ring at all) is planned that way first.
-      auto reserve_for = [&](const offload_plan& plan) {
-        for (std::size_t w = 0; w < table.size(); ++w)
-          kept[w] = plan.decisions[w].where == placement::gpu_resident ? 1 : 0;
-        return machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
+      // The shared weight store's credit to the probed RAM (machine_for) is every byte of this
+      // table it holds; a plan that pins other weights would count those bytes as free RAM. So
+      // while the plan pins fewer of them than it was credited, it is made again with the credit
+      // cut to those it pins: each round credits less, and the third credits nothing (always
+      // right: then the plan's new pinned bytes fit the RAM probed).
+      std::optional<std::uint64_t> credit_cap;
+      auto machine = [&](std::span<const char> kept) {
+        auto m = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
+        if (credit_cap) detail::cap_store_credit(m, *credit_cap);
+        return m;
       };
-      if (r.plan_from_cache) r.machine = reserve_for(r.plan);
-      if (!r.plan_from_cache && table.total_bytes() <= r.machine.device.free_bytes) {
-        offload_plan everything;  // no ring: what is resident when nothing has to stream
-        everything.decisions.assign(table.size(), weight_decision{});
-        auto machine = reserve_for(everything);
-        auto plan = make_plan(table, groups, config, machine.capacity, planner, pins);
-        machine = reserve_for(plan);  // the ring of what that plan streams
-        plan = make_plan(table, groups, config, machine.capacity, planner, pins);
-        if (streamed_ring_bytes(plan, table, r.runtime) <= machine.ring_bytes) {
-          r.machine = std::move(machine);
-          r.plan = std::move(plan);
-          if (cached) options.plans->insert(std::move(key), r.plan);
-          break;
-        }
-        kept = rule_kept_weights(table, groups, settings.config);
+      for (int round = 0;; ++round) {
+        r.plan_from_cache = false;
+        detail::plan_streaming(r, table, groups, settings.config, config, options, planner, pins,
+                               machine, cached, key);
+        if (r.machine.store_credit_bytes == 0) break;
+        const std::uint64_t taken = detail::pinning_detail::store_bytes_held(
+            *r.runtime.weight_store, table, r.runtime, &r.plan);
+        if (taken >= r.machine.store_credit_bytes) break;
+        credit_cap = round < 1 ? taken : 0;
       }
-      if (!r.plan_from_cache) {
-        r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
-        const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
-        if (streamed != r.machine.slot_bytes && streamed != 0) {
-          auto machine = reserve_for(r.plan);
-          auto plan = make_plan(table, groups, config, machine.capacity, planner, pins);
-          if (streamed > r.machine.slot_bytes ||
-              streamed_ring_bytes(plan, table, r.runtime) <= machine.ring_bytes) {
-            r.machine = std::move(machine);
-            r.plan = std::move(plan);
-          }
-        }
-        if (cached) options.plans->insert(std::move(key), r.plan);
-      }
+      if (cached && !r.plan_from_cache) options.plans->insert(std::move(key), r.plan);
       break;
     }
   }

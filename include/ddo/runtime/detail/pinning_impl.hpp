@@ -107,8 +107,8 @@ inline std::vector<std::string> store_keys(const weight_table& table, const runt
   std::vector<std::string> identity;  // per file, stat'ed once
   identity.reserve(table.files().size());
   for (const auto& path : table.files()) identity.push_back(file_identity(path));
-  const std::string host_prefix = o.cache_namespace + "\x1fhost:" +
-                                  std::to_string(table.host_generation()) + ':';
+  const std::string host_prefix =
+      o.cache_namespace + "\x1fhost:" + std::to_string(table.host_generation()) + ':';
   std::vector<std::string> keys;
   keys.reserve(table.size());
   for (const auto& info : table.weights()) {
