@@ -9,16 +9,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ddo/core/format_bytes.hpp"
@@ -29,6 +26,7 @@
 #include "ddo/model/weight_shard.hpp"
 #include "ddo/runtime/prepare_offload.hpp"
 #include "runner/compare_run.hpp"
+#include "runner/device_threads.hpp"
 #include "runner/run_model.hpp"
 #include "runner/step_summary.hpp"
 #include "runner/vram_budget.hpp"
@@ -63,22 +61,6 @@ struct device_result {
 };
 
 namespace devices_internal {
-
-/// Holds every device until all finished setup (or failed), so the steady steps overlap.
-class start_gate {
- public:
-  explicit start_gate(std::size_t n) : waiting_(n) {}
-  void arrive(bool wait) {
-    std::unique_lock lock(mutex_);
-    if (--waiting_ == 0) cv_.notify_all();
-    if (wait) cv_.wait(lock, [&] { return waiting_ == 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::size_t waiting_;
-};
 
 /// Plans, sets up and runs one device on its thread; failures land in @p r.error.
 template <class Engine>
@@ -197,12 +179,15 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
     std::printf("no bound measured (--no-bound)\n");
   std::fflush(stdout);
   devices_internal::start_gate gate(n);
-  std::vector<std::thread> threads;
-  for (std::size_t d = 0; d < n; ++d)
-    threads.emplace_back([&, d, t = std::move(transports[d])]() mutable {
-      devices_internal::run_device<Engine>(in, std::move(t), shards[d], store, gate, results[d]);
-    });
-  for (auto& t : threads) t.join();
+  // Each thread moves its own device's transport out; a device whose thread could not start
+  // keeps its transport here (destroyed on return) and is reported failed.
+  devices_internal::run_on_threads(
+      n, gate,
+      [&](std::size_t d) {
+        devices_internal::run_device<Engine>(in, std::move(transports[d]), shards[d], store, gate,
+                                             results[d]);
+      },
+      [&](std::size_t d, const std::string& why) { results[d].error = why; });
   host_memory.sample();
 
   bool ok = true;
