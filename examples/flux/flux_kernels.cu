@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // The FLUX.1 forward's CUDA kernels (declared and described in flux_kernels.hpp). Reductions use
 // fixed shuffle trees and fixed per-thread strides, so a kernel gives the same bits every run.
+// Every launch is checked where it is made (cudaGetLastError: a host call, no sync): a launch
+// that fails (a bad configuration, more shared memory than the device allows, no image for the
+// device) throws ddo::cuda_error naming the kernel instead of leaving stale outputs.
 
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ddo/core/error.hpp"
 #include "flux/flux_kernels.hpp"
 
 namespace flux::gpu {
@@ -471,9 +479,11 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
   // corrections).
   float m[RT][2], l[RT][2];
   for (int rt = 0; rt < RT; ++rt) m[rt][0] = m[rt][1] = -INFINITY, l[rt][0] = l[rt][1] = 0.f;
-  const int tiles = (n + p_keys<RT> - 1) / p_keys<RT>;
+  // p_keys<RT> under a name: clang-format spaced "p_keys<RT> > n" into "p_keys < RT >> n"
+  constexpr int tile_keys = p_keys<RT>;
+  const int tiles = (n + tile_keys - 1) / tile_keys;
   for (int t = 0; t < tiles; ++t) {
-    const int j0 = t * p_keys<RT>, stage = t & 1;
+    const int j0 = t * tile_keys, stage = t & 1;
     if (t + 1 < tiles) {
       load_tile(stage ^ 1, j0 + p_keys<RT>);
       cp_async_wait<1>();
@@ -506,7 +516,7 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
         }
       }
     }
-    if (j0 + p_keys < RT >> n)  // the last, partial tile
+    if (j0 + tile_keys > n)  // the last, partial tile
       for (int rt = 0; rt < RT; ++rt)
         for (int kt = 0; kt < p_keys<RT> / 8; ++kt)
           for (int e = 0; e < 4; ++e)
@@ -588,18 +598,59 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
   }
 }
 
+/// Throws ddo::cuda_error naming @p kernel (and @p call, the step that failed) for @p status.
+[[noreturn]] void throw_kernel_error(cudaError_t status, const char* kernel, const char* call) {
+  const char* name = cudaGetErrorName(status);
+  const char* text = cudaGetErrorString(status);
+  throw ddo::cuda_error(static_cast<int>(status), name ? name : "unknown", call, __FILE__,
+                        __LINE__,
+                        std::string("flux kernel ") + kernel + ": " + call + " failed: " +
+                            (name ? name : "unknown error") + " (" + (text ? text : "") + ")");
+}
+
+/// Checks the launch just made of @p kernel: cudaGetLastError returns (and clears) its launch
+/// error without waiting for the device; a fault while the kernel runs surfaces at the next
+/// synchronization, through DDO_CUDA_TRY there.
+void check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw_kernel_error(status, kernel, "launch");
+}
+
 template <int D, int RT, class Out>
 void launch_pipelined(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride, int n,
                       int width, cudaStream_t stream) {
   constexpr int smem = p_smem_bytes<D, RT>;
-  // above the 48 KiB default: raised per device, on every launch (a host call, no stream work)
-  cudaFuncSetAttribute(attention_pipelined_kernel<D, RT, Out>,
-                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const char* const name = "attention_pipelined_kernel";
+  {
+    // Above the 48 KiB default: raised once per device and instantiation (the attribute stays
+    // set for the device's context), refused with the numbers where the device allows less.
+    static std::mutex mutex;
+    static std::vector<char> raised;  // per device ordinal
+    int device = 0;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+      throw_kernel_error(e, name, "cudaGetDevice");
+    std::lock_guard lock(mutex);
+    if (static_cast<std::size_t>(device) >= raised.size())
+      raised.resize(static_cast<std::size_t>(device) + 1, 0);
+    if (!raised[static_cast<std::size_t>(device)]) {
+      const cudaError_t e = cudaFuncSetAttribute(attention_pipelined_kernel<D, RT, Out>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: later calls work
+        const std::string call = "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, " +
+                                 std::to_string(smem) + " bytes for head_dim " +
+                                 std::to_string(D) + ", " + std::to_string(RT) + " row tile(s))";
+        throw_kernel_error(e, name, call.c_str());
+      }
+      raised[static_cast<std::size_t>(device)] = 1;
+    }
+  }
   const dim3 grid(static_cast<unsigned>((n + p_rows<RT> - 1) / p_rows<RT>),
                   static_cast<unsigned>(width / D));
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   attention_pipelined_kernel<D, RT, Out>
       <<<grid, p_warps * 32, smem, stream>>>(q, k, v, out, out_stride, n, width, scale_log2);
+  check_launch(name);
 }
 
 template <int D, class Out>
@@ -620,27 +671,36 @@ unsigned blocks_for(long long items, int threads) {
 void rms_norm_heads(float* x, int rows, int width, int head_dim, const float* weight,
                     cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * (width / head_dim);
-  if (items > 0)
+  if (items > 0) {
     rms_norm_heads_kernel<<<blocks_for(items, 8), 256, 0, stream>>>(x, rows, width, head_dim,
                                                                     weight);
+    check_launch("rms_norm_heads_kernel");
+  }
 }
 
 void rope(float* x, int rows, int width, int head_dim, const float* cos, const float* sin,
           cudaStream_t stream) {
   const long long pairs = static_cast<long long>(rows) * width / 2;
-  if (pairs > 0)
+  if (pairs > 0) {
     rope_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(x, rows, width, head_dim, cos, sin);
+    check_launch("rope_kernel");
+  }
 }
 
 void silu(float* x, long long n, cudaStream_t stream) {
-  if (n > 0) silu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n);
+  if (n > 0) {
+    silu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n);
+    check_launch("silu_kernel");
+  }
 }
 
 void gated_add(float* x, int rows, int n, const float* gate, const float* y, int y_stride,
                cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * n;
-  if (items > 0)
+  if (items > 0) {
     gated_add_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(x, rows, n, gate, y, y_stride);
+    check_launch("gated_add_kernel");
+  }
 }
 
 bool attention(const float* q, const float* k, const float* v, float* out, int n, int width,
@@ -650,8 +710,10 @@ bool attention(const float* q, const float* k, const float* v, float* out, int n
   const float scale = 1.f / sqrtf(static_cast<float>(head_dim));
   if (head_dim == 64) {
     attention_kernel<64><<<grid, attention_warps * 32, 0, stream>>>(q, k, v, out, n, width, scale);
+    check_launch("attention_kernel");
   } else if (head_dim == 128) {
     attention_kernel<128><<<grid, attention_warps * 32, 0, stream>>>(q, k, v, out, n, width, scale);
+    check_launch("attention_kernel");
   } else {
     return false;
   }
@@ -660,30 +722,41 @@ bool attention(const float* q, const float* k, const float* v, float* out, int n
 
 void add(float* x, const float* y, int rows, int n, int y_stride, cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * n;
-  if (items > 0) add_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(x, y, rows, n, y_stride);
+  if (items > 0) {
+    add_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(x, y, rows, n, y_stride);
+    check_launch("add_kernel");
+  }
 }
 
 void to_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
              cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * n;
-  if (items > 0)
+  if (items > 0) {
     to_bf16_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(
         x, rows, n, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+    check_launch("to_bf16_kernel");
+  }
 }
 
 void to_float(const void* x, bool bf16, float* y, long long n, cudaStream_t stream) {
-  if (n > 0) to_float_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, bf16, y, n);
+  if (n > 0) {
+    to_float_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, bf16, y, n);
+    check_launch("to_float_kernel");
+  }
 }
 
 void add_bias(float* y, int rows, int n, int y_stride, const void* bias, bool bf16,
               cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * n;
-  if (items > 0)
+  if (items > 0) {
     add_bias_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(y, rows, n, y_stride, bias, bf16);
+    check_launch("add_bias_kernel");
+  }
 }
 
 void timestep_projection(float value, float* out, cudaStream_t stream) {
   timestep_projection_kernel<<<1, 128, 0, stream>>>(value * 1000.f, out);
+  check_launch("timestep_projection_kernel");
 }
 
 bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
@@ -697,9 +770,11 @@ bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::u
   if (head_dim == 64) {
     attention_mma_kernel<64>
         <<<grid, mma_warps * 32, 0, stream>>>(qb, kb, vb, out, n, width, scale_log2);
+    check_launch("attention_mma_kernel");
   } else if (head_dim == 128) {
     attention_mma_kernel<128>
         <<<grid, mma_warps * 32, 0, stream>>>(qb, kb, vb, out, n, width, scale_log2);
+    check_launch("attention_mma_kernel");
   } else {
     return false;
   }
@@ -733,17 +808,21 @@ bool attention_bf16_pipelined(const std::uint16_t* q, const std::uint16_t* k,
 void layer_norm_modulate_bf16(const float* x, int rows, int n, const float* shift,
                               const float* scale, std::uint16_t* y, int y_stride,
                               cudaStream_t stream) {
-  if (rows > 0)
+  if (rows > 0) {
     layer_norm_modulate_bf16_kernel<<<rows, 256, 0, stream>>>(
         x, n, shift, scale, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+    check_launch("layer_norm_modulate_bf16_kernel");
+  }
 }
 
 void gelu_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
                cudaStream_t stream) {
   const long long items = static_cast<long long>(rows) * n;
-  if (items > 0)
+  if (items > 0) {
     gelu_bf16_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(
         x, rows, n, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+    check_launch("gelu_bf16_kernel");
+  }
 }
 
 }  // namespace flux::gpu

@@ -9,7 +9,9 @@
 /// split-KV, so every output is summed in one fixed order: bitwise reproducible). float
 /// activations; the GEMMs' operands are rounded to bf16 by to_bf16 (examples/flux/flux_gpu.hpp
 /// runs the GEMMs with cuBLASLt). Compiled by nvcc (examples/flux/flux_kernels.cu); this header
-/// needs only the CUDA runtime's types. Example code (examples/flux/).
+/// needs only the CUDA runtime's types. Every function checks its launch where it makes it (no
+/// sync) and throws ddo::cuda_error naming the kernel when it fails. Example code
+/// (examples/flux/).
 
 #include <cuda_runtime_api.h>
 
@@ -51,7 +53,10 @@ bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::u
 /// stride @p out_stride (even). Deterministic; not bitwise equal to attention_bf16, nor across
 /// row_tiles (the softmax rescales at other keys). Opt-in (ddo-flux --attention tensor2): not
 /// yet run on a GPU. @return false for a head_dim other than 64 or 128 or row_tiles other than
-/// 1 or 2 (nothing launched).
+/// 1 or 2 (nothing launched). q, k and v are read 16 bytes at a time (cp.async, ldmatrix): their
+/// base pointers 16-byte aligned and width a multiple of 8, as attention_bf16's.
+/// @throws ddo::cuda_error naming the kernel when the device refuses the shared memory the tile
+/// needs (36,864 bytes at head_dim 64, 69,632 at 128) or the launch fails.
 bool attention_bf16_pipelined(const std::uint16_t* q, const std::uint16_t* k,
                               const std::uint16_t* v, void* out, bool out_bf16, int out_stride,
                               int n, int width, int head_dim, int row_tiles, cudaStream_t stream);
