@@ -62,6 +62,18 @@ inline bool packed_here(const group_runtime& gr, std::size_t i, const weight_tab
          group_layout::packed(table, o, w);
 }
 
+/// What a file's bytes are now: its device, inode, size and modification time (ns), so a
+/// shared_weight_store or pinned_weight_cache that outlives a file replaced or rewritten in place
+/// reads it again.
+/// "unreadable" when stat fails (the read then fails and names the file).
+inline std::string file_identity(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "unreadable";
+  return std::to_string(st.st_dev) + ':' + std::to_string(st.st_ino) + ':' +
+         std::to_string(st.st_size) + ':' + std::to_string(st.st_mtim.tv_sec) + '.' +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
 /// The cache key of a group's packed block: namespace, then each packed weight's identity.
 inline std::string block_key(const group_runtime& gr, const weight_table& table,
                              const offload_plan& plan, const runtime_options& o) {
@@ -76,27 +88,18 @@ inline std::string block_key(const group_runtime& gr, const weight_table& table,
     key += std::to_string(gr.slot_offset[i]);
     key += ':';
     key += std::to_string(info.bytes);
+    // As the shared store's keys (store_keys): a reload's table, or a rewritten file, misses.
     if (const auto* h = std::get_if<host_source>(&info.source)) {
-      key += "@host:";
+      key += "@host:" + std::to_string(table.host_generation()) + ':';
       key += std::to_string(reinterpret_cast<std::uintptr_t>(h->data));
     } else {
       const auto& f = std::get<file_source>(info.source);
-      key += "@file:" + table.files()[f.file_index] + ":" + std::to_string(f.offset);
+      const auto& path = table.files()[f.file_index];
+      key += "@file:" + path + '@' + file_identity(path) + ':' + std::to_string(f.offset);
     }
     key += ';';
   }
   return key;
-}
-
-/// What a file's bytes are now: its device, inode, size and modification time (ns), so a
-/// shared_weight_store that outlives a file replaced or rewritten in place reads it again.
-/// "unreadable" when stat fails (the read then fails and names the file).
-inline std::string file_identity(const std::string& path) {
-  struct ::stat st {};
-  if (::stat(path.c_str(), &st) != 0) return "unreadable";
-  return std::to_string(st.st_dev) + ':' + std::to_string(st.st_ino) + ':' +
-         std::to_string(st.st_size) + ':' + std::to_string(st.st_mtim.tv_sec) + '.' +
-         std::to_string(st.st_mtim.tv_nsec);
 }
 
 /// The shared_weight_store key of each weight of @p table: the namespace, its source and its
