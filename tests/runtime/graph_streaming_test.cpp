@@ -15,6 +15,7 @@
 
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
 #include "runtime_fixtures.hpp"
 
 namespace graph_streaming_test {
@@ -38,19 +39,31 @@ host_sim_transport::stream_view view(host_sim_transport::stream& s) {
   return host_sim_transport::view(s);
 }
 
-/// The engine's "kernels": a task per lease that compares every weight with its source bytes.
+/// The engine's "kernels": a task per lease that compares every weight with its source bytes
+/// (on host_sim's VMM mode, first whether its range is mapped: a read of an unmapped range
+/// would fault the process, so it counts as a mismatch instead).
 struct checker {
   std::atomic<std::uint64_t> checked{0};
   std::atomic<std::uint64_t> mismatches{0};
-  template <class Lease>
-  void enqueue(host_sim_transport& sim, host_sim_transport::stream_view s,
-               const ddo_test::synthetic_model& m, const Lease& lease) {
+  std::atomic<std::uint64_t> unmapped{0};
+  template <class Sim, class Lease>
+  void enqueue(Sim& sim, typename Sim::stream_view s, const ddo_test::synthetic_model& m,
+               const Lease& lease) {
     std::vector<std::pair<const std::byte*, std::size_t>> items;
     for (std::size_t i = 0; i < lease.size(); ++i)
       items.emplace_back(lease.data(i), lease.weight_index(i));
-    sim.enqueue(s, [this, &m, items = std::move(items)] {
+    constexpr bool mapped_ranges =
+        requires(const Sim& t, const std::byte* p) { t.readable(p, std::size_t{1}); };
+    sim.enqueue(s, [this, &sim, &m, items = std::move(items)] {
       for (const auto& [p, w] : items) {
         const auto& e = m.expected[w];
+        if constexpr (mapped_ranges) {
+          if (!sim.readable(p, e.size())) {
+            ++unmapped;
+            ++mismatches;
+            continue;
+          }
+        }
         if (std::memcmp(p, e.data(), e.size()) != 0) ++mismatches;
         checked += e.size();
       }
@@ -65,8 +78,8 @@ std::uint64_t model_bytes(const ddo_test::synthetic_model& m) {
 }
 
 /// Captures one step (acquire, check, drop, in plan order) on @p s.
-host_sim_transport::graph capture_step(host_sim_transport& sim, offloader& off,
-                                       host_sim_transport::stream_view s,
+template <class Sim, class Offloader>
+host_sim_transport::graph capture_step(Sim& sim, Offloader& off, typename Sim::stream_view s,
                                        const ddo_test::synthetic_model& m, checker& check) {
   sim.begin_capture(s);
   for (std::size_t g = 0; g < off.group_count(); ++g) {
@@ -82,6 +95,31 @@ ddo::runtime_options poisoned(std::size_t slots) {
   o.poison_slots = true;           // every load fills its slot first: an early read sees poison
   o.poison_released_slots = true;  // every release fills it after: a late read sees poison
   return o;
+}
+
+// --- the VMM legacy route (host_sim's VMM mode) -------------------------------------------------
+using vmm_sim = ddo::host_sim_vmm_transport;
+using vmm_offloader = ddo::basic_offloader<vmm_sim>;
+
+/// pinned_model with weight 3 of every group norm-like (the route does not map it: a side
+/// image) and group 5 nothing the route covers (side image alone, no mapped range).
+std::unique_ptr<ddo_test::synthetic_model> vmm_model(std::size_t groups, std::uint32_t seed) {
+  ddo_test::model_spec spec;
+  spec.groups = groups;
+  spec.seed = seed;
+  spec.max_bytes = 60000;
+  spec.where = [](std::size_t g, std::size_t) {
+    return g % 3 == 1 ? ddo::placement::gpu_resident : ddo::placement::pinned_host;
+  };
+  spec.vmm_covered = [](std::size_t g, std::size_t i) { return g != 5 && i != 3; };
+  return ddo_test::make_model(spec);
+}
+
+vmm_sim make_vmm_sim(const ddo_test::synthetic_model& m, std::uint64_t timeout_ms) {
+  ddo::host_sim_vmm_options o;
+  o.device.wait_value_timeout_ms = timeout_ms;
+  o.window.budget_bytes = model_bytes(m) + 32 * ddo::mib;  // the slot count is runtime_options'
+  return vmm_sim(o);
 }
 
 }  // namespace graph_streaming_test
@@ -250,9 +288,172 @@ TEST_CASE("graph streaming: what a replay cannot do is refused") {
   }
 }
 
+TEST_CASE(
+    "graph streaming, VMM legacy route: 100 replays through a window smaller than the model, "
+    "every weight right") {
+  using namespace graph_streaming_test;
+  // As the linear case: 7 streamed groups over 3 slots (7 mod 3 = 1) and 8 over 3, eager steps
+  // first, poisoned loads and releases. The captured kernels read each group at its stable
+  // address; every launch's binder maps it on slot p mod 3 once the graph released the slot's
+  // previous occupant (released flags), so a read before its map, or after the next unmap, is
+  // caught here (unmapped), and one before its copy sees poison.
+  for (const std::size_t groups : {10u, 12u}) {
+    CAPTURE(groups);
+    auto m = vmm_model(groups, static_cast<std::uint32_t>(40 + groups));
+    auto sim = make_vmm_sim(*m, 5000);
+    auto compute = sim.make_stream();
+    const auto s = vmm_sim::view(compute);
+    checker check;
+    {
+      vmm_offloader off(sim, m->table, m->plan, poisoned(3));
+      REQUIRE(off.slot_count() == 3);
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, s);
+        check.enqueue(sim, s, *m, lease);
+      }
+      const auto graph = capture_step(sim, off, s, *m, check);
+      CHECK(off.graph_mode());
+      for (int replay = 0; replay < 100; ++replay) off.launch_graph(graph, s);
+      sim.synchronize(s);
+      const auto metrics = off.metrics();
+      CHECK(metrics.totals.group_loads >= 100 * (groups - groups / 3));
+      CHECK(metrics.vmm.binds >= 100 * (groups - groups / 3 - 1));  // group 5 has no range
+      // A phase switch leaves graph mode; eager steps and a new capture follow.
+      off.release_device();
+      CHECK_FALSE(off.graph_mode());
+      off.restore_device();
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, s);
+        check.enqueue(sim, s, *m, lease);
+      }
+      const auto again = capture_step(sim, off, s, *m, check);
+      for (int replay = 0; replay < 3; ++replay) off.launch_graph(again, s);
+    }
+    sim.synchronize(s);
+    CHECK(check.unmapped == 0);
+    CHECK(check.mismatches == 0);
+    CHECK(check.checked == 105 * model_bytes(*m));
+    CHECK(sim.device_bytes_in_use() == 0);
+    CHECK(sim.pinned_bytes_in_use() == 0);
+    CHECK(sim.live_mappings() == 0);
+  }
+}
+
+TEST_CASE("graph streaming, VMM legacy route: teardown right after a launch") {
+  using namespace graph_streaming_test;
+  auto m = vmm_model(8, 47);
+  auto sim = make_vmm_sim(*m, 5000);
+  auto compute = sim.make_stream();
+  const auto s = vmm_sim::view(compute);
+  checker check;
+  {
+    vmm_offloader off(sim, m->table, m->plan, poisoned(2));
+    const auto graph = capture_step(sim, off, s, *m, check);
+    off.launch_graph(graph, s);
+    off.launch_graph(graph, s);
+  }  // the binder served the last launch's loads before the window went: every weight right
+  sim.synchronize(s);
+  CHECK(check.unmapped == 0);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == 2 * model_bytes(*m));
+  CHECK(sim.device_bytes_in_use() == 0);
+  CHECK(sim.live_mappings() == 0);
+}
+
+TEST_CASE(
+    "graph streaming, VMM legacy route: pageable and file bytes stage in the replay's loads") {
+  using namespace graph_streaming_test;
+  // Every placement (pinned, pageable, file, resident) and a norm-like weight per group: the
+  // binder's jobs stage what is not pinned through the staging buffers, as the eager route does.
+  ddo_test::model_spec spec;
+  spec.groups = 8;
+  spec.seed = 49;
+  spec.max_bytes = 60000;
+  spec.vmm_covered = [](std::size_t, std::size_t i) { return i != 3; };
+  auto m = ddo_test::make_model(spec);
+  auto sim = make_vmm_sim(*m, 5000);
+  auto compute = sim.make_stream();
+  const auto s = vmm_sim::view(compute);
+  checker check;
+  {
+    auto o = poisoned(3);
+    o.staging_buffer_bytes = 256 * 1024;
+    vmm_offloader off(sim, m->table, m->plan, o);
+    REQUIRE(off.slot_count() == 3);
+    const auto graph = capture_step(sim, off, s, *m, check);
+    REQUIRE(off.graph_mode());
+    for (int replay = 0; replay < 20; ++replay) off.launch_graph(graph, s);
+    sim.synchronize(s);
+    const auto metrics = off.metrics();
+    CHECK(metrics.totals.bytes_by_source[static_cast<std::size_t>(ddo::transfer_source::file)] > 0);
+    CHECK(metrics.totals
+              .bytes_by_source[static_cast<std::size_t>(ddo::transfer_source::pageable_staged)] >
+          0);
+  }
+  sim.synchronize(s);
+  CHECK(check.unmapped == 0);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == 20 * model_bytes(*m));
+  CHECK(sim.live_mappings() == 0);
+}
+
+TEST_CASE("graph streaming, VMM legacy route: a failed map is reported, teardown does not hang") {
+  using namespace graph_streaming_test;
+  // The 12th map answers CUDA_ERROR_NOT_READY with no retry (setup's page-table warm-up made 4,
+  // the first launch 4): a load of the second launch fails, its ready flag never comes. A later
+  // launch_graph reports the failure; teardown abandons the loads still waiting for the graph and
+  // writes the ready flags, so the graph runs out (its reads of the unmapped range are counted).
+  auto m = vmm_model(8, 50);
+  ddo::host_sim_vmm_options o;
+  o.device.wait_value_timeout_ms = 200;
+  o.window.budget_bytes = model_bytes(*m) + 32 * ddo::mib;
+  o.window.not_ready_every = 12;
+  o.window.max_attempts = 1;
+  vmm_sim sim(o);
+  auto compute = sim.make_stream();
+  const auto s = vmm_sim::view(compute);
+  checker check;
+  bool reported = false;
+  {
+    vmm_offloader off(sim, m->table, m->plan, poisoned(2));
+    const auto graph = capture_step(sim, off, s, *m, check);
+    try {
+      for (int replay = 0; replay < 20; ++replay) off.launch_graph(graph, s);
+    } catch (const std::exception& e) {
+      reported = std::string(e.what()).find("CUDA_ERROR_NOT_READY") != std::string::npos;
+      CHECK_MESSAGE(reported, std::string(e.what()));
+    }
+  }
+  CHECK(reported);
+  CHECK_THROWS(sim.synchronize(s));  // the graph's wait for the failed load timed out
+  CHECK(sim.live_mappings() == 0);
+  CHECK(sim.device_bytes_in_use() == 0);
+}
+
+TEST_CASE("graph streaming, VMM: the native route is refused, naming the routes that stream") {
+  using namespace graph_streaming_test;
+  auto m = vmm_model(8, 48);
+  auto sim = make_vmm_sim(*m, 2000);
+  auto compute = sim.make_stream();
+  const auto s = vmm_sim::view(compute);
+  auto o = poisoned(2);
+  o.native_vmm.enabled = true;
+  o.native_vmm.window_bytes = ddo::mib;
+  o.native_vmm.segment_bytes = ddo::mib;
+  o.native_vmm.staging_total_bytes = 2 * ddo::mib;
+  vmm_offloader off(sim, m->table, m->plan, o);
+  sim.begin_capture(s);
+  CHECK_THROWS_WITH_AS((void)off.acquire(std::size_t{0}, s),
+                       doctest::Contains("the native VMM route (vmm_fast_runtime"),
+                       ddo::usage_error);
+  (void)sim.end_capture(s);
+  CHECK_FALSE(off.graph_mode());
+}
+
 TEST_CASE("host_sim graphs keep capture-time values: a per-step counter fails on the 2nd replay") {
   // The protocol ddo must not use: wait for the step number. Captured once, the node waits for 1
   // on every replay; the second step's flag says 2 and the wait times out (a stream error).
+  using ddo::host_sim_transport;
   ddo::host_sim_options so;
   so.wait_value_timeout_ms = 100;
   host_sim_transport sim(so);

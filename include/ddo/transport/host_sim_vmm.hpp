@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddo/core/error.hpp"
@@ -262,21 +263,29 @@ class host_sim_vmm_transport : public host_sim_transport,
   /// @brief The simulated driver (tests of its ordering rules).
   [[nodiscard]] detail::host_sim_vmm_driver& driver() noexcept { return vmm_driver(); }
 
+  /// @brief Whether a simulated kernel may read [p, p + n): outside the reservation, or mapped
+  /// and accessible (tests: a read of an unmapped range would fault the process).
+  [[nodiscard]] bool readable(const std::byte* p, std::size_t n) const {
+    return !reserved(p, n) || vmm_driver().accessible(p, n);
+  }
+
   // --- copies: mapped ranges are device memory while mapped and accessible -----------------------
+  // Captured into a graph (graph streaming), the range is checked when a launch runs the node:
+  // at capture it may hold another group, the binder maps it before each replay's load.
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     if (!reserved(dst, bytes)) return host_sim_transport::copy_to_device(dst, src, bytes, s);
-    require_mapped(dst, bytes, "copy_to_device");
-    enqueue(s, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    checked_task(s, dst, bytes, "copy_to_device",
+                 [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     if (!reserved(src, bytes)) return host_sim_transport::copy_to_host(dst, src, bytes, s);
-    require_mapped(src, bytes, "copy_to_host");
-    enqueue(s, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    checked_task(s, src, bytes, "copy_to_host",
+                 [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
     if (!reserved(dst, bytes)) return host_sim_transport::fill_device(dst, value, bytes, s);
-    require_mapped(dst, bytes, "fill_device");
-    enqueue(s, [dst, value, bytes] { std::memset(dst, value, bytes); });
+    checked_task(s, dst, bytes, "fill_device",
+                 [dst, value, bytes] { std::memset(dst, value, bytes); });
   }
 
  private:
@@ -288,17 +297,33 @@ class host_sim_vmm_transport : public host_sim_transport,
                 "host_sim_vmm_options::granularity must be a positive multiple of 4096");
     return options;
   }
-  void require_mapped(const std::byte* p, std::size_t n, const char* what) const {
-    if (!vmm_driver().accessible(p, n))
+  static void require_mapped(const detail::host_sim_vmm_driver& d, const std::byte* p,
+                             std::size_t n, const char* what) {
+    if (!d.accessible(p, n))
       throw usage_error(std::string("host_sim_vmm_transport::") + what + ": " + std::to_string(n) +
                         " bytes of the VMM reservation are not mapped and accessible (a copy "
                         "issued before its range was mapped, or after it was unmapped)");
+  }
+  /// Issues @p task on @p s after checking [p, p + n) is mapped: now, or (captured) when a launch
+  /// runs it, the failure then a stream error. The driver lives as long as the transport's state.
+  template <class F>
+  void checked_task(stream_view s, const std::byte* p, std::size_t n, const char* what, F task) {
+    if (!capturing(s)) {
+      require_mapped(vmm_driver(), p, n, what);
+      enqueue(s, std::move(task));
+      return;
+    }
+    enqueue(s, [&d = vmm_driver(), p, n, what, task = std::move(task)] {
+      require_mapped(d, p, n, what);
+      task();
+    });
   }
 };
 
 static_assert(transport<host_sim_vmm_transport>);
 static_assert(transport_with_stable_addresses<host_sim_vmm_transport>);
 static_assert(transport_with_ledger<host_sim_vmm_transport>);
+static_assert(transport_with_graph_streaming<host_sim_vmm_transport>);
 
 }  // namespace v0
 }  // namespace ddo

@@ -176,6 +176,24 @@ class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
     return linear_.registered_bytes_in_use();
   }
 
+  // --- graph streaming (docs/cuda-graphs.md, the VMM legacy route): the linear transport's ------
+  // Used only once an engine captures a step over a window smaller than the streamed groups;
+  // the eager path calls none of them.
+  using graph_exec = linear_transport::graph_exec;
+  void launch_graph(const graph_exec& g, stream_view s) { linear_.launch_graph(g, s); }
+  [[nodiscard]] static detail::relaxed_capture_mode relaxed_capture() {
+    return linear_transport::relaxed_capture();
+  }
+  void check_graph_streaming() { linear_.check_graph_streaming(); }
+  [[nodiscard]] std::uint32_t* allocate_flags(std::size_t n) { return linear_.allocate_flags(n); }
+  void free_flags(std::uint32_t* flags, std::size_t n) { linear_.free_flags(flags, n); }
+  void wait_value(stream_view s, std::uint32_t* flag, std::uint32_t v) {
+    linear_.wait_value(s, flag, v);
+  }
+  void write_value(stream_view s, std::uint32_t* flag, std::uint32_t v) {
+    linear_.write_value(s, flag, v);
+  }
+
   // --- the window -----------------------------------------------------------------------------
   [[nodiscard]] std::uint64_t vmm_granularity() const noexcept { return vmm_driver().granularity(); }
   /// @brief ddo's device bytes: cudaMalloc'd (residents) plus physical handles.
@@ -210,6 +228,7 @@ static_assert(transport<vmm_transport>);
 static_assert(transport_with_stable_addresses<vmm_transport>);
 static_assert(transport_with_thread_binding<vmm_transport>);
 static_assert(transport_with_ledger<vmm_transport>);
+static_assert(transport_with_graph_streaming<vmm_transport>);
 
 }  // namespace v0
 }  // namespace ddo

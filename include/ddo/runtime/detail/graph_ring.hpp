@@ -19,12 +19,12 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
-/// Transports the runtime streams through a captured graph: memory operations and graphs, and
-/// slot addresses the runtime owns (the VMM routes map ranges on a host thread: not built).
+/// Transports the runtime streams through a captured graph: memory operations and graphs, with
+/// slot addresses the runtime owns (linear) or stable addresses its binder maps (the legacy VMM
+/// route: released flags below). A transport that binds slots itself (bind_slot) is not one.
 template <class T>
 concept graph_streaming_transport =
-    transport_with_graph_streaming<T> && !transport_with_stable_addresses<T> &&
-    !transport_with_slot_binding<T>;
+    transport_with_graph_streaming<T> && !transport_with_slot_binding<T>;
 
 template <class T>
 struct graph_ring {
@@ -34,6 +34,11 @@ struct graph_ring {
   std::size_t slots = 0;                   // S
   std::vector<std::size_t> position_of;    // per group: its position in the step, or none
   std::uint32_t* ready = nullptr;          // per position: 1 once loaded, reset to 0 by the graph
+  // Stable-address transports (VMM): per position, 1 once the graph is done with it (a write node
+  // after its kernels), reset to 0 by ddo's binder before it unmaps the position's range. The
+  // binder is a host thread: an event would be ambiguous to it (its wait takes the record as of
+  // the call, which may be the next launch's), a flag reset by its consumer is not.
+  std::uint32_t* released = nullptr;
   std::vector<typename T::event> release;  // per position: recorded by the graph (record node)
   typename T::event done;                  // recorded on the engine's stream after each launch
   std::vector<int> held;                   // per slot: captured leases alive
@@ -43,6 +48,10 @@ struct graph_ring {
   bool active = false;
 
   [[nodiscard]] std::size_t slot_of(std::size_t p) const noexcept { return p % slots; }
+  /// Flags allocated: ready (and released on a stable-address transport), one each per position.
+  [[nodiscard]] std::size_t flag_count() const noexcept {
+    return (transport_with_stable_addresses<T> ? 2 : 1) * positions;
+  }
   /// The position whose release the load of @p p waits on: the slot's previous occupant, in this
   /// step (p - S) or, for the first S positions, the slot's last occupant of the previous step.
   [[nodiscard]] std::size_t previous(std::size_t p) const noexcept {

@@ -160,6 +160,11 @@ class offloader_core {
   template <class U = Transport>
     requires transport_with_stable_addresses<U>
   void load_stable(std::size_t g, std::size_t s);
+  template <class U = Transport>
+    requires transport_with_stable_addresses<U>
+  void point_at_stable(slot_state<T>& st, std::size_t g);
+  typename staging_worker<T>::job stable_job(const group_runtime* part, slot_state<T>& st,
+                                             std::byte* image, step_metrics& step);
   void prefetch();
   void poison_released(const group_runtime& gr, slot_state<T>& st, stream_view s, std::size_t slot);
   [[noreturn]] void throw_ring_full(std::size_t g) const;
@@ -174,7 +179,17 @@ class offloader_core {
   template <class U = Transport>
     requires graph_streaming_transport<U>
   void load_position(std::size_t p, step_metrics& step);
+  /// The first launch on a stable-address transport: the eager loads end and the window's slots
+  /// are emptied (a group the eager ring mapped on another slot than its position's).
+  void quiesce_window_for_graph();
+  /// Stable-address transports: waits until the staging thread ran every graph load it was
+  /// given (each ends as the last launch runs), abandoning them if one failed or the device did.
+  void settle_graph_loads() noexcept;
+  template <class U = Transport>
+    requires graph_streaming_transport<U>
+  void load_position_stable(std::size_t p, step_metrics& step);
   void release_captured(std::size_t g, std::size_t slot, stream_view s);
+  void signal_release(std::size_t p, stream_view s);
   /// Leaves graph mode (release_device, teardown): ddo's loads end, waiting graphs are released
   /// (host writes to the flags), the last launch ends, the flags and events go.
   void end_graph_mode() noexcept;

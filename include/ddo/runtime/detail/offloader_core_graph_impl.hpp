@@ -62,7 +62,12 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
                       "group's wait (the load waits on it), so a captured step holds at most " +
                       std::to_string(graph_.slots) + " streamed leases at once (slot_count)");
   auto& st = slots_[k];
-  bind_slot_to(st, g);
+  // The pointers the captured kernels keep: slot k's image (linear), or g's own stable range,
+  // which every launch's binder maps on slot k's handles before its load (VMM).
+  if constexpr (transport_with_stable_addresses<T>)
+    point_at_stable(st, g);
+  else
+    bind_slot_to(st, g);
   t_.wait_value(s, graph_.ready + p, 1);
   t_.write_value(s, graph_.ready + p, 0);
   ++graph_.held[k];
@@ -84,12 +89,21 @@ void offloader_core<T>::enter_graph_mode(const std::string& what) {
     if (ring_schedule_.leases(s) > 0)
       throw usage_error(what + "a lease of '" + layout_.groups[ring_schedule_.occupant(s)].name +
                         "' taken before the capture is alive; drop it before capturing a step");
+  // The VMM route's loads run on the staging thread, which stages pageable and file bytes too.
   for (const std::size_t g : layout_.streamed_order)
-    if (layout_.groups[g].has_staged_part())
+    if (!transport_with_stable_addresses<T> && layout_.groups[g].has_staged_part())
       throw usage_error(what + "group '" + layout_.groups[g].name +
                         "' streams pageable or file bytes; graph streaming loads on ddo's copy "
                         "stream at each launch, from pinned memory only: pin every streamed group "
-                        "(pin_weight_selection, the pinned budget)");
+                        "(pin_weight_selection, the pinned budget), or run the legacy VMM "
+                        "route (execution_mode = vmm_runtime), whose loads stage them");
+  if (native_.active())
+    throw usage_error(what +
+                      "graph streaming runs on the linear route and the legacy VMM route "
+                      "(execution_mode = vmm_runtime); the native VMM route (vmm_fast_runtime: "
+                      "registered staging windows, the micro-cache) is not supported. Use "
+                      "vmm_runtime or linear_runtime, or a budget that keeps every streamed group "
+                      "mapped (the graph is then launched directly)");
   t_.check_graph_streaming();
   // CUDA: the allocations below run inside the engine's capture, which may refuse them as unsafe
   // in global mode; the transport relaxes the thread's mode meanwhile.
@@ -102,13 +116,16 @@ void offloader_core<T>::enter_graph_mode(const std::string& what) {
   // The events first: they free themselves if a later step throws, the flags would not (graph
   // mode is entered only below, and end_graph_mode frees the flags of an active one only).
   graph_.release.clear();
-  for (std::size_t p = 0; p < n; ++p) graph_.release.push_back(t_.make_event(false));
+  if constexpr (!transport_with_stable_addresses<T>)  // VMM: released flags instead
+    for (std::size_t p = 0; p < n; ++p) graph_.release.push_back(t_.make_event(false));
   graph_.done = t_.make_event(false);
-  graph_.ready = t_.allocate_flags(n);
+  graph_.ready = t_.allocate_flags(graph_.flag_count());
+  graph_.released = transport_with_stable_addresses<T> ? graph_.ready + n : nullptr;
   graph_.held.assign(graph_.slots, 0);
   graph_.captured = 0;
   graph_.launches = 0;
   graph_.broken.clear();
+  staging_.abandon_flag_waits(false);  // a teardown of an earlier graph mode may have set it
   graph_.active = true;
 }
 
@@ -124,14 +141,29 @@ void offloader_core<T>::release_captured(std::size_t g, std::size_t slot, stream
                       "' was dropped after the capture ended (a lease kept past the step): its "
                       "release is not in the graph. Drop every lease inside the captured step and "
                       "capture it again";
-      t_.record(graph_.release[graph_.position_of[g]], s);
+      signal_release(graph_.position_of[g], s);
       return;
     }
-    if (options_.poison_released_slots)
-      t_.fill_device(st.image, poison_byte, layout_.groups[g].slot_bytes, s);
-    t_.record(graph_.release[graph_.position_of[g]], s);
+    const auto& gr = layout_.groups[g];
+    if (options_.poison_released_slots) {
+      if (gr.slot_bytes > 0) t_.fill_device(st.image, poison_byte, gr.slot_bytes, s);
+      if (gr.side != no_group && layout_.side_parts[gr.side].slot_bytes > 0)
+        t_.fill_device(st.side_image, poison_byte, layout_.side_parts[gr.side].slot_bytes, s);
+    }
+    signal_release(graph_.position_of[g], s);
   } else {
     (void)g, (void)slot, (void)s;
+  }
+}
+
+/// Position p's release: an event record (linear: ddo's copy stream waits on it) or a write of
+/// released[p] = 1 (VMM: ddo's binder, a host thread, polls it before it unmaps p's range).
+template <class T>
+void offloader_core<T>::signal_release(std::size_t p, stream_view s) {
+  if constexpr (transport_with_stable_addresses<T>) {
+    if constexpr (transport_with_graph_streaming<T>) t_.write_value(s, graph_.released + p, 1);
+  } else {
+    t_.record(graph_.release[p], s);
   }
 }
 
@@ -162,6 +194,8 @@ void offloader_core<T>::launch_graph(const typename U::graph_exec& exec, stream_
                              " captured lease(s) are still alive (a lease kept past the step): "
                              "their releases are not in the graph; drop them inside the capture");
   staging_.rethrow_error();
+  if constexpr (transport_with_stable_addresses<T>)
+    if (graph_.launches == 0) quiesce_window_for_graph();
   timing_.begin_step();
   auto& step = timing_.current();
   const std::size_t first = std::min(graph_.slots, graph_.positions);
@@ -176,6 +210,10 @@ template <class T>
 template <class U>
 requires graph_streaming_transport<U>
 void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
+  if constexpr (transport_with_stable_addresses<T>) {
+    load_position_stable(p, step);
+    return;
+  }
   const auto v = T::view(copy_stream_);
   auto& st = slots_[graph_.slot_of(p)];
   const auto& gr = layout_.groups[layout_.streamed_order[p]];
@@ -194,6 +232,92 @@ void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
   t_.write_value(v, graph_.ready + p, 1);
 }
 
+/// Position p on a stable-address transport (VMM): a staging job whose binder waits for the
+/// graph's released flag of the slot's previous occupant (none on the first launch: the window
+/// was emptied), unmaps it and maps p's group on slot p mod S, and whose worker copies the group
+/// (and then its side image) and writes ready[p] = 1. The graph's kernels read the group's stable
+/// address; the slot only decides which handles back it.
+template <class T>
+template <class U>
+requires graph_streaming_transport<U>
+void offloader_core<T>::load_position_stable(std::size_t p, step_metrics& step) {
+  const std::size_t k = graph_.slot_of(p);
+  const std::size_t g = layout_.streamed_order[p];
+  auto& st = slots_[k];
+  const auto& gr = layout_.groups[g];
+  const group_runtime* side = gr.side == no_group ? nullptr : &layout_.side_parts[gr.side];
+  std::byte* image = gr.slot_bytes > 0 ? t_.stable_address(g) : nullptr;
+  auto job = stable_job(compute_only_ ? nullptr : &gr, st, image, step);
+  job.bind_slot = k;
+  job.bind_group = g;
+  // The first launch's first S positions have no previous occupant (the window was emptied).
+  if (graph_.launches > 0 || p >= graph_.slots)
+    job.release_flag = graph_.released + graph_.previous(p);
+  if (!compute_only_) {
+    ++step.group_loads;
+    for (const group_runtime* part : {&gr, side})
+      if (part != nullptr)
+        for (std::size_t i = 0; i < transfer_source_count; ++i)
+          step.bytes_by_source[i] += part->bytes_by_source[i];
+  }
+  if (side == nullptr || compute_only_) {
+    job.ready_flag = graph_.ready + p;
+    staging_.submit_when_room(job);
+    return;
+  }
+  staging_.submit_when_room(job);
+  auto side_job = stable_job(side, st, st.side_image, step);
+  side_job.ready_flag = graph_.ready + p;  // the worker runs jobs in order: after both parts
+  side_job.after_previous = true;          // ordered after the graph's release by the bind
+  staging_.submit_when_room(side_job);
+}
+
+template <class T>
+void offloader_core<T>::quiesce_window_for_graph() {
+  if constexpr (transport_with_stable_addresses<T>) {
+    // A host sync once, at the first launch: the eager ring's loads and leases end, then every
+    // slot is unmapped (position p maps on slot p mod S, the eager ring may hold it elsewhere).
+    staging_.wait_all();
+    staging_.rethrow_error();
+    for (auto& st : slots_) {
+      t_.synchronize(st.release);
+      t_.synchronize(st.ready);
+    }
+    for (std::size_t k = 0; k < slots_.size(); ++k) t_.bind_stable(k, no_group);
+  }
+}
+
+template <class T>
+void offloader_core<T>::settle_graph_loads() noexcept {
+  if constexpr (transport_with_stable_addresses<T>) {
+    // Every launch queued its whole step, so each job ends as the last launch runs: wait for that,
+    // unless a job failed (the graph waits for its ready flag forever) or the device stopped.
+    // Then the jobs still waiting for the graph are abandoned, and every job ends (their copies
+    // too) before end_graph_mode's host writes let the graph run out: no copy or map races its
+    // reads, and no job writes a flag after the flags go.
+    for (;;) {
+      if (staging_.settled() && !staging_.failed()) return;
+      bool alive = true;
+      try {
+        (void)t_.ready(graph_.done);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddo: leaving graph mode: %s\n", e.what());
+        alive = false;
+      }
+      if (staging_.failed() || !alive) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    staging_.abandon_flag_waits(true);
+    staging_.wait_drained();
+    try {
+      t_.synchronize(staging_.stream());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: leaving graph mode: %s\n", e.what());
+    }
+    // Abandoning stays on (jobs still polling give up) until the next capture enters graph mode.
+  }
+}
+
 template <class T>
 void offloader_core<T>::end_graph_mode() noexcept {
   if constexpr (graph_streaming_transport<T>) {
@@ -208,7 +332,9 @@ void offloader_core<T>::end_graph_mode() noexcept {
     // ddo's loads wait only on records of launches already made: they end. The last launch may
     // wait on flags that no load will write (a launch_graph that threw part-way): host writes
     // release it, written until it ended (a flag the replay consumed meanwhile is written again).
+    settle_graph_loads();
     if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
+    if (staging_.has_stream()) quiet([&] { t_.synchronize(staging_.stream()); });
     quiet([&] {
       while (!t_.ready(graph_.done)) {
         graph_.release_waiters();
@@ -216,8 +342,9 @@ void offloader_core<T>::end_graph_mode() noexcept {
       }
     });
     for (auto& e : graph_.release) quiet([&] { t_.synchronize(e); });
-    quiet([&] { t_.free_flags(graph_.ready, graph_.positions); });
+    quiet([&] { t_.free_flags(graph_.ready, graph_.flag_count()); });
     graph_.ready = nullptr;
+    graph_.released = nullptr;
     graph_.release.clear();
     graph_.done = typename T::event{};
     graph_.active = false;

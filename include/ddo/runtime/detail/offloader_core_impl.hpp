@@ -324,26 +324,11 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
   auto& st = slots_[s];
   auto& gr = layout_.groups[g];
   const group_runtime* side = gr.side == no_group ? nullptr : &layout_.side_parts[gr.side];
-  // A group whose streamed weights are all uncovered has no mapped range: its job only unmaps
-  // the slot's previous occupant (vmm_window::bind).
-  st.image = gr.slot_bytes > 0 ? t_.stable_address(g) : nullptr;
-  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
-    if (gr.slot_offset[i] != not_streamed)
-      st.pointers[i] = st.image + gr.slot_offset[i];
-    else if (side != nullptr && side->slot_offset[i] != not_streamed)
-      st.pointers[i] = st.side_image + side->slot_offset[i];
-    else
-      st.pointers[i] = gr.resident[i];
-  }
+  point_at_stable(st, g);
   st.released = false;
   if (compute_only_) {
     // The binder maps g's range (the slot's handles keep their previous bytes); nothing copied.
-    static const std::vector<staged_piece> no_pieces;
-    typename staging_worker<T>::job job;
-    job.release = &st.release;
-    job.ready = &st.ready;
-    job.image = st.image;
-    job.pieces = &no_pieces;
+    auto job = stable_job(nullptr, st, st.image, timing_.current());
     job.bind_slot = s;
     job.bind_group = g;
     st.staged_ticket = staging_.submit(job);
@@ -362,26 +347,7 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     t_start = timing_.take();
     t_end = timing_.take();
   }
-  const auto job_for = [&](const group_runtime& part, std::byte* image) {
-    typename staging_worker<T>::job job;
-    job.release = &st.release;
-    job.ready = &st.ready;
-    job.image = image;
-    job.poison_bytes = options_.poison_slots ? part.slot_bytes : 0;
-    job.pieces = &part.staged;
-    if (part.has_block_copy()) {
-      job.block = part.block_data();
-      job.block_bytes = part.pinned_bytes;
-      job.block_chunk = options_.max_copy_bytes;
-      step.copies += options_.max_copy_bytes == 0
-                         ? 1
-                         : (part.pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
-    }
-    job.direct = &part.in_place;
-    step.copies += part.in_place.size() + staging_.estimate_copies(part.staged);
-    return job;
-  };
-  auto job = job_for(gr, st.image);
+  auto job = stable_job(&gr, st, st.image, step);
   job.timing_start = t_start == no_group ? nullptr : &timing_.at(t_start);
   job.bind_slot = s;
   job.bind_group = g;
@@ -390,11 +356,59 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     st.staged_ticket = staging_.submit(job);
   } else {
     staging_.submit(job);
-    auto side_job = job_for(*side, st.side_image);
+    auto side_job = stable_job(side, st, st.side_image, step);
     side_job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
     st.staged_ticket = staging_.submit(side_job);
   }
   if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, st.staged_ticket);
+}
+
+/// Slot st's pointers for group g on a stable-address transport: g's own range (none when every
+/// streamed weight of g is one the route does not cover: its job only unmaps the slot's previous
+/// occupant, vmm_window::bind), the slot's side image for those weights, residents as they are.
+template <class T>
+template <class U>
+  requires transport_with_stable_addresses<U>
+void offloader_core<T>::point_at_stable(slot_state<T>& st, std::size_t g) {
+  const auto& gr = layout_.groups[g];
+  const group_runtime* side = gr.side == no_group ? nullptr : &layout_.side_parts[gr.side];
+  st.image = gr.slot_bytes > 0 ? t_.stable_address(g) : nullptr;
+  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+    if (gr.slot_offset[i] != not_streamed)
+      st.pointers[i] = st.image + gr.slot_offset[i];
+    else if (side != nullptr && side->slot_offset[i] != not_streamed)
+      st.pointers[i] = st.side_image + side->slot_offset[i];
+    else
+      st.pointers[i] = gr.resident[i];
+  }
+}
+
+/// The staging job that copies @p part (null: nothing, calibration's compute-only pass) into
+/// @p image of slot st; counts its copies in @p step. The caller sets the bind and timing.
+template <class T>
+auto offloader_core<T>::stable_job(const group_runtime* part, slot_state<T>& st, std::byte* image,
+                                   step_metrics& step) -> typename staging_worker<T>::job {
+  static const std::vector<staged_piece> no_pieces;
+  typename staging_worker<T>::job job;
+  job.release = &st.release;
+  job.ready = &st.ready;
+  job.image = image;
+  job.pieces = &no_pieces;
+  if (part == nullptr) return job;
+  job.poison_bytes = options_.poison_slots ? part->slot_bytes : 0;
+  job.pieces = &part->staged;
+  if (part->has_block_copy()) {
+    job.block = part->block_data();
+    job.block_bytes = part->pinned_bytes;
+    job.block_chunk = options_.max_copy_bytes;
+    step.copies +=
+        options_.max_copy_bytes == 0
+            ? 1
+            : (part->pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
+  }
+  job.direct = &part->in_place;
+  step.copies += part->in_place.size() + staging_.estimate_copies(part->staged);
+  return job;
 }
 
 template <class T>

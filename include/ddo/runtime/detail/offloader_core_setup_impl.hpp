@@ -407,6 +407,8 @@ void offloader_core<T>::throw_released(std::size_t g) const {
 
 template <class T>
 void offloader_core<T>::teardown() noexcept {
+  // Before the staging thread stops: on a VMM route its binder serves the last launch's loads.
+  end_graph_mode();
   staging_.stop();
   auto quiet = [](auto&& f) {
     try {
@@ -415,7 +417,6 @@ void offloader_core<T>::teardown() noexcept {
       std::fprintf(stderr, "ddo: during offloader teardown: %s\n", e.what());
     }
   };
-  end_graph_mode();
   // Engine work reading the slots ends with their release events; ddo's own loads with the
   // copy and staging streams. Only then is the memory freed.
   for (auto& st : slots_) {

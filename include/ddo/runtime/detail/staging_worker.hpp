@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -84,6 +85,15 @@ class staging_worker {
     std::uint64_t block_bytes = 0;
     std::uint64_t block_chunk = 0;     // largest single copy (0: one copy)
     const std::vector<staged_piece>* direct = nullptr;  // pinned in place: copied directly
+    // Graph streaming on a stable-address transport (offloader_core_graph_impl.hpp): the binder
+    // waits for *release_flag == 1 (a captured graph is done with the slot's previous occupant)
+    // and resets it, instead of waiting on the release and ready events; after the copies the
+    // worker writes *ready_flag = 1 on the staging stream (the graph's wait node consumes it).
+    std::uint32_t* release_flag = nullptr;
+    std::uint32_t* ready_flag = nullptr;
+    // Run only if the job before it succeeded (graph streaming: a split layout's side part,
+    // which the mapped part's wait for the graph orders; skipped, it fails too).
+    bool after_previous = false;
   };
 
   staging_worker() = default;
@@ -129,6 +139,19 @@ class staging_worker {
   void start(std::size_t max_outstanding);
   /// Queues @p j; returns its ticket (tickets grow by one from 1). Never allocates.
   std::uint64_t submit(const job& j);
+  /// submit(), first waiting for room in the queue (graph streaming queues a whole step's loads,
+  /// more than the slots: each queued job ends without another submit, so the wait ends).
+  std::uint64_t submit_when_room(const job& j);
+  /// Whether every submitted job was recorded, or one failed.
+  [[nodiscard]] bool settled() const;
+  /// Waits until every submitted job was recorded, failed or not (wait_all stops at a failure):
+  /// nothing the queued jobs write outlives this call but their work on the staging stream.
+  void wait_drained();
+  /// Whether a job failed (its failure is kept for rethrow_error).
+  [[nodiscard]] bool failed() const;
+  /// While on, the binder gives up waiting for a release flag (the job fails): teardown after a
+  /// failed graph load or a dead device, where the graph will not release the slot.
+  void abandon_flag_waits(bool on) noexcept { abandon_.store(on, std::memory_order_release); }
   /// Waits until ticket @p t was recorded; returns the host milliseconds waited (0: none).
   /// @throws the worker's failure.
   double wait_recorded(std::uint64_t t);
@@ -151,6 +174,7 @@ class staging_worker {
  private:
   void loop();
   void bind_loop();
+  void wait_release_flag(std::uint32_t* flag);
   void run(const job& j);
 
   T* t_ = nullptr;
@@ -179,6 +203,8 @@ class staging_worker {
   bool binding_ = false;
   std::uint64_t bound_ = 0;                      // highest ticket the binder passed
   std::vector<std::exception_ptr> bind_errors_;  // per ring position: its bind's failure
+  std::atomic<bool> abandon_{false};
+  bool previous_failed_ = false;  // the worker thread's: whether its last job failed
   std::thread binder_;
 };
 

@@ -106,6 +106,33 @@ std::uint64_t staging_worker<T>::submit(const job& j) {
 }
 
 template <class T>
+std::uint64_t staging_worker<T>::submit_when_room(const job& j) {
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return queued_ < ring_.size(); });
+  }
+  return submit(j);  // the engine's thread is the only submitter: the room stays
+}
+
+template <class T>
+bool staging_worker<T>::settled() const {
+  std::lock_guard lock(mutex_);
+  return recorded_ >= submitted_ || error_ != nullptr;
+}
+
+template <class T>
+void staging_worker<T>::wait_drained() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return recorded_ >= submitted_; });
+}
+
+template <class T>
+bool staging_worker<T>::failed() const {
+  std::lock_guard lock(mutex_);
+  return error_ != nullptr;
+}
+
+template <class T>
 double staging_worker<T>::wait_recorded(std::uint64_t t) {
   std::unique_lock lock(mutex_);
   if (recorded_ >= t && !error_) return 0.0;
@@ -173,6 +200,9 @@ void staging_worker<T>::loop() {
       cv_.wait(lock, [&] { return !binding_ || bound_ > recorded_; });
       if (binding_) failure = std::exchange(bind_errors_[head_], nullptr);
     }
+    if (!failure && j.after_previous && previous_failed_)
+      failure = std::make_exception_ptr(usage_error(
+          "staging: a group's side image was not loaded: the load of its mapped part failed"));
     if (!failure) {
       try {
         run(j);
@@ -180,6 +210,7 @@ void staging_worker<T>::loop() {
         failure = std::current_exception();
       }
     }
+    previous_failed_ = failure != nullptr;
     {
       std::lock_guard lock(mutex_);
       head_ = (head_ + 1) % ring_.size();
@@ -215,9 +246,14 @@ void staging_worker<T>::bind_loop() {
       if constexpr (transport_with_stable_addresses<T>) {
         try {
           // Unmapping needs the previous occupant's readers and copies finished, not merely
-          // ordered: the host waits here, on ddo's thread, for those two events only.
-          t_->synchronize(*j.release);
-          t_->synchronize(*j.ready);
+          // ordered: the host waits here, on ddo's thread, for those two events only (or, in
+          // graph streaming, for the graph's released flag, which follows both).
+          if (j.release_flag != nullptr) {
+            wait_release_flag(j.release_flag);
+          } else {
+            t_->synchronize(*j.release);
+            t_->synchronize(*j.ready);
+          }
           t_->bind_stable(j.bind_slot, j.bind_group);
         } catch (...) {
           e = std::current_exception();
@@ -258,6 +294,26 @@ void staging_worker<T>::run(const job& j) {
   stage(j.image, *j.pieces, v, nullptr, pre_copy_hook(before_copies));
   if (j.timing_end != nullptr) t.record(*j.timing_end, v);
   t.record(*j.ready, v);
+  if constexpr (transport_with_graph_streaming<T>)
+    if (j.ready_flag != nullptr) t.write_value(v, j.ready_flag, 1);
+}
+
+/// The binder's wait for a captured graph's released flag (host-visible memory the graph writes
+/// after a position's kernels): consumed by resetting it, as the graph resets its ready flags.
+template <class T>
+void staging_worker<T>::wait_release_flag(std::uint32_t* flag) {
+  std::atomic_ref<std::uint32_t> released(*flag);
+  for (unsigned spins = 0; released.load(std::memory_order_acquire) != 1; ++spins) {
+    if (abandon_.load(std::memory_order_acquire))
+      throw usage_error(
+          "graph streaming: a load was abandoned at teardown: the captured graph did not release "
+          "the slot's previous occupant (a load before it failed, or the device stopped)");
+    if (spins < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  released.store(0, std::memory_order_release);
 }
 
 template <class T>
