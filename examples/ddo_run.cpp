@@ -370,9 +370,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (!opt.trace_path.empty()) ctx.setup.runtime.trace = &adapter;
   if (opt.graph) {
     if constexpr (!ddo::graph_streaming_transport<typename Engine::transport_type>) {
-      std::fprintf(stderr, "ddo-run: --graph runs on the linear route (or host_sim's); this run's "
-                           "transport is '%s' (the VMM routes replay a graph only with every group "
-                           "loaded, which ddo-run does not capture)\n",
+      std::fprintf(stderr, "ddo-run: --graph runs on the linear route and the legacy VMM route "
+                           "(or host_sim's); this run's transport is '%s', which cannot stream "
+                           "through a captured graph\n",
                    std::string(transport.name()).c_str());
       return exit_usage;
     }
@@ -402,6 +402,12 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   auto prepared = ddo::prepare_offload<>(ctx.table, ctx.settings, ctx.setup, std::move(transport));
   auto& setup = prepared.setup;
   const auto& overlap = prepared.profile;
+  if (opt.graph && setup.runtime.native_vmm.enabled) {
+    std::fprintf(stderr, "ddo-run: --graph: the native VMM route (vmm_fast_runtime) does not stream "
+                         "through a captured graph; graph streaming runs on the linear route and "
+                         "the legacy VMM route (--ddo-execution-mode vmm_runtime)\n");
+    return exit_usage;
+  }
   for (const auto& n : setup.notes) std::printf("note: %s\n", n.c_str());
   if (!setup.machine.profile_note.empty()) std::printf("%s\n", setup.machine.profile_note.c_str());
   const std::uint64_t free_before = setup.machine.device.free_bytes;
@@ -949,9 +955,10 @@ int run(int argc, char** argv) {
       "link (host_sim without a GPU); reported per device and in total")(
       "graph", po::bool_switch(&opt.graph),
       "Capture the first step as a CUDA graph (host_sim: its graph model) and replay it for "
-      "every step: through offloader.launch_graph when the ring is smaller than the streamed "
-      "groups (graph streaming: the linear route, streamed groups pinned), directly when every "
-      "group stays loaded")(
+      "every step: through offloader.launch_graph when the ring (or the VMM window) is smaller "
+      "than the streamed groups (graph streaming: the linear route with streamed groups pinned, "
+      "or the legacy VMM route, execution_mode vmm_runtime; not the native VMM route), directly "
+      "when every group stays loaded")(
       "shard", po::value<std::string>()->value_name("none|layers"),
       "With --devices: none (default) runs the whole model on each device (data parallel); "
       "layers gives each device its consecutive range of the execution groups (pipeline "

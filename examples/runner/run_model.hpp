@@ -47,7 +47,7 @@ struct cuda_graph_holder {
   }
 };
 
-/// host_sim's graph where the transport has one (not its VMM mode), else nothing.
+/// host_sim's graph where the transport has one (its VMM mode too), else nothing.
 template <class T>
 struct sim_graph_of {
   using type = std::monostate;

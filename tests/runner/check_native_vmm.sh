@@ -3,7 +3,8 @@
 # The native VMM route end to end on host_sim's VMM mode: `--ddo-backend vmm --ddo-preset auto`
 # selects vmm_fast_runtime, which ddo-run executes with --verify (every acquired byte compared)
 # and reports as executed with its window's map/access/unmap host time; ddo-config and ddo-plan
-# name the route; `--ddo-execution-mode vmm_runtime` alone runs with the CLI helper's VMM budget.
+# name the route; `--ddo-execution-mode vmm_runtime` alone runs with the CLI helper's VMM budget;
+# --graph streams on the legacy route and is refused on the native one.
 # The runs check routes and budgets, not speed: --no-bound and one token each (the CPU stand-in's
 # steps are most of this script's time under the sanitizers: 34 s under ASan with the bound and 8
 # tokens).
@@ -41,4 +42,20 @@ out="$("$run" --cpu --steps 1 --blocks 2 --tokens 1 --no-bound --no-environment 
         --ddo-execution-mode vmm_runtime 2>&1)" || fail "ddo-run --vram-gb 2 --ddo-execution-mode vmm_runtime failed"
 grep -q "vmm_resident_weight_budget_gb 2.00 GiB: what the emulated card holds" <<<"$out" ||
   fail "on a 2 GiB emulated card the VMM budget is not what the card holds"
+# --graph on the legacy route with a window of 2 slots, fewer than the streamed groups: the first
+# step captured, every step launched through offloader.launch_graph (graph streaming on VMM:
+# docs/cuda-graphs.md; the runtime suite checks the bytes); the native route refuses --graph.
+out="$("$run" --cpu --graph --steps 2 --blocks 2 --tokens 1 --no-bound --no-environment --cache-dir "$cache" \
+        --ddo-execution-mode vmm_runtime --ddo-vmm-resident-weight-budget-gb 0.07 2>&1)" ||
+  fail "ddo-run --graph --ddo-execution-mode vmm_runtime failed"
+grep -q 'every step launched through offloader.launch_graph (graph streaming: 2 slots' <<<"$out" ||
+  fail "--graph on vmm_runtime with a 2-slot window did not stream through launch_graph"
+grep -q 'executed dynamic_offload (host_sim_vmm transport, vmm_runtime)' <<<"$out" ||
+  fail "--graph did not run the legacy VMM route"
+if out="$("$run" --cpu --graph --steps 1 --blocks 2 --tokens 1 --no-bound --no-environment --cache-dir "$cache" \
+        --ddo-backend vmm --ddo-preset auto 2>&1)"; then
+  fail "--graph on the native VMM route was not refused"
+fi
+grep -q 'the native VMM route (vmm_fast_runtime) does not stream through a captured graph; graph streaming runs on the linear route and the legacy VMM route' <<<"$out" ||
+  fail "the native route's --graph refusal does not name the routes that stream"
 echo "check_native_vmm: ok"
