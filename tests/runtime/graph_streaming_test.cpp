@@ -39,6 +39,15 @@ host_sim_transport::stream_view view(host_sim_transport::stream& s) {
   return host_sim_transport::view(s);
 }
 
+/// Whether a simulated kernel may read [p, p + n): host_sim_vmm knows which ranges are mapped.
+template <class Sim>
+bool may_read(const Sim& sim, const std::byte* p, std::size_t n) {
+  if constexpr (requires { sim.readable(p, n); })
+    return sim.readable(p, n);
+  else
+    return true;
+}
+
 /// The engine's "kernels": a task per lease that compares every weight with its source bytes
 /// (on host_sim's VMM mode, first whether its range is mapped: a read of an unmapped range
 /// would fault the process, so it counts as a mismatch instead).
@@ -52,17 +61,13 @@ struct checker {
     std::vector<std::pair<const std::byte*, std::size_t>> items;
     for (std::size_t i = 0; i < lease.size(); ++i)
       items.emplace_back(lease.data(i), lease.weight_index(i));
-    constexpr bool mapped_ranges =
-        requires(const Sim& t, const std::byte* p) { t.readable(p, std::size_t{1}); };
     sim.enqueue(s, [this, &sim, &m, items = std::move(items)] {
       for (const auto& [p, w] : items) {
         const auto& e = m.expected[w];
-        if constexpr (mapped_ranges) {
-          if (!sim.readable(p, e.size())) {
-            ++unmapped;
-            ++mismatches;
-            continue;
-          }
+        if (!may_read(sim, p, e.size())) {
+          ++unmapped;
+          ++mismatches;
+          continue;
         }
         if (std::memcmp(p, e.data(), e.size()) != 0) ++mismatches;
         checked += e.size();
