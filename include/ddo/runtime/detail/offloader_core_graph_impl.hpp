@@ -212,24 +212,24 @@ requires graph_streaming_transport<U>
 void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
   if constexpr (transport_with_stable_addresses<T>) {
     load_position_stable(p, step);
-    return;
+  } else {
+    const auto v = T::view(copy_stream_);
+    auto& st = slots_[graph_.slot_of(p)];
+    const auto& gr = layout_.groups[layout_.streamed_order[p]];
+    t_.wait(v, graph_.release[graph_.previous(p)]);
+    if (graph_.launches == 0) {  // the eager steps before the capture are done with the slot
+      t_.wait(v, st.release);
+      t_.wait(v, st.ready);
+    }
+    if (!compute_only_) {
+      if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, v);
+      copy_pinned_parts(gr, st.base, v, step);
+      ++step.group_loads;
+      for (std::size_t i = 0; i < transfer_source_count; ++i)
+        step.bytes_by_source[i] += gr.bytes_by_source[i];
+    }
+    t_.write_value(v, graph_.ready + p, 1);
   }
-  const auto v = T::view(copy_stream_);
-  auto& st = slots_[graph_.slot_of(p)];
-  const auto& gr = layout_.groups[layout_.streamed_order[p]];
-  t_.wait(v, graph_.release[graph_.previous(p)]);
-  if (graph_.launches == 0) {  // the eager steps before the capture are done with the slot
-    t_.wait(v, st.release);
-    t_.wait(v, st.ready);
-  }
-  if (!compute_only_) {
-    if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, v);
-    copy_pinned_parts(gr, st.base, v, step);
-    ++step.group_loads;
-    for (std::size_t i = 0; i < transfer_source_count; ++i)
-      step.bytes_by_source[i] += gr.bytes_by_source[i];
-  }
-  t_.write_value(v, graph_.ready + p, 1);
 }
 
 /// Position p on a stable-address transport (VMM): a staging job whose binder waits for the
