@@ -52,14 +52,18 @@ inline namespace v0 {
   return n;
 }
 
+/// @brief Length of the longest valid UTF-8 prefix of @p text: the offset of the first byte
+/// that does not start a valid sequence, or text.size() when the whole text is valid.
+[[nodiscard]] inline std::size_t valid_utf8_prefix(std::string_view text) noexcept {
+  std::size_t i = 0;
+  for (std::size_t n = 0; i < text.size(); i += n)
+    if ((n = utf8_sequence_length(text, i)) == 0) break;
+  return i;
+}
+
 /// @brief Whether @p text is entirely valid UTF-8.
 [[nodiscard]] inline bool is_valid_utf8(std::string_view text) noexcept {
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t n = utf8_sequence_length(text, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
+  return valid_utf8_prefix(text) == text.size();
 }
 
 namespace detail {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -63,22 +64,104 @@ DDO_INLINE void write_text_file(const std::string& path, std::string_view text) 
 
 }  // namespace detail
 
+namespace detail {
+
+/// Throws "<what>, found <what @p value is>" (naming @p file and @p tensor) unless @p ok.
+DDO_INLINE void expect_json(bool ok, std::string_view file, std::string_view tensor,
+                            const std::string& what, const json_value& value) {
+  if (!ok) throw_format(file, tensor, what + ", found " + std::string(value.describe()));
+}
+
+/// One tensor of a safetensors header, checked on its own: its fields, a byte size that fits 64
+/// bits and data_offsets within the @p data_bytes of the data section that span that size.
+DDO_INLINE safetensors_tensor parse_safetensors_tensor(std::string_view file, std::string name,
+                                                       const json_value& entry,
+                                                       std::uint64_t data_bytes) {
+  using std::to_string;
+  if (name.empty()) throw_format(file, name, "tensor name is empty");
+  expect_json(entry.is_object(), file, name,
+              "entry must be an object with dtype, shape and data_offsets", entry);
+  // Other fields are ignored, as the reference implementation (serde without
+  // deny_unknown_fields) ignores them.
+  const auto field = [&](const std::string& key) {
+    const auto* value = entry.find(key);
+    if (value == nullptr) throw_format(file, name, "missing field '" + key + "'");
+    return value;
+  };
+  const json_value& dtype_value = *field("dtype");
+  const json_value& shape_value = *field("shape");
+  const json_value& offsets_value = *field("data_offsets");
+
+  expect_json(dtype_value.is_string(), file, name, "dtype must be a string", dtype_value);
+  const auto type = parse_dtype(dtype_value.text());
+  if (!type) {
+    std::string known;
+    for (const auto& info : dtype_table)
+      known += (known.empty() ? "" : ", ") + std::string(info.safetensors_name);
+    throw_format(file, name,
+                 "unknown dtype '" + json_parser::printable(dtype_value.text()) +
+                     "' (known: " + known + ")");
+  }
+  safetensors_tensor t;
+  t.name = std::move(name);
+  t.type = *type;
+
+  expect_json(shape_value.is_array(), file, t.name, "shape must be a list of integers",
+              shape_value);
+  // The byte size: the product of the element size (never 0) and every dimension; a zero
+  // dimension makes it 0 whatever overflowed before it.
+  std::uint64_t expected = size_of(t.type);
+  bool overflow = false;
+  for (const auto& d : shape_value.items()) {
+    const auto dim = d.as_u64();
+    if (!dim || *dim > static_cast<std::uint64_t>(INT64_MAX))
+      throw_format(
+          file, t.name,
+          "shape entries must be non-negative integers, found '" +
+              json_parser::printable(d.is_number() ? d.text() : std::string(d.describe())) + "'");
+    t.shape.push_back(static_cast<std::int64_t>(*dim));
+    overflow = overflow || (*dim != 0 && expected > UINT64_MAX / *dim);
+    expected *= *dim;
+  }
+  if (overflow && std::find(t.shape.begin(), t.shape.end(), 0) == t.shape.end())
+    throw_format(file, t.name, "shape's byte size overflows 64 bits");
+
+  if (!offsets_value.is_array() || offsets_value.items().size() != 2)
+    throw_format(file, t.name, "data_offsets must be a list of two integers [begin, end]");
+  const auto begin = offsets_value.items()[0].as_u64();
+  const auto end = offsets_value.items()[1].as_u64();
+  if (!begin || !end)
+    throw_format(file, t.name, "data_offsets must be non-negative integers that fit 64 bits");
+  t.begin = *begin;
+  t.end = *end;
+  if (t.begin > t.end)
+    throw_format(file, t.name,
+                 "data_offsets begin " + to_string(t.begin) + " is after end " + to_string(t.end));
+  if (t.end > data_bytes)
+    throw_format(file, t.name,
+                 "data_offsets [" + to_string(t.begin) + ", " + to_string(t.end) +
+                     ") reach past the data section of " + to_string(data_bytes) +
+                     " bytes (file truncated?)");
+  if (t.end - t.begin != expected)
+    throw_format(file, t.name,
+                 "data_offsets span " + to_string(t.end - t.begin) + " bytes but shape x dtype (" +
+                     std::string(ddo::to_string(t.type)) + ") needs " + to_string(expected));
+  return t;
+}
+
+}  // namespace detail
+
 DDO_INLINE safetensors_header parse_safetensors_header(std::string_view header_json,
                                                        std::uint64_t data_bytes,
                                                        std::string_view file) {
+  using detail::json_parser;
   using detail::throw_format;
+  using std::to_string;
   // The reference reads the header as UTF-8 text first (std::str::from_utf8).
-  if (!is_valid_utf8(header_json)) {
-    std::size_t at = 0;
-    while (at < header_json.size()) {
-      const std::size_t n = utf8_sequence_length(header_json, at);
-      if (n == 0) break;
-      at += n;
-    }
+  if (const std::size_t at = valid_utf8_prefix(header_json); at != header_json.size())
     throw_format(file, "",
-                 "header is not valid UTF-8 (invalid byte at header byte " + std::to_string(at) +
+                 "header is not valid UTF-8 (invalid byte at header byte " + to_string(at) +
                      "); the safetensors format requires a UTF-8 JSON header");
-  }
   safetensors_header header;
   header.header_bytes = header_json.size();
   header.data_bytes = data_bytes;
@@ -88,178 +171,72 @@ DDO_INLINE safetensors_header parse_safetensors_header(std::string_view header_j
   // A JSON syntax error anywhere wins over a rule broken by an earlier member: the first
   // broken rule is kept and thrown only once the whole header has parsed.
   std::optional<format_error> first_broken_rule;
-  const auto check_member = [&](std::string name, detail::json_value entry) {
-    if (name == "__metadata__") {
-      if (metadata_seen) throw_format(file, "", "__metadata__ appears twice");
-      metadata_seen = true;
-      if (!entry.is_object())
-        throw_format(
-            file, "",
-            "__metadata__ must be an object of strings, found " + std::string(entry.describe()));
-      for (const auto& [key, value] : entry.members()) {
-        if (!value.is_string())
-          throw_format(file, "",
-                       "__metadata__ value of '" + detail::json_parser::printable(key) +
-                           "' must be a string, found " + std::string(value.describe()));
-        header.metadata.emplace_back(key, value.text());
-      }
-      return;
-    }
-    if (name.empty()) throw_format(file, name, "tensor name is empty");
-    if (!entry.is_object())
-      throw_format(file, name,
-                   "entry must be an object with dtype, shape and data_offsets, found " +
-                       std::string(entry.describe()));
-    // Other fields are ignored, as the reference implementation (serde without
-    // deny_unknown_fields) ignores them.
-    const auto* dtype_value = entry.find("dtype");
-    const auto* shape_value = entry.find("shape");
-    const auto* offsets_value = entry.find("data_offsets");
-    if (dtype_value == nullptr) throw_format(file, name, "missing field 'dtype'");
-    if (shape_value == nullptr) throw_format(file, name, "missing field 'shape'");
-    if (offsets_value == nullptr) throw_format(file, name, "missing field 'data_offsets'");
-
-    safetensors_tensor t;
-    t.name = name;
-    if (!dtype_value->is_string())
-      throw_format(file, name,
-                   "dtype must be a string, found " + std::string(dtype_value->describe()));
-    const auto type = parse_dtype(dtype_value->text());
-    if (!type) {
-      std::string known;
-      for (const auto& info : dtype_table)
-        known += (known.empty() ? "" : ", ") + std::string(info.safetensors_name);
-      throw_format(file, name,
-                   "unknown dtype '" + detail::json_parser::printable(dtype_value->text()) +
-                       "' (known: " + known + ")");
-    }
-    t.type = *type;
-
-    if (!shape_value->is_array())
-      throw_format(
-          file, name,
-          "shape must be a list of integers, found " + std::string(shape_value->describe()));
-    std::uint64_t elements = 1;
-    bool overflow = false;
-    for (const auto& d : shape_value->items()) {
-      const auto dim = d.as_u64();
-      if (!dim || *dim > static_cast<std::uint64_t>(INT64_MAX))
-        throw_format(file, name,
-                     "shape entries must be non-negative integers, found '" +
-                         detail::json_parser::printable(d.is_number() ? d.text()
-                                                                      : std::string(d.describe())) +
-                         "'");
-      t.shape.push_back(static_cast<std::int64_t>(*dim));
-      if (*dim != 0 && elements > UINT64_MAX / *dim)
-        overflow = true;
-      else
-        elements *= *dim;
-    }
-    // A zero dimension makes the product 0 whatever overflowed before it.
-    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
-      elements = 0;
-      overflow = false;
-    }
-    const std::uint64_t element_size = size_of(t.type);
-    if (overflow || (element_size != 0 && elements > UINT64_MAX / element_size))
-      throw_format(file, name, "shape's byte size overflows 64 bits");
-    const std::uint64_t expected = elements * element_size;
-
-    if (!offsets_value->is_array() || offsets_value->items().size() != 2)
-      throw_format(file, name, "data_offsets must be a list of two integers [begin, end]");
-    const auto begin = offsets_value->items()[0].as_u64();
-    const auto end = offsets_value->items()[1].as_u64();
-    if (!begin || !end)
-      throw_format(file, name, "data_offsets must be non-negative integers that fit 64 bits");
-    t.begin = *begin;
-    t.end = *end;
-    if (t.begin > t.end)
-      throw_format(file, name,
-                   "data_offsets begin " + std::to_string(t.begin) + " is after end " +
-                       std::to_string(t.end));
-    if (t.end > data_bytes)
-      throw_format(file, name,
-                   "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                       ") reach past the data section of " + std::to_string(data_bytes) +
-                       " bytes (file truncated?)");
-    if (t.end - t.begin != expected)
-      throw_format(file, name,
-                   "data_offsets span " + std::to_string(t.end - t.begin) +
-                       " bytes but shape x dtype (" + std::string(to_string(t.type)) + ") needs " +
-                       std::to_string(expected));
-    header.tensors.push_back(std::move(t));
-  };
-  const auto on_member = [&](std::string name, detail::json_value entry) {
+  const auto on_member = [&](std::string name, const detail::json_value& entry) {
     if (first_broken_rule) return;
     try {
-      check_member(std::move(name), std::move(entry));
+      if (name != "__metadata__")
+        return header.tensors.push_back(
+            detail::parse_safetensors_tensor(file, std::move(name), entry, data_bytes));
+      if (metadata_seen) throw_format(file, "", "__metadata__ appears twice");
+      metadata_seen = true;
+      detail::expect_json(entry.is_object(), file, "", "__metadata__ must be an object of strings",
+                          entry);
+      for (const auto& [key, value] : entry.members()) {
+        detail::expect_json(
+            value.is_string(), file, "",
+            "__metadata__ value of '" + json_parser::printable(key) + "' must be a string", value);
+        header.metadata.emplace_back(key, value.text());
+      }
     } catch (const format_error& e) {
       first_broken_rule = e;
     }
   };
   try {
-    detail::json_parser parser(header_json);
-    if (!parser.parse_object_members(on_member)) {
-      const detail::json_value root = detail::parse_json(header_json);
-      throw_format(
-          file, "",
-          std::string("header must be a JSON object, found ") + std::string(root.describe()));
-    }
+    if (!json_parser(header_json).parse_object_members(on_member))
+      throw_format(file, "",
+                   "header must be a JSON object, found " +
+                       std::string(detail::parse_json(header_json).describe()));
   } catch (const detail::json_error& e) {
     throw_format(
         file, "",
-        "header is not valid JSON: " + e.message + " at header byte " + std::to_string(e.offset));
+        "header is not valid JSON: " + e.message + " at header byte " + to_string(e.offset));
   }
   if (first_broken_rule) throw *first_broken_rule;
 
-  // Duplicate names: found by sorting pointers (8 bytes a tensor), not a set of copies.
-  {
-    std::vector<const std::string*> names;
-    names.reserve(header.tensors.size());
-    for (const auto& t : header.tensors) names.push_back(&t.name);
-    std::sort(names.begin(), names.end(),
-              [](const std::string* a, const std::string* b) { return *a < *b; });
-    for (std::size_t i = 1; i < names.size(); ++i)
-      if (*names[i] == *names[i - 1])
-        throw_format(file, *names[i], "duplicate key \"" + detail::json_parser::printable(*names[i]) +
-                                          "\" in the header: the tensor name appears twice");
-  }
+  // Duplicate names: found next to each other once sorted by name.
+  std::ranges::sort(header.tensors, {}, &safetensors_tensor::name);
+  const auto twice = std::ranges::adjacent_find(header.tensors, {}, &safetensors_tensor::name);
+  if (twice != header.tensors.end())
+    throw_format(file, twice->name,
+                 "duplicate key \"" + json_parser::printable(twice->name) +
+                     "\" in the header: the tensor name appears twice");
 
-  std::sort(header.tensors.begin(), header.tensors.end(),
-            [](const safetensors_tensor& a, const safetensors_tensor& b) {
-              return a.begin != b.begin ? a.begin < b.begin
-                                        : (a.end != b.end ? a.end < b.end : a.name < b.name);
-            });
   // The reference's rule: sorted by offsets, the tensors tile the data area exactly — each
   // begins where the previous one ended (the first at 0) and the last ends at the end of the
   // file. A gap, an overlap or trailing bytes is refused.
-  std::uint64_t expected_begin = 0;
-  std::string previous_name;
+  std::sort(header.tensors.begin(), header.tensors.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  const std::string rule = "(rule: tensors must tile the data area exactly)";
+  std::uint64_t covered = 0;
+  std::string previous = "the start of the data area";
   for (const auto& t : header.tensors) {
-    if (t.begin < expected_begin)
-      throw_format(file, t.name,
-                   "byte range [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                       ") overlaps tensor '" + detail::json_parser::printable(previous_name) +
-                       "' which ends at " + std::to_string(expected_begin) +
-                       " (rule: tensors must tile the data area exactly)");
-    if (t.begin > expected_begin)
-      throw_format(file, t.name,
-                   "byte range [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                       ") leaves a gap of " + std::to_string(t.begin - expected_begin) +
-                       " bytes after " +
-                       (previous_name.empty() ? std::string("the start of the data area")
-                                              : "tensor '" +
-                                                    detail::json_parser::printable(previous_name) +
-                                                    "'") +
-                       " (rule: tensors must tile the data area exactly)");
-    expected_begin = t.end;
-    previous_name = t.name;
+    const std::string range = "byte range [" + to_string(t.begin) + ", " + to_string(t.end) + ")";
+    if (t.begin != covered)
+      throw_format(
+          file, t.name,
+          range +
+              (t.begin < covered ? " overlaps " + previous + " which ends at " + to_string(covered)
+                                 : " leaves a gap of " + to_string(t.begin - covered) +
+                                       " bytes after " + previous) +
+              " " + rule);
+    covered = t.end;
+    previous = "tensor '" + json_parser::printable(t.name) + "'";
   }
-  if (expected_begin != data_bytes)
+  if (covered != data_bytes)
     throw_format(file, "",
-                 "the data area has " + std::to_string(data_bytes) + " bytes but the tensors cover " +
-                     std::to_string(expected_begin) + " (" +
-                     std::to_string(data_bytes - expected_begin) +
+                 "the data area has " + to_string(data_bytes) + " bytes but the tensors cover " +
+                     to_string(covered) + " (" + to_string(data_bytes - covered) +
                      " trailing bytes; rule: tensors must tile the data area exactly)");
   return header;
 }
