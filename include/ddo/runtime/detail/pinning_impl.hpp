@@ -187,6 +187,41 @@ void for_each_packed(const group_runtime& gr, const weight_table& table, const o
     if (packed_here(gr, i, table, plan, o)) f(i, gr.weights[i]);
 }
 
+/// Plans the reading of @p info in @p meter: from its file, or packed from host memory.
+inline void plan_read(setup_meter& meter, const weight_info& info) {
+  meter.plan(std::holds_alternative<file_source>(info.source) ? setup_phase::reading
+                                                              : setup_phase::packing,
+             info.bytes);
+}
+
+/// Throws out_of_memory for a refused page-locking of @p what (@p bytes) unless the options
+/// allow the pageable fallback.
+inline void check_pin_fallback(const runtime_options& o, std::uint64_t bytes,
+                               const std::string& what) {
+  if (!o.allow_pin_fallback)
+    throw out_of_memory(memory_tier::pinned_host, bytes, 0,
+                        "offloader setup: page-locking " + what +
+                            " failed (cudaHostRegister refused) and "
+                            "allow_pin_memory_fallback is false");
+}
+
+/// Moves @p piece of @p gr, whose memory could not be page-locked, to its staged pieces: it is
+/// copied through pageable staging (reported in metrics).
+inline void stage_unpinned(group_runtime& gr, staged_piece piece) {
+  gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
+  gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
+  piece.source = transfer_source::pageable_staged;
+  gr.staged.push_back(piece);
+}
+
+/// @p gr's staged pieces in slot order; the layout then needs a staging buffer, if any is left.
+inline void sort_staged(group_layout& layout, group_runtime& gr) {
+  std::sort(gr.staged.begin(), gr.staged.end(), [](const staged_piece& x, const staged_piece& y) {
+    return x.slot_offset < y.slot_offset;
+  });
+  if (!gr.staged.empty()) layout.staging_needed = true;
+}
+
 /// Host blocks of the groups to pin, and each group's offset in its block.
 struct block_plan {
   std::uint64_t bytes = 0;
@@ -228,6 +263,42 @@ std::vector<block_plan> share_blocks(const std::vector<Part*>& parts,
   return blocks;
 }
 
+/// Maps every one of @p blocks first (not touched: the read is the first touch of its pages),
+/// then reads into them what `pieces_of(b, block, read)` asks for with `read(info, dst)`, by
+/// pin_workers threads sharing the bytes in grains (parallel_reader), so a few large groups keep
+/// every thread busy; the thread that completes a block page-locks it while the others read on.
+/// File bytes are read with positional reads straight into the block, never through a mapping:
+/// the file's pages stay in the page cache and are not counted in the process twice
+/// (docs/transports.md). Returns the blocks.
+template <class T, class Pieces>
+std::vector<std::shared_ptr<pinned_block>> read_blocks(T& t, const std::vector<block_plan>& blocks,
+                                                       const source_files& files,
+                                                       const runtime_options& options,
+                                                       setup_meter& meter, Pieces&& pieces_of) {
+  std::vector<read_task> tasks;
+  std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
+  std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
+    pieces_of(b, mapped[b], [&](const weight_info& info, std::byte* dst) {
+      read_task task;
+      task.dst = dst;
+      task.bytes = info.bytes;
+      task.batch = b;
+      set_task_source(task, info, files);
+      (task.file != nullptr ? file_bytes : host_bytes)[b] += info.bytes;
+      tasks.push_back(task);
+    });
+  }
+  parallel_reader pool(reader_threads(tasks, options));
+  pool.run(tasks, blocks.size(), [&](std::size_t b) {
+    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
+    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
+    register_block(t, *mapped[b], meter);
+  });
+  return mapped;
+}
+
 }  // namespace pinning_detail
 
 template <class T>
@@ -262,65 +333,36 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
   auto ranges = in_place_page_ranges(layout, static_cast<std::uintptr_t>(host_page_size()));
   const auto blocks = pinning_detail::share_blocks(groups, todo, options.alignment);
   // Totals first: reports never see a total grow.
-  for (std::size_t g : todo) {
+  for (std::size_t g : todo)
     for_each_packed(*groups[g], table, plan, options, [&](std::size_t, std::size_t w) {
-      const bool file = std::holds_alternative<file_source>(table[w].source);
-      meter.plan(file ? setup_phase::reading : setup_phase::packing, table[w].bytes);
+      pinning_detail::plan_read(meter, table[w]);
     });
-  }
   for (const auto& b : blocks)
     meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
   if (planned) planned();
 
-  // Every block is mapped first (not touched: the read is the first touch of its pages), then
-  // the weights of all groups are read or copied into them by pin_workers threads sharing the
-  // bytes in grains (parallel_reader), so a few large groups keep every thread busy; the thread
-  // that completes a block page-locks it while the others read on. File bytes are read
-  // with positional reads straight into the block, never through a mapping: the file's pages
-  // stay in the page cache and are not counted in the process twice (docs/transports.md).
   // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
-  std::vector<read_task> tasks;
-  std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
   enum : char { from_cache, own_block, shared_block };
   std::vector<char> mapped_here(groups.size(), from_cache);
-  std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
-    for (const auto& [g, offset] : blocks[b].groups) {
-      auto& gr = *groups[g];
-      gr.block = mapped[b];
-      gr.block_offset = offset;
-      mapped_here[g] = blocks[b].groups.size() == 1 ? own_block : shared_block;
-      for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
-        const auto& info = table[w];
-        if (info.bytes == 0) return;
-        read_task task;
-        task.dst = gr.block_data() + gr.slot_offset[i];
-        task.bytes = info.bytes;
-        task.batch = b;
-        pinning_detail::set_task_source(task, info, files);
-        (task.file != nullptr ? file_bytes : host_bytes)[b] += info.bytes;
-        tasks.push_back(task);
+  auto mapped = pinning_detail::read_blocks(
+      t, blocks, files, options, meter, [&](std::size_t b, const auto& block, const auto& read) {
+        for (const auto& [g, offset] : blocks[b].groups) {
+          auto& gr = *groups[g];
+          gr.block = block;
+          gr.block_offset = offset;
+          mapped_here[g] = blocks[b].groups.size() == 1 ? own_block : shared_block;
+          for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
+            if (table[w].bytes != 0) read(table[w], gr.block_data() + gr.slot_offset[i]);
+          });
+        }
       });
-    }
-  }
-  const auto block_packed = [&](std::size_t b) {
-    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
-    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
-    pinning_detail::register_block(t, *mapped[b], meter);
-  };
-  parallel_reader pool(pinning_detail::reader_threads(tasks, options));
-  pool.run(tasks, blocks.size(), block_packed);
   for (std::size_t g : todo) {
     auto& gr = *groups[g];
     if (!gr.block->registered()) {
-      if (!options.allow_pin_fallback)
-        throw out_of_memory(memory_tier::pinned_host, gr.pinned_bytes, 0,
-                            "offloader setup: page-locking " + format_bytes_exact(gr.pinned_bytes) +
-                                " for group '" + gr.name +
-                                "' failed (cudaHostRegister refused) and "
-                                "allow_pin_memory_fallback is false");
+      pinning_detail::check_pin_fallback(
+          options, gr.pinned_bytes,
+          format_bytes_exact(gr.pinned_bytes) + " for group '" + gr.name + "'");
       continue;
     }
     if (options.pinned_cache != nullptr) {
@@ -385,22 +427,13 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
         kept.push_back(piece);
         continue;
       }
-      if (!options.allow_pin_fallback)
-        throw out_of_memory(memory_tier::pinned_host, piece.bytes, 0,
-                            "offloader setup: page-locking the engine's memory of group '" +
-                                gr.name +
-                                "' in place failed (cudaHostRegister refused) and "
-                                "allow_pin_memory_fallback is false");
+      pinning_detail::check_pin_fallback(options, piece.bytes,
+                                         "the engine's memory of group '" + gr.name + "' in place");
       fallback_bytes_ += piece.bytes;
-      gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
-      gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
-      piece.source = transfer_source::pageable_staged;
-      gr.staged.push_back(piece);
+      pinning_detail::stage_unpinned(gr, piece);
     }
     gr.in_place.swap(kept);
-    std::sort(gr.staged.begin(), gr.staged.end(),
-              [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
-    if (!gr.staged.empty()) layout.staging_needed = true;
+    pinning_detail::sort_staged(layout, gr);
   });
 }
 
@@ -451,39 +484,19 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
   }
   const auto blocks = pinning_detail::share_blocks(missing_of, todo, options.alignment);
   for (std::size_t g : todo)
-    for (const auto& [k, offset] : missing[g].pieces) {
-      const auto& info = table[piece_weight[g][k]];
-      meter.plan(std::holds_alternative<file_source>(info.source) ? setup_phase::reading
-                                                                  : setup_phase::packing,
-                 info.bytes);
-    }
+    for (const auto& piece : missing[g].pieces)
+      pinning_detail::plan_read(meter, table[piece_weight[g][piece.first]]);
   for (const auto& b : blocks)
     meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   // Mapped, read by the pool, page-locked as each block completes (as pin() does).
-  std::vector<read_task> tasks;
-  std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
-  std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
-    for (const auto& [g, part_offset] : blocks[b].groups)
-      for (const auto& [k, offset] : missing[g].pieces) {
-        const auto& info = table[piece_weight[g][k]];
-        entries[g][k] = {mapped[b], part_offset + offset};
-        read_task task;
-        task.dst = mapped[b]->data() + part_offset + offset;
-        task.bytes = info.bytes;
-        task.batch = b;
-        pinning_detail::set_task_source(task, info, files);
-        (task.file != nullptr ? file_bytes : host_bytes)[b] += info.bytes;
-        tasks.push_back(task);
-      }
-  }
-  parallel_reader pool(pinning_detail::reader_threads(tasks, options));
-  pool.run(tasks, blocks.size(), [&](std::size_t b) {
-    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
-    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
-    pinning_detail::register_block(t, *mapped[b], meter);
-  });
+  pinning_detail::read_blocks(
+      t, blocks, files, options, meter, [&](std::size_t b, const auto& block, const auto& read) {
+        for (const auto& [g, part_offset] : blocks[b].groups)
+          for (const auto& [k, offset] : missing[g].pieces) {
+            entries[g][k] = {block, part_offset + offset};
+            read(table[piece_weight[g][k]], block->data() + part_offset + offset);
+          }
+      });
   // Stored only once every block is read: a failed read leaves the store as it was.
   for (std::size_t g : todo)
     for (const auto& [k, offset] : missing[g].pieces)
@@ -501,18 +514,11 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
       const auto& e = entries[g][k];
       piece.host = e.data();
       if (!e.block->registered()) {
-        if (!options.allow_pin_fallback)
-          throw out_of_memory(memory_tier::pinned_host, piece.bytes, 0,
-                              "offloader setup: page-locking the shared weight store's copy of '" +
-                                  table[piece_weight[g][k]].name +
-                                  "' failed (cudaHostRegister refused) and "
-                                  "allow_pin_memory_fallback is false");
+        pinning_detail::check_pin_fallback(
+            options, piece.bytes,
+            "the shared weight store's copy of '" + table[piece_weight[g][k]].name + "'");
         fallback_bytes_ += piece.bytes;
-        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
-        gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] +=
-            piece.bytes;
-        piece.source = transfer_source::pageable_staged;
-        gr.staged.push_back(piece);
+        pinning_detail::stage_unpinned(gr, piece);
         continue;
       }
       used.push_back(&e.block->mapping());
@@ -527,10 +533,7 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
       kept_block = e.block.get();
     }
     gr.in_place.swap(kept);
-    std::sort(gr.staged.begin(), gr.staged.end(), [](const staged_piece& x, const staged_piece& y) {
-      return x.slot_offset < y.slot_offset;
-    });
-    if (!gr.staged.empty()) layout.staging_needed = true;
+    pinning_detail::sort_staged(layout, gr);
   }
   // Page-locked bytes this offloader copies from: each store block it uses, once.
   std::sort(used.begin(), used.end());
