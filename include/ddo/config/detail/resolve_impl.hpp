@@ -83,37 +83,48 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   std::stable_sort(layers.begin(), layers.end(), [](const config_layer& a, const config_layer& b) {
     return static_cast<int>(a.source) < static_cast<int>(b.source);
   });
+  // What each layer sets on its own, the last (highest) source winning.
   dynamic_offload_settings settings;
-  for (const auto& layer : layers)
-    settings.warnings.insert(settings.warnings.end(), layer.warnings.begin(), layer.warnings.end());
-
   const dynamic_offload_config* whole = nullptr;
-  for (const auto& layer : layers)
+  std::optional<sourced<double>> total_staging;  // --ddo-vmm-total-staging-gb
+  for (const auto& layer : layers) {
+    settings.warnings.insert(settings.warnings.end(), layer.warnings.begin(), layer.warnings.end());
     if (layer.whole_config) whole = &*layer.whole_config;
-  settings.explicit_config = whole != nullptr;
-  settings.route_fallback_bypassed = settings.explicit_config;
-  for (const auto& layer : layers)
     if (layer.source == origin::config && !layer.fields.empty())
       settings.route_fallback_bypassed = true;
+    if (layer.plan) settings.plan = layer.plan->value;
+    if (layer.disable_pin_on_wsl) settings.disable_pin_on_wsl = layer.disable_pin_on_wsl->value;
+    if (layer.vmm_total_staging_gb) total_staging = layer.vmm_total_staging_gb;
+    if (layer.profile_dir) settings.profile_dir = *layer.profile_dir;
+    auto& policies = layer.source == origin::toml  ? settings.toml_component_policies
+                     : layer.source == origin::env ? settings.env_component_policies
+                                                   : settings.component_policies;
+    for (const auto& [name, policy] : layer.components) merge_policy(policies[name], policy);
+    for (const auto& [phase, enabled] : layer.purge_windows_standby)
+      settings.purge_windows_standby[phase] = enabled;
+  }
+  settings.explicit_config = whole != nullptr;
+  settings.route_fallback_bypassed = settings.route_fallback_bypassed || settings.explicit_config;
+  if (settings.profile_dir.empty()) settings.profile_dir = "~/.ddo/profiles";
 
   // The preset: --ddo-preset > code > DDO_PRESET > TOML > auto.
   sourced<std::string> request{"auto", {origin::default_value, "preset"}};
   for (origin rank : {origin::toml, origin::env, origin::config, origin::cli})
     for (const auto& layer : layers)
       if (layer.source == rank && layer.preset) request = *layer.preset;
-  for (const auto& layer : layers) {
-    if (layer.plan) settings.plan = layer.plan->value;
-    if (layer.disable_pin_on_wsl) settings.disable_pin_on_wsl = layer.disable_pin_on_wsl->value;
-  }
   settings.running_on_wsl = context.running_on_wsl.value_or(running_on_wsl(context.paths));
   std::optional<double> detected_ram_gb = context.detected_ram_gb;
   if (!detected_ram_gb)
-    if (const auto bytes = available_ram_bytes(context.paths)) detected_ram_gb = bytes_to_gib(*bytes);
+    if (const auto bytes = available_ram_bytes(context.paths))
+      detected_ram_gb = bytes_to_gib(*bytes);
 
+  // A field the preset reads: its last assignment, else the whole config's or the default value.
+  const auto given = [&](field_id id) {
+    return last_assignment(layers, id).value_or(field(id).get(whole ? *whole : settings.config));
+  };
   preset_context preset_inputs;
-  preset_inputs.backend = whole ? whole->backend : offload_backend::auto_select;
-  if (const auto backend = last_assignment(layers, field_id::backend))
-    preset_inputs.backend = *parse_enum<offload_backend>(std::get<std::string>(*backend));
+  preset_inputs.backend =
+      *parse_enum<offload_backend>(std::get<std::string>(given(field_id::backend)));
   preset_inputs.running_on_wsl = settings.running_on_wsl;
   preset_inputs.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   preset_inputs.available_ram_gb = detected_ram_gb;
@@ -130,9 +141,7 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
     preset_inputs.available_ram_gb = std::get<double>(*ram);
     preset_inputs.ram_source = "available_system_ram_gb";
   }
-  preset_inputs.system_ram_headroom_gb = whole ? whole->system_ram_headroom_gb : 6.0;
-  if (const auto headroom = last_assignment(layers, field_id::system_ram_headroom_gb))
-    preset_inputs.system_ram_headroom_gb = std::get<double>(*headroom);
+  preset_inputs.system_ram_headroom_gb = std::get<double>(given(field_id::system_ram_headroom_gb));
   preset_inputs.model_bytes = context.model_bytes;
   preset_inputs.vmm_supported = context.vmm_supported;
   const preset_choice choice = resolve_preset(request.value, preset_inputs, request.where);
@@ -154,8 +163,8 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
       // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
       // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.
       const bool detected = id == field_id::available_system_ram_gb;
-      provenance.set(id, {detected ? origin::detected : origin::default_value,
-                          std::string(to_string(id))});
+      provenance.set(
+          id, {detected ? origin::detected : origin::default_value, std::string(to_string(id))});
     }
     for (const auto& [id, value] : preset_values(choice.id)) {
       field(id).set(config, value);
@@ -187,9 +196,6 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
 
   // --ddo-vmm-total-staging-gb: native routes take the total; the protected NVMe/legacy route
   // splits it over its two staging slots.
-  std::optional<sourced<double>> total_staging;
-  for (const auto& layer : layers)
-    if (layer.vmm_total_staging_gb) total_staging = layer.vmm_total_staging_gb;
   if (total_staging) {
     const std::size_t index = field_index(field_id::vmm_staging_buffer_gb);
     const field_origin& where = total_staging->where;
@@ -227,10 +233,10 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   if (config.backend == offload_backend::auto_select) {
     config.backend = config.execution_mode == exec_mode::vmm_runtime ? offload_backend::vmm
                                                                      : offload_backend::linear;
-    provenance.set(field_id::backend,
-                   field_origin{origin::detected,
-                                "from backend auto and execution_mode " +
-                                    std::string(enum_name(config.execution_mode))});
+    provenance.set(
+        field_id::backend,
+        field_origin{origin::detected, "from backend auto and execution_mode " +
+                                           std::string(enum_name(config.execution_mode))});
   }
   validate(config, provenance, settings.warnings);
   warn_inactive_fields(config, provenance, settings.warnings);
@@ -245,19 +251,9 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   settings.effective_pin_cpu_memory =
       config.pin_cpu_memory && !(settings.running_on_wsl && settings.disable_pin_on_wsl);
   config.pin_cpu_memory = settings.effective_pin_cpu_memory;
-  settings.enabled = choice.id != preset_id::off &&
-                     (config.execution_mode != exec_mode::plan || settings.plan);
+  settings.enabled =
+      choice.id != preset_id::off && (config.execution_mode != exec_mode::plan || settings.plan);
 
-  for (const auto& layer : layers) {
-    auto& target = layer.source == origin::toml ? settings.toml_component_policies
-                   : layer.source == origin::env ? settings.env_component_policies
-                                                 : settings.component_policies;
-    for (const auto& [name, policy] : layer.components) merge_policy(target[name], policy);
-    for (const auto& [phase, enabled] : layer.purge_windows_standby)
-      settings.purge_windows_standby[phase] = enabled;
-    if (layer.profile_dir) settings.profile_dir = *layer.profile_dir;
-  }
-  if (settings.profile_dir.empty()) settings.profile_dir = "~/.ddo/profiles";
 #if !defined(_WIN32)
   for (const auto& [phase, enabled] : settings.purge_windows_standby)
     if (enabled)
