@@ -264,8 +264,8 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
   layer.source = origin::toml;
   const auto read_setting = [&](std::string_view table, std::string_view key,
                                 const toml::node& node) -> bool {
-    const std::string where = file + ":" + (table.empty() ? "" : std::string(table) + ".") +
-                              std::string(key);
+    const std::string where =
+        file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
     const auto refuse_twice = [&](const auto& earlier, std::string_view name) {
       if (earlier)
         throw config_error(origin::toml, where,
@@ -280,9 +280,9 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
       return true;
     }
     if (key == "plan" || key == "disable_pin_on_wsl") {
-      refuse_twice(key == "plan" ? layer.plan : layer.disable_pin_on_wsl, key);
-      (key == "plan" ? layer.plan : layer.disable_pin_on_wsl) =
-          sourced<bool>{detail::toml_bool(node, where), {origin::toml, where}};
+      auto& flag = key == "plan" ? layer.plan : layer.disable_pin_on_wsl;
+      refuse_twice(flag, key);
+      flag = sourced<bool>{detail::toml_bool(node, where), {origin::toml, where}};
       return true;
     }
     return false;
@@ -301,20 +301,17 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
           detail::read_toml_field(layer, file, key, inner_key, inner);
         } else if (key == "settings") {
           if (read_setting(key, inner_key, inner)) continue;
-          static constexpr std::string_view derived[] = {
-              "effective_preset", "enabled", "requested_pin_cpu_memory",
+          // The settings read above, then the derived values ddo-config prints (skipped).
+          static constexpr std::string_view known[] = {
+              "requested_preset",         "plan",          "disable_pin_on_wsl",
+              "effective_preset",         "enabled",       "requested_pin_cpu_memory",
               "effective_pin_cpu_memory", "running_on_wsl"};
-          if (std::find(std::begin(derived), std::end(derived), inner_key) != std::end(derived))
-            continue;  // derived values printed by ddo-config
-          detail::toml_unknown_key(file, key, inner_key,
-                                   {"requested_preset", "plan", "disable_pin_on_wsl",
-                                    "effective_preset", "enabled", "requested_pin_cpu_memory",
-                                    "effective_pin_cpu_memory", "running_on_wsl"});
+          if (std::find(known + 3, std::end(known), inner_key) == std::end(known))
+            detail::toml_unknown_key(file, key, inner_key, {std::begin(known), std::end(known)});
         } else {
           const auto* component = inner.as_table();
           const std::string name(inner_key);
-          if (!component)
-            detail::toml_type_error(file + ":components." + name, inner, "a table");
+          if (!component) detail::toml_type_error(file + ":components." + name, inner, "a table");
           layer.components[name] = detail::read_toml_component(file, name, *component);
         }
       }
@@ -323,9 +320,8 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
     if (read_setting({}, key, node)) continue;
     if (!find_field(key)) {
       auto known = detail::field_name_list();
-      for (const char* extra : {"preset", "plan", "disable_pin_on_wsl", "config", "settings",
-                                "components"})
-        known.emplace_back(extra);
+      known.insert(known.end(),
+                   {"preset", "plan", "disable_pin_on_wsl", "config", "settings", "components"});
       detail::toml_unknown_key(file, {}, key, known);
     }
     detail::read_toml_field(layer, file, {}, key, node);
