@@ -295,22 +295,27 @@ template <class Transport>
   }
   std::uint64_t largest_streamed = 0;  // bytes, unaligned: what a file staging slot must hold
   std::string largest_group;
-  std::size_t streaming_groups = 0;
-  for (const auto& g : groups) {
+  // The streamed weights of each group, by @p streams(w): the largest group's bytes and name.
+  const auto streamed_of = [&](const execution_group& g, auto streams) {
     std::vector<std::size_t> streamed;
     std::uint64_t bytes = 0;
     for (std::size_t w : g.weights)
-      if (kept.empty() || !kept[w]) {
+      if (streams(w)) {
         streamed.push_back(w);
         bytes += table[w].bytes;
       }
-    if (streamed.empty()) continue;
-    ++streaming_groups;
-    m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, streamed, runtime.alignment));
     if (bytes > largest_streamed) {
       largest_streamed = bytes;
       largest_group = g.name;
     }
+    return streamed;
+  };
+  std::size_t streaming_groups = 0;
+  for (const auto& g : groups) {
+    const auto streamed = streamed_of(g, [&](std::size_t w) { return kept.empty() || !kept[w]; });
+    if (streamed.empty()) continue;
+    ++streaming_groups;
+    m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, streamed, runtime.alignment));
   }
   m.slots =
       ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streaming_groups) : 0;
@@ -359,16 +364,11 @@ template <class Transport>
   const auto largest_group_that_may_stream = [&] {
     const plan_context context{table, settings.config, c, groups, group_of_weights(table, groups), {}, {}, nullptr};
     const rule_residency rules = residency_rules(context);
-    for (const auto& g : groups) {
-      std::uint64_t bytes = 0;
-      for (std::size_t w : g.weights)
-        if (rules.rule[w] == residency_rule::managed || rules.rule[w] == residency_rule::builtin_pattern)
-          bytes += table[w].bytes;
-      if (bytes > largest_streamed) {
-        largest_streamed = bytes;
-        largest_group = g.name;
-      }
-    }
+    for (const auto& g : groups)
+      streamed_of(g, [&](std::size_t w) {
+        return rules.rule[w] == residency_rule::managed ||
+               rules.rule[w] == residency_rule::builtin_pattern;
+      });
   };
   const auto grown_detail = [&](std::uint64_t grown) {
     return "vmm_staging_buffer_gb " + format_bytes(gib_to_bytes(settings.config.vmm_staging_buffer_gb)) +
@@ -378,21 +378,17 @@ template <class Transport>
   };
   if constexpr (transport_with_file_staging<Transport>) {
     if (ring) largest_group_that_may_stream();
-    const auto& where = settings.provenance.of(field_id::vmm_staging_buffer_gb);
-    const std::uint64_t configured = transport.staging_slot_bytes();
-    if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); }) {
-      if (!set_explicitly(settings, field_id::vmm_staging_buffer_gb) &&
-          largest_streamed > configured)
+    const bool stated = set_explicitly(settings, field_id::vmm_staging_buffer_gb);
+    if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); })
+      if (!stated && largest_streamed > transport.staging_slot_bytes())
         transport.grow_staging_slot(largest_streamed);
-    }
     const std::uint64_t slot = transport.staging_slot_bytes();
-    const std::uint64_t setting = gib_to_bytes(settings.config.vmm_staging_buffer_gb);
-    if (slot > round_up(setting, 4096) &&
-        !set_explicitly(settings, field_id::vmm_staging_buffer_gb))
-      c.max_group_detail = grown_detail(slot);
-    if (c.max_group_detail.empty() && set_explicitly(settings, field_id::vmm_staging_buffer_gb))
+    if (stated)
       c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " set by " +
-                           describe(where) + ", honoured";
+                           describe(settings.provenance.of(field_id::vmm_staging_buffer_gb)) +
+                           ", honoured";
+    else if (slot > round_up(gib_to_bytes(settings.config.vmm_staging_buffer_gb), 4096))
+      c.max_group_detail = grown_detail(slot);
     if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
   } else if constexpr (requires {
                          transport.grow_staging_buffer(std::uint64_t{});
