@@ -133,12 +133,10 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
     preset_inputs.available_ram_gb = bytes_to_gib(*context.stated_ram_bytes);
     preset_inputs.ram_source = "stated by the engine";
   }
-  if (whole && whole->available_system_ram_gb > 0) {
-    preset_inputs.available_ram_gb = whole->available_system_ram_gb;
-    preset_inputs.ram_source = "available_system_ram_gb";
-  }
-  if (const auto ram = last_assignment(layers, field_id::available_system_ram_gb)) {
-    preset_inputs.available_ram_gb = std::get<double>(*ram);
+  // An assignment of available_system_ram_gb, or a positive one in the whole config.
+  if (last_assignment(layers, field_id::available_system_ram_gb) ||
+      (whole && whole->available_system_ram_gb > 0)) {
+    preset_inputs.available_ram_gb = std::get<double>(given(field_id::available_system_ram_gb));
     preset_inputs.ram_source = "available_system_ram_gb";
   }
   preset_inputs.system_ram_headroom_gb = std::get<double>(given(field_id::system_ram_headroom_gb));
@@ -153,29 +151,27 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   dynamic_offload_config& config = settings.config;
   config_provenance& provenance = settings.provenance;
   const auto fields = config_fields();
+  const auto assign = [&](std::size_t index, const field_value& value, field_origin where) {
+    fields[index].set(config, value);
+    provenance.set(index, std::move(where));
+  };
   if (whole) {
     config = *whole;
     for (std::size_t i = 0; i < fields.size(); ++i)
       provenance.set(i, {origin::config, std::string(fields[i].name)});
   } else {
-    for (const auto& [id, value] : detail::operational_defaults(detected_ram_gb.value_or(0.0))) {
-      field(id).set(config, value);
-      // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
-      // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.
-      const bool detected = id == field_id::available_system_ram_gb;
-      provenance.set(
-          id, {detected ? origin::detected : origin::default_value, std::string(to_string(id))});
-    }
-    for (const auto& [id, value] : preset_values(choice.id)) {
-      field(id).set(config, value);
-      provenance.set(id, {origin::preset, choice.name});
-    }
+    // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
+    // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.
+    for (const auto& [id, value] : detail::operational_defaults(detected_ram_gb.value_or(0.0)))
+      assign(field_index(id), value,
+             {id == field_id::available_system_ram_gb ? origin::detected : origin::default_value,
+              std::string(to_string(id))});
+    for (const auto& [id, value] : preset_values(choice.id))
+      assign(field_index(id), value, {origin::preset, choice.name});
   }
   for (const auto& layer : layers)
-    for (const auto& assignment : layer.fields) {
-      fields[assignment.field].set(config, assignment.value);
-      provenance.set(assignment.field, assignment.where);
-    }
+    for (const auto& assignment : layer.fields)
+      assign(assignment.field, assignment.value, assignment.where);
   // Component config overrides for the component being configured outrank every other source.
   if (!context.component.empty())
     for (const auto& layer : layers) {
@@ -189,8 +185,7 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
           throw config_error(origin::component, name,
                              describe(where) + " is not a ddo setting" +
                                  did_you_mean(closest_name(name, explicit_source::field_names())));
-        fields[*index].set(config, normalize_field_value(fields[*index], value, where));
-        provenance.set(*index, where);
+        assign(*index, normalize_field_value(fields[*index], value, where), where);
       }
     }
 
@@ -240,10 +235,10 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   }
   validate(config, provenance, settings.warnings);
   warn_inactive_fields(config, provenance, settings.warnings);
-  if (config.backend == offload_backend::vmm && context.vmm_supported == false)
-    throw config_error(provenance.of(field_id::backend).source,
-                       provenance.of(field_id::backend).key,
-                       describe(provenance.of(field_id::backend)) +
+  if (const auto& where = provenance.of(field_id::backend);
+      config.backend == offload_backend::vmm && context.vmm_supported == false)
+    throw config_error(where.source, where.key,
+                       describe(where) +
                            " = \"vmm\": the device reports no virtual-memory-management support; "
                            "expected linear, nvme or host_sim");
 
