@@ -149,6 +149,20 @@ DDO_INLINE safetensors_tensor parse_safetensors_tensor(std::string_view file, st
   return t;
 }
 
+/// The `__metadata__` member of a safetensors header: an object of strings, in file order.
+DDO_INLINE std::vector<std::pair<std::string, std::string>> parse_safetensors_metadata(
+    std::string_view file, const json_value& entry) {
+  expect_json(entry.is_object(), file, "", "__metadata__ must be an object of strings", entry);
+  std::vector<std::pair<std::string, std::string>> metadata;
+  for (const auto& [key, value] : entry.members()) {
+    expect_json(value.is_string(), file, "",
+                "__metadata__ value of '" + json_parser::printable(key) + "' must be a string",
+                value);
+    metadata.emplace_back(key, value.text());
+  }
+  return metadata;
+}
+
 }  // namespace detail
 
 DDO_INLINE safetensors_header parse_safetensors_header(std::string_view header_json,
@@ -179,14 +193,7 @@ DDO_INLINE safetensors_header parse_safetensors_header(std::string_view header_j
             detail::parse_safetensors_tensor(file, std::move(name), entry, data_bytes));
       if (metadata_seen) throw_format(file, "", "__metadata__ appears twice");
       metadata_seen = true;
-      detail::expect_json(entry.is_object(), file, "", "__metadata__ must be an object of strings",
-                          entry);
-      for (const auto& [key, value] : entry.members()) {
-        detail::expect_json(
-            value.is_string(), file, "",
-            "__metadata__ value of '" + json_parser::printable(key) + "' must be a string", value);
-        header.metadata.emplace_back(key, value.text());
-      }
+      header.metadata = detail::parse_safetensors_metadata(file, entry);
     } catch (const format_error& e) {
       first_broken_rule = e;
     }
