@@ -268,34 +268,19 @@ DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_op
   result.tensors = specs.size();
   for (const auto& s : specs) result.tensor_bytes += s.bytes();
 
+  // Shards: the diffusers layout's at shard_max_bytes, in a folder; the execution layout's
+  // split the execution-ordered tensors into contiguous runs of about equal bytes, their files
+  // beside the index named by the output path.
   std::vector<std::vector<safetensors_tensor_spec>> shard_specs(o.shards);
+  std::filesystem::path folder;
+  std::string stem, index;
   if (diffusers) {
     shard_specs = diffusers_shards(o);
-    const std::filesystem::path folder(o.output);
+    folder = o.output;
     std::filesystem::create_directories(folder);
-    std::vector<std::pair<std::string, std::string>> weight_map;
-    const auto count = static_cast<unsigned>(shard_specs.size());
-    char number[64];
-    for (unsigned s = 0; s < count; ++s) {
-      std::string name(diffusers_weights_name);
-      if (count > 1) {
-        std::snprintf(number, sizeof number, "-%05u-of-%05u.safetensors", s + 1, count);
-        name = name.substr(0, name.size() - std::string_view(".safetensors").size()) + number;
-      }
-      result.files.push_back((folder / name).string());
-      for (const auto& spec : shard_specs[s]) weight_map.emplace_back(spec.name, name);
-    }
-    if (count > 1) {
-      std::sort(weight_map.begin(), weight_map.end());
-      result.index = (folder / diffusers_index_name).string();
-    }
-    detail::write_synthetic_files(o, result, shard_specs);
-    if (count > 1) write_safetensors_index(result.index, weight_map, result.tensor_bytes);
-    return result;
-  }
-
-  // Shards split the execution-ordered tensors into contiguous runs of about equal bytes.
-  {
+    stem = diffusers_weights_name.substr(0, diffusers_weights_name.find('.'));
+    index = (folder / diffusers_index_name).string();
+  } else {
     std::uint64_t done = 0;
     std::size_t shard = 0;
     for (std::size_t t = 0; t < specs.size(); ++t) {
@@ -308,31 +293,34 @@ DDO_INLINE synthetic_model_result write_synthetic_model(const synthetic_model_op
       shard_specs[shard].push_back(specs[t]);
       done += specs[t].bytes();
     }
-  }
-
-  std::vector<std::pair<std::string, std::string>> weight_map;
-  if (o.shards == 1) {
-    result.files.push_back(o.output);
-  } else {
-    const std::filesystem::path index(o.output);
-    std::string stem = index.filename().string();
+    folder = std::filesystem::path(o.output).parent_path();
+    stem = std::filesystem::path(o.output).filename().string();
     for (std::string_view suffix : {".safetensors.index.json", ".index.json", ".json"})
       if (stem.size() > suffix.size() && stem.ends_with(suffix)) {
         stem.resize(stem.size() - suffix.size());
         break;
       }
-    char number[64];
-    for (std::uint32_t s = 0; s < o.shards; ++s) {
-      std::snprintf(number, sizeof number, "-%05u-of-%05u.safetensors", s + 1, o.shards);
-      const std::string name = stem + number;
-      result.files.push_back((index.parent_path() / name).string());
-      for (const auto& spec : shard_specs[s]) weight_map.emplace_back(spec.name, name);
-    }
-    result.index = o.output;
+    index = o.output;
   }
-
+  // One file: the diffusers file in its folder, or the output path itself. Several:
+  // "<stem>-00001-of-0000N.safetensors" and an index.
+  const auto count = static_cast<unsigned>(shard_specs.size());
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  char number[64];
+  for (unsigned s = 0; s < count; ++s) {
+    std::snprintf(number, sizeof number, "-%05u-of-%05u.safetensors", s + 1, count);
+    const std::string name = stem + number;
+    result.files.push_back(count > 1   ? (folder / name).string()
+                           : diffusers ? (folder / diffusers_weights_name).string()
+                                       : o.output);
+    for (const auto& spec : shard_specs[s]) weight_map.emplace_back(spec.name, name);
+  }
+  if (count > 1) {
+    if (diffusers) std::sort(weight_map.begin(), weight_map.end());
+    result.index = index;
+  }
   detail::write_synthetic_files(o, result, shard_specs);
-  if (o.shards > 1) write_safetensors_index(o.output, weight_map, result.tensor_bytes);
+  if (count > 1) write_safetensors_index(result.index, weight_map, result.tensor_bytes);
   return result;
 }
 
