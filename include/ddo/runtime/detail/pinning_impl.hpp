@@ -205,9 +205,13 @@ inline void check_pin_fallback(const runtime_options& o, std::uint64_t bytes,
                             "allow_pin_memory_fallback is false");
 }
 
-/// Moves @p piece of @p gr, whose memory could not be page-locked, to its staged pieces: it is
-/// copied through pageable staging (reported in metrics).
-inline void stage_unpinned(group_runtime& gr, staged_piece piece) {
+/// Moves @p piece of @p gr, whose memory (@p what) could not be page-locked, to its staged
+/// pieces: it is copied through pageable staging (reported in metrics, counted in
+/// @p fallback_bytes); refused unless the options allow the fallback.
+inline void stage_unpinned(const runtime_options& o, group_runtime& gr, staged_piece piece,
+                           const std::string& what, std::uint64_t& fallback_bytes) {
+  check_pin_fallback(o, piece.bytes, what);
+  fallback_bytes += piece.bytes;
   gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
   gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
   piece.source = transfer_source::pageable_staged;
@@ -357,22 +361,6 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
           });
         }
       });
-  for (std::size_t g : todo) {
-    auto& gr = *groups[g];
-    if (!gr.block->registered()) {
-      pinning_detail::check_pin_fallback(
-          options, gr.pinned_bytes,
-          format_bytes_exact(gr.pinned_bytes) + " for group '" + gr.name + "'");
-      continue;
-    }
-    if (options.pinned_cache != nullptr) {
-      // A group of a shared block is cached as its range (which keeps the block alive).
-      auto entry = mapped_here[g] == own_block
-                       ? gr.block
-                       : std::make_shared<pinned_block>(gr.block, gr.block_offset, gr.pinned_bytes);
-      options.pinned_cache->insert(block_key(gr, table, plan, options), std::move(entry));
-    }
-  }
   // Page-locked bytes: each block mapped here once, and what the cache gave.
   for (const auto& block : mapped)
     if (block->registered()) pinned_bytes_ += block->size();
@@ -381,9 +369,21 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     auto& gr = *groups[g];
     if (!gr.block) continue;
     if (gr.block->registered()) {
-      if (mapped_here[g] == from_cache) pinned_bytes_ += gr.block->size();
+      if (mapped_here[g] == from_cache) {
+        pinned_bytes_ += gr.block->size();
+      } else if (options.pinned_cache != nullptr) {
+        // A group of a shared block is cached as its range (which keeps the block alive).
+        auto entry = mapped_here[g] == own_block ? gr.block
+                                                 : std::make_shared<pinned_block>(
+                                                       gr.block, gr.block_offset, gr.pinned_bytes);
+        options.pinned_cache->insert(block_key(gr, table, plan, options), std::move(entry));
+      }
       continue;
     }
+    if (mapped_here[g] != from_cache)
+      pinning_detail::check_pin_fallback(
+          options, gr.pinned_bytes,
+          format_bytes_exact(gr.pinned_bytes) + " for group '" + gr.name + "'");
     // Fallback: the packed block is staged like pageable memory (reported in metrics).
     gr.pinned_staged = true;
     fallback_bytes_ += gr.packed_weight_bytes;
@@ -427,10 +427,9 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
         kept.push_back(piece);
         continue;
       }
-      pinning_detail::check_pin_fallback(options, piece.bytes,
-                                         "the engine's memory of group '" + gr.name + "' in place");
-      fallback_bytes_ += piece.bytes;
-      pinning_detail::stage_unpinned(gr, piece);
+      pinning_detail::stage_unpinned(options, gr, piece,
+                                     "the engine's memory of group '" + gr.name + "' in place",
+                                     fallback_bytes_);
     }
     gr.in_place.swap(kept);
     pinning_detail::sort_staged(layout, gr);
@@ -514,11 +513,10 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
       const auto& e = entries[g][k];
       piece.host = e.data();
       if (!e.block->registered()) {
-        pinning_detail::check_pin_fallback(
-            options, piece.bytes,
-            "the shared weight store's copy of '" + table[piece_weight[g][k]].name + "'");
-        fallback_bytes_ += piece.bytes;
-        pinning_detail::stage_unpinned(gr, piece);
+        pinning_detail::stage_unpinned(
+            options, gr, piece,
+            "the shared weight store's copy of '" + table[piece_weight[g][k]].name + "'",
+            fallback_bytes_);
         continue;
       }
       used.push_back(&e.block->mapping());
