@@ -141,12 +141,15 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   std::stable_sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
     return l.groups[a].name < l.groups[b].name;
   });
-  // Residents: every gpu_resident weight, grouped or not, in one device arena.
+  // Residents: every gpu_resident weight, grouped or not, in one device arena. Every other
+  // weight streams with its group: each file that holds a weight is read.
   l.resident_offset.assign(table.size(), not_streamed);
+  l.file_used.assign(table.files().size(), 0);
   std::uint64_t cursor = 0;
   for (std::size_t w = 0; w < table.size(); ++w) {
     const auto& info = table[w];
     layout_detail::check_source(table, plan, w);
+    if (const auto* f = std::get_if<file_source>(&info.source)) l.file_used[f->file_index] = 1;
     if (plan.decisions[w].where == placement::gpu_resident) {
       l.resident_offset[w] = cursor;
       l.resident_weight_bytes += info.bytes;
@@ -187,11 +190,6 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   }
   // Resident uploads go through the staging buffers too.
   if (l.resident_bytes > 0) l.staging_needed = true;
-  l.file_used.assign(table.files().size(), 0);
-  for (std::size_t w = 0; w < table.size(); ++w)
-    if (const auto* f = std::get_if<file_source>(&table[w].source))
-      if (l.group_of[w] != no_group || l.resident_offset[w] != not_streamed)
-        l.file_used[f->file_index] = 1;
   l.slot_count = std::min(options.slot_count, l.streamed_order.size());
   DDO_EXPECTS(l.streamed_order.empty() || l.slot_count >= 1,
               "runtime_options::slot_count must be at least 1 when groups are streamed");
