@@ -101,9 +101,15 @@ inline bool toml_bool(const toml::node& node, const std::string& key) {
   return b->get();
 }
 
+/// Where a TOML key is, for messages: `FILE:TABLE.KEY`, or `FILE:KEY` at the top level.
+inline std::string toml_where(const std::string& file, std::string_view table,
+                              std::string_view key) {
+  return file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+}
+
 inline void toml_unknown_key(const std::string& file, std::string_view table, std::string_view key,
                              const std::vector<std::string>& known) {
-  const std::string where = file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+  const std::string where = toml_where(file, table, key);
   // A [ddo] table (or [dynamic_offload], as in other tools' files) is the common first guess:
   // say where the keys go.
   const bool wrapper = table.empty() && (key == "ddo" || key == "dynamic_offload");
@@ -125,8 +131,7 @@ inline std::vector<std::string> field_name_list() {
 inline void read_toml_field(config_layer& layer, const std::string& file, std::string_view table,
                             std::string_view key, const toml::node& node) {
   const auto index = find_field(key);
-  const std::string where_key =
-      file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+  const std::string where_key = toml_where(file, table, key);
   const field_info& info = config_fields()[*index];
   const field_origin where{origin::toml, where_key};
   for (const auto& earlier : layer.fields)
@@ -139,16 +144,19 @@ inline void read_toml_field(config_layer& layer, const std::string& file, std::s
   layer.fields.push_back({*index, normalize_field_value(info, raw, where), where});
 }
 
+/// The policy of component @p name: the table `[components.NAME]`.
 inline component_policy read_toml_component(const std::string& file, const std::string& name,
-                                            const toml::table& table) {
+                                            const toml::node& table_node) {
   static constexpr std::string_view policy_keys[] = {
       "route", "offload_stream", "offload_record_stream", "offload_type",
       "offload_low_cpu_mem_usage", "num_blocks_per_group"};
   component_policy policy;
   const std::string prefix = "components." + name;
-  for (const auto& [key_node, node] : table) {
+  const auto* table = table_node.as_table();
+  if (!table) toml_type_error(file + ":" + prefix, table_node, "a table");
+  for (const auto& [key_node, node] : *table) {
     const std::string_view key = key_node.str();
-    const std::string where = file + ":" + prefix + "." + std::string(key);
+    const std::string where = toml_where(file, prefix, key);
     if (key == "route") {
       const auto* text = node.as_string();
       if (!text) toml_type_error(where, node, "a string");
@@ -264,8 +272,7 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
   layer.source = origin::toml;
   const auto read_setting = [&](std::string_view table, std::string_view key,
                                 const toml::node& node) -> bool {
-    const std::string where =
-        file + ":" + (table.empty() ? "" : std::string(table) + ".") + std::string(key);
+    const std::string where = detail::toml_where(file, table, key);
     const auto refuse_twice = [&](const auto& earlier, std::string_view name) {
       if (earlier)
         throw config_error(origin::toml, where,
@@ -309,10 +316,8 @@ inline void refuse_tomlpp_unsafe_text(std::string_view text, const std::string& 
           if (std::find(known + 3, std::end(known), inner_key) == std::end(known))
             detail::toml_unknown_key(file, key, inner_key, {std::begin(known), std::end(known)});
         } else {
-          const auto* component = inner.as_table();
           const std::string name(inner_key);
-          if (!component) detail::toml_type_error(file + ":components." + name, inner, "a table");
-          layer.components[name] = detail::read_toml_component(file, name, *component);
+          layer.components[name] = detail::read_toml_component(file, name, inner);
         }
       }
       continue;
