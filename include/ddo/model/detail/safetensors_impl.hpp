@@ -221,20 +221,18 @@ DDO_INLINE safetensors_header parse_safetensors_header(std::string_view header_j
   // The reference's rule: sorted by offsets, the tensors tile the data area exactly — each
   // begins where the previous one ended (the first at 0) and the last ends at the end of the
   // file. A gap, an overlap or trailing bytes is refused.
-  std::sort(header.tensors.begin(), header.tensors.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
-  });
+  std::ranges::sort(header.tensors, {},
+                    [](const auto& t) { return std::tie(t.begin, t.end, t.name); });
   const std::string rule = "(rule: tensors must tile the data area exactly)";
   std::uint64_t covered = 0;
   std::string previous = "the start of the data area";
   for (const auto& t : header.tensors) {
-    const std::string range = "byte range [" + to_string(t.begin) + ", " + to_string(t.end) + ")";
     if (t.begin != covered)
       throw_format(
           file, t.name,
-          range +
-              (t.begin < covered ? " overlaps " + previous + " which ends at " + to_string(covered)
-                                 : " leaves a gap of " + to_string(t.begin - covered) +
+          "byte range [" + to_string(t.begin) + ", " + to_string(t.end) + ") " +
+              (t.begin < covered ? "overlaps " + previous + " which ends at " + to_string(covered)
+                                 : "leaves a gap of " + to_string(t.begin - covered) +
                                        " bytes after " + previous) +
               " " + rule);
     covered = t.end;
