@@ -50,7 +50,9 @@ expect_ok '[provenance]' --
 expect_ok 'effective_preset = "vmm_fast_runtime"' -- --ddo-backend vmm --ddo-preset auto
 expect_ok 'pin_cpu_workers = "env"' DDO_PIN_CPU_WORKERS=3 --
 expect_ok 'pin_cpu_workers = "cli"' DDO_PIN_CPU_WORKERS=3 -- --ddo-pin-cpu-workers 5
-expect_ok 'pin_cpu_workers = 4' DDO_PIN_CPU_WORKERS=3 -- --no-environment
+# The RAM stated: below ~12 GB available the auto preset is low_ram_safe (2 workers), and a
+# loaded machine's available RAM falls that low.
+expect_ok 'pin_cpu_workers = 4' DDO_PIN_CPU_WORKERS=3 -- --no-environment --ddo-available-system-ram-gb 64
 expect_ok '[components.vae]' -- --component vae --component transformer
 expect_ok 'route = "none"' DDO_VAE_ROUTE=cuda -- --component vae
 expect_ok 'requested_preset = "off"' DDO_PRESET=off --

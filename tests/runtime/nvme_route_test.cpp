@@ -356,6 +356,9 @@ TEST_SUITE("runtime") {
     options.inputs.overrides.emplace_back("pin_cpu_memory", false);  // every streamed byte stages
     options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 4.0);
     options.ram_bytes = 64 * ddo::gib;
+    // Resolution's auto preset reads the RAM too: this machine's available RAM (low under load)
+    // chose another preset, whose plan never grew the buffer. Stated, as ram_bytes is.
+    options.inputs.detected_ram_gb = 64.0;
     options.log = nullptr;
     const auto settings = ddo::resolve_settings(options.inputs);
     ddo::host_sim_options sim;
