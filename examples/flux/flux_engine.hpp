@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -105,20 +106,18 @@ void run_stage(const stage& s, Forward& f, const weight_lookup& w, const inputs&
   }
 }
 
-/// @brief One forward through ddo: per stage acquire its groups, run the stage on the lease
-/// pointers, drop the leases (their release events follow the stage's work); then one
-/// synchronize of the compute stream. On host_sim (flux::forward) the stage is a host task on
-/// the compute stream (transport.enqueue); on a GPU (gpu::device_forward, bound to the stream of
-/// @p view) the stage's kernels are launched on that stream from this thread.
+/// @brief Enqueues one forward's stages through ddo on @p view: per stage acquire its groups,
+/// run the stage on the lease pointers, drop the leases (their release events follow the stage's
+/// work); no synchronize. The host_sim stage tasks read @p in and @p timestep and write
+/// @p velocity by reference when they run, so all three must outlive the enqueued work: the
+/// locals of streamed_forward (which synchronizes before returning), or a captured step's
+/// step_buffers, which its replays read by address (--graph).
 template <class Offloader, class Forward>
-[[nodiscard]] std::vector<float> streamed_forward(Offloader& off,
-                                                  typename Offloader::stream_view view,
-                                                  const std::vector<stage>& stages, Forward& f,
-                                                  const inputs& in, float timestep) {
+void enqueue_forward(Offloader& off, typename Offloader::stream_view view,
+                     const std::vector<stage>& stages, Forward& f, const inputs& in,
+                     const float& timestep, std::vector<float>& velocity) {
   auto& t = off.transport();
   const auto& table = off.table();
-  std::vector<float> velocity;
-  off.begin_step();
   for (const auto& s : stages) {
     std::vector<typename Offloader::lease_type> leases;
     auto names = std::make_shared<std::unordered_map<std::string, cpu::tensor_ref>>();
@@ -144,9 +143,56 @@ template <class Offloader, class Forward>
       t.enqueue(view, [&, s, lookup] { run_stage(s, f, lookup, in, timestep, velocity); });
     }
   }
-  t.synchronize(view);
+}
+
+/// @brief One forward through ddo (enqueue_forward), then one synchronize of the compute stream.
+/// On host_sim (flux::forward) each stage is a host task on the compute stream
+/// (transport.enqueue); on a GPU (gpu::device_forward, bound to the stream of @p view) the
+/// stage's kernels are launched on that stream from this thread.
+template <class Offloader, class Forward>
+[[nodiscard]] std::vector<float> streamed_forward(Offloader& off,
+                                                  typename Offloader::stream_view view,
+                                                  const std::vector<stage>& stages, Forward& f,
+                                                  const inputs& in, float timestep) {
+  std::vector<float> velocity;
+  off.begin_step();
+  enqueue_forward(off, view, stages, f, in, timestep, velocity);
+  off.transport().synchronize(view);
   if constexpr (device_stages<Forward>) velocity = f.velocity();
   return velocity;
+}
+
+/// @brief A forward's per-step inputs and output where a captured step reads and writes them by
+/// address (--graph): each step writes its latents and timestep here before the launch and reads
+/// the velocity after the stream is synchronized. Lives as long as the captured graph.
+struct step_buffers {
+  inputs in;
+  float timestep = 0.f;
+  std::vector<float> velocity;
+};
+
+/// @brief One forward as a captured step (--graph on host_sim): the first call captures the
+/// stages (acquires, stage tasks reading @p b, lease drops) into @p graph, every call launches it
+/// -- through the offloader (launch_graph: it enqueues the step's loads) when the capture entered
+/// graph streaming (the ring smaller than the streamed groups), else directly (every streamed
+/// group stays loaded). @p f must outlive @p graph (the stage tasks hold it by reference).
+template <class Offloader, class Forward>
+[[nodiscard]] std::vector<float> graph_forward(
+    Offloader& off, typename Offloader::stream_view view, const std::vector<stage>& stages,
+    Forward& f, step_buffers& b, std::optional<typename Offloader::transport_type::graph>& graph) {
+  auto& t = off.transport();
+  off.begin_step();
+  if (!graph) {
+    t.begin_capture(view);
+    enqueue_forward(off, view, stages, f, b.in, b.timestep, b.velocity);
+    graph = t.end_capture(view);
+  }
+  if (off.graph_mode())
+    off.launch_graph(*graph, view);
+  else
+    t.launch_graph(*graph, view);
+  t.synchronize(view);
+  return b.velocity;
 }
 
 /// @brief Every weight of @p table read once into host memory: the all-resident reference.
