@@ -3,7 +3,7 @@
 // denoising loop of FluxPipeline over seeded inputs, the weights streamed by ddo per block.
 //
 //   ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--text-tokens N]
-//            [--guidance G] [--seed S] [--axes A,B,C] [--vram-gb GiB] [--check]
+//            [--guidance G] [--seed S] [--axes A,B,C] [--vram-gb GiB] [--check] [--graph]
 //            [--output FILE] [--ddo-FLAG VALUE]...
 //   ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16] [--seed S]
 //
@@ -21,8 +21,11 @@
 // each stage. The route is the settings' (--ddo-backend, --ddo-execution-mode, presets, DDO_*):
 // linear (pinned or pageable sources), the file route (nvme_baseline), or VMM (legacy or native).
 // --check runs the same loop with every weight resident without ddo (in host memory, or copied
-// once to the GPU) and fails unless the two outputs are equal to the bit. The stages, the lookup
-// by name and the acquire/run/release loop are shared (docs/engine-walkthrough.md).
+// once to the GPU) and fails unless the two outputs are equal to the bit. --graph (CPU path on
+// host_sim) captures the first step's forward and replays it for every step, through
+// offloader.launch_graph when the ring is smaller than the streamed groups (docs/cuda-graphs.md).
+// The stages, the lookup by name and the acquire/run/release loop are shared
+// (docs/engine-walkthrough.md).
 
 #include <boost/program_options.hpp>
 
@@ -32,6 +35,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -304,7 +308,7 @@ int run(int argc, char** argv) {
   int steps = 28, width = 1024, height = 1024, text_tokens = 512;
   double guidance = 3.5, vram_gib = 12.0;
   std::uint64_t seed = 0;
-  bool check = false, force_cpu = false, profile = false;
+  bool check = false, force_cpu = false, profile = false, graph = false;
   std::string json, attention = "tensor";
   po::options_description general("ddo-flux options");
   general.add_options()("help,h", "Print this help and exit")(
@@ -336,6 +340,11 @@ int run(int argc, char** argv) {
       "check", po::bool_switch(&check),
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
+      "graph", po::bool_switch(&graph),
+      "Capture the first step's forward (host_sim's graph model) and replay it for every step: "
+      "through offloader.launch_graph when the ring (or the legacy VMM window) is smaller than "
+      "the streamed groups, else directly. The CPU path on host_sim only (not built for the GPU "
+      "forward yet); not on the native VMM route (vmm_fast_runtime)")(
       "make-model", po::value(&make_model)->value_name("FILE"),
       "Write seeded weights (the tests' generator) to FILE.safetensors and exit")(
       "config", po::value(&config_name)->value_name("dev|tiny"),
@@ -378,8 +387,7 @@ int run(int argc, char** argv) {
   if (models.empty()) return fail("--model is required (or --make-model to write one)", exit_usage);
   if (!json.empty() && !profile) return fail("--json FILE needs --profile", exit_usage);
   if (attention != "tensor" && attention != "tensor2" && attention != "float")
-    return fail("--attention '" + attention + "' is not one of tensor, tensor2, float",
-                exit_usage);
+    return fail("--attention '" + attention + "' is not one of tensor, tensor2, float", exit_usage);
   if (steps < 1 || steps > 1000)
     return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
@@ -420,9 +428,15 @@ int run(int argc, char** argv) {
 #if defined(DDO_FLUX_GPU)
   if (!force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
     const auto probe = ddo::probe_cuda_device(0);
+    if (probe.available && graph)
+      return fail(
+          "--graph is not built for the GPU forward yet (its timestep is a kernel "
+          "argument fixed at capture, its latents are staged by the host and its first "
+          "step syncs); --cpu runs the CPU path on host_sim, where --graph works",
+          exit_usage);
     if (probe.available)
-      return run_gpu({table, settings, inputs, c, in, steps, vram_gib, check, profile,
-                      attention, output, json},
+      return run_gpu({table, settings, inputs, c, in, steps, vram_gib, check, profile, attention,
+                      output, json},
                      probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
@@ -457,6 +471,19 @@ int run(int argc, char** argv) {
         ddo::format_bytes(resident).c_str(),
         ddo::format_bytes(table.total_bytes() - resident).c_str(),
         ddo::format_bytes(activations).c_str());
+    if (graph && setup.runtime.native_vmm.enabled)
+      throw ddo::usage_error(
+          "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured "
+          "graph; graph streaming runs on the linear route and the legacy VMM route "
+          "(--ddo-execution-mode vmm_runtime)");
+    if constexpr (!ddo::graph_streaming_transport<transport_type>) {
+      if (graph)
+        throw ddo::usage_error(
+            "--graph runs on the linear route and the legacy VMM route; this "
+            "run's transport is '" +
+            std::string(prepared.transport.name()) +
+            "', which cannot stream through a captured graph");
+    }
     auto enabled = prepared.start();
     auto& off = *enabled.offloader;
     auto compute = off.transport().make_stream();
@@ -464,10 +491,29 @@ int run(int argc, char** argv) {
     stages = flux::plan_stages(table, off.plan());
     const auto s = flux::sigmas(steps, in.image_tokens);
     std::vector<double> step_ms;
+    // --graph: the captured stage tasks hold the forward and the step's buffers by reference, so
+    // both live across the steps (eager: a forward per step, as before).
+    std::optional<flux::forward> graph_f;
+    std::optional<flux::step_buffers> buffers;
+    if (graph) {
+      graph_f.emplace(c, in.image_tokens, in.text_tokens);
+      buffers.emplace(flux::step_buffers{in, 0.f, {}});
+    }
+    std::optional<typename transport_type::graph> captured;
     auto out = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
       const auto t0 = std::chrono::steady_clock::now();
-      flux::forward f(c, x.image_tokens, x.text_tokens);
-      auto v = flux::streamed_forward(off, view, stages, f, x, t);
+      std::vector<float> v;
+      if constexpr (ddo::graph_streaming_transport<transport_type>) {
+        if (graph) {
+          buffers->in.latents = x.latents;
+          buffers->timestep = t;
+          v = flux::graph_forward(off, view, stages, *graph_f, *buffers, captured);
+        }
+      }
+      if (!graph) {
+        flux::forward f(c, x.image_tokens, x.text_tokens);
+        v = flux::streamed_forward(off, view, stages, f, x, t);
+      }
       step_ms.push_back(ms_since(t0));
       std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
                   static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
@@ -476,6 +522,13 @@ int run(int argc, char** argv) {
     const auto metrics = off.metrics(true);
     std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
                 steps);
+    if (graph)
+      std::printf("graph: the first step captured, every step launched %s\n",
+                  off.graph_mode() ? ("through offloader.launch_graph (graph streaming: " +
+                                      std::to_string(off.slot_count()) + " slots, " +
+                                      std::to_string(off.group_count()) + " groups)")
+                                         .c_str()
+                                   : "directly (every streamed group stays loaded)");
     return out;
   };
   const std::vector<float> latents = ddo::with_prepared_offload<>(

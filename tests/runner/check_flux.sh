@@ -4,7 +4,9 @@
 # weights streamed (diffusers_offload_compat: nothing resident, every group through the ring),
 # checks the output is bitwise equal to the all-resident run (--check) and that the latents file
 # is written; the same on the linear dynamic_offload, file (legacy VMM) and native VMM routes; and
-# the argument errors name the option (exit status 2). Then one step on a ddo-make-model flux model
+# the argument errors name the option (exit status 2); --graph (a captured step replayed through
+# offloader.launch_graph) bitwise equal to the eager run on the linear and file routes, refused on
+# the native VMM route and for file bytes on the linear route. Then one step on a ddo-make-model flux model
 # in diffusers' published layout (shards + index, names sorted within each file).
 #   check_flux.sh DDO_FLUX DDO_MAKE_MODEL
 set -eu
@@ -43,6 +45,25 @@ for route in "--ddo-resident-module-budget-gb 0 $small|host_sim transport, route
     { cat "$tmp/route.out"; fail "not streamed on '$expect' with $flags"; }
   grep -q "^check: .*: bitwise equal$" "$tmp/route.out" || { cat "$tmp/route.out"; fail "no bitwise check: $flags"; }
 done
+# --graph: the first step captured, the rest replayed through offloader.launch_graph (the ring
+# smaller than the streamed groups; the replays read the step's latents and timestep from the
+# buffers the capture holds): bitwise equal to all-resident (--check) and to the eager run's file.
+# On the linear route (pageable sources, the first run's flags) and the file route (legacy VMM).
+# shellcheck disable=SC2086
+"$flux" $common --steps 2 --vram-gb 0.07 --ddo-preset diffusers_offload_compat --check --graph \
+  --output "$tmp/graph.bin" >"$tmp/graph.out" 2>&1 ||
+  { cat "$tmp/graph.out"; fail "ddo-flux --graph --check failed"; }
+grep -q "^graph: .* through offloader.launch_graph (graph streaming: 2 slots, 6 groups)$" "$tmp/graph.out" ||
+  { cat "$tmp/graph.out"; fail "--graph did not stream through launch_graph"; }
+grep -q "^check: .*: bitwise equal$" "$tmp/graph.out" || { cat "$tmp/graph.out"; fail "--graph: no bitwise check"; }
+cmp -s "$tmp/latents.bin" "$tmp/graph.bin" || fail "--graph's latents differ from the eager run's"
+# shellcheck disable=SC2086
+"$flux" $common --steps 2 --vram-gb 0.07 --check --graph --ddo-preset nvme_baseline \
+  --ddo-resident-module-budget-gb 0 $small >"$tmp/graph.out" 2>&1 ||
+  { cat "$tmp/graph.out"; fail "ddo-flux --graph on the file route failed"; }
+grep -q "^graph: .* through offloader.launch_graph (graph streaming: " "$tmp/graph.out" &&
+  grep -q "^check: .*: bitwise equal$" "$tmp/graph.out" ||
+  { cat "$tmp/graph.out"; fail "--graph on the file route: no graph streaming or no bitwise check"; }
 [ "$(head -c 8 "$tmp/latents.bin")" = "DDOFLUX1" ] || fail "the latents file has no header"
 [ "$(wc -c <"$tmp/latents.bin")" -eq $((16 + 64 * 64 * 4)) ] || fail "the latents file has the wrong size"
 expect_usage() {
@@ -60,6 +81,12 @@ expect_usage() {
   expect_usage "--width must be a multiple of 16" "$flux" --model "$tmp/tiny.safetensors" --width 100
   expect_usage "--steps must be 1..1000" "$flux" --model "$tmp/tiny.safetensors" --steps 0
   expect_usage "--config 'big' is not one of dev, tiny" "$flux" --make-model "$tmp/x.safetensors" --config big
+  expect_usage "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured graph" \
+    "$flux" $common --steps 1 --vram-gb 0.07 --graph --ddo-backend vmm --ddo-preset auto \
+    --ddo-vmm-resident-weight-budget-gb 0.003 $small
+  expect_usage "graph streaming loads on ddo's copy stream at each launch, from pinned memory only" \
+    "$flux" $common --steps 1 --vram-gb 0.07 --graph --ddo-preset nvme_baseline \
+    --ddo-execution-mode linear_runtime --ddo-resident-module-budget-gb 0 $small
 }
 "$make_model" --shape flux --blocks 1 --single-blocks 1 --hidden 256 --layout diffusers \
   --max-shard-bytes 2000000 -o "$tmp/transformer" >"$tmp/make2.out" || fail "ddo-make-model --layout diffusers failed"
