@@ -489,23 +489,7 @@ TEST_CASE("pinned blocks are reused through the cache within a namespace only") 
     // A reload: new bytes in the same host buffers and the file, and a table built anew (the
     // file's modification time one second on, clear of the clock's granularity). Before, the
     // cache keyed blocks by address and path: the old bytes came back.
-    std::mt19937_64 rng(78);
-    for (std::size_t w = 0; w < m->table.size(); ++w) {
-      auto& e = m->expected[w];
-      ddo_test::fill_random_bytes(e, rng);
-      if (std::holds_alternative<ddo::host_source>(m->table[w].source)) {
-        std::memcpy(m->host[w].data(), e.data(), e.size());
-      } else {
-        std::fstream f(m->file, std::ios::in | std::ios::out | std::ios::binary);
-        f.seekp(static_cast<std::streamoff>(std::get<ddo::file_source>(m->table[w].source).offset));
-        f.write(reinterpret_cast<const char*>(e.data()), static_cast<std::streamsize>(e.size()));
-      }
-    }
-    std::filesystem::last_write_time(
-        m->file, std::filesystem::last_write_time(m->file) + std::chrono::seconds(1));
-    ddo::weight_table reloaded;
-    for (const auto& path : m->table.files()) reloaded.add_file(path);
-    for (const auto& info : m->table.weights()) reloaded.add(info);
+    const ddo::weight_table reloaded = ddo_test::reload_in_place(*m, 78);
     device_checker fresh;
     offloader after_reload(sim, reloaded, m->plan, opts);
     CHECK(after_reload.metrics().cached_blocks_reused == 0);

@@ -3,14 +3,17 @@
 // Synthetic models with hand-built plans for the runtime tests (host_sim here, linear in
 // tests/gpu): random bytes in engine-owned host memory and in a temporary file, every placement.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ddo/model/weight_table.hpp"
@@ -136,6 +139,32 @@ inline std::unique_ptr<synthetic_model> make_model(const model_spec& spec) {
 /// Bytes a group needs streamed (for expectations).
 inline std::uint64_t streamed_bytes(const synthetic_model& m, std::size_t g) {
   return m.plan.groups[g].streamed_bytes();
+}
+
+/// What an engine's model reload looks like to ddo: new random bytes (from @p seed) in the same
+/// host buffers (the same addresses, as a new allocation where a freed one was) and in the same
+/// file, rewritten in place with its modification time one second on (clear of the clock's
+/// granularity); returns the table built anew over them, as a loader builds it.
+inline ddo::weight_table reload_in_place(synthetic_model& m, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (std::size_t w = 0; w < m.table.size(); ++w) {
+    auto& e = m.expected[w];
+    fill_random_bytes(e, rng);
+    if (std::holds_alternative<ddo::host_source>(m.table[w].source)) {
+      std::memcpy(m.host[w].data(), e.data(), e.size());
+    } else {
+      std::fstream f(m.file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(std::get<ddo::file_source>(m.table[w].source).offset));
+      f.write(reinterpret_cast<const char*>(e.data()), static_cast<std::streamsize>(e.size()));
+    }
+  }
+  if (!m.file.empty())
+    std::filesystem::last_write_time(
+        m.file, std::filesystem::last_write_time(m.file) + std::chrono::seconds(1));
+  ddo::weight_table reloaded;
+  for (const auto& path : m.table.files()) reloaded.add_file(path);
+  for (const auto& info : m.table.weights()) reloaded.add(info);
+  return reloaded;
 }
 
 }  // namespace ddo_test

@@ -337,27 +337,8 @@ TEST_CASE("a store kept across a model reload never hands out the old bytes") {
     REQUIRE(stream_and_check(first, sim, *m, nullptr) == 0);
   }
   const std::uint64_t first_bytes = store->bytes();
-  // The engine reloads: new bytes in the same host buffers (so the same addresses, as a new
-  // allocation that lands where a freed one was) and in the same file, rewritten in place (its
-  // modification time set one second on, so the test does not hang on the clock's granularity).
-  std::mt19937_64 rng(7);
-  for (std::size_t w = 0; w < m->table.size(); ++w) {
-    auto& e = m->expected[w];
-    ddo_test::fill_random_bytes(e, rng);
-    if (std::holds_alternative<ddo::host_source>(m->table[w].source)) {
-      std::memcpy(m->host[w].data(), e.data(), e.size());
-    } else {
-      std::fstream f(m->file, std::ios::in | std::ios::out | std::ios::binary);
-      f.seekp(static_cast<std::streamoff>(std::get<ddo::file_source>(m->table[w].source).offset));
-      f.write(reinterpret_cast<const char*>(e.data()), static_cast<std::streamsize>(e.size()));
-    }
-  }
-  std::filesystem::last_write_time(
-      m->file, std::filesystem::last_write_time(m->file) + std::chrono::seconds(1));
-  // The reloaded model's table, built anew as a loader does (same names, sources and sizes).
-  ddo::weight_table reloaded;
-  for (const auto& path : m->table.files()) reloaded.add_file(path);
-  for (const auto& info : m->table.weights()) reloaded.add(info);
+  // The engine reloads: new bytes at the same addresses and in the same file, a table built anew.
+  const ddo::weight_table reloaded = ddo_test::reload_in_place(*m, 7);
   {
     ddo::basic_offloader<host_sim_transport> second(sim, reloaded, m->plan, store_options(store));
     CHECK(stream_and_check(second, sim, *m, nullptr) == 0);
