@@ -52,6 +52,27 @@ ddo::weight_table blocks_of_700_mib() {
   return table;
 }
 
+/// transport_with_window_sizing's reference model: host_sim with a window that limits a group to
+/// 100 MiB, reports its staging grown, and keeps one 64 MiB window slot of the resident budget.
+/// It records the request setup sent (shared: the transport is copied).
+struct sizing_sim : ddo::host_sim_transport {
+  using host_sim_transport::host_sim_transport;
+  std::shared_ptr<ddo::window_sizing_request> asked = std::make_shared<ddo::window_sizing_request>();
+  ddo::window_sizing size_window(const ddo::window_sizing_request& r) {
+    *asked = r;
+    ddo::window_sizing a;
+    a.group_limit_bytes = a.staging_bytes = 100 * ddo::mib;
+    a.grown = true;
+    a.shares_resident_budget = r.resident_budget_bytes != 0;
+    a.window_slot_bytes = 64 * ddo::mib;
+    return a;
+  }
+};
+static_assert(ddo::transport_with_window_sizing<sizing_sim>);
+static_assert(ddo::transport_with_window_sizing<nvme_sim>);
+static_assert(ddo::transport_with_window_sizing<nvme_sim_vmm>);
+static_assert(!ddo::transport_with_window_sizing<ddo::host_sim_transport>);
+
 ddo::runtime_options route_options() {
   ddo::runtime_options o;
   o.poison_slots = true;
@@ -376,5 +397,40 @@ TEST_SUITE("runtime") {
     auto tg = ddo::make_transport<ddo::host_sim_vmm_transport>(given, sim);
     (void)ddo::setup_offload(table, given, ddo::component_for(given, options.inputs), options, tg);
     CHECK(tg.staging_buffer_bytes() == ddo::gib / 2);
+  }
+
+  TEST_CASE("setup asks a transport with a window how it sizes it, and plans inside the answer") {
+    const ddo::weight_table table = blocks_of_700_mib();
+    ddo::setup_options options;
+    options.inputs.environment = std::map<std::string, std::string>{};
+    options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 1.0);
+    options.ram_bytes = 64 * ddo::gib;
+    options.inputs.detected_ram_gb = 64.0;
+    options.log = nullptr;
+    const auto settings = ddo::resolve_settings(options.inputs);
+    const auto groups =
+        ddo::infer_execution_groups(table, settings.config.resident_module_patterns);
+    const auto runtime = ddo::runtime_options_from(settings.config);
+    sizing_sim t;
+    const auto m = ddo::machine_for(t, table, groups, settings, runtime, options);
+    // The request: the largest group that may stream (a block, 700 MiB), the ring's slot, the
+    // budget, the setting as resolved.
+    CHECK(t.asked->streams);
+    CHECK_FALSE(t.asked->staging_stated);
+    CHECK(t.asked->largest_group_bytes == 700 * ddo::mib);
+    CHECK(t.asked->slot_bytes == m.slot_bytes);
+    CHECK(t.asked->resident_budget_bytes == ddo::gib);
+    CHECK(t.asked->staging_setting_bytes ==
+          ddo::gib_to_bytes(settings.config.vmm_staging_buffer_gb));
+    // The answer: the plan's per-group limit, the grown note naming the group, the budget's share.
+    CHECK(m.capacity.max_group_bytes == 100 * ddo::mib);
+    CHECK(m.capacity.max_group_detail.find("grown to 100.00 MiB for the largest group that may "
+                                           "stream, 'blocks.0' (700.00 MiB)") != std::string::npos);
+    CHECK(m.capacity.resident_limit_bytes == ddo::gib - 64 * ddo::mib);
+    CHECK(m.capacity.resident_limit_reason ==
+          "vmm_resident_weight_budget_gb 1.00 GiB less one window slot 64.00 MiB");
+    // Route none streams nothing: the request says so; the transport decides what that means.
+    (void)ddo::machine_for(t, table, groups, settings, runtime, options, false);
+    CHECK_FALSE(t.asked->streams);
   }
 }

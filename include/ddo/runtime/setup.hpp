@@ -264,6 +264,81 @@ inline void note_missing_caches(const dynamic_offload_settings& settings,
                         std::min(runtime.slot_count, streaming));
 }
 
+namespace detail {
+
+/// The group whose weights @p streams(w) selects weigh the most (the first of equals): its name
+/// and those bytes, unaligned.
+template <class Streams>
+[[nodiscard]] std::pair<std::string, std::uint64_t> largest_group(
+    const weight_table& table, std::span<const execution_group> groups, Streams streams) {
+  std::pair<std::string, std::uint64_t> largest{"", 0};
+  for (const auto& g : groups) {
+    std::uint64_t bytes = 0;
+    for (std::size_t w : g.weights) bytes += streams(w) ? table[w].bytes : 0;
+    if (bytes > largest.second) largest = {g.name, bytes};
+  }
+  return largest;
+}
+
+/// machine_for's question to a transport_with_window_sizing: it sizes its staging or window for
+/// the most any plan can stream in one group (what rules 1-3 keep never streams; a demoted
+/// always-resident weight may), and its answer becomes the plan's limits in @p c with the detail
+/// a refusal names: a per-group limit (the file route's slot: a size the user set is honoured, a
+/// grown one says for which group) and the resident weights' share of
+/// vmm_resident_weight_budget_gb.
+template <class Transport>
+void size_window(Transport& transport, machine_capacity& c, const weight_table& table,
+                 std::span<const execution_group> groups, const dynamic_offload_settings& settings,
+                 bool ring, std::span<const char> kept, std::uint64_t slot_bytes) {
+  const auto& config = settings.config;
+  auto largest =
+      largest_group(table, groups, [&](std::size_t w) { return kept.empty() || !kept[w]; });
+  if (ring) {
+    const plan_context context{table, config, c,      groups, group_of_weights(table, groups),
+                               {},    {},     nullptr};
+    const rule_residency rules = residency_rules(context);
+    auto may_stream = largest_group(table, groups, [&](std::size_t w) {
+      return rules.rule[w] == residency_rule::managed ||
+             rules.rule[w] == residency_rule::builtin_pattern;
+    });
+    if (may_stream.second > largest.second) largest = std::move(may_stream);
+  }
+  const bool stated = set_explicitly(settings, field_id::vmm_staging_buffer_gb);
+  window_sizing_request r;
+  r.streams = ring;
+  r.staging_stated = stated;
+  r.native_route = native_vmm_selected(config);
+  r.staging_setting_bytes = gib_to_bytes(config.vmm_staging_buffer_gb);
+  r.largest_group_bytes = largest.second;
+  r.slot_bytes = slot_bytes;
+  if (config.vmm_resident_weight_budget_gb > 0.0)
+    r.resident_budget_bytes = gib_to_bytes(config.vmm_resident_weight_budget_gb);
+  r.page_bytes = config.vmm_page_mb * mib;
+  const window_sizing a = transport.size_window(r);
+  const std::string staging = describe(settings.provenance.of(field_id::vmm_staging_buffer_gb));
+  if (a.group_limit_bytes != 0 && stated)
+    c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(a.staging_bytes) + " set by " +
+                         staging + ", honoured";
+  else if (a.grown)
+    c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(r.staging_setting_bytes) + " (" +
+                         staging + ") grown to " + format_bytes(a.staging_bytes) +
+                         " for the largest group that may stream, '" + largest.first + "' (" +
+                         format_bytes(largest.second) + ")";
+  if (a.group_limit_bytes != 0 &&
+      (c.max_group_bytes == 0 || a.group_limit_bytes < c.max_group_bytes))
+    c.max_group_bytes = a.group_limit_bytes;
+  if (a.shares_resident_budget) {
+    c.resident_limit_bytes = r.resident_budget_bytes > a.window_slot_bytes
+                                 ? r.resident_budget_bytes - a.window_slot_bytes
+                                 : 0;
+    c.resident_limit_reason = "vmm_resident_weight_budget_gb " +
+                              format_bytes(r.resident_budget_bytes) + " less one window slot " +
+                              format_bytes(a.window_slot_bytes);
+  }
+}
+
+}  // namespace detail
+
 /// @brief The machine the plan sees (see the file comment).
 /// @param groups the execution groups (any may stream: the ring is sized for the largest).
 /// @param runtime the runtime options the plan will run with (slot_count, alignment).
@@ -293,26 +368,11 @@ template <class Transport>
     m.device.free_bytes = cap(m.device.free_bytes, limit);
     m.device.total_bytes = cap(m.device.total_bytes, limit);
   }
-  std::uint64_t largest_streamed = 0;  // bytes, unaligned: what a file staging slot must hold
-  std::string largest_group;
-  // The streamed weights of each group, by @p streams(w): the largest group's bytes and name.
-  const auto streamed_of = [&](const execution_group& g, auto streams) {
-    std::vector<std::size_t> streamed;
-    std::uint64_t bytes = 0;
-    for (std::size_t w : g.weights)
-      if (streams(w)) {
-        streamed.push_back(w);
-        bytes += table[w].bytes;
-      }
-    if (bytes > largest_streamed) {
-      largest_streamed = bytes;
-      largest_group = g.name;
-    }
-    return streamed;
-  };
   std::size_t streaming_groups = 0;
   for (const auto& g : groups) {
-    const auto streamed = streamed_of(g, [&](std::size_t w) { return kept.empty() || !kept[w]; });
+    std::vector<std::size_t> streamed;
+    for (std::size_t w : g.weights)
+      if (kept.empty() || !kept[w]) streamed.push_back(w);
     if (streamed.empty()) continue;
     ++streaming_groups;
     m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, streamed, runtime.alignment));
@@ -354,77 +414,9 @@ template <class Transport>
   }
   c.max_group_bytes = options.max_group_bytes;
   c.zero_resident_reason = options.zero_resident_reason;
-  // The file route stages a group through one of its two pinned slots: a group streaming more
-  // than a slot holds is refused by make_plan with the numbers (vmm_staging_buffer_gb).
-  // A preset's (or the default) vmm_staging_buffer_gb grows to the largest streamed group; a
-  // size the user set is honoured, or the plan is refused naming it (make_plan).
-  // Grown for the most any plan can stream in one group (what rules 1-3 keep never streams;
-  // a demoted always-resident weight may): the setting costs nothing, the page-locked buffers
-  // are allocated at the largest piece the plan stages.
-  const auto largest_group_that_may_stream = [&] {
-    const plan_context context{table, settings.config, c, groups, group_of_weights(table, groups), {}, {}, nullptr};
-    const rule_residency rules = residency_rules(context);
-    for (const auto& g : groups)
-      streamed_of(g, [&](std::size_t w) {
-        return rules.rule[w] == residency_rule::managed ||
-               rules.rule[w] == residency_rule::builtin_pattern;
-      });
-  };
-  const auto grown_detail = [&](std::uint64_t grown) {
-    return "vmm_staging_buffer_gb " + format_bytes(gib_to_bytes(settings.config.vmm_staging_buffer_gb)) +
-           " (" + describe(settings.provenance.of(field_id::vmm_staging_buffer_gb)) + ") grown to " +
-           format_bytes(grown) + " for the largest group that may stream, '" + largest_group +
-           "' (" + format_bytes(largest_streamed) + ")";
-  };
-  if constexpr (transport_with_file_staging<Transport>) {
-    if (ring) largest_group_that_may_stream();
-    const bool stated = set_explicitly(settings, field_id::vmm_staging_buffer_gb);
-    if constexpr (requires { transport.grow_staging_slot(std::uint64_t{}); })
-      if (!stated && largest_streamed > transport.staging_slot_bytes())
-        transport.grow_staging_slot(largest_streamed);
-    const std::uint64_t slot = transport.staging_slot_bytes();
-    if (stated)
-      c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(slot) + " set by " +
-                           describe(settings.provenance.of(field_id::vmm_staging_buffer_gb)) +
-                           ", honoured";
-    else if (slot > round_up(gib_to_bytes(settings.config.vmm_staging_buffer_gb), 4096))
-      c.max_group_detail = grown_detail(slot);
-    if (c.max_group_bytes == 0 || slot < c.max_group_bytes) c.max_group_bytes = slot;
-  } else if constexpr (requires {
-                         transport.grow_staging_buffer(std::uint64_t{});
-                         { transport.staging_buffer_bytes() } -> std::same_as<std::uint64_t>;
-                       }) {
-    // The legacy VMM route stages a group's pageable bytes through one of two pinned buffers
-    // of vmm_staging_buffer_gb, and its window refuses a group that stages more (FLUX.1's
-    // 648 MiB double blocks against the default 640 MiB): a preset's or the default size grows
-    // as the file route's slots do; a size the user set is honoured or refused by the window.
-    if (ring && !native_vmm_selected(settings.config) &&
-        !set_explicitly(settings, field_id::vmm_staging_buffer_gb)) {
-      largest_group_that_may_stream();
-      if (largest_streamed > transport.staging_buffer_bytes()) {
-        transport.grow_staging_buffer(largest_streamed);
-        c.max_group_detail = grown_detail(transport.staging_buffer_bytes());
-      }
-    }
-  }
-  // The legacy VMM route maps resident weights and its window inside
-  // vmm_resident_weight_budget_gb: the plan keeps resident at most the budget less one slot.
-  if constexpr (transport_with_stable_addresses<Transport>)
-    if (ring && !native_vmm_selected(settings.config) &&
-        settings.config.vmm_resident_weight_budget_gb > 0.0) {
-      const std::uint64_t budget = gib_to_bytes(settings.config.vmm_resident_weight_budget_gb);
-      // The window's handle (vmm_window_options::handle_bytes): vmm_page_mb, else 64 MiB or the
-      // largest group in 2 MiB pages when that is smaller.
-      const std::uint64_t handle =
-          settings.config.vmm_page_mb != 0
-              ? settings.config.vmm_page_mb * mib
-              : std::min<std::uint64_t>(
-                    64 * mib, round_up(std::max<std::uint64_t>(m.slot_bytes, 1), 2 * mib));
-      const std::uint64_t window = round_up(m.slot_bytes, handle);
-      c.resident_limit_bytes = budget > window ? budget - window : 0;
-      c.resident_limit_reason = "vmm_resident_weight_budget_gb " + format_bytes(budget) +
-                                " less one window slot " + format_bytes(window);
-    }
+  // The file route's slots and the VMM window (transport_with_window_sizing).
+  if constexpr (transport_with_window_sizing<Transport>)
+    detail::size_window(transport, c, table, groups, settings, ring, kept, m.slot_bytes);
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   // host_sim stands in for any device (ddo-plan --vram-gb plans for a GPU on it): a profile's

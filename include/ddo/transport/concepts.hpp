@@ -178,6 +178,44 @@ concept transport_with_stable_addresses =
       t.release_stable_addresses();
     };
 
+/// @brief What setup asks a transport that sizes its staging or window from the groups a plan
+/// may stream (transport_with_window_sizing), before planning. Plain numbers: the transport layer
+/// sits below the settings (runtime/setup.hpp reads them).
+struct window_sizing_request {
+  bool streams = false;         ///< the route streams through a ring (false: nothing to size)
+  bool staging_stated = false;  ///< the user set vmm_staging_buffer_gb: honoured, never grown
+  bool native_route = false;    ///< the native VMM route (it stages through its own windows)
+  std::uint64_t staging_setting_bytes = 0;  ///< vmm_staging_buffer_gb as resolved
+  std::uint64_t largest_group_bytes = 0;    ///< the largest group that may stream, unaligned
+  std::uint64_t slot_bytes = 0;             ///< one ring slot (the largest streamed image)
+  std::uint64_t resident_budget_bytes = 0;  ///< vmm_resident_weight_budget_gb (0: none)
+  std::uint64_t page_bytes = 0;             ///< vmm_page_mb (0: the window picks its handle)
+};
+
+/// @brief A transport's answer to a window_sizing_request.
+struct window_sizing {
+  /// The most bytes one group may stream (0: no limit): the plan's per-group limit.
+  std::uint64_t group_limit_bytes = 0;
+  std::uint64_t staging_bytes = 0;  ///< the staging one group goes through, after sizing
+  bool grown = false;               ///< staging_bytes was grown past the setting (setup notes it)
+  /// Whether the resident weights share resident_budget_bytes with the window: the plan keeps
+  /// resident at most the budget less one window slot, window_slot_bytes.
+  bool shares_resident_budget = false;
+  std::uint64_t window_slot_bytes = 0;
+};
+
+/// @brief Whether a transport sizes its staging or window from the plan's groups:
+/// `size_window(const window_sizing_request&)` at setup, before planning and before any
+/// prepare, may grow what a preset sized (never what the user stated) and answers the limits the
+/// plan must respect (window_sizing). The file route's slots (transport/nvme.hpp) and the VMM
+/// window (transport/detail/stable_addresses.hpp) answer it; setup asks it instead of testing
+/// which transport it holds.
+template <class T>
+concept transport_with_window_sizing =
+    transport<T> && requires(T& t, const window_sizing_request& r) {
+      { t.size_window(r) } -> std::same_as<window_sizing>;
+    };
+
 /// @brief Whether a transport can stream weights through a captured CUDA graph (issue 29;
 /// docs/transports.md, "CUDA graphs"): `graph_exec` (what the engine launches: cudaGraphExec_t,
 /// host_sim's graph), `static bool capturing(stream_view)`, `launch_graph(const graph_exec&,

@@ -322,6 +322,7 @@ class host_sim_vmm_transport : public host_sim_transport,
 
 static_assert(transport<host_sim_vmm_transport>);
 static_assert(transport_with_stable_addresses<host_sim_vmm_transport>);
+static_assert(transport_with_window_sizing<host_sim_vmm_transport>);
 static_assert(transport_with_ledger<host_sim_vmm_transport>);
 static_assert(transport_with_graph_streaming<host_sim_vmm_transport>);
 

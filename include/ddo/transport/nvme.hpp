@@ -159,6 +159,24 @@ class nvme_transport : public Inner {
     nvme_->options.staging_slot_bytes = grown;
   }
 
+  /// @brief transport_with_window_sizing: a group is staged through one of the two slots, so a
+  /// slot is the most one group may stream (make_plan refuses a group over it, with the numbers).
+  /// A preset's (or the default) vmm_staging_buffer_gb grows to the largest group that may
+  /// stream: the setting costs nothing, the page-locked buffers are allocated at the largest
+  /// piece the plan stages. A size the user set is honoured. Over a VMM transport the window
+  /// also shares its resident budget (detail::stable_addresses::share_resident_budget).
+  window_sizing size_window(const window_sizing_request& r) {
+    if (!r.staging_stated && r.largest_group_bytes > staging_slot_bytes())
+      grow_staging_slot(r.largest_group_bytes);
+    window_sizing a;
+    a.group_limit_bytes = a.staging_bytes = staging_slot_bytes();
+    a.grown = !r.staging_stated &&
+              a.staging_bytes > round_up(r.staging_setting_bytes, direct_io_alignment);
+    if constexpr (requires { Inner::share_resident_budget(r, a); })
+      Inner::share_resident_budget(r, a);
+    return a;
+  }
+
   /// @brief At setup: opens the files the plan reads (O_DIRECT per file_io_mode), page-locks the
   /// two staging slots and starts the readers. On failure nothing stays allocated or open.
   /// @throws usage_error when already prepared (one offloader per transport object);

@@ -226,6 +226,7 @@ class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
 
 static_assert(transport<vmm_transport>);
 static_assert(transport_with_stable_addresses<vmm_transport>);
+static_assert(transport_with_window_sizing<vmm_transport>);
 static_assert(transport_with_thread_binding<vmm_transport>);
 static_assert(transport_with_ledger<vmm_transport>);
 static_assert(transport_with_graph_streaming<vmm_transport>);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/units.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/detail/vmm_window.hpp"
 #include "ddo/transport/vmm_stats.hpp"
@@ -69,6 +70,36 @@ class stable_addresses {
   [[nodiscard]] std::uint64_t staging_buffer_bytes() const {
     std::lock_guard lock(state_->mutex);
     return state_->window_options.staging_buffer_bytes;
+  }
+  /// @brief transport_with_window_sizing: the legacy route stages a group's pageable bytes
+  /// through one of two pinned buffers of vmm_staging_buffer_gb, and the window refuses a group
+  /// that stages more (FLUX.1's 648 MiB double blocks against the default 640 MiB): a preset's or
+  /// the default size grows to the largest group that may stream, as the file route's slots do; a
+  /// size the user set is honoured or refused by the window. The native route stages through its
+  /// own windows: nothing to size.
+  window_sizing size_window(const window_sizing_request& r) {
+    window_sizing a;
+    if (!r.streams || r.native_route) return a;
+    if (!r.staging_stated && r.largest_group_bytes > staging_buffer_bytes()) {
+      grow_staging_buffer(r.largest_group_bytes);
+      a.grown = true;
+    }
+    a.staging_bytes = staging_buffer_bytes();
+    share_resident_budget(r, a);
+    return a;
+  }
+  /// The legacy route maps resident weights and its window inside vmm_resident_weight_budget_gb:
+  /// @p a gets one window slot of it. The handle as vmm_window_options::handle_bytes picks it
+  /// (vmm_page_mb, else 64 MiB or the largest group in 2 MiB pages when that is smaller).
+  static void share_resident_budget(const window_sizing_request& r, window_sizing& a) {
+    if (!r.streams || r.native_route || r.resident_budget_bytes == 0) return;
+    const std::uint64_t handle =
+        r.page_bytes != 0
+            ? r.page_bytes
+            : std::min<std::uint64_t>(64 * mib,
+                                      round_up(std::max<std::uint64_t>(r.slot_bytes, 1), 2 * mib));
+    a.shares_resident_budget = true;
+    a.window_slot_bytes = round_up(r.slot_bytes, handle);
   }
   /// @brief Whether the window is prepared (held by an offloader until it releases it): one
   /// window per transport object, so a second offloader on it must wait for the release.
