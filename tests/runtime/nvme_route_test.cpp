@@ -57,7 +57,8 @@ ddo::weight_table blocks_of_700_mib() {
 /// It records the request setup sent (shared: the transport is copied).
 struct sizing_sim : ddo::host_sim_transport {
   using host_sim_transport::host_sim_transport;
-  std::shared_ptr<ddo::window_sizing_request> asked = std::make_shared<ddo::window_sizing_request>();
+  std::shared_ptr<ddo::window_sizing_request> asked =
+      std::make_shared<ddo::window_sizing_request>();
   ddo::window_sizing size_window(const ddo::window_sizing_request& r) {
     *asked = r;
     ddo::window_sizing a;
@@ -432,5 +433,19 @@ TEST_SUITE("runtime") {
     // Route none streams nothing: the request says so; the transport decides what that means.
     (void)ddo::machine_for(t, table, groups, settings, runtime, options, false);
     CHECK_FALSE(t.asked->streams);
+    // The file route over the VMM window: its slot is the group limit, and the window still
+    // leaves the resident weights the budget less one window slot (64 MiB handles: 704 MiB for a
+    // 700 MiB slot).
+    auto nv = ddo::make_transport<nvme_sim_vmm>(settings, ddo::host_sim_options{});
+    ddo::window_sizing_request r = *t.asked;
+    r.streams = true;
+    r.slot_bytes = 700 * ddo::mib;
+    const ddo::window_sizing a = nv.size_window(r);
+    CHECK(a.group_limit_bytes == nv.staging_slot_bytes());
+    CHECK(a.group_limit_bytes >= 700 * ddo::mib);
+    CHECK(a.shares_resident_budget);
+    CHECK(a.window_slot_bytes == 704 * ddo::mib);
+    r.native_route = true;  // the native route stages through its own windows: no share
+    CHECK_FALSE(nv.size_window(r).shares_resident_budget);
   }
 }
