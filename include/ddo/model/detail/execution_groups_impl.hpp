@@ -368,13 +368,12 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   // Families by stage (input stages, then middle or unknown, then output stages), then first
   // appearance; a "single_*" family right after its sibling (FLUX's double then single blocks).
   // Explicit patterns state the order: families in the order of their patterns.
-  if (use_auto)
-    std::stable_sort(family_order.begin(), family_order.end(),
-                     [](const auto& a, const auto& b) { return family_rank(a) < family_rank(b); });
-  else
-    std::stable_sort(family_order.begin(), family_order.end(), [](const auto& a, const auto& b) {
-      return std::stoul(a.substr(0, a.find(':'))) < std::stoul(b.substr(0, b.find(':')));
-    });
+  const auto order = [&](const std::string& f) {
+    return use_auto ? static_cast<unsigned long>(family_rank(f))
+                    : std::stoul(f.substr(0, f.find(':')));
+  };
+  std::stable_sort(family_order.begin(), family_order.end(),
+                   [&](const auto& a, const auto& b) { return order(a) < order(b); });
   // Outside the blocks: input modules before, output modules after, a middle stage between the
   // input and the output stages; anything else by its table position against the first block
   // weight (an engine's table lists modules in order; a file's names are sorted, hence the
@@ -392,17 +391,14 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
       auto& g = middles[std::string(module_name.substr(0, module_name.size() - module.size())) +
                         std::string(top)];
       g.weights.push_back(i);
-    } else if (is_output_component(top)) {  // the top-level module decides first
-      after.weights.push_back(i);
-    } else if (is_input_component(top)) {
-      before.weights.push_back(i);
-    } else if (has_component(module, is_output_component)) {
-      after.weights.push_back(i);
-    } else if (has_component(module, is_input_component) || i < *first_block_weight) {
-      before.weights.push_back(i);
-    } else {
-      after.weights.push_back(i);
+      continue;
     }
+    // The top-level module decides first, then any component of the name, then the position.
+    const bool input = !is_output_component(top) &&
+                       (is_input_component(top) ||
+                        (!has_component(module, is_output_component) &&
+                         (has_component(module, is_input_component) || i < *first_block_weight)));
+    (input ? before : after).weights.push_back(i);
   }
   if (!before.weights.empty()) groups.push_back(std::move(before));
   bool middles_placed = middles.empty();
@@ -424,10 +420,8 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     std::vector<std::size_t> members;
     for (std::size_t b = 0; b < blocks_found.size(); ++b)
       if (blocks_found[b].family == family) members.push_back(b);
-    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-      return blocks_found[a].index != blocks_found[b].index
-                 ? blocks_found[a].index < blocks_found[b].index
-                 : a < b;
+    std::stable_sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
+      return blocks_found[a].index < blocks_found[b].index;
     });
     for (std::size_t b : members)
       groups.push_back(execution_group{blocks_found[b].key, blocks_found[b].weights, blocks});
