@@ -218,8 +218,10 @@ concept transport_with_window_sizing =
 
 /// @brief Whether a transport can stream weights through a captured CUDA graph (issue 29;
 /// docs/transports.md, "CUDA graphs"): `graph_exec` (what the engine launches: cudaGraphExec_t,
-/// host_sim's graph), `static bool capturing(stream_view)`, `launch_graph(const graph_exec&,
-/// stream_view)`, `check_graph_streaming()` (throws naming what the driver lacks), 32-bit flags
+/// host_sim's graph), `static bool capturing(stream_view)`, `static std::uint64_t
+/// capture_id(stream_view)` (the capture the stream takes part in, its origin's or a fork's; 0
+/// when not capturing), `launch_graph(const graph_exec&, stream_view)`,
+/// `check_graph_streaming()` (throws naming what the driver lacks), 32-bit flags
 /// the host and the device both reach (`allocate_flags(n)` zeroed, `free_flags(p, n)`), and the
 /// stream memory operations `wait_value(s, flag, v)` (later work on s waits until *flag == v) and
 /// `write_value(s, flag, v)`, which a capture turns into graph nodes holding v.
@@ -228,6 +230,7 @@ concept transport_with_graph_streaming =
     transport<T> && requires(T& t, typename T::stream_view v, const typename T::graph_exec& g,
                              std::uint32_t* flag, std::uint32_t value, std::size_t n) {
       { T::capturing(v) } -> std::same_as<bool>;
+      { T::capture_id(v) } -> std::same_as<std::uint64_t>;
       t.launch_graph(g, v);
       t.check_graph_streaming();
       { t.allocate_flags(n) } -> std::same_as<std::uint32_t*>;

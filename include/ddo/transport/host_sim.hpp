@@ -24,7 +24,8 @@
 /// the launch, a record node recording at every launch, a memory wait (wait_value) polling its
 /// flag for the value captured. A protocol right only on the first replay therefore fails here
 /// as on a GPU; host_sim_options::wait_value_timeout_ms turns a wait that never completes into a
-/// stream error instead of a hang.
+/// stream error instead of a hang. A stream that waits on an event recorded inside a capture
+/// joins it (a fork; capture_id() names the capture), as in CUDA.
 
 #include <algorithm>
 #include <atomic>
@@ -107,6 +108,16 @@ class host_sim_stream_state;
 /// One node of a captured graph: what a launch issues on the launching stream.
 using host_sim_node = std::function<void(host_sim_stream_state*)>;
 
+/// One capture (cudaStreamBeginCapture .. cudaStreamEndCapture): its nodes, in issue order, and
+/// its id (cudaStreamGetCaptureInfo's). A stream that waits on an event recorded inside it joins
+/// it (a fork, as in CUDA); the capture ends for every stream at once when its origin ends it.
+struct host_sim_capture {
+  std::vector<host_sim_node> nodes;
+  std::uint64_t id = 0;
+  const host_sim_stream_state* origin = nullptr;  // the stream that began it (ends it)
+  bool ended = false;
+};
+
 /// One simulated stream: a worker thread draining a FIFO of tasks.
 class host_sim_stream_state {
  public:
@@ -122,8 +133,12 @@ class host_sim_stream_state {
     worker_.join();
   }
 
-  /// While set, work issued on the stream is captured into it (the issuing thread's only).
-  std::shared_ptr<std::vector<host_sim_node>> capture;
+  /// While set and not ended, work issued on the stream is captured into it (the issuing
+  /// thread's only).
+  std::shared_ptr<host_sim_capture> capture;
+  [[nodiscard]] host_sim_capture* active_capture() const noexcept {
+    return capture != nullptr && !capture->ended ? capture.get() : nullptr;
+  }
 
   void enqueue(std::function<void()> task) {
     {
@@ -189,6 +204,7 @@ struct host_sim_event_state {
   std::uint64_t latest_completed = 0;    // highest sequence number reached
   std::chrono::steady_clock::time_point when{};  // when latest_completed was reached
   bool timing = false;
+  std::weak_ptr<host_sim_capture> captured_in;  // the capture of its latest record, if any
 
   void wait_for(std::uint64_t target) {
     std::unique_lock lock(mutex);
@@ -242,11 +258,13 @@ class host_sim_transport {
   class graph {
    public:
     graph() = default;
-    [[nodiscard]] std::size_t node_count() const noexcept { return nodes_ ? nodes_->size() : 0; }
+    [[nodiscard]] std::size_t node_count() const noexcept {
+      return nodes_ ? nodes_->nodes.size() : 0;
+    }
 
    private:
     friend class host_sim_transport;
-    std::shared_ptr<const std::vector<detail::host_sim_node>> nodes_;
+    std::shared_ptr<const detail::host_sim_capture> nodes_;
   };
   using graph_exec = graph;
 
@@ -291,6 +309,11 @@ class host_sim_transport {
   void record(event& e, stream_view s) {
     require(s);
     require(e);
+    {
+      std::lock_guard lock(e.state_->mutex);
+      e.state_->captured_in = s.state->capture;  // a wait on it forks the capture (see wait)
+      if (s.state->active_capture() == nullptr) e.state_->captured_in.reset();
+    }
     issue(s, [st = e.state_](detail::host_sim_stream_state* on) {
       std::uint64_t seq = 0;
       {
@@ -313,10 +336,23 @@ class host_sim_transport {
   }
 
   /// @brief Later work on @p s waits for @p e's latest record; captured, a wait node that takes
-  /// the latest record as of each launch (as CUDA's event wait nodes do).
+  /// the latest record as of each launch (as CUDA's event wait nodes do). If that record was made
+  /// inside a capture and @p s is not capturing, @p s joins that capture (a fork, as in CUDA):
+  /// its later work goes into the same graph, after the record (host_sim's graph is one list).
   void wait(stream_view s, const event& e) {
     require(s);
     require(e);
+    if (s.state->active_capture() == nullptr) {
+      std::shared_ptr<detail::host_sim_capture> fork;
+      {
+        std::lock_guard lock(e.state_->mutex);
+        fork = e.state_->captured_in.lock();
+      }
+      if (fork != nullptr && !fork->ended) {
+        s.state->capture = std::move(fork);
+        return;  // the edge is the list's order
+      }
+    }
     issue(s, [st = e.state_](detail::host_sim_stream_state* on) {
       std::uint64_t target = 0;
       {
@@ -332,29 +368,46 @@ class host_sim_transport {
   /// @brief Starts capturing the work issued on @p s (cudaStreamBeginCapture).
   void begin_capture(stream_view s) {
     require(s);
-    DDO_EXPECTS(s.state->capture == nullptr, "host_sim_transport::begin_capture: already capturing");
-    s.state->capture = std::make_shared<std::vector<detail::host_sim_node>>();
+    DDO_EXPECTS(s.state->active_capture() == nullptr,
+                "host_sim_transport::begin_capture: already capturing");
+    static std::atomic<std::uint64_t> last_id{0};
+    s.state->capture = std::make_shared<detail::host_sim_capture>();
+    s.state->capture->id = ++last_id;
+    s.state->capture->origin = s.state;
   }
-  /// @brief Ends the capture begun on @p s and returns the graph (cudaStreamEndCapture).
+  /// @brief Ends the capture begun on @p s and returns the graph (cudaStreamEndCapture); the
+  /// streams that joined it stop capturing too.
   [[nodiscard]] graph end_capture(stream_view s) {
     require(s);
-    DDO_EXPECTS(s.state->capture != nullptr, "host_sim_transport::end_capture: not capturing");
+    DDO_EXPECTS(s.state->active_capture() != nullptr,
+                "host_sim_transport::end_capture: not capturing");
+    DDO_EXPECTS(s.state->capture->origin == s.state,
+                "host_sim_transport::end_capture: the stream joined a capture begun on another "
+                "stream (a fork); end it on the stream that began it");
     graph g;
+    s.state->capture->ended = true;
     g.nodes_ = std::exchange(s.state->capture, nullptr);
     return g;
   }
   /// @brief Whether @p s is being captured (cudaStreamIsCapturing).
   [[nodiscard]] static bool capturing(stream_view s) {
     require(s);
-    return s.state->capture != nullptr;
+    return s.state->active_capture() != nullptr;
+  }
+  /// @brief The id of the capture @p s takes part in, its origin's or a fork's; 0 when @p s is
+  /// not capturing (cudaStreamGetCaptureInfo).
+  [[nodiscard]] static std::uint64_t capture_id(stream_view s) {
+    require(s);
+    const auto* c = s.state->active_capture();
+    return c != nullptr ? c->id : 0;
   }
   /// @brief Launches @p g on @p s (cudaGraphLaunch): its nodes are issued in capture order.
   void launch_graph(const graph& g, stream_view s) {
     require(s);
     DDO_EXPECTS(g.nodes_ != nullptr, "host_sim_transport::launch_graph: empty graph");
-    DDO_EXPECTS(s.state->capture == nullptr,
+    DDO_EXPECTS(s.state->active_capture() == nullptr,
                 "host_sim_transport::launch_graph: the stream is being captured");
-    for (const auto& node : *g.nodes_) node(s.state);
+    for (const auto& node : g.nodes_->nodes) node(s.state);
   }
   /// @brief Always available (the CUDA transports check their driver here).
   static void check_graph_streaming() noexcept {}
@@ -411,7 +464,7 @@ class host_sim_transport {
 
   void synchronize(stream_view s) {
     require(s);
-    DDO_EXPECTS(s.state->capture == nullptr,
+    DDO_EXPECTS(s.state->active_capture() == nullptr,
                 "host_sim_transport::synchronize: the stream is being captured");
     s.state->synchronize();
   }
@@ -565,17 +618,17 @@ class host_sim_transport {
   }
   /// Runs @p node on @p s now, or keeps it in the graph being captured on @p s.
   static void issue(stream_view s, detail::host_sim_node node) {
-    if (s.state->capture != nullptr)
-      s.state->capture->push_back(std::move(node));
+    if (auto* c = s.state->active_capture())
+      c->nodes.push_back(std::move(node));
     else
       node(s.state);
   }
   /// issue() of one task (a copy, a fill, a memory operation, an engine "kernel").
   static void issue_task(stream_view s, std::function<void()> task) {
-    if (s.state->capture == nullptr)
+    if (auto* c = s.state->active_capture(); c == nullptr)
       s.state->enqueue(std::move(task));
     else
-      s.state->capture->push_back(
+      c->nodes.push_back(
           [task = std::move(task)](detail::host_sim_stream_state* on) { on->enqueue(task); });
   }
   static void require(stream_view s) {

@@ -161,6 +161,14 @@ class linear_transport {
     DDO_CUDA_TRY(cudaStreamIsCapturing(s.handle, &status));
     return status == cudaStreamCaptureStatusActive;
   }
+  /// @brief The id of the capture @p s takes part in (cudaStreamGetCaptureInfo): the same for the
+  /// stream that began it and every stream forked into it; 0 when @p s is not capturing.
+  [[nodiscard]] static std::uint64_t capture_id(stream_view s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    DDO_CUDA_TRY(cudaStreamGetCaptureInfo(s.handle, &status, &id));
+    return status == cudaStreamCaptureStatusActive ? static_cast<std::uint64_t>(id) : 0;
+  }
   /// @brief Records @p e on @p s. On a stream being captured into a CUDA graph the record
   /// becomes an event record node (cudaEventRecordExternal): each launch of the graph records
   /// @p e, so ddo's release events cover a replayed graph's reads.

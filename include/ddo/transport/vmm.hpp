@@ -156,6 +156,9 @@ class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
   [[nodiscard]] static stream_view view(stream& s) noexcept { return linear_transport::view(s); }
   [[nodiscard]] event make_event(bool timing) { return linear_.make_event(timing); }
   [[nodiscard]] static bool capturing(stream_view s) { return linear_transport::capturing(s); }
+  [[nodiscard]] static std::uint64_t capture_id(stream_view s) {
+    return linear_transport::capture_id(s);
+  }
   void record(event& e, stream_view s) { linear_.record(e, s); }
   void wait(stream_view s, const event& e) { linear_.wait(s, e); }
   [[nodiscard]] bool ready(const event& e) { return linear_.ready(e); }
