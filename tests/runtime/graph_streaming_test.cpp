@@ -169,6 +169,45 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("graph streaming: kernels forked onto a second stream, ddo's calls on the capture's") {
+  using namespace graph_streaming_test;
+  // The engine forks each group's kernel onto another stream and joins it back before the lease
+  // drops; ddo's acquires and drops stay on the stream that began the capture: replays are right.
+  auto m = pinned_model(10, 29);
+  ddo::host_sim_options so;
+  so.bandwidth_bytes_per_second = 4e9;
+  so.wait_value_timeout_ms = 5000;
+  host_sim_transport sim(so);
+  auto compute = sim.make_stream();
+  auto side = sim.make_stream();
+  const auto s = view(compute);
+  const auto f = view(side);
+  auto fork = sim.make_event(false);
+  auto join = sim.make_event(false);
+  checker check;
+  {
+    offloader off(sim, m->table, m->plan, poisoned(3));
+    sim.begin_capture(s);
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, s);
+      sim.record(fork, s);
+      sim.wait(f, fork);
+      check.enqueue(sim, f, *m, lease);
+      sim.record(join, f);
+      sim.wait(s, join);
+    }
+    CHECK(host_sim_transport::capture_id(f) == host_sim_transport::capture_id(s));
+    const auto graph = sim.end_capture(s);
+    CHECK_FALSE(host_sim_transport::capturing(f));
+    REQUIRE(off.graph_mode());
+    for (int replay = 0; replay < 20; ++replay) off.launch_graph(graph, s);
+    sim.synchronize(s);
+  }
+  sim.synchronize(s);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == 20 * model_bytes(*m));
+}
+
 TEST_CASE("graph streaming: teardown right after a launch") {
   using namespace graph_streaming_test;
   auto m = pinned_model(8, 7);
@@ -270,6 +309,29 @@ TEST_CASE("graph streaming: what a replay cannot do is refused") {
     (void)sim.end_capture(s);
     kept.reset();
     refused([&] { off.launch_graph(graph, s); }, "dropped after the capture ended");
+  }
+  SUBCASE("an acquire on a stream forked into the capture") {
+    offloader off(sim, m->table, m->plan, poisoned(2));
+    auto side = sim.make_stream();
+    const auto f = view(side);
+    auto fork = sim.make_event(false);
+    sim.begin_capture(s);
+    auto a = off.acquire(std::size_t{0}, s);
+    sim.record(fork, s);
+    sim.wait(f, fork);  // f joins the capture
+    REQUIRE(host_sim_transport::capturing(f));
+    CHECK(host_sim_transport::capture_id(f) == host_sim_transport::capture_id(s));
+    refused([&] { auto b = off.acquire(std::size_t{2}, f); }, "forked into the capture");
+    refused([&] { auto b = off.acquire(std::size_t{2}, f); },
+            "Acquire and drop every streamed lease on the stream that began the capture");
+    a.reset();
+    (void)sim.end_capture(s);
+    CHECK_FALSE(host_sim_transport::capturing(f));  // the fork's capture ended with its origin's
+    // A capture of its own on f is no fork: it resumes the step (as a new capture on s would).
+    sim.begin_capture(f);
+    CHECK(host_sim_transport::capture_id(f) != 0);
+    CHECK_NOTHROW(off.acquire(std::size_t{2}, f));
+    (void)sim.end_capture(f);
   }
   SUBCASE("metrics timing") {
     auto o = poisoned(2);

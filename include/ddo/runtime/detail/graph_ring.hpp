@@ -43,6 +43,10 @@ struct graph_ring {
   typename T::event done;                  // recorded on the engine's stream after each launch
   std::vector<int> held;                   // per slot: captured leases alive
   std::size_t captured = 0;                // positions captured so far in the step being captured
+  // The step being captured: the stream of its first acquire and that stream's capture. Every
+  // captured acquire orders its wait on this stream (docs/cuda-graphs.md: one stream).
+  typename T::stream_view stream{};
+  std::uint64_t capture = 0;
   std::size_t launches = 0;
   std::string broken;  // why the captured step cannot be launched (empty: it can)
   bool active = false;

@@ -176,6 +176,10 @@ class offloader_core {
   template <class U = Transport>
     requires graph_streaming_transport<U>
   void enter_graph_mode(const std::string& what);
+  /// Refuses a captured acquire on a stream forked into the step's capture.
+  template <class U = Transport>
+  requires graph_streaming_transport<U>
+  [[noreturn]] void refuse_forked_stream(const std::string& what) const;
   template <class U = Transport>
     requires graph_streaming_transport<U>
   void load_position(std::size_t p, step_metrics& step);

@@ -45,6 +45,12 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
   if (!graph_.active) enter_graph_mode(what);
   const std::size_t p = graph_.position_of[g];
   if (p == 0 && graph_.captured == graph_.positions) graph_.captured = 0;  // the next capture
+  // The step's acquires wait on one stream; a new capture (a step resumed) may use another.
+  const std::uint64_t capture = T::capture_id(s);
+  if (graph_.captured > 0 && capture == graph_.capture && !(s == graph_.stream))
+    refuse_forked_stream(what);
+  graph_.stream = s;
+  graph_.capture = capture;
   if (p != graph_.captured)
     throw usage_error(
         what +
@@ -77,6 +83,26 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
   lease_type result(this, g, static_cast<int>(k), s, st.pointers.data(), gr.weights.size());
   if (bindings_.any(g)) bindings_.write(g, st.pointers.data());
   return result;
+}
+
+/// A captured acquire after the step's first, in the same capture, must be made on the first's
+/// stream: the replay's order argument (docs/cuda-graphs.md) holds for the waits and releases of
+/// one stream, and a stream forked into the capture (it waited on an event recorded in it) is
+/// ordered against it only by the fork's edges. A lease drops on its acquiring stream, so the
+/// drops follow.
+template <class T>
+template <class U>
+requires graph_streaming_transport<U>
+void offloader_core<T>::refuse_forked_stream(const std::string& what) const {
+  throw usage_error(
+      what +
+      "it is made on a stream forked into the capture (a stream that waited on an event "
+      "recorded in it), not on the stream that acquired '" +
+      layout_.groups[layout_.streamed_order[0]].name +
+      "'. ddo orders a captured step's loads and releases on one stream; a forked stream's "
+      "acquires and lease drops would be ordered only by the fork's edges. Acquire and drop every "
+      "streamed lease on the stream that began the capture (fork the engine's kernels, not ddo's "
+      "calls; docs/cuda-graphs.md)");
 }
 
 /// The first captured acquire of a streamed group: no host sync (the first launch's loads wait
