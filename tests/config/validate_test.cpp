@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <string>
 
 #include "ddo/config/toml_source.hpp"
@@ -50,7 +51,8 @@ TEST_SUITE("config") {
          {"DDO_VMM_NATIVE_SOURCE_CACHE_SLOTS = 4", "set both or neither"}},
         {{{"DDO_RESIDENT_MODULE_PATTERNS", "blocks\\.(\\d+"}},
          {"DDO_RESIDENT_MODULE_PATTERNS", "regular expression"}},
-        {{{"DDO_VMM_MODULE_PATTERN", "["}}, {"DDO_VMM_MODULE_PATTERN = \"[\"", "regular expression"}},
+        {{{"DDO_VMM_MODULE_PATTERN", "["}},
+         {"DDO_VMM_MODULE_PATTERN = \"[\"", "regular expression"}},
     };
     // Named elements, not a structured binding: doctest's CAPTURE captures in a lambda,
     // which clang before 16 cannot do for a binding.
@@ -78,9 +80,34 @@ TEST_SUITE("config") {
     inputs.overrides = {{"build_profile", true}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains("profile_name"),
                          ddo::config_error);
-    inputs.overrides = {{"build_profile", true}, {"profile_name", std::string("flux")},
+    inputs.overrides = {{"build_profile", true},
+                        {"profile_name", std::string("flux")},
                         {"execution_device", std::string("cuda:1")}};
     CHECK_NOTHROW((void)ddo::resolve_settings(inputs));
+  }
+
+  TEST_CASE("an explicit config is checked for non-finite sizes, byte bounds and ownership") {
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.config = ddo::dynamic_offload_config{};
+    inputs.config->max_pin_weight_budget_gb = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         "explicit config field max_pin_weight_budget_gb = nan: must be a finite "
+                         "number",
+                         ddo::config_error);
+    inputs.config = ddo::dynamic_offload_config{};
+    inputs.config->small_tensor_threshold_bytes = (std::int64_t{1} << 54) + 1;
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("must be from 0 to 18014398509481984 bytes (16 PiB"),
+                         ddo::config_error);
+    inputs.config.reset();
+    inputs.overrides = {{"vmm_component_tensor_ownership", true},
+                        {"execution_mode", std::string("plan")}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("for the native VMM route only (vmm_fast_runtime: "
+                                           "execution_mode vmm_runtime with vmm_native_transport "
+                                           "or a positive vmm_source_cache_gb); execution_mode is "
+                                           "\"plan\" (explicit config field execution_mode)"),
+                         ddo::config_error);
   }
 
   TEST_CASE("pin_weight_budget_ratio is clamped to 0..1 with a warning") {
@@ -88,23 +115,25 @@ TEST_SUITE("config") {
     auto rng = ddo_test::random_engine(seed);
     INFO("seed " << seed);
     const double inside = static_cast<double>(rng() % 100) / 100.0;
-    auto settings = ddo::resolve_settings(
-        ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", ddo::detail::format_number(inside)}}));
+    auto settings = ddo::resolve_settings(ddo_test::hermetic_inputs(
+        {{"DDO_PIN_WEIGHT_BUDGET_RATIO", ddo::detail::format_number(inside)}}));
     CHECK(settings.config.pin_weight_budget_ratio == doctest::Approx(inside));
     CHECK(settings.warnings.empty());
-    settings = ddo::resolve_settings(
-        ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", std::to_string(2 + rng() % 9)}}));
+    settings = ddo::resolve_settings(ddo_test::hermetic_inputs(
+        {{"DDO_PIN_WEIGHT_BUDGET_RATIO", std::to_string(2 + rng() % 9)}}));
     CHECK(settings.config.pin_weight_budget_ratio == 1.0);
     REQUIRE(settings.warnings.size() == 1);
     CHECK(settings.warnings[0].find("DDO_PIN_WEIGHT_BUDGET_RATIO") != std::string::npos);
-    settings = ddo::resolve_settings(ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", "-0.5"}}));
+    settings =
+        ddo::resolve_settings(ddo_test::hermetic_inputs({{"DDO_PIN_WEIGHT_BUDGET_RATIO", "-0.5"}}));
     CHECK(settings.config.pin_weight_budget_ratio == 0.0);
   }
 
   TEST_CASE("whole 64 MiB segments within storage are accepted") {
-    const auto settings = ddo::resolve_settings(ddo_test::hermetic_inputs(
-        {{"DDO_VMM_SOURCE_CACHE_GB", "2"}, {"DDO_VMM_SOURCE_REGISTERED_GB", "1.0625"},
-         {"DDO_VMM_PAGE_MB", "64"}}));
+    const auto settings =
+        ddo::resolve_settings(ddo_test::hermetic_inputs({{"DDO_VMM_SOURCE_CACHE_GB", "2"},
+                                                         {"DDO_VMM_SOURCE_REGISTERED_GB", "1.0625"},
+                                                         {"DDO_VMM_PAGE_MB", "64"}}));
     CHECK(settings.config.vmm_source_registered_gb == 1.0625);
     CHECK(settings.config.vmm_page_mb == 64);
   }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ddo/config/config_provenance.hpp"
@@ -62,6 +63,34 @@ inline bool is_cuda_device(std::string_view device) {
   return true;
 }
 
+/// Field @p info of @p config against the bounds of its type and unit. Every size converts to
+/// bytes (gib_to_bytes, ...): bounded here, where the value's source is known, so that no
+/// conversion saturates or wraps later.
+inline void check_bounds(const field_info& info, const dynamic_offload_config& config,
+                         const config_provenance& provenance) {
+  const std::uint64_t most = info.unit == "GiB"     ? static_cast<std::uint64_t>(max_stated_gib)
+                             : info.unit == "MiB"   ? max_stated_mib
+                             : info.unit == "bytes" ? max_stated_bytes
+                                                    : 0;
+  const auto over = [&](const std::string& seen) {
+    throw_invalid(provenance, info.id, seen,
+                  "must be from 0 to " + std::to_string(most) + " " + std::string(info.unit) +
+                      " (16 PiB: larger than any machine)");
+  };
+  if (info.type == field_type::count) {
+    const auto value = std::get<std::int64_t>(info.get(config));
+    if (most != 0 && value > 0 && static_cast<std::uint64_t>(value) > most)
+      over(std::to_string(value));
+  } else if (info.type == field_type::real || info.type == field_type::ratio) {
+    const double value = std::get<double>(info.get(config));
+    if (!std::isfinite(value))
+      throw_invalid(provenance, info.id, format_number(value), "must be a finite number");
+    if (info.type == field_type::real && value < 0)
+      throw_invalid(provenance, info.id, format_number(value), "must be 0 or more");
+    if (most != 0 && value > static_cast<double>(most)) over(format_number(value));
+  }
+}
+
 }  // namespace detail
 
 /// @brief The size of one VMM segment of retained-source registration (64 MiB).
@@ -79,34 +108,7 @@ inline constexpr std::uint64_t vmm_segment_bytes = 64 * mib;
 inline void validate(dynamic_offload_config& config, const config_provenance& provenance,
                      std::vector<std::string>& warnings) {
   using detail::format_number;
-  using detail::throw_invalid;
-  const auto fields = config_fields();
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const auto& info = fields[i];
-    if (info.type == field_type::count) {
-      // Sizes in MiB or bytes: bounded like the GiB sizes below, before any conversion.
-      const auto value = std::get<std::int64_t>(info.get(config));
-      const std::uint64_t most = info.unit == "MiB"     ? max_stated_mib
-                                 : info.unit == "bytes" ? max_stated_bytes
-                                                        : 0;
-      if (most != 0 && value > 0 && static_cast<std::uint64_t>(value) > most)
-        throw_invalid(provenance, info.id, std::to_string(value),
-                      "must be from 0 to " + std::to_string(most) + " " + std::string(info.unit) +
-                          " (16 PiB: larger than any machine)");
-      continue;
-    }
-    if (info.type != field_type::real && info.type != field_type::ratio) continue;
-    const double value = std::get<double>(info.get(config));
-    if (!std::isfinite(value))
-      throw_invalid(provenance, info.id, format_number(value), "must be a finite number");
-    if (info.type == field_type::real && value < 0)
-      throw_invalid(provenance, info.id, format_number(value), "must be 0 or more");
-    // Every size in GiB converts to bytes through gib_to_bytes: bounded here, where the value's
-    // source is known, so that no conversion saturates or wraps later.
-    if (info.unit == "GiB" && value > max_stated_gib)
-      throw_invalid(provenance, info.id, format_number(value),
-                    "must be from 0 to 16777216 GiB (16 PiB: larger than any machine)");
-  }
+  for (const auto& info : config_fields()) detail::check_bounds(info, config, provenance);
   if (config.pin_weight_budget_ratio < 0.0 || config.pin_weight_budget_ratio > 1.0) {
     const double clamped = config.pin_weight_budget_ratio < 0.0 ? 0.0 : 1.0;
     warnings.push_back("ddo: " + describe(provenance.of(field_id::pin_weight_budget_ratio)) +
@@ -114,84 +116,73 @@ inline void validate(dynamic_offload_config& config, const config_provenance& pr
                        " is outside 0.0..1.0; clamped to " + format_number(clamped));
     config.pin_weight_budget_ratio = clamped;
   }
-  if (config.pin_cpu_workers < 1 ||
-      static_cast<std::size_t>(config.pin_cpu_workers) > max_worker_threads)
-    throw_invalid(provenance, field_id::pin_cpu_workers, std::to_string(config.pin_cpu_workers),
-                  "must be a positive worker count, at most " + std::to_string(max_worker_threads) +
-                      " (ddo/core/thread_limits.hpp); setup starts no more than it has work for");
-  if (!detail::is_cuda_device(config.execution_device))
-    throw_invalid(provenance, field_id::execution_device, "\"" + config.execution_device + "\"",
-                  "expected \"cuda\" or \"cuda:N\"");
-  if (config.offload_device != "cpu")
-    throw_invalid(provenance, field_id::offload_device, "\"" + config.offload_device + "\"",
-                  "expected \"cpu\" (ddo keeps inactive weights in host memory)");
-  if (config.vmm_page_mb != 0 && config.vmm_page_mb % 2 != 0)
-    throw_invalid(provenance, field_id::vmm_page_mb, std::to_string(config.vmm_page_mb),
-                  "must be 0 (default geometry) or a multiple of 2 (the 2 MiB VMM granularity)");
-  if (config.vmm_source_registered_gb > 0.0) {
-    const long double bytes =
-        static_cast<long double>(config.vmm_source_registered_gb) * static_cast<long double>(gib);
-    const long double segments = bytes / static_cast<long double>(vmm_segment_bytes);
-    if (std::fabs(segments - std::round(segments)) > 1e-6L)
-      throw_invalid(provenance, field_id::vmm_source_registered_gb,
-                    format_number(config.vmm_source_registered_gb),
-                    "must be whole 64 MiB segments (a multiple of 0.0625 GiB)");
-    if (config.vmm_source_registered_gb > config.vmm_source_cache_gb)
-      throw_invalid(provenance, field_id::vmm_source_registered_gb,
-                    format_number(config.vmm_source_registered_gb),
-                    "must be within the retained storage vmm_source_cache_gb = " +
-                        format_number(config.vmm_source_cache_gb) + " (" +
-                        describe(provenance.of(field_id::vmm_source_cache_gb)) + ")");
-  }
-  if ((config.vmm_native_source_cache_slot_mb == 0) != (config.vmm_native_source_cache_slots == 0)) {
-    const bool slots_missing = config.vmm_native_source_cache_slots == 0;
-    const field_id id = slots_missing ? field_id::vmm_native_source_cache_slot_mb
-                                      : field_id::vmm_native_source_cache_slots;
-    const auto value = slots_missing ? config.vmm_native_source_cache_slot_mb
-                                     : config.vmm_native_source_cache_slots;
-    throw_invalid(provenance, id, std::to_string(value),
-                  "vmm_native_source_cache_slot_mb and vmm_native_source_cache_slots go together: "
-                  "set both or neither");
-  }
-  if (config.execution_mode == exec_mode::vmm_runtime) {
-    // Blame the source that asked for the VMM route when nobody set the budget.
-    const auto require_positive = [&](field_id id, double value, const char* example) {
-      if (value > 0.0) return;
-      if (provenance.of(id).source == origin::default_value)
-        throw_invalid(provenance, field_id::execution_mode, "\"vmm_runtime\"",
-                      "the VMM route needs a positive " + std::string(to_string(id)) + " (e.g. " +
-                          example + "), which no source sets");
-      throw_invalid(
-          provenance, id, format_number(value),
+  // The rules between fields, in this order: each the condition that breaks it, the field
+  // blamed, the value seen and the rule.
+  const auto check = [&](bool broken, field_id id, const std::string& seen,
+                         const std::string& why) {
+    if (broken) detail::throw_invalid(provenance, id, seen, why);
+  };
+  const auto quoted = [](std::string_view text) { return "\"" + std::string(text) + "\""; };
+  check(config.pin_cpu_workers < 1 ||
+            static_cast<std::size_t>(config.pin_cpu_workers) > max_worker_threads,
+        field_id::pin_cpu_workers, std::to_string(config.pin_cpu_workers),
+        "must be a positive worker count, at most " + std::to_string(max_worker_threads) +
+            " (ddo/core/thread_limits.hpp); setup starts no more than it has work for");
+  check(!detail::is_cuda_device(config.execution_device), field_id::execution_device,
+        quoted(config.execution_device), "expected \"cuda\" or \"cuda:N\"");
+  check(config.offload_device != "cpu", field_id::offload_device, quoted(config.offload_device),
+        "expected \"cpu\" (ddo keeps inactive weights in host memory)");
+  check(config.vmm_page_mb % 2 != 0, field_id::vmm_page_mb, std::to_string(config.vmm_page_mb),
+        "must be 0 (default geometry) or a multiple of 2 (the 2 MiB VMM granularity)");
+  const long double segments = static_cast<long double>(config.vmm_source_registered_gb) *
+                               static_cast<long double>(gib) / vmm_segment_bytes;
+  check(std::fabs(segments - std::round(segments)) > 1e-6L, field_id::vmm_source_registered_gb,
+        format_number(config.vmm_source_registered_gb),
+        "must be whole 64 MiB segments (a multiple of 0.0625 GiB)");
+  check(config.vmm_source_registered_gb > config.vmm_source_cache_gb,
+        field_id::vmm_source_registered_gb, format_number(config.vmm_source_registered_gb),
+        "must be within the retained storage vmm_source_cache_gb = " +
+            format_number(config.vmm_source_cache_gb) + " (" +
+            describe(provenance.of(field_id::vmm_source_cache_gb)) + ")");
+  const bool no_slots = config.vmm_native_source_cache_slots == 0;
+  check((config.vmm_native_source_cache_slot_mb == 0) != no_slots,
+        no_slots ? field_id::vmm_native_source_cache_slot_mb
+                 : field_id::vmm_native_source_cache_slots,
+        std::to_string(no_slots ? config.vmm_native_source_cache_slot_mb
+                                : config.vmm_native_source_cache_slots),
+        "vmm_native_source_cache_slot_mb and vmm_native_source_cache_slots go together: set both "
+        "or neither");
+  const bool vmm_runtime = config.execution_mode == exec_mode::vmm_runtime;
+  for (const auto& [id, value, example] :
+       {std::tuple{field_id::vmm_resident_weight_budget_gb, config.vmm_resident_weight_budget_gb,
+                   "4.0"},
+        std::tuple{field_id::vmm_staging_buffer_gb, config.vmm_staging_buffer_gb, "0.625"}}) {
+    // Blame the source that asked for the VMM route when nobody set the size.
+    if (provenance.of(id).source == origin::default_value)
+      check(vmm_runtime && !(value > 0.0), field_id::execution_mode, quoted("vmm_runtime"),
+            "the VMM route needs a positive " + std::string(to_string(id)) + " (e.g. " + example +
+                "), which no source sets");
+    check(vmm_runtime && !(value > 0.0), id, format_number(value),
           "execution_mode vmm_runtime needs a positive size (e.g. " + std::string(example) + ")");
-    };
-    require_positive(field_id::vmm_resident_weight_budget_gb, config.vmm_resident_weight_budget_gb,
-                     "4.0");
-    require_positive(field_id::vmm_staging_buffer_gb, config.vmm_staging_buffer_gb, "0.625");
   }
+  const std::string mode_seen = "execution_mode is " + quoted(enum_name(config.execution_mode)) +
+                                " (" + describe(provenance.of(field_id::execution_mode)) + ")";
   // Ownership is the native route's (the reference: "native fast only").
-  if (config.vmm_component_tensor_ownership &&
-      !(config.execution_mode == exec_mode::vmm_runtime &&
-        (config.vmm_native_transport || config.vmm_source_cache_gb > 0.0)))
-    throw_invalid(provenance, field_id::vmm_component_tensor_ownership, "true",
-                  "component tensor ownership is for the native VMM route only (vmm_fast_runtime: "
-                  "execution_mode vmm_runtime with vmm_native_transport or a positive "
-                  "vmm_source_cache_gb); execution_mode is \"" +
-                      std::string(enum_name(config.execution_mode)) + "\" (" +
-                      describe(provenance.of(field_id::execution_mode)) + ")");
-  if (config.backend == offload_backend::vmm && config.execution_mode != exec_mode::vmm_runtime)
-    throw_invalid(provenance, field_id::backend, "\"vmm\"",
-                  "backend vmm needs execution_mode vmm_runtime, but execution_mode is \"" +
-                      std::string(enum_name(config.execution_mode)) + "\" (" +
-                      describe(provenance.of(field_id::execution_mode)) + ")");
-  if (config.build_profile && config.profile_name.empty())
-    throw_invalid(provenance, field_id::build_profile, "true",
-                  "build_profile needs a profile_name");
-  detail::check_patterns(provenance, field_id::skip_modules_pattern, config.skip_modules_pattern);
-  detail::check_patterns(provenance, field_id::always_resident_modules_pattern,
-                         config.always_resident_modules_pattern);
-  detail::check_patterns(provenance, field_id::resident_module_patterns,
-                         config.resident_module_patterns);
+  check(
+      config.vmm_component_tensor_ownership &&
+          !(vmm_runtime && (config.vmm_native_transport || config.vmm_source_cache_gb > 0.0)),
+      field_id::vmm_component_tensor_ownership, "true",
+      "component tensor ownership is for the native VMM route only (vmm_fast_runtime: "
+      "execution_mode vmm_runtime with vmm_native_transport or a positive vmm_source_cache_gb); " +
+          mode_seen);
+  check(config.backend == offload_backend::vmm && !vmm_runtime, field_id::backend, "\"vmm\"",
+        "backend vmm needs execution_mode vmm_runtime, but " + mode_seen);
+  check(config.build_profile && config.profile_name.empty(), field_id::build_profile, "true",
+        "build_profile needs a profile_name");
+  for (const auto& info : config_fields())
+    if (info.type == field_type::pattern_list)
+      detail::check_patterns(provenance, info.id,
+                             std::get<std::vector<std::string>>(info.get(config)));
   detail::check_patterns(provenance, field_id::vmm_module_pattern, {config.vmm_module_pattern});
 }
 
