@@ -42,7 +42,8 @@ DDO_INLINE void merge_policy(component_policy& into, const component_policy& fro
   if (from.offload_stream) into.offload_stream = from.offload_stream;
   if (from.offload_record_stream) into.offload_record_stream = from.offload_record_stream;
   if (from.offload_type) into.offload_type = from.offload_type;
-  if (from.offload_low_cpu_mem_usage) into.offload_low_cpu_mem_usage = from.offload_low_cpu_mem_usage;
+  if (from.offload_low_cpu_mem_usage)
+    into.offload_low_cpu_mem_usage = from.offload_low_cpu_mem_usage;
   if (from.num_blocks_per_group) into.num_blocks_per_group = from.num_blocks_per_group;
   into.config.insert(into.config.end(), from.config.begin(), from.config.end());
 }
@@ -51,13 +52,15 @@ DDO_INLINE void apply_component_policy(resolved_component& out,
                                        const resolved_component& preset_default,
                                        const component_policy& policy, const field_origin& where) {
   if (policy.route) {
-    out.route = *policy.route == component_route::auto_select ? preset_default.route : *policy.route;
+    out.route =
+        *policy.route == component_route::auto_select ? preset_default.route : *policy.route;
     out.route_origin = where;
   }
   if (policy.offload_stream) out.offload_stream = *policy.offload_stream;
   if (policy.offload_record_stream) out.offload_record_stream = *policy.offload_record_stream;
   if (policy.offload_type) out.offload_type = *policy.offload_type;
-  if (policy.offload_low_cpu_mem_usage) out.offload_low_cpu_mem_usage = *policy.offload_low_cpu_mem_usage;
+  if (policy.offload_low_cpu_mem_usage)
+    out.offload_low_cpu_mem_usage = *policy.offload_low_cpu_mem_usage;
   if (policy.num_blocks_per_group) {
     if (*policy.num_blocks_per_group < 1)
       throw config_error(where.source, where.key,
@@ -78,23 +81,26 @@ DDO_INLINE std::optional<field_value> last_assignment(const std::vector<config_l
   return value;
 }
 
-DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& context,
-                                                   std::vector<config_layer> layers) {
-  std::stable_sort(layers.begin(), layers.end(), [](const config_layer& a, const config_layer& b) {
-    return static_cast<int>(a.source) < static_cast<int>(b.source);
-  });
-  // What each layer sets on its own, the last (highest) source winning.
-  dynamic_offload_settings settings;
+/// What the layers say besides config fields: the whole config one gives, the preset asked for
+/// and --ddo-vmm-total-staging-gb. The rest (plan, WSL rule, profile folder, component policies,
+/// standby purges, warnings) goes into the settings; the last layer by precedence wins.
+struct layer_extras {
   const dynamic_offload_config* whole = nullptr;
-  std::optional<sourced<double>> total_staging;  // --ddo-vmm-total-staging-gb
+  sourced<std::string> preset{"auto", {origin::default_value, "preset"}};
+  std::optional<sourced<double>> total_staging;
+};
+
+DDO_INLINE layer_extras gather_extras(const std::vector<config_layer>& layers,
+                                      dynamic_offload_settings& settings) {
+  layer_extras out;
   for (const auto& layer : layers) {
     settings.warnings.insert(settings.warnings.end(), layer.warnings.begin(), layer.warnings.end());
-    if (layer.whole_config) whole = &*layer.whole_config;
+    if (layer.whole_config) out.whole = &*layer.whole_config;
     if (layer.source == origin::config && !layer.fields.empty())
       settings.route_fallback_bypassed = true;
     if (layer.plan) settings.plan = layer.plan->value;
     if (layer.disable_pin_on_wsl) settings.disable_pin_on_wsl = layer.disable_pin_on_wsl->value;
-    if (layer.vmm_total_staging_gb) total_staging = layer.vmm_total_staging_gb;
+    if (layer.vmm_total_staging_gb) out.total_staging = layer.vmm_total_staging_gb;
     if (layer.profile_dir) settings.profile_dir = *layer.profile_dir;
     auto& policies = layer.source == origin::toml  ? settings.toml_component_policies
                      : layer.source == origin::env ? settings.env_component_policies
@@ -103,62 +109,66 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
     for (const auto& [phase, enabled] : layer.purge_windows_standby)
       settings.purge_windows_standby[phase] = enabled;
   }
-  settings.explicit_config = whole != nullptr;
+  settings.explicit_config = out.whole != nullptr;
   settings.route_fallback_bypassed = settings.route_fallback_bypassed || settings.explicit_config;
   if (settings.profile_dir.empty()) settings.profile_dir = "~/.ddo/profiles";
-
   // The preset: --ddo-preset > code > DDO_PRESET > TOML > auto.
-  sourced<std::string> request{"auto", {origin::default_value, "preset"}};
   for (origin rank : {origin::toml, origin::env, origin::config, origin::cli})
     for (const auto& layer : layers)
-      if (layer.source == rank && layer.preset) request = *layer.preset;
-  settings.running_on_wsl = context.running_on_wsl.value_or(running_on_wsl(context.paths));
-  std::optional<double> detected_ram_gb = context.detected_ram_gb;
-  if (!detected_ram_gb)
-    if (const auto bytes = available_ram_bytes(context.paths))
-      detected_ram_gb = bytes_to_gib(*bytes);
+      if (layer.source == rank && layer.preset) out.preset = *layer.preset;
+  return out;
+}
 
-  // A field the preset reads: its last assignment, else the whole config's or the default value.
+/// What the preset reads (config/presets.hpp): the backend, RAM and headroom as the layers give
+/// them (a field's last assignment, else the whole config's or the default value), the machine
+/// and the model. The RAM: available_system_ram_gb when set > the engine's statement > detected.
+DDO_INLINE preset_context preset_inputs(const resolve_context& context,
+                                        const std::vector<config_layer>& layers,
+                                        const dynamic_offload_config* whole,
+                                        const dynamic_offload_settings& settings,
+                                        std::optional<double> detected_ram_gb) {
+  const dynamic_offload_config defaults;
   const auto given = [&](field_id id) {
-    return last_assignment(layers, id).value_or(field(id).get(whole ? *whole : settings.config));
+    return last_assignment(layers, id).value_or(field(id).get(whole ? *whole : defaults));
   };
-  preset_context preset_inputs;
-  preset_inputs.backend =
-      *parse_enum<offload_backend>(std::get<std::string>(given(field_id::backend)));
-  preset_inputs.running_on_wsl = settings.running_on_wsl;
-  preset_inputs.disable_pin_on_wsl = settings.disable_pin_on_wsl;
-  preset_inputs.available_ram_gb = detected_ram_gb;
-  preset_inputs.ram_source = context.detected_ram_gb ? "given as detected" : "detected";
+  preset_context in;
+  in.backend = *parse_enum<offload_backend>(std::get<std::string>(given(field_id::backend)));
+  in.running_on_wsl = settings.running_on_wsl;
+  in.disable_pin_on_wsl = settings.disable_pin_on_wsl;
+  in.available_ram_gb = detected_ram_gb;
+  in.ram_source = context.detected_ram_gb ? "given as detected" : "detected";
   if (context.stated_ram_bytes) {
-    preset_inputs.available_ram_gb = bytes_to_gib(*context.stated_ram_bytes);
-    preset_inputs.ram_source = "stated by the engine";
+    in.available_ram_gb = bytes_to_gib(*context.stated_ram_bytes);
+    in.ram_source = "stated by the engine";
   }
   // An assignment of available_system_ram_gb, or a positive one in the whole config.
   if (last_assignment(layers, field_id::available_system_ram_gb) ||
       (whole && whole->available_system_ram_gb > 0)) {
-    preset_inputs.available_ram_gb = std::get<double>(given(field_id::available_system_ram_gb));
-    preset_inputs.ram_source = "available_system_ram_gb";
+    in.available_ram_gb = std::get<double>(given(field_id::available_system_ram_gb));
+    in.ram_source = "available_system_ram_gb";
   }
-  preset_inputs.system_ram_headroom_gb = std::get<double>(given(field_id::system_ram_headroom_gb));
-  preset_inputs.model_bytes = context.model_bytes;
-  preset_inputs.vmm_supported = context.vmm_supported;
-  const preset_choice choice = resolve_preset(request.value, preset_inputs, request.where);
-  settings.requested_preset = request.value;
-  settings.effective_preset = choice.name;
-  settings.preset_reason = choice.reason;
+  in.system_ram_headroom_gb = std::get<double>(given(field_id::system_ram_headroom_gb));
+  in.model_bytes = context.model_bytes;
+  in.vmm_supported = context.vmm_supported;
+  return in;
+}
 
-  // The base: a whole explicit config, or defaults + operational defaults + the preset.
-  dynamic_offload_config& config = settings.config;
-  config_provenance& provenance = settings.provenance;
+/// The config and its provenance, lowest source first: a whole explicit config, or the defaults,
+/// the operational defaults and the preset's values; each layer's fields by precedence; the
+/// policy fields of the component being configured, which outrank every other source.
+DDO_INLINE void layer_config(dynamic_offload_settings& settings,
+                             const std::vector<config_layer>& layers,
+                             const dynamic_offload_config* whole, const preset_choice& choice,
+                             std::optional<double> detected_ram_gb, const std::string& component) {
   const auto fields = config_fields();
   const auto assign = [&](std::size_t index, const field_value& value, field_origin where) {
-    fields[index].set(config, value);
-    provenance.set(index, std::move(where));
+    fields[index].set(settings.config, value);
+    settings.provenance.set(index, std::move(where));
   };
   if (whole) {
-    config = *whole;
+    settings.config = *whole;
     for (std::size_t i = 0; i < fields.size(); ++i)
-      provenance.set(i, {origin::config, std::string(fields[i].name)});
+      settings.provenance.set(i, {origin::config, std::string(fields[i].name)});
   } else {
     // The detected RAM is a measurement, not a choice: origin::detected lets a RAM the engine
     // states for its machine outrank it (plan/plan_context.hpp), unlike an explicit value.
@@ -172,41 +182,45 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
   for (const auto& layer : layers)
     for (const auto& assignment : layer.fields)
       assign(assignment.field, assignment.value, assignment.where);
-  // Component config overrides for the component being configured outrank every other source.
-  if (!context.component.empty())
-    for (const auto& layer : layers) {
-      const auto it = layer.components.find(context.component);
-      if (it == layer.components.end()) continue;
-      for (const auto& [name, value] : it->second.config) {
-        const field_origin where{origin::component,
-                                 "component " + context.component + " policy field " + name};
-        const auto index = find_field(name);
-        if (!index)
-          throw config_error(origin::component, name,
-                             describe(where) + " is not a ddo setting" +
-                                 did_you_mean(closest_name(name, explicit_source::field_names())));
-        assign(*index, normalize_field_value(fields[*index], value, where), where);
-      }
+  for (const auto& layer : layers) {
+    const auto it = component.empty() ? layer.components.end() : layer.components.find(component);
+    if (it == layer.components.end()) continue;
+    for (const auto& [name, value] : it->second.config) {
+      const field_origin where{origin::component,
+                               "component " + component + " policy field " + name};
+      const auto index = find_field(name);
+      if (!index)
+        throw config_error(origin::component, name,
+                           describe(where) + " is not a ddo setting" +
+                               did_you_mean(closest_name(name, explicit_source::field_names())));
+      assign(*index, normalize_field_value(fields[*index], value, where), where);
     }
+  }
+}
 
+/// The rules that derive settings from the layered config, before it is validated:
+/// --ddo-vmm-total-staging-gb and the backend's "auto" and nvme_baseline rules.
+DDO_INLINE void derive_settings(dynamic_offload_settings& settings, const preset_choice& choice,
+                                const std::optional<sourced<double>>& total_staging) {
+  dynamic_offload_config& config = settings.config;
+  config_provenance& provenance = settings.provenance;
   // --ddo-vmm-total-staging-gb: native routes take the total; the protected NVMe/legacy route
   // splits it over its two staging slots.
   if (total_staging) {
-    const std::size_t index = field_index(field_id::vmm_staging_buffer_gb);
     const field_origin& where = total_staging->where;
     if (!(total_staging->value > 0.0))
       throw config_error(where.source, where.key,
                          describe(where) + " = " + detail::format_number(total_staging->value) +
                              ": not a valid value; expected a positive size in GiB");
-    if (provenance.at(index).source == origin::cli)
+    if (provenance.of(field_id::vmm_staging_buffer_gb).source == origin::cli)
       throw config_error(where.source, where.key,
-                         describe(where) + " and " + describe(provenance.at(index)) +
+                         describe(where) + " and " +
+                             describe(provenance.of(field_id::vmm_staging_buffer_gb)) +
                              " both set the staging size: give only one");
     const bool native = config.vmm_native_transport || config.vmm_source_cache_gb > 0.0;
     config.vmm_staging_buffer_gb = native ? total_staging->value : total_staging->value / 2.0;
-    provenance.set(index, where);
+    provenance.set(field_id::vmm_staging_buffer_gb, where);
   }
-
   // The reference lists nvme_baseline among the VMM backend's presets: the VMM route fed from
   // the model's files. In ddo that route is backend nvme (its file staging in front of the VMM
   // window, execution_mode vmm_runtime); backend vmm alone streams from host memory, which is
@@ -233,9 +247,33 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
         field_origin{origin::detected, "from backend auto and execution_mode " +
                                            std::string(enum_name(config.execution_mode))});
   }
-  validate(config, provenance, settings.warnings);
-  warn_inactive_fields(config, provenance, settings.warnings);
-  if (const auto& where = provenance.of(field_id::backend);
+}
+
+DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& context,
+                                                   std::vector<config_layer> layers) {
+  std::stable_sort(layers.begin(), layers.end(), [](const config_layer& a, const config_layer& b) {
+    return static_cast<int>(a.source) < static_cast<int>(b.source);
+  });
+  dynamic_offload_settings settings;
+  const layer_extras extras = gather_extras(layers, settings);
+  settings.running_on_wsl = context.running_on_wsl.value_or(running_on_wsl(context.paths));
+  std::optional<double> detected_ram_gb = context.detected_ram_gb;
+  if (!detected_ram_gb)
+    if (const auto bytes = available_ram_bytes(context.paths))
+      detected_ram_gb = bytes_to_gib(*bytes);
+  const preset_choice choice = resolve_preset(
+      extras.preset.value, preset_inputs(context, layers, extras.whole, settings, detected_ram_gb),
+      extras.preset.where);
+  settings.requested_preset = extras.preset.value;
+  settings.effective_preset = choice.name;
+  settings.preset_reason = choice.reason;
+
+  layer_config(settings, layers, extras.whole, choice, detected_ram_gb, context.component);
+  derive_settings(settings, choice, extras.total_staging);
+  dynamic_offload_config& config = settings.config;
+  validate(config, settings.provenance, settings.warnings);
+  warn_inactive_fields(config, settings.provenance, settings.warnings);
+  if (const auto& where = settings.provenance.of(field_id::backend);
       config.backend == offload_backend::vmm && context.vmm_supported == false)
     throw config_error(where.source, where.key,
                        describe(where) +
@@ -322,7 +360,8 @@ DDO_INLINE resolved_component resolve_component(const dynamic_offload_settings& 
     detail::apply_component_policy(out, preset_default, it->second,
                                    {origin::component, "component_policies[" + key + "]"});
   if (explicit_route) {
-    out.route = *explicit_route == component_route::auto_select ? preset_default.route : *explicit_route;
+    out.route =
+        *explicit_route == component_route::auto_select ? preset_default.route : *explicit_route;
     out.route_origin = {origin::config, "route"};
   }
   if (settings.running_on_wsl && settings.disable_pin_on_wsl) {
