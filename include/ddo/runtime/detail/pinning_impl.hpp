@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/format_bytes.hpp"
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/memory/shared_weight_store.hpp"
 #include "ddo/model/parallel_reader.hpp"
-#include "ddo/core/format_bytes.hpp"
 // Part of ddo/runtime/detail/pinning.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/detail/staging_worker.hpp"
 
@@ -53,13 +53,17 @@ inline std::vector<host_page_range> in_place_page_ranges(const group_layout& lay
 
 namespace pinning_detail {
 
-/// Whether the weight at position @p i of @p gr is packed into this part's block (a split
+/// Whether the weight at position @p i of @p gr is pinned and streamed by this part (a split
 /// layout's image and side part share the weights list; each lays out only its own).
+inline bool pinned_here(const group_runtime& gr, std::size_t i, const offload_plan& plan) {
+  return gr.slot_offset[i] != not_streamed &&
+         plan.decisions[gr.weights[i]].where == placement::pinned_host;
+}
+
+/// Whether the weight at position @p i of @p gr is packed into this part's block.
 inline bool packed_here(const group_runtime& gr, std::size_t i, const weight_table& table,
                         const offload_plan& plan, const runtime_options& o) {
-  const std::size_t w = gr.weights[i];
-  return gr.slot_offset[i] != not_streamed && plan.decisions[w].where == placement::pinned_host &&
-         group_layout::packed(table, o, w);
+  return pinned_here(gr, i, plan) && group_layout::packed(table, o, gr.weights[i]);
 }
 
 /// What a file's bytes are now: its device, inode, size and modification time (ns), so a
@@ -179,12 +183,42 @@ inline void set_task_source(read_task& task, const weight_info& info, const sour
   }
 }
 
-/// Calls f(weight position, weight index) for each packed pinned weight of @p gr.
-template <class F>
-void for_each_packed(const group_runtime& gr, const weight_table& table, const offload_plan& plan,
-                     const runtime_options& o, F&& f) {
+/// Every part that copies: the groups and, on a split layout, their side parts.
+inline std::vector<group_runtime*> parts_of(group_layout& layout) {
+  std::vector<group_runtime*> parts;
+  layout.for_each_part([&](group_runtime& gr) { parts.push_back(&gr); });
+  return parts;
+}
+
+/// What one part reads into a block: its bytes there and each weight read, at its offset in the
+/// part. pin(): a group's packed pinned weights at their slot offsets; pin_from_store(): the
+/// weights the store lacks, back to back, each with its in-place piece (which the store's copy
+/// replaces).
+struct part_reads {
+  struct read {
+    std::size_t weight = 0;
+    std::uint64_t offset = 0;
+    std::size_t piece = 0;
+  };
+  std::uint64_t bytes = 0;
+  std::vector<read> reads;
+};
+
+/// A weight pin_from_store() copies from the shared_weight_store, and the store's entry for it
+/// (empty until read where the store lacked it).
+struct store_piece {
+  std::size_t weight = 0;
+  shared_weight_store::entry entry;
+};
+
+/// @p gr's packed pinned weights (with bytes), at their slot offsets.
+inline part_reads packed_reads(const group_runtime& gr, const weight_table& table,
+                               const offload_plan& plan, const runtime_options& o) {
+  part_reads r{gr.pinned_bytes, {}};
   for (std::size_t i = 0; i < gr.weights.size(); ++i)
-    if (packed_here(gr, i, table, plan, o)) f(i, gr.weights[i]);
+    if (packed_here(gr, i, table, plan, o) && table[gr.weights[i]].bytes != 0)
+      r.reads.push_back({gr.weights[i], gr.slot_offset[i], i});
+  return r;
 }
 
 /// Plans the reading of @p info in @p meter: from its file, or packed from host memory.
@@ -205,28 +239,33 @@ inline void check_pin_fallback(const runtime_options& o, std::uint64_t bytes,
                             "allow_pin_memory_fallback is false");
 }
 
-/// Moves @p piece of @p gr, whose memory (@p what) could not be page-locked, to its staged
-/// pieces: it is copied through pageable staging (reported in metrics, counted in
-/// @p fallback_bytes); refused unless the options allow the fallback.
-inline void stage_unpinned(const runtime_options& o, group_runtime& gr, staged_piece piece,
-                           const std::string& what, std::uint64_t& fallback_bytes) {
-  check_pin_fallback(o, piece.bytes, what);
-  fallback_bytes += piece.bytes;
-  gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= piece.bytes;
-  gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += piece.bytes;
+/// Copies @p piece of @p gr, whose memory could not be page-locked, through pageable staging:
+/// its @p weight_bytes move from the pinned source to the staged one (reported in metrics,
+/// counted in @p fallback_bytes). The staged pieces stay in slot order, and the layout then
+/// needs a staging buffer.
+inline void move_to_staged(group_layout& layout, group_runtime& gr, staged_piece piece,
+                           std::uint64_t weight_bytes, std::uint64_t& fallback_bytes) {
+  fallback_bytes += weight_bytes;
+  gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= weight_bytes;
+  gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pageable_staged)] += weight_bytes;
   piece.source = transfer_source::pageable_staged;
-  gr.staged.push_back(piece);
+  const auto at = std::upper_bound(
+      gr.staged.begin(), gr.staged.end(), piece,
+      [](const staged_piece& x, const staged_piece& y) { return x.slot_offset < y.slot_offset; });
+  gr.staged.insert(at, piece);
+  layout.staging_needed = true;
 }
 
-/// @p gr's staged pieces in slot order; the layout then needs a staging buffer, if any is left.
-inline void sort_staged(group_layout& layout, group_runtime& gr) {
-  std::sort(gr.staged.begin(), gr.staged.end(), [](const staged_piece& x, const staged_piece& y) {
-    return x.slot_offset < y.slot_offset;
-  });
-  if (!gr.staged.empty()) layout.staging_needed = true;
+/// move_to_staged for an in-place piece (@p what: its memory), refused unless the options allow
+/// the fallback.
+inline void stage_unpinned(const runtime_options& o, group_layout& layout, group_runtime& gr,
+                           const staged_piece& piece, const std::string& what,
+                           std::uint64_t& fallback_bytes) {
+  check_pin_fallback(o, piece.bytes, what);
+  move_to_staged(layout, gr, piece, piece.bytes, fallback_bytes);
 }
 
-/// Host blocks of the groups to pin, and each group's offset in its block.
+/// Host blocks of the parts to pin, and each part's offset in its block.
 struct block_plan {
   std::uint64_t bytes = 0;
   std::vector<std::pair<std::size_t, std::uint64_t>> groups;  // (part index, offset)
@@ -240,15 +279,15 @@ inline constexpr std::uint64_t shared_block_group_bytes = 64 * kib;
 /// that a pinned_weight_cache entry (a range) does not keep much else alive.
 inline constexpr std::uint64_t shared_block_bytes = 2 * mib;
 
-/// Lays out the blocks of @p todo (indices into @p parts, which have packed bytes): small groups
-/// packed back to back at @p align boundaries into shared blocks, in order; the others alone.
-template <class Part>
-std::vector<block_plan> share_blocks(const std::vector<Part*>& parts,
-                                     const std::vector<std::size_t>& todo, std::uint64_t align) {
+/// Lays out the blocks of @p todo (indices into @p parts, which have bytes): small parts packed
+/// back to back at @p align boundaries into shared blocks, in order; the others alone.
+inline std::vector<block_plan> share_blocks(const std::vector<part_reads>& parts,
+                                            const std::vector<std::size_t>& todo,
+                                            std::uint64_t align) {
   std::vector<block_plan> blocks;
   std::size_t open = no_group;  // the shared block being filled (none yet)
   for (std::size_t g : todo) {
-    const std::uint64_t bytes = parts[g]->pinned_bytes;
+    const std::uint64_t bytes = parts[g].bytes;
     if (bytes > shared_block_group_bytes) {
       blocks.push_back({bytes, {{g, 0}}});
       continue;
@@ -267,32 +306,44 @@ std::vector<block_plan> share_blocks(const std::vector<Part*>& parts,
   return blocks;
 }
 
-/// Maps every one of @p blocks first (not touched: the read is the first touch of its pages),
-/// then reads into them what `pieces_of(b, block, read)` asks for with `read(info, dst)`, by
-/// pin_workers threads sharing the bytes in grains (parallel_reader), so a few large groups keep
-/// every thread busy; the thread that completes a block page-locks it while the others read on.
-/// File bytes are read with positional reads straight into the block, never through a mapping:
-/// the file's pages stay in the page cache and are not counted in the process twice
-/// (docs/transports.md). Returns the blocks.
-template <class T, class Pieces>
-std::vector<std::shared_ptr<pinned_block>> read_blocks(T& t, const std::vector<block_plan>& blocks,
-                                                       const source_files& files,
-                                                       const runtime_options& options,
-                                                       setup_meter& meter, Pieces&& pieces_of) {
+/// Reads @p todo's parts (indices into @p parts) into page-locked host blocks, which it returns.
+/// The blocks are laid out first (share_blocks) and every total planned in @p meter, then
+/// @p planned is called. Every block is mapped before any read (not touched: the read is the
+/// first touch of its pages), and placed(part, block, offset, alone) says where each part went
+/// (alone: the block is its own). pin_workers threads share the bytes in grains
+/// (parallel_reader), so a few large groups keep every thread busy; the thread that completes a
+/// block page-locks it while the others read on. File bytes are read with positional reads
+/// straight into the block, never through a mapping: the file's pages stay in the page cache and
+/// are not counted in the process twice (docs/transports.md).
+template <class T, class Placed>
+std::vector<std::shared_ptr<pinned_block>> pin_parts(
+    T& t, const std::vector<part_reads>& parts, const std::vector<std::size_t>& todo,
+    const weight_table& table, const source_files& files, const runtime_options& options,
+    setup_meter& meter, const std::function<void()>& planned, Placed&& placed) {
+  const auto blocks = share_blocks(parts, todo, options.alignment);
+  // Totals first: reports never see a total grow.
+  for (std::size_t g : todo)
+    for (const auto& r : parts[g].reads) plan_read(meter, table[r.weight]);
+  for (const auto& b : blocks)
+    meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
+  if (planned) planned();
   std::vector<read_task> tasks;
   std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
   std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
     mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
-    pieces_of(b, mapped[b], [&](const weight_info& info, std::byte* dst) {
-      read_task task;
-      task.dst = dst;
-      task.bytes = info.bytes;
-      task.batch = b;
-      set_task_source(task, info, files);
-      (task.file != nullptr ? file_bytes : host_bytes)[b] += info.bytes;
-      tasks.push_back(task);
-    });
+    for (const auto& [g, part_offset] : blocks[b].groups) {
+      placed(g, mapped[b], part_offset, blocks[b].groups.size() == 1);
+      for (const auto& r : parts[g].reads) {
+        read_task task;
+        task.dst = mapped[b]->data() + part_offset + r.offset;
+        task.bytes = table[r.weight].bytes;
+        task.batch = b;
+        set_task_source(task, table[r.weight], files);
+        (task.file != nullptr ? file_bytes : host_bytes)[b] += task.bytes;
+        tasks.push_back(task);
+      }
+    }
   }
   parallel_reader pool(reader_threads(tasks, options));
   pool.run(tasks, blocks.size(), [&](std::size_t b) {
@@ -316,10 +367,11 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
     return;
   }
   using pinning_detail::block_key;
-  using pinning_detail::for_each_packed;
-  // Every part that copies: the groups and, on a split layout, their side parts.
-  std::vector<group_runtime*> groups;
-  layout.for_each_part([&](group_runtime& gr) { groups.push_back(&gr); });
+  const auto groups = pinning_detail::parts_of(layout);
+  // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
+  enum : char { from_cache, own_block, shared_block };
+  std::vector<char> mapped_here(groups.size(), from_cache);
+  std::vector<pinning_detail::part_reads> reads(groups.size());
   std::vector<std::size_t> todo;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     auto& gr = *groups[g];
@@ -332,34 +384,17 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
         continue;
       }
     }
+    reads[g] = pinning_detail::packed_reads(gr, table, plan, options);
     todo.push_back(g);
   }
   auto ranges = in_place_page_ranges(layout, static_cast<std::uintptr_t>(host_page_size()));
-  const auto blocks = pinning_detail::share_blocks(groups, todo, options.alignment);
-  // Totals first: reports never see a total grow.
-  for (std::size_t g : todo)
-    for_each_packed(*groups[g], table, plan, options, [&](std::size_t, std::size_t w) {
-      pinning_detail::plan_read(meter, table[w]);
-    });
-  for (const auto& b : blocks)
-    meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   for (const auto& r : ranges) meter.plan(setup_phase::pinning, r.end - r.begin);
-  if (planned) planned();
-
-  // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
-  enum : char { from_cache, own_block, shared_block };
-  std::vector<char> mapped_here(groups.size(), from_cache);
-  auto mapped = pinning_detail::read_blocks(
-      t, blocks, files, options, meter, [&](std::size_t b, const auto& block, const auto& read) {
-        for (const auto& [g, offset] : blocks[b].groups) {
-          auto& gr = *groups[g];
-          gr.block = block;
-          gr.block_offset = offset;
-          mapped_here[g] = blocks[b].groups.size() == 1 ? own_block : shared_block;
-          for_each_packed(gr, table, plan, options, [&](std::size_t i, std::size_t w) {
-            if (table[w].bytes != 0) read(table[w], gr.block_data() + gr.slot_offset[i]);
-          });
-        }
+  auto mapped = pinning_detail::pin_parts(
+      t, reads, todo, table, files, options, meter, planned,
+      [&](std::size_t g, const auto& block, std::uint64_t offset, bool alone) {
+        groups[g]->block = block;
+        groups[g]->block_offset = offset;
+        mapped_here[g] = alone ? own_block : shared_block;
       });
   // Page-locked bytes: each block mapped here once, and what the cache gave.
   for (const auto& block : mapped)
@@ -386,17 +421,9 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
           format_bytes_exact(gr.pinned_bytes) + " for group '" + gr.name + "'");
     // Fallback: the packed block is staged like pageable memory (reported in metrics).
     gr.pinned_staged = true;
-    fallback_bytes_ += gr.packed_weight_bytes;
-    staged_piece piece;
-    piece.slot_offset = 0;
-    piece.bytes = gr.pinned_bytes;
-    piece.host = gr.block_data();
-    piece.source = transfer_source::pageable_staged;
-    gr.staged.insert(gr.staged.begin(), piece);
-    auto& by = gr.bytes_by_source;
-    by[static_cast<std::size_t>(transfer_source::pageable_staged)] += gr.packed_weight_bytes;
-    by[static_cast<std::size_t>(transfer_source::pinned)] -= gr.packed_weight_bytes;
-    layout.staging_needed = true;
+    pinning_detail::move_to_staged(
+        layout, gr, {.slot_offset = 0, .bytes = gr.pinned_bytes, .host = gr.block_data()},
+        gr.packed_weight_bytes, fallback_bytes_);
   }
   pin_in_place(t, layout, options, std::move(ranges), meter);
 }
@@ -416,8 +443,9 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
   }
   auto registered_at = [&](const std::byte* host) {
     const auto a = reinterpret_cast<std::uintptr_t>(host);
-    auto it = std::upper_bound(merged.begin(), merged.end(), a,
-                               [](std::uintptr_t v, const host_page_range& r) { return v < r.begin; });
+    auto it =
+        std::upper_bound(merged.begin(), merged.end(), a,
+                         [](std::uintptr_t v, const host_page_range& r) { return v < r.begin; });
     return it != merged.begin() && std::prev(it)->ok;
   };
   layout.for_each_part([&](group_runtime& gr) {
@@ -427,12 +455,11 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
         kept.push_back(piece);
         continue;
       }
-      pinning_detail::stage_unpinned(options, gr, piece,
+      pinning_detail::stage_unpinned(options, layout, gr, piece,
                                      "the engine's memory of group '" + gr.name + "' in place",
                                      fallback_bytes_);
     }
     gr.in_place.swap(kept);
-    pinning_detail::sort_staged(layout, gr);
   });
 }
 
@@ -443,63 +470,42 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
   auto& store = *options.weight_store;
   const auto one_setup = store.setup_lock();  // a weight two devices lack is read once
   const auto keys = pinning_detail::store_keys(table, options);
-  std::vector<group_runtime*> parts;
-  layout.for_each_part([&](group_runtime& gr) { parts.push_back(&gr); });
+  const auto parts = pinning_detail::parts_of(layout);
   // Per part: the weight of each in-place piece (the layout's order) and its store entry; the
   // missing weights of a part laid out back to back at the slot's alignment, so a device that
   // streams the whole group finds its slot's layout in the store (one copy, merged below).
-  struct missing_part {
-    std::uint64_t pinned_bytes = 0;
-    std::vector<std::pair<std::size_t, std::uint64_t>> pieces;  // (piece index, offset)
-  };
-  std::vector<std::vector<std::size_t>> piece_weight(parts.size());
-  std::vector<std::vector<shared_weight_store::entry>> entries(parts.size());
-  std::vector<missing_part> missing(parts.size());
-  std::vector<missing_part*> missing_of(parts.size());
+  std::vector<std::vector<pinning_detail::store_piece>> held_of(parts.size());
+  std::vector<pinning_detail::part_reads> missing(parts.size());
   std::vector<std::size_t> todo;
   for (std::size_t g = 0; g < parts.size(); ++g) {
     const auto& gr = *parts[g];
-    missing_of[g] = &missing[g];
+    auto& held = held_of[g];
     for (std::size_t i = 0; i < gr.weights.size(); ++i) {
       const std::size_t w = gr.weights[i];
-      if (gr.slot_offset[i] == not_streamed || plan.decisions[w].where != placement::pinned_host ||
-          table[w].bytes == 0)
-        continue;
-      const std::size_t k = piece_weight[g].size();
-      piece_weight[g].push_back(w);
-      entries[g].push_back(store.find(keys[w]));
-      if (entries[g].back().block) continue;
+      if (!pinning_detail::pinned_here(gr, i, plan) || table[w].bytes == 0) continue;
+      held.push_back({w, store.find(keys[w])});
+      if (held.back().entry.block) continue;
       auto& m = missing[g];
-      const std::uint64_t offset = round_up(m.pinned_bytes, options.alignment);
-      m.pieces.emplace_back(k, offset);
-      m.pinned_bytes = offset + table[w].bytes;
+      const std::uint64_t offset = round_up(m.bytes, options.alignment);
+      m.reads.push_back({w, offset, held.size() - 1});
+      m.bytes = offset + table[w].bytes;
     }
-    DDO_EXPECTS(piece_weight[g].size() == gr.in_place.size(),
+    DDO_EXPECTS(held.size() == gr.in_place.size(),
                 "offloader setup: group '" + gr.name + "' has " +
                     std::to_string(gr.in_place.size()) +
                     " pieces to copy from the shared weight store but " +
-                    std::to_string(piece_weight[g].size()) + " pinned weights");
-    if (!missing[g].pieces.empty()) todo.push_back(g);
+                    std::to_string(held.size()) + " pinned weights");
+    if (!missing[g].reads.empty()) todo.push_back(g);
   }
-  const auto blocks = pinning_detail::share_blocks(missing_of, todo, options.alignment);
-  for (std::size_t g : todo)
-    for (const auto& piece : missing[g].pieces)
-      pinning_detail::plan_read(meter, table[piece_weight[g][piece.first]]);
-  for (const auto& b : blocks)
-    meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   // Mapped, read by the pool, page-locked as each block completes (as pin() does).
-  pinning_detail::read_blocks(
-      t, blocks, files, options, meter, [&](std::size_t b, const auto& block, const auto& read) {
-        for (const auto& [g, part_offset] : blocks[b].groups)
-          for (const auto& [k, offset] : missing[g].pieces) {
-            entries[g][k] = {block, part_offset + offset};
-            read(table[piece_weight[g][k]], block->data() + part_offset + offset);
-          }
-      });
+  pinning_detail::pin_parts(t, missing, todo, table, files, options, meter, {},
+                            [&](std::size_t g, const auto& block, std::uint64_t offset, bool) {
+                              for (const auto& r : missing[g].reads)
+                                held_of[g][r.piece].entry = {block, offset + r.offset};
+                            });
   // Stored only once every block is read: a failed read leaves the store as it was.
   for (std::size_t g : todo)
-    for (const auto& [k, offset] : missing[g].pieces)
-      store.insert(keys[piece_weight[g][k]], entries[g][k]);
+    for (const auto& r : missing[g].reads) store.insert(keys[r.weight], held_of[g][r.piece].entry);
 
   // The pieces: the store's addresses; adjacent ones of one block that lie in the slot as in the
   // store merged into one copy; refused registrations staged (or refused, without fallback).
@@ -510,28 +516,25 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
     const pinned_block* kept_block = nullptr;
     for (std::size_t k = 0; k < gr.in_place.size(); ++k) {
       auto piece = gr.in_place[k];
-      const auto& e = entries[g][k];
+      const auto& e = held_of[g][k].entry;
       piece.host = e.data();
       if (!e.block->registered()) {
         pinning_detail::stage_unpinned(
-            options, gr, piece,
-            "the shared weight store's copy of '" + table[piece_weight[g][k]].name + "'",
+            options, layout, gr, piece,
+            "the shared weight store's copy of '" + table[held_of[g][k].weight].name + "'",
             fallback_bytes_);
         continue;
       }
       used.push_back(&e.block->mapping());
-      if (!kept.empty() && kept_block == e.block.get()) {
-        auto& last = kept.back();
-        if (last.host + (piece.slot_offset - last.slot_offset) == piece.host) {
-          last.bytes = piece.slot_offset + piece.bytes - last.slot_offset;
-          continue;
-        }
+      auto* last = kept.empty() || kept_block != e.block.get() ? nullptr : &kept.back();
+      if (last != nullptr && last->host + (piece.slot_offset - last->slot_offset) == piece.host) {
+        last->bytes = piece.slot_offset + piece.bytes - last->slot_offset;
+      } else {
+        kept.push_back(piece);
+        kept_block = e.block.get();
       }
-      kept.push_back(piece);
-      kept_block = e.block.get();
     }
     gr.in_place.swap(kept);
-    pinning_detail::sort_staged(layout, gr);
   }
   // Page-locked bytes this offloader copies from: each store block it uses, once.
   std::sort(used.begin(), used.end());
