@@ -56,13 +56,12 @@ struct plan_context {
 /// then the machine records that value instead.
 /// @return true when the stated RAM was taken, false when the explicit setting won.
 bool state_available_ram(machine_capacity& machine, std::uint64_t stated_bytes,
-                                       const dynamic_offload_config& config,
-                                       const config_provenance& provenance);
+                         const dynamic_offload_config& config, const config_provenance& provenance);
 
 /// @brief Budget candidates made of whole modules: the weights for which @p take(i) holds, in
 /// execution order, grouped by module (a module's tensors win or lose together).
 struct module_candidates {
-  std::vector<selection_candidate> candidates;  ///< bytes per module, in execution order
+  std::vector<selection_candidate> candidates;    ///< bytes per module, in execution order
   std::vector<std::vector<std::size_t>> members;  ///< per candidate: its weight indices
 };
 
@@ -90,7 +89,7 @@ struct residency_result {
   std::vector<std::string> reason;  ///< per weight: the rule or selector that decided
   std::uint64_t budget_bytes = 0;   ///< the resident module budget
   resident_budget_source budget_source = resident_budget_source::none;  ///< the rule that decided
-  std::string budget_detail;        ///< how the budget was computed, for the summary
+  std::string budget_detail;  ///< how the budget was computed, for the summary
   /// The selection that picked the winners ("first", "spread", "largest", "custom"); empty:
   /// the config's `resident_module_selection`.
   std::string selection;
@@ -120,6 +119,26 @@ struct pin_result {
   std::string selection;
 };
 
+/// @brief The context planning runs in: @p groups of @p table (in execution order) with each
+/// weight's group, the weights in execution order and each one's position in that order.
+/// @p patterns: the config's patterns compiled once (nullptr: a planner compiles its own).
+[[nodiscard]] inline plan_context make_plan_context(const weight_table& table,
+                                                    const dynamic_offload_config& config,
+                                                    const machine_capacity& machine,
+                                                    std::span<const execution_group> groups,
+                                                    const plan_patterns* patterns = nullptr) {
+  plan_context context{table, config, machine, groups, group_of_weights(table, groups),
+                       {},    {},     patterns};
+  context.position.assign(table.size(), 0);
+  context.execution_order.reserve(table.size());
+  for (const auto& g : groups)
+    for (std::size_t i : g.weights) {
+      context.position[i] = context.execution_order.size();
+      context.execution_order.push_back(i);
+    }
+  return context;
+}
+
 inline std::uint64_t plan_context::available_ram_bytes() const noexcept {
   if (machine.available_ram_stated) return machine.available_ram_bytes;
   return config.available_system_ram_gb > 0.0 ? gib_to_bytes(config.available_system_ram_gb)
@@ -129,8 +148,8 @@ inline std::uint64_t plan_context::available_ram_bytes() const noexcept {
 inline bool state_available_ram(machine_capacity& machine, std::uint64_t stated_bytes,
                                 const dynamic_offload_config& config,
                                 const config_provenance& provenance) {
-  const bool explicit_ram = provenance.given(field_id::available_system_ram_gb) &&
-                            config.available_system_ram_gb > 0.0;
+  const bool explicit_ram =
+      provenance.given(field_id::available_system_ram_gb) && config.available_system_ram_gb > 0.0;
   machine.available_ram_bytes =
       explicit_ram ? gib_to_bytes(config.available_system_ram_gb) : stated_bytes;
   machine.available_ram_stated = true;

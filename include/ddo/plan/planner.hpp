@@ -88,6 +88,34 @@ inline void check_planning_config(const dynamic_offload_config& c) {
     throw config_error(origin::config, "pin_weight_budget_ratio", "pin_weight_budget_ratio is NaN");
 }
 
+/// Checks @p plan against @p machine: each group's streamed bytes fit the transport's slot or
+/// staging, and the resident bytes fit the free device memory (0: unknown, not checked).
+/// @throws out_of_memory naming the tier, the group or the budget, and what to change.
+inline void check_plan_fits(const offload_plan& plan, const machine_capacity& machine) {
+  const plan_budgets& b = plan.budgets;
+  if (machine.max_group_bytes != 0)
+    for (const auto& g : plan.groups)
+      if (g.streamed_bytes() > machine.max_group_bytes)
+        throw out_of_memory(
+            memory_tier::transport_slot, g.streamed_bytes(), machine.max_group_bytes,
+            "execution group '" + g.name + "' streams " + std::to_string(g.streamed_bytes()) +
+                " bytes (" + format_bytes(g.streamed_bytes()) +
+                ") but the transport's slot/staging holds " +
+                std::to_string(machine.max_group_bytes) + " bytes (" +
+                format_bytes(machine.max_group_bytes) + ")" +
+                (b.max_group_detail.empty() ? std::string() : " (" + b.max_group_detail + ")") +
+                "; enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
+  const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
+  if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
+    throw out_of_memory(
+        memory_tier::device, resident, machine.free_vram_bytes,
+        "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
+            format_bytes(machine.free_vram_bytes) + " is free for it (" + b.rule_resident_detail +
+            "; resident budget " + format_bytes(b.resident_budget_bytes) + ", " +
+            std::string(to_string(b.resident_source)) + ": " + b.resident_budget_detail +
+            "); lower resident_module_budget_gb");
+}
+
 /// make_plan with the config's patterns compiled once (see plan/plan_patterns.hpp).
 template <class Planner, class PinSelector>
 offload_plan make_plan_compiled(const weight_table& table, std::vector<execution_group> groups,
@@ -136,25 +164,17 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   detail::check_planning_config(config);
   groups = validate_execution_groups(table, std::move(groups));
 
-  plan_context context{table, config, machine, groups, {}, {}, {}, &patterns};
-  context.group_of = group_of_weights(table, groups);
-  context.position.assign(table.size(), 0);
-  for (const auto& g : groups)
-    for (std::size_t i : g.weights) {
-      context.position[i] = context.execution_order.size();
-      context.execution_order.push_back(i);
-    }
-
+  const plan_context context = make_plan_context(table, config, machine, groups, &patterns);
+  const auto check_entries = [&](const char* policy, std::size_t entries, std::size_t reasons) {
+    DDO_EXPECTS(entries == table.size() && reasons == table.size(),
+                "make_plan: the " + std::string(policy) + " returned entries for " +
+                    std::to_string(entries) + " weights, the table has " +
+                    std::to_string(table.size()));
+  };
   const residency_result residency = planner.plan_residency(context);
-  DDO_EXPECTS(residency.resident.size() == table.size() && residency.reason.size() == table.size(),
-              "make_plan: the residency planner returned entries for " +
-                  std::to_string(residency.resident.size()) + " weights, the table has " +
-                  std::to_string(table.size()));
+  check_entries("residency planner", residency.resident.size(), residency.reason.size());
   const pin_result pins = pin_selector_policy.select_pinned(context, residency);
-  DDO_EXPECTS(pins.where.size() == table.size() && pins.reason.size() == table.size(),
-              "make_plan: the pin selector returned entries for " +
-                  std::to_string(pins.where.size()) + " weights, the table has " +
-                  std::to_string(table.size()));
+  check_entries("pin selector", pins.where.size(), pins.reason.size());
 
   offload_plan plan;
   plan.decisions.resize(table.size());
@@ -195,31 +215,11 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
                              ? residency.selection
                              : std::string(selection_name(config.resident_module_selection));
   b.planner_detail = residency.planner_detail;
-  b.pin_selection = !pins.selection.empty() ? pins.selection
-                                            : std::string(selection_name(config.pin_weight_selection));
+  b.pin_selection = !pins.selection.empty()
+                        ? pins.selection
+                        : std::string(selection_name(config.pin_weight_selection));
 
-  // Checks against the machine.
-  if (machine.max_group_bytes != 0)
-    for (const auto& g : plan.groups)
-      if (g.streamed_bytes() > machine.max_group_bytes)
-        throw out_of_memory(
-            memory_tier::transport_slot, g.streamed_bytes(), machine.max_group_bytes,
-            "execution group '" + g.name + "' streams " + std::to_string(g.streamed_bytes()) +
-                " bytes (" + format_bytes(g.streamed_bytes()) +
-                ") but the transport's slot/staging holds " +
-                std::to_string(machine.max_group_bytes) + " bytes (" +
-                format_bytes(machine.max_group_bytes) + ")" +
-                (b.max_group_detail.empty() ? std::string() : " (" + b.max_group_detail + ")") +
-                "; enlarge the slots/staging (e.g. vmm_staging_buffer_gb), or split the group");
-  const std::uint64_t resident = plan.total_bytes(placement::gpu_resident);
-  if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
-    throw out_of_memory(
-        memory_tier::device, resident, machine.free_vram_bytes,
-        "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
-            format_bytes(machine.free_vram_bytes) + " is free for it (" + b.rule_resident_detail +
-            "; resident budget " + format_bytes(b.resident_budget_bytes) + ", " +
-            std::string(to_string(b.resident_source)) + ": " + b.resident_budget_detail +
-            "); lower resident_module_budget_gb");
+  detail::check_plan_fits(plan, machine);
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
   DDO_EXPECTS(pinned <= b.pin_budget_bytes,
               "make_plan: the pin selector pinned " + std::to_string(pinned) +

@@ -127,15 +127,15 @@ using offloader_inputs = setup_options;
 
 /// @brief The machine as the plan sees it, and how it was derived.
 struct setup_machine {
-  machine_capacity capacity;       ///< what make_plan gets
-  device_memory_info device;       ///< free/total as the transport reported it (0: unknown),
-                                   ///< capped by runtime_options::device_budget_bytes
-  std::uint64_t slot_bytes = 0;    ///< one ring slot: the largest group, aligned
-  std::size_t slots = 0;           ///< slots the plan leaves room for
-  std::uint64_t ring_bytes = 0;    ///< ring_bytes_for(slot_bytes, slots)
+  machine_capacity capacity;     ///< what make_plan gets
+  device_memory_info device;     ///< free/total as the transport reported it (0: unknown),
+                                 ///< capped by runtime_options::device_budget_bytes
+  std::uint64_t slot_bytes = 0;  ///< one ring slot: the largest group, aligned
+  std::size_t slots = 0;         ///< slots the plan leaves room for
+  std::uint64_t ring_bytes = 0;  ///< ring_bytes_for(slot_bytes, slots)
   std::uint64_t engine_reserve_bytes = 0;   ///< setup_options::reserve_device_bytes
   std::uint64_t runtime_reserve_bytes = 0;  ///< runtime_device_reserve_bytes (0 when unknown)
-  std::string ram_source;    ///< "stated by the engine", "probed", "available_system_ram_gb (...)"
+  std::string ram_source;  ///< "stated by the engine", "probed", "available_system_ram_gb (...)"
   /// Of capacity.available_ram_bytes, the bytes credited back for this table's weights a shared
   /// weight store holds already (probed RAM only): after planning, only those the plan pins.
   std::uint64_t store_credit_bytes = 0;
@@ -147,9 +147,9 @@ struct offload_setup {
   offload_plan plan;
   runtime_options runtime;
   setup_machine machine;
-  resolved_component component;     ///< the route executed (never auto_select)
-  std::vector<std::string> notes;    ///< decisions a user should know
-  bool plan_from_cache = false;      ///< the plan came from setup_options::plans
+  resolved_component component;    ///< the route executed (never auto_select)
+  std::vector<std::string> notes;  ///< decisions a user should know
+  bool plan_from_cache = false;    ///< the plan came from setup_options::plans
 };
 
 namespace detail {
@@ -230,9 +230,7 @@ inline void note_missing_caches(const dynamic_offload_settings& settings,
                                                          std::span<const execution_group> groups,
                                                          const dynamic_offload_config& config) {
   const machine_capacity unknown;
-  plan_context context{table, config, unknown, groups, group_of_weights(table, groups),
-                       {},    {},     nullptr};
-  const rule_residency rules = residency_rules(context);
+  const rule_residency rules = residency_rules(make_plan_context(table, config, unknown, groups));
   std::vector<char> kept(table.size(), 0);
   for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rules.kept(w) ? 1 : 0;
   return kept;
@@ -294,9 +292,7 @@ void size_window(Transport& transport, machine_capacity& c, const weight_table& 
   auto largest =
       largest_group(table, groups, [&](std::size_t w) { return kept.empty() || !kept[w]; });
   if (ring) {
-    const plan_context context{table, config, c,      groups, group_of_weights(table, groups),
-                               {},    {},     nullptr};
-    const rule_residency rules = residency_rules(context);
+    const rule_residency rules = residency_rules(make_plan_context(table, config, c, groups));
     auto may_stream = largest_group(table, groups, [&](std::size_t w) {
       return rules.rule[w] == residency_rule::managed ||
              rules.rule[w] == residency_rule::builtin_pattern;
@@ -613,14 +609,16 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   detail::check_transport_settings(settings, transport, r.notes);
   if (!transport_with_stable_addresses<Transport> &&
       settings.config.execution_mode == exec_mode::vmm_runtime)
-    r.notes.push_back("execution_mode vmm_runtime (" + std::string(vmm_route_name(settings.config)) +
-                      "): this engine fixed the " + std::string(transport.name()) +
+    r.notes.push_back("execution_mode vmm_runtime (" +
+                      std::string(vmm_route_name(settings.config)) + "): this engine fixed the " +
+                      std::string(transport.name()) +
                       " transport (no stable addresses), which streams instead (executed: the " +
                       "linear route); the VMM transport runs where ddo chooses it "
                       "(ddo::with_offload_backend, ddo-run)");
 
-  auto groups = options.groups ? *options.groups
-                               : infer_execution_groups(table, settings.config.resident_module_patterns);
+  auto groups = options.groups
+                    ? *options.groups
+                    : infer_execution_groups(table, settings.config.resident_module_patterns);
   r.runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
   detail::note_missing_caches(settings, options, r.notes);
   // show_profile: the offloader writes its profile summary through the setup log when it is
@@ -650,11 +648,13 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
     case component_route::diffusers_group_offload: {
       const auto g = group_offload_options_from(component);
       if (!g.record_stream)
-        r.notes.push_back("offload_record_stream=false: ddo's release events always keep "
-                          "weights alive for the compute stream; nothing to turn off");
+        r.notes.push_back(
+            "offload_record_stream=false: ddo's release events always keep "
+            "weights alive for the compute stream; nothing to turn off");
       r.runtime = group_offload_runtime_options(g, r.runtime);
       r.machine = machine_for(transport, table, groups, settings, r.runtime, options);
-      r.plan = make_group_offload_plan(table, std::move(groups), g, settings.effective_pin_cpu_memory);
+      r.plan =
+          make_group_offload_plan(table, std::move(groups), g, settings.effective_pin_cpu_memory);
       break;
     }
     default: {
@@ -694,8 +694,11 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   // (runtime/stable_address_route.hpp).
   if constexpr (transport_with_stable_addresses<Transport>)
     if (component.route != component_route::none) {
-      window_room room{r.machine.capacity.free_vram_bytes, r.machine.slot_bytes, r.machine.ring_bytes};
-      if constexpr (requires { { transport.staging_buffer_bytes() } -> std::same_as<std::uint64_t>; })
+      window_room room{r.machine.capacity.free_vram_bytes, r.machine.slot_bytes,
+                       r.machine.ring_bytes};
+      if constexpr (requires {
+                      { transport.staging_buffer_bytes() } -> std::same_as<std::uint64_t>;
+                    })
         room.staging_bytes = transport.staging_buffer_bytes();
       configure_stable_address_route(r.runtime, r.notes, r.plan, table, settings, room);
     }
