@@ -180,9 +180,7 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   plan.decisions.resize(table.size());
   plan.groups.reserve(groups.size());
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    plan_group pg;
-    pg.name = groups[g].name;
-    pg.weights = groups[g].weights;
+    plan_group pg{groups[g].name, groups[g].weights};
     for (std::size_t i : pg.weights) {
       placement where = pins.where[i];
       DDO_EXPECTS((where == placement::gpu_resident) == (residency.resident[i] != 0),

@@ -607,15 +607,6 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   DDO_EXPECTS(component.route != component_route::auto_select,
               "setup_offload: the component's route must be resolved (component_for)");
   detail::check_transport_settings(settings, transport, r.notes);
-  if (!transport_with_stable_addresses<Transport> &&
-      settings.config.execution_mode == exec_mode::vmm_runtime)
-    r.notes.push_back("execution_mode vmm_runtime (" +
-                      std::string(vmm_route_name(settings.config)) + "): this engine fixed the " +
-                      std::string(transport.name()) +
-                      " transport (no stable addresses), which streams instead (executed: the " +
-                      "linear route); the VMM transport runs where ddo chooses it "
-                      "(ddo::with_offload_backend, ddo-run)");
-
   auto groups = options.groups
                     ? *options.groups
                     : infer_execution_groups(table, settings.config.resident_module_patterns);

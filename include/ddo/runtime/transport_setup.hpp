@@ -162,7 +162,8 @@ template <class Transport>
 
 namespace detail {
 
-/// Refuses a `backend` or `execution_device` the engine's transport cannot honour.
+/// Refuses a `backend` or `execution_device` the engine's transport cannot honour; notes in
+/// @p notes where it streams instead of what the settings ask.
 template <class Transport>
 void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
                               std::vector<std::string>& notes) {
@@ -197,6 +198,13 @@ void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
               "; construct the transport for that device or let ddo make it");
     }
   }
+  if (!transport_with_stable_addresses<Transport> &&
+      s.config.execution_mode == exec_mode::vmm_runtime)
+    notes.push_back("execution_mode vmm_runtime (" + std::string(vmm_route_name(s.config)) +
+                    "): this engine fixed the " + std::string(have) +
+                    " transport (no stable addresses), which streams instead (executed: the " +
+                    "linear route); the VMM transport runs where ddo chooses it "
+                    "(ddo::with_offload_backend, ddo-run)");
 }
 
 }  // namespace detail
