@@ -239,6 +239,27 @@ TEST_SUITE("runtime") {
     CHECK_THROWS_AS((void)ddo::resolve_settings(options.inputs), ddo::config_error);
   }
 
+  TEST_CASE("vmm_runtime on an engine's transport without stable addresses streams, with a note") {
+    const blocks_model m(std::random_device{}());
+    ddo::host_sim_transport sim({.device_capacity_bytes = 256 * ddo::mib});
+    auto options = quiet();
+    options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
+    options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.5);
+    options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0625);
+    const auto settings = ddo::resolve_settings(options.inputs);
+    const auto setup = ddo::setup_offload(
+        m.table, settings, ddo::component_for(settings, options.inputs), options, sim);
+    const auto noted = [&](const std::string& text) {
+      for (const auto& note : setup.notes)
+        if (note.find(text) != std::string::npos) return true;
+      return false;
+    };
+    CHECK(noted("no such transport here; the engine's host_sim transport streams instead"));
+    CHECK(noted("): this engine fixed the host_sim transport (no stable addresses), which "
+                "streams instead (executed: the linear route)"));
+    CHECK(setup.runtime.route == ddo::executed_route::dynamic_offload);
+  }
+
   TEST_CASE("route none is refused at planning time when the device cannot hold the model") {
     const blocks_model m(std::random_device{}());
     ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib + m.table.total_bytes() / 2});

@@ -591,6 +591,43 @@ void plan_streaming(offload_setup& r, const weight_table& table,
   }
 }
 
+/// The dynamic_offload route's machine and plan (setup_offload), through the plan cache when
+/// the engine gave one. The shared weight store's credit to the probed RAM (machine_for) is every
+/// byte of this table it holds; a plan that pins other weights would count those bytes as free
+/// RAM. So while the plan pins fewer of them than it was credited, it is made again with the
+/// credit cut to those it pins: each round credits less, and the third credits nothing (always
+/// right: then the plan's new pinned bytes fit the RAM probed).
+template <class Planner, class PinSelector, class Transport>
+void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_table& table,
+                          const std::vector<execution_group>& groups,
+                          const dynamic_offload_settings& settings, const setup_options& options,
+                          const Planner& planner, const PinSelector& pins) {
+  r.runtime.route = executed_route::dynamic_offload;
+  // The machine carries the RAM the plan uses (explicit field, stated, or probed): resolution's
+  // detected value in the config must not override a stated one.
+  dynamic_offload_config config = settings.config;
+  config.available_system_ram_gb = 0.0;
+  const bool cached = settings.config.cache_plan && options.plans != nullptr;
+  std::string key;
+  std::optional<std::uint64_t> credit_cap;
+  auto machine = [&](std::span<const char> kept) {
+    auto m = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
+    if (credit_cap) cap_store_credit(m, *credit_cap);
+    return m;
+  };
+  for (int round = 0;; ++round) {
+    r.plan_from_cache = false;
+    plan_streaming(r, table, groups, settings.config, config, options, planner, pins, machine,
+                   cached, key);
+    if (r.machine.store_credit_bytes == 0) break;
+    const std::uint64_t taken =
+        pinning_detail::store_bytes_held(*r.runtime.weight_store, table, r.runtime, &r.plan);
+    if (taken >= r.machine.store_credit_bytes) break;
+    credit_cap = round < 1 ? taken : 0;
+  }
+  if (cached && !r.plan_from_cache) options.plans->insert(std::move(key), r.plan);
+}
+
 }  // namespace detail
 
 template <class Planner = default_offload_planner, class PinSelector = default_pin_selector,
@@ -648,38 +685,9 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
           make_group_offload_plan(table, std::move(groups), g, settings.effective_pin_cpu_memory);
       break;
     }
-    default: {
-      r.runtime.route = executed_route::dynamic_offload;
-      // The machine carries the RAM the plan uses (explicit field, stated, or probed):
-      // resolution's detected value in the config must not override a stated one.
-      dynamic_offload_config config = settings.config;
-      config.available_system_ram_gb = 0.0;
-      const bool cached = settings.config.cache_plan && options.plans != nullptr;
-      std::string key;
-      // The shared weight store's credit to the probed RAM (machine_for) is every byte of this
-      // table it holds; a plan that pins other weights would count those bytes as free RAM. So
-      // while the plan pins fewer of them than it was credited, it is made again with the credit
-      // cut to those it pins: each round credits less, and the third credits nothing (always
-      // right: then the plan's new pinned bytes fit the RAM probed).
-      std::optional<std::uint64_t> credit_cap;
-      auto machine = [&](std::span<const char> kept) {
-        auto m = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
-        if (credit_cap) detail::cap_store_credit(m, *credit_cap);
-        return m;
-      };
-      for (int round = 0;; ++round) {
-        r.plan_from_cache = false;
-        detail::plan_streaming(r, table, groups, settings.config, config, options, planner, pins,
-                               machine, cached, key);
-        if (r.machine.store_credit_bytes == 0) break;
-        const std::uint64_t taken = detail::pinning_detail::store_bytes_held(
-            *r.runtime.weight_store, table, r.runtime, &r.plan);
-        if (taken >= r.machine.store_credit_bytes) break;
-        credit_cap = round < 1 ? taken : 0;
-      }
-      if (cached && !r.plan_from_cache) options.plans->insert(std::move(key), r.plan);
+    default:
+      detail::plan_dynamic_offload(r, transport, table, groups, settings, options, planner, pins);
       break;
-    }
   }
   // A stable-address (VMM) transport's route: its window's slots, staging and route name
   // (runtime/stable_address_route.hpp).
