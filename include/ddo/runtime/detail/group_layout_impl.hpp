@@ -4,6 +4,7 @@
 /// @brief Definitions of group_layout.hpp (not API).
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <variant>
 
@@ -34,14 +35,41 @@ DDO_INLINE std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
 
 namespace layout_detail {
 
-DDO_INLINE void check_source(const weight_table& table, const offload_plan& plan, std::size_t w) {
+/// Weight @p w's source and placement: a host source has bytes, a 'file' placement a file, and a
+/// weight that is not resident a group (@p group_of) to stream with.
+DDO_INLINE void check_weight(const weight_table& table, const offload_plan& plan,
+                             const std::vector<std::size_t>& group_of, std::size_t w) {
   const auto& info = table[w];
+  const auto where = plan.decisions[w].where;
   if (const auto* h = std::get_if<host_source>(&info.source))
     DDO_EXPECTS(h->data != nullptr || info.bytes == 0,
                 "offloader: weight '" + info.name + "' has a null host pointer");
-  if (plan.decisions[w].where == placement::file)
-    DDO_EXPECTS(std::holds_alternative<file_source>(info.source),
-                "offloader: weight '" + info.name + "' is placed 'file' but its source is host memory");
+  if (where == placement::file)
+    DDO_EXPECTS(
+        std::holds_alternative<file_source>(info.source),
+        "offloader: weight '" + info.name + "' is placed 'file' but its source is host memory");
+  DDO_EXPECTS(where == placement::gpu_resident || group_of[w] != no_group,
+              "offloader: weight '" + info.name + "' is placed " + std::string(to_string(where)) +
+                  " but belongs to no group, so it would never reach the device");
+}
+
+/// The plan, and the options' sizes, the layout is made from.
+DDO_INLINE void check_inputs(const weight_table& table, const offload_plan& plan,
+                             const runtime_options& options) {
+  DDO_EXPECTS(plan.decisions.size() == table.size(),
+              "offloader: the plan has " + std::to_string(plan.decisions.size()) +
+                  " decisions but the weight table has " + std::to_string(table.size()) +
+                  " weights; make the plan from this table");
+  const std::uint64_t align = options.alignment;
+  DDO_EXPECTS(align != 0 && (align & (align - 1)) == 0,
+              "runtime_options::alignment must be a power of two, got " + std::to_string(align));
+  DDO_EXPECTS(options.staging_buffer_bytes >= 4096,
+              "runtime_options::staging_buffer_bytes must be at least 4096, got " +
+                  std::to_string(options.staging_buffer_bytes));
+  DDO_EXPECTS(options.vmm_covered.empty() || options.vmm_covered.size() == table.size(),
+              "runtime_options::vmm_covered has " + std::to_string(options.vmm_covered.size()) +
+                  " entries but the weight table has " + std::to_string(table.size()) +
+                  " weights; leave it empty or give one per weight");
 }
 
 /// One group's slot: pass 0 packed pinned weights, 1 pinned in place, 2 staged weights; only
@@ -102,20 +130,8 @@ void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_pl
 
 DDO_INLINE group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
                                           runtime_options& options, bool split_uncovered) {
-  DDO_EXPECTS(plan.decisions.size() == table.size(),
-              "offloader: the plan has " + std::to_string(plan.decisions.size()) +
-                  " decisions but the weight table has " + std::to_string(table.size()) +
-                  " weights; make the plan from this table");
+  layout_detail::check_inputs(table, plan, options);
   const std::uint64_t align = options.alignment;
-  DDO_EXPECTS(align != 0 && (align & (align - 1)) == 0,
-              "runtime_options::alignment must be a power of two, got " + std::to_string(align));
-  DDO_EXPECTS(options.staging_buffer_bytes >= 4096,
-              "runtime_options::staging_buffer_bytes must be at least 4096, got " +
-                  std::to_string(options.staging_buffer_bytes));
-  DDO_EXPECTS(options.vmm_covered.empty() || options.vmm_covered.size() == table.size(),
-              "runtime_options::vmm_covered has " + std::to_string(options.vmm_covered.size()) +
-                  " entries but the weight table has " + std::to_string(table.size()) +
-                  " weights; leave it empty or give one per weight");
   group_layout l;
   l.group_of.assign(table.size(), no_group);
   l.groups.resize(plan.groups.size());
@@ -137,7 +153,7 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   // By name: 8 bytes a group (a hash map of the names cost about 70; issue 30 counts 200,000
   // groups). Stable, so the first of two groups with one name is found, as before.
   l.by_name.resize(l.groups.size());
-  for (std::size_t g = 0; g < l.by_name.size(); ++g) l.by_name[g] = g;
+  std::iota(l.by_name.begin(), l.by_name.end(), std::size_t{0});
   std::stable_sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
     return l.groups[a].name < l.groups[b].name;
   });
@@ -148,18 +164,12 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   std::uint64_t cursor = 0;
   for (std::size_t w = 0; w < table.size(); ++w) {
     const auto& info = table[w];
-    layout_detail::check_source(table, plan, w);
+    layout_detail::check_weight(table, plan, l.group_of, w);
     if (const auto* f = std::get_if<file_source>(&info.source)) l.file_used[f->file_index] = 1;
-    if (plan.decisions[w].where == placement::gpu_resident) {
-      l.resident_offset[w] = cursor;
-      l.resident_weight_bytes += info.bytes;
-      cursor = round_up(cursor + std::max<std::uint64_t>(info.bytes, 1), align);
-    } else {
-      DDO_EXPECTS(l.group_of[w] != no_group,
-                  "offloader: weight '" + info.name + "' is placed " +
-                      std::string(to_string(plan.decisions[w].where)) +
-                      " but belongs to no group, so it would never reach the device");
-    }
+    if (plan.decisions[w].where != placement::gpu_resident) continue;
+    l.resident_offset[w] = cursor;
+    l.resident_weight_bytes += info.bytes;
+    cursor = round_up(cursor + std::max<std::uint64_t>(info.bytes, 1), align);
   }
   l.resident_bytes = cursor;
   const auto covered = [&](std::size_t w) {
@@ -173,15 +183,14 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
       group_runtime side;
       side.name = gr.name + " (side)";
       side.weights = gr.weights;
-      layout_detail::lay_out_slot(side, table, plan, options, [&](std::size_t w) { return !covered(w); });
+      layout_detail::lay_out_slot(side, table, plan, options,
+                                  [&](std::size_t w) { return !covered(w); });
       if (side.slot_bytes > 0) {
-        if (side.has_staged_part()) l.staging_needed = true;
         gr.side = l.side_parts.size();
         l.side_slot_bytes = std::max(l.side_slot_bytes, side.slot_bytes);
         l.side_parts.push_back(std::move(side));
       }
     }
-    if (gr.has_staged_part()) l.staging_needed = true;
     l.slot_bytes = std::max(l.slot_bytes, gr.slot_bytes);
     if (gr.streamed()) {
       l.streamed_order.push_back(g);
@@ -189,7 +198,8 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
     }
   }
   // Resident uploads go through the staging buffers too.
-  if (l.resident_bytes > 0) l.staging_needed = true;
+  l.staging_needed = l.resident_bytes > 0;
+  l.for_each_part([&](const group_runtime& gr) { l.staging_needed |= gr.has_staged_part(); });
   l.slot_count = std::min(options.slot_count, l.streamed_order.size());
   DDO_EXPECTS(l.streamed_order.empty() || l.slot_count >= 1,
               "runtime_options::slot_count must be at least 1 when groups are streamed");

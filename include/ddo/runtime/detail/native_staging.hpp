@@ -110,6 +110,13 @@ class native_stager {
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
   static constexpr std::uint64_t not_retained = static_cast<std::uint64_t>(-1);
 
+  /// Sizes the ring from @p o: the windows (as many as vmm_staging_buffer_gb holds, at least 2,
+  /// within the cap) and their chunks.
+  /// @throws config_error (window count, registered segments).
+  void size_windows(const native_vmm_options& o);
+  /// A host mapping of @p n bytes, registered whole (register_range).
+  /// @throws out_of_memory(registered_host) naming @p what, with @p advice, when it is refused.
+  host_buffer registered_buffer(std::uint64_t n, const std::string& what, const char* advice);
   /// Registers [p, p + n) through the transport and remembers it for release().
   bool register_range(std::byte* p, std::uint64_t n) {
     if (!t_->register_host(p, n)) return false;
@@ -147,70 +154,82 @@ class native_stager {
 };
 
 template <class T>
+void native_stager<T>::size_windows(const native_vmm_options& o) {
+  const auto allowed = static_cast<std::size_t>(o.staging_total_bytes / o.window_bytes);
+  if (allowed < 2)
+    throw config_error(origin::transport, "vmm_staging_buffer_gb",
+                       "vmm_staging_buffer_gb is the native route's TOTAL host staging (" +
+                           std::to_string(o.staging_total_bytes) +
+                           " bytes), cut into whole windows of " + std::to_string(o.window_bytes) +
+                           " bytes; it holds " + std::to_string(allowed) +
+                           ", and the route needs at least 2 (" +
+                           std::to_string(2 * o.window_bytes) + " bytes): raise it");
+  if (o.source_registered_bytes % o.segment_bytes != 0 ||
+      o.source_registered_bytes > o.source_cache_bytes)
+    throw config_error(origin::transport, "vmm_source_registered_gb",
+                       "vmm_source_registered_gb = " + std::to_string(o.source_registered_bytes) +
+                           " bytes must be whole segments of " + std::to_string(o.segment_bytes) +
+                           " bytes within the retained storage vmm_source_cache_gb = " +
+                           std::to_string(o.source_cache_bytes) + " bytes (0 registers all of it)");
+  window_count_ = std::min(allowed, std::max<std::size_t>(2, o.window_cap_bytes / o.window_bytes));
+  stats_.windows_allowed = allowed;
+  chunks_per_window_ = static_cast<std::size_t>((o.window_bytes + max_staging_chunk_bytes - 1) /
+                                                max_staging_chunk_bytes);
+  chunk_bytes_ = o.window_bytes / chunks_per_window_;
+  if (chunks_per_window_ > 1) chunk_bytes_ -= chunk_bytes_ % 4096;  // whole pages (O_DIRECT reads)
+}
+
+template <class T>
+host_buffer native_stager<T>::registered_buffer(std::uint64_t n, const std::string& what,
+                                                const char* advice) {
+  host_buffer b(n);
+  if (!register_range(b.data(), n))
+    throw out_of_memory(memory_tier::registered_host, n, 0,
+                        "ddo: " + what + " could not be registered" + advice);
+  return b;
+}
+
+template <class T>
 void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_layout& layout,
                                const source_files& files, bool allow_fallback) {
   DDO_EXPECTS(t_ == nullptr, "native_stager: prepared twice (a ddo bug)");
-  DDO_EXPECTS(o.window_bytes > 0 && o.segment_bytes > 0, "native_stager: zero window or segment size");
+  DDO_EXPECTS(o.window_bytes > 0 && o.segment_bytes > 0,
+              "native_stager: zero window or segment size");
   options_ = o;
   files_ = &files;
   t_ = &t;
   try {
-    const auto allowed = static_cast<std::size_t>(o.staging_total_bytes / o.window_bytes);
-    if (allowed < 2)
-      throw config_error(origin::transport, "vmm_staging_buffer_gb",
-                         "vmm_staging_buffer_gb is the native route's TOTAL host staging (" +
-                             std::to_string(o.staging_total_bytes) +
-                             " bytes), cut into whole windows of " +
-                             std::to_string(o.window_bytes) + " bytes; it holds " +
-                             std::to_string(allowed) + ", and the route needs at least 2 (" +
-                             std::to_string(2 * o.window_bytes) + " bytes): raise it");
-    window_count_ = std::min(allowed, std::max<std::size_t>(2, o.window_cap_bytes / o.window_bytes));
-    stats_.windows_allowed = allowed;
-    chunks_per_window_ = static_cast<std::size_t>((o.window_bytes + max_staging_chunk_bytes - 1) /
-                                                  max_staging_chunk_bytes);
-    chunk_bytes_ = o.window_bytes / chunks_per_window_;
-    if (chunks_per_window_ > 1) chunk_bytes_ -= chunk_bytes_ % 4096;  // whole pages (O_DIRECT reads)
-    if (o.source_registered_bytes % o.segment_bytes != 0 || o.source_registered_bytes > o.source_cache_bytes)
-      throw config_error(origin::transport, "vmm_source_registered_gb",
-                         "vmm_source_registered_gb = " + std::to_string(o.source_registered_bytes) +
-                             " bytes must be whole segments of " + std::to_string(o.segment_bytes) +
-                             " bytes within the retained storage vmm_source_cache_gb = " +
-                             std::to_string(o.source_cache_bytes) +
-                             " bytes (0 registers all of it)");
-    windows_ = host_buffer(window_count_ * o.window_bytes);
-    if (!register_range(windows_.data(), window_count_ * o.window_bytes))
-      throw out_of_memory(memory_tier::registered_host, window_count_ * o.window_bytes, 0,
-                          "ddo: the native VMM route's staging windows (" +
-                              std::to_string(window_count_) + " x " +
-                              std::to_string(o.window_bytes) +
-                              " bytes) could not be registered with the driver; lower "
-                              "vmm_staging_buffer_gb or free page-locked memory");
+    size_windows(o);
+    windows_ = registered_buffer(
+        window_count_ * o.window_bytes,
+        "the native VMM route's staging windows (" + std::to_string(window_count_) + " x " +
+            std::to_string(o.window_bytes) + " bytes)",
+        " with the driver; lower vmm_staging_buffer_gb or free page-locked memory");
 
-    // Piece ids, and the retained storage's layout in plan order up to the ceiling.
+    // Piece ids, and the retained storage's layout in plan order up to the ceiling (each
+    // group's side part after it).
     std::uint64_t end = 0;
-    std::vector<const group_runtime*> parts;  // plan order, each group's side part after it
-    for (std::size_t g : layout.streamed_order) {
-      parts.push_back(&layout.groups[g]);
-      if (layout.groups[g].side != no_group) parts.push_back(&layout.side_parts[layout.groups[g].side]);
-    }
-    for (const auto* part : parts)
-      for (const auto& p : part->staged) {
-        const std::size_t id = ids_.size();
-        ids_.emplace(&p, id);
-        std::uint64_t at = not_retained;
-        const std::uint64_t start = (end + 255) / 256 * 256;
-        if (p.host == nullptr && p.bytes > 0 && start + p.bytes <= o.source_cache_bytes) {
-          at = start;
-          end = start + p.bytes;
-        }
-        retained_offset_.push_back(at);
+    const auto retain = [&](const group_runtime& part) {
+      for (const auto& p : part.staged) {
+        ids_.emplace(&p, ids_.size());
+        const std::uint64_t start = round_up(end, 256);
+        const bool kept =
+            p.host == nullptr && p.bytes > 0 && start + p.bytes <= o.source_cache_bytes;
+        retained_offset_.push_back(kept ? start : not_retained);
+        if (kept) end = start + p.bytes;
       }
+    };
+    for (std::size_t g : layout.streamed_order) {
+      retain(layout.groups[g]);
+      if (layout.groups[g].side != no_group) retain(layout.side_parts[layout.groups[g].side]);
+    }
     retained_filled_.assign(ids_.size(), 0);
     cache_slot_.assign(ids_.size(), none);
     if (end > 0) {
       storage_ = host_buffer(end);
       stats_.retained_capacity = end;
-      const std::uint64_t want = o.source_registered_bytes == 0 ? end : std::min(o.source_registered_bytes, end);
+      const std::uint64_t want =
+          o.source_registered_bytes == 0 ? end : std::min(o.source_registered_bytes, end);
       for (std::uint64_t off = 0; off < want; off += o.segment_bytes) {
         const std::uint64_t n = std::min(o.segment_bytes, want - off);
         if (!register_range(storage_.data() + off, n)) {
@@ -229,13 +248,11 @@ void native_stager<T>::prepare(T& t, const native_vmm_options& o, const group_la
     }
     if (o.micro_cache_slots > 0 && o.micro_cache_slot_bytes > 0) {
       const std::uint64_t n = o.micro_cache_slots * o.micro_cache_slot_bytes;
-      cache_ = host_buffer(n);
-      if (!register_range(cache_.data(), n))
-        throw out_of_memory(memory_tier::registered_host, n, 0,
-                            "ddo: the native micro-cache (vmm_native_source_cache_slots x "
-                            "vmm_native_source_cache_slot_mb = " +
-                                std::to_string(n) +
-                                " bytes) could not be registered; lower or disable it");
+      cache_ = registered_buffer(n,
+                                 "the native micro-cache (vmm_native_source_cache_slots x "
+                                 "vmm_native_source_cache_slot_mb = " +
+                                     std::to_string(n) + " bytes)",
+                                 "; lower or disable it");
       slot_owner_.assign(o.micro_cache_slots, none);
     }
   } catch (...) {

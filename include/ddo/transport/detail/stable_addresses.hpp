@@ -93,13 +93,9 @@ class stable_addresses {
   /// (vmm_page_mb, else 64 MiB or the largest group in 2 MiB pages when that is smaller).
   static void share_resident_budget(const window_sizing_request& r, window_sizing& a) {
     if (!r.streams || r.native_route || r.resident_budget_bytes == 0) return;
-    const std::uint64_t handle =
-        r.page_bytes != 0
-            ? r.page_bytes
-            : std::min<std::uint64_t>(64 * mib,
-                                      round_up(std::max<std::uint64_t>(r.slot_bytes, 1), 2 * mib));
     a.shares_resident_budget = true;
-    a.window_slot_bytes = round_up(r.slot_bytes, handle);
+    a.window_slot_bytes =
+        round_up(r.slot_bytes, vmm_handle_bytes(r.page_bytes, r.slot_bytes, 2 * mib));
   }
   /// @brief Whether the window is prepared (held by an offloader until it releases it): one
   /// window per transport object, so a second offloader on it must wait for the release.

@@ -70,6 +70,18 @@ struct vmm_window_options {
 
 namespace detail {
 
+/// The physical handle size of a VMM window: vmm_page_mb where stated (@p page_bytes), else
+/// 64 MiB or, when smaller, the largest group's slot (@p slot_bytes, at least one granule) in
+/// whole granules of @p granularity (physical-limits.md). The window and the planning estimate
+/// (stable_addresses::share_resident_budget, 2 MiB granules) both size by it.
+[[nodiscard]] constexpr std::uint64_t vmm_handle_bytes(std::uint64_t page_bytes,
+                                                       std::uint64_t slot_bytes,
+                                                       std::uint64_t granularity) noexcept {
+  if (page_bytes != 0) return page_bytes;
+  return std::min(ddo::round_up(64 * mib, granularity),
+                  ddo::round_up(std::max<std::uint64_t>(slot_bytes, 1), granularity));
+}
+
 template <class Driver>
 class vmm_window {
  public:
@@ -88,58 +100,26 @@ class vmm_window {
     options_ = o;
     gran_ = d.granularity();
     DDO_EXPECTS(gran_ > 0, "vmm window: the driver reports a zero allocation granularity");
-    const std::uint64_t slot = round_up(r.slot_bytes, gran_);
-    if (o.handle_bytes != 0) {
-      if (o.handle_bytes % gran_ != 0)
-        throw config_error(origin::transport, "vmm_page_mb",
-                           "vmm_page_mb = " + std::to_string(o.handle_bytes / mib) +
-                               " MiB is not a multiple of the device's VMM allocation "
-                               "granularity (" +
-                               std::to_string(gran_) + " bytes); use a multiple of " +
-                               std::to_string(std::max<std::uint64_t>(1, gran_ / mib)) +
-                               " MiB, or 0 for the measured default");
-      handle_ = o.handle_bytes;
-    } else {
-      // No group has a mapped range (every streamed weight is one the route does not cover):
-      // one granule, so the arithmetic below holds; no handle is created.
-      handle_ = slot == 0 ? gran_ : std::min(round_up(64 * mib, gran_), slot);
-    }
-    per_slot_ = static_cast<std::size_t>((slot + handle_ - 1) / handle_);
+    if (o.handle_bytes % gran_ != 0)
+      throw config_error(origin::transport, "vmm_page_mb",
+                         "vmm_page_mb = " + std::to_string(o.handle_bytes / mib) +
+                             " MiB is not a multiple of the device's VMM allocation "
+                             "granularity (" +
+                             std::to_string(gran_) + " bytes); use a multiple of " +
+                             std::to_string(std::max<std::uint64_t>(1, gran_ / mib)) +
+                             " MiB, or 0 for the measured default");
+    // Where no group has a mapped range (every streamed weight is one the route does not cover)
+    // the handle is one granule, so the arithmetic below holds; no handle is created.
+    handle_ = vmm_handle_bytes(o.handle_bytes, r.slot_bytes, gran_);
+    per_slot_ = static_cast<std::size_t>(round_up(r.slot_bytes, handle_) / handle_);
     // A slot is its handles plus the runtime's linear side image (uncovered weights).
-    const std::uint64_t slot_physical = per_slot_ * handle_;
-    const std::uint64_t slot_device = slot_physical + r.side_slot_bytes;
-    const std::string slot_words =
-        std::to_string(slot_device) + " bytes: " + std::to_string(per_slot_) + " handle(s) of " +
-        std::to_string(handle_) +
-        (r.side_slot_bytes == 0 ? std::string()
-                                : " + " + std::to_string(r.side_slot_bytes) +
-                                      " bytes of linear side image for the weights VMM does not cover");
-    if (o.budget_bytes == 0)
-      throw config_error(
-          origin::transport, "vmm_resident_weight_budget_gb",
-          "vmm_resident_weight_budget_gb is 0: the VMM route maps streamed groups "
-          "inside this budget, so it needs at least the resident set plus one group (" +
-              std::to_string(r.resident_bytes + slot_device) + " bytes here)");
-    if (o.budget_bytes < r.resident_bytes + slot_device)
-      throw config_error(origin::transport, "vmm_resident_weight_budget_gb",
-                         "vmm_resident_weight_budget_gb is " + std::to_string(o.budget_bytes) +
-                             " bytes, smaller than the resident set (" +
-                             std::to_string(r.resident_bytes) +
-                             " bytes) plus the largest group's slot (" + slot_words +
-                             "); raise the budget or plan fewer weights resident");
-    if (o.staging_buffer_bytes != 0 && r.largest_staged_bytes > o.staging_buffer_bytes)
-      throw config_error(origin::transport, "vmm_staging_buffer_gb",
-                         "vmm_staging_buffer_gb holds " + std::to_string(o.staging_buffer_bytes) +
-                             " bytes but the largest group stages " +
-                             std::to_string(r.largest_staged_bytes) +
-                             " bytes through it; raise vmm_staging_buffer_gb to at least that");
-    std::size_t streamed = 0;
+    const std::uint64_t slot_device = per_slot_ * handle_ + r.side_slot_bytes;
+    check_budget(o, r, slot_device);
     offsets_.assign(r.group_bytes.size(), not_reserved);
     ranges_.assign(r.group_bytes.size(), 0);
     std::uint64_t total = 0;
     for (std::size_t g = 0; g < r.group_bytes.size(); ++g) {
       if (r.group_bytes[g] == 0) continue;
-      ++streamed;
       offsets_[g] = total;
       // cuMemMap maps whole handles only (offset 0, size = the handle's size; a smaller size is
       // CUDA_ERROR_NOT_SUPPORTED), so a group's range is a whole number of handles. The padding
@@ -147,9 +127,11 @@ class vmm_window {
       ranges_[g] = round_up(r.group_bytes[g], handle_);
       total += ranges_[g];
     }
-    if (r.streamed_groups != 0) streamed = std::max(streamed, r.streamed_groups);
+    const auto streamed = std::max<std::size_t>(
+        r.streamed_groups, std::ranges::count_if(r.group_bytes, [](auto b) { return b != 0; }));
     if (slot_device == 0) return 0;  // nothing streamed
-    const std::size_t fit = static_cast<std::size_t>((o.budget_bytes - r.resident_bytes) / slot_device);
+    const std::size_t fit =
+        static_cast<std::size_t>((o.budget_bytes - r.resident_bytes) / slot_device);
     std::size_t slots = std::min({fit, streamed, r.max_slots == 0 ? streamed : r.max_slots});
     if (slots == 0) return 0;
     reserved_ = total;
@@ -158,23 +140,23 @@ class vmm_window {
     for (std::size_t i = 0; i < slots * per_slot_; ++i) {
       handle_type h{};
       call("create", [&] {
-        if (o.fail_create_after != 0 && handles_.size() >= o.fail_create_after) return out_of_memory_result;
+        if (o.fail_create_after != 0 && handles_.size() >= o.fail_create_after)
+          return out_of_memory_result;
         return d.create(&h, handle_);
       });
       handles_.push_back(h);
     }
     occupant_.assign(slots, no_occupant);
     if (o.warm_page_tables)
-      for (std::size_t g = 0; g < offsets_.size(); ++g) {
-        if (offsets_[g] == not_reserved) continue;
-        map_range(0, g);
-        unmap_range(0, g);
-      }
-    stats_ = {};
-    stats_.handle_bytes = handle_;
-    stats_.handle_count = handles_.size();
-    stats_.reserved_bytes = reserved_;
-    stats_.slots = slots;
+      for (std::size_t g = 0; g < offsets_.size(); ++g)
+        if (offsets_[g] != not_reserved) {
+          map_range(0, g);
+          unmap_range(0, g);
+        }
+    stats_ = {.handle_bytes = handle_,
+              .handle_count = handles_.size(),
+              .reserved_bytes = reserved_,
+              .slots = slots};
     return slots;
   }
 
@@ -229,6 +211,36 @@ class vmm_window {
   static constexpr std::size_t no_occupant = static_cast<std::size_t>(-1);
   static constexpr std::uint64_t not_reserved = static_cast<std::uint64_t>(-1);
   static std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
+
+  /// Refuses a budget that holds no slot beside the resident set, or a staging buffer smaller
+  /// than the largest group's staged bytes (@p slot_device: one slot on the device).
+  void check_budget(const vmm_window_options& o, const stable_address_request& r,
+                    std::uint64_t slot_device) const {
+    if (o.budget_bytes == 0)
+      throw config_error(
+          origin::transport, "vmm_resident_weight_budget_gb",
+          "vmm_resident_weight_budget_gb is 0: the VMM route maps streamed groups "
+          "inside this budget, so it needs at least the resident set plus one group (" +
+              std::to_string(r.resident_bytes + slot_device) + " bytes here)");
+    if (o.budget_bytes < r.resident_bytes + slot_device)
+      throw config_error(
+          origin::transport, "vmm_resident_weight_budget_gb",
+          "vmm_resident_weight_budget_gb is " + std::to_string(o.budget_bytes) +
+              " bytes, smaller than the resident set (" + std::to_string(r.resident_bytes) +
+              " bytes) plus the largest group's slot (" + std::to_string(slot_device) +
+              " bytes: " + std::to_string(per_slot_) + " handle(s) of " + std::to_string(handle_) +
+              (r.side_slot_bytes == 0
+                   ? std::string()
+                   : " + " + std::to_string(r.side_slot_bytes) +
+                         " bytes of linear side image for the weights VMM does not cover") +
+              "); raise the budget or plan fewer weights resident");
+    if (o.staging_buffer_bytes != 0 && r.largest_staged_bytes > o.staging_buffer_bytes)
+      throw config_error(origin::transport, "vmm_staging_buffer_gb",
+                         "vmm_staging_buffer_gb holds " + std::to_string(o.staging_buffer_bytes) +
+                             " bytes but the largest group stages " +
+                             std::to_string(r.largest_staged_bytes) +
+                             " bytes through it; raise vmm_staging_buffer_gb to at least that");
+  }
 
   /// Group g's range is whole handles (prepare rounds it), so piece i is handle i of its slot.
   [[nodiscard]] std::size_t handles_of(std::size_t g) const noexcept {
