@@ -12,7 +12,8 @@
 /// auto setup = ddo::setup_offload(table, settings, component, options, transport);
 /// ddo::offloader<ddo::linear_transport> off(table, std::move(setup), transport);
 /// const auto profile = ddo::calibrate(off, recorder, settings.config,
-///     [&](std::uint64_t tokens) { engine.step(off, tokens); }, ddo::calibration_options{1024, 4096});
+///     [&](std::uint64_t tokens) { engine.step(off, tokens); }, ddo::calibration_options{1024,
+///     4096});
 /// ddo::profile_store(settings.profile_dir).save(profile);
 /// @endcode
 ///
@@ -127,6 +128,28 @@ class calibration_recorder final : public trace_sink {
     std::lock_guard lock(mutex_);
     return g < compute_[point].size() ? compute_[point][g].size() : 0;
   }
+  /// @brief One step's compute and lead-ins at @p point, summed over the first @p groups groups.
+  [[nodiscard]] std::uint64_t step_ns(std::size_t groups, int point) const {
+    std::uint64_t ns = 0;
+    for (std::size_t g = 0; g < groups; ++g) ns += compute_ns(g, point) + lead_in_ns(g, point);
+    return ns;
+  }
+  /// @brief Group @p g's medians into @p gp: its load, its compute and lead-in at the two token
+  /// counts (points 0 and 1; with one count, the low one's for both) and, with @p sustained, its
+  /// compute in the sustained pass (points 2 and 3).
+  void group_timings(group_profile& gp, std::size_t g, bool two_counts, bool sustained) const {
+    using median = std::uint64_t (calibration_recorder::*)(std::size_t, int) const;
+    const auto low_high = [&](median ns, int point, std::uint64_t& low, std::uint64_t& high) {
+      low = (this->*ns)(g, point);
+      high = two_counts ? (this->*ns)(g, point + 1) : low;
+    };
+    gp.transfer_ns = transfer_ns(g);
+    low_high(&calibration_recorder::compute_ns, 0, gp.compute_ns_low, gp.compute_ns_high);
+    low_high(&calibration_recorder::lead_in_ns, 0, gp.lead_in_ns_low, gp.lead_in_ns_high);
+    if (sustained)
+      low_high(&calibration_recorder::compute_ns, 2, gp.sustained_compute_ns_low,
+               gp.sustained_compute_ns_high);
+  }
 
  private:
   static std::uint64_t median_ns(std::vector<double> us) {
@@ -171,7 +194,7 @@ class calibration_recorder final : public trace_sink {
   trace_sink* next_;
   mutable std::mutex mutex_;
   int point_ = -1;
-  std::vector<std::vector<double>> copies_;      // per group: load spans (µs)
+  std::vector<std::vector<double>> copies_;                // per group: load spans (µs)
   std::vector<std::vector<double>> compute_[warm_up + 1];  // per point, then warm-up
   std::vector<std::vector<double>> lead_ins_[warm_up + 1];
   std::vector<engine_span> harvest_;
@@ -201,6 +224,57 @@ struct calibration_options {
   std::optional<std::uint64_t> free_vram_before;
 };
 
+namespace detail {
+
+/// calibrate's preconditions (its @throws).
+template <class Offloader>
+void check_calibration(const Offloader& off, const calibration_recorder& recorder,
+                       const dynamic_offload_config& config, const calibration_options& options) {
+  DDO_EXPECTS(
+      config.build_profile && !config.profile_name.empty(),
+      "calibrate: set build_profile and profile_name (the profile is saved under that name)");
+  validate_profile_name(config.profile_name);
+  DDO_EXPECTS(
+      off.plan().budgets.resident_source == resident_budget_source::build_profile,
+      "calibrate: the offloader does not run a calibration plan (resident budget source '" +
+          std::string(to_string(off.plan().budgets.resident_source)) +
+          "'); plan it with build_profile = true so that nothing but rule weights is resident");
+  DDO_EXPECTS(
+      off.options().metrics && off.options().time_compute && off.options().trace == &recorder,
+      "calibrate: set the offloader up with recorder.runtime_options() (metrics, "
+      "time_compute and the recorder as trace sink)");
+  DDO_EXPECTS(options.tokens_low > 0 && options.tokens_low <= options.tokens_high,
+              "calibrate: need 0 < tokens_low <= tokens_high, got " +
+                  std::to_string(options.tokens_low) + " and " +
+                  std::to_string(options.tokens_high));
+  DDO_EXPECTS(options.warmup_steps >= 0 && options.measured_steps >= 1,
+              "calibrate: warmup_steps must be >= 0 and measured_steps >= 1");
+  DDO_EXPECTS(options.sustained_warmup_ms >= 0.0 && options.sustained_warmup_ms <= 600'000.0,
+              "calibrate: sustained_warmup_ms must be in [0, 600000], got " +
+                  std::to_string(options.sustained_warmup_ms));
+  DDO_EXPECTS(!off.compute_only(),
+              "calibrate: the offloader is in compute-only mode; switch it off first");
+}
+
+/// What a profile of @p off is matched against when applied (the model's bytes and fingerprint,
+/// the device, the transport) and what it was measured with (the ring, the token counts).
+template <class Offloader, class Transport>
+[[nodiscard]] calibration_measurement measured_with(const Offloader& off, Transport& transport,
+                                                    const calibration_options& options) {
+  calibration_measurement m;
+  m.tokens_low = options.tokens_low;
+  m.tokens_high = options.tokens_high;
+  m.model_bytes = off.table().total_bytes();
+  m.device_name = transport_device_name(transport);
+  m.model_fingerprint = model_fingerprint(off.table());
+  m.transport = std::string(transport.name());
+  m.slot_count = off.slot_count();
+  m.prefetch_depth = std::min<std::uint64_t>(off.options().prefetch_depth, off.slot_count());
+  return m;
+}
+
+}  // namespace detail
+
 /// @brief Runs the calibration steps through @p off and returns the profile to save (see this
 /// header's description). @p run_step(tokens) runs one step of the engine's model through
 /// @p off at that many tokens.
@@ -211,32 +285,12 @@ template <class Offloader, class RunStep>
 [[nodiscard]] capacity_profile calibrate(Offloader& off, calibration_recorder& recorder,
                                          const dynamic_offload_config& config, RunStep&& run_step,
                                          const calibration_options& options) {
-  DDO_EXPECTS(config.build_profile && !config.profile_name.empty(),
-              "calibrate: set build_profile and profile_name (the profile is saved under that name)");
-  validate_profile_name(config.profile_name);
-  DDO_EXPECTS(off.plan().budgets.resident_source == resident_budget_source::build_profile,
-              "calibrate: the offloader does not run a calibration plan (resident budget source '" +
-                  std::string(to_string(off.plan().budgets.resident_source)) +
-                  "'); plan it with build_profile = true so that nothing but rule weights is resident");
-  DDO_EXPECTS(off.options().metrics && off.options().time_compute && off.options().trace == &recorder,
-              "calibrate: set the offloader up with recorder.runtime_options() (metrics, "
-              "time_compute and the recorder as trace sink)");
-  DDO_EXPECTS(options.tokens_low > 0 && options.tokens_low <= options.tokens_high,
-              "calibrate: need 0 < tokens_low <= tokens_high, got " +
-                  std::to_string(options.tokens_low) + " and " + std::to_string(options.tokens_high));
-  DDO_EXPECTS(options.warmup_steps >= 0 && options.measured_steps >= 1,
-              "calibrate: warmup_steps must be >= 0 and measured_steps >= 1");
-  DDO_EXPECTS(options.sustained_warmup_ms >= 0.0 && options.sustained_warmup_ms <= 600'000.0,
-              "calibrate: sustained_warmup_ms must be in [0, 600000], got " +
-                  std::to_string(options.sustained_warmup_ms));
-  DDO_EXPECTS(!off.compute_only(),
-              "calibrate: the offloader is in compute-only mode; switch it off first");
-
+  detail::check_calibration(off, recorder, config, options);
   auto& transport = off.transport();
   const auto free_now = [&]() -> std::uint64_t {
     return options.free_vram ? options.free_vram() : transport.device_memory().free_bytes;
   };
-  calibration_measurement m;
+  calibration_measurement m = detail::measured_with(off, transport, options);
   const auto device = transport.device_memory();
   m.total_vram_bytes = device.total_bytes;
   // Free before ddo's own allocations (resident rule weights and the ring), so that the peak
@@ -265,27 +319,24 @@ template <class Offloader, class RunStep>
     const std::uint64_t tokens = point == 0 ? options.tokens_low : options.tokens_high;
     for (int pass = 0; pass < passes; ++pass) {
       off.set_compute_only(pass == 1);
+      // Spans arrive when harvested: harvest (waiting) before switching what they count as (the
+      // previous pass's spans under its point, then warm-up) — only then, so that the measured
+      // steps run back to back as the engine runs them (a waiting harvest between steps would
+      // put a host gap before each step's first group).
+      (void)off.metrics(true);
+      recorder.set_point(-1);
       int warmup = options.warmup_steps;
-      if (pass == 1) {
-        // The streaming pass's spans, counted under its point; then as many warm-up steps as
-        // make sustained_warmup_ms of the compute it measured.
-        (void)off.metrics(true);
-        recorder.set_point(-1);
-        std::uint64_t step_ns = 0;
-        for (std::size_t g = 0; g < off.group_count(); ++g)
-          step_ns += recorder.compute_ns(g, point) + recorder.lead_in_ns(g, point);
-        if (step_ns > 0) {
-          const double steps = options.sustained_warmup_ms * 1e6 / static_cast<double>(step_ns);
-          warmup = std::max(warmup, static_cast<int>(std::min(steps + 0.999, 1e6)));
-        }
+      // The sustained pass warms up for sustained_warmup_ms of the compute the streaming pass
+      // measured.
+      const std::uint64_t step_ns = pass == 1 ? recorder.step_ns(off.group_count(), point) : 0;
+      if (step_ns > 0) {
+        const double steps = options.sustained_warmup_ms * 1e6 / static_cast<double>(step_ns);
+        warmup = std::max(warmup, static_cast<int>(std::min(steps + 0.999, 1e6)));
       }
       for (int step = 0; step < warmup + options.measured_steps; ++step) {
-        // Spans arrive when harvested: harvest (waiting) before switching what they count as —
-        // only then, so that the measured steps run back to back as the engine runs them (a
-        // waiting harvest between steps would put a host gap before each step's first group).
-        if ((step == 0 && pass == 0) || step == warmup) {
+        if (step == warmup) {
           (void)off.metrics(true);
-          recorder.set_point(step < warmup ? -1 : point + 2 * pass);
+          recorder.set_point(point + 2 * pass);
         }
         off.begin_step();
         run_step(tokens);
@@ -298,35 +349,15 @@ template <class Offloader, class RunStep>
   off.set_compute_only(false);
 
   const auto& plan = off.plan();
-  m.model_bytes = off.table().total_bytes();
-  m.device_name = transport_device_name(transport);
-  m.model_fingerprint = model_fingerprint(off.table());
-  m.transport = std::string(transport.name());
-  m.slot_count = off.slot_count();
-  m.prefetch_depth = std::min<std::uint64_t>(off.options().prefetch_depth, off.slot_count());
-  m.tokens_low = options.tokens_low;
-  m.tokens_high = options.tokens_high;
   for (std::size_t g = 0; g < plan.groups.size(); ++g) {
     const auto& pg = plan.groups[g];
-    group_profile gp;
-    gp.name = pg.name;
-    gp.pinned_bytes = pg.bytes(placement::pinned_host);
-    gp.staged_bytes = pg.bytes(placement::pageable_host);
-    gp.file_bytes = pg.bytes(placement::file);
-    gp.transfer_ns = recorder.transfer_ns(g);
-    gp.compute_ns_low = recorder.compute_ns(g, 0);
-    gp.compute_ns_high = points == 2 ? recorder.compute_ns(g, 1) : gp.compute_ns_low;
-    gp.lead_in_ns_low = recorder.lead_in_ns(g, 0);
-    gp.lead_in_ns_high = points == 2 ? recorder.lead_in_ns(g, 1) : gp.lead_in_ns_low;
-    if (passes == 2) {
-      gp.sustained_compute_ns_low = recorder.compute_ns(g, 2);
-      gp.sustained_compute_ns_high =
-          points == 2 ? recorder.compute_ns(g, 3) : gp.sustained_compute_ns_low;
-    }
     DDO_EXPECTS(recorder.compute_samples(g, 0) > 0,
                 "calibrate: no compute was timed for group '" + pg.name +
                     "': run_step must acquire every group through the offloader");
-    m.groups.push_back(std::move(gp));
+    recorder.group_timings(m.groups.emplace_back(group_profile{
+                               pg.name, pg.bytes(placement::pinned_host),
+                               pg.bytes(placement::pageable_host), pg.bytes(placement::file)}),
+                           g, points == 2, passes == 2);
   }
   return make_capacity_profile(config.profile_name, m, config.profile_vram_headroom_gb);
 }
