@@ -327,9 +327,12 @@ TEST_CASE("graph streaming: what a replay cannot do is refused") {
     a.reset();
     (void)sim.end_capture(s);
     CHECK_FALSE(host_sim_transport::capturing(f));  // the fork's capture ended with its origin's
-    // A capture of its own on f is no fork: it resumes the step (as a new capture on s would).
+    // A capture of its own on f is no fork, but a step is captured whole in one capture: going
+    // on part-way is refused, starting the step again is not (as on s).
     sim.begin_capture(f);
     CHECK(host_sim_transport::capture_id(f) != 0);
+    refused([&] { auto b = off.acquire(std::size_t{2}, f); }, "were captured in another capture");
+    CHECK_NOTHROW([&] { auto b = off.acquire(std::size_t{0}, f); }());
     CHECK_NOTHROW([&] { auto b = off.acquire(std::size_t{2}, f); }());
     (void)sim.end_capture(f);
   }

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ddo/model/file_fault_hook.hpp"
@@ -221,15 +222,20 @@ concept transport_with_window_sizing =
 /// host_sim's graph), `static bool capturing(stream_view)`, `static std::uint64_t
 /// capture_id(stream_view)` (the capture the stream takes part in, its origin's or a fork's; 0
 /// when not capturing), `launch_graph(const graph_exec&, stream_view)`,
-/// `check_graph_streaming()` (throws naming what the driver lacks), 32-bit flags
+/// `check_graph_streaming()` (throws naming what the driver lacks), edges between two streams
+/// of one capture (`record_edge(event&, s)`, `wait_edge(s, const event&)`: a fork or a join,
+/// never an external node as record/wait make while capturing), 32-bit flags
 /// the host and the device both reach (`allocate_flags(n)` zeroed, `free_flags(p, n)`), and the
 /// stream memory operations `wait_value(s, flag, v)` (later work on s waits until *flag == v) and
 /// `write_value(s, flag, v)`, which a capture turns into graph nodes holding v.
 template <class T>
 concept transport_with_graph_streaming =
     transport<T> && requires(T& t, typename T::stream_view v, const typename T::graph_exec& g,
-                             std::uint32_t* flag, std::uint32_t value, std::size_t n) {
+                             std::uint32_t* flag, std::uint32_t value, std::size_t n,
+                             typename T::event& e) {
       { T::capturing(v) } -> std::same_as<bool>;
+      t.record_edge(e, v);
+      t.wait_edge(v, std::as_const(e));
       { T::capture_id(v) } -> std::same_as<std::uint64_t>;
       t.launch_graph(g, v);
       t.check_graph_streaming();

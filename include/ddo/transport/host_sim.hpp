@@ -409,6 +409,11 @@ class host_sim_transport {
                 "host_sim_transport::launch_graph: the stream is being captured");
     for (const auto& node : g.nodes_->nodes) node(s.state);
   }
+  /// @brief An edge inside one capture (fork or join; CUDA: a plain cudaEventRecord): host_sim's
+  /// graph is one list in issue order, so a record and a wait do it.
+  void record_edge(event& e, stream_view s) { record(e, s); }
+  /// @brief Makes @p s depend on @p e's record_edge; a stream not capturing joins the capture.
+  void wait_edge(stream_view s, const event& e) { wait(s, e); }
   /// @brief Always available (the CUDA transports check their driver here).
   static void check_graph_streaming() noexcept {}
 

@@ -270,8 +270,10 @@ class host_sim_vmm_transport : public host_sim_transport,
   }
 
   // --- copies: mapped ranges are device memory while mapped and accessible -----------------------
-  // Captured into a graph (graph streaming), the range is checked when a launch runs the node:
-  // at capture it may hold another group, the binder maps it before each replay's load.
+  // Never captured into a graph: CUDA checks a memcpy node's range when it is captured and a
+  // memset node's when the graph is instantiated (cudaErrorInvalidValue on the H200 for a range
+  // not mapped then), and a range mapped then may hold another group at a replay. Graph streaming
+  // therefore loads stable ranges on ddo's staging stream and captures no fill of them.
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     if (!reserved(dst, bytes)) return host_sim_transport::copy_to_device(dst, src, bytes, s);
     checked_task(s, dst, bytes, "copy_to_device",
@@ -304,19 +306,18 @@ class host_sim_vmm_transport : public host_sim_transport,
                         " bytes of the VMM reservation are not mapped and accessible (a copy "
                         "issued before its range was mapped, or after it was unmapped)");
   }
-  /// Issues @p task on @p s after checking [p, p + n) is mapped: now, or (captured) when a launch
-  /// runs it, the failure then a stream error. The driver lives as long as the transport's state.
+  /// Issues @p task on @p s after checking [p, p + n) is mapped; refused on a capturing stream
+  /// (see above).
   template <class F>
   void checked_task(stream_view s, const std::byte* p, std::size_t n, const char* what, F task) {
-    if (!capturing(s)) {
-      require_mapped(vmm_driver(), p, n, what);
-      enqueue(s, std::move(task));
-      return;
-    }
-    enqueue(s, [&d = vmm_driver(), p, n, what, task = std::move(task)] {
-      require_mapped(d, p, n, what);
-      task();
-    });
+    if (capturing(s))
+      throw usage_error(std::string("host_sim_vmm_transport::") + what + ": " + std::to_string(n) +
+                        " bytes of the VMM reservation in a stream being captured; CUDA refuses "
+                        "a copy or fill node on a range not mapped at capture or instantiation, "
+                        "and the range may hold another group at a replay: read stable "
+                        "addresses from kernels only");
+    require_mapped(vmm_driver(), p, n, what);
+    enqueue(s, std::move(task));
   }
 };
 

@@ -55,16 +55,23 @@ struct linear_state {
 
 /// Switches the calling thread's stream-capture mode to relaxed while alive, so that a pinned
 /// allocation made while the engine captures in global mode is not refused as unsafe
-/// (cudaThreadExchangeStreamCaptureMode, meant for libraries).
+/// (cudaThreadExchangeStreamCaptureMode, meant for libraries), and so that a teardown while the
+/// engine's capture is still open (an exception left it so) can still synchronize and free.
+/// Never throws: the exchange fails only for an invalid mode, and the calls it lets through
+/// report their own errors.
 class relaxed_capture_mode {
  public:
-  relaxed_capture_mode() { DDO_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&mode_)); }
-  ~relaxed_capture_mode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  relaxed_capture_mode() noexcept
+      : exchanged_(cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess) {}
+  ~relaxed_capture_mode() {
+    if (exchanged_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
   relaxed_capture_mode(const relaxed_capture_mode&) = delete;
   relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
 
  private:
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool exchanged_;
 };
 }  // namespace detail
 
@@ -185,6 +192,15 @@ class linear_transport {
     DDO_CUDA_TRY(cudaStreamWaitEvent(s.handle, e.handle_, capturing(s) ? cudaEventWaitExternal : 0));
   }
   // --- graph streaming (issue 29; docs/transports.md, "CUDA graphs") -------------------------
+  /// @brief Inside one capture, an edge between two of its streams (fork or join): a plain
+  /// cudaEventRecord on @p s, which a later wait_edge on another stream turns into a dependency
+  /// of the graph (not a node). A @p s that is not capturing records as usual.
+  void record_edge(event& e, stream_view s) { DDO_CUDA_TRY(cudaEventRecord(e.handle_, s.handle)); }
+  /// @brief Makes @p s depend on @p e's record_edge in the same capture; a stream not yet
+  /// capturing joins the capture (a fork). Unlike wait(), never an external wait node.
+  void wait_edge(stream_view s, const event& e) {
+    DDO_CUDA_TRY(cudaStreamWaitEvent(s.handle, e.handle_, 0));
+  }
   using graph_exec = cudaGraphExec_t;
   /// @brief cudaGraphLaunch of @p g on @p s.
   void launch_graph(const graph_exec& g, stream_view s) { DDO_CUDA_TRY(cudaGraphLaunch(g, s.handle)); }

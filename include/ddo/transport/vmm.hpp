@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -187,7 +188,22 @@ class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
   [[nodiscard]] static detail::relaxed_capture_mode relaxed_capture() {
     return linear_transport::relaxed_capture();
   }
-  void check_graph_streaming() { linear_.check_graph_streaming(); }
+  void record_edge(event& e, stream_view s) { linear_.record_edge(e, s); }
+  void wait_edge(stream_view s, const event& e) { linear_.wait_edge(s, e); }
+  /// @brief The linear transport's check, and: this route's loads are issued after the launch
+  /// whose memory waits consume them, so the graph and ddo's staging stream must not share a
+  /// hardware queue; with CUDA_DEVICE_MAX_CONNECTIONS=1 they do and the first wait would block
+  /// the load behind it forever (measured: the H200's one-connection run deadlocked).
+  void check_graph_streaming() {
+    linear_.check_graph_streaming();
+    if (const char* c = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"); c != nullptr && std::string_view(c) == "1")
+      throw usage_error(
+          "graph streaming on the legacy VMM route needs two or more hardware queues: "
+          "CUDA_DEVICE_MAX_CONNECTIONS=1 puts the graph's memory waits and ddo's loads, issued "
+          "after the launch, in one queue, where a wait would block its own load. Unset it (or set "
+          "2..32), or run the linear route (execution_mode = linear_runtime), whose replays "
+          "load inside the graph");
+  }
   [[nodiscard]] std::uint32_t* allocate_flags(std::size_t n) { return linear_.allocate_flags(n); }
   void free_flags(std::uint32_t* flags, std::size_t n) { linear_.free_flags(flags, n); }
   void wait_value(stream_view s, std::uint32_t* flag, std::uint32_t v) {

@@ -20,8 +20,9 @@ inline namespace v0 {
 namespace detail {
 
 /// Transports the runtime streams through a captured graph: memory operations and graphs, with
-/// slot addresses the runtime owns (linear) or stable addresses its binder maps (the legacy VMM
-/// route: released flags below). A transport that binds slots itself (bind_slot) is not one.
+/// slot addresses the runtime owns (linear: the graph loads them itself, every ordering a CUDA
+/// edge) or stable addresses its binder maps (the legacy VMM route: ready and released flags
+/// below). A transport that binds slots itself (bind_slot) is not one.
 template <class T>
 concept graph_streaming_transport =
     transport_with_graph_streaming<T> && !transport_with_slot_binding<T>;
@@ -40,6 +41,13 @@ struct graph_ring {
   // the call, which may be the next launch's), a flag reset by its consumer is not.
   std::uint32_t* released = nullptr;
   std::vector<typename T::event> release;  // per position: recorded by the graph (record node)
+  // Slot-owning transports (linear): no memory waits. Per position, the end of its load: for the
+  // first S positions a record on ddo's copy stream before each launch, which the graph's event
+  // wait node takes as of the launch; for the others a record_edge inside the graph, after the
+  // load the capture forked onto `side` at the release of the slot's previous occupant.
+  std::vector<typename T::event> loaded;
+  typename T::event fork;  // record_edge on the capturing stream where a load forks off
+  typename T::stream side;  // the capture's load branch (its nodes run inside every launch)
   typename T::event done;                  // recorded on the engine's stream after each launch
   std::vector<int> held;                   // per slot: captured leases alive
   std::size_t captured = 0;                // positions captured so far in the step being captured
@@ -52,9 +60,10 @@ struct graph_ring {
   bool active = false;
 
   [[nodiscard]] std::size_t slot_of(std::size_t p) const noexcept { return p % slots; }
-  /// Flags allocated: ready (and released on a stable-address transport), one each per position.
+  /// Flags allocated: ready and released, one each per position, on a stable-address transport
+  /// (its loads run on ddo's staging thread, outside the graph); none where the graph loads.
   [[nodiscard]] std::size_t flag_count() const noexcept {
-    return (transport_with_stable_addresses<T> ? 2 : 1) * positions;
+    return transport_with_stable_addresses<T> ? 2 * positions : 0;
   }
   /// The position whose release the load of @p p waits on: the slot's previous occupant, in this
   /// step (p - S) or, for the first S positions, the slot's last occupant of the previous step.

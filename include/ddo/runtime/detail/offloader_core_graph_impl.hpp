@@ -44,11 +44,22 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
                       "capture with runtime_options::metrics off");
   if (!graph_.active) enter_graph_mode(what);
   const std::size_t p = graph_.position_of[g];
-  if (p == 0 && graph_.captured == graph_.positions) graph_.captured = 0;  // the next capture
-  // The step's acquires wait on one stream; a new capture (a step resumed) may use another.
   const std::uint64_t capture = T::capture_id(s);
-  if (graph_.captured > 0 && capture == graph_.capture && !(s == graph_.stream))
-    refuse_forked_stream(what);
+  const bool new_capture = capture != graph_.capture;
+  if (p == 0 && (graph_.captured == graph_.positions || new_capture)) {
+    graph_.captured = 0;  // the next step, or the step captured again from its start
+    if (std::all_of(graph_.held.begin(), graph_.held.end(), [](int h) { return h == 0; }))
+      graph_.broken.clear();  // a lease of an abandoned capture, dropped after it ended
+  }
+  // The step's acquires wait on one stream, in one capture: on the linear route the loads of
+  // its later positions are forked inside it, and a graph cannot join another capture's work.
+  if (graph_.captured > 0 && !new_capture && !(s == graph_.stream)) refuse_forked_stream(what);
+  if (graph_.captured > 0 && new_capture)
+    throw usage_error(what + "the step's first " + std::to_string(graph_.captured) +
+                      " streamed acquire(s) were captured in another capture, which ended "
+                      "part-way; a step is captured whole in one capture (the loads of its later "
+                      "positions are part of it). Capture it again from '" +
+                      layout_.groups[layout_.streamed_order[0]].name + "'");
   graph_.stream = s;
   graph_.capture = capture;
   if (p != graph_.captured)
@@ -74,8 +85,14 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
     point_at_stable(st, g);
   else
     bind_slot_to(st, g);
-  t_.wait_value(s, graph_.ready + p, 1);
-  t_.write_value(s, graph_.ready + p, 0);
+  if constexpr (transport_with_stable_addresses<T>) {
+    t_.wait_value(s, graph_.ready + p, 1);
+    t_.write_value(s, graph_.ready + p, 0);
+  } else if (p < graph_.slots) {
+    t_.wait(s, graph_.loaded[p]);  // an event wait node: the load launch_graph made before it
+  } else {
+    t_.wait_edge(s, graph_.loaded[p]);  // joins the load forked at its slot's previous release
+  }
   ++graph_.held[k];
   ++graph_.captured;
   ++gr.leases;
@@ -130,7 +147,7 @@ void offloader_core<T>::enter_graph_mode(const std::string& what) {
                       "registered staging windows, the micro-cache) is not supported. Use "
                       "vmm_runtime or linear_runtime, or a budget that keeps every streamed group "
                       "mapped (the graph is then launched directly)");
-  t_.check_graph_streaming();
+  if constexpr (transport_with_stable_addresses<T>) t_.check_graph_streaming();
   // CUDA: the allocations below run inside the engine's capture, which may refuse them as unsafe
   // in global mode; the transport relaxes the thread's mode meanwhile.
   [[maybe_unused]] auto relaxed = relaxed_capture(t_);
@@ -142,11 +159,18 @@ void offloader_core<T>::enter_graph_mode(const std::string& what) {
   // The events first: they free themselves if a later step throws, the flags would not (graph
   // mode is entered only below, and end_graph_mode frees the flags of an active one only).
   graph_.release.clear();
-  if constexpr (!transport_with_stable_addresses<T>)  // VMM: released flags instead
+  graph_.loaded.clear();
+  if constexpr (!transport_with_stable_addresses<T>) {  // VMM: ready and released flags instead
     for (std::size_t p = 0; p < n; ++p) graph_.release.push_back(t_.make_event(false));
+    for (std::size_t p = 0; p < n; ++p) graph_.loaded.push_back(t_.make_event(false));
+    graph_.fork = t_.make_event(false);
+    graph_.side = t_.make_stream();
+  }
   graph_.done = t_.make_event(false);
-  graph_.ready = t_.allocate_flags(graph_.flag_count());
-  graph_.released = transport_with_stable_addresses<T> ? graph_.ready + n : nullptr;
+  if constexpr (transport_with_stable_addresses<T>) {
+    graph_.ready = t_.allocate_flags(graph_.flag_count());
+    graph_.released = graph_.ready + n;
+  }
   graph_.held.assign(graph_.slots, 0);
   graph_.captured = 0;
   graph_.launches = 0;
@@ -172,13 +196,44 @@ void offloader_core<T>::release_captured(std::size_t g, std::size_t slot, stream
     }
     const auto& gr = layout_.groups[g];
     if (options_.poison_released_slots) {
-      if (gr.slot_bytes > 0) t_.fill_device(st.image, poison_byte, gr.slot_bytes, s);
+      // Not a stable range (VMM): mapped only while a replay holds it, so CUDA refuses a memset
+      // node on it when the graph is instantiated (H200); the binder unmaps it before the slot's
+      // next occupant, after which a late read faults instead of reading poison.
+      if (gr.slot_bytes > 0 && !transport_with_stable_addresses<T>)
+        t_.fill_device(st.image, poison_byte, gr.slot_bytes, s);
       if (gr.side != no_group && layout_.side_parts[gr.side].slot_bytes > 0)
         t_.fill_device(st.side_image, poison_byte, layout_.side_parts[gr.side].slot_bytes, s);
     }
-    signal_release(graph_.position_of[g], s);
+    const std::size_t q = graph_.position_of[g];
+    signal_release(q, s);
+    if constexpr (!transport_with_stable_addresses<T>)
+      if (q + graph_.slots < graph_.positions) load_in_graph(q + graph_.slots, s);
   } else {
     (void)g, (void)slot, (void)s;
+  }
+}
+
+/// Linear route, position p >= S: its load becomes part of the captured step, forked off @p s
+/// right after the release of the slot's previous occupant (p - S) and joined where p is
+/// acquired. Every ordering is a CUDA edge: nothing in the graph waits on work issued after its
+/// launch, so no hardware-queue assignment can deadlock it (CUDA_DEVICE_MAX_CONNECTIONS=1 did
+/// with memory waits), and the launch needs no host work for these positions.
+template <class T>
+void offloader_core<T>::load_in_graph(std::size_t p, stream_view s) {
+  if constexpr (graph_streaming_transport<T> && !transport_with_stable_addresses<T>) {
+    const auto side = T::view(graph_.side);
+    auto& st = slots_[graph_.slot_of(p)];
+    const auto& gr = layout_.groups[layout_.streamed_order[p]];
+    t_.record_edge(graph_.fork, s);
+    t_.wait_edge(side, graph_.fork);
+    if (!compute_only_) {
+      if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, side);
+      step_metrics counted_per_launch;  // launch_graph counts the bytes of every replay
+      copy_pinned_parts(gr, st.base, side, counted_per_launch);
+    }
+    t_.record_edge(graph_.loaded[p], side);
+  } else {
+    (void)p, (void)s;
   }
 }
 
@@ -194,8 +249,9 @@ void offloader_core<T>::signal_release(std::size_t p, stream_view s) {
 }
 
 /// The loads of the first min(S, N) positions wait on the previous launch's releases and are
-/// enqueued before the launch; the others wait on this launch's and follow it (an event wait
-/// takes the latest record made before the call; a launch re-records its record nodes).
+/// enqueued before the launch. The others wait on this launch's: on the linear route they are
+/// part of the graph (load_in_graph), on the VMM route staging jobs queued after the launch (an
+/// event wait takes the latest record made before the call; a launch re-records its record nodes).
 template <class T>
 template <class U>
 requires graph_streaming_transport<U>
@@ -228,7 +284,12 @@ void offloader_core<T>::launch_graph(const typename U::graph_exec& exec, stream_
   for (std::size_t p = 0; p < first; ++p) load_position(p, step);
   t_.launch_graph(exec, s);
   t_.record(graph_.done, s);  // right after the launch: teardown waits for it whatever follows
-  for (std::size_t p = first; p < graph_.positions; ++p) load_position(p, step);
+  for (std::size_t p = first; p < graph_.positions; ++p) {
+    if constexpr (transport_with_stable_addresses<T>)
+      load_position(p, step);
+    else if (!compute_only_)
+      count_load(layout_.groups[layout_.streamed_order[p]], step);
+  }
   ++graph_.launches;
 }
 
@@ -250,12 +311,18 @@ void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
     if (!compute_only_) {
       if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, v);
       copy_pinned_parts(gr, st.base, v, step);
-      ++step.group_loads;
-      for (std::size_t i = 0; i < transfer_source_count; ++i)
-        step.bytes_by_source[i] += gr.bytes_by_source[i];
+      count_load(gr, step);
     }
-    t_.write_value(v, graph_.ready + p, 1);
+    t_.record(graph_.loaded[p], v);
   }
+}
+
+/// A replay's load of @p gr in the step's metrics (its copies count where they are issued).
+template <class T>
+void offloader_core<T>::count_load(const group_runtime& gr, step_metrics& step) const {
+  ++step.group_loads;
+  for (std::size_t i = 0; i < transfer_source_count; ++i)
+    step.bytes_by_source[i] += gr.bytes_by_source[i];
 }
 
 /// Position p on a stable-address transport (VMM): a staging job whose binder waits for the
@@ -368,10 +435,13 @@ void offloader_core<T>::end_graph_mode() noexcept {
       }
     });
     for (auto& e : graph_.release) quiet([&] { t_.synchronize(e); });
-    quiet([&] { t_.free_flags(graph_.ready, graph_.flag_count()); });
+    if (graph_.ready != nullptr) quiet([&] { t_.free_flags(graph_.ready, graph_.flag_count()); });
     graph_.ready = nullptr;
     graph_.released = nullptr;
     graph_.release.clear();
+    graph_.loaded.clear();
+    graph_.fork = typename T::event{};
+    graph_.side = typename T::stream{};  // its work lives only in the captured graphs
     graph_.done = typename T::event{};
     graph_.active = false;
   }

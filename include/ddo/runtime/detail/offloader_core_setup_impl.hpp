@@ -407,6 +407,9 @@ void offloader_core<T>::throw_released(std::size_t g) const {
 
 template <class T>
 void offloader_core<T>::teardown() noexcept {
+  // The engine may tear down with its capture still open in global mode (an exception left it
+  // so): this thread's synchronizations and frees would be refused as unsafe, leaking everything.
+  [[maybe_unused]] auto relaxed = relaxed_capture(t_);
   // Before the staging thread stops: on a VMM route its binder serves the last launch's loads.
   end_graph_mode();
   staging_.stop();
