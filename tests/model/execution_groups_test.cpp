@@ -102,6 +102,12 @@ TEST_SUITE("model") {
     const auto stated = ddo::infer_execution_groups(t, reversed);
     CHECK(names_of(stated).front() == "up.0");
     CHECK(names_of(stated)[1] == "down.9");
+    // In a stated order the middle stage runs right after the last input stage (here the last
+    // family); with no input stage stated, before the first output stage.
+    CHECK(names_of(stated) == std::vector<std::string>{"up.0", "down.9", "down.10", "mid"});
+    const auto outputs_only =
+        ddo::infer_execution_groups(t, std::vector<std::string>{R"(up\.\d+\.)"});
+    CHECK(names_of(outputs_only) == std::vector<std::string>{"<before>", "mid", "up.0", "<after>"});
   }
 
   TEST_CASE("an invalid pattern, or auto mixed with patterns, is a config_error") {

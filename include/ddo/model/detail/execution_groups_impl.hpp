@@ -3,6 +3,7 @@
 /// @file
 /// @brief Implementation of execution-group inference (model/execution_groups.hpp).
 
+#include <tuple>
 #include <unordered_map>
 
 // Part of ddo/model/execution_groups.hpp, which includes it (not back: no include cycles).
@@ -85,8 +86,7 @@ struct block_match {
     b.index = index.value_or(0);
     // The family: the pattern and the prefix before the index, so "a.3" and "b.3" of one
     // pattern stay apart.
-    b.family = std::to_string(p) + ":" +
-               module_name.substr(0, m->position + d_begin);
+    b.family = std::to_string(p) + ":" + module_name.substr(0, m->position + d_begin);
     return b;
   }
   return std::nullopt;
@@ -158,7 +158,8 @@ struct block_match {
     const auto parts = split_dots(module);
     std::string prefix;
     for (std::size_t p = 0; p + 1 < parts.size(); ++p) {
-      if (p != 0) prefix += '.';  // piece by piece: `"." + std::string` trips g++ 12 -Wrestrict at -O3
+      if (p != 0)
+        prefix += '.';  // piece by piece: `"." + std::string` trips g++ 12 -Wrestrict at -O3
       prefix += parts[p];
       const auto index = parse_index(parts[p + 1]);
       if (!index) continue;
@@ -187,8 +188,7 @@ struct block_match {
   };
   std::vector<std::pair<std::string, const family_stats*>> ranked;
   for (const auto& [name, st] : stats)
-    if ((st.several_indices || known(name)) && !inside_middle(name))
-      ranked.emplace_back(name, &st);
+    if ((st.several_indices || known(name)) && !inside_middle(name)) ranked.emplace_back(name, &st);
   // Most bytes first; equal bytes: the outer family (it runs as a unit), then table order.
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     if (a.second->bytes != b.second->bytes) return a.second->bytes > b.second->bytes;
@@ -201,8 +201,7 @@ struct block_match {
            (b.size() > a.size() && b.starts_with(a) && b[a.size()] == '.') || a == b;
   };
   for (const auto& [name, st] : ranked) {
-    if (!chosen.empty() &&
-        (st->bytes < ranked.front().second->bytes / 10 || !st->several_indices))
+    if (!chosen.empty() && (st->bytes < ranked.front().second->bytes / 10 || !st->several_indices))
       continue;
     // A named reference, not the binding: clang 14 (the sanitizer builds) cannot capture a
     // structured binding in a lambda.
@@ -311,6 +310,64 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   return parts;
 }
 
+/// One block of a component: its key, family and index, its weights, and where its family
+/// runs (the sort key and family_rank).
+struct found_block {
+  std::string key, family;
+  std::uint64_t index = 0;
+  std::vector<std::size_t> weights;
+  unsigned long order = 0;
+  std::size_t family_seen = 0;
+  int rank = 1;
+};
+
+/// The blocks of component @p part, in execution order, and which weights they hold.
+struct component_blocks {
+  std::vector<found_block> blocks;
+  std::vector<char> in_block;                     ///< per table weight
+  std::optional<std::size_t> first_block_weight;  ///< in table order
+};
+
+/// The blocks of @p part: by @p compiled patterns, or (none) by the auto rule's @p families of
+/// the names stripped by @p strip. Explicit patterns state the order (a family's pattern); the
+/// auto rule's is by stage: input stages, then middle or unknown, then output stages (a
+/// "single_*" family right after its sibling: FLUX's double then single blocks). Then a
+/// family's first appearance, then the block index.
+[[nodiscard]] DDO_INLINE component_blocks find_blocks(const weight_table& table,
+                                                      const table_component& part,
+                                                      std::span<const pattern> compiled,
+                                                      const std::vector<std::string>& families,
+                                                      std::size_t strip) {
+  component_blocks out;
+  out.in_block.assign(table.size(), 0);
+  std::unordered_map<std::string, std::size_t> block_of_key, family_seen;
+  for (std::size_t i : part.weights) {
+    const std::string& module_name = table[i].module_name;
+    auto m =
+        compiled.empty()
+            ? match_family(module_name, module_name.starts_with(part.prefix) ? strip : 0, families)
+            : match_pattern_block(module_name, compiled);
+    if (!m) continue;
+    if (!out.first_block_weight) out.first_block_weight = i;
+    auto [it, inserted] = block_of_key.emplace(m->key, out.blocks.size());
+    if (inserted) {
+      const std::size_t seen = family_seen.emplace(m->family, family_seen.size()).first->second;
+      const int rank = family_rank(m->family);
+      const unsigned long order = compiled.empty()
+                                      ? static_cast<unsigned long>(rank)
+                                      : std::stoul(m->family.substr(0, m->family.find(':')));
+      out.blocks.push_back(
+          {std::move(m->key), std::move(m->family), m->index, {}, order, seen, rank});
+    }
+    out.blocks[it->second].weights.push_back(i);
+    out.in_block[i] = 1;
+  }
+  std::stable_sort(out.blocks.begin(), out.blocks.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.order, a.family_seen, a.index) < std::tie(b.order, b.family_seen, b.index);
+  });
+  return out;
+}
+
 /// The groups of one component (see model/execution_groups.hpp).
 [[nodiscard]] DDO_INLINE std::vector<execution_group> component_groups(
     const weight_table& table, const table_component& part, std::span<const pattern> compiled,
@@ -321,39 +378,14 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
           ? part.prefix.size()
           : 0;
   const bool use_auto = compiled.empty() || !blocks;
-  const std::vector<std::string> families =
-      use_auto ? choose_block_families(table, part.weights, strip) : std::vector<std::string>{};
-  struct block_info {
-    std::string key, family;
-    std::uint64_t index;
-    std::vector<std::size_t> weights;
-  };
-  std::vector<std::string> family_order;  // first appearance
-  std::unordered_map<std::string, std::size_t> block_of_key;
-  std::vector<block_info> blocks_found;
-  std::vector<char> in_block(table.size(), 0);
-  std::optional<std::size_t> first_block_weight;
-  for (std::size_t i : part.weights) {
-    const std::string& module_name = table[i].module_name;
-    const auto m =
-        use_auto
-            ? match_family(module_name, module_name.starts_with(part.prefix) ? strip : 0, families)
-            : match_pattern_block(module_name, compiled);
-    if (!m) continue;
-    if (!first_block_weight) first_block_weight = i;
-    auto [it, inserted] = block_of_key.emplace(m->key, blocks_found.size());
-    if (inserted) {
-      blocks_found.push_back(block_info{m->key, m->family, m->index, {}});
-      if (std::find(family_order.begin(), family_order.end(), m->family) == family_order.end())
-        family_order.push_back(m->family);
-    }
-    blocks_found[it->second].weights.push_back(i);
-    in_block[i] = 1;
-  }
+  auto [found, in_block, first_block_weight] =
+      use_auto
+          ? find_blocks(table, part, {}, choose_block_families(table, part.weights, strip), strip)
+          : find_blocks(table, part, compiled, {}, strip);
   const std::string label =
       part.prefix.empty() ? std::string() : part.prefix.substr(0, part.prefix.size() - 1);
   std::vector<execution_group> groups;
-  if (blocks_found.empty()) {
+  if (found.empty()) {
     if (!label.empty()) return {execution_group{label, part.weights, false}};
     std::unordered_map<std::string, std::size_t> group_of_top;
     for (std::size_t i : part.weights) {
@@ -365,15 +397,6 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
     }
     return groups;
   }
-  // Families by stage (input stages, then middle or unknown, then output stages), then first
-  // appearance; a "single_*" family right after its sibling (FLUX's double then single blocks).
-  // Explicit patterns state the order: families in the order of their patterns.
-  const auto order = [&](const std::string& f) {
-    return use_auto ? static_cast<unsigned long>(family_rank(f))
-                    : std::stoul(f.substr(0, f.find(':')));
-  };
-  std::stable_sort(family_order.begin(), family_order.end(),
-                   [&](const auto& a, const auto& b) { return order(a) < order(b); });
   // Outside the blocks: input modules before, output modules after, a middle stage between the
   // input and the output stages; anything else by its table position against the first block
   // weight (an engine's table lists modules in order; a file's names are sorted, hence the
@@ -400,34 +423,22 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
                          (has_component(module, is_input_component) || i < *first_block_weight)));
     (input ? before : after).weights.push_back(i);
   }
+  // A middle stage runs before the first output-stage block; in a stated order (explicit
+  // patterns), right after the last input-stage block when there is one.
+  std::optional<std::size_t> middle_at;
+  for (std::size_t b = 0; b < found.size(); ++b)
+    if (!use_auto && found[b].rank == 0) middle_at = b + 1;
+  for (std::size_t b = 0; b < found.size() && !middle_at; ++b)
+    if (found[b].rank == 2) middle_at = b;
   if (!before.weights.empty()) groups.push_back(std::move(before));
-  bool middles_placed = middles.empty();
-  auto place_middles = [&] {
-    for (auto& [name, g] : middles)
-      groups.push_back(execution_group{name, std::move(g.weights), blocks});
-    middles_placed = true;
-  };
-  // A middle stage runs before the first output stage; in a stated order (explicit patterns),
-  // right after the last input stage.
-  std::size_t last_input = family_order.size();
-  for (std::size_t f = 0; f < family_order.size(); ++f)
-    if (family_rank(family_order[f]) == 0) last_input = f;
-  for (std::size_t f = 0; f < family_order.size(); ++f) {
-    const std::string& family = family_order[f];
-    if (!middles_placed && (use_auto || last_input == family_order.size()) &&
-        family_rank(family) == 2)
-      place_middles();
-    std::vector<std::size_t> members;
-    for (std::size_t b = 0; b < blocks_found.size(); ++b)
-      if (blocks_found[b].family == family) members.push_back(b);
-    std::stable_sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
-      return blocks_found[a].index < blocks_found[b].index;
-    });
-    for (std::size_t b : members)
-      groups.push_back(execution_group{blocks_found[b].key, blocks_found[b].weights, blocks});
-    if (!middles_placed && !use_auto && f == last_input) place_middles();
+  for (std::size_t b = 0; b <= found.size(); ++b) {
+    if (b == middle_at.value_or(found.size()))
+      for (auto& [name, g] : middles)
+        groups.push_back(execution_group{name, std::move(g.weights), blocks});
+    if (b < found.size())
+      groups.push_back(
+          execution_group{std::move(found[b].key), std::move(found[b].weights), blocks});
   }
-  if (!middles_placed) place_middles();
   if (!after.weights.empty()) groups.push_back(std::move(after));
   return groups;
 }
