@@ -123,6 +123,9 @@ struct group_layout {
   [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const;
   /// Weight bytes that setup reads from files (packed pinned weights and residents).
   [[nodiscard]] std::uint64_t pinned_weight_bytes() const noexcept;
+  /// The largest piece read from a file (0: none): a staged piece without host bytes, or a
+  /// resident weight whose source is a file.
+  [[nodiscard]] std::uint64_t largest_file_piece(const weight_table& table) const;
 };
 
 /// Validates @p plan against @p table and lays it out. Normalises @p options in place (the

@@ -33,6 +33,18 @@ DDO_INLINE std::uint64_t group_layout::pinned_weight_bytes() const noexcept {
   return pinned;
 }
 
+DDO_INLINE std::uint64_t group_layout::largest_file_piece(const weight_table& table) const {
+  std::uint64_t largest = 0;
+  for_each_part([&](const group_runtime& gr) {
+    for (const auto& p : gr.staged)
+      if (p.host == nullptr) largest = std::max(largest, p.bytes);
+  });
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (resident_offset[w] != not_streamed && std::holds_alternative<file_source>(table[w].source))
+      largest = std::max(largest, table[w].bytes);
+  return largest;
+}
+
 namespace layout_detail {
 
 /// Weight @p w's source and placement: a host source has bytes, a 'file' placement a file, and a

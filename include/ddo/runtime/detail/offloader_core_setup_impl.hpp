@@ -54,18 +54,10 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     files_ = open_source_files(table, layout_, options_.file_faults, options_.file_backend);
     if constexpr (transport_with_file_staging<T>) {
       // The file route reads through the transport's own readers and pinned slots.
-      file_staging_request request;
-      request.paths = &table.files();
-      request.used = layout_.file_used;
-      request.faults = options_.file_faults;
-      layout_.for_each_part([&](const group_runtime& gr) {
-        for (const auto& p : gr.staged)
-          if (p.host == nullptr) request.largest_piece_bytes = std::max(request.largest_piece_bytes, p.bytes);
-      });
-      for (std::size_t w = 0; w < table.size(); ++w)
-        if (layout_.resident_offset[w] != not_streamed && std::holds_alternative<file_source>(table[w].source))
-          request.largest_piece_bytes = std::max(request.largest_piece_bytes, table[w].bytes);
-      t_.prepare_file_reads(request);
+      t_.prepare_file_reads({.paths = &table.files(),
+                             .used = layout_.file_used,
+                             .faults = options_.file_faults,
+                             .largest_piece_bytes = layout_.largest_file_piece(table)});
     }
     copy_stream_ = t_.make_stream();
     staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
