@@ -469,10 +469,11 @@ void graph_streaming_run(std::size_t groups, std::size_t slots, int replays, boo
       if (std::memcmp(host + static_cast<std::size_t>(r) * total + off_in_out, m->expected[w].data(),
                       m->expected[w].size()) != 0)
         ++bad;
-  MESSAGE((vmm ? "VMM legacy route: " : "linear route: ")
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  MESSAGE(std::string(vmm ? "VMM legacy route: " : "linear route: ")
           << replays << " replays of " << groups << " groups over " << slots << " slots (connections: "
-                  << (std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") ? std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") : "default")
-                  << "): " << items.size() * replays << " weights checked, " << bad << " mismatches");
+          << std::string(connections != nullptr ? connections : "default") << "): "
+          << items.size() * replays << " weights checked, " << bad << " mismatches");
   CHECK(bad == 0);
   DDO_CUDA_TRY(cudaFree(out));
   DDO_CUDA_TRY(cudaFreeHost(host));
