@@ -235,9 +235,8 @@ TEST_SUITE("runner") {
       REQUIRE(settings.effective_preset == preset);
       const auto groups = ddo::infer_execution_groups(t, settings.config.resident_module_patterns);
       const ddo::machine_capacity none;
-      ddo::plan_context context{
-          t, settings.config, none, groups, ddo::group_of_weights(t, groups), {}, {}, nullptr};
-      const auto rules = ddo::residency_rules(context);
+      const auto rules =
+          ddo::residency_rules(ddo::make_plan_context(t, settings.config, none, groups));
       const std::uint64_t fixed = rules.bytes_of(ddo::residency_rule::skip_pattern) +
                                   rules.bytes_of(ddo::residency_rule::kind) +
                                   rules.bytes_of(ddo::residency_rule::small_tensor);
