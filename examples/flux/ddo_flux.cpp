@@ -130,7 +130,6 @@ struct gpu_run {
   double vram_gib = 12.0;
   bool check = false;
   bool profile = false;
-  std::string attention = "tensor";  // tensor, tensor2 (pipelined) or float
   std::string output;
   std::string json;
 };
@@ -152,8 +151,6 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   const std::uint64_t context = memory.total_bytes - memory.free_bytes;
   flux::gpu::gemm_runner gemms;
   flux::gpu::device_forward f(r.c, r.in.image_tokens, r.in.text_tokens, gemms);
-  f.tensor_attention(r.attention != "float");
-  if (r.attention == "tensor2") f.pipelined_attention(2);
   const auto after = ddo::query_device_memory(0);
   const std::uint64_t reserve = memory.free_bytes - after.free_bytes;
   const ddo::runner::vram_budget card{static_cast<std::uint64_t>(r.vram_gib * double(ddo::gib)),
@@ -285,7 +282,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
       o.member("attention_tflops", attention_tflops, 2);
       o.member("attention_over_gemm_rate", attention_tflops / gemm_tflops, 4);
       o.member("neither_ms", rest, 3).member("neither_share", rest / prof.step_ms, 4);
-      o.member("steps", r.steps).member("attention_kernel", r.attention).end_object();
+      o.member("steps", r.steps).end_object();
       ddo::write_file_atomically(r.json, o.take() + "\n");
     }
   }
@@ -309,7 +306,7 @@ int run(int argc, char** argv) {
   double guidance = 3.5, vram_gib = 12.0;
   std::uint64_t seed = 0;
   bool check = false, force_cpu = false, profile = false, graph = false;
-  std::string json, attention = "tensor";
+  std::string json;
   po::options_description general("ddo-flux options");
   general.add_options()("help,h", "Print this help and exit")(
       "model", po::value(&models)->multitoken()->value_name("PATH..."),
@@ -333,10 +330,6 @@ int run(int argc, char** argv) {
       "GPU: also time the all-resident steps, one step's GEMMs and attention (events), and the "
       "pinned bandwidth; print the streamed step's ratio to max(resident, bytes / bandwidth)")(
       "json", po::value(&json)->value_name("FILE"), "--profile: write its figures to FILE")(
-      "attention", po::value(&attention)->value_name("tensor|tensor2|float"),
-      "GPU attention kernel: tensor cores over bf16 q, k, v (default); tensor2 the pipelined "
-      "tensor-core kernel (cp.async k/v tiles, 32 query rows per warp; not yet run on a GPU); "
-      "or float on the CUDA cores")(
       "check", po::bool_switch(&check),
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
@@ -386,8 +379,6 @@ int run(int argc, char** argv) {
   }
   if (models.empty()) return fail("--model is required (or --make-model to write one)", exit_usage);
   if (!json.empty() && !profile) return fail("--json FILE needs --profile", exit_usage);
-  if (attention != "tensor" && attention != "tensor2" && attention != "float")
-    return fail("--attention '" + attention + "' is not one of tensor, tensor2, float", exit_usage);
   if (steps < 1 || steps > 1000)
     return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
@@ -435,9 +426,8 @@ int run(int argc, char** argv) {
           "step syncs); --cpu runs the CPU path on host_sim, where --graph works",
           exit_usage);
     if (probe.available)
-      return run_gpu({table, settings, inputs, c, in, steps, vram_gib, check, profile, attention,
-                      output, json},
-                     probe);
+      return run_gpu(
+          {table, settings, inputs, c, in, steps, vram_gib, check, profile, output, json}, probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
 #else

@@ -5,17 +5,19 @@
 /// single block, head) over device buffers, enqueued on one stream, reading the weights through
 /// the same lookup by published name (a lease's device pointers, or a resident copy).
 ///
-/// Precision: the activations are float; the residual stream, LayerNorm, RMSNorm, RoPE and
-/// modulation run in float (flux_kernels.cu). Each GEMM's activation operand is rounded to bf16
-/// right before it (fused with LayerNorm + modulation, or with GELU, where those feed it), the
-/// weight is bf16 as published, and cuBLASLt accumulates and writes in float
-/// (CUBLAS_COMPUTE_32F), the bias added in its epilogue (or by a kernel after, where cuBLASLt
-/// has no epilogue for that bias type; decided once per shape). Attention rounds q, k
-/// and v to bf16 and runs on the tensor cores (attention_bf16: scores, softmax and the output
-/// in float, P rounded to bf16 for P v); tensor_attention(false) runs the float kernel instead.
-/// Keeping the activations in float costs memory traffic on the non-GEMM kernels but keeps the
-/// rounding to one place per product, which is what the tolerance against diffusers
-/// (tests/gpu/flux_forward_gpu_test.cpp) is built on.
+/// Precision: the residual stream and the modulation vectors are float, and every kernel
+/// computes in float; what a GEMM or attention reads is bf16, stored so. cuBLASLt accumulates in
+/// float (CUBLAS_COMPUTE_32F) with the bias in its epilogue (or a kernel after, where cuBLASLt
+/// has no epilogue for that bias type; decided once per shape) and writes float where a gated
+/// residual add follows (the output projections), bf16 where more math follows: q and k
+/// (RMSNorm + RoPE in float, back to bf16 in place: rms_rope_bf16), v (attention's operand as
+/// is) and the MLP's hidden layer (GELU in place). LayerNorm + modulation write the bf16 rows
+/// the next GEMMs read; attention (tensor cores: scores, softmax and sums in float, P rounded
+/// to bf16) writes its output in bf16 where the output projection reads it. So q and k are
+/// rounded twice (GEMM output, after RoPE) and the MLP's hidden layer twice (GEMM output, after
+/// GELU), where a float pipeline rounds once: the price of half the activation memory (32768
+/// image tokens on an 8 GiB card) and traffic; the diffusers tolerance
+/// (tests/gpu/flux_forward_gpu_test.cpp) holds it.
 ///
 /// Determinism: one cuBLASLt algorithm per GEMM shape, chosen by the heuristic the first time
 /// the shape is seen with split-K reductions excluded and a fixed 16-byte alignment asked for
@@ -34,6 +36,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -82,8 +85,9 @@ class device_buffer {
 };
 
 /// @brief y[rows, out] = x[rows, in] W^T with W the published [out, in] bf16 weight, x bf16 and
-/// y float, each with its own row stride: cuBLASLt, one algorithm per shape (see the file
-/// comment), one workspace. Shared by every forward that must give the same bits.
+/// y float or bf16 (rounded from the float accumulator), each with its own row stride:
+/// cuBLASLt, one algorithm per shape (see the file comment), one workspace. Shared by every
+/// forward that must give the same bits.
 class gemm_runner {
  public:
   static constexpr std::uint64_t workspace_bytes = 32ull << 20;
@@ -102,12 +106,13 @@ class gemm_runner {
   /// @brief Runs the GEMM; with @p bias (bf16 when @p bias_bf16, else float) the bias is added
   /// in cuBLASLt's epilogue where it takes that bias type for the shape. @return whether it did
   /// (else the caller adds it); decided at the shape's first call, the same for every later one.
-  bool run(const void* w, const std::uint16_t* x, int x_stride, float* y, int y_stride, int rows,
-           int out, int in, const void* bias, bool bias_bf16, cudaStream_t stream) {
+  /// @p y is float, or bf16 when @p y_bf16.
+  bool run(const void* w, const std::uint16_t* x, int x_stride, void* y, bool y_bf16, int y_stride,
+           int rows, int out, int in, const void* bias, bool bias_bf16, cudaStream_t stream) {
     for (const void* p : {w, static_cast<const void*>(x), static_cast<const void*>(y)})
       DDO_EXPECTS(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
                   "flux gpu: a GEMM operand is not 16-byte aligned");
-    const key k{rows, out, in, x_stride, y_stride, bias == nullptr ? 0 : bias_bf16 ? 2 : 1};
+    const key k{rows, out, in, x_stride, y_stride, bias == nullptr ? 0 : bias_bf16 ? 2 : 1, y_bf16};
     const float one = 1.f, zero = 0.f;
     const auto matmul = [&](const plan& p) {
       if (p.bias)
@@ -163,6 +168,7 @@ class gemm_runner {
   struct key {
     int rows, out, in, x_stride, y_stride;
     int bias;  // 0: none, 1: float, 2: bf16
+    bool y_bf16;
     auto operator<=>(const key&) const = default;
   };
   struct plan {
@@ -209,7 +215,8 @@ class gemm_runner {
     check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<std::uint64_t>(k.in),
                                         static_cast<std::uint64_t>(k.rows), k.x_stride),
              "cublasLtMatrixLayoutCreate(B)");
-    check_lt(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<std::uint64_t>(k.out),
+    check_lt(cublasLtMatrixLayoutCreate(&p.d, k.y_bf16 ? CUDA_R_16BF : CUDA_R_32F,
+                                        static_cast<std::uint64_t>(k.out),
                                         static_cast<std::uint64_t>(k.rows), k.y_stride),
              "cublasLtMatrixLayoutCreate(D)");
     cublasLtMatmulPreference_t pref = nullptr;
@@ -337,12 +344,11 @@ class device_forward {
         m_(static_cast<std::size_t>(c.mlp())),
         gemms_(gemms),
         x_(n_ * h_),
+        out_(n_ * h_),
         q_(n_ * h_),
         k_(n_ * h_),
         v_(n_ * h_),
-        attn_(n_ * h_),
-        out_(n_ * h_),
-        mid_(n_ * m_),
+        normed_(n_ * h_),
         b16_(n_ * std::max({h_ + m_, static_cast<std::size_t>(c.text_dim),
                             static_cast<std::size_t>(c.in_channels), std::size_t{256},
                             static_cast<std::size_t>(c.pooled_dim)})),
@@ -352,7 +358,6 @@ class device_forward {
         cos_(n_ * static_cast<std::size_t>(c.head_dim)),
         sin_(n_ * static_cast<std::size_t>(c.head_dim)),
         vec_(16 * h_ + 256),
-        norm_weight_(static_cast<std::size_t>(c.head_dim)),
         velocity_(ni_ * static_cast<std::size_t>(c.in_channels)),
         latents_host_(ni_ * static_cast<std::size_t>(c.in_channels)),
         velocity_host_(ni_ * static_cast<std::size_t>(c.in_channels)) {
@@ -365,14 +370,6 @@ class device_forward {
   /// @brief The stream the stages enqueue on (the compute stream ddo's leases are acquired for).
   void bind(cudaStream_t stream) noexcept { stream_ = stream; }
 
-  /// @brief Attention on the tensor cores (attention_bf16: q, k, v and P in bf16, the default)
-  /// or in float on the CUDA cores (attention: the exact but slow reference kernel).
-  void tensor_attention(bool on) noexcept { tensor_attention_ = on; }
-
-  /// @brief With tensor_attention: attention_bf16_pipelined with @p row_tiles query tiles per
-  /// warp (1 or 2) instead of attention_bf16; 0: attention_bf16 (the default).
-  void pipelined_attention(int row_tiles) noexcept { pipelined_row_tiles_ = row_tiles; }
-
   /// @brief Times every GEMM and attention call into @p p (nullptr: stop).
   void profile(step_profile* p) noexcept { profile_ = p; }
 
@@ -382,10 +379,10 @@ class device_forward {
   /// @brief Device bytes of the activations (the GEMMs' workspace is the gemm_runner's).
   [[nodiscard]] std::uint64_t device_bytes() const noexcept {
     std::uint64_t total = 0;
-    for (const auto* b : {&x_, &q_, &k_, &v_, &attn_, &out_, &mid_, &latents_, &text_, &pooled_,
-                          &cos_, &sin_, &vec_, &norm_weight_, &velocity_})
+    for (const auto* b : {&x_, &out_, &latents_, &text_, &pooled_, &cos_, &sin_, &vec_, &velocity_})
       total += b->bytes();
-    return total + b16_.bytes();
+    for (const auto* b : {&q_, &k_, &v_, &normed_, &b16_}) total += b->bytes();
+    return total;
   }
 
   void embed(const weight_lookup& w, const inputs& in, float timestep) {
@@ -434,8 +431,7 @@ class device_forward {
 
   void double_block(int block, const weight_lookup& w) {
     const std::string p = "transformer_blocks." + std::to_string(block) + ".";
-    const int h = hidden(), ni = static_cast<int>(ni_), nt = static_cast<int>(nt_),
-              n = static_cast<int>(n_), d = c_.head_dim;
+    const int h = hidden(), ni = static_cast<int>(ni_), nt = static_cast<int>(nt_);
     float* txt = x_.get();
     float* img = x_.get() + nt_ * h_;
     float* mod = vec(4);    // 6 h: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
@@ -443,32 +439,29 @@ class device_forward {
     lin(w, p + "norm1.linear", vec(1), h, 1, h, mod, 6 * h, 6 * h);
     lin(w, p + "norm1_context.linear", vec(1), h, 1, h, cmod, 6 * h, 6 * h);
     const auto chunk = [&](float* m, int i) { return m + static_cast<std::size_t>(i) * h_; };
-    gpu::layer_norm_modulate_bf16(txt, nt, h, chunk(cmod, 0), chunk(cmod, 1), b16_.get(), h,
-                                  stream_);
-    gpu::layer_norm_modulate_bf16(img, ni, h, chunk(mod, 0), chunk(mod, 1), b16_.get() + nt_ * h_,
-                                  h, stream_);
-    const std::uint16_t* nimg = b16_.get() + nt_ * h_;
-    const std::uint16_t* ntxt = b16_.get();
-    const auto img_rows = [&](float* buffer) { return buffer + nt_ * h_; };
+    std::uint16_t* ntxt = normed_.get();
+    std::uint16_t* nimg = normed_.get() + nt_ * h_;
+    gpu::layer_norm_modulate_bf16(txt, nt, h, chunk(cmod, 0), chunk(cmod, 1), ntxt, h, stream_);
+    gpu::layer_norm_modulate_bf16(img, ni, h, chunk(mod, 0), chunk(mod, 1), nimg, h, stream_);
+    const auto img_rows = [&](auto* buffer) { return buffer + nt_ * h_; };
     lin16(w, p + "attn.to_q", nimg, h, ni, h, img_rows(q_.get()), h, h);
     lin16(w, p + "attn.to_k", nimg, h, ni, h, img_rows(k_.get()), h, h);
     lin16(w, p + "attn.to_v", nimg, h, ni, h, img_rows(v_.get()), h, h);
     lin16(w, p + "attn.add_q_proj", ntxt, h, nt, h, q_.get(), h, h);
     lin16(w, p + "attn.add_k_proj", ntxt, h, nt, h, k_.get(), h, h);
     lin16(w, p + "attn.add_v_proj", ntxt, h, nt, h, v_.get(), h, h);
-    rms(w, p + "attn.norm_q.weight", img_rows(q_.get()), ni);
-    rms(w, p + "attn.norm_k.weight", img_rows(k_.get()), ni);
-    rms(w, p + "attn.norm_added_q.weight", q_.get(), nt);
-    rms(w, p + "attn.norm_added_k.weight", k_.get(), nt);
-    joint_attention();
-    gpu::to_bf16(attn_.get(), n, h, h, b16_.get(), h, stream_);
+    rms_rope(w, p + "attn.norm_q.weight", q_.get(), nt, ni);
+    rms_rope(w, p + "attn.norm_k.weight", k_.get(), nt, ni);
+    rms_rope(w, p + "attn.norm_added_q.weight", q_.get(), 0, nt);
+    rms_rope(w, p + "attn.norm_added_k.weight", k_.get(), 0, nt);
+    joint_attention(b16_.get(), h);
     lin16(w, p + "attn.to_add_out", b16_.get(), h, nt, h, out_.get(), h, h);
-    lin16(w, p + "attn.to_out.0", b16_.get() + nt_ * h_, h, ni, h, img_rows(out_.get()), h, h);
+    lin16(w, p + "attn.to_out.0", img_rows(b16_.get()), h, ni, h, img_rows(out_.get()), h, h);
     gpu::gated_add(img, ni, h, chunk(mod, 2), img_rows(out_.get()), h, stream_);
-    feed_forward(w, p + "ff", img, ni, chunk(mod, 3), chunk(mod, 4), chunk(mod, 5));
     gpu::gated_add(txt, nt, h, chunk(cmod, 2), out_.get(), h, stream_);
+    // out_ is free again: the feed-forwards put their outputs there
+    feed_forward(w, p + "ff", img, ni, chunk(mod, 3), chunk(mod, 4), chunk(mod, 5));
     feed_forward(w, p + "ff_context", txt, nt, chunk(cmod, 3), chunk(cmod, 4), chunk(cmod, 5));
-    (void)d;
   }
 
   void single_block(int block, const weight_lookup& w) {
@@ -476,19 +469,19 @@ class device_forward {
     const int h = hidden(), m = static_cast<int>(m_), n = static_cast<int>(n_);
     float* mod = vec(4);  // shift, scale, gate
     lin(w, p + "norm.linear", vec(1), h, 1, h, mod, 3 * h, 3 * h);
-    gpu::layer_norm_modulate_bf16(x_.get(), n, h, mod, mod + h_, b16_.get(), h, stream_);
-    lin16(w, p + "proj_mlp", b16_.get(), h, n, h, mid_.get(), m, m);
-    lin16(w, p + "attn.to_q", b16_.get(), h, n, h, q_.get(), h, h);
-    lin16(w, p + "attn.to_k", b16_.get(), h, n, h, k_.get(), h, h);
-    lin16(w, p + "attn.to_v", b16_.get(), h, n, h, v_.get(), h, h);
-    rms(w, p + "attn.norm_q.weight", q_.get(), n);
-    rms(w, p + "attn.norm_k.weight", k_.get(), n);
-    joint_attention();
-    // proj_out reads [attention | GELU(MLP)] per token: both rounded into one bf16 row of h + m
-    // (after attention, whose q, k and v used the same scratch).
-    gpu::to_bf16(attn_.get(), n, h, h, b16_.get(), h + m, stream_);
-    gpu::gelu_bf16(mid_.get(), n, m, m, b16_.get() + h_, h + m, stream_);
-    lin16(w, p + "proj_out", b16_.get(), h + m, n, h + m, out_.get(), h, h);
+    gpu::layer_norm_modulate_bf16(x_.get(), n, h, mod, mod + h_, normed_.get(), h, stream_);
+    // proj_out reads [attention | GELU(MLP)] per token, one bf16 row of h + m: the MLP's GEMM
+    // writes its part (GELU in place after), attention writes the other.
+    std::uint16_t* row = b16_.get();
+    lin16(w, p + "proj_mlp", normed_.get(), h, n, h, row + h_, h + m, m);
+    gpu::gelu_bf16(row + h_, n, m, h + m, row + h_, h + m, stream_);
+    lin16(w, p + "attn.to_q", normed_.get(), h, n, h, q_.get(), h, h);
+    lin16(w, p + "attn.to_k", normed_.get(), h, n, h, k_.get(), h, h);
+    lin16(w, p + "attn.to_v", normed_.get(), h, n, h, v_.get(), h, h);
+    rms_rope(w, p + "attn.norm_q.weight", q_.get(), 0, n);
+    rms_rope(w, p + "attn.norm_k.weight", k_.get(), 0, n);
+    joint_attention(row, h + m);
+    lin16(w, p + "proj_out", row, h + m, n, h + m, out_.get(), h, h);
     gpu::gated_add(x_.get(), n, h, mod + 2 * h_, out_.get(), h, stream_);
   }
 
@@ -537,9 +530,13 @@ class device_forward {
     lin16(w, module, b16_.get(), in, rows, in, y, y_stride, out);
   }
 
-  /// y = x W^T + b for bf16 rows @p x (stride @p x_stride) of width @p in; @p out outputs.
+  /// y = x W^T + b for bf16 rows @p x (stride @p x_stride) of width @p in; @p out outputs, float
+  /// or (@p Y std::uint16_t) rounded to bf16.
+  template <class Y>
   void lin16(const weight_lookup& w, const std::string& module, const std::uint16_t* x,
-             int x_stride, int rows, int in, float* y, int y_stride, int out) {
+             int x_stride, int rows, int in, Y* y, int y_stride, int out) {
+    static_assert(std::is_same_v<Y, float> || std::is_same_v<Y, std::uint16_t>);
+    constexpr bool y_bf16 = std::is_same_v<Y, std::uint16_t>;
     const cpu::tensor_ref weight = w(module + ".weight");
     const cpu::tensor_ref bias = w(module + ".bias");
     if (weight.type != ddo::dtype::bf16)
@@ -552,12 +549,12 @@ class device_forward {
                 "flux gpu: " + module + " has not the shape the forward expects");
     cudaEvent_t before = profile_ ? profile_->record(stream_) : nullptr;
     const bool bias_bf16 = is_bf16(bias, module + ".bias");
-    const bool fused = gemms_.run(weight.data, x, x_stride, y, y_stride, rows, out, in, bias.data,
-                                  bias_bf16, stream_);
+    const bool fused = gemms_.run(weight.data, x, x_stride, y, y_bf16, y_stride, rows, out, in,
+                                  bias.data, bias_bf16, stream_);
     if (profile_)
       profile_->mark(step_profile::kind::gemm, 2.0 * rows * out * in, before,
                      profile_->record(stream_));
-    if (!fused) gpu::add_bias(y, rows, out, y_stride, bias.data, bias_bf16, stream_);
+    if (!fused) gpu::add_bias(y, y_bf16, rows, out, y_stride, bias.data, bias_bf16, stream_);
   }
 
   static bool is_bf16(const cpu::tensor_ref& t, const std::string& name) {
@@ -567,12 +564,16 @@ class device_forward {
                            "; biases and norm weights must be bf16 or f32");
   }
 
-  void rms(const weight_lookup& w, const std::string& name, float* x, int rows) {
+  /// RMSNorm by the weight @p name, then RoPE, of rows [row_begin, row_begin + rows) of the
+  /// bf16 q or k.
+  void rms_rope(const weight_lookup& w, const std::string& name, std::uint16_t* x, int row_begin,
+                int rows) {
     const cpu::tensor_ref weight = w(name);
     DDO_EXPECTS(weight.elements == static_cast<std::size_t>(c_.head_dim),
                 "flux gpu: " + name + " must have head_dim elements");
-    gpu::to_float(weight.data, is_bf16(weight, name), norm_weight_.get(), c_.head_dim, stream_);
-    gpu::rms_norm_heads(x, rows, hidden(), c_.head_dim, norm_weight_.get(), stream_);
+    DDO_EXPECTS(gpu::rms_rope_bf16(x, row_begin, rows, hidden(), c_.head_dim, weight.data,
+                                   is_bf16(weight, name), cos_.get(), sin_.get(), stream_),
+                "flux gpu: no RMSNorm + RoPE kernel for head_dim " + std::to_string(c_.head_dim));
   }
 
   /// TimestepEmbedding of the sinusoidal projection of value x 1000 into @p out (h floats).
@@ -585,43 +586,29 @@ class device_forward {
     lin(w, module + ".linear_2", scratch, h, 1, h, out, h, h);
   }
 
-  /// RoPE on q and k (every token), then attention into attn_.
-  void joint_attention() {
+  /// Attention over q_, k_, v_ (every token), written as bf16 into @p out (row stride
+  /// @p out_stride): the next GEMM's operand.
+  void joint_attention(std::uint16_t* out, int out_stride) {
     const int h = hidden(), n = static_cast<int>(n_), d = c_.head_dim;
-    gpu::rope(q_.get(), n, h, d, cos_.get(), sin_.get(), stream_);
-    gpu::rope(k_.get(), n, h, d, cos_.get(), sin_.get(), stream_);
     cudaEvent_t before = profile_ ? profile_->record(stream_) : nullptr;
-    bool launched = false;
-    if (tensor_attention_) {
-      // q, k and v rounded to bf16 side by side in the scratch (5 h wide per token: room for 3).
-      const std::size_t nh = n_ * h_;
-      std::uint16_t* qb = b16_.get();
-      gpu::to_bf16(q_.get(), n, h, h, qb, h, stream_);
-      gpu::to_bf16(k_.get(), n, h, h, qb + nh, h, stream_);
-      gpu::to_bf16(v_.get(), n, h, h, qb + 2 * nh, h, stream_);
-      launched = pipelined_row_tiles_ != 0
-                     ? gpu::attention_bf16_pipelined(qb, qb + nh, qb + 2 * nh, attn_.get(), false,
-                                                     h, n, h, d, pipelined_row_tiles_, stream_)
-                     : gpu::attention_bf16(qb, qb + nh, qb + 2 * nh, attn_.get(), n, h, d, stream_);
-    } else {
-      launched = gpu::attention(q_.get(), k_.get(), v_.get(), attn_.get(), n, h, d, stream_);
-    }
+    const bool launched =
+        gpu::attention_bf16(q_.get(), k_.get(), v_.get(), out, true, out_stride, n, h, d, stream_);
     DDO_EXPECTS(launched, "flux gpu: no attention kernel for head_dim " + std::to_string(d));
     if (profile_)
       profile_->mark(step_profile::kind::attention, 4.0 * n * double(n) * h, before,
                      profile_->record(stream_));
   }
 
-  /// x += gate * ff(LayerNorm(x) * (1 + scale) + shift) (flux::forward's feed_forward); the
-  /// output goes through attn_, free by then.
+  /// x += gate * ff(LayerNorm(x) * (1 + scale) + shift) (flux::forward's feed_forward): the
+  /// hidden layer in bf16 in b16_ (GELU in place), the output through out_.
   void feed_forward(const weight_lookup& w, const std::string& module, float* x, int rows,
                     const float* shift, const float* scale, const float* gate) {
     const int h = hidden(), m = static_cast<int>(m_);
-    gpu::layer_norm_modulate_bf16(x, rows, h, shift, scale, b16_.get(), h, stream_);
-    lin16(w, module + ".net.0.proj", b16_.get(), h, rows, h, mid_.get(), m, m);
-    gpu::gelu_bf16(mid_.get(), rows, m, m, b16_.get(), m, stream_);
-    lin16(w, module + ".net.2", b16_.get(), m, rows, m, attn_.get(), h, h);
-    gpu::gated_add(x, rows, h, gate, attn_.get(), h, stream_);
+    gpu::layer_norm_modulate_bf16(x, rows, h, shift, scale, normed_.get(), h, stream_);
+    lin16(w, module + ".net.0.proj", normed_.get(), h, rows, h, b16_.get(), m, m);
+    gpu::gelu_bf16(b16_.get(), rows, m, m, b16_.get(), m, stream_);
+    lin16(w, module + ".net.2", b16_.get(), m, rows, m, out_.get(), h, h);
+    gpu::gated_add(x, rows, h, gate, out_.get(), h, stream_);
   }
 
   config c_;
@@ -630,11 +617,12 @@ class device_forward {
   cudaStream_t stream_ = nullptr;
   step_profile* profile_ = nullptr;
   bool uploaded_ = false;
-  bool tensor_attention_ = true;
-  int pipelined_row_tiles_ = 0;
-  device_buffer<float> x_, q_, k_, v_, attn_, out_, mid_;
-  device_buffer<std::uint16_t> b16_;
-  device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, norm_weight_, velocity_;
+  device_buffer<float> x_, out_;  // the residual stream; a GEMM's float output before its gated add
+  // bf16: q, k, v (RMSNorm + RoPE in place); the normed rows every block's first GEMMs read;
+  // b16_ the rows the second GEMMs read (attention's output, GELU(MLP)) and the small GEMMs'
+  // rounded inputs
+  device_buffer<std::uint16_t> q_, k_, v_, normed_, b16_;
+  device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, velocity_;
   pinned_buffer<float> latents_host_, velocity_host_;
 };
 

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -18,15 +19,12 @@
 namespace flux::gpu {
 namespace {
 
+using bf16 = __nv_bfloat16;
 constexpr unsigned full_mask = 0xffffffffu;
+constexpr int row_threads = 256;  // threads per block of the row-wise element kernels
 
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(full_mask, v, o);
-  return v;
-}
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(full_mask, v, o));
   return v;
 }
 
@@ -42,33 +40,48 @@ __device__ float block_sum(float v, float* scratch) {
   return total;
 }
 
-/// One warp per (row, head).
-__global__ void rms_norm_heads_kernel(float* x, int rows, int width, int head_dim,
-                                      const float* weight) {
-  const int heads = width / head_dim;
-  const long long item = static_cast<long long>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (item >= static_cast<long long>(rows) * heads) return;
-  const int lane = threadIdx.x % 32;
-  float* v = x + (item / heads) * width + (item % heads) * head_dim;
-  float ss = 0.f;
-  for (int i = lane; i < head_dim; i += 32) ss += v[i] * v[i];
-  const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + 1e-6f);
-  for (int i = lane; i < head_dim; i += 32) v[i] = v[i] * inv * weight[i];
+__device__ inline float load_float(const void* p, bool is_bf16, int i) {
+  return is_bf16 ? __bfloat162float(static_cast<const bf16*>(p)[i])
+                 : static_cast<const float*>(p)[i];
 }
 
-__global__ void rope_kernel(float* x, int rows, int width, int head_dim, const float* cos,
-                            const float* sin) {
-  const long long pair = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (pair >= static_cast<long long>(rows) * width / 2) return;
-  const long long row = pair * 2 / width;
-  const int col = static_cast<int>(pair * 2 % width);
-  const int i = col % head_dim;
-  float* p = x + row * width + col;
-  const float* c = cos + row * head_dim + i;
-  const float* s = sin + row * head_dim + i;
-  const float a = p[0], b = p[1];
-  p[0] = a * c[0] - b * s[0];
-  p[1] = b * c[1] + a * s[1];
+// The row-wise element kernels run on a grid of (rows, column blocks): row and column come from
+// the block index, with no 64-bit division per element.
+#define FLUX_ROW_COL                                                      \
+  const long long r = blockIdx.x;                                         \
+  const int c = static_cast<int>(blockIdx.y) * row_threads + threadIdx.x; \
+  if (c >= n) return
+
+/// One warp per (row, head): RMSNorm of the head (float), times the weight, RoPE on its
+/// interleaved pairs, rounded back to bf16 in place. Each lane holds D / 32 consecutive values,
+/// so a RoPE pair never leaves its lane.
+template <int D>
+__global__ void rms_rope_bf16_kernel(bf16* x, int row0, int rows, int width, const void* weight,
+                                     bool weight_bf16, const float* cos, const float* sin) {
+  constexpr int per = D / 32;
+  const int heads = width / D;
+  const int item = static_cast<int>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (item >= rows * heads) return;
+  const int lane = threadIdx.x % 32, i = lane * per;
+  const long long row = row0 + item / heads;
+  bf16* p = x + row * width + (item % heads) * D + i;
+  float v[per];
+  for (int e = 0; e < per; e += 2) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p + e));
+    v[e] = f.x;
+    v[e + 1] = f.y;
+  }
+  float ss = 0.f;
+  for (int e = 0; e < per; ++e) ss += v[e] * v[e];
+  const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + 1e-6f);
+  for (int e = 0; e < per; ++e) v[e] = v[e] * inv * load_float(weight, weight_bf16, i + e);
+  const float* cr = cos + row * D + i;
+  const float* sr = sin + row * D + i;
+  for (int e = 0; e < per; e += 2) {
+    const float a = v[e], b = v[e + 1];
+    *reinterpret_cast<__nv_bfloat162*>(p + e) =
+        __floats2bfloat162_rn(a * cr[e] - b * sr[e], b * cr[e + 1] + a * sr[e + 1]);
+  }
 }
 
 __global__ void silu_kernel(float* x, long long n) {
@@ -77,83 +90,17 @@ __global__ void silu_kernel(float* x, long long n) {
   x[i] = x[i] / (1.f + expf(-x[i]));
 }
 
-__global__ void gated_add_kernel(float* x, int rows, int n, const float* gate, const float* y,
-                                 int y_stride) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long long>(rows) * n) return;
-  const long long r = i / n;
-  const int c = static_cast<int>(i % n);
-  x[i] += gate[c] * y[r * y_stride + c];
+__global__ void gated_add_kernel(float* x, int n, const float* gate, const float* y, int y_stride) {
+  FLUX_ROW_COL;
+  x[r * n + c] += gate[c] * y[r * y_stride + c];
 }
 
-constexpr int attention_warps = 4;  // query rows per block, one warp each
-constexpr int key_tile = 32;        // keys per shared-memory tile: one per lane
-
-/// One warp per query row: each lane scores one key of the tile (a full dot product), the warp
-/// updates the running max and sum, then each lane accumulates head_dim / 32 output columns over
-/// the tile's keys in key order.
-template <int D>
-__global__ void attention_kernel(const float* q, const float* k, const float* v, float* out, int n,
-                                 int width, float scale) {
-  constexpr int per_lane = D / 32;
-  __shared__ float ks[key_tile][D + 1];  // + 1: lanes read different rows without bank conflicts
-  __shared__ float vs[key_tile][D];
-  __shared__ float qs[attention_warps][D];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * attention_warps + warp;
-  const int col0 = blockIdx.y * D;
-  const bool active = row < n;
-  if (active)
-    for (int t = lane; t < D; t += 32)
-      qs[warp][t] = q[static_cast<long long>(row) * width + col0 + t] * scale;
-  float m = -INFINITY, l = 0.f, acc[per_lane];
-  for (int i = 0; i < per_lane; ++i) acc[i] = 0.f;
-  for (int j0 = 0; j0 < n; j0 += key_tile) {
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < key_tile * D; idx += blockDim.x) {
-      const int j = idx / D, t = idx % D;
-      const bool in = j0 + j < n;
-      const long long at = static_cast<long long>(j0 + j) * width + col0 + t;
-      ks[j][t] = in ? k[at] : 0.f;
-      vs[j][t] = in ? v[at] : 0.f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    const bool key = j0 + lane < n;
-    float s = -INFINITY;
-    if (key) {
-      float d0 = 0.f, d1 = 0.f;
-      for (int t = 0; t < D; t += 2) {
-        d0 += qs[warp][t] * ks[lane][t];
-        d1 += qs[warp][t + 1] * ks[lane][t + 1];
-      }
-      s = d0 + d1;
-    }
-    const float m_new = fmaxf(m, warp_max(s));
-    const float p = key ? expf(s - m_new) : 0.f;
-    const float correction = expf(m - m_new);
-    l = l * correction + warp_sum(p);
-    for (int i = 0; i < per_lane; ++i) acc[i] *= correction;
-    const int keys = min(key_tile, n - j0);
-    for (int j = 0; j < keys; ++j) {
-      const float pj = __shfl_sync(full_mask, p, j);
-      for (int i = 0; i < per_lane; ++i) acc[i] += pj * vs[j][lane + 32 * i];
-    }
-    m = m_new;
-  }
-  if (active)
-    for (int i = 0; i < per_lane; ++i)
-      out[static_cast<long long>(row) * width + col0 + lane + 32 * i] = acc[i] / l;
-}
-
-/// LayerNorm (no affine, eps 1e-6), then x (1 + scale) + shift, rounded to bf16, in one pass:
-/// the float operations of the CPU path's layer_norm and modulate, in their order.
+/// LayerNorm (no affine), then x (1 + scale) + shift, rounded to bf16, in one pass.
 __global__ void layer_norm_modulate_bf16_kernel(const float* x, int n, const float* shift,
-                                                const float* scale, __nv_bfloat16* y,
-                                                int y_stride) {
+                                                const float* scale, bf16* y, int y_stride) {
   __shared__ float scratch[32];
   const float* xr = x + static_cast<long long>(blockIdx.x) * n;
-  __nv_bfloat16* yr = y + static_cast<long long>(blockIdx.x) * y_stride;
+  bf16* yr = y + static_cast<long long>(blockIdx.x) * y_stride;
   float s = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
   const float mean = block_sum(s, scratch) / static_cast<float>(n);
@@ -165,48 +112,35 @@ __global__ void layer_norm_modulate_bf16_kernel(const float* x, int n, const flo
     yr[i] = __float2bfloat16_rn((xr[i] - mean) * inv * (1.f + scale[i]) + shift[i]);
 }
 
-/// GELU (tanh approximation, as the CPU path's gelu_tanh) rounded to bf16, in one pass.
-__global__ void gelu_bf16_kernel(const float* x, int rows, int n, int x_stride, __nv_bfloat16* y,
-                                 int y_stride) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long long>(rows) * n) return;
-  const long long r = i / n;
-  const int c = static_cast<int>(i % n);
-  const float v = x[r * x_stride + c];
+/// GELU (tanh) of bf16 values in float, rounded back to bf16 (x may be y).
+__global__ void gelu_bf16_kernel(const bf16* x, int n, int x_stride, bf16* y, int y_stride) {
+  FLUX_ROW_COL;
+  const float v = __bfloat162float(x[r * x_stride + c]);
   y[r * y_stride + c] = __float2bfloat16_rn(
       0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))));
 }
 
-__global__ void add_kernel(float* x, const float* y, int rows, int n, int y_stride) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long long>(rows) * n) return;
-  x[i] += y[(i / n) * y_stride + i % n];
+__global__ void add_kernel(float* x, const float* y, int n, int y_stride) {
+  FLUX_ROW_COL;
+  x[r * n + c] += y[r * y_stride + c];
 }
 
-__global__ void to_bf16_kernel(const float* x, int rows, int n, int x_stride, __nv_bfloat16* y,
-                               int y_stride) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long long>(rows) * n) return;
-  const long long r = i / n;
-  const int c = static_cast<int>(i % n);
+__global__ void to_bf16_kernel(const float* x, int n, int x_stride, bf16* y, int y_stride) {
+  FLUX_ROW_COL;
   y[r * y_stride + c] = __float2bfloat16_rn(x[r * x_stride + c]);
 }
 
-__global__ void to_float_kernel(const void* x, bool bf16, float* y, long long n) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  y[i] = bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i])
-              : static_cast<const float*>(x)[i];
+__device__ inline void add_to(float& y, float b) {
+  y += b;
+}
+__device__ inline void add_to(bf16& y, float b) {
+  y = __float2bfloat16_rn(__bfloat162float(y) + b);
 }
 
-__global__ void add_bias_kernel(float* y, int rows, int n, int y_stride, const void* bias,
-                                bool bf16) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<long long>(rows) * n) return;
-  const long long r = i / n;
-  const int c = static_cast<int>(i % n);
-  y[r * y_stride + c] += bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[c])
-                              : static_cast<const float*>(bias)[c];
+template <class T>
+__global__ void add_bias_kernel(T* y, int n, int y_stride, const void* bias, bool bf16_bias) {
+  FLUX_ROW_COL;
+  add_to(y[r * y_stride + c], load_float(bias, bf16_bias, c));
 }
 
 __global__ void timestep_projection_kernel(float t, float* out) {
@@ -223,12 +157,17 @@ __global__ void timestep_projection_kernel(float t, float* out) {
 // --- attention on the tensor cores -------------------------------------------------------------
 // FlashAttention-2's scheme with mma.sync m16n8k16 (bf16 in, float accumulate): a block of 4
 // warps takes 64 query rows of one head, each warp 16 rows whose q stays in registers; keys and
-// values stream through shared memory 64 at a time; S = q k^T and the online softmax stay in
-// registers (never the N x N scores); P is rounded to bf16 for P v. Keys past n score -inf, their
-// values are zeros. Every output is summed in one fixed order (no split-KV, no atomics).
-constexpr int mma_warps = 8;  // 16 query rows each
-constexpr int mma_keys = 64;  // keys per shared-memory tile
-constexpr int mma_pad = 8;    // bf16 of padding per shared row: rows 16 bytes apart in the banks
+// values stream through shared memory 64 at a time in two stages (cp.async: the next tile loads
+// while this one is computed); k's and v's fragments come by ldmatrix; S = q k^T and the online
+// softmax stay in registers (never the N x N scores); P is rounded to bf16 for P v. Keys past n
+// are zero-filled and score -inf. Every output is summed in one fixed order (no split-KV, no
+// atomics).
+constexpr int mma_warps = 4;
+/// Keys per shared-memory tile: 64, or 32 with two row tiles per warp (their scores in
+/// registers beside twice the outputs).
+template <int RT>
+constexpr int mma_keys = RT == 1 ? 64 : 32;
+constexpr int mma_pad = 8;  // bf16 of padding per shared row: rows 16 bytes apart in the banks
 
 __device__ inline unsigned pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
@@ -242,140 +181,6 @@ __device__ inline void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-
-/// Two adjacent bf16 of row @p row (zero past n) as one register.
-__device__ inline unsigned load_pair(const __nv_bfloat16* x, int row, int n, long long at) {
-  return row < n ? *reinterpret_cast<const unsigned*>(x + at) : 0u;
-}
-
-template <int D>
-__global__ void __launch_bounds__(mma_warps * 32, 2)
-    attention_mma_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                         float* out, int n, int width, float scale_log2) {
-  __shared__ __align__(16) __nv_bfloat16 ks[mma_keys][D + mma_pad];
-  __shared__ __align__(16) __nv_bfloat16 vs[mma_keys][D + mma_pad];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int col0 = blockIdx.y * D;
-  const int r0 = blockIdx.x * (mma_warps * 16) + warp * 16 + g, r1 = r0 + 8;
-  unsigned qa[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const int c = col0 + kk * 16 + tig * 2;
-    qa[kk][0] = load_pair(q, r0, n, static_cast<long long>(r0) * width + c);
-    qa[kk][1] = load_pair(q, r1, n, static_cast<long long>(r1) * width + c);
-    qa[kk][2] = load_pair(q, r0, n, static_cast<long long>(r0) * width + c + 8);
-    qa[kk][3] = load_pair(q, r1, n, static_cast<long long>(r1) * width + c + 8);
-  }
-  float o[D / 8][4];
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-  constexpr int chunks = mma_keys * D / 8;  // 16-byte pieces of one tile
-  for (int j0 = 0; j0 < n; j0 += mma_keys) {
-    __syncthreads();  // the previous tile is no longer read
-    for (int idx = threadIdx.x; idx < chunks; idx += mma_warps * 32) {
-      const int r = idx / (D / 8), c = idx % (D / 8) * 8;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (j0 + r < n) {
-        const long long at = static_cast<long long>(j0 + r) * width + col0 + c;
-        kv = *reinterpret_cast<const uint4*>(k + at);
-        vv = *reinterpret_cast<const uint4*>(v + at);
-      }
-      *reinterpret_cast<uint4*>(&ks[r][c]) = kv;
-      *reinterpret_cast<uint4*>(&vs[r][c]) = vv;
-    }
-    __syncthreads();
-    float s[mma_keys / 8][4];
-    for (int t = 0; t < mma_keys / 8; ++t) {
-      s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.f;
-      const __nv_bfloat16* key = &ks[t * 8 + g][tig * 2];
-      for (int kk = 0; kk < D / 16; ++kk)
-        mma_16816(s[t], qa[kk], *reinterpret_cast<const unsigned*>(key + kk * 16),
-                  *reinterpret_cast<const unsigned*>(key + kk * 16 + 8));
-    }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-    for (int t = 0; t < mma_keys / 8; ++t)
-      for (int e = 0; e < 4; ++e) {
-        const bool valid = j0 + t * 8 + tig * 2 + (e & 1) < n;
-        s[t][e] = valid ? s[t][e] * scale_log2 : -INFINITY;
-        if (e < 2)
-          mx0 = fmaxf(mx0, s[t][e]);
-        else
-          mx1 = fmaxf(mx1, s[t][e]);
-      }
-    for (int o2 = 1; o2 < 4; o2 *= 2) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(full_mask, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(full_mask, mx1, o2));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);
-    float sum0 = 0.f, sum1 = 0.f;
-    for (int t = 0; t < mma_keys / 8; ++t) {
-      s[t][0] = exp2f(s[t][0] - mn0);
-      s[t][1] = exp2f(s[t][1] - mn0);
-      s[t][2] = exp2f(s[t][2] - mn1);
-      s[t][3] = exp2f(s[t][3] - mn1);
-      sum0 += s[t][0] + s[t][1];
-      sum1 += s[t][2] + s[t][3];
-    }
-    for (int o2 = 1; o2 < 4; o2 *= 2) {
-      sum0 += __shfl_xor_sync(full_mask, sum0, o2);
-      sum1 += __shfl_xor_sync(full_mask, sum1, o2);
-    }
-    l0 = l0 * c0 + sum0;
-    l1 = l1 * c1 + sum1;
-    m0 = mn0;
-    m1 = mn1;
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= c0;
-      o[i][1] *= c0;
-      o[i][2] *= c1;
-      o[i][3] *= c1;
-    }
-    for (int kk = 0; kk < mma_keys / 16; ++kk) {
-      const unsigned pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      // v's B fragments by ldmatrix .trans: lanes 0-15 address keys kk*16 + 0..15 of 8 columns,
-      // lanes 16-31 the same keys 8 columns on; one x4 load feeds two 8-column tiles.
-      const int key = kk * 16 + (lane & 15);
-      for (int i = 0; i < D / 8; i += 2) {
-        const unsigned address =
-            static_cast<unsigned>(__cvta_generic_to_shared(&vs[key][i * 8 + (lane / 16) * 8]));
-        unsigned b0, b1, b2, b3;
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                     : "r"(address));
-        mma_16816(o[i], pa, b0, b1);
-        mma_16816(o[i + 1], pa, b2, b3);
-      }
-    }
-  }
-  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  for (int i = 0; i < D / 8; ++i) {
-    const int c = col0 + i * 8 + tig * 2;
-    if (r0 < n)
-      *reinterpret_cast<float2*>(out + static_cast<long long>(r0) * width + c) =
-          make_float2(o[i][0] * inv0, o[i][1] * inv0);
-    if (r1 < n)
-      *reinterpret_cast<float2*>(out + static_cast<long long>(r1) * width + c) =
-          make_float2(o[i][2] * inv1, o[i][3] * inv1);
-  }
-}
-
-// --- attention on the tensor cores, pipelined (opt-in: --attention tensor2) -------------------
-// attention_bf16's scheme, with k and v tiles loaded by cp.async two stages deep (the next tile
-// loads while this one is computed), k's fragments by ldmatrix too, and RT 16-row query tiles
-// per warp: RT = 2 reads each k and v fragment from shared memory once for 32 rows (half the
-// shared-memory reads per FLOP; q then in shared memory, 32-key tiles). Written for issue 25's
-// attention floor; compiled and tested here, not yet run on a GPU.
-using bf16 = __nv_bfloat16;
-
-constexpr int p_warps = 4;
-/// Keys per shared-memory tile: 64, or 32 with two row tiles per warp (their scores in
-/// registers beside twice the outputs).
-template <int RT>
-constexpr int p_keys = RT == 1 ? 64 : 32;
-constexpr int p_pad = 8;  // bf16 of padding per shared row: rows 16 bytes apart in the banks
 
 __device__ inline void ldmatrix_x4(unsigned (&b)[4], const bf16* p) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -408,6 +213,11 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/// Two adjacent bf16 of row @p row (zero past n) as one register.
+__device__ inline unsigned load_pair(const bf16* x, int row, int n, long long at) {
+  return row < n ? *reinterpret_cast<const unsigned*>(x + at) : 0u;
+}
+
 __device__ inline void store_pair(float* p, float a, float b) {
   *reinterpret_cast<float2*>(p) = make_float2(a, b);
 }
@@ -417,48 +227,48 @@ __device__ inline void store_pair(bf16* p, float a, float b) {
 
 /// Query rows per block: 4 warps of @p RT 16-row tiles each.
 template <int RT>
-constexpr int p_rows = p_warps * 16 * RT;
+constexpr int mma_rows = mma_warps * 16 * RT;
 
 /// Shared memory: two stages of k and v tiles; with RT > 1 the block's q too (its fragments come
 /// by ldmatrix: in registers they would not fit beside RT tiles of outputs).
 template <int D, int RT>
-constexpr int p_smem_bytes = (2 * 2 * p_keys<RT> + (RT > 1 ? p_rows<RT> : 0)) *
-                                     (D + p_pad) * 2;
+constexpr int attention_smem_bytes = (2 * 2 * mma_keys<RT> + (RT > 1 ? mma_rows<RT> : 0)) *
+                                     (D + mma_pad) * 2;
 
 /// RT = 1: each warp 16 query rows, q in registers. RT = 2: each warp 32 rows (two tiles) that
 /// share every k and v fragment read from shared memory (half the shared-memory reads per
 /// FLOP), q in shared memory.
 template <int D, int RT, class Out>
-__global__ void __launch_bounds__(p_warps * 32, 2)
-    attention_pipelined_kernel(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride,
+__global__ void __launch_bounds__(mma_warps * 32, 2)
+    attention_mma_kernel(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride,
                          int n, int width, float scale_log2) {
-  using tile = bf16[p_keys<RT>][D + p_pad];
-  using row = bf16[D + p_pad];
+  using tile = bf16[mma_keys<RT>][D + mma_pad];
+  using row = bf16[D + mma_pad];
   extern __shared__ __align__(16) unsigned char smem[];
   tile* ks = reinterpret_cast<tile*>(smem);  // [2] stages
   tile* vs = ks + 2;                         // [2] stages
-  row* qs = reinterpret_cast<row*>(vs + 2);  // RT > 1: [p_rows<RT>]
+  row* qs = reinterpret_cast<row*>(vs + 2);  // RT > 1: [mma_rows<RT>]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const int col0 = blockIdx.y * D;
-  const int block_row = blockIdx.x * p_rows<RT>, warp_row = warp * 16 * RT;
+  const int block_row = blockIdx.x * mma_rows<RT>, warp_row = warp * 16 * RT;
   const auto load_rows = [&](const bf16* src, bf16* dst0, int rows, int j0) {
-    for (int idx = threadIdx.x; idx < rows * D / 8; idx += p_warps * 32) {
+    for (int idx = threadIdx.x; idx < rows * D / 8; idx += mma_warps * 32) {
       const int r = idx / (D / 8), c = idx % (D / 8) * 8;
       const bool in = j0 + r < n;
       const long long at = static_cast<long long>(in ? j0 + r : 0) * width + col0 + c;
-      cp_async16(dst0 + r * (D + p_pad) + c, src + at, in);
+      cp_async16(dst0 + r * (D + mma_pad) + c, src + at, in);
     }
   };
   bf16* const k_stages = &ks[0][0][0];
   bf16* const v_stages = &vs[0][0][0];
-  constexpr int tile_elements = p_keys<RT> * (D + p_pad);
+  constexpr int tile_elements = mma_keys<RT> * (D + mma_pad);
   const auto load_tile = [&](int stage, int j0) {
-    load_rows(k, k_stages + stage * tile_elements, p_keys<RT>, j0);
-    load_rows(v, v_stages + stage * tile_elements, p_keys<RT>, j0);
+    load_rows(k, k_stages + stage * tile_elements, mma_keys<RT>, j0);
+    load_rows(v, v_stages + stage * tile_elements, mma_keys<RT>, j0);
     cp_async_commit();
   };
   bf16* const q_rows = &qs[0][0];
-  if constexpr (RT > 1) load_rows(q, q_rows, p_rows<RT>, block_row);  // with tile 0's group
+  if constexpr (RT > 1) load_rows(q, q_rows, mma_rows<RT>, block_row);  // with tile 0's group
   load_tile(0, 0);
   unsigned qa[RT == 1 ? D / 16 : 1][4];  // RT = 1: q's A fragments for the whole head
   if constexpr (RT == 1) {
@@ -479,21 +289,19 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
   // corrections).
   float m[RT][2], l[RT][2];
   for (int rt = 0; rt < RT; ++rt) m[rt][0] = m[rt][1] = -INFINITY, l[rt][0] = l[rt][1] = 0.f;
-  // p_keys<RT> under a name: clang-format spaced "p_keys<RT> > n" into "p_keys < RT >> n"
-  constexpr int tile_keys = p_keys<RT>;
-  const int tiles = (n + tile_keys - 1) / tile_keys;
+  const int tiles = (n + mma_keys<RT> - 1) / mma_keys<RT>;
   for (int t = 0; t < tiles; ++t) {
-    const int j0 = t * tile_keys, stage = t & 1;
+    const int j0 = t * mma_keys<RT>, stage = t & 1;
     if (t + 1 < tiles) {
-      load_tile(stage ^ 1, j0 + p_keys<RT>);
+      load_tile(stage ^ 1, j0 + mma_keys<RT>);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();  // this stage's tile (and q) is in shared memory for every warp
-    float s[RT][p_keys<RT> / 8][4];
+    float s[RT][mma_keys<RT> / 8][4];
     for (int rt = 0; rt < RT; ++rt)
-      for (int kt = 0; kt < p_keys<RT> / 8; ++kt)
+      for (int kt = 0; kt < mma_keys<RT> / 8; ++kt)
         s[rt][kt][0] = s[rt][kt][1] = s[rt][kt][2] = s[rt][kt][3] = 0.f;
     for (int kk = 0; kk < D / 16; kk += 2) {
       unsigned a[RT][2][4];  // q's A fragments of k-steps kk, kk + 1
@@ -505,7 +313,7 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
             ldmatrix_x4(a[rt][h],
                         &qs[warp_row + rt * 16 + (lane & 15)][(kk + h) * 16 + (lane >> 4) * 8]);
       }
-      for (int kt = 0; kt < p_keys<RT> / 8; ++kt) {
+      for (int kt = 0; kt < mma_keys<RT> / 8; ++kt) {
         // keys kt*8 + 0..7; the four 8x8 matrices are dims kk*16 + {0, 8, 16, 24}: the B
         // fragments of k-steps kk and kk + 1
         unsigned b[4];
@@ -516,14 +324,14 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
         }
       }
     }
-    if (j0 + tile_keys > n)  // the last, partial tile
+    if (j0 + mma_keys < RT >> n)  // the last, partial tile
       for (int rt = 0; rt < RT; ++rt)
-        for (int kt = 0; kt < p_keys<RT> / 8; ++kt)
+        for (int kt = 0; kt < mma_keys<RT> / 8; ++kt)
           for (int e = 0; e < 4; ++e)
             if (j0 + kt * 8 + tig * 2 + (e & 1) >= n) s[rt][kt][e] = -INFINITY;
     for (int rt = 0; rt < RT; ++rt) {
       float mx0 = m[rt][0], mx1 = m[rt][1];
-      for (int kt = 0; kt < p_keys<RT> / 8; ++kt) {
+      for (int kt = 0; kt < mma_keys<RT> / 8; ++kt) {
         mx0 = fmaxf(mx0, fmaxf(s[rt][kt][0], s[rt][kt][1]));
         mx1 = fmaxf(mx1, fmaxf(s[rt][kt][2], s[rt][kt][3]));
       }
@@ -537,7 +345,7 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
       m[rt][1] = mx1;
       const float ms0 = mx0 * scale_log2, ms1 = mx1 * scale_log2;
       float sum0 = 0.f, sum1 = 0.f;
-      for (int kt = 0; kt < p_keys<RT> / 8; ++kt) {
+      for (int kt = 0; kt < mma_keys<RT> / 8; ++kt) {
         s[rt][kt][0] = exp2f(fmaf(s[rt][kt][0], scale_log2, -ms0));
         s[rt][kt][1] = exp2f(fmaf(s[rt][kt][1], scale_log2, -ms0));
         s[rt][kt][2] = exp2f(fmaf(s[rt][kt][2], scale_log2, -ms1));
@@ -554,7 +362,7 @@ __global__ void __launch_bounds__(p_warps * 32, 2)
         o[rt][i][3] *= c1;
       }
     }
-    for (int kk = 0; kk < p_keys<RT> / 16; ++kk) {
+    for (int kk = 0; kk < mma_keys<RT> / 16; ++kk) {
       unsigned pa[RT][4];
       for (int rt = 0; rt < RT; ++rt) {
         pa[rt][0] = pack_bf16(s[rt][2 * kk][0], s[rt][2 * kk][1]);
@@ -617,10 +425,10 @@ void check_launch(const char* kernel) {
 }
 
 template <int D, int RT, class Out>
-void launch_pipelined(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride, int n,
+void launch_attention(const bf16* q, const bf16* k, const bf16* v, Out* out, int out_stride, int n,
                       int width, cudaStream_t stream) {
-  constexpr int smem = p_smem_bytes<D, RT>;
-  const char* const name = "attention_pipelined_kernel";
+  constexpr int smem = attention_smem_bytes<D, RT>;
+  const char* const name = "attention_mma_kernel";
   {
     // Above the 48 KiB default: raised once per device and instantiation (the attribute stays
     // set for the device's context), refused with the numbers where the device allows less.
@@ -633,7 +441,7 @@ void launch_pipelined(const bf16* q, const bf16* k, const bf16* v, Out* out, int
     if (static_cast<std::size_t>(device) >= raised.size())
       raised.resize(static_cast<std::size_t>(device) + 1, 0);
     if (!raised[static_cast<std::size_t>(device)]) {
-      const cudaError_t e = cudaFuncSetAttribute(attention_pipelined_kernel<D, RT, Out>,
+      const cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<D, RT, Out>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if (e != cudaSuccess) {
         (void)cudaGetLastError();  // not sticky: later calls work
@@ -645,46 +453,51 @@ void launch_pipelined(const bf16* q, const bf16* k, const bf16* v, Out* out, int
       raised[static_cast<std::size_t>(device)] = 1;
     }
   }
-  const dim3 grid(static_cast<unsigned>((n + p_rows<RT> - 1) / p_rows<RT>),
+  const dim3 grid(static_cast<unsigned>((n + mma_rows<RT> - 1) / mma_rows<RT>),
                   static_cast<unsigned>(width / D));
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
-  attention_pipelined_kernel<D, RT, Out>
-      <<<grid, p_warps * 32, smem, stream>>>(q, k, v, out, out_stride, n, width, scale_log2);
+  attention_mma_kernel<D, RT, Out>
+      <<<grid, mma_warps * 32, smem, stream>>>(q, k, v, out, out_stride, n, width, scale_log2);
   check_launch(name);
 }
 
 template <int D, class Out>
-void launch_pipelined(int row_tiles, const bf16* q, const bf16* k, const bf16* v, Out* out,
+void launch_attention(int row_tiles, const bf16* q, const bf16* k, const bf16* v, Out* out,
                       int out_stride, int n, int width, cudaStream_t stream) {
   if (row_tiles == 1)
-    launch_pipelined<D, 1>(q, k, v, out, out_stride, n, width, stream);
+    launch_attention<D, 1>(q, k, v, out, out_stride, n, width, stream);
   else
-    launch_pipelined<D, 2>(q, k, v, out, out_stride, n, width, stream);
+    launch_attention<D, 2>(q, k, v, out, out_stride, n, width, stream);
 }
 
 unsigned blocks_for(long long items, int threads) {
   return static_cast<unsigned>((items + threads - 1) / threads);
 }
 
-}  // namespace
-
-void rms_norm_heads(float* x, int rows, int width, int head_dim, const float* weight,
-                    cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * (width / head_dim);
-  if (items > 0) {
-    rms_norm_heads_kernel<<<blocks_for(items, 8), 256, 0, stream>>>(x, rows, width, head_dim,
-                                                                    weight);
-    check_launch("rms_norm_heads_kernel");
-  }
+/// The (rows, column blocks) grid of the FLUX_ROW_COL kernels.
+dim3 row_grid(int rows, int n) {
+  return {static_cast<unsigned>(rows), blocks_for(n, row_threads)};
 }
 
-void rope(float* x, int rows, int width, int head_dim, const float* cos, const float* sin,
-          cudaStream_t stream) {
-  const long long pairs = static_cast<long long>(rows) * width / 2;
-  if (pairs > 0) {
-    rope_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(x, rows, width, head_dim, cos, sin);
-    check_launch("rope_kernel");
+}  // namespace
+
+bool rms_rope_bf16(std::uint16_t* x, int row_begin, int rows, int width, int head_dim,
+                   const void* weight, bool weight_bf16, const float* cos, const float* sin,
+                   cudaStream_t stream) {
+  if (head_dim != 64 && head_dim != 128) return false;
+  const long long items = static_cast<long long>(rows) * (width / head_dim);
+  if (items <= 0) return true;
+  auto* xb = reinterpret_cast<bf16*>(x);
+  if (head_dim == 64) {
+    rms_rope_bf16_kernel<64><<<blocks_for(items, 8), 256, 0, stream>>>(
+        xb, row_begin, rows, width, weight, weight_bf16, cos, sin);
+    check_launch("rms_rope_bf16_kernel");
+  } else {
+    rms_rope_bf16_kernel<128><<<blocks_for(items, 8), 256, 0, stream>>>(
+        xb, row_begin, rows, width, weight, weight_bf16, cos, sin);
+    check_launch("rms_rope_bf16_kernel");
   }
+  return true;
 }
 
 void silu(float* x, long long n, cudaStream_t stream) {
@@ -696,60 +509,66 @@ void silu(float* x, long long n, cudaStream_t stream) {
 
 void gated_add(float* x, int rows, int n, const float* gate, const float* y, int y_stride,
                cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * n;
-  if (items > 0) {
-    gated_add_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(x, rows, n, gate, y, y_stride);
+  if (rows > 0 && n > 0) {
+    gated_add_kernel<<<row_grid(rows, n), row_threads, 0, stream>>>(x, n, gate, y, y_stride);
     check_launch("gated_add_kernel");
   }
 }
 
-bool attention(const float* q, const float* k, const float* v, float* out, int n, int width,
-               int head_dim, cudaStream_t stream) {
+bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                    void* out, bool out_bf16, int out_stride, int n, int width, int head_dim,
+                    cudaStream_t stream, int row_tiles) {
+  if (head_dim != 64 && head_dim != 128) return false;
   if (n <= 0) return true;
-  const dim3 grid(blocks_for(n, attention_warps), static_cast<unsigned>(width / head_dim));
-  const float scale = 1.f / sqrtf(static_cast<float>(head_dim));
+  if (row_tiles != 1 && row_tiles != 2) {
+    const char* env = std::getenv("DDO_FLUX_ATTENTION_ROW_TILES");
+    row_tiles = env != nullptr && env[0] == '1' ? 1 : 2;
+  }
+  const auto* qb = reinterpret_cast<const bf16*>(q);
+  const auto* kb = reinterpret_cast<const bf16*>(k);
+  const auto* vb = reinterpret_cast<const bf16*>(v);
+  auto* of = static_cast<float*>(out);
+  auto* ob = static_cast<bf16*>(out);
   if (head_dim == 64) {
-    attention_kernel<64><<<grid, attention_warps * 32, 0, stream>>>(q, k, v, out, n, width, scale);
-    check_launch("attention_kernel");
-  } else if (head_dim == 128) {
-    attention_kernel<128><<<grid, attention_warps * 32, 0, stream>>>(q, k, v, out, n, width, scale);
-    check_launch("attention_kernel");
+    if (out_bf16)
+      launch_attention<64>(row_tiles, qb, kb, vb, ob, out_stride, n, width, stream);
+    else
+      launch_attention<64>(row_tiles, qb, kb, vb, of, out_stride, n, width, stream);
   } else {
-    return false;
+    if (out_bf16)
+      launch_attention<128>(row_tiles, qb, kb, vb, ob, out_stride, n, width, stream);
+    else
+      launch_attention<128>(row_tiles, qb, kb, vb, of, out_stride, n, width, stream);
   }
   return true;
 }
 
 void add(float* x, const float* y, int rows, int n, int y_stride, cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * n;
-  if (items > 0) {
-    add_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(x, y, rows, n, y_stride);
+  if (rows > 0 && n > 0) {
+    add_kernel<<<row_grid(rows, n), row_threads, 0, stream>>>(x, y, n, y_stride);
     check_launch("add_kernel");
   }
 }
 
 void to_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
              cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * n;
-  if (items > 0) {
-    to_bf16_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(
-        x, rows, n, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+  if (rows > 0 && n > 0) {
+    to_bf16_kernel<<<row_grid(rows, n), row_threads, 0, stream>>>(
+        x, n, x_stride, reinterpret_cast<bf16*>(y), y_stride);
     check_launch("to_bf16_kernel");
   }
 }
 
-void to_float(const void* x, bool bf16, float* y, long long n, cudaStream_t stream) {
-  if (n > 0) {
-    to_float_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, bf16, y, n);
-    check_launch("to_float_kernel");
-  }
-}
-
-void add_bias(float* y, int rows, int n, int y_stride, const void* bias, bool bf16,
+void add_bias(void* y, bool y_bf16, int rows, int n, int y_stride, const void* bias, bool bf16_bias,
               cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * n;
-  if (items > 0) {
-    add_bias_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(y, rows, n, y_stride, bias, bf16);
+  if (rows <= 0 || n <= 0) return;
+  if (y_bf16) {
+    add_bias_kernel<<<row_grid(rows, n), row_threads, 0, stream>>>(static_cast<bf16*>(y), n,
+                                                                   y_stride, bias, bf16_bias);
+    check_launch("add_bias_kernel");
+  } else {
+    add_bias_kernel<<<row_grid(rows, n), row_threads, 0, stream>>>(static_cast<float*>(y), n,
+                                                                   y_stride, bias, bf16_bias);
     check_launch("add_bias_kernel");
   }
 }
@@ -759,68 +578,21 @@ void timestep_projection(float value, float* out, cudaStream_t stream) {
   check_launch("timestep_projection_kernel");
 }
 
-bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
-                    float* out, int n, int width, int head_dim, cudaStream_t stream) {
-  if (n <= 0) return true;
-  const dim3 grid(blocks_for(n, mma_warps * 16), static_cast<unsigned>(width / head_dim));
-  const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(head_dim));
-  const auto* qb = reinterpret_cast<const __nv_bfloat16*>(q);
-  const auto* kb = reinterpret_cast<const __nv_bfloat16*>(k);
-  const auto* vb = reinterpret_cast<const __nv_bfloat16*>(v);
-  if (head_dim == 64) {
-    attention_mma_kernel<64>
-        <<<grid, mma_warps * 32, 0, stream>>>(qb, kb, vb, out, n, width, scale_log2);
-    check_launch("attention_mma_kernel");
-  } else if (head_dim == 128) {
-    attention_mma_kernel<128>
-        <<<grid, mma_warps * 32, 0, stream>>>(qb, kb, vb, out, n, width, scale_log2);
-    check_launch("attention_mma_kernel");
-  } else {
-    return false;
-  }
-  return true;
-}
-
-bool attention_bf16_pipelined(const std::uint16_t* q, const std::uint16_t* k,
-                              const std::uint16_t* v, void* out, bool out_bf16, int out_stride,
-                              int n, int width, int head_dim, int row_tiles, cudaStream_t stream) {
-  if ((head_dim != 64 && head_dim != 128) || (row_tiles != 1 && row_tiles != 2)) return false;
-  if (n <= 0) return true;
-  const auto* qb = reinterpret_cast<const bf16*>(q);
-  const auto* kb = reinterpret_cast<const bf16*>(k);
-  const auto* vb = reinterpret_cast<const bf16*>(v);
-  auto* of = static_cast<float*>(out);
-  auto* ob = static_cast<bf16*>(out);
-  if (head_dim == 64) {
-    if (out_bf16)
-      launch_pipelined<64>(row_tiles, qb, kb, vb, ob, out_stride, n, width, stream);
-    else
-      launch_pipelined<64>(row_tiles, qb, kb, vb, of, out_stride, n, width, stream);
-  } else {
-    if (out_bf16)
-      launch_pipelined<128>(row_tiles, qb, kb, vb, ob, out_stride, n, width, stream);
-    else
-      launch_pipelined<128>(row_tiles, qb, kb, vb, of, out_stride, n, width, stream);
-  }
-  return true;
-}
-
 void layer_norm_modulate_bf16(const float* x, int rows, int n, const float* shift,
                               const float* scale, std::uint16_t* y, int y_stride,
                               cudaStream_t stream) {
   if (rows > 0) {
-    layer_norm_modulate_bf16_kernel<<<rows, 256, 0, stream>>>(
-        x, n, shift, scale, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+    layer_norm_modulate_bf16_kernel<<<rows, 256, 0, stream>>>(x, n, shift, scale,
+                                                              reinterpret_cast<bf16*>(y), y_stride);
     check_launch("layer_norm_modulate_bf16_kernel");
   }
 }
 
-void gelu_bf16(const float* x, int rows, int n, int x_stride, std::uint16_t* y, int y_stride,
-               cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * n;
-  if (items > 0) {
-    gelu_bf16_kernel<<<blocks_for(items, 256), 256, 0, stream>>>(
-        x, rows, n, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride);
+void gelu_bf16(const std::uint16_t* x, int rows, int n, int x_stride, std::uint16_t* y,
+               int y_stride, cudaStream_t stream) {
+  if (rows > 0 && n > 0) {
+    gelu_bf16_kernel<<<row_grid(rows, n), row_threads, 0, stream>>>(
+        reinterpret_cast<const bf16*>(x), n, x_stride, reinterpret_cast<bf16*>(y), y_stride);
     check_launch("gelu_bf16_kernel");
   }
 }
