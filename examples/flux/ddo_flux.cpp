@@ -261,6 +261,10 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
         "= %.1f%% of the step\n",
         prof.step_ms, prof.gemm_ms, gemm_tflops, prof.attention_ms, attention_tflops,
         attention_tflops / gemm_tflops, rest, 100.0 * rest / prof.step_ms);
+    const auto [fused_bias, with_bias] = gemms.epilogue_bias_shapes();
+    std::printf("GEMM shapes with a bias: %zu of %zu add it in cuBLASLt's epilogue (the rest: a "
+                "kernel after, counted in neither)\n",
+                fused_bias, with_bias);
     const double copy_ms = static_cast<double>(streamed_bytes) / (pinned_gbps * 1e9) * 1e3;
     const double bound = std::max(resident_median, copy_ms);
     std::printf(
