@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -54,32 +56,52 @@ void for_chunks(std::size_t n, Fn fn) {
     pool.emplace_back(fn, begin, std::min(n, begin + per));
 }
 
+/// @brief u for element @p i of the tensor whose key is fnv1a64(name) xor seed.
+[[nodiscard]] inline double seeded_u(std::uint64_t key, std::size_t i) {
+  ddo::splitmix64 rng{key + i};
+  return static_cast<double>(rng.next() >> 40) * 0x1p-23 - 1.0;
+}
+
 /// @brief u for elements [0, n) of @p name (see the file comment).
 [[nodiscard]] inline std::vector<double> seeded_uniform(std::string_view name, std::size_t n,
                                                         std::uint64_t seed) {
   std::vector<double> u(n);
   const std::uint64_t key = fnv1a64(name) ^ seed;
   for_chunks(n, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) {
-      ddo::splitmix64 rng{key + i};
-      u[i] = static_cast<double>(rng.next() >> 40) * 0x1p-23 - 1.0;
-    }
+    for (std::size_t i = begin; i < end; ++i) u[i] = seeded_u(key, i);
   });
   return u;
 }
 
+/// @brief Element i of weight @p spec's seeded value (see the file comment), computed on its own.
+class seeded_values {
+ public:
+  seeded_values(const weight_spec& spec, std::uint64_t seed)
+      : key_(fnv1a64(spec.name) ^ seed),
+        bias_(spec.name.ends_with(".bias")),
+        matrix_(spec.shape.size() == 2),
+        scale_(matrix_ ? 1.0 / std::sqrt(static_cast<double>(spec.shape[1])) : 0.0) {
+    for (auto d : spec.shape) size_ *= static_cast<std::size_t>(d);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] float operator()(std::size_t i) const noexcept {
+    const double u = seeded_u(key_, i);
+    return static_cast<float>(bias_ ? u / 16.0 : matrix_ ? u * scale_ : 1.0 + u / 4.0);
+  }
+
+ private:
+  std::uint64_t key_;
+  bool bias_, matrix_;
+  double scale_;
+  std::size_t size_ = 1;
+};
+
 /// @brief The seeded value of weight @p spec (see the file comment).
 [[nodiscard]] inline std::vector<float> seeded_weight(const weight_spec& spec, std::uint64_t seed) {
-  std::size_t n = 1;
-  for (auto d : spec.shape) n *= static_cast<std::size_t>(d);
-  const auto u = seeded_uniform(spec.name, n, seed);
-  std::vector<float> out(n);
-  const bool bias = spec.name.ends_with(".bias");
-  const bool matrix = spec.shape.size() == 2;
-  const double scale = matrix ? 1.0 / std::sqrt(static_cast<double>(spec.shape[1])) : 0.0;
-  for_chunks(n, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i)
-      out[i] = static_cast<float>(bias ? u[i] / 16.0 : matrix ? u[i] * scale : 1.0 + u[i] / 4.0);
+  const seeded_values values(spec, seed);
+  std::vector<float> out(values.size());
+  for_chunks(out.size(), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) out[i] = values(i);
   });
   return out;
 }
@@ -108,7 +130,9 @@ void for_chunks(std::size_t n, Fn fn) {
 }
 
 /// @brief Writes the seeded weights of @p c to one safetensors file in @p type (f32, or bf16
-/// rounded to nearest even), in execution order.
+/// rounded to nearest even), in execution order. Each tensor's bytes are computed straight into
+/// one of two reused buffers (no per-tensor temporaries: FLUX.1-dev's largest is 75 MB of bf16)
+/// while the other is written, so the file is written at about the rate the page cache takes it.
 inline void write_seeded_model(const config& c, const std::filesystem::path& path, ddo::dtype type,
                                std::uint64_t seed) {
   DDO_EXPECTS(type == ddo::dtype::f32 || type == ddo::dtype::bf16,
@@ -118,24 +142,35 @@ inline void write_seeded_model(const config& c, const std::filesystem::path& pat
   for (const auto& s : specs) files.push_back({s.name, type, s.shape});
   ddo::safetensors_writer writer(path.string(), files,
                                  {{"format", "pt"}, {"generator", "ddo-flux"}});
-  for (const auto& s : specs) {
-    const auto values = seeded_weight(s, seed);
-    std::vector<std::byte> bytes(values.size() * ddo::size_of(type));
+  const std::size_t width = ddo::size_of(type);
+  std::size_t largest = 0;
+  for (const auto& s : specs) largest = std::max(largest, seeded_values(s, seed).size() * width);
+  std::vector<std::byte> buffers[2] = {std::vector<std::byte>(largest),
+                                       std::vector<std::byte>(largest)};
+  std::future<void> writing;  // the previous tensor's write (it reads the other buffer)
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    const seeded_values values(specs[k], seed);
+    std::byte* bytes = buffers[k % 2].data();
     for_chunks(values.size(), [&](std::size_t begin, std::size_t end) {
       for (std::size_t i = begin; i < end; ++i) {
+        const float v = values(i);
         std::uint32_t bits;
-        std::memcpy(&bits, &values[i], 4);
+        std::memcpy(&bits, &v, 4);
         if (type == ddo::dtype::f32) {
-          std::memcpy(&bytes[4 * i], &bits, 4);
+          std::memcpy(bytes + 4 * i, &bits, 4);
         } else {
           const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
           const auto half = static_cast<std::uint16_t>(rounded >> 16);
-          std::memcpy(&bytes[2 * i], &half, 2);
+          std::memcpy(bytes + 2 * i, &half, 2);
         }
       }
     });
-    writer.write(bytes);
+    if (writing.valid()) writing.get();  // also rethrows its error
+    writing = std::async(std::launch::async, [&writer, bytes, n = values.size() * width] {
+      writer.write(std::span<const std::byte>(bytes, n));
+    });
   }
+  if (writing.valid()) writing.get();
   writer.finish();
 }
 
