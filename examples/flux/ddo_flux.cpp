@@ -21,9 +21,10 @@
 // each stage. The route is the settings' (--ddo-backend, --ddo-execution-mode, presets, DDO_*):
 // linear (pinned or pageable sources), the file route (nvme_baseline), or VMM (legacy or native).
 // --check runs the same loop with every weight resident without ddo (in host memory, or copied
-// once to the GPU) and fails unless the two outputs are equal to the bit. --graph (CPU path on
-// host_sim) captures the first step's forward and replays it for every step, through
-// offloader.launch_graph when the ring is smaller than the streamed groups (docs/cuda-graphs.md).
+// once to the GPU) and fails unless the two outputs are equal to the bit. --graph captures the
+// first step's forward and replays it for every step, through offloader.launch_graph when the
+// ring is smaller than the streamed groups (docs/cuda-graphs.md); on the GPU it runs after the
+// eager loop on the same offloader and must give its latents to the bit.
 // The stages, the lookup by name and the acquire/run/release loop are shared
 // (docs/engine-walkthrough.md).
 
@@ -71,6 +72,12 @@ namespace {
 using ddo::runner::exit_failure;
 using ddo::runner::exit_usage;
 
+/// --graph's refusal on the native VMM route (both paths).
+constexpr const char* native_vmm_graph =
+    "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured graph; "
+    "graph streaming runs on the linear route and the legacy VMM route (--ddo-execution-mode "
+    "vmm_runtime)";
+
 int fail(const std::string& message, int status) {
   return ddo::runner::report_failure("ddo-flux", message, status);
 }
@@ -106,6 +113,17 @@ flux::config named_config(const std::string& name) {
   throw ddo::usage_error("--config '" + name + "' is not one of dev, tiny");
 }
 
+/// --graph, both paths: how the captured step was launched.
+template <class Offloader>
+void print_graph_launches(Offloader& off) {
+  std::printf("graph: the first step captured, every step launched %s\n",
+              off.graph_mode() ? ("through offloader.launch_graph (graph streaming: " +
+                                  std::to_string(off.slot_count()) + " slots, " +
+                                  std::to_string(off.group_count()) + " groups)")
+                                     .c_str()
+                               : "directly (every streamed group stays loaded)");
+}
+
 void write_latents(const std::string& path, const std::vector<float>& latents) {
   std::string bytes = "DDOFLUX1";
   const auto put = [&](const void* p, std::size_t n) {
@@ -130,6 +148,7 @@ struct gpu_run {
   double vram_gib = 12.0;
   bool check = false;
   bool profile = false;
+  bool graph = false;
   std::string output;
   std::string json;
 };
@@ -175,11 +194,14 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   }
   std::uint64_t streamed_bytes = 0;
   std::vector<flux::stage> stages;
-  std::vector<double> streamed_ms;
+  std::vector<double> streamed_ms, graph_ms;
+  std::vector<float> graph_latents;  // --graph: the captured loop's
+  bool graph_differs = false;
   const auto run_on = [&](auto transport) {
     using transport_type = decltype(transport);
     auto setup = ddo::setup_offload(
         r.table, r.settings, ddo::component_for(r.settings, options.inputs), options, transport);
+    if (r.graph && setup.runtime.native_vmm.enabled) throw ddo::usage_error(native_vmm_graph);
     const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
     streamed_bytes = r.table.total_bytes() - resident;
     std::printf("ddo: preset %s, %s transport, route %s: %s resident, %s streamed per step\n",
@@ -199,9 +221,36 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
       std::printf("  step %zu: %.2f ms\n", streamed_ms.size() - 1, streamed_ms.back());
       return v;
     });
+    if (r.graph) {
+      // The same loop again on the same offloader and forward, its first step captured and
+      // replayed for the rest. After the eager loop, which chose every GEMM shape's algorithm,
+      // raised the attention kernel's shared memory and uploaded the constant inputs: work a
+      // capture must not contain. The step's latents and timestep are staged on the device
+      // before each launch (graph_forward).
+      if constexpr (ddo::graph_streaming_transport<transport_type>) {
+        flux::step_buffers buffers{r.in, 0.f, {}};
+        flux::gpu::cuda_capture capture;
+        std::optional<flux::gpu::captured_graph> captured;
+        graph_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
+          const auto t0 = std::chrono::steady_clock::now();
+          buffers.in.latents = x.latents;
+          buffers.timestep = t;
+          auto v = flux::graph_forward(off, view, stages, f, buffers, capture, captured);
+          graph_ms.push_back(ms_since(t0));
+          std::printf("  graph step %zu: %.2f ms (%s)\n", graph_ms.size() - 1, graph_ms.back(),
+                      graph_ms.size() == 1 ? "captured, instantiated, launched" : "replayed");
+          return v;
+        });
+        print_graph_launches(off);
+      } else {
+        throw ddo::usage_error("--graph: the " + std::string(off.transport().name()) +
+                               " transport cannot stream through a captured graph");
+      }
+    }
     const auto metrics = off.metrics(true);
-    std::printf("ddo: %s moved over %d steps; %zu GEMM shapes, one cuBLASLt algorithm each\n",
-                ddo::format_bytes(metrics.totals.bytes()).c_str(), r.steps, gemms.shapes());
+    std::printf("ddo: %s moved over %d%s steps; %zu GEMM shapes, one cuBLASLt algorithm each\n",
+                ddo::format_bytes(metrics.totals.bytes()).c_str(), r.graph ? 2 * r.steps : r.steps,
+                r.graph ? " (eager, then graph)" : "", gemms.shapes());
     return out;
   };
   const bool file_route = r.settings.config.backend == ddo::offload_backend::nvme;
@@ -223,7 +272,21 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   const double streamed_median = steady_median(streamed_ms);
   std::printf("streamed: median %.2f ms/step over %zu steady steps (step 0 is the warm-up)\n",
               streamed_median, streamed_ms.size() > 1 ? streamed_ms.size() - 1 : 1);
-  if (!r.check && !r.profile) return 0;
+  if (r.graph) {
+    // Step 0 of the graph loop captured and instantiated the step: its replays are the figure.
+    const double graph_median = steady_median(graph_ms);
+    const bool equal = graph_latents.size() == latents.size() &&
+                       std::memcmp(graph_latents.data(), latents.data(), latents.size() * 4) == 0;
+    std::printf(
+        "graph: median %.2f ms/step over %zu replays (step 0, captured: %.2f ms); eager "
+        "median %.2f ms/step; graph / eager = %.3fx\n",
+        graph_median, graph_ms.size() > 1 ? graph_ms.size() - 1 : 1, graph_ms.front(),
+        streamed_median, graph_median / streamed_median);
+    std::printf("check: the graph's latents vs the eager loop's (GPU): %s\n",
+                equal ? "bitwise equal" : "DIFFERENT");
+    graph_differs = !equal;
+  }
+  if (!r.check && !r.profile) return graph_differs ? exit_failure : 0;
   // All resident on the device without ddo, the same forward (so the same GEMM algorithms,
   // workspace and buffers), its own stream.
   const flux::host_weights host(r.table);
@@ -262,9 +325,10 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
         prof.step_ms, prof.gemm_ms, gemm_tflops, prof.attention_ms, attention_tflops,
         attention_tflops / gemm_tflops, rest, 100.0 * rest / prof.step_ms);
     const auto [fused_bias, with_bias] = gemms.epilogue_bias_shapes();
-    std::printf("GEMM shapes with a bias: %zu of %zu add it in cuBLASLt's epilogue (the rest: a "
-                "kernel after, counted in neither)\n",
-                fused_bias, with_bias);
+    std::printf(
+        "GEMM shapes with a bias: %zu of %zu add it in cuBLASLt's epilogue (the rest: a "
+        "kernel after, counted in neither)\n",
+        fused_bias, with_bias);
     const double copy_ms = static_cast<double>(streamed_bytes) / (pinned_gbps * 1e9) * 1e3;
     const double bound = std::max(resident_median, copy_ms);
     std::printf(
@@ -286,6 +350,11 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
       o.member("attention_tflops", attention_tflops, 2);
       o.member("attention_over_gemm_rate", attention_tflops / gemm_tflops, 4);
       o.member("neither_ms", rest, 3).member("neither_share", rest / prof.step_ms, 4);
+      if (r.graph) {
+        o.member("graph_ms", steady_median(graph_ms), 3)
+            .member("graph_capture_ms", graph_ms.front(), 3);
+        o.member("graph_bitwise_equal", !graph_differs);
+      }
       o.member("steps", r.steps).end_object();
       ddo::write_file_atomically(r.json, o.take() + "\n");
     }
@@ -299,7 +368,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
                 equal ? "bitwise equal" : "DIFFERENT");
     if (!equal) return exit_failure;
   }
-  return 0;
+  return graph_differs ? exit_failure : 0;
 }
 #endif
 
@@ -338,10 +407,11 @@ int run(int argc, char** argv) {
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
       "graph", po::bool_switch(&graph),
-      "Capture the first step's forward (host_sim's graph model) and replay it for every step: "
-      "through offloader.launch_graph when the ring (or the legacy VMM window) is smaller than "
-      "the streamed groups, else directly. The CPU path on host_sim only (not built for the GPU "
-      "forward yet); not on the native VMM route (vmm_fast_runtime)")(
+      "Capture the first step's forward and replay it for every step: through "
+      "offloader.launch_graph when the ring (or the legacy VMM window) is smaller than the "
+      "streamed groups, else directly. On the GPU after the eager loop, on the same offloader: "
+      "prints both step times and fails unless the latents are bitwise equal. Not on the native "
+      "VMM route (vmm_fast_runtime)")(
       "make-model", po::value(&make_model)->value_name("FILE"),
       "Write seeded weights (the tests' generator) to FILE.safetensors and exit")(
       "config", po::value(&config_name)->value_name("dev|tiny"),
@@ -423,15 +493,10 @@ int run(int argc, char** argv) {
 #if defined(DDO_FLUX_GPU)
   if (!force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
     const auto probe = ddo::probe_cuda_device(0);
-    if (probe.available && graph)
-      return fail(
-          "--graph is not built for the GPU forward yet (its timestep is a kernel "
-          "argument fixed at capture, its latents are staged by the host and its first "
-          "step syncs); --cpu runs the CPU path on host_sim, where --graph works",
-          exit_usage);
     if (probe.available)
       return run_gpu(
-          {table, settings, inputs, c, in, steps, vram_gib, check, profile, output, json}, probe);
+          {table, settings, inputs, c, in, steps, vram_gib, check, profile, graph, output, json},
+          probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
 #else
@@ -465,11 +530,7 @@ int run(int argc, char** argv) {
         ddo::format_bytes(resident).c_str(),
         ddo::format_bytes(table.total_bytes() - resident).c_str(),
         ddo::format_bytes(activations).c_str());
-    if (graph && setup.runtime.native_vmm.enabled)
-      throw ddo::usage_error(
-          "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured "
-          "graph; graph streaming runs on the linear route and the legacy VMM route "
-          "(--ddo-execution-mode vmm_runtime)");
+    if (graph && setup.runtime.native_vmm.enabled) throw ddo::usage_error(native_vmm_graph);
     if constexpr (!ddo::graph_streaming_transport<transport_type>) {
       if (graph)
         throw ddo::usage_error(
@@ -493,6 +554,7 @@ int run(int argc, char** argv) {
       graph_f.emplace(c, in.image_tokens, in.text_tokens);
       buffers.emplace(flux::step_buffers{in, 0.f, {}});
     }
+    flux::transport_capture<transport_type> capture{off.transport()};
     std::optional<typename transport_type::graph> captured;
     auto out = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -501,7 +563,7 @@ int run(int argc, char** argv) {
         if (graph) {
           buffers->in.latents = x.latents;
           buffers->timestep = t;
-          v = flux::graph_forward(off, view, stages, *graph_f, *buffers, captured);
+          v = flux::graph_forward(off, view, stages, *graph_f, *buffers, capture, captured);
         }
       }
       if (!graph) {
@@ -516,13 +578,7 @@ int run(int argc, char** argv) {
     const auto metrics = off.metrics(true);
     std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
                 steps);
-    if (graph)
-      std::printf("graph: the first step captured, every step launched %s\n",
-                  off.graph_mode() ? ("through offloader.launch_graph (graph streaming: " +
-                                      std::to_string(off.slot_count()) + " slots, " +
-                                      std::to_string(off.group_count()) + " groups)")
-                                         .c_str()
-                                   : "directly (every streamed group stays loaded)");
+    if (graph) print_graph_launches(off);
     return out;
   };
   const std::vector<float> latents = ddo::with_prepared_offload<>(

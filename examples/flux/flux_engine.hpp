@@ -12,6 +12,7 @@
 /// Example code (examples/flux/).
 
 #include <algorithm>
+#include <concepts>
 #include <map>
 #include <memory>
 #include <optional>
@@ -171,28 +172,72 @@ struct step_buffers {
   std::vector<float> velocity;
 };
 
-/// @brief One forward as a captured step (--graph on host_sim): the first call captures the
-/// stages (acquires, stage tasks reading @p b, lease drops) into @p graph, every call launches it
-/// -- through the offloader (launch_graph: it enqueues the step's loads) when the capture entered
-/// graph streaming (the ring smaller than the streamed groups), else directly (every streamed
-/// group stays loaded). @p f must outlive @p graph (the stage tasks hold it by reference).
-template <class Offloader, class Forward>
-[[nodiscard]] std::vector<float> graph_forward(
-    Offloader& off, typename Offloader::stream_view view, const std::vector<stage>& stages,
-    Forward& f, step_buffers& b, std::optional<typename Offloader::transport_type::graph>& graph) {
+/// @brief How graph_forward captures a step: begin(view) starts capturing the stream, end(view)
+/// ends it and returns the step's graph, abort(view) ends a capture that failed part-way (no
+/// stream left capturing), exec(graph) is what the transport or offloader.launch_graph launches.
+/// host_sim: transport_capture; a CUDA stream: gpu::cuda_capture (flux_gpu.hpp).
+template <class Capture, class View>
+concept step_capture = requires(Capture& c, View v, const typename Capture::graph& g) {
+  c.begin(v);
+  { c.end(v) } -> std::same_as<typename Capture::graph>;
+  c.abort(v);
+  Capture::exec(g);
+};
+
+/// @brief host_sim's graph model, through its transport (--graph on the CPU path).
+template <class Transport>
+struct transport_capture {
+  using graph = typename Transport::graph;
+  Transport& transport;
+  void begin(typename Transport::stream_view v) { transport.begin_capture(v); }
+  [[nodiscard]] graph end(typename Transport::stream_view v) { return transport.end_capture(v); }
+  void abort(typename Transport::stream_view v) noexcept {
+    try {
+      (void)transport.end_capture(v);
+    } catch (...) {  // the capture's own error is the one being reported
+    }
+  }
+  [[nodiscard]] static const graph& exec(const graph& g) noexcept { return g; }
+};
+
+/// @brief One forward as a captured step (--graph): the first call captures the stages
+/// (acquires, stage work reading @p b or, on a device forward, its device buffers; lease drops)
+/// into @p graph, every call launches it -- through the offloader (launch_graph: it enqueues
+/// the step's loads) when the capture entered graph streaming (the ring smaller than the
+/// streamed groups), else directly (every streamed group stays loaded). A device forward's
+/// latents and timestep go to its device buffers before each launch (stage_inputs, on the
+/// stream ahead of the graph), and it must have run one eager forward before the capture (its
+/// GEMM shapes are chosen by running them: gpu::gemm_runner refuses a new shape in a capture).
+/// @p f must outlive @p graph (host_sim's stage tasks hold it by reference; a CUDA graph holds
+/// its buffers' addresses).
+template <class Offloader, class Forward, class Capture>
+requires step_capture<Capture, typename Offloader::stream_view>
+[[nodiscard]] std::vector<float> graph_forward(Offloader& off, typename Offloader::stream_view view,
+                                               const std::vector<stage>& stages, Forward& f,
+                                               step_buffers& b, Capture& capture,
+                                               std::optional<typename Capture::graph>& graph) {
   auto& t = off.transport();
+  if constexpr (device_stages<Forward>) f.stage_inputs(b.in, b.timestep);
   off.begin_step();
   if (!graph) {
-    t.begin_capture(view);
-    enqueue_forward(off, view, stages, f, b.in, b.timestep, b.velocity);
-    graph = t.end_capture(view);
+    capture.begin(view);
+    try {
+      enqueue_forward(off, view, stages, f, b.in, b.timestep, b.velocity);
+    } catch (...) {
+      capture.abort(view);
+      throw;
+    }
+    graph.emplace(capture.end(view));
   }
   if (off.graph_mode())
-    off.launch_graph(*graph, view);
+    off.launch_graph(Capture::exec(*graph), view);
   else
-    t.launch_graph(*graph, view);
+    t.launch_graph(Capture::exec(*graph), view);
   t.synchronize(view);
-  return b.velocity;
+  if constexpr (device_stages<Forward>)
+    return f.velocity();
+  else
+    return b.velocity;
 }
 
 /// @brief Every weight of @p table read once into host memory: the all-resident reference.

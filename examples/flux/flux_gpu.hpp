@@ -56,6 +56,65 @@ inline void check_lt(cublasStatus_t status, const char* call) {
       std::string("cuBLASLt call failed: ") + call + " returned " + (name ? name : "?"));
 }
 
+/// @brief Whether @p stream is being captured into a CUDA graph (or was, and the capture failed).
+inline bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  DDO_CUDA_TRY(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+/// @brief A step captured from a stream and instantiated (ddo-flux --graph), destroyed with its
+/// owner; exec() is what the transport (or offloader.launch_graph) launches.
+class captured_graph {
+ public:
+  /// Owns @p graph from here (destroyed with this object, instantiated or not).
+  explicit captured_graph(cudaGraph_t graph) noexcept : graph_(graph) {}
+  captured_graph(captured_graph&& o) noexcept
+      : graph_(std::exchange(o.graph_, nullptr)), exec_(std::exchange(o.exec_, nullptr)) {}
+  captured_graph& operator=(captured_graph&&) = delete;
+  captured_graph(const captured_graph&) = delete;
+  captured_graph& operator=(const captured_graph&) = delete;
+  ~captured_graph() {
+    if (exec_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaGraphExecDestroy(exec_));
+    if (graph_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaGraphDestroy(graph_));
+  }
+  void instantiate() { DDO_CUDA_TRY(cudaGraphInstantiate(&exec_, graph_, 0)); }
+  [[nodiscard]] const cudaGraphExec_t& exec() const noexcept { return exec_; }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+/// @brief How flux::graph_forward captures a step on a CUDA stream (ddo's linear and VMM
+/// transports' views). Thread-local capture mode: what this thread must not do inside the
+/// capture is refused (an allocation, a sync), while ddo's own threads (the VMM route's binder,
+/// which may still be mapping the eager loop's last prefetches) are not bound by it, as they
+/// would be by a global-mode capture. abort ends a capture that failed part-way, so no stream
+/// is left capturing.
+struct cuda_capture {
+  using graph = captured_graph;
+  template <class View>
+  void begin(View v) {
+    DDO_CUDA_TRY(cudaStreamBeginCapture(v.handle, cudaStreamCaptureModeThreadLocal));
+  }
+  template <class View>
+  [[nodiscard]] graph end(View v) {
+    cudaGraph_t g = nullptr;
+    DDO_CUDA_TRY(cudaStreamEndCapture(v.handle, &g));
+    captured_graph held(g);
+    held.instantiate();
+    return held;
+  }
+  template <class View>
+  void abort(View v) noexcept {
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(v.handle, &g) == cudaSuccess && g != nullptr) cudaGraphDestroy(g);
+    (void)cudaGetLastError();  // an invalidated capture's error is this call's, not sticky
+  }
+  [[nodiscard]] static const cudaGraphExec_t& exec(const graph& g) noexcept { return g.exec(); }
+};
+
 /// @brief A device allocation of @p T, freed with its owner.
 template <class T>
 class device_buffer {
@@ -127,7 +186,14 @@ class gemm_runner {
       return it->second.bias;
     }
     // First call of this shape: the bias epilogue if cuBLASLt has it for this bias type, else
-    // a plain GEMM (the caller adds the bias).
+    // a plain GEMM (the caller adds the bias). Decided by running it, which a captured step
+    // must not contain (a refused epilogue, cuBLASLt's first loads): shapes are chosen eagerly.
+    if (capturing(stream))
+      throw ddo::usage_error("flux gpu: a GEMM shape (" + std::to_string(k.rows) + " x " +
+                             std::to_string(k.in) + " by [" + std::to_string(k.out) + ", " +
+                             std::to_string(k.in) +
+                             "]) first seen inside a CUDA graph capture; run one eager forward "
+                             "before capturing (it chooses every shape's cuBLASLt algorithm)");
     if (k.bias != 0) {
       plan p = make_plan(k, true);
       if (p.desc != nullptr) {
@@ -359,8 +425,10 @@ class device_forward {
         sin_(n_ * static_cast<std::size_t>(c.head_dim)),
         vec_(16 * h_ + 256),
         velocity_(ni_ * static_cast<std::size_t>(c.in_channels)),
+        scalars_(2),
         latents_host_(ni_ * static_cast<std::size_t>(c.in_channels)),
-        velocity_host_(ni_ * static_cast<std::size_t>(c.in_channels)) {
+        velocity_host_(ni_ * static_cast<std::size_t>(c.in_channels)),
+        scalars_host_(2) {
     validate(c_);
     DDO_EXPECTS(c.head_dim == 64 || c.head_dim == 128,
                 "flux gpu: head_dim must be 64 or 128 (the attention kernel's), got " +
@@ -379,18 +447,25 @@ class device_forward {
   /// @brief Device bytes of the activations (the GEMMs' workspace is the gemm_runner's).
   [[nodiscard]] std::uint64_t device_bytes() const noexcept {
     std::uint64_t total = 0;
-    for (const auto* b : {&x_, &out_, &latents_, &text_, &pooled_, &cos_, &sin_, &vec_, &velocity_})
+    for (const auto* b :
+         {&x_, &out_, &latents_, &text_, &pooled_, &cos_, &sin_, &vec_, &velocity_, &scalars_})
       total += b->bytes();
     for (const auto* b : {&q_, &k_, &v_, &normed_, &b16_}) total += b->bytes();
     return total;
   }
 
-  void embed(const weight_lookup& w, const inputs& in, float timestep) {
+  /// @brief Puts a step's inputs where embed() reads them on the device, enqueued on the bound
+  /// stream: the latents, the timestep and the guidance (through pinned buffers; the caller
+  /// synchronized the stream since the last step read them), and at the first call the text,
+  /// pooled vector and RoPE tables, which do not change from step to step (then a host sync:
+  /// the host vectors are temporaries). Host work and a sync, so never inside a capture: a
+  /// captured step (--graph, flux::graph_forward) is staged by this call before each launch.
+  void stage_inputs(const inputs& in, float timestep) {
     DDO_EXPECTS(in.latents.size() == latents_host_.size() &&
                     in.text.size() == nt_ * static_cast<std::size_t>(c_.text_dim) &&
                     in.pooled.size() == static_cast<std::size_t>(c_.pooled_dim),
                 "flux: the inputs do not match the model's widths");
-    if (!uploaded_) {  // text, pooled vector and positions do not change from step to step
+    if (!uploaded_) {
       std::vector<float> cos, sin;
       rope_tables(c_, in.txt_ids, in.img_ids, cos, sin);
       DDO_EXPECTS(cos.size() == n_ * static_cast<std::size_t>(c_.head_dim),
@@ -399,12 +474,23 @@ class device_forward {
       upload(pooled_.get(), in.pooled);
       upload(cos_.get(), cos);
       upload(sin_.get(), sin);
-      DDO_CUDA_TRY(cudaStreamSynchronize(stream_));  // the host vectors above are temporaries
+      DDO_CUDA_TRY(cudaStreamSynchronize(stream_));
       uploaded_ = true;
     }
     std::memcpy(latents_host_.get(), in.latents.data(), in.latents.size() * 4);
+    scalars_host_.get()[0] = timestep;
+    scalars_host_.get()[1] = in.guidance;
     DDO_CUDA_TRY(cudaMemcpyAsync(latents_.get(), latents_host_.get(), in.latents.size() * 4,
                                  cudaMemcpyHostToDevice, stream_));
+    DDO_CUDA_TRY(cudaMemcpyAsync(scalars_.get(), scalars_host_.get(), scalars_.bytes(),
+                                 cudaMemcpyHostToDevice, stream_));
+  }
+
+  /// @brief The embedding stage: stages @p in and @p timestep (stage_inputs), then reads them on
+  /// the device. Inside a capture it stages nothing (host work a replay would not repeat): the
+  /// captured kernels read what stage_inputs put on the device before each launch.
+  void embed(const weight_lookup& w, const inputs& in, float timestep) {
+    if (!capturing(stream_)) stage_inputs(in, timestep);
     const int h = hidden();
     lin(w, "x_embedder", latents_.get(), c_.in_channels, static_cast<int>(ni_), c_.in_channels,
         x_.get() + nt_ * h_, h, h);
@@ -415,9 +501,9 @@ class device_forward {
     float* a = vec(2);
     float* b = vec(3);
     float* proj = vec(16);  // 256 floats after the 16 h-wide vectors
-    timestep_embedding(w, "time_text_embed.timestep_embedder", timestep, proj, a, temb);
+    timestep_embedding(w, "time_text_embed.timestep_embedder", scalars_.get(), proj, a, temb);
     if (c_.guidance) {
-      timestep_embedding(w, "time_text_embed.guidance_embedder", in.guidance, proj, a, b);
+      timestep_embedding(w, "time_text_embed.guidance_embedder", scalars_.get() + 1, proj, a, b);
       add(temb, b, 1, h, h);
     }
     lin(w, "time_text_embed.text_embedder.linear_1", pooled_.get(), c_.pooled_dim, 1, c_.pooled_dim,
@@ -576,8 +662,9 @@ class device_forward {
                 "flux gpu: no RMSNorm + RoPE kernel for head_dim " + std::to_string(c_.head_dim));
   }
 
-  /// TimestepEmbedding of the sinusoidal projection of value x 1000 into @p out (h floats).
-  void timestep_embedding(const weight_lookup& w, const std::string& module, float value,
+  /// TimestepEmbedding of the sinusoidal projection of *value x 1000 into @p out (h floats);
+  /// @p value on the device (scalars_).
+  void timestep_embedding(const weight_lookup& w, const std::string& module, const float* value,
                           float* proj, float* scratch, float* out) {
     const int h = hidden();
     gpu::timestep_projection(value, proj, stream_);
@@ -623,7 +710,8 @@ class device_forward {
   // rounded inputs
   device_buffer<std::uint16_t> q_, k_, v_, normed_, b16_;
   device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, velocity_;
-  pinned_buffer<float> latents_host_, velocity_host_;
+  device_buffer<float> scalars_;  // the step's timestep and the guidance, read by embed's kernels
+  pinned_buffer<float> latents_host_, velocity_host_, scalars_host_;
 };
 
 /// @brief Every weight of @p host copied once to the device: the GPU's all-resident reference

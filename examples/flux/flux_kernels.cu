@@ -143,10 +143,11 @@ __global__ void add_bias_kernel(T* y, int n, int y_stride, const void* bias, boo
   add_to(y[r * y_stride + c], load_float(bias, bf16_bias, c));
 }
 
-__global__ void timestep_projection_kernel(float t, float* out) {
+__global__ void timestep_projection_kernel(const float* value, float* out) {
   constexpr int half = 128;
   const int i = threadIdx.x;
   if (i >= half) return;
+  const float t = *value * 1000.f;
   const float log_period = -9.210340371976184f;  // -ln(10000), rounded to float as on the host
   const float exponent = log_period * static_cast<float>(i) / static_cast<float>(half);
   const float arg = t * expf(exponent);
@@ -573,8 +574,8 @@ void add_bias(void* y, bool y_bf16, int rows, int n, int y_stride, const void* b
   }
 }
 
-void timestep_projection(float value, float* out, cudaStream_t stream) {
-  timestep_projection_kernel<<<1, 128, 0, stream>>>(value * 1000.f, out);
+void timestep_projection(const float* value, float* out, cudaStream_t stream) {
+  timestep_projection_kernel<<<1, 128, 0, stream>>>(value, out);
   check_launch("timestep_projection_kernel");
 }
 

@@ -76,7 +76,9 @@ void add_bias(void* y, bool y_bf16, int rows, int n, int y_stride, const void* b
               cudaStream_t stream);
 
 /// @brief Writes the sinusoidal projection of value x 1000 (diffusers' Timesteps: 256 channels,
-/// cos first, no frequency shift) to @p out; float math as flux_forward.hpp's.
-void timestep_projection(float value, float* out, cudaStream_t stream);
+/// cos first, no frequency shift) to @p out; float math as flux_forward.hpp's. @p value is read
+/// from device memory when the kernel runs, not passed by value: a captured step (ddo-flux
+/// --graph) replays with the timestep written there before each launch.
+void timestep_projection(const float* value, float* out, cudaStream_t stream);
 
 }  // namespace flux::gpu

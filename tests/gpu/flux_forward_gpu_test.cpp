@@ -3,7 +3,8 @@
 // flux_kernels.cu) at the tiny reference configuration against diffusers' own
 // FluxTransformer2DModel (tests/data/flux_tiny_reference.bin, the data the CPU path is held to in
 // tests/runner/flux_test.cpp), and the same forward streamed through ddo's linear transport on
-// the GPU: bitwise equal to the all-resident GPU forward. Skips without a GPU.
+// the GPU: bitwise equal to the all-resident GPU forward, eagerly and as a captured CUDA graph
+// replayed through ddo's graph streaming (ddo-flux --graph). Skips without a GPU.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,9 @@ namespace flux_forward_gpu_test {
 
 constexpr std::uint64_t seed = 25;  // tools/flux_reference.py's
 
-std::vector<std::vector<float>> reference() { return ddo_test::read_flux_reference(DDO_FLUX_REFERENCE); }
+std::vector<std::vector<float>> reference() {
+  return ddo_test::read_flux_reference(DDO_FLUX_REFERENCE);
+}
 
 /// ||a - b|| / ||b|| over every element (the error relative to the reference's size).
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
@@ -163,7 +167,54 @@ TEST_SUITE("gpu") {
     REQUIRE(through_ddo.size() == resident.size());
     CHECK(std::memcmp(through_ddo.data(), resident.data(), resident.size() * sizeof(float)) == 0);
     CHECK(off.metrics(true).totals.bytes() >= 2 * streamed);
+
+    // --graph's path after the eager loop (which chose every GEMM shape): the same loop with its
+    // first step captured (latents and timestep staged on the device before each launch), then
+    // replayed -- twice over, so three replays -- through the offloader's graph streaming, the
+    // ring smaller than the streamed groups: bitwise equal to all-resident each time.
+    flux::step_buffers buffers{in, 0.f, {}};
+    flux::gpu::cuda_capture capture;
+    std::optional<flux::gpu::captured_graph> captured;
+    for (int loop = 0; loop < 2; ++loop) {
+      const auto graph_latents = flux::denoise(in, 2, [&](const flux::inputs& x, float t) {
+        buffers.in.latents = x.latents;
+        buffers.timestep = t;
+        return flux::graph_forward(off, view, streamed_stages, f, buffers, capture, captured);
+      });
+      INFO("graph loop " << loop << ": " << off.slot_count() << " slots, " << off.group_count()
+                         << " groups");
+      CHECK(off.graph_mode());
+      REQUIRE(graph_latents.size() == resident.size());
+      CHECK(std::memcmp(graph_latents.data(), resident.data(), resident.size() * sizeof(float)) ==
+            0);
+    }
+    CHECK(!flux::gpu::capturing(view.handle));
     std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("flux GPU forward: a GEMM shape first seen inside a capture is refused, naming it") {
+    if (const auto why = ddo_test::gpu_skip_reason(); !why.empty()) {
+      MESSAGE("skipped: " << why);
+      return;
+    }
+    flux::gpu::gemm_runner gemms;
+    flux::gpu::device_buffer<std::uint16_t> w(64 * 64), x(16 * 64);
+    flux::gpu::device_buffer<float> y(16 * 64);
+    cudaStream_t stream = nullptr;
+    DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    DDO_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CHECK_THROWS_WITH_AS(
+        gemms.run(w.get(), x.get(), 64, y.get(), false, 64, 16, 64, 64, nullptr, false, stream),
+        doctest::Contains("16 x 64 by [64, 64]) first seen inside a CUDA graph"), ddo::usage_error);
+    cudaGraph_t g = nullptr;
+    DDO_CUDA_TRY(cudaStreamEndCapture(stream, &g));
+    if (g != nullptr) DDO_CUDA_TRY(cudaGraphDestroy(g));
+    // Outside the capture the same shape runs (and is then known to a later capture).
+    CHECK_FALSE(
+        gemms.run(w.get(), x.get(), 64, y.get(), false, 64, 16, 64, 64, nullptr, false, stream));
+    DDO_CUDA_TRY(cudaStreamSynchronize(stream));
+    CHECK(gemms.shapes() == 1);
+    DDO_CUDA_TRY(cudaStreamDestroy(stream));
   }
 }
 
