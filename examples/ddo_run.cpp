@@ -578,8 +578,9 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     std::printf("\ngraph: the first step captured, every step launched %s\n",
                 offloader.graph_mode()
                     ? ("through offloader.launch_graph (graph streaming: " +
-                       std::to_string(offloader.slot_count()) + " slots, the step's loads "
-                       "enqueued around each launch)").c_str()
+                       std::to_string(offloader.slot_count()) +
+                       (offloader.slot_count() == 1 ? " slot" : " slots") +
+                       ", the step's loads scheduled by each launch)").c_str()
                     : "directly (every streamed group stays loaded)");
   const auto summary = ddo::runner::summarize_steps(step_ms, warmup);
   std::printf("\n%s", ddo::runner::format_step_summary(summary, bound ? &*bound : nullptr).c_str());

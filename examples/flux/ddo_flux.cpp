@@ -118,7 +118,8 @@ template <class Offloader>
 void print_graph_launches(Offloader& off) {
   std::printf("graph: the first step captured, every step launched %s\n",
               off.graph_mode() ? ("through offloader.launch_graph (graph streaming: " +
-                                  std::to_string(off.slot_count()) + " slots, " +
+                                  std::to_string(off.slot_count()) +
+                                  (off.slot_count() == 1 ? " slot, " : " slots, ") +
                                   std::to_string(off.group_count()) + " groups)")
                                      .c_str()
                                : "directly (every streamed group stays loaded)");
