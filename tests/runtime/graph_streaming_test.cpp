@@ -94,6 +94,15 @@ host_sim_transport::graph capture_step(Sim& sim, Offloader& off, typename Sim::s
   return sim.end_capture(s);
 }
 
+/// host_sim for the linear route's cases: copies at @p bandwidth bytes/s (0: instant; slower
+/// copies make a read before its load see poison), a stuck wait failing after 5 s.
+ddo::host_sim_options linear_sim_options(double bandwidth = 0) {
+  ddo::host_sim_options so;
+  so.bandwidth_bytes_per_second = bandwidth;
+  so.wait_value_timeout_ms = 5000;
+  return so;
+}
+
 ddo::runtime_options poisoned(std::size_t slots) {
   ddo::runtime_options o;
   o.slot_count = slots;
@@ -139,10 +148,7 @@ TEST_CASE(
   for (const std::size_t groups : {10u, 12u}) {
     CAPTURE(groups);
     auto m = pinned_model(groups, static_cast<std::uint32_t>(groups));
-    ddo::host_sim_options so;
-    so.bandwidth_bytes_per_second = 4e9;  // copies take time: a read before its wait sees poison
-    so.wait_value_timeout_ms = 5000;
-    host_sim_transport sim(so);
+    host_sim_transport sim(linear_sim_options(4e9));  // timed copies: an early read sees poison
     auto compute = sim.make_stream();
     const auto s = view(compute);
     checker check;
@@ -174,10 +180,7 @@ TEST_CASE("graph streaming: kernels forked onto a second stream, ddo's calls on 
   // The engine forks each group's kernel onto another stream and joins it back before the lease
   // drops; ddo's acquires and drops stay on the stream that began the capture: replays are right.
   auto m = pinned_model(10, 29);
-  ddo::host_sim_options so;
-  so.bandwidth_bytes_per_second = 4e9;
-  so.wait_value_timeout_ms = 5000;
-  host_sim_transport sim(so);
+  host_sim_transport sim(linear_sim_options(4e9));
   auto compute = sim.make_stream();
   auto side = sim.make_stream();
   const auto s = view(compute);
@@ -211,10 +214,7 @@ TEST_CASE("graph streaming: kernels forked onto a second stream, ddo's calls on 
 TEST_CASE("graph streaming: teardown right after a launch") {
   using namespace graph_streaming_test;
   auto m = pinned_model(8, 7);
-  ddo::host_sim_options so;
-  so.bandwidth_bytes_per_second = 2e9;
-  so.wait_value_timeout_ms = 5000;
-  host_sim_transport sim(so);
+  host_sim_transport sim(linear_sim_options(2e9));
   auto compute = sim.make_stream();
   const auto s = view(compute);
   checker check;
@@ -233,9 +233,7 @@ TEST_CASE(
     "graph streaming: release_device leaves graph mode; eager steps and a new capture follow") {
   using namespace graph_streaming_test;
   auto m = pinned_model(10, 11);
-  ddo::host_sim_options so;
-  so.wait_value_timeout_ms = 5000;
-  host_sim_transport sim(so);
+  host_sim_transport sim(linear_sim_options());
   auto compute = sim.make_stream();
   const auto s = view(compute);
   checker check;
