@@ -64,6 +64,7 @@
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/nvme.hpp"
+#include "runner/calibration_report.hpp"
 #include "runner/chrome_trace.hpp"
 #include "runner/compare.hpp"
 #include "runner/compare_run.hpp"
@@ -642,9 +643,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     std::printf("  trace: %s (%zu events; open in https://ui.perfetto.dev)\n",
                 opt.trace_path.c_str(), trace.size());
   }
-  if (predicted_ms)
-    std::printf("  predicted %.1f ms/step, measured median %.1f ms (%+.1f%%)\n", *predicted_ms,
-                summary.median_ms, 100.0 * (*predicted_ms - summary.median_ms) / summary.median_ms);
+  if (predicted_ms) ddo::runner::print_predicted_vs_measured(*predicted_ms, summary.median_ms);
   if (config.build_profile) {
     // Through the library (ddo/runtime/calibration.hpp): compute timed at a quarter of the
     // tokens and at the tokens of this run, loads per group, the free-memory low-water mark
@@ -686,16 +685,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     const auto profile = ddo::calibrate(offloader, recorder, config, run_at, calibration);
     const ddo::profile_store store(ctx.settings.profile_dir);
     store.save(profile);
-    double compute_ms = 0.0, copy_ms = 0.0;
-    for (const auto& g : ddo::timings_at(profile, static_cast<std::uint64_t>(ctx.tokens)))
-      compute_ms += g.compute_ms + g.lead_in_ms, copy_ms += g.transfer_ms;
-    std::printf("  capacity profile '%s' (format %d) saved to %s: %zu groups, compute %.1f ms and "
-                "copies %.1f ms per step at %lld tokens; peak in use %s, next runs may keep %s "
-                "resident\n",
-                profile.name.c_str(), profile.format, store.path_of(profile.name).c_str(),
-                profile.groups.size(), compute_ms, copy_ms, static_cast<long long>(ctx.tokens),
-                gb(profile.peak_in_use_bytes).c_str(),
-                gb(profile.recommended_resident_budget_bytes).c_str());
+    (void)ddo::runner::print_saved_profile(profile, store,
+                                           static_cast<std::uint64_t>(ctx.tokens));
   }
   std::fflush(stdout);
   if (mismatches != 0) {

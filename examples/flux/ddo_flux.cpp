@@ -5,6 +5,8 @@
 //   ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--text-tokens N]
 //            [--guidance G] [--seed S] [--axes A,B,C] [--vram-gb GiB] [--check] [--graph]
 //            [--output FILE] [--ddo-FLAG VALUE]...
+//   ddo-flux --model PATH... --capacity-profile NAME [--calibrate | --smallest-card
+//            [--max-slowdown X] [--card-step-gb GiB]] [--json FILE] ...
 //   ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16] [--seed S]
 //
 // The text encoders (CLIP, T5) and the VAE are not part of it: the inputs are what a pipeline
@@ -25,6 +27,13 @@
 // first step's forward and replays it for every step, through offloader.launch_graph when the
 // ring is smaller than the streamed groups (docs/cuda-graphs.md); on the GPU it runs after the
 // eager loop on the same offloader and must give its latents to the bit.
+// On the GPU, --capacity-profile NAME --calibrate builds a capacity profile on this forward
+// (ddo::calibrate: each group timed at a quarter of the image tokens and at all of them);
+// --capacity-profile NAME alone plans with it (the overlap-aware planner) and prints the
+// predicted step against the measured median; --smallest-card finds by measurement the smallest
+// emulated card within --max-slowdown of the all-resident step for the overlap planner and the
+// spread and first rules (flux_gpu_runs.hpp, flux_card_sweep.hpp). --profile is not that: it
+// times one resident step's GEMMs and attention (docs/calibration.md#ddo-flux).
 // The stages, the lookup by name and the acquire/run/release loop are shared
 // (docs/engine-walkthrough.md).
 
@@ -57,11 +66,16 @@
 #include "ddo/transport/nvme.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
+#include "flux/flux_modes.hpp"
+#include "flux/flux_step_time.hpp"
 #include "runner/program_main.hpp"
 #include "runner/vram_budget.hpp"
 #if defined(DDO_FLUX_GPU)
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo/runtime/calibration.hpp"
 #include "flux/flux_gpu.hpp"
+#include "flux/flux_gpu_runs.hpp"
+#include "runner/calibration_report.hpp"
 #include "runner/compare_run.hpp"
 #endif
 
@@ -82,9 +96,7 @@ int fail(const std::string& message, int status) {
   return ddo::runner::report_failure("ddo-flux", message, status);
 }
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using flux::ms_since;
 
 std::array<int, 3> parse_axes(const std::string& text) {
   std::array<int, 3> axes{};
@@ -138,6 +150,7 @@ void write_latents(const std::string& path, const std::vector<float>& latents) {
 }
 
 #if defined(DDO_FLUX_GPU)
+using flux::steady_median;
 /// What one GPU run needs (run_gpu).
 struct gpu_run {
   const ddo::weight_table& table;
@@ -147,30 +160,98 @@ struct gpu_run {
   const flux::inputs& in;
   int steps = 1;
   double vram_gib = 12.0;
-  bool check = false;
-  bool profile = false;
-  bool graph = false;
+  flux::run_modes modes;
   std::string output;
   std::string json;
+  std::size_t rows = 0, cols = 0;  ///< the image in 2x2 latent patches
+  std::uint64_t seed = 0;
 };
 
-/// The median of @p ms without its first (warm-up) entry; the only entry when there is one.
-double steady_median(std::vector<double> ms) {
-  if (ms.size() > 1) ms.erase(ms.begin());
-  std::sort(ms.begin(), ms.end());
-  const std::size_t n = ms.size();
-  return n == 0 ? 0.0 : n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+/// --calibrate: the smaller image the profile's low token count is timed at (half the rows and
+/// columns of patches: a quarter of the image tokens, as ddo-run's quarter of --tokens).
+flux::inputs low_inputs(const gpu_run& r) {
+  return flux::seeded_inputs(r.c, std::max<std::size_t>(1, r.rows / 2),
+                             std::max<std::size_t>(1, r.cols / 2), r.in.text_tokens, r.in.guidance,
+                             r.seed);
+}
+
+/// What --profile's lines need from the run.
+struct profile_inputs {
+  double resident_median = 0.0, streamed_median = 0.0;
+  std::uint64_t streamed_bytes = 0;
+  double pinned_gbps = 0.0;
+};
+
+/// --profile: one more resident step with every GEMM and attention call timed by events, the
+/// bound, printed and added to @p o.
+void print_profile(flux::gpu::device_forward& f, const flux::gpu::gemm_runner& gemms,
+                   const flux::gpu::device_weights& weights, const std::vector<flux::stage>& stages,
+                   const flux::inputs& in, cudaStream_t stream, ddo::json_writer& o,
+                   const profile_inputs& m) {
+  flux::gpu::step_profile p;
+  f.profile(&p);
+  p.begin(stream);
+  (void)flux::resident_forward(weights, stages, f, in, flux::pipeline_timestep(1.f));
+  p.end(stream);
+  f.profile(nullptr);
+  const auto prof = p.sum();
+  const double rest = prof.step_ms - prof.gemm_ms - prof.attention_ms;
+  const double gemm_tflops = prof.gemm_flops / (prof.gemm_ms * 1e-3) / 1e12;
+  const double attention_tflops =
+      prof.attention_ms > 0 ? prof.attention_flops / (prof.attention_ms * 1e-3) / 1e12 : 0.0;
+  std::printf(
+      "profile (one resident step, events around each call): step %.2f ms; GEMMs %.2f ms, "
+      "%.1f TFLOP/s; attention %.2f ms, %.1f TFLOP/s = %.3fx the GEMM rate; neither %.2f ms "
+      "= %.1f%% of the step\n",
+      prof.step_ms, prof.gemm_ms, gemm_tflops, prof.attention_ms, attention_tflops,
+      attention_tflops / gemm_tflops, rest, 100.0 * rest / prof.step_ms);
+  const auto [fused_bias, with_bias] = gemms.epilogue_bias_shapes();
+  std::printf(
+      "GEMM shapes with a bias: %zu of %zu add it in cuBLASLt's epilogue (the rest: a "
+      "kernel after, counted in neither)\n",
+      fused_bias, with_bias);
+  const double copy_ms = static_cast<double>(m.streamed_bytes) / (m.pinned_gbps * 1e9) * 1e3;
+  const double bound = std::max(m.resident_median, copy_ms);
+  std::printf(
+      "bound: max(resident %.2f ms, %s streamed at %.1f GB/s pinned = %.2f ms) = %.2f ms; "
+      "streamed median / bound = %.3fx\n",
+      m.resident_median, ddo::format_bytes(m.streamed_bytes).c_str(), m.pinned_gbps, copy_ms, bound,
+      m.streamed_median / bound);
+  o.member("pinned_gbps", m.pinned_gbps, 3);
+  o.member("resident_ms", m.resident_median, 3).member("bound_ms", bound, 3);
+  o.member("streamed_over_bound", m.streamed_median / bound, 4);
+  o.member("profile_step_ms", prof.step_ms, 3).member("gemm_ms", prof.gemm_ms, 3);
+  o.member("gemm_tflops", gemm_tflops, 2).member("attention_ms", prof.attention_ms, 3);
+  o.member("attention_tflops", attention_tflops, 2);
+  o.member("attention_over_gemm_rate", attention_tflops / gemm_tflops, 4);
+  o.member("neither_ms", rest, 3).member("neither_share", rest / prof.step_ms, 4);
 }
 
 /// The GPU forward on ddo's CUDA transport the settings choose, on an emulated card of
 /// --vram-gb: ddo's transport is capped at the card minus the CUDA context (measured at start),
 /// and the plan leaves free the engine's reserve, measured as the device memory the forward's
 /// buffers and the cuBLASLt workspace took (cudaMemGetInfo before and after creating them).
+/// The plan is prepare_offload's: with --capacity-profile, the overlap-aware planner's over the
+/// stored profile (its predicted step printed against the measured median), with --calibrate
+/// the zero-resident calibration plan, after whose steps ddo::calibrate times the forward at a
+/// quarter of the image tokens and at all of them and the profile is saved.
 int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
+  // A calibration saves its profile after a minute of setup and steps: an unwritable directory
+  // is said now.
+  if (r.modes.calibrate)
+    ddo::check_output_directory(ddo::profile_store(r.settings.profile_dir).directory(),
+                                "profile directory");
   const auto memory = ddo::query_device_memory(0);
   const std::uint64_t context = memory.total_bytes - memory.free_bytes;
   flux::gpu::gemm_runner gemms;
   flux::gpu::device_forward f(r.c, r.in.image_tokens, r.in.text_tokens, gemms);
+  // --calibrate: the forward of the low token count, its buffers in the engine's reserve too.
+  std::optional<flux::inputs> in_low;
+  std::optional<flux::gpu::device_forward> f_low;
+  if (r.modes.calibrate) {
+    in_low = low_inputs(r);
+    f_low.emplace(r.c, in_low->image_tokens, in_low->text_tokens, gemms);
+  }
   const auto after = ddo::query_device_memory(0);
   const std::uint64_t reserve = memory.free_bytes - after.free_bytes;
   const ddo::runner::vram_budget card{static_cast<std::uint64_t>(r.vram_gib * double(ddo::gib)),
@@ -181,15 +262,24 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
       "context); engine reserve measured %s (activations %s + cuBLASLt workspace %s)\n",
       probe.name.c_str(), ddo::format_bytes(card.vram_bytes).c_str(),
       ddo::format_bytes(limit).c_str(), ddo::format_bytes(context).c_str(),
-      ddo::format_bytes(reserve).c_str(), ddo::format_bytes(f.device_bytes()).c_str(),
+      ddo::format_bytes(reserve).c_str(),
+      ddo::format_bytes(f.device_bytes() + (f_low ? f_low->device_bytes() : 0)).c_str(),
       ddo::format_bytes(gemms.device_bytes()).c_str());
   ddo::setup_options options;
   options.inputs = r.inputs;
   options.reserve_device_bytes = reserve;
+  options.tokens = r.in.image_tokens;  // a stored profile's timings at this run's image tokens
+  if (r.modes.smallest_card)
+    return flux::smallest_card_run({r.table, r.inputs, options, r.modes, r.in, r.steps, probe.name,
+                                    context, reserve, card.vram_bytes, r.json},
+                                   f);
+  // --calibrate: the library's recorder times every group's compute and loads.
+  ddo::calibration_recorder recorder;
+  if (r.modes.calibrate) options.runtime = recorder.runtime_options(options.runtime);
   // B of the bound, measured before ddo's setup on an uncapped linear transport (the pinned
   // host-to-device rate the streamed bytes cannot beat).
   double pinned_gbps = 0.0;
-  if (r.profile) {
+  if (r.modes.profile) {
     auto probe_transport = ddo::make_transport<ddo::linear_transport>(r.settings);
     pinned_gbps = ddo::runner::measure_pinned_gbps(probe_transport, 512ull << 20);
   }
@@ -198,31 +288,44 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   std::vector<double> streamed_ms, graph_ms;
   std::vector<float> graph_latents;  // --graph: the captured loop's
   bool graph_differs = false;
+  std::optional<double> predicted_ms;          // --capacity-profile: the plan's predicted step
+  std::optional<ddo::capacity_profile> saved;  // --calibrate: the profile saved
+  std::optional<ddo::runner::profile_step> saved_step;
   const auto run_on = [&](auto transport) {
     using transport_type = decltype(transport);
-    auto setup = ddo::setup_offload(
-        r.table, r.settings, ddo::component_for(r.settings, options.inputs), options, transport);
-    if (r.graph && setup.runtime.native_vmm.enabled) throw ddo::usage_error(native_vmm_graph);
+    auto prepared = ddo::prepare_offload<>(r.table, r.settings, options, std::move(transport));
+    auto& setup = prepared.setup;
+    if (r.modes.graph && setup.runtime.native_vmm.enabled) throw ddo::usage_error(native_vmm_graph);
     const std::uint64_t resident = setup.plan.total_bytes(ddo::placement::gpu_resident);
     streamed_bytes = r.table.total_bytes() - resident;
     std::printf("ddo: preset %s, %s transport, route %s: %s resident, %s streamed per step\n",
-                r.settings.effective_preset.c_str(), std::string(transport.name()).c_str(),
+                r.settings.effective_preset.c_str(), std::string(prepared.transport.name()).c_str(),
                 std::string(ddo::to_string(setup.runtime.route)).c_str(),
                 ddo::format_bytes(resident).c_str(),
                 ddo::format_bytes(r.table.total_bytes() - resident).c_str());
-    ddo::offloader<transport_type> off(r.table, std::move(setup), transport);
+    if (!r.modes.capacity_profile.empty() && !r.modes.calibrate) {
+      const auto& timings = flux::require_profile_timings(
+          prepared.profile, r.modes.capacity_profile, r.settings.profile_dir);
+      if (!timings.note.empty()) std::printf("%s\n", timings.note.c_str());
+      predicted_ms =
+          ddo::predict_plan(setup.plan, timings.timings, ddo::runner::ring_of(setup.runtime))
+              .step_ms;
+      std::printf(
+          "  overlap-aware plan from capacity profile '%s' (resident budget %s: %s): "
+          "predicted %.1f ms/step at %zu image tokens\n",
+          r.modes.capacity_profile.c_str(),
+          ddo::format_bytes(setup.plan.budgets.resident_budget_bytes).c_str(),
+          setup.plan.budgets.resident_budget_detail.c_str(), *predicted_ms, r.in.image_tokens);
+    }
+    const std::uint64_t free_before = setup.machine.device.free_bytes;
+    auto enabled = prepared.start();
+    auto& off = *enabled.offloader;
     auto compute = off.transport().make_stream();
     const auto view = transport_type::view(compute);
     f.bind(view.handle);
     stages = flux::plan_stages(r.table, off.plan());
-    auto out = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto v = flux::streamed_forward(off, view, stages, f, x, t);
-      streamed_ms.push_back(ms_since(t0));
-      std::printf("  step %zu: %.2f ms\n", streamed_ms.size() - 1, streamed_ms.back());
-      return v;
-    });
-    if (r.graph) {
+    auto out = flux::timed_denoise(off, view, stages, f, r.in, r.steps, streamed_ms, true);
+    if (r.modes.graph) {
       // The same loop again on the same offloader and forward, its first step captured and
       // replayed for the rest. After the eager loop, which chose every GEMM shape's algorithm,
       // raised the attention kernel's shared memory and uploaded the constant inputs: work a
@@ -248,23 +351,48 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
                                " transport cannot stream through a captured graph");
       }
     }
+    if (r.modes.calibrate) {
+      // Through the library (ddo/runtime/calibration.hpp), on this offloader's calibration plan:
+      // one forward of the first step's timestep per run_step, at a quarter of the image tokens
+      // (the smaller forward) and at all of them; each forward's stages acquire, run and release
+      // every group, then the stream is synchronized.
+      f_low->bind(view.handle);
+      const float timestep = flux::pipeline_timestep(flux::sigmas(r.steps, r.in.image_tokens)[0]);
+      const auto run_at = [&](std::uint64_t tokens) {
+        const bool high = tokens == r.in.image_tokens;
+        std::vector<float> velocity;
+        flux::enqueue_forward(off, view, stages, high ? f : *f_low, high ? r.in : *in_low, timestep,
+                              velocity);
+        off.transport().synchronize(view);
+      };
+      ddo::calibration_options calibration;
+      calibration.tokens_low = in_low->image_tokens;
+      calibration.tokens_high = r.in.image_tokens;
+      // Free on the card as the engine sees it: the capped transport's count less the engine's
+      // reserve (allocated outside ddo), so the profile's peak in use counts the activations.
+      calibration.free_vram_before = free_before;
+      calibration.free_vram = [&] {
+        const std::uint64_t free = off.transport().device_memory().free_bytes;
+        return free > reserve ? free - reserve : 0;
+      };
+      std::fprintf(stderr, "ddo-flux: calibrating (compute at %zu and %zu image tokens)...\n",
+                   in_low->image_tokens, r.in.image_tokens);
+      saved = ddo::calibrate(off, recorder, r.settings.config, run_at, calibration);
+      const ddo::profile_store store(r.settings.profile_dir);
+      store.save(*saved);
+      saved_step = ddo::runner::print_saved_profile(*saved, store, r.in.image_tokens);
+    }
     const auto metrics = off.metrics(true);
     std::printf("ddo: %s moved over %d%s steps; %zu GEMM shapes, one cuBLASLt algorithm each\n",
-                ddo::format_bytes(metrics.totals.bytes()).c_str(), r.graph ? 2 * r.steps : r.steps,
-                r.graph ? " (eager, then graph)" : "", gemms.shapes());
+                ddo::format_bytes(metrics.totals.bytes()).c_str(),
+                r.modes.graph ? 2 * r.steps : r.steps,
+                r.modes.graph       ? " (eager, then graph)"
+                : r.modes.calibrate ? " (and calibration's)"
+                                    : "",
+                gemms.shapes());
     return out;
   };
-  const bool file_route = r.settings.config.backend == ddo::offload_backend::nvme;
-  const bool vmm = r.settings.config.backend == ddo::offload_backend::vmm;
-  const bool vmm_mode = r.settings.config.execution_mode == ddo::exec_mode::vmm_runtime;
-  // The transport the settings choose (make_transport), capped at the emulated card.
-  const std::vector<float> latents =
-      file_route && vmm_mode ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::vmm_transport>>(
-                                   r.settings, {}, limit))
-      : file_route ? run_on(ddo::make_transport<ddo::nvme_transport<ddo::linear_transport>>(
-                         r.settings, {}, limit))
-      : vmm        ? run_on(ddo::make_transport<ddo::vmm_transport>(r.settings, {}, limit))
-                   : run_on(ddo::make_transport<ddo::linear_transport>(r.settings, {}, limit));
+  const std::vector<float> latents = flux::on_card_transport(r.settings, limit, run_on);
   if (!r.output.empty()) {
     write_latents(r.output, latents);
     std::printf("latents: %s (%zu x %d float32)\n", r.output.c_str(), r.in.image_tokens,
@@ -273,7 +401,11 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   const double streamed_median = steady_median(streamed_ms);
   std::printf("streamed: median %.2f ms/step over %zu steady steps (step 0 is the warm-up)\n",
               streamed_median, streamed_ms.size() > 1 ? streamed_ms.size() - 1 : 1);
-  if (r.graph) {
+  if (predicted_ms) {
+    ddo::runner::print_predicted_vs_measured(*predicted_ms, streamed_median);
+    std::printf("  predicted / measured = %.3f\n", *predicted_ms / streamed_median);
+  }
+  if (r.modes.graph) {
     // Step 0 of the graph loop captured and instantiated the step: its replays are the figure.
     const double graph_median = steady_median(graph_ms);
     const bool equal = graph_latents.size() == latents.size() &&
@@ -287,89 +419,66 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
                 equal ? "bitwise equal" : "DIFFERENT");
     graph_differs = !equal;
   }
-  if (!r.check && !r.profile) return graph_differs ? exit_failure : 0;
-  // All resident on the device without ddo, the same forward (so the same GEMM algorithms,
-  // workspace and buffers), its own stream.
-  const flux::host_weights host(r.table);
-  const flux::gpu::device_weights weights(host.refs());
-  cudaStream_t stream = nullptr;
-  DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  f.bind(stream);
-  std::vector<double> resident_ms;
-  const auto resident_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto v = flux::resident_forward(weights, stages, f, x, t);
-    resident_ms.push_back(ms_since(t0));
-    return v;
-  });
-  const double resident_median = steady_median(resident_ms);
-  std::printf("resident: median %.2f ms/step (all %zu weights on the device, no ddo)\n",
-              resident_median, r.table.size());
-  flux::gpu::step_profile::totals prof;
-  if (r.profile) {
-    // One more resident step with every GEMM and attention call timed by events.
-    flux::gpu::step_profile p;
-    f.profile(&p);
-    p.begin(stream);
-    (void)flux::resident_forward(weights, stages, f, r.in, flux::pipeline_timestep(1.f));
-    p.end(stream);
-    f.profile(nullptr);
-    prof = p.sum();
-    const double rest = prof.step_ms - prof.gemm_ms - prof.attention_ms;
-    const double gemm_tflops = prof.gemm_flops / (prof.gemm_ms * 1e-3) / 1e12;
-    const double attention_tflops =
-        prof.attention_ms > 0 ? prof.attention_flops / (prof.attention_ms * 1e-3) / 1e12 : 0.0;
-    std::printf(
-        "profile (one resident step, events around each call): step %.2f ms; GEMMs %.2f ms, "
-        "%.1f TFLOP/s; attention %.2f ms, %.1f TFLOP/s = %.3fx the GEMM rate; neither %.2f ms "
-        "= %.1f%% of the step\n",
-        prof.step_ms, prof.gemm_ms, gemm_tflops, prof.attention_ms, attention_tflops,
-        attention_tflops / gemm_tflops, rest, 100.0 * rest / prof.step_ms);
-    const auto [fused_bias, with_bias] = gemms.epilogue_bias_shapes();
-    std::printf(
-        "GEMM shapes with a bias: %zu of %zu add it in cuBLASLt's epilogue (the rest: a "
-        "kernel after, counted in neither)\n",
-        fused_bias, with_bias);
-    const double copy_ms = static_cast<double>(streamed_bytes) / (pinned_gbps * 1e9) * 1e3;
-    const double bound = std::max(resident_median, copy_ms);
-    std::printf(
-        "bound: max(resident %.2f ms, %s streamed at %.1f GB/s pinned = %.2f ms) = %.2f ms; "
-        "streamed median / bound = %.3fx\n",
-        resident_median, ddo::format_bytes(streamed_bytes).c_str(), pinned_gbps, copy_ms, bound,
-        streamed_median / bound);
-    if (!r.json.empty()) {
-      // Through ddo's JSON writer, which escapes the device name (and every string) in one place.
-      ddo::json_writer o;
-      o.begin_object(ddo::json_layout::lines).member("device", probe.name);
-      o.member("image_tokens", r.in.image_tokens).member("text_tokens", r.in.text_tokens);
-      o.member("card_gib", r.vram_gib, 3).member("streamed_bytes_per_step", streamed_bytes);
-      o.member("pinned_gbps", pinned_gbps, 3).member("streamed_ms", streamed_median, 3);
-      o.member("resident_ms", resident_median, 3).member("bound_ms", bound, 3);
-      o.member("streamed_over_bound", streamed_median / bound, 4);
-      o.member("profile_step_ms", prof.step_ms, 3).member("gemm_ms", prof.gemm_ms, 3);
-      o.member("gemm_tflops", gemm_tflops, 2).member("attention_ms", prof.attention_ms, 3);
-      o.member("attention_tflops", attention_tflops, 2);
-      o.member("attention_over_gemm_rate", attention_tflops / gemm_tflops, 4);
-      o.member("neither_ms", rest, 3).member("neither_share", rest / prof.step_ms, 4);
-      if (r.graph) {
-        o.member("graph_ms", steady_median(graph_ms), 3)
-            .member("graph_capture_ms", graph_ms.front(), 3);
-        o.member("graph_bitwise_equal", !graph_differs);
-      }
-      o.member("steps", r.steps).end_object();
-      ddo::write_file_atomically(r.json, o.take() + "\n");
+  ddo::json_writer o;  // --json: the figures of whatever ran
+  o.begin_object(ddo::json_layout::lines).member("device", probe.name);
+  o.member("image_tokens", r.in.image_tokens).member("text_tokens", r.in.text_tokens);
+  o.member("card_gib", r.vram_gib, 3).member("streamed_bytes_per_step", streamed_bytes);
+  o.member("streamed_ms", streamed_median, 3);
+  if (predicted_ms) {
+    o.member("capacity_profile", r.modes.capacity_profile).member("predicted_ms", *predicted_ms, 3);
+    o.member("predicted_over_measured", *predicted_ms / streamed_median, 4);
+  }
+  if (saved) {
+    o.member("capacity_profile", saved->name)
+        .member("profile_path",
+                ddo::profile_store(r.settings.profile_dir).path_of(saved->name).string());
+    o.member("calibrated_tokens_low", saved->tokens_low)
+        .member("calibrated_tokens_high", saved->tokens_high);
+    o.member("profile_compute_ms", saved_step->compute_ms, 3)
+        .member("profile_copy_ms", saved_step->copy_ms, 3);
+  }
+  if (r.modes.graph) {
+    o.member("graph_ms", steady_median(graph_ms), 3)
+        .member("graph_capture_ms", graph_ms.front(), 3);
+    o.member("graph_bitwise_equal", !graph_differs);
+  }
+  bool resident_differs = false;
+  if (r.modes.check || r.modes.profile) {
+    // All resident on the device without ddo, the same forward (so the same GEMM algorithms,
+    // workspace and buffers), its own stream.
+    const flux::host_weights host(r.table);
+    const flux::gpu::device_weights weights(host.refs());
+    cudaStream_t stream = nullptr;
+    DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    f.bind(stream);
+    std::vector<double> resident_ms;
+    const auto resident_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto v = flux::resident_forward(weights, stages, f, x, t);
+      resident_ms.push_back(ms_since(t0));
+      return v;
+    });
+    const double resident_median = steady_median(resident_ms);
+    std::printf("resident: median %.2f ms/step (all %zu weights on the device, no ddo)\n",
+                resident_median, r.table.size());
+    if (r.modes.profile)
+      print_profile(f, gemms, weights, stages, r.in, stream, o,
+                    {resident_median, streamed_median, streamed_bytes, pinned_gbps});
+    DDO_CUDA_TRY(cudaStreamDestroy(stream));
+    if (r.modes.check) {
+      const bool equal =
+          resident_latents.size() == latents.size() &&
+          std::memcmp(resident_latents.data(), latents.data(), latents.size() * 4) == 0;
+      std::printf("check: streamed through ddo vs all-resident without ddo (GPU): %s\n",
+                  equal ? "bitwise equal" : "DIFFERENT");
+      resident_differs = !equal;
     }
   }
-  DDO_CUDA_TRY(cudaStreamDestroy(stream));
-  if (r.check) {
-    const bool equal =
-        resident_latents.size() == latents.size() &&
-        std::memcmp(resident_latents.data(), latents.data(), latents.size() * 4) == 0;
-    std::printf("check: streamed through ddo vs all-resident without ddo (GPU): %s\n",
-                equal ? "bitwise equal" : "DIFFERENT");
-    if (!equal) return exit_failure;
+  if (!r.json.empty()) {
+    o.member("steps", r.steps).end_object();
+    ddo::write_file_atomically(r.json, o.take() + "\n");
   }
-  return graph_differs ? exit_failure : 0;
+  return resident_differs || graph_differs ? exit_failure : 0;
 }
 #endif
 
@@ -379,7 +488,8 @@ int run(int argc, char** argv) {
   int steps = 28, width = 1024, height = 1024, text_tokens = 512;
   double guidance = 3.5, vram_gib = 12.0;
   std::uint64_t seed = 0;
-  bool check = false, force_cpu = false, profile = false, graph = false;
+  bool force_cpu = false;
+  flux::run_modes modes;
   std::string json;
   po::options_description general("ddo-flux options");
   general.add_options()("help,h", "Print this help and exit")(
@@ -400,14 +510,31 @@ int run(int argc, char** argv) {
       "The card ddo plans for (default 12): host_sim's device memory, or on a GPU an emulated "
       "card (ddo's transport capped at it minus the CUDA context)")(
       "cpu", po::bool_switch(&force_cpu), "Run the CPU path on host_sim even where a GPU is")(
-      "profile", po::bool_switch(&profile),
+      "profile", po::bool_switch(&modes.profile),
       "GPU: also time the all-resident steps, one step's GEMMs and attention (events), and the "
       "pinned bandwidth; print the streamed step's ratio to max(resident, bytes / bandwidth)")(
-      "json", po::value(&json)->value_name("FILE"), "--profile: write its figures to FILE")(
-      "check", po::bool_switch(&check),
+      "json", po::value(&json)->value_name("FILE"),
+      "--profile, --capacity-profile or --smallest-card: write the figures to FILE")(
+      "capacity-profile", po::value(&modes.capacity_profile)->value_name("NAME"),
+      "GPU: plan with the stored capacity profile NAME (the overlap-aware planner; profile_name) "
+      "and print its predicted step against the measured median. Not --profile, the timing "
+      "switch")(
+      "calibrate", po::bool_switch(&modes.calibrate),
+      "With --capacity-profile: calibrate on this run's forward (build_profile: nothing resident, "
+      "each group timed at a quarter of the image tokens and at all of them) and save the "
+      "profile")(
+      "smallest-card", po::bool_switch(&modes.smallest_card),
+      "With --capacity-profile: find by measurement the smallest emulated card within "
+      "--max-slowdown of the all-resident step, for the overlap planner and the spread and "
+      "first rules (a fresh offloader per card, bisected over --card-step-gb)")(
+      "max-slowdown", po::value(&modes.max_slowdown)->value_name("X"),
+      "--smallest-card: the allowed step over the all-resident step (default 1.02)")(
+      "card-step-gb", po::value(&modes.card_step_gib)->value_name("GiB"),
+      "--smallest-card: the cards' spacing (default 0.5)")(
+      "check", po::bool_switch(&modes.check),
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
-      "graph", po::bool_switch(&graph),
+      "graph", po::bool_switch(&modes.graph),
       "Capture the first step's forward and replay it for every step: through "
       "offloader.launch_graph when the ring (or the legacy VMM window) is smaller than the "
       "streamed groups, else directly. On the GPU after the eager loop, on the same offloader: "
@@ -432,6 +559,8 @@ int run(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::cout << "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
+                 "       ddo-flux --model PATH... --capacity-profile NAME [--calibrate | "
+                 "--smallest-card]\n"
                  "       ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16]\n"
                  "FLUX.1's transformer on ddo (the GPU forward on a GPU, else the CPU float path\n"
                  "on host_sim; text encoders and VAE not included: seeded inputs stand in).\n\n"
@@ -453,7 +582,11 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (models.empty()) return fail("--model is required (or --make-model to write one)", exit_usage);
-  if (!json.empty() && !profile) return fail("--json FILE needs --profile", exit_usage);
+  modes.max_slowdown_given = vm.count("max-slowdown") != 0;
+  modes.card_step_given = vm.count("card-step-gb") != 0;
+  modes.output = !output.empty();
+  modes.json = !json.empty();
+  flux::check_run_modes(modes);
   if (steps < 1 || steps > 1000)
     return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
@@ -490,22 +623,26 @@ int run(int argc, char** argv) {
   inputs.cli = ddo::cli_config_layer(vm);
   inputs.component = "transformer";
   inputs.model_bytes = table.total_bytes();
+  // --capacity-profile plans with the stored profile (profile_name), --calibrate builds it
+  // (build_profile); --smallest-card sets them per card and rule (flux_card_sweep.hpp).
+  if (!modes.capacity_profile.empty() && !modes.smallest_card)
+    inputs.overrides.emplace_back("profile_name", modes.capacity_profile);
+  if (modes.calibrate) inputs.overrides.emplace_back("build_profile", true);
   const auto settings = ddo::resolve_settings(inputs);
 #if defined(DDO_FLUX_GPU)
   if (!force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
     const auto probe = ddo::probe_cuda_device(0);
     if (probe.available)
       return run_gpu(
-          {table, settings, inputs, c, in, steps, vram_gib, check, profile, graph, output, json},
+          {table, settings, inputs, c, in, steps, vram_gib, modes, output, json, rows, cols, seed},
           probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
 #else
   (void)force_cpu;
 #endif
-  if (profile || !json.empty())
-    return fail("--profile and --json need the GPU forward (a GPU, and ddo-flux built with nvcc)",
-                exit_usage);
+  if (modes.needs_gpu()) return fail(flux::gpu_only_modes, exit_usage);
+  const bool check = modes.check, graph = modes.graph;
   ddo::setup_options options;
   options.inputs = inputs;
   options.reserve_device_bytes = activations;

@@ -121,23 +121,43 @@ inline void print_overlap_prediction(const offload_plan& plan, const overlap_tim
                 p.groups[g].stall_ms, c.reasons[g].c_str());
 }
 
+/// The smallest resident budget whose predicted step is within a slowdown of all-resident, for
+/// the overlap-aware planner and for the first / spread / largest selections.
+struct smallest_budgets {
+  budget_for_slowdown overlap;  ///< the overlap-aware planner's (budget, its choice)
+  std::uint64_t first = 0, spread = 0, largest = 0;
+  /// The overlap-aware choice's predicted step over all-resident (1 when that is 0).
+  [[nodiscard]] double overlap_ratio() const {
+    const double all = overlap.choice.all_resident_ms;
+    return all > 0 ? overlap.choice.prediction.step_ms / all : 1.0;
+  }
+};
+
+/// smallest_budgets of @p t's groups on @p ring within @p slowdown (ddo-plan --max-slowdown,
+/// ddo-flux --smallest-card).
+[[nodiscard]] inline smallest_budgets predicted_smallest_budgets(const overlap_timings& t,
+                                                                 ring_shape ring, double slowdown) {
+  const auto cands = candidates_from_timings(t.timings);
+  return {smallest_budget_within(cands, slowdown, ring),
+          smallest_selection_budget_within<first_selector>(cands, slowdown, ring),
+          smallest_selection_budget_within<spread_selector>(cands, slowdown, ring),
+          smallest_selection_budget_within<largest_selector>(cands, slowdown, ring)};
+}
+
 /// Prints the smallest resident budget whose predicted step is within @p slowdown of
 /// all-resident, for the overlap-aware planner and for first / spread / largest.
 inline void print_max_slowdown(const overlap_timings& t, ring_shape ring, double slowdown) {
-  const auto cands = candidates_from_timings(t.timings);
-  const auto best = smallest_budget_within(cands, slowdown, ring);
-  std::printf("\nsmallest resident budget predicted within %.3fx all-resident (%.3f ms):\n", slowdown,
-              best.choice.all_resident_ms);
-  std::printf("  overlap-aware: %s (predicted %.3f ms, x%.4f)\n", format_bytes(best.budget_bytes).c_str(),
-              best.choice.prediction.step_ms,
-              best.choice.all_resident_ms > 0 ? best.choice.prediction.step_ms / best.choice.all_resident_ms : 1.0);
-  std::printf("  first: %s, spread: %s, largest: %s\n",
-              format_bytes(smallest_selection_budget_within<first_selector>(cands, slowdown, ring)).c_str(),
-              format_bytes(smallest_selection_budget_within<spread_selector>(cands, slowdown, ring)).c_str(),
-              format_bytes(smallest_selection_budget_within<largest_selector>(cands, slowdown, ring)).c_str());
-  if (best.budget_bytes > 0)
+  const auto best = predicted_smallest_budgets(t, ring, slowdown);
+  std::printf("\nsmallest resident budget predicted within %.3fx all-resident (%.3f ms):\n",
+              slowdown, best.overlap.choice.all_resident_ms);
+  std::printf("  overlap-aware: %s (predicted %.3f ms, x%.4f)\n",
+              format_bytes(best.overlap.budget_bytes).c_str(),
+              best.overlap.choice.prediction.step_ms, best.overlap_ratio());
+  std::printf("  first: %s, spread: %s, largest: %s\n", format_bytes(best.first).c_str(),
+              format_bytes(best.spread).c_str(), format_bytes(best.largest).c_str());
+  if (best.overlap.budget_bytes > 0)
     std::printf("  (use it: --ddo-resident-module-budget-gb %.3f)\n",
-                static_cast<double>(best.budget_bytes) / static_cast<double>(gib) + 0.0005);
+                static_cast<double>(best.overlap.budget_bytes) / static_cast<double>(gib) + 0.0005);
 }
 
 }  // namespace runner

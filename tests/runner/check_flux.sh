@@ -6,7 +6,8 @@
 # is written; the same on the linear dynamic_offload, file (legacy VMM) and native VMM routes; and
 # the argument errors name the option (exit status 2); --graph (a captured step replayed through
 # offloader.launch_graph) bitwise equal to the eager run on the linear and file routes, refused on
-# the native VMM route and for file bytes on the linear route. Then one step on a ddo-make-model flux model
+# the native VMM route and for file bytes on the linear route; --capacity-profile's modes refused
+# on the CPU path and in combinations ddo-flux does not run. Then one step on a ddo-make-model flux model
 # in diffusers' published layout (shards + index, names sorted within each file).
 #   check_flux.sh DDO_FLUX DDO_MAKE_MODEL
 set -eu
@@ -84,6 +85,14 @@ expect_usage() {
   expect_usage "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured graph" \
     "$flux" $common --steps 1 --vram-gb 0.07 --graph --ddo-backend vmm --ddo-preset auto \
     --ddo-vmm-resident-weight-budget-gb 0.003 $small
+  # The overlap planner's modes: combinations (tests/runner/flux_test.cpp has all of them), and
+  # on the CPU path (--cpu) the refusal that they need the GPU forward.
+  expect_usage "--calibrate needs --capacity-profile NAME" "$flux" $common --calibrate
+  expect_usage "--max-slowdown needs --smallest-card" "$flux" $common --capacity-profile x --max-slowdown 1.1
+  expect_usage "--check, --profile and --output are for a run on one card" \
+    "$flux" $common --capacity-profile x --smallest-card --check
+  expect_usage "--capacity-profile, --calibrate and --smallest-card need the GPU forward" \
+    "$flux" $common --cpu --steps 1 --capacity-profile x --calibrate
   expect_usage "graph streaming loads on ddo's copy stream at each launch, from pinned memory only" \
     "$flux" $common --steps 1 --vram-gb 0.07 --graph --ddo-preset nvme_baseline \
     --ddo-execution-mode linear_runtime --ddo-resident-module-budget-gb 0 $small

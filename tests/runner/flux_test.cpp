@@ -19,10 +19,13 @@
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "flux/flux_card_sweep.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
+#include "flux/flux_modes.hpp"
 #include "flux_reference_data.hpp"
 #include "model/model_test_support.hpp"
+#include "runner/smallest_card.hpp"
 
 #ifndef DDO_FLUX_REFERENCE
 #error "DDO_FLUX_REFERENCE names tests/data/flux_tiny_reference.bin"
@@ -35,7 +38,9 @@ namespace flux_test {
 // tokens, seed 25, guidance 3.5, 2 Euler steps.
 constexpr std::uint64_t seed = 25;
 
-std::vector<std::vector<float>> reference() { return ddo_test::read_flux_reference(DDO_FLUX_REFERENCE); }
+std::vector<std::vector<float>> reference() {
+  return ddo_test::read_flux_reference(DDO_FLUX_REFERENCE);
+}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -144,6 +149,145 @@ TEST_SUITE("runner") {
     CHECK(std::memcmp(through_ddo.data(), resident.data(), resident.size() * sizeof(float)) == 0);
     const auto metrics = off.metrics(true);
     CHECK(metrics.totals.bytes() >= 2 * streamed);
+  }
+  TEST_CASE("flux --smallest-card: the bisection finds the smallest card within, in log2 trials") {
+    using ddo::gib;
+    const std::uint64_t half = gib / 2;
+    const auto grid = ddo::runner::make_card_grid(3 * gib + gib / 5, 10 * gib + gib / 10, half);
+    CHECK(grid.first == 7 * half);  // 3.2 GiB rounded up to 3.5
+    CHECK(grid.last == 21 * half);  // 10.1 GiB rounded up to 10.5
+    CHECK(grid.cards() == 15);
+    // Within from `threshold` up; every trial on the grid, none measured twice.
+    const auto search = [&](std::uint64_t threshold) {
+      std::vector<std::uint64_t> seen;
+      auto r = ddo::runner::smallest_card_within(grid, [&](std::uint64_t card) {
+        CHECK(card % half == 0);
+        CHECK(card >= grid.first);
+        CHECK(card <= grid.last);
+        CHECK(std::find(seen.begin(), seen.end(), card) == seen.end());
+        seen.push_back(card);
+        const bool within = card >= threshold;
+        return ddo::runner::card_trial{card, within ? 101.0 : 130.0, within ? 1.01 : 1.3, within};
+      });
+      CHECK(r.trials.size() == seen.size());
+      return r;
+    };
+    for (std::uint64_t k = 7; k <= 21; ++k) {
+      CAPTURE(k);
+      const auto r = search(k * half);
+      CHECK(r.smallest_bytes == k * half);
+      CHECK(r.at.card_bytes == k * half);
+      CHECK(r.at.within);
+      CHECK(r.trials.size() <= 5);  // ceil(log2(15)) = 4, plus the largest card when it ends there
+    }
+    const auto none = search(~std::uint64_t{0});  // not even the largest card
+    CHECK(none.smallest_bytes == 0);
+    CHECK(none.at.card_bytes == grid.last);
+    CHECK_FALSE(none.at.within);
+    const auto one = ddo::runner::make_card_grid(gib, gib, half);  // a single card
+    CHECK(one.cards() == 1);
+    CHECK(ddo::runner::smallest_card_within(one, [](std::uint64_t c) {
+            return ddo::runner::card_trial{c, 1.0, 1.0, true};
+          }).smallest_bytes == gib);
+    CHECK_THROWS_AS((void)ddo::runner::make_card_grid(2 * gib, gib, half), ddo::usage_error);
+  }
+
+  TEST_CASE("flux --smallest-card: each rule's sweep, its settings and the predicted card") {
+    using ddo::gib;
+    const std::uint64_t half = gib / 2;
+    flux::card_sweep_inputs in{3 * gib, 20 * gib, half, 200.0, 1.02};
+    // The step is within 2% once the budget reaches the rule's need.
+    const std::map<std::string, std::uint64_t> need = {
+        {"overlap", 5 * gib}, {"spread", 7 * gib + gib / 4}, {"first", 12 * gib}};
+    std::vector<std::string> order;
+    const auto rows =
+        flux::sweep_cards(in, {{"overlap", 4 * gib}, {"spread", 7 * gib}, {"first", 13 * gib + 1}},
+                          [&](const std::string& rule, std::uint64_t card, std::uint64_t budget) {
+                            CHECK(budget == card - in.fixed_bytes);
+                            if (order.empty() || order.back() != rule) order.push_back(rule);
+                            return budget >= need.at(rule) ? 203.0 : 260.0;
+                          });
+    CHECK(order == std::vector<std::string>{"overlap", "spread", "first"});  // one rule at a time
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0].search.smallest_bytes == 8 * gib);          // 3 + 5
+    CHECK(rows[1].search.smallest_bytes == 10 * gib + half);  // 3 + 7.25, up to 10.5
+    CHECK(rows[2].search.smallest_bytes == 15 * gib);         // 3 + 12
+    CHECK(rows[0].search.at.ratio == doctest::Approx(1.015));
+    CHECK(rows[0].predicted_card_bytes == 7 * gib);          // 3 + 4
+    CHECK(rows[2].predicted_card_bytes == 16 * gib + half);  // 3 + 13 + 1 byte, up
+    ddo::json_writer o;
+    o.begin_object();
+    flux::write_card_sweep_json(o, rows, in);
+    o.end_object();
+    CHECK(o.str().find("\"rule\":\"spread\",\"smallest_card_bytes\":11274289152") !=
+          std::string::npos);
+
+    // The settings a card runs with: the budget explicit (whole MiB), the rule's planner.
+    const auto resolved = [](const std::string& rule, std::uint64_t budget) {
+      ddo::resolve_inputs i;
+      i.environment = std::map<std::string, std::string>{};
+      i.overrides = flux::card_overrides(rule, budget, "flux-4k");
+      return ddo::resolve_settings(i).config;
+    };
+    const auto spread = resolved("spread", 3 * gib + ddo::mib + 7);
+    CHECK(spread.resident_module_budget_gb == doctest::Approx(3.0 + 1.0 / 1024));
+    CHECK(spread.resident_module_selection == ddo::selection::spread);
+    CHECK(spread.profile_name.empty());
+    CHECK(resolved("first", gib).resident_module_selection == ddo::selection::first);
+    const auto overlap = resolved("overlap", 0);  // below 1 MiB: no budget at all
+    CHECK(overlap.profile_name == "flux-4k");
+    CHECK(overlap.auto_budget_policy == ddo::budget_policy::off);
+    CHECK(overlap.resident_module_budget_gb == 0.0);
+  }
+
+  TEST_CASE("flux: --capacity-profile, --calibrate and --smallest-card combinations") {
+    const auto refused = [](flux::run_modes m, const char* says) {
+      CAPTURE(says);
+      CHECK_THROWS_WITH_AS(flux::check_run_modes(m), doctest::Contains(says), ddo::usage_error);
+    };
+    flux::run_modes plain;
+    CHECK_NOTHROW(flux::check_run_modes(plain));
+    CHECK_FALSE(plain.needs_gpu());
+    flux::run_modes planned;
+    planned.capacity_profile = "flux-4k";
+    planned.json = true;
+    CHECK_NOTHROW(flux::check_run_modes(planned));
+    CHECK(planned.needs_gpu());
+    auto calibrate = planned;
+    calibrate.calibrate = true;
+    CHECK_NOTHROW(flux::check_run_modes(calibrate));
+    auto sweep = planned;
+    sweep.smallest_card = true;
+    sweep.max_slowdown_given = sweep.card_step_given = true;
+    CHECK_NOTHROW(flux::check_run_modes(sweep));
+
+    using modes = flux::run_modes;
+    const auto with = [](modes m, auto set) {
+      set(m);
+      return m;
+    };
+    refused(with(plain, [](modes& m) { m.calibrate = true; }),
+            "--calibrate needs --capacity-profile NAME");
+    refused(with(plain, [](modes& m) { m.smallest_card = true; }),
+            "--smallest-card needs --capacity-profile NAME");
+    refused(with(calibrate, [](modes& m) { m.smallest_card = true; }),
+            "--calibrate and --smallest-card run one after the other");
+    refused(with(calibrate, [](modes& m) { m.graph = true; }), "--graph runs the plain steps");
+    for (auto flag : {&modes::check, &modes::profile, &modes::output})
+      refused(with(sweep, [&](modes& m) { m.*flag = true; }),
+              "--check, --profile and --output are for a run on one card");
+    refused(with(planned, [](modes& m) { m.max_slowdown_given = true; }),
+            "--max-slowdown needs --smallest-card");
+    refused(with(planned, [](modes& m) { m.card_step_given = true; }),
+            "--card-step-gb needs --smallest-card");
+    refused(with(sweep, [](modes& m) { m.max_slowdown = 0.99; }),
+            "--max-slowdown must be a factor in 1..16");
+    refused(with(sweep, [](modes& m) { m.card_step_gib = 0.0; }),
+            "--card-step-gb must be greater than 0 and at most 64");
+    refused(with(plain, [](modes& m) { m.json = true; }),
+            "--json FILE needs --profile, --capacity-profile NAME or --smallest-card");
+    refused(with(planned, [](modes& m) { m.capacity_profile = "../x"; }),
+            "--capacity-profile '../x' is not a valid profile name");
   }
 }
 
