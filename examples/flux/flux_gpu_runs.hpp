@@ -157,7 +157,14 @@ inline int smallest_card_run(const smallest_card_inputs& s, gpu::device_forward&
     const auto& setup = prepared.setup;
     const std::uint64_t kept = setup.plan.total_bytes(ddo::placement::gpu_resident);
     const std::uint64_t free = setup.machine.capacity.free_vram_bytes;
-    const std::uint64_t room = free > kept ? free - kept : 0;
+    if (free <= kept)  // the planner's "nothing left" is 1 byte
+      throw ddo::usage_error(
+          "--smallest-card measures what a card holds besides resident weights on the --vram-gb "
+          "card, and " +
+          card_text(s.reference_card_bytes) + " leaves no room beside the ring (" +
+          ddo::format_bytes(setup.machine.ring_bytes) + "), the engine's reserve and the rules' " +
+          "resident weights: give a larger --vram-gb");
+    const std::uint64_t room = free - kept;
     sweep.fixed_bytes = s.reference_card_bytes - room;
     sweep.streamable_bytes = s.table.total_bytes() - kept;
     stages = plan_stages(s.table, setup.plan);
