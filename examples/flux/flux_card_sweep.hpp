@@ -22,6 +22,8 @@
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/json_writer.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/plan/overlap_search.hpp"
+#include "runner/overlap_report.hpp"
 #include "runner/smallest_card.hpp"
 
 namespace flux {
@@ -49,16 +51,55 @@ struct card_sweep_row {
   std::uint64_t predicted_card_bytes = 0;  ///< fixed + the predicted budget, on the grid
 };
 
+/// @brief "8.5 GiB".
+[[nodiscard]] inline std::string card_text(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB",
+                static_cast<double>(bytes) / static_cast<double>(ddo::gib));
+  return text;
+}
+
+/// @brief What a plan on one card says about every card: what it holds besides the resident
+/// budget, what a budget can make resident, the ring.
+struct card_reference {
+  std::uint64_t fixed_bytes = 0;
+  std::uint64_t streamable_bytes = 0;
+  ddo::ring_shape ring;
+};
+
+/// @brief card_reference from @p prepared, a plan (ddo::prepare_offload, not started) on a
+/// card of @p card_bytes with no resident budget beyond the rules (card_overrides(rule, 0)):
+/// the card less the room the plan saw for resident weights (the free memory after the CUDA
+/// context, the engine's reserve, the ring and ddo's reserve, less the rules' residents). That
+/// part does not depend on the card, so a card C holds C - fixed_bytes of resident budget.
+/// @throws ddo::usage_error when the card leaves no room (the planner's "nothing free" is one
+/// byte: the fixed part cannot be measured there).
+template <class Prepared>
+[[nodiscard]] card_reference card_reference_of(const Prepared& prepared, std::uint64_t card_bytes) {
+  const auto& setup = prepared.setup;
+  const std::uint64_t kept = setup.plan.total_bytes(ddo::placement::gpu_resident);
+  const std::uint64_t free = setup.machine.capacity.free_vram_bytes;
+  if (free <= kept || free - kept >= card_bytes)
+    throw ddo::usage_error(
+        "--smallest-card measures what a card holds besides resident weights on the --vram-gb "
+        "card, and " +
+        card_text(card_bytes) + " leaves no room beside the ring (" +
+        ddo::format_bytes(setup.machine.ring_bytes) +
+        "), the engine's reserve and the rules' resident weights: give a larger --vram-gb");
+  return {card_bytes - (free - kept), prepared.table->total_bytes() - kept,
+          ddo::runner::ring_of(setup.runtime)};
+}
+
 /// @brief The settings a card runs @p rule with at resident budget @p budget_bytes (overrides
-/// of the run's resolve_inputs): the budget explicit (below 1 MiB, none: auto_budget_policy
-/// off), the selection for spread and first, the profile for overlap.
+/// of the run's resolve_inputs): the budget explicit, to the byte (a byte count over 2^30 is
+/// exact in a double, and gib_to_bytes gives it back; 0: none, auto_budget_policy off), the
+/// selection for spread and first, the profile for overlap.
 [[nodiscard]] inline std::vector<std::pair<std::string, ddo::field_value>> card_overrides(
     const std::string& rule, std::uint64_t budget_bytes, const std::string& profile) {
   std::vector<std::pair<std::string, ddo::field_value>> o;
-  if (budget_bytes >= ddo::mib)
-    o.emplace_back(
-        "resident_module_budget_gb",
-        static_cast<double>(budget_bytes / ddo::mib * ddo::mib) / static_cast<double>(ddo::gib));
+  if (budget_bytes > 0)
+    o.emplace_back("resident_module_budget_gb",
+                   static_cast<double>(budget_bytes) / static_cast<double>(ddo::gib));
   else
     o.emplace_back("auto_budget_policy", std::string("off"));
   if (rule == "overlap")
@@ -96,14 +137,6 @@ template <class Run>
     rows.push_back(std::move(row));
   }
   return rows;
-}
-
-/// @brief "8.5 GiB".
-[[nodiscard]] inline std::string card_text(std::uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB",
-                static_cast<double>(bytes) / static_cast<double>(ddo::gib));
-  return text;
 }
 
 /// @brief The sweep's table.

@@ -153,22 +153,12 @@ inline int smallest_card_run(const smallest_card_inputs& s, gpu::device_forward&
   std::vector<stage> stages;
   ddo::ring_shape ring;
   on_card_transport(base, limit_of(s.reference_card_bytes), [&](auto transport) {
-    auto prepared = ddo::prepare_offload<>(s.table, base, s.options, std::move(transport));
-    const auto& setup = prepared.setup;
-    const std::uint64_t kept = setup.plan.total_bytes(ddo::placement::gpu_resident);
-    const std::uint64_t free = setup.machine.capacity.free_vram_bytes;
-    if (free <= kept)  // the planner's "nothing left" is 1 byte
-      throw ddo::usage_error(
-          "--smallest-card measures what a card holds besides resident weights on the --vram-gb "
-          "card, and " +
-          card_text(s.reference_card_bytes) + " leaves no room beside the ring (" +
-          ddo::format_bytes(setup.machine.ring_bytes) + "), the engine's reserve and the rules' " +
-          "resident weights: give a larger --vram-gb");
-    const std::uint64_t room = free - kept;
-    sweep.fixed_bytes = s.reference_card_bytes - room;
-    sweep.streamable_bytes = s.table.total_bytes() - kept;
-    stages = plan_stages(s.table, setup.plan);
-    ring = ddo::runner::ring_of(setup.runtime);
+    const auto prepared = ddo::prepare_offload<>(s.table, base, s.options, std::move(transport));
+    const auto reference = card_reference_of(prepared, s.reference_card_bytes);
+    sweep.fixed_bytes = reference.fixed_bytes;
+    sweep.streamable_bytes = reference.streamable_bytes;
+    ring = reference.ring;
+    stages = plan_stages(s.table, prepared.setup.plan);
     return 0;
   });
   sweep.step_bytes = static_cast<std::uint64_t>(s.modes.card_step_gib * double(ddo::gib));

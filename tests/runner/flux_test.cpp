@@ -17,6 +17,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "flux/flux_card_sweep.hpp"
@@ -222,7 +223,7 @@ TEST_SUITE("runner") {
     CHECK(o.str().find("\"rule\":\"spread\",\"smallest_card_bytes\":11274289152") !=
           std::string::npos);
 
-    // The settings a card runs with: the budget explicit (whole MiB), the rule's planner.
+    // The settings a card runs with: the budget explicit (to the byte), the rule's planner.
     const auto resolved = [](const std::string& rule, std::uint64_t budget) {
       ddo::resolve_inputs i;
       i.environment = std::map<std::string, std::string>{};
@@ -230,11 +231,11 @@ TEST_SUITE("runner") {
       return ddo::resolve_settings(i).config;
     };
     const auto spread = resolved("spread", 3 * gib + ddo::mib + 7);
-    CHECK(spread.resident_module_budget_gb == doctest::Approx(3.0 + 1.0 / 1024));
+    CHECK(ddo::gib_to_bytes(spread.resident_module_budget_gb) == 3 * gib + ddo::mib + 7);
     CHECK(spread.resident_module_selection == ddo::selection::spread);
     CHECK(spread.profile_name.empty());
     CHECK(resolved("first", gib).resident_module_selection == ddo::selection::first);
-    const auto overlap = resolved("overlap", 0);  // below 1 MiB: no budget at all
+    const auto overlap = resolved("overlap", 0);  // no budget at all
     CHECK(overlap.profile_name == "flux-4k");
     CHECK(overlap.auto_budget_policy == ddo::budget_policy::off);
     CHECK(overlap.resident_module_budget_gb == 0.0);
@@ -288,6 +289,68 @@ TEST_SUITE("runner") {
             "--json FILE needs --profile, --capacity-profile NAME or --smallest-card");
     refused(with(planned, [](modes& m) { m.capacity_profile = "../x"; }),
             "--capacity-profile '../x' is not a valid profile name");
+  }
+  TEST_CASE("flux --smallest-card: the part of a card measured on one card holds on every card") {
+    // host_sim cards (no CUDA context): the fixed part from a plan on a 128 MiB card, then every
+    // card of the grid with its whole room as the resident budget starts without running out of
+    // memory, keeps no more than the budget and no less than a smaller card, and the largest
+    // keeps every block.
+    tiny_model m;
+    ddo::setup_options options;
+    options.inputs.environment = std::map<std::string, std::string>{};
+    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+    options.ram_bytes = 64 * ddo::gib;
+    options.reserve_device_bytes = 3 * ddo::mib;  // the engine's activations
+    const auto settings_for = [&](const std::string& rule, std::uint64_t budget) {
+      auto i = options.inputs;
+      for (auto& o : flux::card_overrides(rule, budget, "unused")) i.overrides.push_back(o);
+      return ddo::resolve_settings(i);
+    };
+    const auto card_of = [](std::uint64_t bytes) {
+      return ddo::host_sim_transport({.device_capacity_bytes = bytes});
+    };
+    const std::uint64_t reference_card = 128 * ddo::mib;
+    const auto reference =
+        flux::card_reference_of(ddo::prepare_offload<>(m.table, settings_for("spread", 0), options,
+                                                       card_of(reference_card)),
+                                reference_card);
+    CHECK(reference.fixed_bytes > 64 * ddo::mib + options.reserve_device_bytes);  // + ring
+    CHECK(reference.fixed_bytes < reference_card);
+    CHECK(reference.streamable_bytes > m.table.total_bytes() * 98 / 100);  // but RMSNorm weights
+    CHECK(reference.ring.slots >= 1);
+    const auto grid = ddo::runner::make_card_grid(
+        reference.fixed_bytes, reference.fixed_bytes + reference.streamable_bytes, ddo::mib);
+    CHECK(grid.cards() >= 5);
+    const std::uint64_t kept = m.table.total_bytes() - reference.streamable_bytes;
+    for (const char* rule : {"spread", "first"}) {
+      std::uint64_t previous = 0;
+      for (std::uint64_t card = grid.first; card <= grid.last; card += grid.step) {
+        CAPTURE(rule);
+        CAPTURE(card);
+        const std::uint64_t budget = card - reference.fixed_bytes;
+        auto prepared =
+            ddo::prepare_offload<>(m.table, settings_for(rule, budget), options, card_of(card));
+        const auto& plan = prepared.setup.plan;
+        const std::uint64_t resident = plan.total_bytes(ddo::placement::gpu_resident);
+        CHECK(resident <= kept + budget);
+        CHECK(resident >= previous);  // a larger card keeps no less
+        previous = resident;
+        // The largest keeps every block; an explicit budget goes to blocks only (the reference's
+        // rule), so the embedders and the head stream on every card.
+        if (card == grid.last) {
+          std::size_t blocks = 0;
+          for (const auto& g : plan.groups)
+            if (g.name.find("transformer_blocks.") != std::string::npos) {
+              ++blocks;
+              CHECK(g.streamed_bytes() == 0);
+            }
+          CHECK(blocks == 2 + 2);
+        }
+        auto enabled = prepared.start();  // fits: no out_of_memory
+        CHECK(enabled->device_bytes() + options.reserve_device_bytes <= card);
+      }
+      CHECK(previous > kept);
+    }
   }
 }
 
