@@ -92,7 +92,9 @@ struct nvme_state {
   std::mutex mutex;  // prepare, reads and release: one caller at a time
   bool prepared = false;
   std::vector<nvme_file> files;  // by the weight table's file index (unused: empty)
-  std::array<std::byte*, 2> slot{};
+  std::array<std::byte*, 2> slot{};  // each slot's 4096-aligned start (O_DIRECT reads there)
+  std::array<std::byte*, 2> slot_allocation{};  // what allocate_pinned returned, for free_pinned
+  std::array<std::uint64_t, 2> slot_allocation_bytes{};
   std::array<typename Inner::event, 2> slot_free{};
   std::uint64_t slot_alloc_bytes = 0;
   unsigned next = 0;
@@ -226,12 +228,7 @@ class nvme_transport : public Inner {
       if (r.largest_piece_bytes != 0)
         st.slot_alloc_bytes = std::min(st.slot_alloc_bytes,
                                        round_up(r.largest_piece_bytes, direct_io_alignment) + 2 * direct_io_alignment);
-      for (std::size_t s = 0; s < 2; ++s) {
-        st.slot[s] = Inner::allocate_pinned(st.slot_alloc_bytes);
-        DDO_EXPECTS(reinterpret_cast<std::uintptr_t>(st.slot[s]) % direct_io_alignment == 0,
-                    "nvme_transport: the inner transport's pinned memory is not 4096-aligned");
-        st.slot_free[s] = Inner::make_event(false);
-      }
+      for (std::size_t s = 0; s < 2; ++s) allocate_slot(st, s);
       // ddo's one read pool (model/parallel_reader.hpp), its requests at most request_bytes.
       st.reader = std::make_unique<parallel_reader>(o.read_threads, o.request_bytes);
       st.next = 0;
@@ -329,18 +326,41 @@ class nvme_transport : public Inner {
   }
 
  private:
+  /// Slot @p s: page-locked, and 4096-aligned where O_DIRECT reads into it. cudaHostAlloc does
+  /// not promise page alignment (an H100 with CUDA 13 returned a 1 MiB slot 256 bytes past a page
+  /// after ddo-flux's small pinned allocations): then the slot is allocated again one alignment
+  /// larger and used from its first aligned byte. The event first, so that release_locked never
+  /// waits on an event that was not made.
+  void allocate_slot(detail::nvme_state<Inner>& st, std::size_t s) {
+    st.slot_free[s] = Inner::make_event(false);
+    const auto misalignment = [](const std::byte* p) {
+      return reinterpret_cast<std::uintptr_t>(p) % direct_io_alignment;
+    };
+    std::uint64_t bytes = st.slot_alloc_bytes;
+    std::byte* p = Inner::allocate_pinned(bytes);
+    if (misalignment(p) != 0) {
+      Inner::free_pinned(p, bytes);
+      bytes += direct_io_alignment;
+      p = Inner::allocate_pinned(bytes);
+    }
+    st.slot_allocation[s] = p;
+    st.slot_allocation_bytes[s] = bytes;
+    st.slot[s] = p + (direct_io_alignment - misalignment(p)) % direct_io_alignment;
+  }
+
   void release_locked() noexcept {
     auto& st = *nvme_;
     for (std::size_t s = 0; s < 2; ++s) {
       try {
-        if (st.slot[s] != nullptr) {
+        if (st.slot_allocation[s] != nullptr) {
           Inner::synchronize(st.slot_free[s]);
-          Inner::free_pinned(st.slot[s], st.slot_alloc_bytes);
+          Inner::free_pinned(std::exchange(st.slot_allocation[s], nullptr), st.slot_allocation_bytes[s]);
         }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddo: nvme transport teardown: %s\n", e.what());
       }
       st.slot[s] = nullptr;
+      st.slot_allocation[s] = nullptr;
       st.slot_free[s] = event{};
     }
     st.reader.reset();
