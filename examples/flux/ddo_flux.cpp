@@ -352,22 +352,12 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
       }
     }
     if (r.modes.calibrate) {
-      // Through the library (ddo/runtime/calibration.hpp), on this offloader's calibration plan:
-      // one forward of the first step's timestep per run_step, at a quarter of the image tokens
-      // (the smaller forward) and at all of them; each forward's stages acquire, run and release
-      // every group, then the stream is synchronized.
+      // Through the library (flux::calibrate_forward: ddo::calibrate), on this offloader's
+      // calibration plan: one forward of the first step's timestep per run_step, at a quarter of
+      // the image tokens (the smaller forward) and at all of them; each forward's stages acquire,
+      // run and release every group, then the stream is synchronized.
       f_low->bind(view.handle);
-      const float timestep = flux::pipeline_timestep(flux::sigmas(r.steps, r.in.image_tokens)[0]);
-      const auto run_at = [&](std::uint64_t tokens) {
-        const bool high = tokens == r.in.image_tokens;
-        std::vector<float> velocity;
-        flux::enqueue_forward(off, view, stages, high ? f : *f_low, high ? r.in : *in_low, timestep,
-                              velocity);
-        off.transport().synchronize(view);
-      };
       ddo::calibration_options calibration;
-      calibration.tokens_low = in_low->image_tokens;
-      calibration.tokens_high = r.in.image_tokens;
       // Free on the card as the engine sees it: the capped transport's count less the engine's
       // reserve (allocated outside ddo), so the profile's peak in use counts the activations.
       calibration.free_vram_before = free_before;
@@ -377,7 +367,9 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
       };
       std::fprintf(stderr, "ddo-flux: calibrating (compute at %zu and %zu image tokens)...\n",
                    in_low->image_tokens, r.in.image_tokens);
-      saved = ddo::calibrate(off, recorder, r.settings.config, run_at, calibration);
+      saved = flux::calibrate_forward(
+          off, recorder, r.settings.config, view, stages, f, r.in, *f_low, *in_low,
+          flux::pipeline_timestep(flux::sigmas(r.steps, r.in.image_tokens)[0]), calibration);
       const ddo::profile_store store(r.settings.profile_dir);
       store.save(*saved);
       saved_step = ddo::runner::print_saved_profile(*saved, store, r.in.image_tokens);

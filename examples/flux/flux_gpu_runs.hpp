@@ -23,6 +23,7 @@
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/nvme.hpp"
 #include "ddo/transport/vmm.hpp"
+#include "flux/flux_calibration.hpp"
 #include "flux/flux_card_sweep.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_gpu.hpp"
@@ -93,22 +94,6 @@ std::vector<float> timed_denoise(Offloader& off, typename Offloader::stream_view
   }
   DDO_CUDA_TRY(cudaStreamDestroy(stream));
   return steady_median(ms);
-}
-
-/// @brief The group timings of the stored profile @p name (@p found: prepare_offload's lookup,
-/// or find_group_timings'), to predict with.
-/// @throws ddo::usage_error when none is stored under @p profile_dir or its timings do not apply
-/// here (its note says why), with the command that calibrates it.
-inline const ddo::stored_group_timings& require_profile_timings(
-    const std::optional<ddo::stored_group_timings>& found, const std::string& name,
-    const std::string& profile_dir) {
-  if (found && !found->timings.empty()) return *found;
-  throw ddo::usage_error("--capacity-profile " + name + ": " +
-                         (found ? found->note
-                                : "no capacity profile '" + name + "' in " +
-                                      ddo::profile_store(profile_dir).directory().string()) +
-                         "; calibrate first: ddo-flux --model ... --capacity-profile " + name +
-                         " --calibrate (the same --width, --height, card and route)");
 }
 
 /// @brief What --smallest-card needs from ddo-flux's GPU run.

@@ -20,6 +20,7 @@
 #include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "flux/flux_calibration.hpp"
 #include "flux/flux_card_sweep.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
@@ -351,6 +352,66 @@ TEST_SUITE("runner") {
       }
       CHECK(previous > kept);
     }
+  }
+  TEST_CASE("flux --calibrate: a profile of the forward at two token counts, planned with after") {
+    // The glue of ddo-flux --capacity-profile on host_sim's CPU forward (ddo-flux runs it on the
+    // GPU forward): calibrate_forward on a zero-resident calibration plan, the profile saved,
+    // then a plan by the profile's name is the overlap-aware planner's and predicts its step.
+    tiny_model m;
+    ddo_test::temp_dir profiles;
+    ddo::setup_options options;
+    options.inputs.environment =
+        std::map<std::string, std::string>{{"DDO_PROFILE_DIR", profiles.file("profiles")}};
+    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
+                                {"profile_name", std::string("tiny-64")}};
+    options.ram_bytes = 64 * ddo::gib;
+    options.tokens = m.in.image_tokens;
+    const auto c = flux::config_of(m.table, {8, 28, 28});
+    const auto low_in = flux::seeded_inputs(c, 4, 4, 16, 3.5f, seed);
+    const auto card = [] {
+      return ddo::host_sim_transport({.device_capacity_bytes = 72 * ddo::mib});
+    };
+    {
+      auto calibrating = options;
+      calibrating.inputs.overrides.emplace_back("build_profile", true);
+      ddo::calibration_recorder recorder;
+      calibrating.runtime = recorder.runtime_options(calibrating.runtime);
+      const auto settings = ddo::resolve_settings(calibrating.inputs);
+      auto enabled = ddo::prepare_offload<>(m.table, settings, calibrating, card()).start();
+      auto& off = *enabled.offloader;
+      auto compute = off.transport().make_stream();
+      const auto view = ddo::host_sim_transport::view(compute);
+      const auto stages = flux::plan_stages(m.table, off.plan());
+      flux::forward high(c, m.in.image_tokens, m.in.text_tokens), low(c, 16, 16);
+      ddo::calibration_options o;
+      o.sustained_warmup_ms = 0.0;  // host_sim has no power limit to settle
+      const auto profile = flux::calibrate_forward(off, recorder, settings.config, view, stages,
+                                                   high, m.in, low, low_in, 1000.f, o);
+      CHECK(profile.tokens_low == 16);
+      CHECK(profile.tokens_high == 64);
+      REQUIRE(profile.groups.size() == off.plan().groups.size());
+      for (const auto& g : profile.groups) {
+        CAPTURE(g.name);
+        CHECK(g.compute_ns_high > 0);
+        CHECK(g.sustained_compute_ns_high > 0);
+        if (g.pinned_bytes + g.staged_bytes > 0) CHECK(g.transfer_ns > 0);
+      }
+      ddo::profile_store(settings.profile_dir).save(profile);
+    }
+    const auto settings = ddo::resolve_settings(options.inputs);
+    auto prepared = ddo::prepare_offload<>(m.table, settings, options, card());
+    CHECK(prepared.setup.plan.budgets.planner_detail.find("overlap-aware") != std::string::npos);
+    const auto& timings =
+        flux::require_profile_timings(prepared.profile, "tiny-64", settings.profile_dir);
+    CHECK(timings.timings.size() == prepared.setup.plan.groups.size());
+    CHECK(ddo::predict_plan(prepared.setup.plan, timings.timings,
+                            ddo::runner::ring_of(prepared.setup.runtime))
+              .step_ms > 0.0);
+    CHECK_THROWS_WITH_AS(
+        (void)flux::require_profile_timings(std::nullopt, "absent", settings.profile_dir),
+        doctest::Contains("calibrate first: ddo-flux --model ... --capacity-profile absent "
+                          "--calibrate"),
+        ddo::usage_error);
   }
 }
 
