@@ -51,10 +51,10 @@ struct card_sweep_row {
   std::uint64_t predicted_card_bytes = 0;  ///< fixed + the predicted budget, on the grid
 };
 
-/// @brief "8.5 GiB".
+/// @brief "8.50 GiB".
 [[nodiscard]] inline std::string card_text(std::uint64_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB",
+  std::snprintf(text, sizeof text, "%.2f GiB",
                 static_cast<double>(bytes) / static_cast<double>(ddo::gib));
   return text;
 }
