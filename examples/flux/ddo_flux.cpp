@@ -28,12 +28,14 @@
 // ring is smaller than the streamed groups (docs/cuda-graphs.md); on the GPU it runs after the
 // eager loop on the same offloader and must give its latents to the bit.
 // On the GPU, --capacity-profile NAME --calibrate builds a capacity profile on this forward
-// (ddo::calibrate: each group timed at a quarter of the image tokens and at all of them);
+// (flux_calibration.hpp: ddo::calibrate, each group timed at a quarter of the image tokens and
+// at all of them);
 // --capacity-profile NAME alone plans with it (the overlap-aware planner) and prints the
 // predicted step against the measured median; --smallest-card finds by measurement the smallest
 // emulated card within --max-slowdown of the all-resident step for the overlap planner and the
 // spread and first rules (flux_gpu_runs.hpp, flux_card_sweep.hpp). --profile is not that: it
-// times one resident step's GEMMs and attention (docs/calibration.md#ddo-flux).
+// times one resident step's GEMMs and attention (docs/calibration.md, "ddo-flux: calibrating
+// the FLUX.1 engine").
 // The stages, the lookup by name and the acquire/run/release loop are shared
 // (docs/engine-walkthrough.md).
 
