@@ -449,15 +449,17 @@ TEST_SUITE("runtime") {
     CHECK(m.capacity.max_group_bytes == 100 * ddo::mib);
     CHECK(m.capacity.max_group_detail.find("grown to 100.00 MiB for the largest group that may "
                                            "stream, 'blocks.0' (700.00 MiB)") != std::string::npos);
-    CHECK(m.capacity.resident_limit_bytes == ddo::gib - 64 * ddo::mib);
+    // The window keeps the ring's depth (3 slots), so that loads overlap compute.
+    REQUIRE(runtime.slot_count == 3);
+    CHECK(m.capacity.resident_limit_bytes == ddo::gib - 3 * 64 * ddo::mib);
     CHECK(m.capacity.resident_limit_reason ==
-          "vmm_resident_weight_budget_gb 1.00 GiB less one window slot 64.00 MiB");
+          "vmm_resident_weight_budget_gb 1.00 GiB less the ring's 3 window slot(s) of 64.00 MiB");
     // Route none streams nothing: the request says so; the transport decides what that means.
     (void)ddo::machine_for(t, table, groups, settings, runtime, options, false);
     CHECK_FALSE(t.asked->streams);
     // The file route over the VMM window: its slot is the group limit, and the window still
-    // leaves the resident weights the budget less one window slot (64 MiB handles: 704 MiB for a
-    // 700 MiB slot).
+    // shares the budget with the resident weights (one window slot: 64 MiB handles, 704 MiB for
+    // a 700 MiB slot).
     auto nv = ddo::make_transport<nvme_sim_vmm>(settings, ddo::host_sim_options{});
     ddo::window_sizing_request r = *t.asked;
     r.streams = true;

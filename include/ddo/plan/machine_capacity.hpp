@@ -36,8 +36,8 @@ struct machine_capacity {
   /// (profile/profile_lookup.hpp fills it from `profile_name`); empty when there is none.
   std::optional<std::uint64_t> profile_resident_budget_bytes;
   /// Device bytes every resident weight together may take, whatever the free VRAM (nullopt: no
-  /// such limit): the VMM route's mapped budget less one window slot (vmm_resident_weight_budget_gb
-  /// holds the resident set and the window). Rule-resident weights the built-in patterns keep are
+  /// such limit): the VMM route's mapped budget less the ring's window slots
+  /// (vmm_resident_weight_budget_gb holds the resident set and the window). Rule-resident weights the built-in patterns keep are
   /// demoted to fit it, and the resident budget is limited to what is left.
   std::optional<std::uint64_t> resident_limit_bytes;
   std::string resident_limit_reason;  ///< why resident_limit_bytes is set, for the plan's detail

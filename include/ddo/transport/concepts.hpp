@@ -200,7 +200,8 @@ struct window_sizing {
   std::uint64_t staging_bytes = 0;  ///< the staging one group goes through, after sizing
   bool grown = false;               ///< staging_bytes was grown past the setting (setup notes it)
   /// Whether the resident weights share resident_budget_bytes with the window: the plan keeps
-  /// resident at most the budget less one window slot, window_slot_bytes.
+  /// resident at most the budget less the ring's slots (runtime_options::slot_count) of
+  /// window_slot_bytes each, so that the window can load ahead of compute.
   bool shares_resident_budget = false;
   std::uint64_t window_slot_bytes = 0;
 };
