@@ -4,6 +4,7 @@
 /// @brief Implementation of resolution. Not API: see config/resolve.hpp.
 
 #include <algorithm>
+#include <thread>
 
 #include "ddo/config/closest_name.hpp"
 #include "ddo/config/field_registry.hpp"
@@ -28,7 +29,7 @@ namespace detail {
   std::vector<std::pair<field_id, field_value>> values = {
       {field_id::small_tensor_threshold_bytes,
        static_cast<std::int64_t>(operational_small_tensor_threshold_bytes)},
-      {field_id::pin_cpu_workers, operational_pin_cpu_workers},
+      {field_id::pin_cpu_workers, operational_pin_cpu_workers(std::thread::hardware_concurrency())},
       {field_id::always_resident_modules_pattern, builtin_always_resident_patterns()},
       {field_id::show_profile, false},
   };
