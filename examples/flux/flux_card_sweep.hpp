@@ -109,8 +109,15 @@ template <class Prepared>
   return o;
 }
 
+/// @brief One card's step: measured (the streamed step's median) and as the capacity profile
+/// predicts the card's plan (ddo::predict_plan; 0 when not predicted).
+struct card_step {
+  double measured_ms = 0.0;
+  double predicted_ms = 0.0;
+};
+
 /// @brief Runs the sweep: for each of @p rules, @p run(rule, card_bytes, budget_bytes) measures
-/// the streamed step's median (ms) on that card; the search bisects cards from fixed_bytes to
+/// the step on that card (a card_step); the search bisects cards from fixed_bytes to
 /// fixed_bytes + streamable_bytes, rounded up to the step.
 template <class Run>
 [[nodiscard]] std::vector<card_sweep_row> sweep_cards(const card_sweep_inputs& in,
@@ -129,7 +136,10 @@ template <class Run>
     row.search = ddo::runner::smallest_card_within(grid, [&](std::uint64_t card) {
       ddo::runner::card_trial t;
       t.card_bytes = card;
-      t.step_ms = run(rule.name, card, card > in.fixed_bytes ? card - in.fixed_bytes : 0);
+      const card_step step =
+          run(rule.name, card, card > in.fixed_bytes ? card - in.fixed_bytes : 0);
+      t.step_ms = step.measured_ms;
+      t.predicted_ms = step.predicted_ms;
       t.ratio = t.step_ms / in.resident_ms;
       t.within = t.ratio <= in.max_slowdown;
       return t;
@@ -174,6 +184,7 @@ inline void write_card_sweep_json(ddo::json_writer& o, const std::vector<card_sw
       o.begin_object()
           .member("card_bytes", t.card_bytes)
           .member("step_ms", t.step_ms, 3)
+          .member("predicted_ms", t.predicted_ms, 3)
           .member("step_over_resident", t.ratio, 4)
           .end_object();
     o.end_array().end_object();

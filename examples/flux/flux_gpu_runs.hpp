@@ -174,6 +174,11 @@ inline int smallest_card_run(const smallest_card_inputs& s, gpu::device_forward&
               ddo::prepare_offload<>(s.table, settings, s.options, std::move(transport));
           const std::uint64_t resident =
               prepared.setup.plan.total_bytes(ddo::placement::gpu_resident);
+          // The profile predicts any plan (first and spread too): predicted against measured
+          // on every card measured.
+          const double predicted = ddo::predict_plan(prepared.setup.plan, timings.timings,
+                                                     ddo::runner::ring_of(prepared.setup.runtime))
+                                       .step_ms;
           auto enabled = prepared.start();
           auto& off = *enabled.offloader;
           auto compute = off.transport().make_stream();
@@ -185,12 +190,12 @@ inline int smallest_card_run(const smallest_card_inputs& s, gpu::device_forward&
           const double median = steady_median(ms);
           std::printf(
               "  %-7s card %s: %s resident, %s streamed per step; median %.2f ms/step = "
-              "%.3fx resident\n",
+              "%.3fx resident; predicted %.2f ms (%+.1f%%)\n",
               rule.c_str(), card_text(card).c_str(), ddo::format_bytes(resident).c_str(),
               ddo::format_bytes(s.table.total_bytes() - resident).c_str(), median,
-              median / sweep.resident_ms);
+              median / sweep.resident_ms, predicted, 100.0 * (predicted - median) / median);
           std::fflush(stdout);
-          return median;
+          return card_step{median, predicted};
         });
       });
   print_card_sweep(rows, sweep);

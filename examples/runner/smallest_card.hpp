@@ -21,9 +21,10 @@ namespace runner {
 /// One measured card.
 struct card_trial {
   std::uint64_t card_bytes = 0;
-  double step_ms = 0.0;  ///< the streamed step's median on it
-  double ratio = 0.0;    ///< step_ms over the all-resident step
-  bool within = false;   ///< ratio <= the slowdown allowed
+  double step_ms = 0.0;       ///< the streamed step's median on it
+  double ratio = 0.0;         ///< step_ms over the all-resident step
+  bool within = false;        ///< ratio <= the slowdown allowed
+  double predicted_ms = 0.0;  ///< what a capacity profile predicts for the plan (0: none)
 };
 
 /// What the search found.

@@ -207,7 +207,7 @@ TEST_SUITE("runner") {
                           [&](const std::string& rule, std::uint64_t card, std::uint64_t budget) {
                             CHECK(budget == card - in.fixed_bytes);
                             if (order.empty() || order.back() != rule) order.push_back(rule);
-                            return budget >= need.at(rule) ? 203.0 : 260.0;
+                            return flux::card_step{budget >= need.at(rule) ? 203.0 : 260.0, 201.0};
                           });
     CHECK(order == std::vector<std::string>{"overlap", "spread", "first"});  // one rule at a time
     REQUIRE(rows.size() == 3);
@@ -215,6 +215,7 @@ TEST_SUITE("runner") {
     CHECK(rows[1].search.smallest_bytes == 10 * gib + half);  // 3 + 7.25, up to 10.5
     CHECK(rows[2].search.smallest_bytes == 15 * gib);         // 3 + 12
     CHECK(rows[0].search.at.ratio == doctest::Approx(1.015));
+    CHECK(rows[0].search.at.predicted_ms == 201.0);
     CHECK(rows[0].predicted_card_bytes == 7 * gib);          // 3 + 4
     CHECK(rows[2].predicted_card_bytes == 16 * gib + half);  // 3 + 13 + 1 byte, up
     ddo::json_writer o;
