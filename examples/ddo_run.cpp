@@ -60,7 +60,6 @@
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/prepare_offload.hpp"
 #include "ddo/runtime/setup.hpp"
-#include "ddo/runtime/trace.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/nvme.hpp"
@@ -83,10 +82,12 @@
 #include "runner/step_summary.hpp"
 #include "runner/synthetic_forward.hpp"
 #include "runner/synthetic_options.hpp"
+#include "runner/trace_adapter.hpp"
 #include "runner/vram_budget.hpp"
 
 namespace po = boost::program_options;
 using ddo::runner::chrome_trace;
+using ddo::runner::trace_adapter;
 using ddo::runner::cpu_engine;
 using ddo::runner::cpu_vmm_engine;
 using ddo::runner::cpu_nvme_engine;
@@ -168,25 +169,6 @@ class nvtx_scope {
 
  private:
   bool on_;
-};
-
-/// Forwards the runtime's spans into the runner's Chrome trace, on tracks by kind.
-class trace_adapter final : public ddo::trace_sink {
- public:
-  explicit trace_adapter(chrome_trace& trace) : trace_(trace) {}
-  void on_span(const ddo::trace_span& s) override {
-    int track = chrome_trace::runtime;
-    if (s.kind == ddo::span_kind::copy) track = chrome_trace::copy_stream;
-    if (s.kind == ddo::span_kind::stall) track = chrome_trace::compute_stream;
-    std::vector<std::pair<std::string, std::string>> args;
-    if (s.bytes != 0) args.emplace_back("bytes", std::to_string(s.bytes));
-    args.emplace_back("clock", s.device ? "device" : "host");
-    trace_.add(std::string(s.name), std::string(ddo::to_string(s.kind)), s.start_us,
-               s.end_us - s.start_us, track, std::move(args));
-  }
-
- private:
-  chrome_trace& trace_;
 };
 
 /// Reads every model file once, front to back, with a progress bar: the loading phase. It also
@@ -638,11 +620,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (opt.verify)
     std::printf("  verify: %s checked against the files, %llu mismatch(es)\n",
                 gb(verified_bytes).c_str(), static_cast<unsigned long long>(mismatches));
-  if (!opt.trace_path.empty()) {
-    trace.write(opt.trace_path);
-    std::printf("  trace: %s (%zu events; open in https://ui.perfetto.dev)\n",
-                opt.trace_path.c_str(), trace.size());
-  }
+  if (!opt.trace_path.empty()) ddo::runner::write_trace(trace, opt.trace_path);
   if (predicted_ms) ddo::runner::print_predicted_vs_measured(*predicted_ms, summary.median_ms);
   if (config.build_profile) {
     // Through the library (ddo/runtime/calibration.hpp): compute timed at a quarter of the

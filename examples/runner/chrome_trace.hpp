@@ -2,7 +2,8 @@
 #pragma once
 /// @file
 /// @brief A Chrome trace (the JSON "Trace Event Format" that chrome://tracing and Perfetto load)
-/// collected in memory and written once (atomically), for ddo-run's `--trace FILE.json`.
+/// collected in memory and written once (atomically), for ddo-run's and ddo-flux's
+/// `--trace FILE.json` (the runtime's spans arrive through trace_adapter.hpp).
 ///
 /// Complete events ("ph":"X") carry a name, a category ("step", "copy", "wait", "lease",
 /// "compute", "setup"), a start and a duration in microseconds since the trace began, and a
