@@ -4,7 +4,7 @@
 //
 //   ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--text-tokens N]
 //            [--guidance G] [--seed S] [--axes A,B,C] [--vram-gb GiB] [--check] [--graph]
-//            [--output FILE] [--ddo-FLAG VALUE]...
+//            [--output FILE] [--trace FILE.json] [--ddo-FLAG VALUE]...
 //   ddo-flux --model PATH... --capacity-profile NAME [--calibrate | --smallest-card
 //            [--max-slowdown X] [--card-step-gb GiB]] [--json FILE] ...
 //   ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16] [--seed S]
@@ -26,7 +26,9 @@
 // once to the GPU) and fails unless the two outputs are equal to the bit. --graph captures the
 // first step's forward and replays it for every step, through offloader.launch_graph when the
 // ring is smaller than the streamed groups (docs/cuda-graphs.md); on the GPU it runs after the
-// eager loop on the same offloader and must give its latents to the bit.
+// eager loop on the same offloader and must give its latents to the bit. --trace FILE.json
+// writes a Chrome trace of the streamed run (flux_trace.hpp): ddo's loads, stalls, per-group
+// compute and leases on their tracks and each step's host phases.
 // On the GPU, --capacity-profile NAME --calibrate builds a capacity profile on this forward
 // (flux_calibration.hpp: ddo::calibrate, each group timed at a quarter of the image tokens and
 // at all of them);
@@ -70,6 +72,7 @@
 #include "flux/flux_init.hpp"
 #include "flux/flux_modes.hpp"
 #include "flux/flux_step_time.hpp"
+#include "flux/flux_trace.hpp"
 #include "runner/program_main.hpp"
 #include "runner/vram_budget.hpp"
 #if defined(DDO_FLUX_GPU)
@@ -167,6 +170,7 @@ struct gpu_run {
   std::string json;
   std::size_t rows = 0, cols = 0;  ///< the image in 2x2 latent patches
   std::uint64_t seed = 0;
+  std::string trace;  ///< --trace FILE.json ("": none)
 };
 
 /// --calibrate: the smaller image the profile's low token count is timed at (half the rows and
@@ -275,8 +279,14 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     return flux::smallest_card_run({r.table, r.inputs, options, r.modes, r.in, r.steps, probe.name,
                                     context, reserve, card.vram_bytes, r.json},
                                    f);
-  // --calibrate: the library's recorder times every group's compute and loads.
-  ddo::calibration_recorder recorder;
+  // --trace: the runtime's spans into the trace; under --calibrate through the recorder, which
+  // times every group's compute and loads and forwards each span.
+  std::optional<flux::run_trace> trace;
+  if (!r.trace.empty()) {
+    trace.emplace();
+    options.runtime = trace->runtime_options(options.runtime);
+  }
+  ddo::calibration_recorder recorder(trace ? &trace->sink() : nullptr);
   if (r.modes.calibrate) options.runtime = recorder.runtime_options(options.runtime);
   // B of the bound, measured before ddo's setup on an uncapped linear transport (the pinned
   // host-to-device rate the streamed bytes cannot beat).
@@ -321,12 +331,14 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     }
     const std::uint64_t free_before = setup.machine.device.free_bytes;
     auto enabled = prepared.start();
+    if (trace) trace->setup_finished();
     auto& off = *enabled.offloader;
     auto compute = off.transport().make_stream();
     const auto view = transport_type::view(compute);
     f.bind(view.handle);
     stages = flux::plan_stages(r.table, off.plan());
-    auto out = flux::timed_denoise(off, view, stages, f, r.in, r.steps, streamed_ms, true);
+    auto out = flux::timed_denoise(off, view, stages, f, r.in, r.steps, streamed_ms, true,
+                                   trace ? &*trace : nullptr);
     if (r.modes.graph) {
       // The same loop again on the same offloader and forward, its first step captured and
       // replayed for the rest. After the eager loop, which chose every GEMM shape's algorithm,
@@ -392,6 +404,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     std::printf("latents: %s (%zu x %d float32)\n", r.output.c_str(), r.in.image_tokens,
                 r.c.in_channels);
   }
+  if (trace) trace->write(r.trace);
   const double streamed_median = steady_median(streamed_ms);
   std::printf("streamed: median %.2f ms/step over %zu steady steps (step 0 is the warm-up)\n",
               streamed_median, streamed_ms.size() > 1 ? streamed_ms.size() - 1 : 1);
@@ -478,7 +491,8 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
 
 int run(int argc, char** argv) {
   std::vector<std::string> models;
-  std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56", output;
+  std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56", output,
+                          trace_path;
   int steps = 28, width = 1024, height = 1024, text_tokens = 512;
   double guidance = 3.5, vram_gib = 12.0;
   std::uint64_t seed = 0;
@@ -528,6 +542,10 @@ int run(int argc, char** argv) {
       "check", po::bool_switch(&modes.check),
       "Also run every step all-resident without ddo and fail unless the outputs are bitwise equal")(
       "output", po::value(&output)->value_name("FILE"), "Write the final latents here")(
+      "trace", po::value(&trace_path)->value_name("FILE.json"),
+      "Write a Chrome trace (Perfetto) of the streamed run: ddo's loads, stalls, each group's "
+      "compute and leases, and each step's host phases (stage enqueueing, synchronize, velocity "
+      "read, Euler update). Not with --graph or --smallest-card")(
       "graph", po::bool_switch(&modes.graph),
       "Capture the first step's forward and replay it for every step: through "
       "offloader.launch_graph when the ring (or the legacy VMM window) is smaller than the "
@@ -553,6 +571,7 @@ int run(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::cout << "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
+                 "                [--trace FILE.json]\n"
                  "       ddo-flux --model PATH... --capacity-profile NAME [--calibrate | "
                  "--smallest-card]\n"
                  "       ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16]\n"
@@ -580,7 +599,10 @@ int run(int argc, char** argv) {
   modes.card_step_given = vm.count("card-step-gb") != 0;
   modes.output = !output.empty();
   modes.json = !json.empty();
+  modes.trace = !trace_path.empty();
   flux::check_run_modes(modes);
+  // An unwritable trace path is said now, not after the run.
+  if (modes.trace) ddo::check_output_path(trace_path, "trace file");
   if (steps < 1 || steps > 1000)
     return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
@@ -627,9 +649,9 @@ int run(int argc, char** argv) {
   if (!force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
     const auto probe = ddo::probe_cuda_device(0);
     if (probe.available)
-      return run_gpu(
-          {table, settings, inputs, c, in, steps, vram_gib, modes, output, json, rows, cols, seed},
-          probe);
+      return run_gpu({table, settings, inputs, c, in, steps, vram_gib, modes, output, json, rows,
+                      cols, seed, trace_path},
+                     probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
 #else
@@ -643,6 +665,12 @@ int run(int argc, char** argv) {
   const ddo::host_sim_options sim{.device_capacity_bytes =
                                       static_cast<std::uint64_t>(vram_gib * double(ddo::gib))};
   options.host_sim = sim;
+  std::optional<flux::run_trace> trace;  // --trace
+  if (modes.trace) {
+    trace.emplace();
+    options.runtime = trace->runtime_options(options.runtime);
+  }
+  flux::host_phases* const phases = trace ? &*trace : nullptr;
   // host_sim stands in for the device on every route (simulated_routes::only), as in ddo-run
   // without a GPU: backend nvme
   // is the file route (over host_sim's VMM mode with execution_mode vmm_runtime), backend vmm
@@ -672,6 +700,7 @@ int run(int argc, char** argv) {
             "', which cannot stream through a captured graph");
     }
     auto enabled = prepared.start();
+    if (trace) trace->setup_finished();
     auto& off = *enabled.offloader;
     auto compute = off.transport().make_stream();
     const auto view = transport_type::view(compute);
@@ -688,25 +717,28 @@ int run(int argc, char** argv) {
     }
     flux::transport_capture<transport_type> capture{off.transport()};
     std::optional<typename transport_type::graph> captured;
-    auto out = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::vector<float> v;
-      if constexpr (ddo::graph_streaming_transport<transport_type>) {
-        if (graph) {
-          buffers->in.latents = x.latents;
-          buffers->timestep = t;
-          v = flux::graph_forward(off, view, stages, *graph_f, *buffers, capture, captured);
-        }
-      }
-      if (!graph) {
-        flux::forward f(c, x.image_tokens, x.text_tokens);
-        v = flux::streamed_forward(off, view, stages, f, x, t);
-      }
-      step_ms.push_back(ms_since(t0));
-      std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
-                  static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
-      return v;
-    });
+    auto out = flux::denoise(
+        in, steps,
+        [&](const flux::inputs& x, float t) {
+          const auto t0 = std::chrono::steady_clock::now();
+          std::vector<float> v;
+          if constexpr (ddo::graph_streaming_transport<transport_type>) {
+            if (graph) {
+              buffers->in.latents = x.latents;
+              buffers->timestep = t;
+              v = flux::graph_forward(off, view, stages, *graph_f, *buffers, capture, captured);
+            }
+          }
+          if (!graph) {
+            flux::forward f(c, x.image_tokens, x.text_tokens);
+            v = flux::streamed_forward(off, view, stages, f, x, t, phases);
+          }
+          step_ms.push_back(ms_since(t0));
+          std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
+                      static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
+          return v;
+        },
+        nullptr, phases);
     const auto metrics = off.metrics(true);
     std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
                 steps);
@@ -719,6 +751,7 @@ int run(int argc, char** argv) {
     write_latents(output, latents);
     std::printf("latents: %s (%zu x %d float32)\n", output.c_str(), in.image_tokens, c.in_channels);
   }
+  if (trace) trace->write(trace_path);
   if (check) {
     const flux::host_weights host(table);
     const auto resident_latents = flux::denoise(in, steps, [&](const flux::inputs& x, float t) {

@@ -12,11 +12,13 @@
 /// Example code (examples/flux/).
 
 #include <algorithm>
+#include <chrono>
 #include <concepts>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -76,6 +78,37 @@ struct stage {
   return stages;
 }
 
+/// @brief The stage's name as its weights' prefix: "embed", "transformer_blocks.3",
+/// "single_transformer_blocks.12", "head".
+[[nodiscard]] inline std::string stage_name(const stage& s) {
+  switch (s.what) {
+    case stage::kind::embed:
+      return "embed";
+    case stage::kind::double_block:
+      return "transformer_blocks." + std::to_string(s.block);
+    case stage::kind::single_block:
+      return "single_transformer_blocks." + std::to_string(s.block);
+    case stage::kind::head:
+      break;
+  }
+  return "head";
+}
+
+/// @brief Receives the Euler loop's host phases for a trace (ddo-flux --trace, flux_trace.hpp):
+/// each step's forward, each stage's enqueueing (its acquires, which may wait for a ring slot,
+/// its launches or task enqueues and its lease drops), the host's wait for the step's device
+/// work, the velocity's read and the Euler update, so the host's share of the gaps between
+/// loads shows.
+class host_phases {
+ public:
+  using clock = std::chrono::steady_clock;
+  virtual ~host_phases() = default;
+  /// @brief One phase: @p name ("step 3", a stage's name, ...), @p category ("step",
+  /// "enqueue", "wait", "host"), its span on the host's steady clock.
+  virtual void phase(std::string name, std::string_view category, clock::time_point start,
+                     clock::time_point end) = 0;
+};
+
 /// @brief A forward whose stages only enqueue device work (gpu::device_forward): the velocity
 /// is read with velocity() once the stream is synchronized, not returned by head().
 template <class Forward>
@@ -107,59 +140,81 @@ void run_stage(const stage& s, Forward& f, const weight_lookup& w, const inputs&
   }
 }
 
-/// @brief Enqueues one forward's stages through ddo on @p view: per stage acquire its groups,
-/// run the stage on the lease pointers, drop the leases (their release events follow the stage's
-/// work); no synchronize. The host_sim stage tasks read @p in and @p timestep and write
-/// @p velocity by reference when they run, so all three must outlive the enqueued work: the
-/// locals of streamed_forward (which synchronizes before returning), or a captured step's
-/// step_buffers, which its replays read by address (--graph).
+/// @brief Enqueues stage @p s through ddo on @p view: acquire its groups, run the stage on the
+/// lease pointers, drop the leases (their release events follow the stage's work); no
+/// synchronize. The host_sim stage task reads @p in and @p timestep and writes @p velocity by
+/// reference when it runs (enqueue_forward says how long they must live).
+template <class Offloader, class Forward>
+void enqueue_stage(Offloader& off, typename Offloader::stream_view view, const stage& s, Forward& f,
+                   const inputs& in, const float& timestep, std::vector<float>& velocity) {
+  auto& t = off.transport();
+  const auto& table = off.table();
+  std::vector<typename Offloader::lease_type> leases;
+  auto names = std::make_shared<std::unordered_map<std::string, cpu::tensor_ref>>();
+  for (std::size_t g : s.groups) {
+    leases.push_back(off.acquire(g, view));
+    const auto& lease = leases.back();
+    for (std::size_t i = 0; i < lease.size(); ++i) {
+      const auto& info = table[lease.weight_index(i)];
+      (*names)[info.name] = {lease.data(i), info.type,
+                             static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
+    }
+  }
+  const auto lookup = [names](const std::string& name) {
+    const auto it = names->find(name);
+    if (it == names->end()) throw ddo::usage_error("flux: stage has no weight '" + name + "'");
+    return it->second;
+  };
+  if constexpr (device_stages<Forward>) {
+    run_stage(s, f, lookup, in, timestep, velocity);
+  } else {
+    // The stage's "kernels": a task on the compute stream, after the loads it waits for and
+    // before the release events the leases record when they drop at the end of this scope.
+    t.enqueue(view, [&, s, lookup] { run_stage(s, f, lookup, in, timestep, velocity); });
+  }
+}
+
+/// @brief Enqueues one forward's stages through ddo on @p view (enqueue_stage each, reported
+/// to @p phases when set); no synchronize. The host_sim stage tasks read @p in and @p timestep
+/// and write @p velocity by reference when they run, so all three must outlive the enqueued
+/// work: the locals of streamed_forward (which synchronizes before returning), or a captured
+/// step's step_buffers, which its replays read by address (--graph).
 template <class Offloader, class Forward>
 void enqueue_forward(Offloader& off, typename Offloader::stream_view view,
                      const std::vector<stage>& stages, Forward& f, const inputs& in,
-                     const float& timestep, std::vector<float>& velocity) {
-  auto& t = off.transport();
-  const auto& table = off.table();
+                     const float& timestep, std::vector<float>& velocity,
+                     host_phases* phases = nullptr) {
   for (const auto& s : stages) {
-    std::vector<typename Offloader::lease_type> leases;
-    auto names = std::make_shared<std::unordered_map<std::string, cpu::tensor_ref>>();
-    for (std::size_t g : s.groups) {
-      leases.push_back(off.acquire(g, view));
-      const auto& lease = leases.back();
-      for (std::size_t i = 0; i < lease.size(); ++i) {
-        const auto& info = table[lease.weight_index(i)];
-        (*names)[info.name] = {lease.data(i), info.type,
-                               static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
-      }
-    }
-    const auto lookup = [names](const std::string& name) {
-      const auto it = names->find(name);
-      if (it == names->end()) throw ddo::usage_error("flux: stage has no weight '" + name + "'");
-      return it->second;
-    };
-    if constexpr (device_stages<Forward>) {
-      run_stage(s, f, lookup, in, timestep, velocity);
-    } else {
-      // The stage's "kernels": a task on the compute stream, after the loads it waits for and
-      // before the release events the leases record when they drop at the end of this scope.
-      t.enqueue(view, [&, s, lookup] { run_stage(s, f, lookup, in, timestep, velocity); });
-    }
+    const auto t0 = host_phases::clock::now();
+    enqueue_stage(off, view, s, f, in, timestep, velocity);
+    if (phases != nullptr) phases->phase(stage_name(s), "enqueue", t0, host_phases::clock::now());
   }
 }
 
 /// @brief One forward through ddo (enqueue_forward), then one synchronize of the compute stream.
 /// On host_sim (flux::forward) each stage is a host task on the compute stream
 /// (transport.enqueue); on a GPU (gpu::device_forward, bound to the stream of @p view) the
-/// stage's kernels are launched on that stream from this thread.
+/// stage's kernels are launched on that stream from this thread. With @p phases: each stage's
+/// enqueueing, the synchronize (on a GPU it also waits for the velocity's copy to pinned host
+/// memory, which the head enqueues) and the velocity's read.
 template <class Offloader, class Forward>
 [[nodiscard]] std::vector<float> streamed_forward(Offloader& off,
                                                   typename Offloader::stream_view view,
                                                   const std::vector<stage>& stages, Forward& f,
-                                                  const inputs& in, float timestep) {
+                                                  const inputs& in, float timestep,
+                                                  host_phases* phases = nullptr) {
+  using clock = host_phases::clock;
   std::vector<float> velocity;
   off.begin_step();
-  enqueue_forward(off, view, stages, f, in, timestep, velocity);
+  enqueue_forward(off, view, stages, f, in, timestep, velocity, phases);
+  const auto enqueued = clock::now();
   off.transport().synchronize(view);
-  if constexpr (device_stages<Forward>) velocity = f.velocity();
+  const auto synchronized = clock::now();
+  if (phases != nullptr) phases->phase("synchronize", "wait", enqueued, synchronized);
+  if constexpr (device_stages<Forward>) {
+    velocity = f.velocity();
+    if (phases != nullptr) phases->phase("read velocity", "host", synchronized, clock::now());
+  }
   return velocity;
 }
 
@@ -284,15 +339,24 @@ template <class Weights, class Forward>
 
 /// @brief The Euler flow-matching loop of @p steps over @p model_forward (sigma -> velocity of
 /// the current latents): the final latents, and the first step's velocity in @p first_velocity.
+/// With @p phases: each step's forward ("step i") and its Euler update ("euler i").
 template <class Forward>
 [[nodiscard]] std::vector<float> denoise(inputs in, int steps, Forward&& model_forward,
-                                         std::vector<float>* first_velocity = nullptr) {
+                                         std::vector<float>* first_velocity = nullptr,
+                                         host_phases* phases = nullptr) {
+  using clock = host_phases::clock;
   const auto s = sigmas(steps, in.image_tokens);
   for (int i = 0; i < steps; ++i) {
     const auto k = static_cast<std::size_t>(i);
+    const auto t0 = clock::now();
     const std::vector<float> v = model_forward(in, pipeline_timestep(s[k]));
+    const auto t1 = clock::now();
     if (i == 0 && first_velocity != nullptr) *first_velocity = v;
     euler_step(in.latents, v, s[k], s[k + 1]);
+    if (phases != nullptr) {
+      phases->phase("step " + std::to_string(i), "step", t0, t1);
+      phases->phase("euler " + std::to_string(i), "host", t1, clock::now());
+    }
   }
   return in.latents;
 }

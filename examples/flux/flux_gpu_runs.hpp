@@ -53,18 +53,22 @@ decltype(auto) on_card_transport(const ddo::dynamic_offload_settings& settings,
 }
 
 /// @brief The Euler loop of @p steps through @p off, each step's wall time into @p ms (printed
-/// when @p print); the final latents.
+/// when @p print), its host phases to @p phases when set (--trace); the final latents.
 template <class Offloader>
 std::vector<float> timed_denoise(Offloader& off, typename Offloader::stream_view view,
                                  const std::vector<stage>& stages, gpu::device_forward& f,
-                                 const inputs& in, int steps, std::vector<double>& ms, bool print) {
-  return denoise(in, steps, [&](const inputs& x, float t) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto v = streamed_forward(off, view, stages, f, x, t);
-    ms.push_back(ms_since(t0));
-    if (print) std::printf("  step %zu: %.2f ms\n", ms.size() - 1, ms.back());
-    return v;
-  });
+                                 const inputs& in, int steps, std::vector<double>& ms, bool print,
+                                 host_phases* phases = nullptr) {
+  return denoise(
+      in, steps,
+      [&](const inputs& x, float t) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto v = streamed_forward(off, view, stages, f, x, t, phases);
+        ms.push_back(ms_since(t0));
+        if (print) std::printf("  step %zu: %.2f ms\n", ms.size() - 1, ms.back());
+        return v;
+      },
+      nullptr, phases);
 }
 
 /// @brief The all-resident loop's median step (every weight copied once to the device, no ddo;

@@ -6,8 +6,8 @@
 /// against the measured one), with `--calibrate` (build that profile on this run's forward), or
 /// with `--smallest-card` (find by measurement the smallest emulated card within
 /// `--max-slowdown` of the all-resident step, for the overlap planner and the spread and first
-/// rules). Checked before any work, each refusal naming the flags and what is allowed. Example
-/// code (examples/flux/).
+/// rules), and `--trace FILE.json` where it cannot trace. Checked before any work, each refusal
+/// naming the flags and what is allowed. Example code (examples/flux/).
 
 #include <string>
 
@@ -30,6 +30,7 @@ struct run_modes {
   bool graph = false;          ///< --graph
   bool output = false;         ///< --output FILE given
   bool json = false;           ///< --json FILE given
+  bool trace = false;          ///< --trace FILE given
 
   /// @brief Whether the run needs the GPU forward (the CPU path on host_sim refuses these).
   [[nodiscard]] bool needs_gpu() const noexcept {
@@ -75,6 +76,16 @@ inline void check_run_modes(const run_modes& m) {
     throw usage_error(
         "--smallest-card measures a fresh offloader per card and no single run: "
         "--check, --profile and --output are for a run on one card (--vram-gb)");
+  // --trace records the runtime's spans through timing events, which a captured graph would
+  // bake in (the runtime refuses metrics in a capture), of one offloader's steps.
+  if (m.trace && m.graph)
+    throw usage_error(
+        "--trace and --graph: a captured step cannot hold ddo's timing events (the trace's "
+        "copies, stalls and compute); trace the eager loop, without --graph");
+  if (m.trace && m.smallest_card)
+    throw usage_error(
+        "--trace and --smallest-card: the sweep sets up a fresh offloader per card and rule; "
+        "trace one card's run (--vram-gb, with --capacity-profile NAME for the overlap plan)");
   if (m.max_slowdown_given && !m.smallest_card)
     throw usage_error("--max-slowdown needs --smallest-card");
   if (m.card_step_given && !m.smallest_card)

@@ -7,7 +7,8 @@
 # the argument errors name the option (exit status 2); --graph (a captured step replayed through
 # offloader.launch_graph) bitwise equal to the eager run on the linear and file routes, refused on
 # the native VMM route and for file bytes on the linear route; --capacity-profile's modes refused
-# on the CPU path and in combinations ddo-flux does not run. Then one step on a ddo-make-model flux model
+# on the CPU path and in combinations ddo-flux does not run; --trace's Chrome trace of a streamed
+# run (each group's loads and compute, a step span per step) and its refusals. Then one step on a ddo-make-model flux model
 # in diffusers' published layout (shards + index, names sorted within each file).
 #   check_flux.sh DDO_FLUX DDO_MAKE_MODEL
 set -eu
@@ -27,6 +28,36 @@ grep -q "^check: streamed through ddo vs all-resident without ddo: bitwise equal
   { cat "$tmp/run.out"; fail "no bitwise check line"; }
 grep -q "^ddo: .*: 0 B resident, 3.56 MiB streamed per step" "$tmp/run.out" ||
   { cat "$tmp/run.out"; fail "the weights did not stream"; }
+# --trace: a Chrome trace of the same streamed run (the runtime's spans through the runner's
+# trace_adapter, the host phases of each step): valid JSON, each of the 6 streamed groups loaded
+# on the copy stream's track once a step at least, its compute on the compute stream's, and one
+# step span per step on the host track, next to the stage enqueueing, synchronize and Euler update.
+# shellcheck disable=SC2086
+"$flux" $common --steps 2 --vram-gb 0.07 --ddo-preset diffusers_offload_compat \
+  --trace "$tmp/trace.json" >"$tmp/trace.out" 2>&1 || { cat "$tmp/trace.out"; fail "ddo-flux --trace failed"; }
+grep -q "^  trace: $tmp/trace.json ([0-9]* events; open in https://ui.perfetto.dev)$" "$tmp/trace.out" ||
+  { cat "$tmp/trace.out"; fail "--trace: no line naming the file and its events"; }
+python3 - "$tmp/trace.json" <<'PY' || fail "--trace: the trace is not what a streamed run of 2 steps gives"
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+spans = [e for e in events if e["ph"] == "X"]
+def on(tid, cat):
+    return collections.Counter(e["name"] for e in spans if e["tid"] == tid and e["cat"] == cat)
+copies, compute, host_steps = on(2, "copy"), on(3, "compute"), on(1, "step")
+problems = []
+if len(copies) != 6 or min(copies.values()) < 2:
+    problems.append("copies per group: %s" % dict(copies))
+if set(compute) != set(copies) or min(compute.values()) != 2:
+    problems.append("compute per group: %s" % dict(compute))
+if dict(host_steps) != {"step 0": 1, "step 1": 1}:
+    problems.append("host step spans: %s" % dict(host_steps))
+for cat, name in (("enqueue", "transformer_blocks.1"), ("wait", "synchronize"), ("host", "euler 1")):
+    if on(1, cat)[name] != 2 - (name == "euler 1"):
+        problems.append("host %s spans of %s: %s" % (cat, name, dict(on(1, cat))))
+for p in problems:
+    print("FAIL:", p)
+sys.exit(1 if problems else 0)
+PY
 # The other routes the settings choose, each with the weights streamed and the bitwise check:
 # linear dynamic_offload, the file route (nvme_baseline: over host_sim's VMM mode, the legacy VMM
 # route) and the native VMM route (vmm_fast_runtime).
@@ -93,10 +124,22 @@ expect_usage() {
     "$flux" $common --capacity-profile x --smallest-card --check
   expect_usage "--capacity-profile, --calibrate and --smallest-card need the GPU forward" \
     "$flux" $common --cpu --steps 1 --capacity-profile x --calibrate
+  # --trace: refused where it cannot trace (before any work: the model is not read).
+  expect_usage "--trace and --graph: a captured step cannot hold ddo's timing events" \
+    "$flux" $common --steps 1 --graph --trace "$tmp/t.json"
+  expect_usage "--trace and --smallest-card: the sweep sets up a fresh offloader per card" \
+    "$flux" $common --capacity-profile x --smallest-card --trace "$tmp/t.json"
   expect_usage "graph streaming loads on ddo's copy stream at each launch, from pinned memory only" \
     "$flux" $common --steps 1 --vram-gb 0.07 --graph --ddo-preset nvme_baseline \
     --ddo-execution-mode linear_runtime --ddo-resident-module-budget-gb 0 $small
 }
+# An unwritable trace path fails before the run (status 1, naming it).
+rc=0
+# shellcheck disable=SC2086
+"$flux" $common --steps 1 --trace "$tmp/no/such/t.json" >"$tmp/bad.out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && grep -qF "cannot write the trace file '$tmp/no/such/t.json'" "$tmp/bad.out" &&
+  ! grep -q "^  step 0" "$tmp/bad.out" || { cat "$tmp/bad.out"; fail "an unwritable --trace: status $rc"; }
+[ -e "$tmp/t.json" ] && fail "a refused --trace wrote a file"
 "$make_model" --shape flux --blocks 1 --single-blocks 1 --hidden 256 --layout diffusers \
   --max-shard-bytes 2000000 -o "$tmp/transformer" >"$tmp/make2.out" || fail "ddo-make-model --layout diffusers failed"
 [ -f "$tmp/transformer/diffusion_pytorch_model.safetensors.index.json" ] || fail "no published index"
@@ -105,4 +148,4 @@ expect_usage() {
   { cat "$tmp/published.out"; fail "ddo-flux on the published layout failed"; }
 grep -q "^model: 1 double + 1 single blocks, 2 heads x 128" "$tmp/published.out" ||
   { cat "$tmp/published.out"; fail "the published layout's configuration was not read back"; }
-echo "ddo-flux: streamed bitwise equal to all-resident, latents written, argument errors: ok"
+echo "ddo-flux: streamed bitwise equal to all-resident, latents written, trace, argument errors: ok"

@@ -243,7 +243,7 @@ TEST_SUITE("runner") {
     CHECK(overlap.resident_module_budget_gb == 0.0);
   }
 
-  TEST_CASE("flux: --capacity-profile, --calibrate and --smallest-card combinations") {
+  TEST_CASE("flux: --capacity-profile, --calibrate, --smallest-card and --trace combinations") {
     const auto refused = [](flux::run_modes m, const char* says) {
       CAPTURE(says);
       CHECK_THROWS_WITH_AS(flux::check_run_modes(m), doctest::Contains(says), ddo::usage_error);
@@ -291,6 +291,13 @@ TEST_SUITE("runner") {
             "--json FILE needs --profile, --capacity-profile NAME or --smallest-card");
     refused(with(planned, [](modes& m) { m.capacity_profile = "../x"; }),
             "--capacity-profile '../x' is not a valid profile name");
+    // --trace: one offloader's eager steps (calibrating too: the recorder forwards each span).
+    for (const auto& traced : {plain, planned, calibrate})
+      CHECK_NOTHROW(flux::check_run_modes(with(traced, [](modes& m) { m.trace = true; })));
+    refused(with(plain, [](modes& m) { m.trace = m.graph = true; }),
+            "--trace and --graph: a captured step cannot hold ddo's timing events");
+    refused(with(sweep, [](modes& m) { m.trace = true; }),
+            "--trace and --smallest-card: the sweep sets up a fresh offloader per card");
   }
   TEST_CASE("flux --smallest-card: the part of a card measured on one card holds on every card") {
     // host_sim cards (no CUDA context): the fixed part from a plan on a 128 MiB card, then every
