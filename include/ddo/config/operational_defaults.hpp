@@ -36,7 +36,8 @@ inline constexpr std::uint64_t operational_small_tensor_threshold_bytes = 1024 *
 /// the floor of a 16-thread read and its registration (H100 machine, 16 cores, 5 Dec 2026). The
 /// bound keeps a large host from starting a thread per core for a few files. Presets that set a
 /// count (low_ram_safe 2, wsl_compat 1, warm_process 8) keep theirs.
-[[nodiscard]] constexpr std::int64_t operational_pin_cpu_workers(unsigned hardware_threads) noexcept {
+[[nodiscard]] constexpr std::int64_t operational_pin_cpu_workers(
+    unsigned hardware_threads) noexcept {
   return hardware_threads < 4 ? 4 : hardware_threads > 16 ? 16 : hardware_threads;
 }
 

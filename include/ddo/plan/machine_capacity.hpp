@@ -37,8 +37,9 @@ struct machine_capacity {
   std::optional<std::uint64_t> profile_resident_budget_bytes;
   /// Device bytes every resident weight together may take, whatever the free VRAM (nullopt: no
   /// such limit): the VMM route's mapped budget less the ring's window slots
-  /// (vmm_resident_weight_budget_gb holds the resident set and the window). Rule-resident weights the built-in patterns keep are
-  /// demoted to fit it, and the resident budget is limited to what is left.
+  /// (vmm_resident_weight_budget_gb holds the resident set and the window). Rule-resident weights
+  /// the built-in patterns keep are demoted to fit it, and the resident budget is limited to what
+  /// is left.
   std::optional<std::uint64_t> resident_limit_bytes;
   std::string resident_limit_reason;  ///< why resident_limit_bytes is set, for the plan's detail
   /// Not empty: the setup path asks for a zero resident budget (nothing resident beyond the

@@ -100,8 +100,9 @@ struct host_sim_options {
   /// A memory wait (wait_value) not satisfied within this many milliseconds fails its stream
   /// (synchronize rethrows) instead of blocking it forever: a deadlock fails a test (0: no limit).
   std::uint64_t wait_value_timeout_ms = 60'000;
-  /// allocate_pinned returns addresses this many bytes past a 4096-byte boundary (0..4095):
-  /// cudaHostAlloc promises no page alignment, and code that needs it (O_DIRECT) must cope.
+  /// allocate_pinned returns addresses this many bytes past a 4096-byte boundary (a multiple of
+  /// 16 below 4096): cudaHostAlloc promises no page alignment, and code that needs it (O_DIRECT)
+  /// must cope.
   std::uint64_t pinned_misalignment_bytes = 0;
 };
 
@@ -225,8 +226,8 @@ struct host_sim_state {
                                                               : unlimited_bytes},
                "the simulated device capacity") {
     DDO_EXPECTS(o.pinned_misalignment_bytes < 4096 && o.pinned_misalignment_bytes % 16 == 0,
-                "host_sim_options::pinned_misalignment_bytes must be a multiple of 16 below 4096, got " +
-                    std::to_string(o.pinned_misalignment_bytes));
+                "host_sim_options::pinned_misalignment_bytes must be a multiple of 16 below "
+                "4096, got " + std::to_string(o.pinned_misalignment_bytes));
   }
   host_sim_options options;
   limited_ledger memory;  // capacity and registration limit checked and accounted as one step
@@ -529,7 +530,8 @@ class host_sim_transport {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_pinned: zero bytes requested");
     const std::size_t offset = state_->options.pinned_misalignment_bytes;
     return state_->memory.allocate(ledger_kind::pinned, bytes, "host_sim_transport::allocate_pinned", [&] {
-      return static_cast<std::byte*>(::operator new (bytes + offset, std::align_val_t{4096})) + offset;
+      auto* p = static_cast<std::byte*>(::operator new (bytes + offset, std::align_val_t{4096}));
+      return p + offset;
     });
   }
 

@@ -354,7 +354,8 @@ class nvme_transport : public Inner {
       try {
         if (st.slot_allocation[s] != nullptr) {
           Inner::synchronize(st.slot_free[s]);
-          Inner::free_pinned(std::exchange(st.slot_allocation[s], nullptr), st.slot_allocation_bytes[s]);
+          Inner::free_pinned(std::exchange(st.slot_allocation[s], nullptr),
+                             st.slot_allocation_bytes[s]);
         }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddo: nvme transport teardown: %s\n", e.what());
