@@ -334,6 +334,13 @@ TEST_CASE("graph streaming: what a replay cannot do is refused") {
     CHECK_NOTHROW([&] { auto b = off.acquire(std::size_t{2}, f); }());
     (void)sim.end_capture(f);
   }
+  SUBCASE("switching compute-only mode after a capture") {
+    offloader off(sim, m->table, m->plan, poisoned(2));
+    sim.begin_capture(s);
+    { auto a = off.acquire(std::size_t{0}, s); }
+    refused([&] { off.set_compute_only(true); }, "loads were fixed at capture");
+    (void)sim.end_capture(s);
+  }
   SUBCASE("metrics timing") {
     auto o = poisoned(2);
     o.metrics = true;

@@ -449,8 +449,14 @@ void offloader_core<T>::set_compute_only(bool on) {
   DDO_EXPECTS(live_leases_ == 0, "set_compute_only: " + std::to_string(live_leases_) +
                                      " leases are alive; drop them before switching the mode");
   if (on == compute_only_) return;
+  // A captured step holds its loads of positions >= S as graph nodes (or not, in compute-only
+  // mode) while launch_graph decides the first S at each launch: switching after a capture would
+  // replay a step that copies part of its groups.
+  DDO_EXPECTS(!graph_.active, "set_compute_only: a step was captured and streams through graph "
+                              "mode, whose loads were fixed at capture; switch before capturing "
+                              "(release_device and restore_device leave graph mode)");
   compute_only_ = on;
-  if (on || released_ || graph_.active) return;  // graph mode: every launch loads every slot
+  if (on || released_) return;
   // The slots loaded while copying nothing hold other groups' bytes: load their occupants
   // again (into the same slots, so a stable-address window keeps one mapping per group).
   for (std::size_t s = 0; s < slots_.size(); ++s)
