@@ -6,6 +6,7 @@
 /// patterns, profile printing off). The resolver applies them as (field, value) pairs
 /// (config/detail/resolve_impl.hpp).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -38,7 +39,7 @@ inline constexpr std::uint64_t operational_small_tensor_threshold_bytes = 1024 *
 /// count (low_ram_safe 2, wsl_compat 1, warm_process 8) keep theirs.
 [[nodiscard]] constexpr std::int64_t operational_pin_cpu_workers(
     unsigned hardware_threads) noexcept {
-  return hardware_threads < 4 ? 4 : hardware_threads > 16 ? 16 : hardware_threads;
+  return std::clamp<std::int64_t>(hardware_threads, 4, 16);
 }
 
 }  // namespace v0

@@ -328,13 +328,14 @@ void size_window(Transport& transport, machine_capacity& c, const weight_table& 
     // The window keeps the ring's depth of slots: with one slot left (what the resident set
     // took when it could fill the budget less one) each load waits for the previous group's
     // compute, and FLUX.1 at 4096 tokens ran 1.26-1.49x its bound on 8 and 12 GiB cards (H100).
-    const std::uint64_t window = std::max<std::size_t>(ring_slots, 1) * a.window_slot_bytes;
+    const std::size_t slots = std::max<std::size_t>(ring_slots, 1);
+    const std::uint64_t window = slots * a.window_slot_bytes;
     c.resident_limit_bytes =
         r.resident_budget_bytes > window ? r.resident_budget_bytes - window : 0;
     c.resident_limit_reason = "vmm_resident_weight_budget_gb " +
                               format_bytes(r.resident_budget_bytes) + " less the ring's " +
-                              std::to_string(std::max<std::size_t>(ring_slots, 1)) +
-                              " window slot(s) of " + format_bytes(a.window_slot_bytes);
+                              std::to_string(slots) + " window slot(s) of " +
+                              format_bytes(a.window_slot_bytes);
   }
 }
 
@@ -417,8 +418,7 @@ template <class Transport>
   c.zero_resident_reason = options.zero_resident_reason;
   // The file route's slots and the VMM window (transport_with_window_sizing).
   if constexpr (transport_with_window_sizing<Transport>)
-    detail::size_window(transport, c, table, groups, settings, ring, kept, m.slot_bytes,
-                        runtime.slot_count);
+    detail::size_window(transport, c, table, groups, settings, ring, kept, m.slot_bytes, m.slots);
   c.running_on_wsl = settings.running_on_wsl;
   c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
   // host_sim stands in for any device (ddo-plan --vram-gb plans for a GPU on it): a profile's
@@ -528,7 +528,8 @@ void plan_streaming(offload_setup& r, const weight_table& table,
                     const Planner& planner, const PinSelector& pins, Machine& machine, bool cached,
                     std::string& key) {
   // The ring holds what streams: reserved from what the residency rules do not keep.
-  std::vector<char> kept = rule_kept_weights(table, groups, settings_config);
+  const std::vector<char> rule_kept = rule_kept_weights(table, groups, settings_config);
+  std::vector<char> kept = rule_kept;
   r.machine = machine(kept);
   if (cached) {
     const std::pair<std::string_view, std::uint64_t> budgets[] = {
@@ -582,7 +583,7 @@ void plan_streaming(offload_setup& r, const weight_table& table,
       r.plan = std::move(plan);
       return;
     }
-    kept = rule_kept_weights(table, groups, settings_config);
+    kept = rule_kept;
   }
   r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
   const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);

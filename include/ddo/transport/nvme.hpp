@@ -333,19 +333,21 @@ class nvme_transport : public Inner {
   /// waits on an event that was not made.
   void allocate_slot(detail::nvme_state<Inner>& st, std::size_t s) {
     st.slot_free[s] = Inner::make_event(false);
-    const auto misalignment = [](const std::byte* p) {
-      return reinterpret_cast<std::uintptr_t>(p) % direct_io_alignment;
+    // Bytes from p to its first 4096-aligned byte.
+    const auto to_aligned = [](const std::byte* p) {
+      const auto at = reinterpret_cast<std::uintptr_t>(p);
+      return round_up(at, direct_io_alignment) - at;
     };
     std::uint64_t bytes = st.slot_alloc_bytes;
     std::byte* p = Inner::allocate_pinned(bytes);
-    if (misalignment(p) != 0) {
+    if (to_aligned(p) != 0) {
       Inner::free_pinned(p, bytes);
       bytes += direct_io_alignment;
       p = Inner::allocate_pinned(bytes);
     }
     st.slot_allocation[s] = p;
     st.slot_allocation_bytes[s] = bytes;
-    st.slot[s] = p + (direct_io_alignment - misalignment(p)) % direct_io_alignment;
+    st.slot[s] = p + to_aligned(p);
   }
 
   void release_locked() noexcept {
@@ -354,8 +356,7 @@ class nvme_transport : public Inner {
       try {
         if (st.slot_allocation[s] != nullptr) {
           Inner::synchronize(st.slot_free[s]);
-          Inner::free_pinned(std::exchange(st.slot_allocation[s], nullptr),
-                             st.slot_allocation_bytes[s]);
+          Inner::free_pinned(st.slot_allocation[s], st.slot_allocation_bytes[s]);
         }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddo: nvme transport teardown: %s\n", e.what());

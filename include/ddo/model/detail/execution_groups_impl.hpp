@@ -310,10 +310,10 @@ inline constexpr std::array<std::pair<std::string_view, int>, 10> bundle_prefixe
   return parts;
 }
 
-/// One block of a component: its key, family and index, its weights, and where its family
-/// runs (the sort key and family_rank).
+/// One block of a component: its key and index, its weights, and where its family runs (the
+/// sort key, the family's first appearance and family_rank).
 struct found_block {
-  std::string key, family;
+  std::string key;
   std::uint64_t index = 0;
   std::vector<std::size_t> weights;
   unsigned long order = 0;
@@ -357,7 +357,7 @@ struct component_blocks {
                                       ? static_cast<unsigned long>(rank)
                                       : std::stoul(m->family.substr(0, m->family.find(':')));
       out.blocks.push_back(
-          {std::move(m->key), std::move(m->family), m->index, {}, order, seen, rank});
+          {std::move(m->key), m->index, {}, order, seen, rank});
     }
     out.blocks[it->second].weights.push_back(i);
     out.in_block[i] = 1;

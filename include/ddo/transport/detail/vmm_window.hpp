@@ -210,7 +210,6 @@ class vmm_window {
   static constexpr driver_result out_of_memory_result = 2;  // CUDA_ERROR_OUT_OF_MEMORY
   static constexpr std::size_t no_occupant = static_cast<std::size_t>(-1);
   static constexpr std::uint64_t not_reserved = static_cast<std::uint64_t>(-1);
-  static std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
 
   /// Refuses a budget that holds no slot beside the resident set, or a staging buffer smaller
   /// than the largest group's staged bytes (@p slot_device: one slot on the device).
