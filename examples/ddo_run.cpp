@@ -66,6 +66,7 @@
 #include "runner/calibration_report.hpp"
 #include "runner/chrome_trace.hpp"
 #include "runner/compare.hpp"
+#include "runner/graph_launches.hpp"
 #include "runner/compare_run.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/devices_run.hpp"
@@ -557,14 +558,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
 
   const auto metrics = offloader.metrics(true);
   if (sampler) sampler->stop();
-  if (graph)
-    std::printf("\ngraph: the first step captured, every step launched %s\n",
-                offloader.graph_mode()
-                    ? ("through offloader.launch_graph (graph streaming: " +
-                       std::to_string(offloader.slot_count()) +
-                       (offloader.slot_count() == 1 ? " slot" : " slots") +
-                       ", the step's loads scheduled by each launch)").c_str()
-                    : "directly (every streamed group stays loaded)");
+  if (graph) {
+    std::printf("\n");
+    ddo::runner::print_graph_launches(offloader);
+  }
   const auto summary = ddo::runner::summarize_steps(step_ms, warmup);
   std::printf("\n%s", ddo::runner::format_step_summary(summary, bound ? &*bound : nullptr).c_str());
   if (opt.verify && bound)

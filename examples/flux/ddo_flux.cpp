@@ -81,6 +81,7 @@
 #include "flux/flux_gpu.hpp"
 #include "flux/flux_gpu_runs.hpp"
 #include "runner/calibration_report.hpp"
+#include "runner/graph_launches.hpp"
 #include "runner/compare_run.hpp"
 #endif
 
@@ -130,16 +131,9 @@ flux::config named_config(const std::string& name) {
   throw ddo::usage_error("--config '" + name + "' is not one of dev, tiny");
 }
 
-/// --graph, both paths: how the captured step was launched.
-template <class Offloader>
-void print_graph_launches(Offloader& off) {
-  std::printf("graph: the first step captured, every step launched %s\n",
-              off.graph_mode() ? ("through offloader.launch_graph (graph streaming: " +
-                                  std::to_string(off.slot_count()) +
-                                  (off.slot_count() == 1 ? " slot, " : " slots, ") +
-                                  std::to_string(off.group_count()) + " groups)")
-                                     .c_str()
-                               : "directly (every streamed group stays loaded)");
+/// Whether two runs' latents are bitwise equal (the --check and --graph verdicts).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void write_latents(const std::string& path, const std::vector<float>& latents) {
@@ -359,7 +353,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
                       graph_ms.size() == 1 ? "captured, instantiated, launched" : "replayed");
           return v;
         });
-        print_graph_launches(off);
+        ddo::runner::print_graph_launches(off);
       } else {
         throw ddo::usage_error("--graph: the " + std::string(off.transport().name()) +
                                " transport cannot stream through a captured graph");
@@ -415,8 +409,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   if (r.modes.graph) {
     // Step 0 of the graph loop captured and instantiated the step: its replays are the figure.
     const double graph_median = steady_median(graph_ms);
-    const bool equal = graph_latents.size() == latents.size() &&
-                       std::memcmp(graph_latents.data(), latents.data(), latents.size() * 4) == 0;
+    const bool equal = same_bits(graph_latents, latents);
     std::printf(
         "graph: median %.2f ms/step over %zu replays (step 0, captured: %.2f ms); eager "
         "median %.2f ms/step; graph / eager = %.3fx\n",
@@ -473,9 +466,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
                     {resident_median, streamed_median, streamed_bytes, pinned_gbps});
     DDO_CUDA_TRY(cudaStreamDestroy(stream));
     if (r.modes.check) {
-      const bool equal =
-          resident_latents.size() == latents.size() &&
-          std::memcmp(resident_latents.data(), latents.data(), latents.size() * 4) == 0;
+      const bool equal = same_bits(resident_latents, latents);
       std::printf("check: streamed through ddo vs all-resident without ddo (GPU): %s\n",
                   equal ? "bitwise equal" : "DIFFERENT");
       resident_differs = !equal;
@@ -742,7 +733,7 @@ int run(int argc, char** argv) {
     const auto metrics = off.metrics(true);
     std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
                 steps);
-    if (graph) print_graph_launches(off);
+    if (graph) ddo::runner::print_graph_launches(off);
     return out;
   };
   const std::vector<float> latents = ddo::with_prepared_offload<>(
@@ -758,9 +749,7 @@ int run(int argc, char** argv) {
       flux::forward f(c, x.image_tokens, x.text_tokens);
       return flux::resident_forward(host, stages, f, x, t);
     });
-    const bool equal =
-        resident_latents.size() == latents.size() &&
-        std::memcmp(resident_latents.data(), latents.data(), latents.size() * 4) == 0;
+    const bool equal = same_bits(resident_latents, latents);
     std::printf("check: streamed through ddo vs all-resident without ddo: %s\n",
                 equal ? "bitwise equal" : "DIFFERENT");
     if (!equal) return exit_failure;

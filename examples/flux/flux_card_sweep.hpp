@@ -51,14 +51,6 @@ struct card_sweep_row {
   std::uint64_t predicted_card_bytes = 0;  ///< fixed + the predicted budget, on the grid
 };
 
-/// @brief "8.50 GiB".
-[[nodiscard]] inline std::string card_text(std::uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB",
-                static_cast<double>(bytes) / static_cast<double>(ddo::gib));
-  return text;
-}
-
 /// @brief What a plan on one card says about every card: what it holds besides the resident
 /// budget, what a budget can make resident, the ring.
 struct card_reference {
@@ -83,7 +75,7 @@ template <class Prepared>
     throw ddo::usage_error(
         "--smallest-card measures what a card holds besides resident weights on the --vram-gb "
         "card, and " +
-        card_text(card_bytes) + " leaves no room beside the ring (" +
+        ddo::format_bytes(card_bytes) + " leaves no room beside the ring (" +
         ddo::format_bytes(setup.machine.ring_bytes) +
         "), the engine's reserve and the rules' resident weights: give a larger --vram-gb");
   return {card_bytes - (free - kept), prepared.table->total_bytes() - kept,
@@ -154,16 +146,16 @@ inline void print_card_sweep(const std::vector<card_sweep_row>& rows, const card
   std::printf(
       "\nsmallest card within %.3fx the all-resident step (%.2f ms), by measurement "
       "(cards %s apart; a card holds %s besides the resident budget):\n",
-      in.max_slowdown, in.resident_ms, card_text(in.step_bytes).c_str(),
+      in.max_slowdown, in.resident_ms, ddo::format_bytes(in.step_bytes).c_str(),
       ddo::format_bytes(in.fixed_bytes).c_str());
   std::printf("  %-8s %13s %16s %9s  %s\n", "rule", "smallest card", "step / resident", "trials",
               "predicted smallest budget (card)");
   for (const auto& r : rows)
     std::printf("  %-8s %13s %15.3fx %9zu  %s (%s)\n", r.rule.c_str(),
-                r.search.smallest_bytes != 0 ? card_text(r.search.smallest_bytes).c_str() : "none",
+                r.search.smallest_bytes != 0 ? ddo::format_bytes(r.search.smallest_bytes).c_str() : "none",
                 r.search.at.ratio, r.search.trials.size(),
                 ddo::format_bytes(r.predicted_budget_bytes).c_str(),
-                card_text(r.predicted_card_bytes).c_str());
+                ddo::format_bytes(r.predicted_card_bytes).c_str());
 }
 
 /// @brief The sweep as the member "smallest_card" of an open JSON object.

@@ -195,7 +195,7 @@ inline int smallest_card_run(const smallest_card_inputs& s, gpu::device_forward&
           std::printf(
               "  %-7s card %s: %s resident, %s streamed per step; median %.2f ms/step = "
               "%.3fx resident; predicted %.2f ms (%+.1f%%)\n",
-              rule.c_str(), card_text(card).c_str(), ddo::format_bytes(resident).c_str(),
+              rule.c_str(), ddo::format_bytes(card).c_str(), ddo::format_bytes(resident).c_str(),
               ddo::format_bytes(s.table.total_bytes() - resident).c_str(), median,
               median / sweep.resident_ms, predicted, 100.0 * (predicted - median) / median);
           std::fflush(stdout);
