@@ -73,6 +73,7 @@
 #include "flux/flux_modes.hpp"
 #include "flux/flux_step_time.hpp"
 #include "flux/flux_trace.hpp"
+#include "runner/graph_launches.hpp"
 #include "runner/program_main.hpp"
 #include "runner/vram_budget.hpp"
 #if defined(DDO_FLUX_GPU)
@@ -81,7 +82,6 @@
 #include "flux/flux_gpu.hpp"
 #include "flux/flux_gpu_runs.hpp"
 #include "runner/calibration_report.hpp"
-#include "runner/graph_launches.hpp"
 #include "runner/compare_run.hpp"
 #endif
 
