@@ -64,8 +64,8 @@ struct setup_options {
   /// route running over it (its VMM mode for the VMM routes, the file route over it): a machine
   /// without a GPU, planning for one.
   bool simulate_device = false;
-  /// Caps the device memory of a CUDA transport ddo makes (an emulated smaller card); 0: the
-  /// device's.
+  /// Caps the device memory of the transport ddo makes (an emulated smaller card; a simulated
+  /// device's capacity too), whichever entry point makes it (setup_transport); 0: the device's.
   std::uint64_t device_limit_bytes = 0;
   /// Activation rows per step the engine runs, for a stored profile's group timings
   /// (by_profile_planner); 0: the profile's calibrated high token count.
