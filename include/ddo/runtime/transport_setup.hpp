@@ -104,21 +104,22 @@ inline constexpr bool is_nvme_transport<nvme_transport<Inner>> = true;
 }
 }  // namespace detail
 
-/// @brief The name of the device @p transport runs on, as capacity profiles record it: the
-/// CUDA device's name for a transport on a device (device()), the transport's own name
-/// ("host_sim") otherwise; "" when the device cannot be asked.
+/// @brief The name of the device @p transport runs on, as capacity profiles record it: "host_sim"
+/// for a simulated device (transport_with_simulated_device: host_sim, its VMM mode and the file
+/// route over either simulate the same "device"), the CUDA device's name for a transport on a
+/// device (device()), the transport's own name otherwise; "" when the device cannot be asked.
 template <class Transport>
 [[nodiscard]] std::string transport_device_name(const Transport& transport) {
-  if constexpr (requires { { transport.device() } -> std::convertible_to<int>; }) {
+  if constexpr (transport_with_simulated_device<Transport>) {
+    return "host_sim";
+  } else if constexpr (requires { { transport.device() } -> std::convertible_to<int>; }) {
     try {
       return query_device_name(transport.device());
     } catch (const cuda_error&) {
       return {};
     }
   } else {
-    // host_sim and its VMM mode simulate the same "device".
-    return transport.name().starts_with("host_sim") ? std::string("host_sim")
-                                                    : std::string(transport.name());
+    return std::string(transport.name());
   }
 }
 
