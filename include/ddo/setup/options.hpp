@@ -21,7 +21,6 @@ namespace ddo {
 inline namespace v0 {
 
 /// @brief Everything setup takes besides the settings, the table and the transport.
-/// (enable_options and offloader_inputs are the former names of this one struct.)
 struct setup_options {
   /// Resolution inputs, for the entry points that resolve settings themselves (enable_offload,
   /// enable_pipeline_offload, with_offload_backend): explicit config, overrides, TOML,
@@ -75,8 +74,6 @@ struct setup_options {
   /// (core/log_sink.hpp).
   log_sink log;
 };
-using enable_options = setup_options;
-using offloader_inputs = setup_options;
 
 }  // namespace v0
 }  // namespace ddo
