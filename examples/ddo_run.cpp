@@ -326,7 +326,7 @@ ddo::runner::measured_bound measure_bound(const run_context& ctx,
   std::uint64_t copy_bytes = ctx.gpu ? 256 * ddo::mib : 16 * ddo::mib;
   if (const auto free = transport.device_memory().free_bytes; free != 0)
     copy_bytes = std::max<std::uint64_t>(ddo::mib, std::min(copy_bytes, free / 4));
-  bound.pinned_gbps = r::measure_pinned_gbps(transport, copy_bytes);
+  bound.rates = r::measure_pinned_rates(transport, copy_bytes);
   return bound;
 }
 
@@ -470,14 +470,17 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   progress_bar bar("steps", static_cast<std::uint64_t>(total_steps), "steps",
                    ::isatty(STDERR_FILENO) ? ddo::runner::progress_style::terminal
                                            : ddo::runner::progress_style::quiet);
-  std::vector<double> step_ms;
+  // A step's time is the interval from its start to the next step's (runner/step_timing.hpp):
+  // the sampling and printing between steps belong to an interval, as the copy stream's loads
+  // of the next step's groups meanwhile do. Each step's own span is printed beside it.
+  ddo::runner::step_clock steps;
   std::unique_ptr<typename Engine::graph_holder> graph;  // --graph: the captured step
   for (int step = 0; step < total_steps; ++step) {
     const std::string step_name = step < warmup ? "warm-up " + std::to_string(step)
                                                 : "step " + std::to_string(step - warmup);
     nvtx_scope range(ctx.gpu, step_name.c_str());
+    steps.start();
     offloader.begin_step();
-    const auto t0 = std::chrono::steady_clock::now();
     const double t0_us = trace.now_us();
     const auto enqueue_step = [&] {
       for (std::size_t g = 0; g < offloader.group_count(); ++g) {
@@ -537,15 +540,15 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     } else {
       enqueue_step();
     }
-    t.synchronize(view);  // per-step time for the printout (the benchmark never syncs)
-    const double ms = seconds_since(t0) * 1e3;
-    step_ms.push_back(ms);
+    t.synchronize(view);  // the step's span for the printout (the benchmark never syncs)
+    steps.end();
+    const double ms = steps.last_span_ms();
     if (!opt.trace_path.empty())
       trace.add(step_name, "step", t0_us, trace.now_us() - t0_us, chrome_trace::host);
     if (sampler) sampler->sample();
     host_memory.sample();
     bar.interrupt([&] {
-      std::printf("  %s: %.1f ms\n", step_name.c_str(), ms);
+      std::printf("  %s: span %.1f ms\n", step_name.c_str(), ms);
       if (config.show_profile) {
         const auto m = offloader.metrics();
         if (!m.steps.empty()) print_step_metrics(m.steps.back(), m.timing);
@@ -554,6 +557,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     });
     bar.update(static_cast<std::uint64_t>(step + 1));
   }
+  steps.close();
   bar.finish();
 
   const auto metrics = offloader.metrics(true);
@@ -562,8 +566,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     std::printf("\n");
     ddo::runner::print_graph_launches(offloader);
   }
-  const auto summary = ddo::runner::summarize_steps(step_ms, warmup);
-  std::printf("\n%s", ddo::runner::format_step_summary(summary, bound ? &*bound : nullptr).c_str());
+  const auto times = steps.times();
+  const auto summary = ddo::runner::summarize_steps(times.interval_ms, warmup);
+  std::printf("\n%s",
+              ddo::runner::format_step_summary(times, warmup, bound ? &*bound : nullptr).c_str());
   if (opt.verify && bound)
     std::printf("  (--verify: each step also copies every weight back and compares it, so the "
                 "steps are slower than the bound says)\n");
@@ -756,7 +762,8 @@ int run_compare(run_context& ctx, typename Engine::transport_type base, MakeTran
   report.rss_reset = r::reset_peak_rss();
 
   std::fprintf(stderr, "ddo-run: --compare: measuring pinned host-to-device bandwidth...\n");
-  report.pinned_gbps = r::measure_pinned_gbps(base, ctx.gpu ? 256 * ddo::mib : 64 * ddo::mib);
+  report.rates = r::measure_pinned_rates(base, ctx.gpu ? 256 * ddo::mib : 64 * ddo::mib);
+  report.pinned_gbps = report.rates.best_gbps();
 
   r::compare_row resident;
   resident.variant = "resident";
