@@ -66,6 +66,7 @@
 #include "runner/calibration_report.hpp"
 #include "runner/chrome_trace.hpp"
 #include "runner/compare.hpp"
+#include "runner/count_options.hpp"
 #include "runner/graph_launches.hpp"
 #include "runner/compare_run.hpp"
 #include "runner/device_memory_sampler.hpp"
@@ -131,6 +132,7 @@ struct run_options {
   bool compare = false;
   std::string json_path;         // --json: the compare report
   std::string cache_dir;
+  std::string expect_model;      // --expect-model KEY: refuse any other synthetic model
   ddo::synthetic_model_options synthetic;
   bool synthetic_given = false;  // any of --blocks, --hidden, ... given
   std::string profile_name;      // --profile
@@ -868,9 +870,10 @@ int run(int argc, char** argv) {
       "model", po::value<std::vector<std::string>>()->multitoken()->value_name("PATH..."),
       "Run these safetensors files (or .index.json) instead of the synthetic model; 2-D weights "
       "are linear layers [out, in]")(
-      "steps", po::value<int>()->value_name("N"),
-      "Steady steps to run and take the median of (default 3), after the warm-up steps")(
-      "warmup", po::value<int>(&opt.warmup)->value_name("N"),
+      "steps", po::value<ddo::runner::steps_option>()->value_name("N"),
+      "Steady steps to run and take the median of (default 3; 1..1000000), after the warm-up "
+      "steps")(
+      "warmup", po::value<ddo::runner::warmup_option>()->value_name("N"),
       "Warm-up steps before the steady ones, reported apart (default 1; 0..100)")(
       "no-bound",
       "Do not measure the bound max(C, W / B) before the steps (C costs up to four steps of "
@@ -881,7 +884,7 @@ int run(int argc, char** argv) {
       "parallel-setup", po::bool_switch(&opt.parallel_setup),
       "Pack and page-lock the streamed groups beside the residents' upload at setup "
       "(runtime_options::parallel_setup; off by default)")(
-      "tokens", po::value<std::int64_t>()->value_name("T"),
+      "tokens", po::value<ddo::runner::tokens_option>()->value_name("T"),
       "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
       "verify", po::bool_switch(&opt.verify),
       "Each step, copy every acquired weight back from the device and compare it with the file")(
@@ -917,12 +920,12 @@ int run(int argc, char** argv) {
       "Run a synthetic text encoder -> transformer steps (--steps) -> VAE pipeline per image "
       "under one shared device budget (phases) and, in the same run, with that budget split "
       "by weight bytes; --hidden and --blocks (transformer blocks) size it")(
-      "images", po::value<int>(&opt.images)->value_name("N"),
+      "images", po::value<ddo::runner::images_option>()->value_name("N"),
       "--pipeline: images to run (default 3 on a GPU, 2 on host_sim), after one warm-up image; "
       "its budgets are the settings pipeline_device_budget_gb / pipeline_pinned_budget_gb "
       "(--ddo-pipeline-device-budget-gb, DDO_PIPELINE_DEVICE_BUDGET_GB, TOML; default 40% of "
       "the weights + 64 MiB and every weight)")(
-      "devices", po::value<int>(&opt.devices)->value_name("N"),
+      "devices", po::value<ddo::runner::devices_option>()->value_name("N"),
       "Run N devices at once, one offloader each (its own transport, card budget, ring, copy "
       "stream, plan and thread), all reading one shared host copy of the weights: N GPUs where "
       "the host has them, else N emulated cards (--vram-gb each) on the one GPU, sharing its "
@@ -956,7 +959,11 @@ int run(int argc, char** argv) {
       "shards", po::value<ddo::runner::shards_option>()->value_name("K"), "Files to split the model over (default 1)")(
       "seed", po::value<ddo::runner::seed_option>()->value_name("S"), "Random seed of the weights (default 0)")(
       "cache-dir", po::value<std::string>(&opt.cache_dir)->value_name("DIR"),
-      "Where generated models are kept (default: beside ddo-run, else $TMPDIR)");
+      "Where generated models are kept (default: beside ddo-run, else $TMPDIR)")(
+      "expect-model", po::value<std::string>(&opt.expect_model)->value_name("KEY"),
+      "Run only the synthetic model KEY (as printed: 'model: synthetic KEY'): where the disk or "
+      "RAM cannot hold it, fail instead of using a smaller one (figures that must name their "
+      "model: tools/gpu-figures)");
   po::options_description ddo_flags("ddo settings (each also a DDO_* variable)");
   ddo::add_dynamic_offload_arguments(ddo_flags);
   po::options_description all;
@@ -983,20 +990,16 @@ int run(int argc, char** argv) {
   opt.use_environment = vm.count("no-environment") == 0;
   opt.bound = vm.count("no-bound") == 0;
   if (vm.count("model")) opt.models = vm["model"].as<std::vector<std::string>>();
-  if (vm.count("steps")) {
-    opt.steps = vm["steps"].as<int>();
-    if (opt.steps < 1) return fail("--steps must be at least 1, got " + std::to_string(opt.steps), exit_usage);
-  }
-  if (opt.warmup < 0 || opt.warmup > 100)
-    return fail("--warmup must be 0..100, got " + std::to_string(opt.warmup), exit_usage);
+  // Counts through one checked conversion (runner/count_options.hpp): refused when out of range
+  // by the parser itself, with the option's name and range.
+  if (vm.count("steps")) opt.steps = vm["steps"].as<ddo::runner::steps_option>();
+  if (vm.count("warmup")) opt.warmup = vm["warmup"].as<ddo::runner::warmup_option>();
+  if (vm.count("images")) opt.images = vm["images"].as<ddo::runner::images_option>();
+  if (vm.count("devices")) opt.devices = vm["devices"].as<ddo::runner::devices_option>();
   if (vm.count("warmup") && (opt.compare || opt.pipeline))
     return fail("--warmup applies to the plain run (--compare and --pipeline each warm up once "
                 "on their own)", exit_usage);
-  if (vm.count("tokens")) {
-    opt.tokens = vm["tokens"].as<std::int64_t>();
-    if (opt.tokens < 1 || opt.tokens > (1 << 20))
-      return fail("--tokens must be 1..1048576, got " + std::to_string(opt.tokens), exit_usage);
-  }
+  if (vm.count("tokens")) opt.tokens = vm["tokens"].as<ddo::runner::tokens_option>();
   if (vm.count("sim-vram-gb") && vm.count("vram-gb"))
     return fail("give --vram-gb only (--sim-vram-gb is its deprecated spelling)", exit_usage);
   if (vm.count("sim-vram-gb") || vm.count("vram-gb")) {
@@ -1023,8 +1026,6 @@ int run(int argc, char** argv) {
   if (!opt.json_path.empty() && !opt.compare)
     return fail("--json writes the --compare table; give --compare too", exit_usage);
   if (!opt.json_path.empty()) ddo::check_output_path(opt.json_path, "--json file");
-  if (opt.devices < 1 || opt.devices > 64)
-    return fail("--devices must be 1..64, got " + std::to_string(opt.devices), exit_usage);
   if (vm.count("shard")) {
     const auto shard = vm["shard"].as<std::string>();
     if (shard != "none" && shard != "layers")
@@ -1110,7 +1111,8 @@ int run(int argc, char** argv) {
 
   if (opt.pipeline) {
     for (const char* flag : {"compare", "model", "trace", "vram-gb", "sim-vram-gb", "calibrate", "profile",
-                             "json", "shape", "single-blocks", "mlp-ratio", "dtype", "shards"})
+                             "json", "shape", "single-blocks", "mlp-ratio", "dtype", "shards",
+                             "expect-model"})
       if (vm.count(flag) && !vm[flag].defaulted())
         return fail(std::string("--pipeline runs its own synthetic pipeline: --") + flag +
                         " does not apply (it takes --steps, --tokens, --images, --hidden, --blocks, "
@@ -1121,7 +1123,6 @@ int run(int argc, char** argv) {
     p.gpu = gpu;
     p.verify = opt.verify;
     p.images = vm.count("images") ? opt.images : (gpu ? 3 : 2);
-    if (p.images < 1) return fail("--images must be at least 1, got " + std::to_string(p.images), exit_usage);
     p.shape.hidden = vm.count("hidden") ? static_cast<std::uint32_t>(vm["hidden"].as<ddo::runner::hidden_option>())
                                         : (gpu ? 3072u : 256u);
     p.shape.transformer_blocks = vm.count("blocks")
@@ -1185,6 +1186,8 @@ int run(int argc, char** argv) {
   for (const char* flag :
        {"shape", "blocks", "single-blocks", "hidden", "mlp-ratio", "dtype", "shards", "seed"})
     if (vm.count(flag)) opt.synthetic_given = true;
+  if (!opt.expect_model.empty() && !opt.models.empty())
+    return fail("--expect-model names a synthetic model; --model runs your files", exit_usage);
   if (opt.synthetic_given && !opt.models.empty())
     return fail("--model runs your files; the synthetic-model flags (--blocks, --hidden, ...) "
                 "cannot be combined with it",
@@ -1196,7 +1199,6 @@ int run(int argc, char** argv) {
     const std::filesystem::path cache =
         opt.cache_dir.empty() ? ddo::runner::default_model_cache_dir() : std::filesystem::path(opt.cache_dir);
     bool generated = false;
-    ddo::check_output_directory(cache, "model cache directory");
     interrupts.watch(cache);
     if (gpu && !opt.synthetic_given &&
         !std::filesystem::exists(ddo::runner::cached_model_entry(synthetic, cache))) {
@@ -1210,8 +1212,19 @@ int run(int argc, char** argv) {
                                               ddo::available_ram_bytes().value_or(0), &why);
       if (!why.empty()) std::printf("model: %s\n", why.c_str());
     }
+    // A figure names the model it was taken on: a substitute is refused before any work.
+    if (!opt.expect_model.empty() &&
+        ddo::runner::synthetic_model_key(synthetic) != opt.expect_model)
+      return fail("--expect-model " + opt.expect_model + ": this run's synthetic model is " +
+                      ddo::runner::synthetic_model_key(synthetic) +
+                      " (a smaller model where the disk or RAM cannot hold the one asked for, "
+                      "or other --shape/--blocks/... flags); no step was run",
+                  exit_failure);
     const auto entry = ddo::runner::cached_model_entry(synthetic, cache);
     if (!std::filesystem::exists(entry)) {
+      // Checked for writing only now that something must be written: a shared read-only cache
+      // that holds the model is read, not refused.
+      ddo::check_output_directory(cache, "model cache directory");
       std::fprintf(stderr, "ddo-run: generating the synthetic model %s (%s) into %s ...\n",
                    ddo::runner::synthetic_model_key(synthetic).c_str(),
                    gb([&] {

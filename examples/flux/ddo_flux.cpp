@@ -75,6 +75,7 @@
 #include "flux/flux_trace.hpp"
 #include "runner/graph_launches.hpp"
 #include "runner/program_main.hpp"
+#include "runner/synthetic_options.hpp"
 #include "runner/vram_budget.hpp"
 #if defined(DDO_FLUX_GPU)
 #include "ddo/platform/cuda_device.hpp"
@@ -499,9 +500,16 @@ int run(int argc, char** argv) {
   std::vector<std::string> models;
   std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56", output,
                           trace_path;
-  int steps = 28, width = 1024, height = 1024, text_tokens = 512;
+  // Counts through one checked conversion (ddo/cli/bounded_integer.hpp): "-1" or a value past
+  // the range is refused by the parser with the option's name and range, never wrapped.
+  using flux_steps_option = ddo::bounded_integer<int, 1, 1000>;
+  using pixels_option = ddo::bounded_integer<int, 16, 16384>;
+  using text_tokens_option = ddo::bounded_integer<int, 1, 4096>;
+  flux_steps_option steps_arg{28};
+  pixels_option width_arg{1024}, height_arg{1024};
+  text_tokens_option text_tokens_arg{512};
   double guidance = 3.5, vram_gib = 12.0;
-  std::uint64_t seed = 0;
+  ddo::runner::seed_option seed_arg{0};
   bool force_cpu = false;
   flux::run_modes modes;
   std::string json;
@@ -509,14 +517,14 @@ int run(int argc, char** argv) {
   general.add_options()("help,h", "Print this help and exit")(
       "model", po::value(&models)->multitoken()->value_name("PATH..."),
       "FLUX.1 transformer weights by their diffusers names: safetensors files or an .index.json")(
-      "steps", po::value(&steps)->value_name("N"), "Euler steps (default 28, FluxPipeline's)")(
-      "width", po::value(&width)->value_name("PX"),
+      "steps", po::value(&steps_arg)->value_name("N"), "Euler steps (default 28, FluxPipeline's)")(
+      "width", po::value(&width_arg)->value_name("PX"),
       "Image width in pixels, a multiple of 16 (default 1024)")(
-      "height", po::value(&height)->value_name("PX"),
+      "height", po::value(&height_arg)->value_name("PX"),
       "Image height in pixels, a multiple of 16 (default 1024)")(
-      "text-tokens", po::value(&text_tokens)->value_name("N"), "T5 tokens (default 512)")(
+      "text-tokens", po::value(&text_tokens_arg)->value_name("N"), "T5 tokens (default 512)")(
       "guidance", po::value(&guidance)->value_name("G"), "Guidance scale (default 3.5)")(
-      "seed", po::value(&seed)->value_name("S"),
+      "seed", po::value(&seed_arg)->value_name("S"),
       "Seed of the inputs (and of --make-model's weights)")(
       "axes", po::value(&axes_text)->value_name("A,B,C"),
       "RoPE axes (axes_dims_rope), summing to the head size (default 16,56,56)")(
@@ -575,6 +583,9 @@ int run(int argc, char** argv) {
   } catch (const po::error& e) {
     return fail(ddo::describe_cli_error(e, all), exit_usage);
   }
+  const int steps = steps_arg, width = width_arg, height = height_arg;
+  const int text_tokens = text_tokens_arg;
+  const std::uint64_t seed = seed_arg;
   if (vm.count("help")) {
     std::cout << "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
                  "                [--trace FILE.json]\n"
@@ -609,15 +620,11 @@ int run(int argc, char** argv) {
   flux::check_run_modes(modes);
   // An unwritable trace path is said now, not after the run.
   if (modes.trace) ddo::check_output_path(trace_path, "trace file");
-  if (steps < 1 || steps > 1000)
-    return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
-    if (v < 16 || v > 16384 || v % 16 != 0)
+    if (v % 16 != 0)
       return fail(
           std::string(name) + " must be a multiple of 16 in 16..16384, got " + std::to_string(v),
           exit_usage);
-  if (text_tokens < 1 || text_tokens > 4096)
-    return fail("--text-tokens must be 1..4096, got " + std::to_string(text_tokens), exit_usage);
   if (!(vram_gib > 0.0) || vram_gib > 65536.0)
     return fail("--vram-gb must be greater than 0 and at most 65536", exit_usage);
 
