@@ -167,6 +167,10 @@ class offloader_core {
                                              std::byte* image, step_metrics& step);
   void prefetch();
   void poison_released(const group_runtime& gr, slot_state<T>& st, stream_view s, std::size_t slot);
+  /// Returns the slots poisoned at earlier releases to the ring, their release events recorded
+  /// again on their releases' streams (the engine's later reads there see the poison first);
+  /// called first by acquire and release, the engine's next calls.
+  void fence_poisoned();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
   void refuse_unreplayable_capture(std::size_t g) const;
   // graph streaming (offloader_core_graph_impl.hpp)
