@@ -188,7 +188,8 @@ class offloader_core {
     requires graph_streaming_transport<U>
   void load_position(std::size_t p, step_metrics& step);
   void load_in_graph(std::size_t p, stream_view s);
-  void count_load(const group_runtime& gr, step_metrics& step) const;
+  void count_load(const group_runtime& gr, const group_runtime* side, step_metrics& step) const;
+  [[nodiscard]] std::uint64_t pinned_copies(const group_runtime& gr) const;
   /// The first launch on a stable-address transport: the eager loads end and the window's slots
   /// are emptied (a group the eager ring mapped on another slot than its position's).
   void quiesce_window_for_graph();

@@ -132,7 +132,16 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     }
   }
   if (slot >= 0 && graph_.active) {
-    release_captured(g, static_cast<std::size_t>(slot), s);
+    try {
+      release_captured(g, static_cast<std::size_t>(slot), s);
+    } catch (const std::exception& e) {
+      // A lease drops in a noexcept destructor: the failure is printed there, and the graph,
+      // whose release of g is missing or partial, is refused at launch (issue 37).
+      graph_.broken = "launch_graph: the release of '" + gr.name +
+                      "' failed inside the capture (" + e.what() +
+                      "): the graph lacks it; capture the step again";
+      throw;
+    }
   } else if (slot >= 0) {
     auto& st = slots_[static_cast<std::size_t>(slot)];
     // One release event covers every lease of this occupancy: a release on another stream
@@ -365,13 +374,8 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     return;
   }
   auto& step = timing_.current();
-  ++step.group_loads;
-  std::uint64_t bytes = 0;
-  for (const group_runtime* part : {static_cast<const group_runtime*>(&gr), side}) {
-    if (part == nullptr) continue;
-    for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += part->bytes_by_source[i];
-    bytes += part->load_bytes();
-  }
+  count_load(gr, side, step);
+  const std::uint64_t bytes = gr.load_bytes() + (side != nullptr ? side->load_bytes() : 0);
   std::size_t t_start = no_group, t_end = no_group;
   if (timing_.timing()) {
     t_start = timing_.take();
@@ -431,13 +435,9 @@ auto offloader_core<T>::stable_job(const group_runtime* part, slot_state<T>& st,
     job.block = part->block_data();
     job.block_bytes = part->pinned_bytes;
     job.block_chunk = options_.max_copy_bytes;
-    step.copies +=
-        options_.max_copy_bytes == 0
-            ? 1
-            : (part->pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
   }
   job.direct = &part->in_place;
-  step.copies += part->in_place.size() + staging_.estimate_copies(part->staged);
+  step.copies += pinned_copies(*part) + staging_.estimate_copies(part->staged);
   return job;
 }
 
@@ -582,6 +582,8 @@ void lease<Transport>::reset() noexcept {
     core->release(group_, slot_, stream_);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddo: releasing group %zu failed: %s\n", group_, e.what());
+  } catch (...) {  // noexcept: anything else would terminate the engine
+    std::fprintf(stderr, "ddo: releasing group %zu failed (a non-standard exception)\n", group_);
   }
 }
 
