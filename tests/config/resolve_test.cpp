@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <sstream>
 #include <map>
 #include <string>
 #include <utility>
@@ -11,6 +12,8 @@
 #include <thread>
 
 #include "ddo/config/operational_defaults.hpp"
+#include "ddo/config/settings_toml.hpp"
+#include "ddo/config/toml_limits.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "support.hpp"
 
@@ -224,6 +227,43 @@ TEST_SUITE("config") {
                 (is_leaf ? group_offload_type::leaf_level : group_offload_type::block_level));
           CHECK(settings.route_fallback_bypassed == (from_code && has_fallback));
         }
+  }
+
+  TEST_CASE("one limit for a string value whatever its source; what ddo-config prints reads back") {
+    // Issue 37: a 120 KB flag value was accepted and printed, and ddo-config's own TOML reader
+    // refused the output (a string over its 64 KiB text limit).
+    const std::string field = "pinned_weight_cache_namespace";
+    const auto with = [&](const std::string& source, const std::string& value) {
+      auto inputs = ddo_test::hermetic_inputs();
+      if (source == "code") inputs.overrides = {{field, ddo::field_value{value}}};
+      if (source == "env")
+        inputs.environment =
+            std::map<std::string, std::string>{{"DDO_PINNED_WEIGHT_CACHE_NAMESPACE", value}};
+      if (source == "toml")
+        inputs.toml = ddo::parse_toml_config(field + " = " + ddo::toml_quote(value), "t.toml");
+      if (source == "flags") inputs.cli = cli_layer({{field, ddo::field_value{value}}});
+      return ddo::resolve_settings(inputs);
+    };
+    // Control bytes: the printed TOML escapes each as \u00XX, six bytes of text for one.
+    const std::string longest(ddo::max_config_value_bytes, '\x01');
+    for (const std::string source : {"code", "env", "toml", "flags"}) {
+      CAPTURE(source);
+      CHECK_THROWS_WITH_AS(with(source, std::string(ddo::max_config_value_bytes + 1, 'a')),
+                           doctest::Contains("the limit is 65536 bytes"), ddo::config_error);
+      if (source == "env") continue;  // an environment value holds no control bytes
+      const auto settings = with(source, longest);
+      std::ostringstream printed;
+      ddo::write_settings_toml(printed, settings);
+      auto again = ddo_test::hermetic_inputs();
+      again.toml = ddo::parse_toml_config(printed.str(), "printed.toml");
+      CHECK(ddo::resolve_settings(again).config.pinned_weight_cache_namespace == longest);
+    }
+    auto many = ddo_test::hermetic_inputs();
+    many.overrides = {{"skip_modules_pattern",
+                       ddo::field_value{std::vector<std::string>(
+                           ddo::max_config_list_elements + 1, "a")}}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(many), doctest::Contains("elements"),
+                         ddo::config_error);
   }
 
   TEST_CASE("backend vmm with preset nvme_baseline runs the preset's file route, said so") {
