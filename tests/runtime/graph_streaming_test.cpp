@@ -597,6 +597,7 @@ TEST_CASE("capture check: the linear route captures a cold step with staged page
 
 TEST_CASE("capture check: host_sim refuses a synchronizing call on the capturing thread") {
   // What the two cases above rely on: the check fires (the engine's own synchronize included).
+  using ddo::host_sim_transport;
   host_sim_transport sim;
   auto compute = sim.make_stream();
   auto other = sim.make_stream();
