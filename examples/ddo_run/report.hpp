@@ -47,9 +47,11 @@ inline void print_step_metrics(const ddo::step_metrics& m, bool timing) {
               static_cast<unsigned long long>(m.copies),
               static_cast<unsigned long long>(m.group_loads),
               static_cast<unsigned long long>(m.hits), static_cast<unsigned long long>(m.acquires));
-  if (timing)
+  if (timing && m.timed)
     std::printf("; copy %.1f ms (%.1f GB/s), stall %.1f ms, overlap %.2f", m.copy_ms,
-                m.achieved_gbps(), m.stall_ms, m.overlap_ratio());
+                *m.achieved_gbps(), m.stall_ms, *m.overlap_ratio());
+  else
+    std::printf("; copy, stall and overlap not timed");
   if (m.host_wait_ms > 0) std::printf(", host wait %.1f ms", m.host_wait_ms);
   std::printf("\n");
 }
