@@ -68,6 +68,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/plan/concepts.hpp"
+#include "ddo/plan/device_room.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/plan_patterns.hpp"
@@ -294,9 +295,9 @@ inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uin
     }
   throw out_of_memory(memory_tier::device, hard, free,
                       "the residency rules keep " + format_bytes(hard) +
-                          " resident, which cannot stream, but only " + format_bytes(free) +
-                          " of the device is free for the plan: " + cause +
-                          "; narrow that setting or use a larger device");
+                          " resident, which cannot stream, but " + device_room_text(c.machine) +
+                          ": " + cause + "; narrow that setting or use a larger device" +
+                          smallest_card_text(c.machine, hard));
 }
 
 [[nodiscard]] inline std::string rule_reason(const rule_residency& rules, std::size_t i,
@@ -361,10 +362,17 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
     const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
     const std::uint64_t taken = saturating_add(headroom, kept);
     r.budget_bytes = free > taken ? free - taken : 0;
-    if (cap != 0 && r.budget_bytes > cap) r.budget_bytes = cap;
+    // A cap the user did not set was chosen for some card: it follows this one (the headroom
+    // already keeps the engine's room), and the detail says so.
+    const bool follows = cap != 0 && !c.machine.resident_cap_origin.empty();
+    if (cap != 0 && !follows && r.budget_bytes > cap) r.budget_bytes = cap;
     r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " + format_bytes(headroom) +
                       " - rule-resident " + format_bytes(kept) + ", cap " +
-                      (cap == 0 ? std::string("none") : format_bytes(cap));
+                      (cap == 0   ? std::string("none")
+                       : !follows ? format_bytes(cap)
+                                  : "none (max_resident_module_budget_gb " + format_bytes(cap) +
+                                        " from " + c.machine.resident_cap_origin +
+                                        " follows the card)");
   }
   // A profile's recommendation was measured on another free-memory state: no more than is free.
   if (r.budget_source == resident_budget_source::profile && free != 0) {
