@@ -138,6 +138,15 @@ struct rule_residency {
 /// @throws config_error for an invalid pattern.
 [[nodiscard]] inline rule_residency residency_rules(const plan_context& context);
 
+/// @brief Per weight, 1 for the weights that may stream (managed, or kept only by a built-in
+/// pattern) of the groups outside the blocks that stream more than any block (a Llama's 1 GiB
+/// embedding and head beside 416 MiB layers; Wan's fp32 time_projection beside fp8 blocks).
+/// The balanced budget keeps such a group resident first while it holds it; setup asks this
+/// before it sizes the ring, which a streamed outsized group would size (issue 38). All zero
+/// without blocks.
+/// @throws config_error for an invalid pattern.
+[[nodiscard]] inline std::vector<char> outsized_group_weights(const plan_context& context);
+
 namespace detail {
 
 [[nodiscard]] inline const pattern* first_match(const std::vector<const pattern*>& ps,
@@ -390,6 +399,9 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
       r.budget_bytes = left;
       r.budget_detail +=
           ", limited to " + format_bytes(left) + " by " + c.machine.resident_limit_reason;
+    } else {  // named even where it does not bind: it may follow the card (issue 38)
+      r.budget_detail += ", within " + format_bytes(left) + " (" +
+                         c.machine.resident_limit_reason + ")";
     }
   }
 }
@@ -400,6 +412,25 @@ inline rule_residency residency_rules(const plan_context& c) {
   std::optional<plan_patterns> own;
   if (c.patterns == nullptr) own = compile_plan_patterns(c.config);
   return detail::apply_residency_rules(c, c.patterns != nullptr ? *c.patterns : *own);
+}
+
+inline std::vector<char> outsized_group_weights(const plan_context& c) {
+  const rule_residency rules = residency_rules(c);
+  auto may_stream = [&](std::size_t w) {
+    return rules.rule[w] == residency_rule::managed ||
+           rules.rule[w] == residency_rule::builtin_pattern;
+  };
+  std::vector<std::uint64_t> bytes(c.groups.size(), 0);
+  std::uint64_t largest_block = 0;
+  for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    for (std::size_t w : c.groups[g].weights) bytes[g] += may_stream(w) ? c.table[w].bytes : 0;
+    if (c.groups[g].is_block) largest_block = std::max(largest_block, bytes[g]);
+  }
+  std::vector<char> out(c.table.size(), 0);
+  for (std::size_t g = 0; g < c.groups.size(); ++g)
+    if (largest_block != 0 && !c.groups[g].is_block && bytes[g] > largest_block)
+      for (std::size_t w : c.groups[g].weights) out[w] = may_stream(w) ? 1 : 0;
+  return out;
 }
 
 template <selection_choice Selection>
