@@ -399,9 +399,10 @@ struct stage_child {
   std::vector<stage_child> children;
   std::unordered_map<std::string, std::size_t> child_of;
   for (std::size_t i : weights) {
-    const std::string_view module = table[i].module_name;
+    // Not called `module` (nvcc reads it at a line's start as the keyword: see match_family).
+    const std::string_view name = table[i].module_name;
     const std::string_view rest =
-        module.size() > prefix.size() ? module.substr(prefix.size() + 1) : std::string_view();
+        name.size() > prefix.size() ? name.substr(prefix.size() + 1) : std::string_view();
     const auto parts = split_dots(rest);
     std::string key, family;
     std::optional<std::uint64_t> index = parse_index(parts[0]);
