@@ -179,6 +179,8 @@ DDO_INLINE void layer_config(dynamic_offload_settings& settings,
               std::string(to_string(id))});
     for (const auto& [id, value] : preset_values(choice.id))
       assign(field_index(id), value, {origin::preset, choice.name});
+    for (const auto& [id, value] : choice.adjustments)
+      assign(field_index(id), value, {origin::preset, choice.adjusted_by});
   }
   for (const auto& layer : layers)
     for (const auto& assignment : layer.fields)
