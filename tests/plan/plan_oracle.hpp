@@ -49,9 +49,9 @@
 // divisor) of the card's room and of both rooms together, and fills exactly: over the pairs of
 // (card, RAM) sums where they are few enough (a few large weights, the case that needs it), else
 // by single-room subset sums. The brute-force test checks bound and plan on small models; the
-// property test counts the cases left uncertified (about 0.5% of its random layouts: a few large
+// property test counts the cases left uncertified (0.5-0.8% of its random layouts: a few large
 // weights with too many pairs of sums for the exact pass, where the bound, not necessarily the
-// plan, is loose: up to 2.2x seen) and fails above 1% of them.
+// plan, is loose: up to 2.2x seen) and fails above 2% of them.
 //
 // Outside the space, and not searched: trimming units larger than the slot (keeping part of every
 // block resident so that the slot shrinks). docs/planning.md ("The plan oracle") says so.
