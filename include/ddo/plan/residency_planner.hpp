@@ -406,6 +406,57 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
   }
 }
 
+/// Keeps resident, first, each group outside the blocks whose managed bytes exceed every
+/// block's while the budget holds it (see plan_residency).
+inline void keep_outsized_first(const plan_context& c, residency_result& r) {
+  std::uint64_t largest_block = 0;
+  std::vector<std::uint64_t> managed_of(c.groups.size(), 0);
+  for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    for (std::size_t i : c.groups[g].weights)
+      if (r.managed[i]) managed_of[g] += c.table[i].bytes;
+    if (c.groups[g].is_block) largest_block = std::max(largest_block, managed_of[g]);
+  }
+  for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    if (c.groups[g].is_block || managed_of[g] <= largest_block || largest_block == 0 ||
+        managed_of[g] > r.budget_bytes - r.outsized_bytes)
+      continue;
+    r.outsized_bytes += managed_of[g];
+    for (std::size_t i : c.groups[g].weights)
+      if (r.managed[i]) {
+        r.resident[i] = 1;
+        r.reason[i] = "resident_budget: group '" + c.groups[g].name +
+                      "' streams more than any block (it would size every ring slot)";
+      }
+  }
+}
+
+/// What the block selection left of the budget keeps the managed weights outside the blocks
+/// (embeddings, heads, a VAE's convolutions, a bundled encoder's stems): streamed, they cost the
+/// bus the same bytes a block does, so a budget that holds them keeps them (a small model on a
+/// large card is all resident). Largest group first, each whole or not at all.
+inline void keep_outside_blocks(const plan_context& c, residency_result& r, std::uint64_t left) {
+  std::vector<std::pair<std::uint64_t, std::size_t>> groups;  // streamed bytes, group
+  for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    if (c.groups[g].is_block) continue;
+    std::uint64_t bytes = 0;
+    for (std::size_t i : c.groups[g].weights)
+      if (r.managed[i] && !r.resident[i]) bytes += c.table[i].bytes;
+    if (bytes != 0) groups.emplace_back(bytes, g);
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [bytes, g] : groups) {
+    if (bytes > left) continue;
+    left -= bytes;
+    for (std::size_t i : c.groups[g].weights)
+      if (r.managed[i] && !r.resident[i]) {
+        r.resident[i] = 1;
+        r.reason[i] = "resident_budget: group '" + c.groups[g].name +
+                      "' outside the blocks, in what the blocks left of the budget";
+      }
+  }
+}
+
 }  // namespace detail
 
 inline rule_residency residency_rules(const plan_context& c) {
@@ -463,31 +514,11 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
   // Step 3. Candidates in execution order: blocks or modules, with the managed weights they hold.
   const bool by_block = !c.config.resident_module_patterns.empty();
   module_candidates cands;
+  // A group outside the blocks that streams more than any block would size every ring slot
+  // (Wan's time_projection, 601 MiB in fp32 beside 335 MiB fp8 blocks): it stays resident
+  // first, while the automatic budget holds it (an explicit one is spent as the reference says).
+  if (r.budget_source == resident_budget_source::balanced) detail::keep_outsized_first(c, r);
   if (by_block) {
-    // A group outside the blocks that streams more than any block would size every ring slot
-    // (Wan's time_projection, 601 MiB in fp32 beside 335 MiB fp8 blocks): it stays resident
-    // first, while the budget holds it.
-    std::uint64_t largest_block = 0;
-    std::vector<std::uint64_t> managed_of(c.groups.size(), 0);
-    for (std::size_t g = 0; g < c.groups.size(); ++g) {
-      for (std::size_t i : c.groups[g].weights)
-        if (r.managed[i]) managed_of[g] += table[i].bytes;
-      if (c.groups[g].is_block) largest_block = std::max(largest_block, managed_of[g]);
-    }
-    // (The automatic budget only: an explicit one is spent on blocks, as the reference says.)
-    const bool automatic = r.budget_source == resident_budget_source::balanced;
-    for (std::size_t g = 0; automatic && g < c.groups.size(); ++g) {
-      if (c.groups[g].is_block || managed_of[g] <= largest_block || largest_block == 0 ||
-          managed_of[g] > r.budget_bytes - r.outsized_bytes)
-        continue;
-      r.outsized_bytes += managed_of[g];
-      for (std::size_t i : c.groups[g].weights)
-        if (r.managed[i]) {
-          r.resident[i] = 1;
-          r.reason[i] = "resident_budget: group '" + c.groups[g].name +
-                        "' streams more than any block (it would size every ring slot)";
-        }
-    }
     for (const auto& g : c.groups) {
       if (!g.is_block) continue;
       selection_candidate cand;
@@ -502,16 +533,20 @@ residency_result basic_residency_planner<Selection>::plan_residency(const plan_c
       cands.members.push_back(std::move(ws));
     }
   } else {
-    cands = group_by_module(c, [&](std::size_t i) { return r.managed[i] != 0; });
+    cands = group_by_module(c, [&](std::size_t i) { return r.managed[i] && !r.resident[i]; });
   }
   const auto outcome = run_selection<Selection>(
       c.config.resident_module_selection, cands.candidates, r.budget_bytes - r.outsized_bytes);
   const std::string why = "resident_budget " + r.selection + (by_block ? " (block)" : " (module)");
-  for (std::size_t w : outcome.winners)
+  std::uint64_t spent = r.outsized_bytes;
+  for (std::size_t w : outcome.winners) {
+    spent += cands.candidates[w].bytes;
     for (std::size_t i : cands.members[w]) {
       r.resident[i] = 1;
       r.reason[i] = why;
     }
+  }
+  if (by_block && spent < r.budget_bytes) detail::keep_outside_blocks(c, r, r.budget_bytes - spent);
   return r;
 }
 

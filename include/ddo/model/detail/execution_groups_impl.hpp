@@ -391,11 +391,53 @@ struct stage_child {
   return 1;
 }
 
-/// The numbered children of the stage @p prefix (its weights @p weights); weights not in one go
-/// to @p front (input modules, anything else) or @p back (output modules, by name).
+/// Where the first numbered component of @p parts is (parts.size() when none).
+[[nodiscard]] DDO_INLINE std::size_t first_index_at(const std::vector<std::string_view>& parts) {
+  std::size_t j = 0;
+  while (j < parts.size() && !parse_index(parts[j])) ++j;
+  return j;
+}
+
+/// `parts[0] . ... . parts[j - 1]`.
+[[nodiscard]] DDO_INLINE std::string join_parts(const std::vector<std::string_view>& parts,
+                                                std::size_t j) {
+  std::string out;
+  for (std::size_t k = 0; k < j; ++k) {
+    if (k != 0) out += '.';  // piece by piece: `"." + std::string` trips g++ 12 -Wrestrict
+    out += parts[k];
+  }
+  return out;
+}
+
+/// The families deeper than one name below a stage (`model.transformer.resblocks` of a bundled
+/// OpenCLIP, `transformer.text_model.encoder.layers` of a CLIP) that repeat a container of
+/// layers at two indices or more: the stage's units at any depth (issue 38). A deep family that
+/// does not (a feed-forward's `ff.net.0` and `ff.net.2`) stays inside its unit.
+[[nodiscard]] DDO_INLINE std::unordered_map<std::string, bool> deep_families(
+    const weight_table& table, std::string_view prefix, std::span<const std::size_t> weights) {
+  std::unordered_map<std::string, std::pair<std::uint64_t, bool>> seen;  // first, repeated
+  for (std::size_t i : weights) {
+    const std::string_view name = table[i].module_name;
+    if (name.size() <= prefix.size()) continue;
+    const auto parts = split_dots(name.substr(prefix.size() + 1));
+    const std::size_t j = first_index_at(parts);
+    if (j < 2 || j + 1 >= parts.size()) continue;  // shallow, unnumbered, or a layer
+    const std::uint64_t index = *parse_index(parts[j]);
+    auto [it, added] = seen.try_emplace(join_parts(parts, j), index, false);
+    it->second.second = it->second.second || (!added && it->second.first != index);
+  }
+  std::unordered_map<std::string, bool> out;
+  for (const auto& [family, s] : seen) out.emplace(family, s.second);
+  return out;
+}
+
+/// The numbered children of the stage @p prefix (its weights @p weights): `N`, `family.N`, or a
+/// deep family of deep_families; weights not in one go to @p front (input modules, anything
+/// else) or @p back (output modules, by name).
 [[nodiscard]] DDO_INLINE std::vector<stage_child> stage_children(
     const weight_table& table, std::string_view prefix, std::span<const std::size_t> weights,
     std::vector<std::size_t>& front, std::vector<std::size_t>& back) {
+  const auto deep = deep_families(table, prefix, weights);
   std::vector<stage_child> children;
   std::unordered_map<std::string, std::size_t> child_of;
   for (std::size_t i : weights) {
@@ -404,21 +446,20 @@ struct stage_child {
     const std::string_view rest =
         name.size() > prefix.size() ? name.substr(prefix.size() + 1) : std::string_view();
     const auto parts = split_dots(rest);
-    std::string key, family;
-    std::optional<std::uint64_t> index = parse_index(parts[0]);
-    if (index) {
-      key = std::string(parts[0]);
-    } else if (parts.size() > 1 && (index = parse_index(parts[1]))) {
-      family = std::string(parts[0]);
-      key = family + "." + std::string(parts[1]);
-    } else {
+    const std::size_t j = first_index_at(parts);
+    std::string family = j < parts.size() ? join_parts(parts, j) : std::string();
+    const auto d = deep.find(family);
+    if (j == parts.size() || (j >= 2 && (d == deep.end() || !d->second))) {
       (is_output_component(parts[0]) ? back : front).push_back(i);
       continue;
     }
+    const std::string key = family.empty() ? std::string(parts[j])
+                                           : family + "." + std::string(parts[j]);
     auto [it, inserted] = child_of.emplace(key, children.size());
-    if (inserted) children.push_back({key, family, *index, {}, false, children.size()});
+    if (inserted)
+      children.push_back({key, family, *parse_index(parts[j]), {}, false, children.size()});
     auto& child = children[it->second];
-    child.container = child.container || parts.size() > (family.empty() ? 1u : 2u);
+    child.container = child.container || parts.size() > j + 1;
     child.weights.push_back(i);
   }
   return children;
@@ -472,6 +513,51 @@ DDO_INLINE void add_block(std::vector<execution_group>& groups, const weight_tab
     unit.is_block = is_block;
     groups.push_back(std::move(unit));
   }
+}
+
+/// The bytes of @p g's weights.
+[[nodiscard]] DDO_INLINE std::uint64_t group_bytes(const weight_table& table,
+                                                   const execution_group& g) {
+  std::uint64_t bytes = 0;
+  for (std::size_t i : g.weights) bytes += table[i].bytes;
+  return bytes;
+}
+
+/// @p g whole, or, when it holds more than @p largest (a block's bytes), one group per module in
+/// table order: the modules outside the blocks run one after another, and a streamed
+/// `<before>` of a 2 GiB embedding table and its stems would size every ring slot where the
+/// embedding alone, or nothing, needs to (issue 38).
+DDO_INLINE void add_outside(std::vector<execution_group>& out, const weight_table& table,
+                            execution_group g, std::uint64_t largest) {
+  if (g.weights.empty()) return;
+  if (largest == 0 || group_bytes(table, g) <= largest) {
+    out.push_back(std::move(g));
+    return;
+  }
+  std::unordered_map<std::string_view, std::size_t> of_module;
+  const std::size_t first = out.size();
+  for (std::size_t i : g.weights) {
+    const std::string& m = table[i].module_name;
+    auto [it, added] = of_module.try_emplace(m, out.size());
+    if (added) out.push_back(execution_group{g.name + ":" + m, {}, false});
+    out[it->second].weights.push_back(i);
+  }
+  if (out.size() == first + 1) out[first].name = g.name;
+}
+
+/// @p before, the blocks and middle stages @p inside, then @p after; each side split by
+/// add_outside against the largest of @p inside.
+[[nodiscard]] DDO_INLINE std::vector<execution_group> around_blocks(
+    const weight_table& table, execution_group before, std::vector<execution_group> inside,
+    execution_group after) {
+  std::uint64_t largest = 0;
+  for (const auto& g : inside) largest = std::max(largest, group_bytes(table, g));
+  std::vector<execution_group> out;
+  add_outside(out, table, std::move(before), largest);
+  out.insert(out.end(), std::make_move_iterator(inside.begin()),
+             std::make_move_iterator(inside.end()));
+  add_outside(out, table, std::move(after), largest);
+  return out;
 }
 
 /// The groups of one component (see model/execution_groups.hpp).
@@ -536,7 +622,6 @@ DDO_INLINE void add_block(std::vector<execution_group>& groups, const weight_tab
     if (!use_auto && found[b].rank == 0) middle_at = b + 1;
   for (std::size_t b = 0; b < found.size() && !middle_at; ++b)
     if (found[b].rank == 2) middle_at = b;
-  if (!before.weights.empty()) groups.push_back(std::move(before));
   for (std::size_t b = 0; b <= found.size(); ++b) {
     if (b == middle_at.value_or(found.size()))
       for (auto& [name, g] : middles)
@@ -545,8 +630,7 @@ DDO_INLINE void add_block(std::vector<execution_group>& groups, const weight_tab
       add_block(groups, table, std::move(found[b].key), std::move(found[b].weights), blocks,
                 use_auto);
   }
-  if (!after.weights.empty()) groups.push_back(std::move(after));
-  return groups;
+  return around_blocks(table, std::move(before), std::move(groups), std::move(after));
 }
 
 }  // namespace detail
