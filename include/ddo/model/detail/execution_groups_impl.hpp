@@ -515,51 +515,6 @@ DDO_INLINE void add_block(std::vector<execution_group>& groups, const weight_tab
   }
 }
 
-/// The bytes of @p g's weights.
-[[nodiscard]] DDO_INLINE std::uint64_t group_bytes(const weight_table& table,
-                                                   const execution_group& g) {
-  std::uint64_t bytes = 0;
-  for (std::size_t i : g.weights) bytes += table[i].bytes;
-  return bytes;
-}
-
-/// @p g whole, or, when it holds more than @p largest (a block's bytes), one group per module in
-/// table order: the modules outside the blocks run one after another, and a streamed
-/// `<before>` of a 2 GiB embedding table and its stems would size every ring slot where the
-/// embedding alone, or nothing, needs to (issue 38).
-DDO_INLINE void add_outside(std::vector<execution_group>& out, const weight_table& table,
-                            execution_group g, std::uint64_t largest) {
-  if (g.weights.empty()) return;
-  if (largest == 0 || group_bytes(table, g) <= largest) {
-    out.push_back(std::move(g));
-    return;
-  }
-  std::unordered_map<std::string_view, std::size_t> of_module;
-  const std::size_t first = out.size();
-  for (std::size_t i : g.weights) {
-    const std::string& m = table[i].module_name;
-    auto [it, added] = of_module.try_emplace(m, out.size());
-    if (added) out.push_back(execution_group{g.name + ":" + m, {}, false});
-    out[it->second].weights.push_back(i);
-  }
-  if (out.size() == first + 1) out[first].name = g.name;
-}
-
-/// @p before, the blocks and middle stages @p inside, then @p after; each side split by
-/// add_outside against the largest of @p inside.
-[[nodiscard]] DDO_INLINE std::vector<execution_group> around_blocks(
-    const weight_table& table, execution_group before, std::vector<execution_group> inside,
-    execution_group after) {
-  std::uint64_t largest = 0;
-  for (const auto& g : inside) largest = std::max(largest, group_bytes(table, g));
-  std::vector<execution_group> out;
-  add_outside(out, table, std::move(before), largest);
-  out.insert(out.end(), std::make_move_iterator(inside.begin()),
-             std::make_move_iterator(inside.end()));
-  add_outside(out, table, std::move(after), largest);
-  return out;
-}
-
 /// The groups of one component (see model/execution_groups.hpp).
 [[nodiscard]] DDO_INLINE std::vector<execution_group> component_groups(
     const weight_table& table, const table_component& part, std::span<const pattern> compiled,
@@ -622,6 +577,7 @@ DDO_INLINE void add_outside(std::vector<execution_group>& out, const weight_tabl
     if (!use_auto && found[b].rank == 0) middle_at = b + 1;
   for (std::size_t b = 0; b < found.size() && !middle_at; ++b)
     if (found[b].rank == 2) middle_at = b;
+  if (!before.weights.empty()) groups.push_back(std::move(before));
   for (std::size_t b = 0; b <= found.size(); ++b) {
     if (b == middle_at.value_or(found.size()))
       for (auto& [name, g] : middles)
@@ -630,7 +586,8 @@ DDO_INLINE void add_outside(std::vector<execution_group>& out, const weight_tabl
       add_block(groups, table, std::move(found[b].key), std::move(found[b].weights), blocks,
                 use_auto);
   }
-  return around_blocks(table, std::move(before), std::move(groups), std::move(after));
+  if (!after.weights.empty()) groups.push_back(std::move(after));
+  return groups;
 }
 
 }  // namespace detail
