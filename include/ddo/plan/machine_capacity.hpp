@@ -51,6 +51,10 @@ struct machine_capacity {
   /// card follows this one instead: the balanced budget is free VRAM less the headroom, uncapped,
   /// and the plan's detail says so (issue 38; docs/planning.md).
   std::string resident_cap_origin;
+  /// The ring slot setup sized for this plan when it tries a smaller ring than the largest
+  /// group needs (setup/plan_loop.hpp, issue 38): a group streaming more is kept resident first
+  /// while the automatic budget holds it, so that the plan fits that ring. 0: no such slot.
+  std::uint64_t ring_slot_bytes = 0;
   /// What took the device before the plan, for a refusal to name ("card 4.00 GiB: ring 3 x
   /// 648 MiB, engine reserve ..., ddo reserve ..."); empty when nothing was subtracted.
   std::string free_vram_detail;

@@ -147,6 +147,11 @@ struct rule_residency {
 /// @throws config_error for an invalid pattern.
 [[nodiscard]] inline std::vector<char> outsized_group_weights(const plan_context& context);
 
+/// @brief Per group, the bytes of its weights that may stream (managed, or kept only by a
+/// built-in pattern): what setup sizes a ring slot by.
+/// @throws config_error for an invalid pattern.
+[[nodiscard]] inline std::vector<std::uint64_t> streamable_group_bytes(const plan_context& context);
+
 namespace detail {
 
 [[nodiscard]] inline const pattern* first_match(const std::vector<const pattern*>& ps,
@@ -407,7 +412,8 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
 }
 
 /// Keeps resident, first, each group outside the blocks whose managed bytes exceed every
-/// block's while the budget holds it (see plan_residency).
+/// block's, and each group above setup's smaller ring slot (machine_capacity::ring_slot_bytes),
+/// while the budget holds it (see plan_residency).
 inline void keep_outsized_first(const plan_context& c, residency_result& r) {
   std::uint64_t largest_block = 0;
   std::vector<std::uint64_t> managed_of(c.groups.size(), 0);
@@ -416,10 +422,12 @@ inline void keep_outsized_first(const plan_context& c, residency_result& r) {
       if (r.managed[i]) managed_of[g] += c.table[i].bytes;
     if (c.groups[g].is_block) largest_block = std::max(largest_block, managed_of[g]);
   }
+  // Setup's smaller ring (machine_capacity::ring_slot_bytes): every group above its slot.
+  const std::uint64_t slot = c.machine.ring_slot_bytes;
   for (std::size_t g = 0; g < c.groups.size(); ++g) {
-    if (c.groups[g].is_block || managed_of[g] <= largest_block || largest_block == 0 ||
-        managed_of[g] > r.budget_bytes - r.outsized_bytes)
-      continue;
+    const bool above_slot = slot != 0 && managed_of[g] > slot;
+    const bool outsized = !c.groups[g].is_block && largest_block != 0 && managed_of[g] > largest_block;
+    if ((!above_slot && !outsized) || managed_of[g] > r.budget_bytes - r.outsized_bytes) continue;
     r.outsized_bytes += managed_of[g];
     for (std::size_t i : c.groups[g].weights)
       if (r.managed[i]) {
@@ -482,6 +490,17 @@ inline std::vector<char> outsized_group_weights(const plan_context& c) {
     if (largest_block != 0 && !c.groups[g].is_block && bytes[g] > largest_block)
       for (std::size_t w : c.groups[g].weights) out[w] = may_stream(w) ? 1 : 0;
   return out;
+}
+
+inline std::vector<std::uint64_t> streamable_group_bytes(const plan_context& c) {
+  const rule_residency rules = residency_rules(c);
+  std::vector<std::uint64_t> bytes(c.groups.size(), 0);
+  for (std::size_t g = 0; g < c.groups.size(); ++g)
+    for (std::size_t w : c.groups[g].weights)
+      if (rules.rule[w] == residency_rule::managed ||
+          rules.rule[w] == residency_rule::builtin_pattern)
+        bytes[g] += c.table[w].bytes;
+  return bytes;
 }
 
 template <selection_choice Selection>

@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -136,17 +137,6 @@ std::optional<std::pair<setup_machine, offload_plan>> plan_outsized_first(
   return std::nullopt;
 }
 
-/// @p make's plan; an empty one where it is refused but another plan stands by (@p fallback).
-template <class Make>
-offload_plan plan_unless_refused(Make make, bool fallback) {
-  try {
-    return make();
-  } catch (const out_of_memory&) {
-    if (!fallback) throw;
-  }
-  return {};
-}
-
 /// Takes @p first (plan_outsized_first's) over @p r's plan when that keeps less resident, or is
 /// empty (refused).
 inline void take_if_more_resident(offload_setup& r,
@@ -156,6 +146,57 @@ inline void take_if_more_resident(offload_setup& r,
     return;
   r.machine = std::move(first->first);
   r.plan = std::move(first->second);
+}
+
+/// Smaller rings than the largest streamed group needs (issue 38): blocks of unequal sizes (a
+/// flat model's double blocks six times its single blocks, a UNet's stages of unequal widths)
+/// size every slot by the largest, where keeping the groups above a smaller slot resident frees
+/// the ring's other slots for the budget. Tries up to three slot sizes below @p r's, each a
+/// group size at most 0.8x the last, the groups above it kept out of the ring and resident
+/// first (machine_capacity::ring_slot_bytes); takes each plan that fits its ring and keeps more
+/// resident.
+template <class Planner, class PinSelector, class Machine>
+void plan_smaller_rings(offload_setup& r, const weight_table& table,
+                        const std::vector<execution_group>& groups,
+                        const dynamic_offload_config& config, const std::vector<char>& rule_kept,
+                        const Planner& planner, const PinSelector& pins, Machine& machine) {
+  const auto bytes = streamable_group_bytes(make_plan_context(
+      table, config, r.machine.capacity, std::span<const execution_group>(groups)));
+  std::vector<std::uint64_t> levels(bytes.begin(), bytes.end());
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  std::uint64_t last = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
+  std::size_t tries = 0;
+  for (std::uint64_t level : levels) {
+    if (level == 0 || tries == 3 || r.plan.decisions.empty()) break;
+    if (level * 5 > last * 4) continue;
+    ++tries;
+    last = level;
+    std::vector<char> kept = rule_kept;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      if (bytes[g] > level)
+        for (std::size_t w : groups[g].weights) kept[w] = 1;
+    std::optional<std::pair<setup_machine, offload_plan>> smaller;
+    try {
+      auto m = machine(kept);
+      m.capacity.ring_slot_bytes = m.slot_bytes;
+      auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+      if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
+        smaller.emplace(std::move(m), std::move(plan));
+    } catch (const out_of_memory&) {  // that ring leaves no room for what it keeps out
+    }
+    take_if_more_resident(r, smaller);
+  }
+}
+
+/// @p make's plan; an empty one where it is refused but another plan stands by (@p fallback).
+template <class Make>
+offload_plan plan_unless_refused(Make make, bool fallback) {
+  try {
+    return make();
+  } catch (const out_of_memory&) {
+    if (!fallback) throw;
+  }
+  return {};
 }
 
 /// The dynamic route's planning (setup_offload): the plan cache's plan when it still fits, else
@@ -241,6 +282,7 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     }
   }
   take_if_more_resident(r, first);
+  plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
 }
 
 /// The dynamic_offload route's machine and plan (setup_offload), through the plan cache when
