@@ -426,7 +426,8 @@ inline void keep_outsized_first(const plan_context& c, residency_result& r) {
   const std::uint64_t slot = c.machine.ring_slot_bytes;
   for (std::size_t g = 0; g < c.groups.size(); ++g) {
     const bool above_slot = slot != 0 && managed_of[g] > slot;
-    const bool outsized = !c.groups[g].is_block && largest_block != 0 && managed_of[g] > largest_block;
+    const bool outsized =
+        !c.groups[g].is_block && largest_block != 0 && managed_of[g] > largest_block;
     if ((!above_slot && !outsized) || managed_of[g] > r.budget_bytes - r.outsized_bytes) continue;
     r.outsized_bytes += managed_of[g];
     for (std::size_t i : c.groups[g].weights)

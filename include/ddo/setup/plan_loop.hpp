@@ -209,7 +209,6 @@ void plan_streaming(offload_setup& r, const weight_table& table,
                     const dynamic_offload_config& config, const setup_options& options,
                     const Planner& planner, const PinSelector& pins, Machine& machine, bool cached,
                     std::string& key) {
-  // The ring holds what streams: reserved from what the residency rules do not keep.
   const std::vector<char> rule_kept = rule_kept_weights(table, groups, settings_config);
   std::vector<char> kept = rule_kept;
   r.machine = machine(kept);
@@ -239,11 +238,10 @@ void plan_streaming(offload_setup& r, const weight_table& table,
       }
     }
   }
-  // The ring the plan sees is reserved from what a plan streams: first from what the rules
-  // do not keep; again from the plan's own streamed weights when they differ (demoted
-  // weights stream too; the budget kept the largest groups), planning once more and taking
-  // a smaller ring only when the new plan still fits it. A model the card holds whole (no
-  // ring at all) is planned that way first.
+  // The ring (what streams) is reserved first from what the rules do not keep; again from the
+  // plan's own streamed weights when they differ (demoted weights stream too; the budget kept
+  // the largest groups), planning once more and taking a smaller ring only when the new plan
+  // still fits it. A model the card holds whole (no ring at all) is planned that way first.
   auto reserve_for = [&](const offload_plan& plan) {
     for (std::size_t w = 0; w < table.size(); ++w)
       kept[w] = plan.decisions[w].where == placement::gpu_resident ? 1 : 0;

@@ -453,8 +453,8 @@ struct stage_child {
       (is_output_component(parts[0]) ? back : front).push_back(i);
       continue;
     }
-    const std::string key = family.empty() ? std::string(parts[j])
-                                           : family + "." + std::string(parts[j]);
+    const std::string key =
+        family.empty() ? std::string(parts[j]) : family + "." + std::string(parts[j]);
     auto [it, inserted] = child_of.emplace(key, children.size());
     if (inserted)
       children.push_back({key, family, *parse_index(parts[j]), {}, false, children.size()});
