@@ -2,7 +2,7 @@
 #pragma once
 // The benchmarks that measure the runtime on a placement of their choosing (every weight
 // resident, or every weight streamed from pinned, pageable or file memory) get their offloader
-// through the one call (ddo/runtime/prepare_offload.hpp) like every engine: settings that make
+// through the one call (ddo/setup/prepare_offload.hpp) like every engine: settings that make
 // the planner choose that placement, and a check that it did.
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/plan/plan_format.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
+#include "ddo/setup/prepare_offload.hpp"
 
 namespace ddo_bench {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // ddo-plan: prints the offload plan ddo makes for a model on a machine — for the same inputs,
-// exactly the plan ddo-run runs (both go through ddo/runtime/setup.hpp with the inputs of
+// exactly the plan ddo-run runs (both go through ddo/setup/setup.hpp with the inputs of
 // examples/runner/run_setup.hpp).
 //
 //   ddo-plan MODEL... [--ddo-* flags] [--config F] [--vram-gb X] [--ram-gb Y] [--tokens T |
@@ -39,8 +39,8 @@
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/platform/cuda_driver.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "runner/overlap_report.hpp"
 #include "runner/run_setup.hpp"
 #include "runner/vram_budget.hpp"
@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
       vram_note = vram_gb > 0.0 ? "host_sim device of --vram-gb"
                                 : "no GPU: ddo-run's default host_sim device";
     }
-    // The one call (ddo/runtime/prepare_offload.hpp), as ddo-run and enable_offload take it:
+    // The one call (ddo/setup/prepare_offload.hpp), as ddo-run and enable_offload take it:
     // the transport `backend` chooses, the planner by profile, the plan; nothing is started.
     std::optional<ddo::runner::overlap_timings> overlap;
     std::vector<std::string> notes;

@@ -58,8 +58,8 @@
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/calibration.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/nvme.hpp"
@@ -336,7 +336,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   const auto& opt = ctx.opt;
   const ddo::dynamic_offload_config& config = ctx.settings.config;
 
-  // The one call (ddo/runtime/prepare_offload.hpp), as ddo-plan and enable_offload take it: the
+  // The one call (ddo/setup/prepare_offload.hpp), as ddo-plan and enable_offload take it: the
   // machine the plan sees (device memory minus the ring, the activations and ddo's reserve; a
   // stored capacity profile), the planner by profile, then the component's route:
   // dynamic_offload, the Diffusers group-offload translation, or none.

@@ -54,8 +54,8 @@
 #include "ddo/profile/profile_timings.hpp"
 #include "ddo/runtime/calibration.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/linear.hpp"
 #include "runner/synthetic_forward.hpp"
 
@@ -321,7 +321,7 @@ prepared prepare_plan(const flux_like& m, ddo::linear_transport& transport, ddo:
   o.inputs.overrides.emplace_back("resident_module_budget_gb",
                                   std::max(1e-9, static_cast<double>(budget) / static_cast<double>(ddo::gib)));
   const auto settings = ddo::resolve_settings(o.inputs);
-  // The one call (ddo/runtime/prepare_offload.hpp) with this planner.
+  // The one call (ddo/setup/prepare_offload.hpp) with this planner.
   auto planned = ddo::prepare_offload<>(m.table, settings, o, transport, planner);
   const auto& setup = planned.setup;
   const ddo::ring_shape ring{setup.runtime.slot_count, setup.runtime.prefetch_depth};

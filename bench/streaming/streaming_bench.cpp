@@ -66,8 +66,8 @@
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/vmm.hpp"
 #include "runner/device_memory_sampler.hpp"
@@ -859,7 +859,7 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
   r.description = std::move(description);
   memory_sampler mem;
   {
-    // The one call (ddo/runtime/prepare_offload.hpp), as ddo-run and enable_offload take it: the
+    // The one call (ddo/setup/prepare_offload.hpp), as ddo-run and enable_offload take it: the
     // plan sees device memory minus the ring, the forward's activations and ddo's reserve.
     ddo::resolve_inputs inputs;
     inputs.config = config;

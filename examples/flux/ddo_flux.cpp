@@ -62,8 +62,8 @@
 #include "ddo/core/json_writer.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
@@ -667,7 +667,7 @@ int run(int argc, char** argv) {
   // is the file route (over host_sim's VMM mode with execution_mode vmm_runtime), backend vmm
   // host_sim's VMM mode (the legacy or native VMM route by execution_mode), else the linear route.
   std::vector<flux::stage> stages;
-  // The one call (ddo/runtime/prepare_offload.hpp): the transport, the planner, the plan.
+  // The one call (ddo/setup/prepare_offload.hpp): the transport, the planner, the plan.
   const auto run_on = [&](auto& prepared) {
     using transport_type = typename std::decay_t<decltype(prepared)>::transport_type;
     const auto& setup = prepared.setup;

@@ -28,8 +28,8 @@
 #include "ddo/model/synthetic_model.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "runner/compare.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/peak_rss.hpp"
@@ -327,7 +327,7 @@ template <class Engine>
   internal::variant_meter meter(in.gpu);
   // A card too small for the plan (or for the ring the offloader allocates) is a skipped row
   // with ddo's refusal, not a failed sweep.
-  // The one call (ddo/runtime/prepare_offload.hpp) over this card's transport.
+  // The one call (ddo/setup/prepare_offload.hpp) over this card's transport.
   std::optional<enabled_offload<offloader<transport_type>>> held;
   try {
     auto prepared = prepare_offload<>(in.table, settings, options, transport);

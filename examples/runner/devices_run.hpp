@@ -24,7 +24,7 @@
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/weight_shard.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
+#include "ddo/setup/prepare_offload.hpp"
 #include "runner/compare_run.hpp"
 #include "runner/device_threads.hpp"
 #include "runner/run_model.hpp"

@@ -32,7 +32,7 @@ inline namespace v0 {
 namespace runner {
 
 /// A stored profile's timings for this run, or why there are none (ddo::stored_group_timings:
-/// the one call looks it up, runtime/prepare_offload.hpp).
+/// the one call looks it up, setup/prepare_offload.hpp).
 using overlap_timings = stored_group_timings;
 
 /// @p text quoted for a POSIX shell where it needs to be (it's as 'it'\''s').

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "ddo/core/format_bytes.hpp"
-#include "ddo/runtime/pipeline_offload.hpp"
+#include "ddo/setup/pipeline_offload.hpp"
 #include "ddo/transport/allocation_ledger.hpp"
 #include "runner/device_memory_sampler.hpp"
 #include "runner/pipeline_model.hpp"

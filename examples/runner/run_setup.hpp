@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The inputs ddo-run gives the one setup path (ddo/runtime/setup.hpp), shared with ddo-plan so
+// The inputs ddo-run gives the one setup path (ddo/setup/setup.hpp), shared with ddo-plan so
 // that, for the same arguments, ddo-plan prints the plan ddo-run runs: the component, the
 // engine's device reserve (the runner's activations), the simulated device size on host_sim.
 
@@ -16,7 +16,7 @@
 #include "ddo/plan/planner.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 
 namespace ddo {
 inline namespace v0 {

@@ -10,7 +10,7 @@
 /// started; 0 on host_sim, which has none), the engine's reserve R and ddo's own bytes (resident
 /// weights, the ring, staging). ddo's transport is capped at V − C (linear_options::
 /// device_limit_bytes, host_sim's device capacity), and the plan sees that minus R, the ring and
-/// ddo's 64 MiB reserve (runtime/setup.hpp machine_for), so a plan that fits leaves R free. After
+/// ddo's 64 MiB reserve (setup/machine.hpp machine_for), so a plan that fits leaves R free. After
 /// the run, C + R + ddo's peak device bytes (its allocation ledger) must be ≤ V: that is the
 /// accounted peak. On a GPU the runner also samples cudaMemGetInfo, which sees what the
 /// accounting cannot (allocation rounding, cuBLAS's own handle state).

@@ -9,7 +9,7 @@
 /// resolution from the environment (ddo/config/resolve.hpp), the host_sim transport
 /// (ddo/transport/host_sim.hpp), model files (ddo/model/safetensors.hpp), the synthetic model and
 /// its writer (ddo/model/synthetic_model.hpp), capacity profiles (ddo/profile/), component routes
-/// and enable_offload (ddo/runtime/routes.hpp, ddo/runtime/enable_offload.hpp), tracing
+/// and enable_offload (ddo/runtime/routes.hpp, ddo/setup/enable_offload.hpp), tracing
 /// (ddo/runtime/trace.hpp), the TOML source (ddo/config/toml_source.hpp) and the command-line
 /// helpers (ddo/cli/).
 

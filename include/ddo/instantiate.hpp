@@ -10,7 +10,7 @@
 ///   selector) for the transports the setup path constructs: host_sim_transport,
 ///   linear_transport, vmm_transport, nvme_transport<linear_transport> and
 ///   nvme_transport<vmm_transport> (DDO_RUNTIME_INSTANTIATIONS in runtime/basic_offloader.hpp,
-///   DDO_SHIPPED_INSTANTIATIONS in runtime/setup.hpp),
+///   DDO_SHIPPED_INSTANTIATIONS in setup/instantiations.hpp),
 /// and every other TU pays ddo's declarations only (docs/getting-started.md, "Compile ddo
 /// once"). The program links the CUDA runtime (cudart), as every program using ddo does.
 
@@ -33,7 +33,7 @@
 #include "ddo/profile/profile_store.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 #include "ddo/transport/nvme.hpp"

@@ -13,7 +13,7 @@
 
 #include "ddo/config/resolve.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "random_bytes.hpp"
 

@@ -69,7 +69,7 @@ static ddo::weight_table one_weight_model(std::vector<std::byte>& bytes) {
 """
 
 # One offloader planned from settings over host_sim: acquire, a lease, metrics.
-OFFLOADER = "#include <ddo/ddo.hpp>\n#include <ddo/runtime/setup.hpp>\n" + \
+OFFLOADER = "#include <ddo/ddo.hpp>\n#include <ddo/setup/setup.hpp>\n" + \
     "#include <ddo/transport/host_sim.hpp>\n" + MODEL + r"""
 int main() {
   std::vector<std::byte> bytes;
@@ -90,7 +90,7 @@ int main() {
 """
 
 # An engine letting `backend` choose: with_offload_backend instantiates five offloader types.
-BACKEND = "#include <ddo/ddo.hpp>\n#include <ddo/runtime/enable_offload.hpp>\n" + MODEL + r"""
+BACKEND = "#include <ddo/ddo.hpp>\n#include <ddo/setup/enable_offload.hpp>\n" + MODEL + r"""
 int main() {
   std::vector<std::byte> bytes;
   const ddo::weight_table table = one_weight_model(bytes);

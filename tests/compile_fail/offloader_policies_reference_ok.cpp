@@ -3,7 +3,7 @@
 // test policies_test.cpp also runs them on host_sim).
 #include <type_traits>
 
-#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/setup/enable_offload.hpp"
 
 // 1. Everything from the config (the run-time settings choose the selections), CUDA copies.
 using config_driven = ddo::offloader<ddo::linear_transport>;

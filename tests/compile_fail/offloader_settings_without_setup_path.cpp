@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Planning from settings needs the setup path (runtime/setup.hpp); the umbrella alone must stop
+// Planning from settings needs the setup path (setup/setup.hpp); the umbrella alone must stop
 // at the static_assert that names the header, not at an incomplete type.
 #include "ddo/ddo.hpp"
 

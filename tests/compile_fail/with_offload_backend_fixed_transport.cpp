@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Misuse: naming a transport while asking ddo to choose it from `backend`. Must not compile.
-#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/setup/enable_offload.hpp"
 
 int main() {
   const ddo::weight_table table;

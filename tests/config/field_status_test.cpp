@@ -73,7 +73,7 @@ TEST_SUITE("config") {
                               info.name == "vmm_component_buffer_limit_mb" ||
                               info.name == "vmm_native_source_cache_slot_mb" ||
                               info.name == "vmm_native_source_cache_slots" ||
-                              info.name == "vmm_module_pattern";  // both routes: runtime/setup.hpp
+                              info.name == "vmm_module_pattern";  // both routes: setup/setup.hpp
       if (dxgi)
         CHECK(info.status == ddo::field_status::no_effect_on_this_platform);
       else if (vmm && !legacy_vmm && !native_vmm)

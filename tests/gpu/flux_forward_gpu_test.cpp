@@ -20,7 +20,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/model/safetensors.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/linear.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_gpu.hpp"

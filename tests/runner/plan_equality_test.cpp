@@ -2,7 +2,7 @@
 // ddo-plan prints the plan ddo-run runs: for several presets and device sizes, the plan made by
 // ddo-plan's code path (its --tokens reserve, --vram-gb host_sim device, --ram-gb) equals the
 // plan the offloader ddo-run builds holds after setup, and the plan enable_offload runs with the
-// same inputs — all three through ddo/runtime/setup.hpp.
+// same inputs — all three through ddo/setup/setup.hpp.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "ddo/plan/plan_format.hpp"
-#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/setup/enable_offload.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "runner/run_setup.hpp"
 
 namespace {

@@ -21,7 +21,7 @@
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/module_kind_inference.hpp"
 #include "ddo/model/safetensors.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/nvme.hpp"
 #include "runner/published_layouts.hpp"

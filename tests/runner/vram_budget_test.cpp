@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "runner/run_setup.hpp"
 
 namespace vram_budget_test {

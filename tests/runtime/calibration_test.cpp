@@ -19,7 +19,7 @@
 #include "ddo/profile/profile_store.hpp"
 #include "ddo/profile/profile_timings.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 
 namespace {

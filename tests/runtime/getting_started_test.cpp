@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ddo/ddo.hpp"
-#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/setup/enable_offload.hpp"
 #include "ddo/transport/host_sim.hpp"
 
 namespace {

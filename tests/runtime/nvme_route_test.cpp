@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ddo/runtime/basic_offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/fault_injection.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"

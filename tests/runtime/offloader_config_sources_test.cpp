@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The offloader's config-source constructor: runtime/offloader.hpp names neither the resolver nor
-// the setup path; both come with runtime/setup.hpp, which code that plans from settings or
+// the setup path; both come with setup/setup.hpp, which code that plans from settings or
 // sources includes (tests/compile_fail/offloader_settings_without_setup_path.cpp is the miss).
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// One device budget and one pinned-host budget for a pipeline (runtime/pipeline_budget.hpp,
-// runtime/pipeline_offload.hpp), on host_sim: ddo's ledger stays inside the shared budget in
+// One device budget and one pinned-host budget for a pipeline (setup/pipeline_budget.hpp,
+// setup/pipeline_offload.hpp), on host_sim: ddo's ledger stays inside the shared budget in
 // every phase over several images, pinned blocks are made once, the errors say what is wrong
 // and a failed setup leaves nothing allocated.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ddo/runtime/pipeline_offload.hpp"
+#include "ddo/setup/pipeline_offload.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
 #include "lease_check.hpp"

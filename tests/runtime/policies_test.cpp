@@ -9,7 +9,7 @@
 #include <string>
 #include <type_traits>
 
-#include "ddo/runtime/enable_offload.hpp"
+#include "ddo/setup/enable_offload.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
 

@@ -5,8 +5,8 @@
 
 #include <random>
 
-#include "ddo/runtime/enable_offload.hpp"
-#include "ddo/runtime/pipeline_offload.hpp"
+#include "ddo/setup/enable_offload.hpp"
+#include "ddo/setup/pipeline_offload.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/transport/host_sim.hpp"

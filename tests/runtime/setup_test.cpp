@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one setup path (runtime/setup.hpp): the machine the plan sees, DDO_PRESET precedence,
+// The one setup path (setup/setup.hpp): the machine the plan sees, DDO_PRESET precedence,
 // the application's plan cache, verbose setup details, execution_device, stated RAM; the one
-// call (runtime/prepare_offload.hpp) behind every entry point.
+// call (setup/prepare_offload.hpp) behind every entry point.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -16,9 +16,9 @@
 #include "ddo/plan/plan_format.hpp"
 #include "ddo/profile/model_fingerprint.hpp"
 #include "ddo/profile/profile_store.hpp"
-#include "ddo/runtime/enable_offload.hpp"
-#include "ddo/runtime/pipeline_offload.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/enable_offload.hpp"
+#include "ddo/setup/pipeline_offload.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 
 namespace {

@@ -22,7 +22,7 @@
 #include "ddo/memory/shared_weight_store.hpp"
 #include "ddo/model/weight_shard.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/fault_injection.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "runtime_fixtures.hpp"

@@ -16,7 +16,7 @@
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/component_ownership.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
 #include "runtime/runtime_fixtures.hpp"
 

@@ -101,7 +101,7 @@ struct dynamic_offload_config {
   /// vmm_fast_runtime. Resolution turns auto_select into the concrete backend.
   offload_backend backend = offload_backend::auto_select;
   /// enable_pipeline_offload's shared device budget in GiB: ddo's device bytes in any phase,
-  /// its 64 MiB runtime reserve included (runtime/pipeline_budget.hpp). 0: not shared. Read
+  /// its 64 MiB runtime reserve included (setup/pipeline_budget.hpp). 0: not shared. Read
   /// from the pipeline's settings (no component); a component policy does not change it.
   double pipeline_device_budget_gb = 0.0;
   /// enable_pipeline_offload's shared pinned-host budget in GiB: page-locked weight bytes of

@@ -15,7 +15,7 @@
 /// - the offloader's runtime core and the setup path (with the default planner and pin
 ///   selector) are declared extern for the transports the setup path constructs (host_sim,
 ///   linear, vmm, and the file route over linear and vmm; runtime/basic_offloader.hpp,
-///   runtime/setup.hpp) and instantiated in that TU.
+///   setup/instantiations.hpp) and instantiated in that TU.
 /// Every TU of a program must be compiled in the same mode: a function inline in one TU and
 /// not in another breaks the one-definition rule.
 

@@ -25,7 +25,7 @@
 /// Registration is portable (linear_transport registers with cudaHostRegisterPortable), so a block
 /// page-locked through one device's transport is pinned for every device of the process.
 ///
-/// Counting: setup adds the store's bytes to the RAM it probes (runtime/setup.hpp), since they are
+/// Counting: setup adds the store's bytes to the RAM it probes (setup/machine.hpp), since they are
 /// already out of MemAvailable and a plan reuses them: N offloaders count the copy once.
 
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 /// timings of a stored capacity profile that matches the model and device, the overlap-aware
 /// planner plans (plan/overlap_planner.hpp); without, the fallback planner (the config's
 /// selection by default). The plan records which one planned and why
-/// (plan_budgets::planner_detail). The one setup call (runtime/prepare_offload.hpp) makes it
+/// (plan_budgets::planner_detail). The one setup call (setup/prepare_offload.hpp) makes it
 /// from the settings; default-constructed it is the fallback.
 
 #include <optional>
@@ -36,7 +36,7 @@ struct by_profile_planner {
     r.planner_detail = reason;
     return r;
   }
-  /// What distinguishes two plans of this type (the plan cache's key, runtime/plan_cache.hpp).
+  /// What distinguishes two plans of this type (the plan cache's key, setup/plan_cache.hpp).
   [[nodiscard]] std::string cache_key() const {
     return overlap ? "overlap:" + reason + ":" + std::to_string(overlap->ring.slots) + ":" +
                          std::to_string(overlap->ring.prefetch_depth)

@@ -21,7 +21,7 @@
 ///
 /// Compile cost: a program can compile ddo once (core/linkage.hpp): every TU with
 /// DDO_EXTERN_TEMPLATES, which makes this header declare the host_sim and linear instantiations
-/// extern (at its end; runtime/setup.hpp declares the transports the setup path adds), and one TU
+/// extern (at its end; setup/setup.hpp declares the transports the setup path adds), and one TU
 /// including ddo/instantiate.hpp, which defines them.
 
 #include <cstddef>
@@ -135,7 +135,7 @@ class basic_offloader {
   /// @brief Frees ddo's device memory of this offloader (resident arena and ring, or a VMM
   /// window) after its loads and the engine's released work finish; the plan, pinned blocks and
   /// staging stay, so restore_device() needs no re-planning and no re-pinning. A pipeline calls
-  /// it at phase boundaries (runtime/pipeline_offload.hpp); acquire() refuses until restored.
+  /// it at phase boundaries (setup/pipeline_offload.hpp); acquire() refuses until restored.
   /// @note Synchronizes with ddo's streams and the lease release events (a phase boundary, not
   /// the hot path). @throws usage_error while leases are alive (their pointers would dangle).
   void release_device() { core_->release_device(); }
@@ -180,7 +180,7 @@ class basic_offloader {
 };
 
 /// The runtime's instantiations for one transport: declared extern where ddo is compiled once
-/// (below, and runtime/setup.hpp for the transports the setup path constructs), defined by
+/// (below, and setup/setup.hpp for the transports the setup path constructs), defined by
 /// ddo/instantiate.hpp. @p PREFIX is `extern` or empty.
 #define DDO_RUNTIME_INSTANTIATIONS(PREFIX, TRANSPORT)    \
   PREFIX template class detail::offloader_core<TRANSPORT>; \

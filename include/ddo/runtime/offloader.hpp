@@ -18,7 +18,7 @@
 ///   with this type's planner and pin selector,
 /// - config source objects (`offloader(table, context, sources...)`): resolves settings from
 ///   them in the reference's precedence, then as above.
-/// The last two need `#include <ddo/runtime/setup.hpp>` (it includes this header): the setup
+/// The last two need `#include <ddo/setup/setup.hpp>` (it includes this header): the setup
 /// path brings the resolver, the capacity profiles, the plan cache and the transports ddo can
 /// make, and an engine that plans once in one translation unit should not pay for them in
 /// every other (docs/design.md, "Layers"). Without it those constructors stop at a
@@ -41,7 +41,7 @@ struct resolve_context;  // config/resolve_context.hpp
 
 namespace detail {
 
-/// The settings-to-offloader path, defined by runtime/setup.hpp for dynamic_offload_settings:
+/// The settings-to-offloader path, defined by setup/setup.hpp for dynamic_offload_settings:
 /// `options_type` (setup_options), `run<Planner, PinSelector>(table, settings, options,
 /// transport)` (an offload_setup) and `transport<T>(settings, options)` (make_transport).
 /// A template so that the offloader's settings constructors name it only when instantiated.
@@ -54,7 +54,7 @@ template <class Settings>
 struct checked_setup_path {
   static_assert(requires { typename setup_path<Settings>::options_type; },
                 "ddo::offloader: planning from settings or config sources needs "
-                "#include <ddo/runtime/setup.hpp> (the setup path: resolver, capacity profiles, "
+                "#include <ddo/setup/setup.hpp> (the setup path: resolver, capacity profiles, "
                 "plan cache, transport construction). The ready-plan constructor needs only "
                 "<ddo/runtime/offloader.hpp>");
   using type = setup_path<Settings>;
@@ -80,7 +80,7 @@ struct settings_for {
   using type = dynamic_offload_settings;
 };
 
-/// What setup_offload returns, as far as the offloader reads it (offload_setup, runtime/setup.hpp).
+/// What setup_offload returns, as far as the offloader reads it (offload_setup, setup/setup.hpp).
 template <class Setup>
 concept ready_setup = requires(Setup& s) {
   { std::move(s.plan) } -> std::convertible_to<offload_plan>;
@@ -116,7 +116,7 @@ class offloader : public basic_offloader<typename detail::policy_set<Policies...
       : base_type(std::move(transport), table, std::move(setup.plan), std::move(setup.runtime)) {}
 
   /// @brief Plans @p settings' route for component `options.inputs.component` over @p transport
-  /// with planner_type / pin_selector_type (setup_offload), then sets up. Needs runtime/setup.hpp.
+  /// with planner_type / pin_selector_type (setup_offload), then sets up. Needs setup/setup.hpp.
   /// @tparam Settings dynamic_offload_settings; @tparam Options setup_options.
   /// @throws config_error, out_of_memory (budgets), usage_error, cuda_error.
   template <class Settings,
@@ -133,14 +133,14 @@ class offloader : public basic_offloader<typename detail::policy_set<Policies...
   }
 
   /// @brief As above over the transport the settings give (make_transport: execution_device),
-  /// with default setup options. Needs runtime/setup.hpp.
+  /// with default setup options. Needs setup/setup.hpp.
   template <class Settings>
     requires std::same_as<Settings, dynamic_offload_settings>
   explicit offloader(const weight_table& table, const Settings& settings)
       : offloader(table, settings,
                   typename detail::checked_setup_path<Settings>::type::options_type{}) {}
 
-  /// @brief As above over the transport the settings give, with @p options. Needs runtime/setup.hpp.
+  /// @brief As above over the transport the settings give, with @p options. Needs setup/setup.hpp.
   template <class Settings,
             class Options = typename detail::default_setup_options<Settings>::type>
     requires std::same_as<Settings, dynamic_offload_settings>
@@ -150,7 +150,7 @@ class offloader : public basic_offloader<typename detail::policy_set<Policies...
                       settings, options)) {}
 
   /// @brief Resolves settings from the config source objects (consulted in the reference's
-  /// precedence whatever the order given), then plans and sets up. Needs runtime/setup.hpp.
+  /// precedence whatever the order given), then plans and sets up. Needs setup/setup.hpp.
   template <class Context, class... Sources>
     requires(std::same_as<Context, resolve_context> && sizeof...(Sources) > 0 &&
              (config_source<Sources> && ...))

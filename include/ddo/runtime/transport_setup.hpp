@@ -3,7 +3,7 @@
 /// @file
 /// @brief The transport a setup uses, from the settings: `execution_device` parsed and applied
 /// (make_transport), and the checks that refuse a `backend` or `execution_device` an engine's
-/// fixed transport cannot honour. Part of the one setup path (runtime/setup.hpp).
+/// fixed transport cannot honour. Part of the one setup path (setup/setup.hpp).
 
 #include <concepts>
 #include <cstdint>
@@ -178,7 +178,7 @@ void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
                              " but this engine fixed the " + std::string(have) +
                              " transport at compile time; set backend to " + std::string(have) +
                              " (or leave it unset), or let ddo choose the transport with "
-                             "ddo::with_offload_backend (runtime/enable_offload.hpp)");
+                             "ddo::with_offload_backend (setup/enable_offload.hpp)");
     const origin from = s.provenance.of(field_id::backend).source;
     if ((from != origin::default_value && from != origin::detected) ||
         s.config.execution_mode == exec_mode::vmm_runtime)

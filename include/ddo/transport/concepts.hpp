@@ -181,7 +181,7 @@ concept transport_with_stable_addresses =
 
 /// @brief What setup asks a transport that sizes its staging or window from the groups a plan
 /// may stream (transport_with_window_sizing), before planning. Plain numbers: the transport layer
-/// sits below the settings (runtime/setup.hpp reads them).
+/// sits below the settings (setup/setup.hpp reads them).
 struct window_sizing_request {
   bool streams = false;         ///< the route streams through a ring (false: nothing to size)
   bool staging_stated = false;  ///< the user set vmm_staging_buffer_gb: honoured, never grown

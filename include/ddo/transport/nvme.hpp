@@ -138,14 +138,14 @@ class nvme_transport : public Inner {
   [[nodiscard]] const nvme_options& nvme_settings() const noexcept { return nvme_->options; }
 
   /// @brief One staging slot's bytes: the most one execution group may stream (the plan is
-  /// refused at setup otherwise: runtime/setup.hpp sets machine_capacity::max_group_bytes).
+  /// refused at setup otherwise: setup/window_sizing.hpp sets machine_capacity::max_group_bytes).
   [[nodiscard]] std::uint64_t staging_slot_bytes() const noexcept {
     return nvme_->options.staging_slot_bytes;
   }
 
   /// @brief Grows each staging slot to at least @p bytes (rounded up to 4096) before setup: the
   /// setup path does this when the slot size came from a preset, not from the user, and the
-  /// largest streamed group needs more (runtime/setup.hpp). Page-locked memory is still sized to
+  /// largest streamed group needs more (setup/window_sizing.hpp). Page-locked memory is still sized to
   /// the largest piece at prepare_file_reads.
   /// @throws usage_error once prepared.
   void grow_staging_slot(std::uint64_t bytes) {

@@ -92,7 +92,7 @@ class offloader_core {
   /// Waits for every load ddo issued (not for the engine's streams).
   void synchronize();
 
-  // --- the device side, for a pipeline's phases (runtime/pipeline_offload.hpp) ----------------
+  // --- the device side, for a pipeline's phases (setup/pipeline_offload.hpp) ----------------
   /// Frees the resident arena and the ring once ddo's loads and the engine's released work are
   /// done; the plan, pinned blocks, staging buffers and threads stay. Synchronizes (a phase
   /// boundary, not the hot path). @throws usage_error while leases are alive.

@@ -3,7 +3,7 @@
 /// @file
 /// @brief One device budget and one pinned-host budget for a whole pipeline (text encoder,
 /// transformer, VAE): how they are shared between the components. Plain values and arithmetic;
-/// runtime/pipeline_offload.hpp applies them.
+/// setup/pipeline_offload.hpp applies them.
 ///
 /// Device: a pipeline's phases never overlap, so each component that streams gets the whole
 /// device budget for its own phase, less what stays on the device in every phase: the

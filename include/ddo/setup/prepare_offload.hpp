@@ -13,8 +13,8 @@
 ///   caller may print it (ddo-plan stops there);
 /// - prepared_offload::start(): the offloader, with the plan (enabled_offload).
 ///
-/// enable_offload, with_offload_backend and enable_pipeline_offload (runtime/enable_offload.hpp,
-/// runtime/pipeline_offload.hpp), ddo-run, ddo-plan and the benchmarks all come through here.
+/// enable_offload, with_offload_backend and enable_pipeline_offload (setup/enable_offload.hpp,
+/// setup/pipeline_offload.hpp), ddo-run, ddo-plan and the benchmarks all come through here.
 
 #include <cstdint>
 #include <memory>
@@ -29,7 +29,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/runtime/transport_setup.hpp"
 
 namespace ddo {

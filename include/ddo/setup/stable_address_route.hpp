@@ -4,7 +4,7 @@
 /// @brief The route of a transport with stable addresses (the VMM transports,
 /// transport_with_stable_addresses): its window's slots from the device memory the plan saw,
 /// the legacy route's staging buffers or the native route's settings, and the weights it maps.
-/// The one setup path (runtime/setup.hpp) calls it for those transports only.
+/// The one setup path (setup/setup.hpp) calls it for those transports only.
 ///
 /// The window holds as many slots as its budget allows, up to one per streamed group
 /// (transport/detail/vmm_window.hpp). vmm_staging_buffer_gb is one of the legacy route's two

@@ -8,7 +8,7 @@
 /// pipeline_device_budget_gb / pipeline_pinned_budget_gb — TOML, DDO_PIPELINE_*_BUDGET_GB,
 /// --ddo-pipeline-*-budget-gb — or setup_options::pipeline_device_budget_bytes /
 /// pipeline_pinned_budget_bytes from code: pipeline_budgets_from; how they are shared:
-/// runtime/pipeline_budget.hpp).
+/// setup/pipeline_budget.hpp).
 ///
 /// Phases: the engine says which component runs next with `pipeline.enter_phase("vae")` (the
 /// reference's lifecycle boundaries: before_text_encoder, before_transformer, before_vae).
@@ -41,8 +41,8 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"
-#include "ddo/runtime/enable_offload.hpp"
-#include "ddo/runtime/pipeline_budget.hpp"
+#include "ddo/setup/enable_offload.hpp"
+#include "ddo/setup/pipeline_budget.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -239,7 +239,7 @@ inline void cap_pinned(dynamic_offload_settings& settings, std::uint64_t share) 
 }
 
 /// Sets up every component of @p pipeline into @p result under @p budgets (see the file
-/// comment of runtime/pipeline_offload.hpp); on failure @p result holds no component.
+/// comment of setup/pipeline_offload.hpp); on failure @p result holds no component.
 template <class Result, class... Policies, class Transport>
 void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipeline,
                     const std::optional<std::string>& preset, const setup_options& options,

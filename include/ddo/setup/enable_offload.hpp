@@ -2,10 +2,10 @@
 #pragma once
 /// @file
 /// @brief Runtime presets for application code: ddo::enable_offload(model, preset) (and
-/// ddo::enable_pipeline_offload(pipeline, preset), runtime/pipeline_offload.hpp) resolve settings
+/// ddo::enable_pipeline_offload(pipeline, preset), setup/pipeline_offload.hpp) resolve settings
 /// (preset < code < TOML < environment < flags < component policies; config/resolve.hpp), pick the
 /// component's route and return the composed ddo::offloader, ready, with the plan and the resolved
-/// settings beside it. All of it goes through the one call (runtime/prepare_offload.hpp): the
+/// settings beside it. All of it goes through the one call (setup/prepare_offload.hpp): the
 /// planner by profile, the plan, the offloader.
 ///
 /// The preset: when the engine passes none, DDO_PRESET (then the TOML file's, then "auto")
@@ -34,9 +34,9 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/platform/cuda_driver.hpp"
 #include "ddo/runtime/offloader.hpp"
-#include "ddo/runtime/prepare_offload.hpp"
+#include "ddo/setup/prepare_offload.hpp"
 #include "ddo/runtime/routes.hpp"
-#include "ddo/runtime/setup.hpp"
+#include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 

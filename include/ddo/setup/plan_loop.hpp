@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The dynamic_offload route's planning: the plan cache's plan when it still fits, else
+/// planned with the ring reserved for what the plan streams, re-planned while the ring or the
+/// shared weight store's credit changes (plan_dynamic_offload), and the slot and ring a plan
+/// needs (streamed_slot_bytes, streamed_ring_bytes). Part of the one setup path
+/// (setup/setup.hpp).
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "ddo/config/component_policy.hpp"
+#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/format_bytes.hpp"
+#include "ddo/plan/plan.hpp"
+#include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/planner.hpp"
+#include "ddo/plan/residency_planner.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/runtime/device_footprint.hpp"
+#include "ddo/runtime/runtime_options.hpp"
+#include "ddo/setup/machine.hpp"
+#include "ddo/setup/options.hpp"
+#include "ddo/setup/plan_cache.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+/// @brief What setup_offload decided: everything needed to construct the offloader.
+struct offload_setup {
+  offload_plan plan;
+  runtime_options runtime;
+  setup_machine machine;
+  resolved_component component;    ///< the route executed (never auto_select)
+  std::vector<std::string> notes;  ///< decisions a user should know
+  bool plan_from_cache = false;    ///< the plan came from setup_options::plans
+};
+
+namespace detail {
+
+/// The plan cache's name of the policies: their types, and the planner's state when it has one
+/// that changes the plan (by_profile_planner: the profile's timings, or none).
+template <class Planner>
+std::string policy_names(const Planner& planner, const std::type_info& pins) {
+  std::string names = std::string(typeid(Planner).name()) + '+' + pins.name();
+  if constexpr (requires {
+                  { planner.cache_key() } -> std::convertible_to<std::string>;
+                })
+    names += '+' + planner.cache_key();
+  return names;
+}
+
+}  // namespace detail
+
+/// @brief Per weight, 1 when the residency rules keep it resident whatever the budget (before
+/// demotion): what setup leaves out of the ring it reserves.
+[[nodiscard]] inline std::vector<char> rule_kept_weights(const weight_table& table,
+                                                         std::span<const execution_group> groups,
+                                                         const dynamic_offload_config& config) {
+  const machine_capacity unknown;
+  const rule_residency rules = residency_rules(make_plan_context(table, config, unknown, groups));
+  std::vector<char> kept(table.size(), 0);
+  for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rules.kept(w) ? 1 : 0;
+  return kept;
+}
+
+/// @brief The largest ring slot @p plan needs: its streamed weights per group, aligned as the
+/// runtime lays them out.
+[[nodiscard]] inline std::uint64_t streamed_slot_bytes(const offload_plan& plan,
+                                                       const weight_table& table,
+                                                       std::uint64_t alignment) {
+  std::uint64_t largest = 0;
+  for (const auto& g : plan.groups) {
+    std::vector<std::size_t> streamed;
+    for (std::size_t w : g.weights)
+      if (plan.decisions[w].where != placement::gpu_resident) streamed.push_back(w);
+    largest = std::max(largest, slot_bytes_for(table, streamed, alignment));
+  }
+  return largest;
+}
+
+/// @brief The ring @p plan needs: its largest streamed slot times the slots the runtime makes
+/// (runtime_options::slot_count, at most one per streamed group).
+[[nodiscard]] inline std::uint64_t streamed_ring_bytes(const offload_plan& plan,
+                                                       const weight_table& table,
+                                                       const runtime_options& runtime) {
+  std::size_t streaming = 0;
+  for (const auto& g : plan.groups) streaming += g.streamed_bytes() != 0 ? 1 : 0;
+  return ring_bytes_for(streamed_slot_bytes(plan, table, runtime.alignment),
+                        std::min(runtime.slot_count, streaming));
+}
+
+namespace detail {
+
+/// Cuts @p m's shared-weight-store credit to @p cap bytes (those a plan pins; setup_offload).
+inline void cap_store_credit(setup_machine& m, std::uint64_t cap) {
+  if (m.store_credit_bytes <= cap) return;
+  m.capacity.available_ram_bytes -= m.store_credit_bytes - cap;
+  m.store_credit_bytes = cap;
+  m.ram_source = "probed, plus " + format_bytes(cap) +
+                 " of its weights in the shared weight store (those the plan pins)";
+}
+
+/// The dynamic route's planning (setup_offload): the plan cache's plan when it still fits, else
+/// planned with the ring reserved for what the plan streams. @p machine gives the machine for
+/// the weights a plan keeps (machine_for with setup_offload's arguments).
+template <class Planner, class PinSelector, class Machine>
+void plan_streaming(offload_setup& r, const weight_table& table,
+                    const std::vector<execution_group>& groups,
+                    const dynamic_offload_config& settings_config,
+                    const dynamic_offload_config& config, const setup_options& options,
+                    const Planner& planner, const PinSelector& pins, Machine& machine, bool cached,
+                    std::string& key) {
+  // The ring holds what streams: reserved from what the residency rules do not keep.
+  const std::vector<char> rule_kept = rule_kept_weights(table, groups, settings_config);
+  std::vector<char> kept = rule_kept;
+  r.machine = machine(kept);
+  if (cached) {
+    const std::pair<std::string_view, std::uint64_t> budgets[] = {
+        {"total_vram", r.machine.device.total_bytes},
+        {"ring", r.machine.ring_bytes},
+        {"engine_reserve", r.machine.engine_reserve_bytes},
+        {"runtime_reserve", r.machine.runtime_reserve_bytes},
+        {"stated_ram", options.ram_bytes.value_or(0)},
+        {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
+        {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
+        {"max_group", r.machine.capacity.max_group_bytes},
+        {"zero_resident", options.zero_resident_reason.empty() ? 0u : 1u},
+        {"resident_limit", r.machine.capacity.resident_limit_bytes.value_or(~0ull)},
+    };
+    key =
+        plan_cache_key(table, groups, config, policy_names(planner, typeid(PinSelector)), budgets);
+    if (auto hit = options.plans->find(key)) {
+      // Reused while its resident bytes still fit what is free now.
+      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
+      if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
+        r.plan = std::move(*hit);
+        r.plan_from_cache = true;
+      } else {
+        r.notes.push_back("cached plan keeps more resident than is free now: planned again");
+      }
+    }
+  }
+  // The ring the plan sees is reserved from what a plan streams: first from what the rules
+  // do not keep; again from the plan's own streamed weights when they differ (demoted
+  // weights stream too; the budget kept the largest groups), planning once more and taking
+  // a smaller ring only when the new plan still fits it. A model the card holds whole (no
+  // ring at all) is planned that way first.
+  auto reserve_for = [&](const offload_plan& plan) {
+    for (std::size_t w = 0; w < table.size(); ++w)
+      kept[w] = plan.decisions[w].where == placement::gpu_resident ? 1 : 0;
+    return machine(kept);
+  };
+  if (r.plan_from_cache) {
+    r.machine = reserve_for(r.plan);
+    return;
+  }
+  if (table.total_bytes() <= r.machine.device.free_bytes) {
+    offload_plan everything;  // no ring: what is resident when nothing has to stream
+    everything.decisions.assign(table.size(), weight_decision{});
+    auto m = reserve_for(everything);
+    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    m = reserve_for(plan);  // the ring of what that plan streams
+    plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
+      r.machine = std::move(m);
+      r.plan = std::move(plan);
+      return;
+    }
+    kept = rule_kept;
+  }
+  r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+  const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
+  if (streamed != r.machine.slot_bytes && streamed != 0) {
+    auto m = reserve_for(r.plan);
+    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    if (streamed > r.machine.slot_bytes ||
+        streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
+      r.machine = std::move(m);
+      r.plan = std::move(plan);
+    }
+  }
+}
+
+/// The dynamic_offload route's machine and plan (setup_offload), through the plan cache when
+/// the engine gave one. The shared weight store's credit to the probed RAM (machine_for) is every
+/// byte of this table it holds; a plan that pins other weights would count those bytes as free
+/// RAM. So while the plan pins fewer of them than it was credited, it is made again with the
+/// credit cut to those it pins: each round credits less, and the third credits nothing (always
+/// right: then the plan's new pinned bytes fit the RAM probed).
+template <class Planner, class PinSelector, class Transport>
+void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_table& table,
+                          const std::vector<execution_group>& groups,
+                          const dynamic_offload_settings& settings, const setup_options& options,
+                          const Planner& planner, const PinSelector& pins) {
+  r.runtime.route = executed_route::dynamic_offload;
+  // The machine carries the RAM the plan uses (explicit field, stated, or probed): resolution's
+  // detected value in the config must not override a stated one.
+  dynamic_offload_config config = settings.config;
+  config.available_system_ram_gb = 0.0;
+  const bool cached = settings.config.cache_plan && options.plans != nullptr;
+  std::string key;
+  std::optional<std::uint64_t> credit_cap;
+  auto machine = [&](std::span<const char> kept) {
+    auto m = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
+    if (credit_cap) cap_store_credit(m, *credit_cap);
+    return m;
+  };
+  for (int round = 0;; ++round) {
+    r.plan_from_cache = false;
+    plan_streaming(r, table, groups, settings.config, config, options, planner, pins, machine,
+                   cached, key);
+    if (r.machine.store_credit_bytes == 0) break;
+    const std::uint64_t taken =
+        pinning_detail::store_bytes_held(*r.runtime.weight_store, table, r.runtime, &r.plan);
+    if (taken >= r.machine.store_credit_bytes) break;
+    credit_cap = round < 1 ? taken : 0;
+  }
+  if (cached && !r.plan_from_cache) options.plans->insert(std::move(key), r.plan);
+}
+
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace ddo

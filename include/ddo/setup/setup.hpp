@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief The one setup path: settings + weight table + transport → the machine the plan sees →
+/// the plan and runtime options of the component's route → an offloader.
+///
+/// enable_offload / enable_pipeline_offload (setup/enable_offload.hpp), ddo::offloader's
+/// planning constructors, ddo-run, ddo-plan and the benchmarks all go through these functions,
+/// so for the same inputs ddo-plan prints the plan ddo-run runs. One header per job:
+///
+/// - setup/options.hpp: setup_options, what setup takes besides settings, table and transport;
+/// - setup/machine.hpp: machine_for(), the machine a plan sees (device, ring, reserves, RAM,
+///   capacity profile), with setup/window_sizing.hpp for a transport that sizes its staging or
+///   window (transport_with_window_sizing);
+/// - setup/planner_choice.hpp: planner_for(), the residency planner of a run (by profile);
+/// - setup/plan_loop.hpp: the dynamic route's planning through the plan cache
+///   (setup/plan_cache.hpp) and its re-plan loop;
+/// - setup/setup_offload.hpp: setup_offload(), the route dispatch, its checks and the verbose
+///   print; the offloader's settings constructors come in through setup_path there;
+/// - setup/instantiations.hpp: the instantiations compiled once (DDO_SHIPPED_INSTANTIATIONS).
+///
+/// make_transport(), the transport a Transport type gets from the settings (execution_device),
+/// is runtime/transport_setup.hpp.
+
+#include "ddo/runtime/transport_setup.hpp"
+#include "ddo/setup/instantiations.hpp"
+#include "ddo/setup/machine.hpp"
+#include "ddo/setup/options.hpp"
+#include "ddo/setup/plan_cache.hpp"
+#include "ddo/setup/plan_loop.hpp"
+#include "ddo/setup/planner_choice.hpp"
+#include "ddo/setup/setup_offload.hpp"
+#include "ddo/setup/stable_address_route.hpp"
+#include "ddo/setup/window_sizing.hpp"

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief machine_for's question to a transport_with_window_sizing (the file route's slots, the
+/// VMM window): what it sizes for and the plan limits its answer becomes. Part of the one setup
+/// path (setup/setup.hpp).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/model/execution_groups.hpp"
+#include "ddo/model/weight_table.hpp"
+#include "ddo/plan/format_bytes.hpp"
+#include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/residency_planner.hpp"
+#include "ddo/runtime/native_vmm_options.hpp"
+#include "ddo/runtime/transport_setup.hpp"
+#include "ddo/transport/concepts.hpp"
+
+namespace ddo {
+inline namespace v0 {
+
+namespace detail {
+
+/// The group whose weights @p streams(w) selects weigh the most (the first of equals): its name
+/// and those bytes, unaligned.
+template <class Streams>
+[[nodiscard]] std::pair<std::string, std::uint64_t> largest_group(
+    const weight_table& table, std::span<const execution_group> groups, Streams streams) {
+  std::pair<std::string, std::uint64_t> largest{"", 0};
+  for (const auto& g : groups) {
+    std::uint64_t bytes = 0;
+    for (std::size_t w : g.weights) bytes += streams(w) ? table[w].bytes : 0;
+    if (bytes > largest.second) largest = {g.name, bytes};
+  }
+  return largest;
+}
+
+/// machine_for's question to a transport_with_window_sizing: it sizes its staging or window for
+/// the most any plan can stream in one group (what rules 1-3 keep never streams; a demoted
+/// always-resident weight may), and its answer becomes the plan's limits in @p c with the detail
+/// a refusal names: a per-group limit (the file route's slot: a size the user set is honoured, a
+/// grown one says for which group) and the resident weights' share of
+/// vmm_resident_weight_budget_gb.
+template <class Transport>
+void size_window(Transport& transport, machine_capacity& c, const weight_table& table,
+                 std::span<const execution_group> groups, const dynamic_offload_settings& settings,
+                 bool ring, std::span<const char> kept, std::uint64_t slot_bytes,
+                 std::size_t ring_slots) {
+  const auto& config = settings.config;
+  auto largest =
+      largest_group(table, groups, [&](std::size_t w) { return kept.empty() || !kept[w]; });
+  if (ring) {
+    const rule_residency rules = residency_rules(make_plan_context(table, config, c, groups));
+    auto may_stream = largest_group(table, groups, [&](std::size_t w) {
+      return rules.rule[w] == residency_rule::managed ||
+             rules.rule[w] == residency_rule::builtin_pattern;
+    });
+    if (may_stream.second > largest.second) largest = std::move(may_stream);
+  }
+  const bool stated = set_explicitly(settings, field_id::vmm_staging_buffer_gb);
+  window_sizing_request r;
+  r.streams = ring;
+  r.staging_stated = stated;
+  r.native_route = native_vmm_selected(config);
+  r.staging_setting_bytes = gib_to_bytes(config.vmm_staging_buffer_gb);
+  r.largest_group_bytes = largest.second;
+  r.slot_bytes = slot_bytes;
+  if (config.vmm_resident_weight_budget_gb > 0.0)
+    r.resident_budget_bytes = gib_to_bytes(config.vmm_resident_weight_budget_gb);
+  r.page_bytes = config.vmm_page_mb * mib;
+  const window_sizing a = transport.size_window(r);
+  const std::string staging = describe(settings.provenance.of(field_id::vmm_staging_buffer_gb));
+  if (a.group_limit_bytes != 0 && stated)
+    c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(a.staging_bytes) + " set by " +
+                         staging + ", honoured";
+  else if (a.grown)
+    c.max_group_detail = "vmm_staging_buffer_gb " + format_bytes(r.staging_setting_bytes) + " (" +
+                         staging + ") grown to " + format_bytes(a.staging_bytes) +
+                         " for the largest group that may stream, '" + largest.first + "' (" +
+                         format_bytes(largest.second) + ")";
+  if (a.group_limit_bytes != 0 &&
+      (c.max_group_bytes == 0 || a.group_limit_bytes < c.max_group_bytes))
+    c.max_group_bytes = a.group_limit_bytes;
+  if (a.shares_resident_budget) {
+    // The window keeps the ring's depth of slots: with one slot left (what the resident set
+    // took when it could fill the budget less one) each load waits for the previous group's
+    // compute, and FLUX.1 at 4096 tokens ran 1.26-1.49x its bound on 8 and 12 GiB cards (H100).
+    const std::size_t slots = std::max<std::size_t>(ring_slots, 1);
+    const std::uint64_t window = slots * a.window_slot_bytes;
+    c.resident_limit_bytes =
+        r.resident_budget_bytes > window ? r.resident_budget_bytes - window : 0;
+    c.resident_limit_reason = "vmm_resident_weight_budget_gb " +
+                              format_bytes(r.resident_budget_bytes) + " less the ring's " +
+                              std::to_string(slots) + " window slot(s) of " +
+                              format_bytes(a.window_slot_bytes);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace v0
+}  // namespace ddo
