@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <ddo/ddo.hpp>
-#include <ddo/runtime/setup.hpp>
+#include <ddo/setup/setup.hpp>
 #include <ddo/transport/host_sim.hpp>
 
 int main() {
