@@ -239,6 +239,29 @@ TEST_SUITE("runtime") {
     CHECK_THROWS_AS((void)ddo::resolve_settings(options.inputs), ddo::config_error);
   }
 
+  TEST_CASE("a simulated device is named host_sim whatever wraps it; a device by its name") {
+    // A trait (transport_with_simulated_device), not the transport's name: the file route over
+    // host_sim is called "nvme" and was taken for a device of that name (a stored profile's
+    // device name was then checked against "nvme").
+    static_assert(ddo::transport_with_simulated_device<ddo::host_sim_transport>);
+    static_assert(ddo::transport_with_simulated_device<ddo::host_sim_vmm_transport>);
+    static_assert(
+        ddo::transport_with_simulated_device<ddo::nvme_transport<ddo::host_sim_transport>>);
+    static_assert(!ddo::transport_with_simulated_device<ddo::linear_transport>);
+    static_assert(!ddo::transport_with_simulated_device<ddo::nvme_transport<ddo::vmm_transport>>);
+    auto options = quiet();
+    options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0625);
+    const auto s = ddo::resolve_settings(options.inputs);
+    CHECK(ddo::transport_device_name(ddo::host_sim_transport{}) == "host_sim");
+    CHECK(ddo::transport_device_name(
+              ddo::make_transport<ddo::host_sim_vmm_transport>(s, options.host_sim)) == "host_sim");
+    CHECK(ddo::transport_device_name(ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(
+              s, options.host_sim)) == "host_sim");
+    CHECK(ddo::transport_device_name(ddo::make_transport<
+                                     ddo::nvme_transport<ddo::host_sim_vmm_transport>>(
+              s, options.host_sim)) == "host_sim");
+  }
+
   TEST_CASE("vmm_runtime on an engine's transport without stable addresses streams, with a note") {
     const blocks_model m(std::random_device{}());
     ddo::host_sim_transport sim({.device_capacity_bytes = 256 * ddo::mib});

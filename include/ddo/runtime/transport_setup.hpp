@@ -5,6 +5,7 @@
 /// (make_transport), and the checks that refuse a `backend` or `execution_device` an engine's
 /// fixed transport cannot honour. Part of the one setup path (setup/setup.hpp).
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <string>
@@ -80,6 +81,15 @@ namespace detail {
   return o;
 }
 
+/// A simulated device capped as a CUDA one is (device_limit_bytes, 0: uncapped): the smaller of
+/// its capacity and the cap.
+[[nodiscard]] inline host_sim_options capped_simulation(host_sim_options sim,
+                                                        std::uint64_t device_limit_bytes) {
+  if (device_limit_bytes != 0)
+    sim.device_capacity_bytes = std::min(sim.device_capacity_bytes, device_limit_bytes);
+  return sim;
+}
+
 template <class T>
 inline constexpr bool is_nvme_transport = false;
 template <class Inner>
@@ -94,21 +104,22 @@ inline constexpr bool is_nvme_transport<nvme_transport<Inner>> = true;
 }
 }  // namespace detail
 
-/// @brief The name of the device @p transport runs on, as capacity profiles record it: the
-/// CUDA device's name for a transport on a device (device()), the transport's own name
-/// ("host_sim") otherwise; "" when the device cannot be asked.
+/// @brief The name of the device @p transport runs on, as capacity profiles record it: "host_sim"
+/// for a simulated device (transport_with_simulated_device: host_sim, its VMM mode and the file
+/// route over either simulate the same "device"), the CUDA device's name for a transport on a
+/// device (device()), the transport's own name otherwise; "" when the device cannot be asked.
 template <class Transport>
 [[nodiscard]] std::string transport_device_name(const Transport& transport) {
-  if constexpr (requires { { transport.device() } -> std::convertible_to<int>; }) {
+  if constexpr (transport_with_simulated_device<Transport>) {
+    return "host_sim";
+  } else if constexpr (requires { { transport.device() } -> std::convertible_to<int>; }) {
     try {
       return query_device_name(transport.device());
     } catch (const cuda_error&) {
       return {};
     }
   } else {
-    // host_sim and its VMM mode simulate the same "device".
-    return transport.name().starts_with("host_sim") ? std::string("host_sim")
-                                                    : std::string(transport.name());
+    return std::string(transport.name());
   }
 }
 
@@ -117,8 +128,8 @@ template <class Transport>
 /// mode) with @p sim; nvme_transport<Inner> over the Inner these rules make, its two staging
 /// slots of vmm_staging_buffer_gb each; others default-constructed.
 /// @throws config_error when execution_device is "cpu" for a CUDA transport; cuda_error.
-/// @param device_limit_bytes caps the device memory a CUDA transport uses (an emulated smaller
-/// card); 0: the device's.
+/// @param device_limit_bytes caps the device memory the transport uses (an emulated smaller
+/// card; host_sim's capacity is capped alike); 0: the device's.
 template <class Transport>
 [[nodiscard]] Transport make_transport(const dynamic_offload_settings& s,
                                        const host_sim_options& sim = {},
@@ -129,13 +140,13 @@ template <class Transport>
                      detail::nvme_options_from(s));
   } else if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it
-    return host_sim_transport(sim);
+    return host_sim_transport(detail::capped_simulation(sim, device_limit_bytes));
   }
 #if defined(__linux__)
   else if constexpr (std::same_as<Transport, host_sim_vmm_transport>) {
     (void)parse_execution_device(s);
     host_sim_vmm_options options;
-    options.device = sim;
+    options.device = detail::capped_simulation(sim, device_limit_bytes);
     options.window = detail::vmm_window_options_from(s);
     return host_sim_vmm_transport(options);
   }

@@ -37,6 +37,7 @@
 #include "ddo/setup/prepare_offload.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/setup/setup.hpp"
+#include "ddo/setup/start.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
 
@@ -98,8 +99,7 @@ template <class... Policies>
   using result = offloader<Policies...>;
   using transport_type = typename result::transport_type;
   auto settings = detail::resolve_for(model, preset, options);
-  auto transport =
-      make_transport<transport_type>(settings, options.host_sim, options.device_limit_bytes);
+  auto transport = setup_transport<transport_type>(settings, options);
   return detail::enable_resolved<result>(model, std::move(settings), options, std::move(transport));
 }
 

@@ -21,7 +21,6 @@ namespace ddo {
 inline namespace v0 {
 
 /// @brief Everything setup takes besides the settings, the table and the transport.
-/// (enable_options and offloader_inputs are the former names of this one struct.)
 struct setup_options {
   /// Resolution inputs, for the entry points that resolve settings themselves (enable_offload,
   /// enable_pipeline_offload, with_offload_backend): explicit config, overrides, TOML,
@@ -64,8 +63,8 @@ struct setup_options {
   /// route running over it (its VMM mode for the VMM routes, the file route over it): a machine
   /// without a GPU, planning for one.
   bool simulate_device = false;
-  /// Caps the device memory of a CUDA transport ddo makes (an emulated smaller card); 0: the
-  /// device's.
+  /// Caps the device memory of the transport ddo makes (an emulated smaller card; a simulated
+  /// device's capacity too), whichever entry point makes it (setup_transport); 0: the device's.
   std::uint64_t device_limit_bytes = 0;
   /// Activation rows per step the engine runs, for a stored profile's group timings
   /// (by_profile_planner); 0: the profile's calibrated high token count.
@@ -75,8 +74,6 @@ struct setup_options {
   /// (core/log_sink.hpp).
   log_sink log;
 };
-using enable_options = setup_options;
-using offloader_inputs = setup_options;
 
 }  // namespace v0
 }  // namespace ddo

@@ -43,6 +43,7 @@
 #include "ddo/core/units.hpp"
 #include "ddo/setup/enable_offload.hpp"
 #include "ddo/setup/pipeline_budget.hpp"
+#include "ddo/setup/start.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -363,7 +364,7 @@ enable_pipeline_offload(
   auto inputs = options.inputs;
   if (preset) inputs.preset = std::string(*preset);
   const auto settings = resolve_settings(inputs);
-  auto transport = make_transport<transport_type>(settings, options.host_sim);
+  auto transport = setup_transport<transport_type>(settings, options);
   return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
 }
 

@@ -30,6 +30,7 @@
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/setup/setup.hpp"
+#include "ddo/setup/start.hpp"
 #include "ddo/runtime/transport_setup.hpp"
 
 namespace ddo {
@@ -199,8 +200,7 @@ decltype(auto) with_transport(const dynamic_offload_settings& settings,
                 "with_transport: setup_options::simulate_device is set but the caller "
                 "compiled no simulated routes (simulated_routes::refused)");
   const auto use = [&]<class T>() -> decltype(auto) {
-    return std::forward<MakeUse>(make_use)(
-        make_transport<T>(settings, options.host_sim, options.device_limit_bytes));
+    return std::forward<MakeUse>(make_use)(setup_transport<T>(settings, options));
   };
   // The simulated device, or the device itself.
   const auto on = [&]<class Device, class Simulation>() -> decltype(auto) {

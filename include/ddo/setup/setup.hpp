@@ -17,10 +17,9 @@
 ///   (setup/plan_cache.hpp) and its re-plan loop;
 /// - setup/setup_offload.hpp: setup_offload(), the route dispatch, its checks and the verbose
 ///   print; the offloader's settings constructors come in through setup_path there;
+/// - setup/start.hpp: setup_transport(), the transport ddo makes with every device option
+///   (make_transport, runtime/transport_setup.hpp: the settings' execution_device and VMM window);
 /// - setup/instantiations.hpp: the instantiations compiled once (DDO_SHIPPED_INSTANTIATIONS).
-///
-/// make_transport(), the transport a Transport type gets from the settings (execution_device),
-/// is runtime/transport_setup.hpp.
 
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/setup/instantiations.hpp"
@@ -31,4 +30,5 @@
 #include "ddo/setup/planner_choice.hpp"
 #include "ddo/setup/setup_offload.hpp"
 #include "ddo/setup/stable_address_route.hpp"
+#include "ddo/setup/start.hpp"
 #include "ddo/setup/window_sizing.hpp"

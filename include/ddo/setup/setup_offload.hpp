@@ -36,6 +36,7 @@
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_loop.hpp"
 #include "ddo/setup/planner_choice.hpp"
+#include "ddo/setup/start.hpp"
 #include "ddo/transport/concepts.hpp"
 
 namespace ddo {
@@ -218,7 +219,7 @@ struct setup_path<dynamic_offload_settings> {
   template <class Transport>
   static Transport transport(const dynamic_offload_settings& settings,
                              const setup_options& options) {
-    return make_transport<Transport>(settings, options.host_sim);
+    return setup_transport<Transport>(settings, options);
   }
 
   template <class... Sources>

@@ -246,6 +246,13 @@ concept transport_with_graph_streaming =
       t.write_value(v, flag, value);
     };
 
+/// @brief A transport whose device is simulated (`static constexpr bool simulated_device =
+/// true`): host_sim, and what derives from it (its VMM mode, the file route over it). A simulated
+/// device stands in for any device, so setup checks no device name against it (a capacity
+/// profile's) and names its device "host_sim", whatever the transport's own name.
+template <class T>
+concept transport_with_simulated_device = transport<T> && requires { requires T::simulated_device; };
+
 namespace detail {
 /// Used by templates that take a transport, for a readable error on misuse.
 template <class T>

@@ -290,6 +290,9 @@ class host_sim_transport {
       : state_(std::make_shared<detail::host_sim_state>(options)) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return "host_sim"; }
+  /// The device is simulated (transport_with_simulated_device), for every transport that derives
+  /// from this one too.
+  static constexpr bool simulated_device = true;
   [[nodiscard]] const host_sim_options& options() const noexcept { return state_->options; }
 
   // --- streams and events --------------------------------------------------------------------
