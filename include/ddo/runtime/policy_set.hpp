@@ -21,7 +21,6 @@
 #include "ddo/config/concepts.hpp"
 #include "ddo/plan/concepts.hpp"
 #include "ddo/plan/default_policies.hpp"
-#include "ddo/plan/selectors.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/linear.hpp"
 
