@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes (or with --check, checks) the field-status table of docs/configuration.md from what
 `ddo-config --fields` prints: every field's status as the registry states it (active,
-no_effect_on_this_platform, not_yet_implemented) and, for a field that is not active, the reason.
+no_effect_on_this_platform, not_yet_implemented, single_value) and, for a field that is not active, the reason.
 The table sits between the two marker comments below; nothing else of the file is touched.
 
 usage: field_status_doc.py DDO-CONFIG DOC [--check]

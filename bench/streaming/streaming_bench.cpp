@@ -487,8 +487,9 @@ bandwidths measure_bandwidths(const model& m, std::uint64_t native_windows_bytes
   device_buffer dev(chunk);
   stream_owner s;
   event_owner a, b;
-  {  // pinned: batches of 8 back-to-back 256 MiB copies (as a streamed step issues them), median
-     // of 3 batches after one warm-up batch
+  {  // pinned: batches of 8 back-to-back 256 MiB copies (as a streamed step issues them) after
+     // one warm-up batch, then long single copies of 1 GiB each waited for; B is the best rate of
+     // any pattern (runner/step_timing.hpp), pinned_h2d the batches' median for reference
     pinned_buffer src(chunk);
     fill_random_bf16(src.data(), chunk, 7, 4);
     std::vector<double> rates;
@@ -501,6 +502,22 @@ bandwidths measure_bandwidths(const model& m, std::uint64_t native_windows_bytes
       if (batch > 0) rates.push_back(8.0 * static_cast<double>(chunk) / (elapsed_ms(a.event, b.event) * 1e-3));
     }
     result.pinned_h2d = median(rates);
+    result.pinned.add("batches of 8 x 256 MiB", *std::max_element(rates.begin(), rates.end()) / 1e9);
+  }
+  {
+    const std::size_t long_copy = ddo::gib;
+    pinned_buffer src(long_copy);
+    fill_random_bf16(src.data(), long_copy, 9, 4);
+    device_buffer target(long_copy);
+    double best = 0;
+    for (int i = 0; i < 3; ++i) {
+      DDO_CUDA_TRY(cudaEventRecord(a.event, s.stream));
+      DDO_CUDA_TRY(cudaMemcpyAsync(target.ptr, src.ptr, long_copy, cudaMemcpyHostToDevice, s.stream));
+      DDO_CUDA_TRY(cudaEventRecord(b.event, s.stream));
+      DDO_CUDA_TRY(cudaEventSynchronize(b.event));
+      best = std::max(best, static_cast<double>(long_copy) / (elapsed_ms(a.event, b.event) * 1e-3));
+    }
+    result.pinned.add("single 1 GiB copies", best / 1e9);
   }
   // The model's own pageable memory is the source for the pageable measurements: it is touched,
   // not registered, and larger than any cache.
@@ -547,27 +564,49 @@ void sample_variant_memory() {
   variant_pss = std::max(variant_pss, m.pss_bytes);
 }
 
+/// The measured steps of one variant: intervals between step starts and spans (start to end).
+struct timed_steps {
+  std::vector<double> interval_ms, span_ms;
+};
+
 /// Runs warmup + steps of @p enqueue_step (which enqueues one step; the harness records an event
-/// on the compute stream after each) and returns the median of the measured intervals between
-/// step ends: steady-state step time, including any prefetch that wraps into the next step.
-std::vector<double> time_steps(const options& opt, cudaStream_t compute,
-                               const std::function<void(int)>& enqueue_step) {
+/// on the compute stream before and after each) and returns, per measured step, the interval
+/// from its start to the next step's (runner/step_timing.hpp: steady-state step time, any
+/// prefetch that wraps into the next step included; the last step's closing mark is its end)
+/// and its span apart.
+timed_steps time_steps(const options& opt, cudaStream_t compute,
+                       const std::function<void(int)>& enqueue_step) {
   const int total = opt.warmup + opt.steps;
-  std::vector<event_owner> ends;
+  std::vector<event_owner> starts, ends;
+  starts.reserve(static_cast<std::size_t>(total));
   ends.reserve(static_cast<std::size_t>(total));
-  for (int i = 0; i < total; ++i) ends.emplace_back(true);
   for (int i = 0; i < total; ++i) {
+    starts.emplace_back(true);
+    ends.emplace_back(true);
+  }
+  for (int i = 0; i < total; ++i) {
+    DDO_CUDA_TRY(cudaEventRecord(starts[static_cast<std::size_t>(i)].event, compute));
     enqueue_step(i);
     DDO_CUDA_TRY(cudaEventRecord(ends[static_cast<std::size_t>(i)].event, compute));
   }
   DDO_CUDA_TRY(cudaStreamSynchronize(compute));
   DDO_CUDA_TRY(cudaDeviceSynchronize());
   sample_variant_memory();
-  std::vector<double> ms;
-  for (int i = opt.warmup; i < total; ++i)
-    ms.push_back(elapsed_ms(ends[static_cast<std::size_t>(i - 1)].event,
-                            ends[static_cast<std::size_t>(i)].event));
-  return ms;
+  std::vector<double> start_ms, end_ms;
+  const cudaEvent_t origin = starts[static_cast<std::size_t>(opt.warmup)].event;
+  for (int i = opt.warmup; i < total; ++i) {
+    start_ms.push_back(elapsed_ms(origin, starts[static_cast<std::size_t>(i)].event));
+    end_ms.push_back(elapsed_ms(origin, ends[static_cast<std::size_t>(i)].event));
+  }
+  start_ms.push_back(end_ms.back());  // the closing mark: where a next step would start
+  auto t = ddo::runner::step_times_from(start_ms, end_ms);
+  return {std::move(t.interval_ms), std::move(t.span_ms)};
+}
+
+/// Fills @p r's steps from @p t.
+void take_steps(variant_result& r, timed_steps t) {
+  r.step_ms = std::move(t.interval_ms);
+  r.span_ms = std::move(t.span_ms);
 }
 
 variant_result run_resident(const options& opt, const model& m, std::int64_t tokens) {
@@ -581,10 +620,10 @@ variant_result run_resident(const options& opt, const model& m, std::int64_t tok
     DDO_CUDA_TRY(cudaMemcpy(weights.ptr, m.host, weights.bytes, cudaMemcpyHostToDevice));
     stream_owner compute;
     gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
-    r.step_ms = time_steps(opt, compute.stream, [&](int) {
+    take_steps(r, time_steps(opt, compute.stream, [&](int) {
       for (int b = 0; b < m.blocks; ++b)
         compute_block(fwd, m, b, weights.data() + m.block_stride * static_cast<std::size_t>(b));
-    });
+    }));
   }
   mem.stop();
   r.resident_bytes = m.total_bytes();
@@ -625,7 +664,7 @@ variant_result run_ring(const options& opt, const model& m, std::int64_t tokens)
                                    cudaMemcpyHostToDevice, copy.stream));
       DDO_CUDA_TRY(cudaEventRecord(copied[s].event, copy.stream));
     };
-    r.step_ms = time_steps(opt, compute.stream, [&](int step) {
+    take_steps(r, time_steps(opt, compute.stream, [&](int step) {
       for (int b = 0; b < m.blocks; ++b) {
         const long g = static_cast<long>(step) * m.blocks + b;
         // Keep slots-1 blocks in flight ahead of the one computed: the copy for g+2 reuses the
@@ -636,7 +675,7 @@ variant_result run_ring(const options& opt, const model& m, std::int64_t tokens)
         compute_block(fwd, m, b, slot[s]->data());
         DDO_CUDA_TRY(cudaEventRecord(consumed[s].event, compute.stream));
       }
-    });
+    }));
     DDO_CUDA_TRY(cudaStreamSynchronize(copy.stream));
   }
   mem.stop();
@@ -662,7 +701,7 @@ variant_result run_naive(const options& opt, const model& m, std::int64_t tokens
     device_buffer block(m.block_bytes);
     stream_owner compute;
     gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
-    r.step_ms = time_steps(opt, compute.stream, [&](int) {
+    take_steps(r, time_steps(opt, compute.stream, [&](int) {
       for (int b = 0; b < m.blocks; ++b) {
         DDO_CUDA_TRY(cudaMemcpyAsync(block.ptr, m.block(b), m.block_bytes, cudaMemcpyHostToDevice,
                                      compute.stream));
@@ -670,7 +709,7 @@ variant_result run_naive(const options& opt, const model& m, std::int64_t tokens
         // The buffer is reused by the next block: the engine waits for the compute to finish.
         DDO_CUDA_TRY(cudaStreamSynchronize(compute.stream));
       }
-    });
+    }));
   }
   mem.stop();
   r.streamed_bytes = m.total_bytes();
@@ -891,7 +930,7 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
     stream_owner compute;
     gpu_synthetic_forward fwd(tokens, std::max(m.hidden, m.mlp), ddo::dtype::bf16, compute.stream);
     const std::size_t groups = offloader.group_count();
-    r.step_ms = time_steps(opt, compute.stream, [&](int) {
+    take_steps(r, time_steps(opt, compute.stream, [&](int) {
       for (std::size_t g = 0; g < groups; ++g) {
         auto lease = offloader.acquire(g, compute.stream);
         for (std::size_t i = 0; i < lease.size(); ++i) {
@@ -901,7 +940,7 @@ variant_result run_ddo(const options& opt, const model& m, const ddo_model& d, s
           fwd.linear(lease.data(i), info.shape[0], info.shape[1], d.alpha[w]);
         }
       }
-    });
+    }));
     const auto metrics = offloader.metrics(true);
     r.pinned_host_bytes = metrics.pinned_bytes + metrics.staging_bytes;
     if constexpr (std::is_same_v<Transport, ddo::vmm_transport>) {
@@ -1059,7 +1098,9 @@ int main(int argc, char** argv) {
         r.target = target;
         r.staged = staged;
         ddo::bench::finish(r, run.compute_ms, bw);
-        std::fprintf(stderr, "streaming_bench: %lld tokens, %-26s %8.1f ms/step  %.3fx bound\n",
+        // Provisional: the report's B also takes the ring's rate (add_ring_rates).
+        std::fprintf(stderr, "streaming_bench: %lld tokens, %-26s %8.1f ms/step  %.3fx bound "
+                     "(provisional B)\n",
                      static_cast<long long>(tokens), r.name.c_str(), r.ms, r.ratio);
         run.variants.push_back(std::move(r));
       };
@@ -1165,6 +1206,7 @@ int main(int argc, char** argv) {
       }
       runs.push_back(std::move(run));
     }
+    ddo::bench::add_ring_rates(bw, runs);
     ddo::bench::report_context ctx;
     ctx.device = gpu.name;
     ctx.command = opt.command;

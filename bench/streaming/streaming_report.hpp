@@ -18,6 +18,7 @@
 
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/json_writer.hpp"
+#include "runner/step_timing.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -63,6 +64,14 @@ struct bandwidths {
   /// windows (--native-staging-mib capped as ddo caps it: 128 MiB; a larger ring leaves the CPU's
   /// caches and fills ~1.7x slower, which is why ddo caps it). Reported, not a ceiling.
   concurrent_fill host_copy_windows;
+  /// Every pinned host→device rate measured by a copy pattern (GB/s): back-to-back batches, long
+  /// single copies, the hand-written ring's streamed bytes over its step (add_ring_rates). B is
+  /// the best of them and pinned_h2d (runner/step_timing.hpp).
+  ddo::runner::pinned_rates pinned;
+  /// @brief B in bytes/s.
+  [[nodiscard]] double bound_rate() const noexcept {
+    return std::max(pinned_h2d, pinned.best_gbps() * 1e9);
+  }
 };
 
 /// @brief Where a variant's streamed bytes come from when they are not pinned: they then have
@@ -127,7 +136,8 @@ struct vmm_result {
 struct variant_result {
   std::string name;
   std::string description;
-  std::vector<double> step_ms;       ///< measured steps (after warm-up)
+  std::vector<double> step_ms;       ///< measured steps: intervals between step starts
+  std::vector<double> span_ms;       ///< the same steps' spans, start to end (shown apart)
   double ms = 0;                     ///< median of step_ms
   std::uint64_t streamed_bytes = 0;  ///< W: bytes streamed per step
   std::uint64_t resident_bytes = 0;
@@ -149,6 +159,10 @@ struct variant_result {
   /// @brief Whether the variant met its target (true when it has none). A VMM variant's device
   /// bytes have rows of their own in the summary.
   [[nodiscard]] bool pass() const noexcept { return target <= 0 || ratio <= target; }
+  /// @brief The step beat its bound by more than ratio_floor allows: a measurement fault.
+  [[nodiscard]] bool fault() const noexcept {
+    return bound_ms > 0 && ms > 0 && ddo::runner::judge_ratio(ms, bound_ms).fault;
+  }
   /// @brief Streamed bytes per second of step time (0 when nothing is streamed).
   [[nodiscard]] double effective_bytes_per_second() const noexcept {
     return streamed_bytes && ms > 0 ? static_cast<double>(streamed_bytes) / (ms * 1e-3) : 0.0;
@@ -190,7 +204,7 @@ struct report_context {
 /// variant with a staged source also its ceiling (ceiling_ms, ceiling_ratio).
 inline void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
   r.ms = median(r.step_ms);
-  const double rate = bw.pinned_h2d;
+  const double rate = bw.bound_rate();
   const double copy_ms = rate > 0 ? static_cast<double>(r.streamed_bytes) / rate * 1e3 : 0.0;
   r.bound_ms = std::max(compute_ms, copy_ms);
   r.bound_kind = r.streamed_bytes == 0 || compute_ms >= copy_ms ? "compute" : "pinned copy";
@@ -200,11 +214,25 @@ inline void finish(variant_result& r, double compute_ms, const bandwidths& bw) {
                                 : r.staged == staged_source::file      ? &bw.file_read
                                                                        : nullptr;
   if (fill != nullptr && r.streamed_bytes != 0) {
-    if (const double ceiling = fill->ceiling(bw.pinned_h2d); ceiling > 0) {
+    if (const double ceiling = fill->ceiling(rate); ceiling > 0) {
       r.ceiling_ms = std::max(compute_ms, static_cast<double>(r.streamed_bytes) / ceiling * 1e3);
       r.ceiling_ratio = r.ms / r.ceiling_ms;
     }
   }
+}
+
+/// @brief Adds each run's hand-written ring to @p bw's pinned rates (its streamed bytes over its
+/// median step: the bus carried at least that), then finishes every variant again against the
+/// best rate: a bound below what the ring reached is no bound.
+inline void add_ring_rates(bandwidths& bw, std::vector<token_run>& runs) {
+  for (const auto& run : runs)
+    for (const auto& v : run.variants)
+      if (v.name == "ring_baseline" && v.streamed_bytes != 0 && v.ms > 0 && std::isfinite(v.ms))
+        bw.pinned.add("hand-written ring at " + std::to_string(run.tokens) + " tokens",
+                      static_cast<double>(v.streamed_bytes) / (v.ms * 1e-3) / 1e9);
+  for (auto& run : runs)
+    for (auto& v : run.variants)
+      if (std::isfinite(v.ms)) finish(v, run.compute_ms, bw);
 }
 
 /// @brief A pinning file variant's setup over the same run's plain parallel pread:
@@ -252,8 +280,8 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
       << "model: " << ctx.blocks << " blocks, hidden " << ctx.hidden << ", MLP " << ctx.mlp
       << ", bf16, " << ctx.tensors_per_block << " tensors/block, " << gb(ctx.weight_bytes)
       << " GB of weights\n"
-      << "measured in this run: pinned H2D B = " << fixed(ctx.bw.pinned_h2d / 1e9, 1)
-      << " GB/s, pageable H2D " << fixed(ctx.bw.pageable_h2d / 1e9, 1)
+      << "measured in this run: pinned H2D B = " << fixed(ctx.bw.bound_rate() / 1e9, 1)
+      << " GB/s (the best of: " << ctx.bw.pinned.describe() << "), pageable H2D " << fixed(ctx.bw.pageable_h2d / 1e9, 1)
       << " GB/s, hand-written pageable staging loop (for reference, not a bound) "
       << fixed(ctx.bw.pageable_staging / 1e9, 1) << " GB/s";
   if (!ctx.bw.staging_by_threads.empty()) {
@@ -270,12 +298,13 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
         << " GB/s alone, " << fixed(f.beside_dma / 1e9, 1)
         << " GB/s beside a running pinned H2D stream (which meanwhile moved "
         << fixed(f.dma_beside / 1e9, 1) << " GB/s): ceiling of the routes staging them "
-        << fixed(f.ceiling(ctx.bw.pinned_h2d) / 1e9, 1) << " GB/s\n";
+        << fixed(f.ceiling(ctx.bw.bound_rate()) / 1e9, 1) << " GB/s\n";
   };
   fill_line(ctx.bw.host_copy, "host fill pageable memory -> pinned (memcpy)");
   fill_line(ctx.bw.file_read, "host fill cached file -> pinned (pread)");
   fill_line(ctx.bw.host_copy_windows, "host fill pageable memory -> pinned (memcpy), native-window-sized destination");
-  out << "steps: median of " << ctx.steps << " after " << ctx.warmup << " warm-up\n";
+  out << "steps: median of " << ctx.steps << " after " << ctx.warmup
+      << " warm-up, each the interval between step starts (its span apart, in the JSON)\n";
   if (ctx.file.bytes != 0)
     out << "model file: " << gb(ctx.file.bytes) << " GB; plain parallel pread (warm cache, "
         << ctx.file.threads << " threads, into fresh memory) " << fixed(ctx.file.read_s, 2)
@@ -284,8 +313,8 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
   out
       << "command: " << ctx.command << "\n";
   for (const auto& run : runs) {
-    const double copy_ms =
-        ctx.bw.pinned_h2d > 0 ? static_cast<double>(ctx.weight_bytes) / ctx.bw.pinned_h2d * 1e3 : 0;
+    const double b = ctx.bw.bound_rate();
+    const double copy_ms = b > 0 ? static_cast<double>(ctx.weight_bytes) / b * 1e3 : 0;
     out << "\n### " << run.tokens << " tokens (C = " << fixed(run.compute_ms, 1)
         << " ms, all weights W/B = " << fixed(copy_ms, 1) << " ms)\n\n"
         << "| variant | ms/step | bound ms | x bound | target | x fill ceiling | GB/s | "
@@ -295,6 +324,7 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
     for (const auto& v : run.variants) {
       std::string target = "-";
       if (v.target > 0) target = (v.pass() ? "<= " : "MISS > ") + fixed(v.target, 2);
+      if (v.fault()) target = "FAULT < " + fixed(ddo::runner::ratio_floor, 2);
       out << "| " << v.name << " | " << fixed(v.ms, 1) << " | " << fixed(v.bound_ms, 1) << " | "
           << fixed(v.ratio, 3) << " | " << target << " | "
           << (v.ceiling_ms > 0 ? fixed(v.ceiling_ratio, 3) : std::string("-")) << " | "
@@ -305,6 +335,11 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
     }
     for (const auto& v : run.variants) {
       if (!v.note.empty()) out << "\n- " << v.name << ": " << v.note;
+      if (v.fault()) {
+        const ddo::runner::bound_figures f{v.step_ms, v.span_ms, run.compute_ms, v.streamed_bytes,
+                                           ctx.bw.pinned};
+        out << "\n- " << v.name << ": " << ddo::runner::format_ratio("ms / bound", v.ms, f);
+      }
       if (v.ceiling_ms > 0 && !v.pass())
         out << "\n- " << v.name << " misses its target over the PCIe bound; its own ceiling (the "
             << (v.staged == staged_source::file ? "file read" : "host copy")
@@ -344,6 +379,9 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
   out.member("weight_bytes", ctx.weight_bytes).end_object();
   out.member("steps", ctx.steps).member("warmup", ctx.warmup);
   out.key("bandwidth_gbps").begin_object(lay::spaced).member("pinned_h2d", ctx.bw.pinned_h2d / 1e9);
+  out.member("bound", ctx.bw.bound_rate() / 1e9).key("pinned_patterns").begin_object(lay::spaced);
+  for (const auto& p : ctx.bw.pinned.samples) out.member(p.pattern, p.gbps);
+  out.end_object();
   out.member("pageable_h2d", ctx.bw.pageable_h2d / 1e9);
   out.member("pageable_staging", ctx.bw.pageable_staging / 1e9);
   out.key("pageable_staging_by_threads").begin_object(lay::spaced);
@@ -354,7 +392,7 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
     out.key(name).begin_object(lay::spaced).member("threads", f.threads);
     out.member("region_bytes", f.region_bytes).member("alone", f.alone / 1e9);
     out.member("beside_dma", f.beside_dma / 1e9).member("dma_beside", f.dma_beside / 1e9);
-    out.member("ceiling", f.ceiling(ctx.bw.pinned_h2d) / 1e9).end_object();
+    out.member("ceiling", f.ceiling(ctx.bw.bound_rate()) / 1e9).end_object();
   };
   fill_json("host_copy", ctx.bw.host_copy);
   fill_json("file_read", ctx.bw.file_read);
@@ -371,7 +409,8 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
       out.member("ms_per_step", v.ms).member("bound_ms", v.bound_ms).member("ratio", v.ratio);
       out.member("bound_kind", v.bound_kind).member("ceiling_ms", v.ceiling_ms);
       out.member("ceiling_ratio", v.ceiling_ratio).member("target", v.target);
-      out.member("pass", v.pass()).member("streamed_bytes", v.streamed_bytes);
+      out.member("pass", v.pass()).member("measurement_fault", v.fault());
+      out.member("streamed_bytes", v.streamed_bytes);
       out.member("resident_bytes", v.resident_bytes);
       out.member("effective_gbps", v.effective_bytes_per_second() / 1e9);
       out.member("peak_device_bytes", v.peak_device_bytes);
@@ -394,6 +433,8 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
       out.member("sampled_ddo_bytes", v.vmm.sampled_ddo_bytes(v.peak_device_bytes)).end_object();
       out.member("note", v.note).key("steps_ms").begin_array(lay::spaced);
       for (double ms : v.step_ms) out.value(ms);
+      out.end_array().key("span_ms").begin_array(lay::spaced);
+      for (double ms : v.span_ms) out.value(ms);
       out.end_array().end_object();
     }
     out.end_array().end_object();
@@ -405,7 +446,8 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
     out.begin_object(lay::spaced).member("metric", name).member("value", value);
     return out.member("unit", unit);
   };
-  metric("pinned H2D bandwidth", ctx.bw.pinned_h2d / 1e9, "GB/s").end_object();
+  metric("pinned H2D bandwidth (B: the best pattern)", ctx.bw.bound_rate() / 1e9, "GB/s")
+      .end_object();
   metric("pageable staging", ctx.bw.pageable_staging / 1e9, "GB/s").end_object();
   for (const auto& run : runs) {
     for (const auto& v : run.variants) {
@@ -417,6 +459,7 @@ inline std::string gb(std::uint64_t bytes) { return format_size_number(bytes, si
       metric(prefix + v.name, v.ratio, "x bound");
       if (v.target > 0)
         out.member("target", "<= " + internal::fixed(v.target, 2)).member("pass", v.pass());
+      if (v.fault()) out.member("measurement_fault", true);
       out.end_object();
       // A VMM variant's host time per loaded GB and its device bytes (issue 10).
       if (v.vmm.measured) {

@@ -75,6 +75,7 @@
 #include "flux/flux_trace.hpp"
 #include "runner/graph_launches.hpp"
 #include "runner/program_main.hpp"
+#include "runner/synthetic_options.hpp"
 #include "runner/vram_budget.hpp"
 #if defined(DDO_FLUX_GPU)
 #include "ddo/platform/cuda_device.hpp"
@@ -150,6 +151,7 @@ void write_latents(const std::string& path, const std::vector<float>& latents) {
 
 #if defined(DDO_FLUX_GPU)
 using flux::steady_median;
+using flux::steady_steps;
 /// What one GPU run needs (run_gpu).
 struct gpu_run {
   const ddo::weight_table& table;
@@ -179,7 +181,8 @@ flux::inputs low_inputs(const gpu_run& r) {
 struct profile_inputs {
   double resident_median = 0.0, streamed_median = 0.0;
   std::uint64_t streamed_bytes = 0;
-  double pinned_gbps = 0.0;
+  ddo::runner::pinned_rates rates;                 ///< B: the best of them
+  std::vector<double> streamed_ms, streamed_spans;  ///< the steady steps, for a fault's figures
 };
 
 /// --profile: one more resident step with every GEMM and attention call timed by events, the
@@ -210,16 +213,23 @@ void print_profile(flux::gpu::device_forward& f, const flux::gpu::gemm_runner& g
       "GEMM shapes with a bias: %zu of %zu add it in cuBLASLt's epilogue (the rest: a "
       "kernel after, counted in neither)\n",
       fused_bias, with_bias);
-  const double copy_ms = static_cast<double>(m.streamed_bytes) / (m.pinned_gbps * 1e9) * 1e3;
-  const double bound = std::max(m.resident_median, copy_ms);
-  std::printf(
-      "bound: max(resident %.2f ms, %s streamed at %.1f GB/s pinned = %.2f ms) = %.2f ms; "
-      "streamed median / bound = %.3fx\n",
-      m.resident_median, ddo::format_bytes(m.streamed_bytes).c_str(), m.pinned_gbps, copy_ms, bound,
-      m.streamed_median / bound);
-  o.member("pinned_gbps", m.pinned_gbps, 3);
+  // runner/step_timing.hpp: B the best pinned rate measured, the steps' intervals, a ratio
+  // below the floor a measurement fault with its raw figures.
+  const ddo::runner::bound_figures figures{m.streamed_ms, m.streamed_spans, m.resident_median,
+                                           m.streamed_bytes, m.rates};
+  const double pinned_gbps = m.rates.best_gbps();
+  const double copy_ms = ddo::runner::copy_ms_at(m.streamed_bytes, pinned_gbps);
+  const double bound = ddo::runner::bound_ms_of(figures);
+  const auto verdict = ddo::runner::judge_ratio(m.streamed_median, bound);
+  std::printf("bound: max(resident %.2f ms, %s streamed at %.1f GB/s pinned = %.2f ms) = %.2f ms "
+              "(B the best of: %s); %s\n",
+              m.resident_median, ddo::format_bytes(m.streamed_bytes).c_str(), pinned_gbps, copy_ms,
+              bound, m.rates.describe().c_str(),
+              ddo::runner::format_ratio("streamed median / bound", m.streamed_median, figures)
+                  .c_str());
+  o.member("pinned_gbps", pinned_gbps, 3);
   o.member("resident_ms", m.resident_median, 3).member("bound_ms", bound, 3);
-  o.member("streamed_over_bound", m.streamed_median / bound, 4);
+  o.member("streamed_over_bound", verdict.ratio, 4).member("measurement_fault", verdict.fault);
   o.member("profile_step_ms", prof.step_ms, 3).member("gemm_ms", prof.gemm_ms, 3);
   o.member("gemm_tflops", gemm_tflops, 2).member("attention_ms", prof.attention_ms, 3);
   o.member("attention_tflops", attention_tflops, 2);
@@ -284,14 +294,14 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   if (r.modes.calibrate) options.runtime = recorder.runtime_options(options.runtime);
   // B of the bound, measured before ddo's setup on an uncapped linear transport (the pinned
   // host-to-device rate the streamed bytes cannot beat).
-  double pinned_gbps = 0.0;
+  ddo::runner::pinned_rates pinned_rates;
   if (r.modes.profile) {
     auto probe_transport = ddo::make_transport<ddo::linear_transport>(r.settings);
-    pinned_gbps = ddo::runner::measure_pinned_gbps(probe_transport, 512ull << 20);
+    pinned_rates = ddo::runner::measure_pinned_rates(probe_transport, 512ull << 20);
   }
   std::uint64_t streamed_bytes = 0;
   std::vector<flux::stage> stages;
-  std::vector<double> streamed_ms, graph_ms;
+  std::vector<double> streamed_ms, streamed_spans, graph_ms;  // intervals; spans apart
   std::vector<float> graph_latents;  // --graph: the captured loop's
   bool graph_differs = false;
   std::optional<double> predicted_ms;          // --capacity-profile: the plan's predicted step
@@ -332,7 +342,7 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     f.bind(view.handle);
     stages = flux::plan_stages(r.table, off.plan());
     auto out = flux::timed_denoise(off, view, stages, f, r.in, r.steps, streamed_ms, true,
-                                   trace ? &*trace : nullptr);
+                                   trace ? &*trace : nullptr, &streamed_spans);
     if (r.modes.graph) {
       // The same loop again on the same offloader and forward, its first step captured and
       // replayed for the rest. After the eager loop, which chose every GEMM shape's algorithm,
@@ -343,16 +353,20 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
         flux::step_buffers buffers{r.in, 0.f, {}};
         flux::gpu::cuda_capture capture;
         std::optional<flux::gpu::captured_graph> captured;
+        ddo::runner::step_clock clock;
         graph_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
-          const auto t0 = std::chrono::steady_clock::now();
+          clock.start();
           buffers.in.latents = x.latents;
           buffers.timestep = t;
           auto v = flux::graph_forward(off, view, stages, f, buffers, capture, captured);
-          graph_ms.push_back(ms_since(t0));
-          std::printf("  graph step %zu: %.2f ms (%s)\n", graph_ms.size() - 1, graph_ms.back(),
-                      graph_ms.size() == 1 ? "captured, instantiated, launched" : "replayed");
+          clock.end();
+          std::printf("  graph step %zu: span %.2f ms (%s)\n", clock.started() - 1,
+                      clock.last_span_ms(),
+                      clock.started() == 1 ? "captured, instantiated, launched" : "replayed");
           return v;
         });
+        clock.close();
+        graph_ms = clock.times().interval_ms;
         ddo::runner::print_graph_launches(off);
       } else {
         throw ddo::usage_error("--graph: the " + std::string(off.transport().name()) +
@@ -400,8 +414,10 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   }
   if (trace) trace->write(r.trace);
   const double streamed_median = steady_median(streamed_ms);
-  std::printf("streamed: median %.2f ms/step over %zu steady steps (step 0 is the warm-up)\n",
-              streamed_median, streamed_ms.size() > 1 ? streamed_ms.size() - 1 : 1);
+  std::printf("streamed: median %.2f ms/step between step starts over %zu steady steps (step 0 "
+              "is the warm-up); the forwards' spans: median %.2f ms\n",
+              streamed_median, streamed_ms.size() > 1 ? streamed_ms.size() - 1 : 1,
+              steady_median(streamed_spans));
   if (predicted_ms) {
     ddo::runner::print_predicted_vs_measured(*predicted_ms, streamed_median);
     std::printf("  predicted / measured = %.3f\n", *predicted_ms / streamed_median);
@@ -451,19 +467,19 @@ int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     cudaStream_t stream = nullptr;
     DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     f.bind(stream);
-    std::vector<double> resident_ms;
-    const auto resident_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto v = flux::resident_forward(weights, stages, f, x, t);
-      resident_ms.push_back(ms_since(t0));
-      return v;
-    });
-    const double resident_median = steady_median(resident_ms);
+    ddo::runner::step_clock clock;
+    const auto resident_latents =
+        flux::denoise(r.in, r.steps, flux::clocked(clock, [&](const flux::inputs& x, float t) {
+                        return flux::resident_forward(weights, stages, f, x, t);
+                      }));
+    clock.close();
+    const double resident_median = steady_median(clock.times().interval_ms);
     std::printf("resident: median %.2f ms/step (all %zu weights on the device, no ddo)\n",
                 resident_median, r.table.size());
     if (r.modes.profile)
       print_profile(f, gemms, weights, stages, r.in, stream, o,
-                    {resident_median, streamed_median, streamed_bytes, pinned_gbps});
+                    {resident_median, streamed_median, streamed_bytes, pinned_rates,
+                     steady_steps(streamed_ms), steady_steps(streamed_spans)});
     DDO_CUDA_TRY(cudaStreamDestroy(stream));
     if (r.modes.check) {
       const bool equal = same_bits(resident_latents, latents);
@@ -484,9 +500,16 @@ int run(int argc, char** argv) {
   std::vector<std::string> models;
   std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56", output,
                           trace_path;
-  int steps = 28, width = 1024, height = 1024, text_tokens = 512;
+  // Counts through one checked conversion (ddo/cli/bounded_integer.hpp): "-1" or a value past
+  // the range is refused by the parser with the option's name and range, never wrapped.
+  using flux_steps_option = ddo::bounded_integer<int, 1, 1000>;
+  using pixels_option = ddo::bounded_integer<int, 16, 16384>;
+  using text_tokens_option = ddo::bounded_integer<int, 1, 4096>;
+  flux_steps_option steps_arg{28};
+  pixels_option width_arg{1024}, height_arg{1024};
+  text_tokens_option text_tokens_arg{512};
   double guidance = 3.5, vram_gib = 12.0;
-  std::uint64_t seed = 0;
+  ddo::runner::seed_option seed_arg{0};
   bool force_cpu = false;
   flux::run_modes modes;
   std::string json;
@@ -494,14 +517,14 @@ int run(int argc, char** argv) {
   general.add_options()("help,h", "Print this help and exit")(
       "model", po::value(&models)->multitoken()->value_name("PATH..."),
       "FLUX.1 transformer weights by their diffusers names: safetensors files or an .index.json")(
-      "steps", po::value(&steps)->value_name("N"), "Euler steps (default 28, FluxPipeline's)")(
-      "width", po::value(&width)->value_name("PX"),
+      "steps", po::value(&steps_arg)->value_name("N"), "Euler steps (default 28, FluxPipeline's)")(
+      "width", po::value(&width_arg)->value_name("PX"),
       "Image width in pixels, a multiple of 16 (default 1024)")(
-      "height", po::value(&height)->value_name("PX"),
+      "height", po::value(&height_arg)->value_name("PX"),
       "Image height in pixels, a multiple of 16 (default 1024)")(
-      "text-tokens", po::value(&text_tokens)->value_name("N"), "T5 tokens (default 512)")(
+      "text-tokens", po::value(&text_tokens_arg)->value_name("N"), "T5 tokens (default 512)")(
       "guidance", po::value(&guidance)->value_name("G"), "Guidance scale (default 3.5)")(
-      "seed", po::value(&seed)->value_name("S"),
+      "seed", po::value(&seed_arg)->value_name("S"),
       "Seed of the inputs (and of --make-model's weights)")(
       "axes", po::value(&axes_text)->value_name("A,B,C"),
       "RoPE axes (axes_dims_rope), summing to the head size (default 16,56,56)")(
@@ -560,6 +583,9 @@ int run(int argc, char** argv) {
   } catch (const po::error& e) {
     return fail(ddo::describe_cli_error(e, all), exit_usage);
   }
+  const int steps = steps_arg, width = width_arg, height = height_arg;
+  const int text_tokens = text_tokens_arg;
+  const std::uint64_t seed = seed_arg;
   if (vm.count("help")) {
     std::cout << "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
                  "                [--trace FILE.json]\n"
@@ -594,15 +620,11 @@ int run(int argc, char** argv) {
   flux::check_run_modes(modes);
   // An unwritable trace path is said now, not after the run.
   if (modes.trace) ddo::check_output_path(trace_path, "trace file");
-  if (steps < 1 || steps > 1000)
-    return fail("--steps must be 1..1000, got " + std::to_string(steps), exit_usage);
   for (auto [v, name] : {std::pair{width, "--width"}, std::pair{height, "--height"}})
-    if (v < 16 || v > 16384 || v % 16 != 0)
+    if (v % 16 != 0)
       return fail(
           std::string(name) + " must be a multiple of 16 in 16..16384, got " + std::to_string(v),
           exit_usage);
-  if (text_tokens < 1 || text_tokens > 4096)
-    return fail("--text-tokens must be 1..4096, got " + std::to_string(text_tokens), exit_usage);
   if (!(vram_gib > 0.0) || vram_gib > 65536.0)
     return fail("--vram-gb must be greater than 0 and at most 65536", exit_usage);
 

@@ -52,23 +52,31 @@ decltype(auto) on_card_transport(const ddo::dynamic_offload_settings& settings,
   return use(ddo::make_transport<ddo::linear_transport>(settings, {}, limit_bytes));
 }
 
-/// @brief The Euler loop of @p steps through @p off, each step's wall time into @p ms (printed
-/// when @p print), its host phases to @p phases when set (--trace); the final latents.
+/// @brief The Euler loop of @p steps through @p off: each step's time (the interval to the next
+/// step's start, flux_step_time.hpp) into @p ms, its forward's span into @p spans when set
+/// (printed when @p print), its host phases to @p phases when set (--trace); the final latents.
 template <class Offloader>
 std::vector<float> timed_denoise(Offloader& off, typename Offloader::stream_view view,
                                  const std::vector<stage>& stages, gpu::device_forward& f,
                                  const inputs& in, int steps, std::vector<double>& ms, bool print,
-                                 host_phases* phases = nullptr) {
-  return denoise(
+                                 host_phases* phases = nullptr,
+                                 std::vector<double>* spans = nullptr) {
+  ddo::runner::step_clock clock;
+  auto out = denoise(
       in, steps,
       [&](const inputs& x, float t) {
-        const auto t0 = std::chrono::steady_clock::now();
+        clock.start();
         auto v = streamed_forward(off, view, stages, f, x, t, phases);
-        ms.push_back(ms_since(t0));
-        if (print) std::printf("  step %zu: %.2f ms\n", ms.size() - 1, ms.back());
+        clock.end();
+        if (print) std::printf("  step %zu: span %.2f ms\n", clock.started() - 1, clock.last_span_ms());
         return v;
       },
       nullptr, phases);
+  clock.close();
+  auto times = clock.times();
+  ms = std::move(times.interval_ms);
+  if (spans != nullptr) *spans = std::move(times.span_ms);
+  return out;
 }
 
 /// @brief The all-resident loop's median step (every weight copied once to the device, no ddo;
@@ -84,20 +92,18 @@ std::vector<float> timed_denoise(Offloader& off, typename Offloader::stream_view
   cudaStream_t stream = nullptr;
   DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   f.bind(stream);
-  std::vector<double> ms;
+  ddo::runner::step_clock clock;
   try {
-    (void)denoise(in, steps, [&](const inputs& x, float t) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto v = resident_forward(*weights, stages, f, x, t);
-      ms.push_back(ms_since(t0));
-      return v;
-    });
+    (void)denoise(in, steps, clocked(clock, [&](const inputs& x, float t) {
+                    return resident_forward(*weights, stages, f, x, t);
+                  }));
+    clock.close();
   } catch (...) {
     DDO_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream));
     throw;
   }
   DDO_CUDA_TRY(cudaStreamDestroy(stream));
-  return steady_median(ms);
+  return steady_median(clock.times().interval_ms);
 }
 
 /// @brief What --smallest-card needs from ddo-flux's GPU run.

@@ -17,6 +17,7 @@
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/json_writer.hpp"
 #include "ddo/core/text.hpp"
+#include "runner/step_timing.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -27,7 +28,8 @@ struct compare_row {
   std::string variant;      ///< "resident", "ddo", "naive pinned", "naive pageable"
   std::string description;  ///< what it did, in words
   double vram_gib = 0.0;    ///< the emulated card of a ddo row (0: the real device)
-  std::vector<double> step_ms;
+  std::vector<double> step_ms;  ///< each timed step: the interval to the next step's start
+  std::vector<double> span_ms;  ///< each timed step's span, start to synchronize (shown apart)
   std::uint64_t streamed_bytes = 0;         ///< host→device bytes per step
   std::uint64_t resident_bytes = 0;         ///< weight bytes kept on the device
   std::uint64_t peak_device_bytes = 0;      ///< accounted: context + engine reserve + ddo/loop peak
@@ -52,32 +54,14 @@ struct compare_report {
   int steps = 0;
   double compute_ms = 0.0;        ///< C: one step's compute with nothing to copy
   std::string compute_source;     ///< how C was measured
-  double pinned_gbps = 0.0;       ///< B: pinned host→device bandwidth measured in this run
+  double pinned_gbps = 0.0;       ///< B: the best pinned host→device rate of rates
+  pinned_rates rates;             ///< every pinned rate measured in this run (B's patterns)
   bool rss_reset = false;         ///< peak RSS reset before each row (else cumulative)
   std::uint64_t context_bytes = 0;
   std::uint64_t engine_reserve_bytes = 0;
   std::string caveat;             ///< what emulation cannot reproduce
   std::vector<compare_row> rows;
 };
-
-/// @brief The median of @p values (0 for none).
-[[nodiscard]] inline double median_of(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-/// @brief W / B in ms: @p streamed_bytes at @p pinned_gbps (0 when B is unknown).
-[[nodiscard]] inline double copy_ms_at(std::uint64_t streamed_bytes, double pinned_gbps) {
-  return pinned_gbps > 0.0 ? static_cast<double>(streamed_bytes) / (pinned_gbps * 1e9) * 1e3 : 0.0;
-}
-
-/// @brief The bound max(C, W / B) in ms: a step cannot beat its compute nor its copies.
-[[nodiscard]] inline double bound_ms_of(double compute_ms, std::uint64_t streamed_bytes,
-                                        double pinned_gbps) {
-  return std::max(compute_ms, copy_ms_at(streamed_bytes, pinned_gbps));
-}
 
 /// @brief Fills a row's median, bound and ratio from C (ms) and B (GB/s).
 inline void finish_row(compare_row& row, double compute_ms, double pinned_gbps) {
@@ -107,7 +91,9 @@ namespace internal {
          std::to_string(r.tokens) + " tokens, " + std::to_string(r.steps) + " timed steps per " +
          "variant, on " + r.device + "\n";
   out += "bound = max(C, W / B): C = " + fixed(r.compute_ms, 1) + " ms (" + r.compute_source +
-         "), B = " + fixed(r.pinned_gbps, 1) + " GB/s pinned host-to-device, both measured now\n";
+         "), B = " + fixed(r.pinned_gbps, 1) + " GB/s pinned host-to-device (the best of: " +
+         r.rates.describe() + "), both measured now; ms/step: the median interval between step "
+         "starts\n";
   out += "peak device = CUDA context " + gb_text(r.context_bytes) + " GiB + engine reserve " +
          gb_text(r.engine_reserve_bytes) + " GiB + the variant's own device bytes";
   out += r.rss_reset ? "; peak RSS per variant\n" : "; peak RSS cumulative (could not reset it)\n";
@@ -142,6 +128,15 @@ namespace internal {
     out += " " + (row.peak_rss_bytes ? gb_text(*row.peak_rss_bytes) : "-") + " | " +
            (row.verified.has_value() ? (*row.verified ? "ok" : "FAILED") : "-") + " |\n";
   }
+  for (const auto& row : r.rows) {
+    if (!row.skipped.empty() || row.bound_ms <= 0.0) continue;
+    const bound_figures f{row.step_ms, row.span_ms, r.compute_ms, row.streamed_bytes, r.rates};
+    const std::string label =
+        row.variant + (row.vram_gib > 0.0 ? " " + fixed(row.vram_gib, 2) + " GiB" : "") +
+        ": ms / bound";
+    if (judge_ratio(row.ms, row.bound_ms).fault)
+      out += "\n" + format_ratio(label.c_str(), row.ms, f) + "\n";
+  }
   if (!r.caveat.empty()) out += "\nnote: " + r.caveat + "\n";
   return out;
 }
@@ -153,6 +148,13 @@ namespace internal {
   o.member("transport", r.transport).member("model", r.model).member("model_bytes", r.model_bytes);
   o.member("tokens", r.tokens).member("steps", r.steps).member("compute_ms", r.compute_ms, 3);
   o.member("compute_source", r.compute_source).member("pinned_gbps", r.pinned_gbps, 3);
+  o.key("pinned_rates").begin_array(json_layout::spaced);
+  for (const auto& rate : r.rates.samples)
+    o.begin_object(json_layout::spaced)
+        .member("pattern", rate.pattern)
+        .member("gbps", rate.gbps, 3)
+        .end_object();
+  o.end_array();
   o.member("context_bytes", r.context_bytes).member("engine_reserve_bytes", r.engine_reserve_bytes);
   o.member("peak_rss_per_row", r.rss_reset).member("caveat", r.caveat);
   o.key("rows").begin_array(json_layout::lines);
@@ -164,8 +166,11 @@ namespace internal {
       continue;
     }
     o.member("ms", row.ms, 3).member("bound_ms", row.bound_ms, 3).member("ratio", row.ratio, 4);
+    o.member("measurement_fault", judge_ratio(row.ms, row.bound_ms).fault);
     o.key("step_ms").begin_array(json_layout::spaced);
     for (double ms : row.step_ms) o.value(ms, 3);
+    o.end_array().key("span_ms").begin_array(json_layout::spaced);
+    for (double ms : row.span_ms) o.value(ms, 3);
     o.end_array().member("streamed_bytes", row.streamed_bytes);
     o.member("resident_bytes", row.resident_bytes).member("peak_device_bytes", row.peak_device_bytes);
     if (row.sampled_peak_device_bytes)

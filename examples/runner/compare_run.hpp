@@ -34,6 +34,7 @@
 #include "runner/device_memory_sampler.hpp"
 #include "runner/peak_rss.hpp"
 #include "runner/run_model.hpp"
+#include "runner/step_timing.hpp"
 #include "runner/vram_budget.hpp"
 
 namespace ddo {
@@ -94,19 +95,27 @@ void enqueue_group(Engine& engine, typename Engine::transport_type& t, const com
   }
 }
 
-/// One warm-up step, then in.steps timed ones, each ended by a stream synchronize.
+/// One warm-up step, then in.steps timed ones, each ended by a stream synchronize; a step's
+/// time is the interval to the next step's start (runner/step_timing.hpp), its span apart.
 template <class Step, class Sync>
-[[nodiscard]] std::vector<double> time_steps(const compare_inputs& in, Step&& step, Sync&& sync) {
+[[nodiscard]] step_times time_steps(const compare_inputs& in, Step&& step, Sync&& sync) {
   step();
   sync();
-  std::vector<double> ms;
+  step_clock steps;
   for (int s = 0; s < in.steps; ++s) {
-    const auto t0 = clock::now();
+    steps.start();
     step();
     sync();
-    ms.push_back(ms_since(t0));
+    steps.end();
   }
-  return ms;
+  steps.close();
+  return steps.times();
+}
+
+/// Fills @p row's step times (the intervals) and spans from @p t.
+inline void take_times(compare_row& row, step_times t) {
+  row.step_ms = std::move(t.interval_ms);
+  row.span_ms = std::move(t.span_ms);
 }
 
 /// Device offsets of every weight in one block, each aligned as the runtime aligns them.
@@ -125,9 +134,19 @@ template <class Step, class Sync>
 
 }  // namespace internal
 
-/// @brief B: pinned host→device bandwidth in GB/s over @p bytes copies (one warm-up, five timed).
+namespace internal {
+/// Bytes per second of @p copies copies of @p bytes each in @p ms, as GB/s.
+[[nodiscard]] inline double gbps_of(std::uint64_t bytes, int copies, double ms) {
+  return ms > 0.0 ? static_cast<double>(bytes) * copies / (ms * 1e-3) / 1e9 : 0.0;
+}
+}  // namespace internal
+
+/// @brief Pinned host→device rates over @p bytes copies by two patterns (runner/step_timing.hpp:
+/// B is the best): three batches of five back-to-back copies (a streamed step's pattern; the
+/// best batch) and five single copies each waited for (a long copy alone; the best), after one
+/// warm-up copy.
 template <class Transport>
-[[nodiscard]] double measure_pinned_gbps(Transport& t, std::uint64_t bytes) {
+[[nodiscard]] pinned_rates measure_pinned_rates(Transport& t, std::uint64_t bytes) {
   auto stream = t.make_stream();
   const auto view = Transport::view(stream);
   std::byte* host = t.allocate_pinned(bytes);
@@ -137,19 +156,38 @@ template <class Transport>
     std::memset(host, 0x5a, bytes);
     t.copy_to_device(device, host, bytes, view);
     t.synchronize(view);
-    constexpr int copies = 5;
-    const auto t0 = internal::clock::now();
-    for (int i = 0; i < copies; ++i) t.copy_to_device(device, host, bytes, view);
-    t.synchronize(view);
-    const double ms = internal::ms_since(t0);
+    constexpr int batch = 5;
+    double best_batch = 0.0, best_single = 0.0;
+    for (int b = 0; b < 3; ++b) {
+      const auto t0 = internal::clock::now();
+      for (int i = 0; i < batch; ++i) t.copy_to_device(device, host, bytes, view);
+      t.synchronize(view);
+      best_batch = std::max(best_batch, internal::gbps_of(bytes, batch, internal::ms_since(t0)));
+    }
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = internal::clock::now();
+      t.copy_to_device(device, host, bytes, view);
+      t.synchronize(view);
+      best_single = std::max(best_single, internal::gbps_of(bytes, 1, internal::ms_since(t0)));
+    }
     t.free_device(device, bytes);
     t.free_pinned(host, bytes);
-    return ms > 0.0 ? static_cast<double>(bytes) * copies / (ms * 1e-3) / 1e9 : 0.0;
+    pinned_rates rates;
+    const std::string size = format_bytes(bytes);
+    rates.add("batches of " + std::to_string(batch) + " x " + size, best_batch);
+    rates.add("single " + size + " copies", best_single);
+    return rates;
   } catch (...) {
     if (device != nullptr) t.free_device(device, bytes);
     t.free_pinned(host, bytes);
     throw;
   }
+}
+
+/// @brief B: the best pinned host→device rate of measure_pinned_rates, GB/s.
+template <class Transport>
+[[nodiscard]] double measure_pinned_gbps(Transport& t, std::uint64_t bytes) {
+  return measure_pinned_rates(t, bytes).best_gbps();
 }
 
 /// @brief Everything resident: every weight uploaded once to one device block, then the steps.
@@ -185,14 +223,12 @@ template <class Engine>
       t.copy_to_device(block + offsets[w], staging.data(), n, view);
       t.synchronize(view);  // the staging vector is reused by the next weight
     }
-    row.step_ms = internal::time_steps(
-        in,
-        [&] {
-          for (const auto& g : in.groups)
-            internal::enqueue_group(engine, t, in, g,
-                                    [&](std::size_t w) { return block + offsets[w]; });
-        },
-        [&] { t.synchronize(view); });
+    const auto step = [&] {
+      for (const auto& g : in.groups)
+        internal::enqueue_group(engine, t, in, g,
+                                [&](std::size_t w) { return block + offsets[w]; });
+    };
+    internal::take_times(row, internal::time_steps(in, step, [&] { t.synchronize(view); }));
   } catch (...) {
     t.free_device(block, block_bytes);
     throw;
@@ -227,7 +263,7 @@ template <class Engine>
           for (const auto& g : in.groups)
             internal::enqueue_group(engine, t, in, g, [&](std::size_t) { return scratch; });
         },
-        [&] { t.synchronize(view); }));
+        [&] { t.synchronize(view); }).interval_ms);
   } catch (...) {
     t.free_device(scratch, largest);
     throw;
@@ -285,21 +321,19 @@ template <class Engine>
   try {
     Engine engine(t, in.tokens, in.compute.width, in.compute.type);
     const auto view = engine.view();
-    row.step_ms = internal::time_steps(
-        in,
-        [&] {
-          for (std::size_t gi = 0; gi < in.groups.size(); ++gi) {
-            const auto& g = in.groups[gi];
-            for (std::size_t w : g.weights)
-              t.copy_to_device(buffer + offsets[gi][w], host.weight(w),
-                               static_cast<std::size_t>(in.table[w].bytes), view);
-            t.synchronize(view);  // a synchronous copy, as cudaMemcpy is
-            internal::enqueue_group(engine, t, in, g,
-                                    [&](std::size_t w) { return buffer + offsets[gi][w]; });
-            t.synchronize(view);  // the buffer is reused by the next group
-          }
-        },
-        [&] { t.synchronize(view); });
+    const auto step = [&] {
+      for (std::size_t gi = 0; gi < in.groups.size(); ++gi) {
+        const auto& g = in.groups[gi];
+        for (std::size_t w : g.weights)
+          t.copy_to_device(buffer + offsets[gi][w], host.weight(w),
+                           static_cast<std::size_t>(in.table[w].bytes), view);
+        t.synchronize(view);  // a synchronous copy, as cudaMemcpy is
+        internal::enqueue_group(engine, t, in, g,
+                                [&](std::size_t w) { return buffer + offsets[gi][w]; });
+        t.synchronize(view);  // the buffer is reused by the next group
+      }
+    };
+    internal::take_times(row, internal::time_steps(in, step, [&] { t.synchronize(view); }));
   } catch (...) {
     t.free_device(buffer, slot);
     throw;
@@ -356,7 +390,7 @@ template <class Engine>
       }
     }
   };
-  row.step_ms = internal::time_steps(in, step, [&] { t.synchronize(view); });
+  internal::take_times(row, internal::time_steps(in, step, [&] { t.synchronize(view); }));
   const auto metrics = off.metrics(true);
   const auto check =
       check_accounted_peak(budget, ddo_peak_device_bytes(t, metrics.peak_device_bytes));

@@ -52,7 +52,7 @@ struct devices_inputs {
 struct device_result {
   std::string shard = "the whole model";
   double setup_s = 0.0;
-  std::vector<double> step_ms;
+  std::vector<double> step_ms;  ///< intervals between step starts (runner/step_timing.hpp)
   std::uint64_t steady_bytes = 0;  // bytes streamed in the steady steps
   std::chrono::steady_clock::time_point steady_begin{}, steady_end{};
   std::uint64_t peak_device_bytes = 0, pinned_bytes = 0, verified = 0, mismatches = 0;
@@ -96,10 +96,11 @@ void run_device(const devices_inputs& in, typename Engine::transport_type transp
     }
     gate.arrive(true);
     arrived = true;
+    step_clock steps;  // a step's time: the interval to the next step's start
     for (int step = 0; step < in.warmup + in.steps; ++step) {
       if (step == in.warmup) r.steady_begin = std::chrono::steady_clock::now();
+      steps.start();
       off.begin_step();
-      const auto s0 = std::chrono::steady_clock::now();
       for (std::size_t g = 0; g < off.group_count(); ++g) {
         auto lease = off.acquire(g, view);
         for (std::size_t i = 0; i < lease.size(); ++i) {
@@ -122,10 +123,11 @@ void run_device(const devices_inputs& in, typename Engine::transport_type transp
         }
       }
       t.synchronize(view);
-      r.step_ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
+      steps.end();
     }
+    steps.close();
     r.steady_end = std::chrono::steady_clock::now();
+    r.step_ms = steps.times().interval_ms;
     const auto metrics = off.metrics(true);
     for (std::size_t s = static_cast<std::size_t>(in.warmup); s < metrics.steps.size(); ++s)
       r.steady_bytes += metrics.steps[s].bytes();
@@ -204,7 +206,8 @@ int run_devices(const devices_inputs& in, std::vector<typename Engine::transport
     const auto summary = summarize_steps(r.step_ms, in.warmup);
     const double steady_s = std::chrono::duration<double>(r.steady_end - r.steady_begin).count();
     std::printf(
-        "  device %zu (%s): setup %.2f s; steady median %.1f ms/step (min %.1f, max %.1f); "
+        "  device %zu (%s): setup %.2f s; steady median %.1f ms/step between step starts "
+        "(min %.1f, max %.1f); "
         "streamed %s in the steady steps (%.2f GB/s); pinned %s; peak device bytes %s of "
         "the %s card: %s",
         d, r.shard.c_str(), r.setup_s, summary.median_ms, summary.min_ms, summary.max_ms,

@@ -70,6 +70,11 @@ struct gpu_engine_t {
       : stream(t.make_stream()) {
     forward = std::make_unique<runner::gpu_synthetic_forward>(tokens, width, type, stream.get());
   }
+  gpu_engine_t(const gpu_engine_t&) = delete;
+  gpu_engine_t& operator=(const gpu_engine_t&) = delete;
+  /// A capture an exception left open ends first (its graph discarded): the forward's cudaFree
+  /// and ddo's teardown are synchronizing calls, which CUDA refuses while it is open (issue 37).
+  ~gpu_engine_t() { runner::end_open_capture(stream.get()); }
   [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
   void linear(transport_type&, const std::byte* w, std::int64_t out, std::int64_t in, dtype,
               float alpha, std::int64_t rows) {

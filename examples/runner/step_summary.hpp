@@ -3,8 +3,9 @@
 /// @file
 /// @brief What a plain `ddo-run` prints after its steps: the warm-up steps apart from the steady
 /// ones (the first step pays first-touch costs a steady step does not), the steady steps' true
-/// median (the mean of the middle two for an even count), and the median's ratio to the bound
-/// max(C, W / B) measured in the same run. Pure host logic, tested in
+/// median (the mean of the middle two for an even count) of the intervals between step starts
+/// (runner/step_timing.hpp; the spans apart), and the median's ratio to the bound max(C, W / B)
+/// measured in the same run. Pure host logic, tested in
 /// tests/runner/compare_test.cpp. Example code (examples/runner/).
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "ddo/core/format_bytes.hpp"
 #include "runner/compare.hpp"
+#include "runner/step_timing.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -46,50 +48,73 @@ struct step_summary {
   return s;
 }
 
-/// @brief The bound's inputs as measured in this run.
+/// @brief The bound's inputs as measured in this run (B: the best of rates.samples).
 struct measured_bound {
   double compute_ms = 0.0;           ///< C: one step's compute with nothing copied
   std::uint64_t streamed_bytes = 0;  ///< W: weight bytes the plan streams per step
-  double pinned_gbps = 0.0;          ///< B: pinned host→device bandwidth
+  pinned_rates rates;                ///< every pinned host→device rate measured; B the best
 };
 
-/// @brief The summary lines: steady median (min, max), the warm-up steps, and with @p bound the
-/// median against max(C, W / B).
-[[nodiscard]] inline std::string format_step_summary(const step_summary& s,
+namespace step_summary_internal {
+[[nodiscard]] inline std::string ms(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+}  // namespace step_summary_internal
+
+/// @brief The summary lines of @p t (every step, its first @p warmup reported apart): the steady
+/// median of the intervals between step starts (min, max), the warm-up steps, the spans apart,
+/// and with @p bound the median against max(C, W / B), B the best rate measured; a ratio below
+/// ratio_floor adds a MEASUREMENT FAULT line with the raw figures.
+[[nodiscard]] inline std::string format_step_summary(const step_times& t, int warmup,
                                                      const measured_bound* bound) {
-  const auto ms = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-    return std::string(buf);
-  };
+  using step_summary_internal::ms;
+  const auto s = summarize_steps(t.interval_ms, warmup);
+  const auto spans = summarize_steps(t.span_ms, warmup);
   std::string out = "summary: " + std::to_string(s.steady_ms.size()) + " steady step" +
                     (s.steady_ms.size() == 1 ? "" : "s");
   if (s.steady_ms.empty()) {
     out += " (every step was a warm-up step)";
   } else {
-    out += ", median " + ms(s.median_ms) + " ms/step (min " + ms(s.min_ms) + ", max " +
-           ms(s.max_ms) + ")";
+    out += ", median " + ms(s.median_ms) + " ms/step between step starts (min " + ms(s.min_ms) +
+           ", max " + ms(s.max_ms) + ")";
   }
   out += "; warm-up: ";
   if (s.warmup_ms.empty()) out += "none";
   for (std::size_t i = 0; i < s.warmup_ms.size(); ++i)
     out += (i == 0 ? "" : ", ") + ms(s.warmup_ms[i]) + " ms";
   out += "\n";
+  if (!spans.steady_ms.empty())
+    out += "  spans (first enqueue to synchronize, not the figure): median " +
+           ms(spans.median_ms) + " ms (min " + ms(spans.min_ms) + ", max " + ms(spans.max_ms) +
+           ")\n";
   if (bound != nullptr) {
-    const double copy_ms = copy_ms_at(bound->streamed_bytes, bound->pinned_gbps);
-    const double b = bound_ms_of(bound->compute_ms, bound->streamed_bytes, bound->pinned_gbps);
-    char buf[96];
+    const double b_gbps = bound->rates.best_gbps();
+    const double copy_ms = copy_ms_at(bound->streamed_bytes, b_gbps);
+    const double b = bound_ms_of(bound->compute_ms, bound->streamed_bytes, b_gbps);
     out += "  bound, measured in this run: max(C = " + ms(bound->compute_ms) +
            " ms compute with nothing copied, W / B = " + format_decimal_gb(bound->streamed_bytes) +
-           " streamed at " +
-           ms(bound->pinned_gbps) + " GB/s pinned = " + ms(copy_ms) + " ms) = " + ms(b) + " ms";
+           " streamed at " + ms(b_gbps) + " GB/s pinned = " + ms(copy_ms) + " ms) = " + ms(b) +
+           " ms; B the best of: " + bound->rates.describe();
     if (!s.steady_ms.empty() && b > 0.0) {
-      std::snprintf(buf, sizeof buf, "%.2f", s.median_ms / b);
-      out += "; median / bound = " + std::string(buf) + "x";
+      const bound_figures f{s.steady_ms, spans.steady_ms, bound->compute_ms,
+                            bound->streamed_bytes, bound->rates};
+      out += "\n  " + format_ratio("median / bound", s.median_ms, f);
     }
     out += "\n";
   }
   return out;
+}
+
+/// @brief Whether @p t's steady median beats @p bound by more than the floor allows.
+[[nodiscard]] inline bool measurement_fault(const step_times& t, int warmup,
+                                            const measured_bound& bound) {
+  const auto s = summarize_steps(t.interval_ms, warmup);
+  if (s.steady_ms.empty()) return false;
+  return judge_ratio(s.median_ms, bound_ms_of(bound.compute_ms, bound.streamed_bytes,
+                                               bound.rates.best_gbps()))
+      .fault;
 }
 
 }  // namespace runner

@@ -228,6 +228,23 @@ class cublas_handle {
   cublasHandle_t handle_ = nullptr;
 };
 
+/// @brief Ends a capture left open on @p stream (an exception inside the captured step) and
+/// discards its graph: the frees and host waits of the unwinding that follows are synchronizing
+/// calls, which CUDA refuses while a capture is open (cudaErrorStreamCaptureUnsupported, issue
+/// 37). Never throws: an invalidated capture ends with an error, which is cleared.
+inline void end_open_capture(cudaStream_t stream) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (status == cudaStreamCaptureStatusNone) return;
+  cudaGraph_t abandoned = nullptr;
+  (void)cudaStreamEndCapture(stream, &abandoned);
+  if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
+  (void)cudaGetLastError();
+}
+
 /// @brief Device bytes of the cuBLAS workspace gpu_synthetic_forward gives its handle: set
 /// explicitly (cublasSetWorkspace) so that the engine's reserve is a number the plan can leave
 /// free, not whatever cuBLAS picks for the device (32 MiB is what it picks on Hopper).
@@ -326,6 +343,7 @@ class gpu_synthetic_forward {
   }
 
   void release() noexcept {
+    end_open_capture(stream_);  // cudaFree is refused while the stream captures
     for (auto*& buffer : buffers_)
       if (buffer != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(buffer));
     if (workspace_ != nullptr) DDO_CUDA_TRY_NOTHROW(cudaFree(workspace_));

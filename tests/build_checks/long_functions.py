@@ -4,8 +4,10 @@
 lines). A function's length runs from the line of its name to its closing brace; lambdas and
 local classes count toward the function that holds them.
 
-Usage: long_functions.py INCLUDE_DIR [--limit N] [--allow FILE]
+Usage: long_functions.py DIR [--limit N] [--allow FILE] [--sources]
        long_functions.py self-test
+DIR's headers (*.hpp); with --sources also its *.cpp and *.cu files (examples/ and bench/, whose
+programs are read as models of the API: issue 40).
 Prints `LINES NAME FILE:LINE`, longest first. With --allow (the build check) it fails on a function
 over the limit that FILE does not list, or longer than FILE allows it (lines `LINES NAME FILE`,
 a ceiling for each function not yet brought under the limit: a list that only shrinks).
@@ -106,10 +108,11 @@ def functions(text):
     return found
 
 
-def long_functions(root, limit):
-    """(lines, name, 'file:line') of every function of @p root's headers over @p limit lines."""
+def long_functions(root, limit, patterns=('*.hpp',)):
+    """(lines, name, 'file:line') of every function of @p root's files matching @p patterns
+    (its headers by default) over @p limit lines."""
     rows = []
-    for path in sorted(root.rglob('*.hpp')):
+    for path in sorted(p for pattern in patterns for p in root.rglob(pattern)):
         for first, last, name in functions(path.read_text(encoding='utf-8')):
             if last - first + 1 > limit:
                 rows.append((last - first + 1, name, f'{path.relative_to(root)}:{first}'))
@@ -152,7 +155,11 @@ def main(argv):
     if '--allow' in args:
         allow = args.pop(args.index('--allow') + 1)
         args.remove('--allow')
-    rows = long_functions(pathlib.Path(args[0]), limit)
+    patterns = ('*.hpp',)
+    if '--sources' in args:
+        args.remove('--sources')
+        patterns = ('*.hpp', '*.cpp', '*.cu')
+    rows = long_functions(pathlib.Path(args[0]), limit, patterns)
     if allow is None:
         for row in rows:
             print(*row)

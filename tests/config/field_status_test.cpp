@@ -76,6 +76,8 @@ TEST_SUITE("config") {
                               info.name == "vmm_module_pattern";  // both routes: setup/setup.hpp
       if (dxgi)
         CHECK(info.status == ddo::field_status::no_effect_on_this_platform);
+      else if (info.name == "offload_device")  // validate's "cpu" check is its only reader
+        CHECK(info.status == ddo::field_status::single_value);
       else if (vmm && !legacy_vmm && !native_vmm)
         CHECK(info.status == ddo::field_status::not_yet_implemented);
       else

@@ -103,20 +103,43 @@ TEST_SUITE("config") {
     CHECK(ddo::resolve_preset("auto", context).name == "one_shot_fast");
     context.available_ram_gb = 28.0;  // fits, but not with 6 GiB of headroom
     CHECK(ddo::resolve_preset("auto", context).name == "low_ram_safe");
-    context.available_ram_gb = 16.0;  // does not fit: stream from the file
+    context.available_ram_gb = 16.0;  // does not fit: three tiers, the rest from the file
     CHECK(ddo::resolve_preset("auto", context).name == "nvme_baseline");
+    // The three tiers run on the linear route: the device's VMM support does not matter.
     context.vmm_supported = false;
-    CHECK(ddo::resolve_preset("auto", context).name == "low_ram_safe");
+    CHECK(ddo::resolve_preset("auto", context).name == "nvme_baseline");
+    CHECK(!ddo::resolve_preset("auto", context).adjustments.empty());
     context.running_on_wsl = true;
     CHECK(ddo::resolve_preset("auto", context).name == "wsl_compat");
     context.disable_pin_on_wsl = false;  // DDO_DISABLE_PIN_ON_WSL=0: WSL is not special
-    CHECK(ddo::resolve_preset("auto", context).name == "low_ram_safe");
+    CHECK(ddo::resolve_preset("auto", context).name == "nvme_baseline");
     context.backend = ddo::offload_backend::nvme;
     CHECK(ddo::resolve_preset("auto", context).name == "nvme_baseline");
     context.backend = ddo::offload_backend::vmm;
     CHECK(ddo::resolve_preset("auto", context).name == "vmm_fast_runtime");
     CHECK(ddo::resolve_preset("nvme_baseline", context).name == "nvme_baseline");
     CHECK(ddo::resolve_preset("one_shot_fast", {}).reason == "requested explicitly");
+  }
+
+  TEST_CASE("auto for a model larger than RAM: three tiers on the linear route (issue 38)") {
+    // nvme_baseline's own values pin nothing and map residents inside a 4 GiB VMM budget: RAM
+    // sat empty while the disk carried every streamed byte. auto sets pinning on and the
+    // linear route over them, and says where each value came from; the preset by name keeps
+    // the reference's route.
+    auto inputs = ddo_test::hermetic_inputs();
+    inputs.model_bytes = 22 * ddo::gib;
+    inputs.stated_ram_bytes = 16 * ddo::gib;
+    const auto settings = ddo::resolve_settings(inputs);
+    CHECK(settings.effective_preset == "nvme_baseline");
+    CHECK(settings.config.backend == ddo::offload_backend::nvme);
+    CHECK(settings.config.execution_mode == ddo::exec_mode::linear_runtime);
+    CHECK(settings.config.pin_cpu_memory);
+    CHECK(settings.provenance.of(ddo::field_id::pin_cpu_memory).key == "auto (three tiers)");
+    CHECK(settings.preset_reason.find("three tiers") != std::string::npos);
+    inputs.preset = "nvme_baseline";
+    const auto named = ddo::resolve_settings(inputs);
+    CHECK(named.config.execution_mode == ddo::exec_mode::vmm_runtime);
+    CHECK_FALSE(named.config.pin_cpu_memory);
   }
 
   TEST_CASE("--ddo-backend vmm --ddo-preset auto resolves to vmm_fast_runtime") {

@@ -3,10 +3,17 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <sstream>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "ddo/config/operational_defaults.hpp"
+#include "ddo/config/settings_toml.hpp"
+#include "ddo/config/toml_limits.hpp"
 #include "ddo/config/toml_source.hpp"
 #include "support.hpp"
 
@@ -149,6 +156,9 @@ TEST_SUITE("config") {
       const auto group = vae_route();
       CHECK(group.route == ddo::component_route::diffusers_group_offload);
       CHECK(group.route_origin.source != ddo::origin::preset);
+      // Not replaced with leaf: the route's own offload type (issue 37), and said so.
+      CHECK(group.offload_type == ddo::group_offload_type::block_level);
+      CHECK(ddo::resolve_settings(inputs).route_fallback_bypassed);
     }
     SUBCASE("environment variables do not bypass it") {
       inputs.environment = std::map<std::string, std::string>{{"DDO_PIN_CPU_WORKERS", "3"}};
@@ -157,6 +167,103 @@ TEST_SUITE("config") {
       CHECK(settings.config.pin_cpu_workers == 3);
       CHECK(settings.components.at(0).route == ddo::component_route::diffusers_group_offload);
     }
+  }
+
+  TEST_CASE("the VAE's offload type for every preset x route x source (issue 37)") {
+    // A route named in code (resolve_inputs::route, a component policy) bypasses the preset's
+    // leaf fallback: the route keeps its own offload type. From the environment, TOML or flags
+    // it does not (documented): the fallback's leaf_level stays under the presets that have it.
+    using ddo::component_route;
+    using ddo::group_offload_type;
+    // The presets whose VAE default is a fallback: leaf group offload, or resident (none).
+    const std::vector<std::string> leaf = {"auto", "one_shot_fast", "low_ram_safe",
+                                           "vmm_fast_runtime"};
+    const std::vector<std::string> fallback = {"auto", "one_shot_fast", "low_ram_safe",
+                                               "vmm_fast_runtime", "warm_process", "wsl_compat",
+                                               "nvme_baseline"};
+    const std::vector<std::string> presets = {
+        "auto", "one_shot_fast", "low_ram_safe", "vmm_fast_runtime", "warm_process",
+        "wsl_compat", "nvme_baseline", "off", "diffusers_offload_compat",
+        "diffusers_leaf_offload_compat"};
+    const std::vector<std::pair<component_route, std::string>> routes = {
+        {component_route::diffusers_group_offload, "group"},
+        {component_route::dynamic_offload, "ddo"},
+        {component_route::none, "none"}};
+    const std::vector<std::string> sources = {"code route", "code policy", "env", "toml", "flags"};
+    for (const auto& preset : presets)
+      for (const auto& item : routes)
+        for (const auto& source : sources) {
+          const component_route route = item.first;
+          const std::string& name = item.second;
+          CAPTURE(preset);
+          CAPTURE(name);
+          CAPTURE(source);
+          auto inputs = ddo_test::hermetic_inputs();
+          inputs.component = "vae";
+          inputs.preset = preset;
+          if (source == "code route") inputs.route = route;
+          if (source == "code policy") inputs.component_policies["vae"].route = route;
+          if (source == "env")
+            inputs.environment = std::map<std::string, std::string>{{"DDO_VAE_ROUTE", name}};
+          if (source == "toml")
+            inputs.toml = ddo::parse_toml_config("[components.vae]\nroute = '" + name + "'",
+                                                 "t.toml");
+          if (source == "flags") {
+            ddo::config_layer cli;
+            cli.source = ddo::origin::cli;
+            cli.components["vae"].route = route;
+            inputs.cli = cli;
+          }
+          const auto settings = ddo::resolve_settings(inputs);
+          const auto& vae = settings.components.at(0);
+          CHECK(vae.route == route);
+          const bool from_code = source.starts_with("code");
+          const bool has_fallback =
+              std::find(fallback.begin(), fallback.end(), preset) != fallback.end();
+          const bool leaf_fallback = std::find(leaf.begin(), leaf.end(), preset) != leaf.end();
+          const bool is_leaf =
+              preset == "diffusers_leaf_offload_compat" || (leaf_fallback && !from_code);
+          CHECK(vae.offload_type ==
+                (is_leaf ? group_offload_type::leaf_level : group_offload_type::block_level));
+          CHECK(settings.route_fallback_bypassed == (from_code && has_fallback));
+        }
+  }
+
+  TEST_CASE("one limit for a string value whatever its source; what ddo-config prints reads back") {
+    // Issue 37: a 120 KB flag value was accepted and printed, and ddo-config's own TOML reader
+    // refused the output (a string over its 64 KiB text limit).
+    const std::string field = "pinned_weight_cache_namespace";
+    const auto with = [&](const std::string& source, const std::string& value) {
+      auto inputs = ddo_test::hermetic_inputs();
+      if (source == "code") inputs.overrides = {{field, ddo::field_value{value}}};
+      if (source == "env")
+        inputs.environment =
+            std::map<std::string, std::string>{{"DDO_PINNED_WEIGHT_CACHE_NAMESPACE", value}};
+      if (source == "toml")
+        inputs.toml = ddo::parse_toml_config(field + " = " + ddo::toml_quote(value), "t.toml");
+      if (source == "flags") inputs.cli = cli_layer({{field, ddo::field_value{value}}});
+      return ddo::resolve_settings(inputs);
+    };
+    // Control bytes: the printed TOML escapes each as \u00XX, six bytes of text for one.
+    const std::string longest(ddo::max_config_value_bytes, '\x01');
+    for (const std::string source : {"code", "env", "toml", "flags"}) {
+      CAPTURE(source);
+      CHECK_THROWS_WITH_AS(with(source, std::string(ddo::max_config_value_bytes + 1, 'a')),
+                           doctest::Contains("the limit is 65536 bytes"), ddo::config_error);
+      if (source == "env") continue;  // an environment value holds no control bytes
+      const auto settings = with(source, longest);
+      std::ostringstream printed;
+      ddo::write_settings_toml(printed, settings);
+      auto again = ddo_test::hermetic_inputs();
+      again.toml = ddo::parse_toml_config(printed.str(), "printed.toml");
+      CHECK(ddo::resolve_settings(again).config.pinned_weight_cache_namespace == longest);
+    }
+    auto many = ddo_test::hermetic_inputs();
+    many.overrides = {{"skip_modules_pattern",
+                       ddo::field_value{std::vector<std::string>(
+                           ddo::max_config_list_elements + 1, "a")}}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(many), doctest::Contains("elements"),
+                         ddo::config_error);
   }
 
   TEST_CASE("backend vmm with preset nvme_baseline runs the preset's file route, said so") {
@@ -267,7 +374,10 @@ TEST_SUITE("config") {
     inputs.route = ddo::component_route::dynamic_offload;
     CHECK(route().route == ddo::component_route::dynamic_offload);
     CHECK(route().route_origin == ddo::field_origin{ddo::origin::config, "route"});
-    inputs.route = ddo::component_route::auto_select;  // auto: back to the preset's choice
+    inputs.route = ddo::component_route::auto_select;  // auto: back to the preset's choice,
+    // which a route named in code (the policy's none) took off its leaf fallback (issue 37)
+    CHECK(route().route == ddo::component_route::dynamic_offload);
+    inputs.component_policies.clear();
     CHECK(route().route == ddo::component_route::diffusers_group_offload);
   }
 

@@ -226,8 +226,117 @@ TEST_SUITE("model") {
                                 {"up_blocks.0.attentions.0.transformer_blocks.0.ff.weight", 256},
                                 {"up_blocks.0.attentions.0.transformer_blocks.1.ff.weight", 256},
                                 {"up_blocks.1.resnets.0.conv1.weight", 64}});
+    // Each stage descends to its finest repeated unit (issue 38): the transformer blocks inside
+    // an attention, the resnet before the attention of its index; a stage whose one child does
+    // not split keeps its name.
     CHECK(names_of(ddo::infer_execution_groups(t)) ==
-          std::vector<std::string>{"<before>", "down_blocks.0", "down_blocks.1", "mid_block",
-                                   "up_blocks.0", "up_blocks.1", "<after>"});
+          std::vector<std::string>{"<before>",
+                                   "down_blocks.0",
+                                   "down_blocks.1.attentions.0.transformer_blocks.0",
+                                   "down_blocks.1.attentions.0.transformer_blocks.1",
+                                   "mid_block.resnets.0",
+                                   "mid_block.attentions.0.transformer_blocks.0",
+                                   "mid_block.attentions.0.transformer_blocks.1",
+                                   "up_blocks.0.attentions.0.transformer_blocks.0",
+                                   "up_blocks.0.attentions.0.transformer_blocks.1",
+                                   "up_blocks.1",
+                                   "<after>"});
+  }
+
+  TEST_CASE("a stage streams as its finest repeated units, in execution order (issue 38)") {
+    // One diffusers UNet stage, names sorted as a file lists them: attentions sort before
+    // resnets and the upsampler, but a stage runs resnets.r, attentions.r for each r, then the
+    // upsampler; inside an attention, proj_in, the transformer blocks by index, proj_out.
+    std::vector<std::pair<std::string, std::int64_t>> names;
+    for (int r = 0; r < 2; ++r) {
+      const std::string a = "up_blocks.0.attentions." + std::to_string(r);
+      names.push_back({a + ".norm.weight", 1});
+      names.push_back({a + ".proj_in.weight", 64});
+      names.push_back({a + ".proj_out.weight", 64});
+      for (int j : {0, 1, 10})
+        names.push_back({a + ".transformer_blocks." + std::to_string(j) + ".ff.net.2.weight", 256});
+    }
+    for (int r = 0; r < 2; ++r)
+      names.push_back({"up_blocks.0.resnets." + std::to_string(r) + ".conv1.weight", 128});
+    names.push_back({"up_blocks.0.upsamplers.0.conv.weight", 64});
+    names.push_back({"up_blocks.1.resnets.0.conv1.weight", 128});
+    names.push_back({"up_blocks.1.resnets.1.conv1.weight", 128});
+    std::sort(names.begin(), names.end());
+    const auto t = sized_table(names);
+    const auto groups = ddo::infer_execution_groups(t);
+    std::vector<std::string> expected;
+    for (int r = 0; r < 2; ++r) {
+      expected.push_back("up_blocks.0.resnets." + std::to_string(r));
+      for (int j : {0, 1, 10})
+        expected.push_back("up_blocks.0.attentions." + std::to_string(r) +
+                           ".transformer_blocks." + std::to_string(j));
+    }
+    expected.push_back("up_blocks.0.upsamplers.0");
+    expected.push_back("up_blocks.1.resnets.0");
+    expected.push_back("up_blocks.1.resnets.1");
+    CHECK(names_of(groups) == expected);
+    for (const auto& g : groups) CHECK(g.is_block);
+    // The attention's own layers join its first unit (proj_in) and its last (norm, proj_out).
+    auto weights_of = [&](const std::string& name) {
+      std::vector<std::string> out;
+      for (const auto& g : groups)
+        if (g.name == name)
+          for (std::size_t w : g.weights) out.push_back(t[w].name);
+      return out;
+    };
+    const auto first = weights_of("up_blocks.0.attentions.1.transformer_blocks.0");
+    CHECK(std::count(first.begin(), first.end(), "up_blocks.0.attentions.1.proj_in.weight") == 1);
+    const auto last = weights_of("up_blocks.0.attentions.1.transformer_blocks.10");
+    CHECK(std::count(last.begin(), last.end(), "up_blocks.0.attentions.1.proj_out.weight") == 1);
+    CHECK(std::count(last.begin(), last.end(), "up_blocks.0.attentions.1.norm.weight") == 1);
+    (void)ddo::validate_execution_groups(t, groups);
+  }
+
+  TEST_CASE("ldm's numbered layers split; blocks of single layers stay whole (issue 38)") {
+    // The original SDXL file: input_blocks.N.0 a resblock, .1 a spatial transformer; a
+    // resblock's in_layers.0 / in_layers.2 are single layers, not units.
+    const std::string p = "model.diffusion_model.";
+    std::vector<std::pair<std::string, std::int64_t>> names;
+    for (int b = 4; b < 6; ++b) {
+      const std::string s = p + "input_blocks." + std::to_string(b);
+      names.push_back({s + ".0.in_layers.0.weight", 1});
+      names.push_back({s + ".0.in_layers.2.weight", 128});
+      names.push_back({s + ".0.out_layers.3.weight", 128});
+      for (int j = 0; j < 2; ++j)
+        names.push_back({s + ".1.transformer_blocks." + std::to_string(j) + ".attn1.to_q.weight",
+                         256});
+      names.push_back({s + ".1.proj_in.weight", 16});
+    }
+    names.push_back({p + "time_embed.0.weight", 16});
+    std::sort(names.begin(), names.end());
+    const auto groups = ddo::infer_execution_groups(sized_table(names));
+    std::vector<std::string> blocks;
+    for (const auto& g : groups)
+      if (g.is_block) blocks.push_back(g.name);
+    const std::string ib = p + "input_blocks.";
+    CHECK(blocks == std::vector<std::string>{ib + "4.0", ib + "4.1.transformer_blocks.0",
+                                             ib + "4.1.transformer_blocks.1", ib + "5.0",
+                                             ib + "5.1.transformer_blocks.0",
+                                             ib + "5.1.transformer_blocks.1"});
+    // Wan's block: ffn.0 and ffn.2 are layers; the block streams whole.
+    const auto wan = sized_table({{"blocks.0.ffn.0.weight", 256},
+                                  {"blocks.0.ffn.2.weight", 256},
+                                  {"blocks.0.self_attn.q.weight", 64},
+                                  {"blocks.1.ffn.0.weight", 256},
+                                  {"blocks.1.ffn.2.weight", 256},
+                                  {"blocks.1.self_attn.q.weight", 64}});
+    CHECK(names_of(ddo::infer_execution_groups(wan)) ==
+          std::vector<std::string>{"blocks.0", "blocks.1"});
+  }
+
+  TEST_CASE("a stated order keeps its own units: explicit patterns do not descend") {
+    const auto t = sized_table({{"down_blocks.0.attentions.0.transformer_blocks.0.ff.weight", 256},
+                                {"down_blocks.0.attentions.0.transformer_blocks.1.ff.weight", 256},
+                                {"down_blocks.0.resnets.0.conv1.weight", 64},
+                                {"up_blocks.0.resnets.0.conv1.weight", 64},
+                                {"up_blocks.0.resnets.1.conv1.weight", 64}});
+    const std::vector<std::string> patterns = {"^up_blocks\\.\\d+", "^down_blocks\\.\\d+"};
+    CHECK(names_of(ddo::infer_execution_groups(t, patterns)) ==
+          std::vector<std::string>{"up_blocks.0", "down_blocks.0"});
   }
 }

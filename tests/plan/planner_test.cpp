@@ -8,6 +8,7 @@
 
 #include "ddo/config/operational_defaults.hpp"
 #include "ddo/model/safetensors.hpp"
+#include "ddo/plan/plan_format.hpp"
 #include "model/model_test_support.hpp"
 #include "plan/plan_test_support.hpp"
 
@@ -155,7 +156,8 @@ TEST_SUITE("plan") {
       CHECK(e.tier() == ddo::memory_tier::device);
       CHECK(e.requested_bytes() == t.total_bytes());
       CHECK(e.available_bytes() == ddo::mib);
-      CHECK(std::string(e.what()).find("1.00 MiB is free") != std::string::npos);
+      CHECK(std::string(e.what()).find("only 1.00 MiB of the device is free") !=
+            std::string::npos);
     }
     m.free_vram_bytes = 0;  // unknown: no device check
     CHECK(ddo::make_plan(t, c, m).total_bytes(ddo::placement::gpu_resident) == t.total_bytes());
@@ -224,5 +226,84 @@ TEST_SUITE("plan") {
     // The 18 streamed blocks plus the time embedder's and norm_out's linears (64 + 32 + 64 KiB),
     // which the built-in patterns (leaf names only) do not keep resident.
     CHECK(plan.total_bytes(ddo::placement::pinned_host) == 18 * 384 * ddo::kib + 160 * ddo::kib);
+  }
+}
+
+TEST_SUITE("plan") {
+  TEST_CASE("a resident cap the user did not set follows the card, and the plan says so") {
+    // issue 38: the defaults' 6 GiB cap kept 6 GiB resident of a 20 GiB-free card.
+    const auto t = ddo_test::flux_table(24, 1024);  // 24 blocks of 24 MiB
+    auto c = ddo_test::planning_config();
+    c.auto_budget_policy = ddo::budget_policy::balanced;
+    c.resident_module_patterns = {"auto"};
+    c.auto_vram_headroom_gb = 0.0;
+    c.max_resident_module_budget_gb = 0.25;  // 256 MiB: about ten blocks
+    auto m = machine();
+    m.free_vram_bytes = t.total_bytes() + ddo::gib;
+    const auto capped = ddo::make_plan(t, c, m);
+    CHECK(capped.budgets.resident_budget_bytes == ddo::gib / 4);
+    m.resident_cap_origin = "preset low_ram_safe";
+    const auto follows = ddo::make_plan(t, c, m);
+    CHECK(follows.budgets.resident_budget_bytes > t.total_bytes());
+    CHECK(ddo_test::resident_blocks(follows).size() == 24);
+    CHECK(ddo_test::resident_blocks(capped).size() < 24);
+    CHECK(follows.budgets.resident_budget_detail.find(
+              "from preset low_ram_safe follows the card") != std::string::npos);
+  }
+
+  TEST_CASE("a device refusal names what took the card and the smallest card that would do") {
+    // issue 37 item 5: "only 1 B of the device is free" said nothing of the ring or reserves.
+    const auto t = ddo_test::flux_table(4);
+    auto c = ddo_test::planning_config();
+    c.resident_module_budget_gb = 1.0;
+    auto m = machine();
+    m.total_vram_bytes = 4 * ddo::gib;
+    m.free_vram_bytes = 1;  // what the setup path passes for a card already full
+    m.device_shortfall_bytes = 512 * ddo::mib;
+    m.free_vram_detail = "card 4.00 GiB: ring 3 x 1.50 GiB, engine reserve 160.00 MiB";
+    try {
+      (void)ddo::make_plan(t, c, m);
+      FAIL("no error");
+    } catch (const ddo::out_of_memory& e) {
+      const std::string what = e.what();
+      CHECK(what.find("only 1 B") == std::string::npos);
+      CHECK(what.find("nothing of the device is free for the plan") != std::string::npos);
+      CHECK(what.find("ring 3 x 1.50 GiB, engine reserve") != std::string::npos);
+      // The card: 4 GiB all taken, 512 MiB short, plus what the plan keeps resident.
+      CHECK(what.find("the smallest card that would do has " +
+                      ddo::format_bytes(4 * ddo::gib + 512 * ddo::mib + t.total_bytes())) !=
+            std::string::npos);
+    }
+  }
+
+  TEST_CASE("the plan prints its three tiers and the step bound they aim for") {
+    const auto t = ddo_test::flux_table(8, 1024);
+    auto c = ddo_test::planning_config();
+    c.resident_module_budget_gb = 0.05;
+    c.pin_cpu_memory = true;
+    c.pin_weight_budget_gb = 0.05;
+    auto m = machine();
+    const auto plan = ddo::make_plan(t, c, m);
+    const auto bound = ddo::tier_bound_of(plan, m);
+    CHECK(bound.pinned_bytes == plan.total_bytes(ddo::placement::pinned_host));
+    CHECK(bound.pageable_bytes > 0);
+    CHECK(bound.bus_seconds() ==
+          doctest::Approx(static_cast<double>(bound.pinned_bytes + bound.pageable_bytes) /
+                          ddo::assumed_bus_bytes_per_s));
+    CHECK(bound.disk_seconds() == 0.0);
+    const auto& detail = plan.budgets.tier_bound_detail;
+    CHECK(detail.find("pinned " + ddo::format_bytes(bound.pinned_bytes)) != std::string::npos);
+    CHECK(detail.find("GB/s assumed") != std::string::npos);
+    CHECK(ddo::format_plan_summary(plan, t).find("  tiers: resident ") != std::string::npos);
+    m.bus_bytes_per_s = 25e9;  // measured: used and said so
+    m.disk_bytes_per_s = 3e9;
+    const auto measured = ddo::tier_bound_of(plan, m);
+    CHECK(measured.bus_seconds() > bound.bus_seconds());
+    CHECK(ddo::describe_tier_bound(measured).find("25.00 GB/s measured") != std::string::npos);
+    // A file tier: its reads overlap the bus copies, so the bound is the larger of the two.
+    ddo::tier_bound three = measured;
+    three.file_bytes = 6'000'000'000;
+    CHECK(three.transfer_seconds() == doctest::Approx(2.0));
+    CHECK(ddo::describe_tier_bound(three).find("2.00 s from the disk") != std::string::npos);
   }
 }

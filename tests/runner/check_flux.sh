@@ -111,7 +111,11 @@ expect_usage() {
   expect_usage "must sum to head_dim 64" "$flux" --model "$tmp/tiny.safetensors" --axes 16,56,56
   expect_usage "--axes = \"8,28\": three numbers" "$flux" --model "$tmp/tiny.safetensors" --axes 8,28
   expect_usage "--width must be a multiple of 16" "$flux" --model "$tmp/tiny.safetensors" --width 100
-  expect_usage "--steps must be 1..1000" "$flux" --model "$tmp/tiny.safetensors" --steps 0
+  expect_usage "the argument '0' for option '--steps' is invalid: expected an integer from 1 to 1000" \
+    "$flux" --model "$tmp/tiny.safetensors" --steps 0
+  # The one checked conversion: a seed of -1 wrapped to 18446744073709551615 before.
+  expect_usage "the argument '-1' for option '--seed' is invalid" \
+    "$flux" --model "$tmp/tiny.safetensors" --seed -1
   expect_usage "--config 'big' is not one of dev, tiny" "$flux" --make-model "$tmp/x.safetensors" --config big
   expect_usage "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured graph" \
     "$flux" $common --steps 1 --vram-gb 0.07 --graph --ddo-backend vmm --ddo-preset auto \

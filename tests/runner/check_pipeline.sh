@@ -38,5 +38,5 @@ err="$("$run" --cpu --pipeline --no-environment --ddo-pipeline-device-budget-gb=
 grep -q 'flag --ddo-pipeline-device-budget-gb = "-1": not a valid value for pipeline_device_budget_gb; expected a non-negative number' <<<"$err" \
   || fail "a negative budget: unclear error: $err"
 err="$("$run" --cpu --pipeline --images 0 --no-environment 2>&1)" && fail "--images 0 was accepted"
-grep -q 'images must be at least 1' <<<"$err" || fail "--images 0: unclear error: $err"
+grep -q "the argument '0' for option '--images' is invalid: expected an integer from 1 to 100000" <<<"$err" || fail "--images 0: unclear error: $err"
 echo "check_pipeline: ok"

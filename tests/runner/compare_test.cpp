@@ -188,19 +188,19 @@ TEST_SUITE("runner") {
     CHECK(s.min_ms == 280.0);
     CHECK(s.max_ms == 300.0);
     // W / B = 2.9 GB at 10 GB/s = 290 ms > C = 145 ms: the bound is the copies, ratio 1.00x.
-    const ddo::runner::measured_bound bound{145.0, 2'900'000'000, 10.0};
-    const auto text = ddo::runner::format_step_summary(s, &bound);
-    CHECK(text.find("2 steady steps, median 290.0 ms/step (min 280.0, max 300.0); warm-up: "
-                    "900.0 ms") != std::string::npos);
+    ddo::runner::measured_bound bound{145.0, 2'900'000'000, {}};
+    bound.rates.add("batches", 10.0);
+    const ddo::runner::step_times t{ms, ms};
+    const auto text = ddo::runner::format_step_summary(t, 1, &bound);
+    CHECK(text.find("2 steady steps, median 290.0 ms/step between step starts (min 280.0, max "
+                    "300.0); warm-up: 900.0 ms") != std::string::npos);
     CHECK(text.find("C = 145.0 ms") != std::string::npos);
-    CHECK(text.find("= 290.0 ms) = 290.0 ms; median / bound = 1.00x") != std::string::npos);
+    CHECK(text.find("= 290.0 ms) = 290.0 ms; B the best of: batches 10.00 (best) GB/s\n  "
+                    "median / bound = 1.000x") != std::string::npos);
     // No warm-up: none said; all warm-up: no median claimed.
-    CHECK(ddo::runner::format_step_summary(ddo::runner::summarize_steps(ms, 0), nullptr)
-              .find("3 steady steps, median 300.0 ms/step (min 280.0, max 900.0); warm-up: none") !=
-          std::string::npos);
-    const auto all = ddo::runner::summarize_steps(ms, 5);
-    CHECK(all.steady_ms.empty());
-    CHECK(all.warmup_ms.size() == 3);
-    CHECK(ddo::runner::format_step_summary(all, &bound).find("median /") == std::string::npos);
+    CHECK(ddo::runner::format_step_summary(t, 0, nullptr)
+              .find("3 steady steps, median 300.0 ms/step between step starts (min 280.0, max "
+                    "900.0); warm-up: none") != std::string::npos);
+    CHECK(ddo::runner::format_step_summary(t, 5, &bound).find("median /") == std::string::npos);
   }
 }

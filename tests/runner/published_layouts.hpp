@@ -15,7 +15,8 @@
 //  - Llama-3-8B (transformers LlamaForCausalLM: 32 layers, 4096, GQA 8 kv heads, 14336, vocab
 //    128256), bf16 in 4 shards;
 //  - held out: the SDXL UNet (diffusers UNet2DConditionModel, stages down_blocks 3 / mid_block /
-//    up_blocks 3 with nested resnets, attentions and transformer blocks), fp16, one file.
+//    up_blocks 3 with nested resnets, attentions and transformer blocks), fp16, one file; its
+//    blocks are the units a stage runs in order (resnets, transformer blocks, resamplers).
 // Repeated blocks are generated from a per-block template. Shards split the state-dict order
 // by size as Hugging Face's save_pretrained does (a new shard when the next tensor would pass
 // total / shards); each file lists its tensors sorted by name, as safetensors writes them.
@@ -397,8 +398,15 @@ inline published_layout sdxl_unet() {
   using namespace layout_detail;
   const auto t = ddo::dtype::f16;
   published_layout l{"SDXL UNet (held out; diffusers, fp16)", {}, 1,
-                     "diffusion_pytorch_model.fp16",          {}, 7};
+                     "diffusion_pytorch_model.fp16",          {}, 0};
   auto& v = l.tensors;
+  // The streaming units (issue 38): each resnet, each attention's transformer blocks (an
+  // attention of depth 0 is none), each resampler, in the order the stage runs them.
+  auto units = [&](const std::string& p, int depth) {
+    if (p.find(".attentions.") == std::string::npos) l.blocks.push_back(p);
+    for (int j = 0; j < depth; ++j)
+      l.blocks.push_back(p + ".transformer_blocks." + std::to_string(j));
+  };
   auto resnet = [&](const std::string& p, std::int64_t in, std::int64_t out) {
     norm(v, p + ".norm1", in, t);
     conv(v, p + ".conv1", out, in, 3, t);
@@ -438,16 +446,20 @@ inline published_layout sdxl_unet() {
     const std::string p = "down_blocks." + std::to_string(i);
     for (int r = 0; r < 2; ++r) {
       resnet(p + ".resnets." + std::to_string(r), in, ch[i]);
+      units(p + ".resnets." + std::to_string(r), 0);
       in = ch[i];
       if (depth[i] != 0) transformer(p + ".attentions." + std::to_string(r), ch[i], depth[i]);
+      units(p + ".attentions." + std::to_string(r), depth[i]);
     }
     if (i != 2) conv(v, p + ".downsamplers.0.conv", ch[i], ch[i], 3, t);
-    l.blocks.push_back(p);
+    if (i != 2) units(p + ".downsamplers.0", 0);
   }
   resnet("mid_block.resnets.0", 1280, 1280);
   transformer("mid_block.attentions.0", 1280, 10);
   resnet("mid_block.resnets.1", 1280, 1280);
-  l.blocks.push_back("mid_block");
+  units("mid_block.resnets.0", 0);
+  units("mid_block.attentions.0", 10);
+  units("mid_block.resnets.1", 0);
   // Skip connections popped from the down path's outputs, last first.
   std::vector<std::int64_t> skips = {320, 320, 320, 320, 640, 640, 640, 1280, 1280};
   in = 1280;
@@ -458,12 +470,15 @@ inline published_layout sdxl_unet() {
       const std::int64_t skip = skips.back();
       skips.pop_back();
       resnet(p + ".resnets." + std::to_string(r), in + skip, out);
+      units(p + ".resnets." + std::to_string(r), 0);
       in = out;
       if (depth[2 - i] != 0) transformer(p + ".attentions." + std::to_string(r), out, depth[2 - i]);
+      units(p + ".attentions." + std::to_string(r), depth[2 - i]);
     }
     if (i != 2) conv(v, p + ".upsamplers.0.conv", out, out, 3, t);
-    l.blocks.push_back(p);
+    if (i != 2) units(p + ".upsamplers.0", 0);
   }
+  l.real_block_count = l.blocks.size();
   norm(v, "conv_norm_out", 320, t);
   conv(v, "conv_out", 4, 320, 3, t);
   return l;

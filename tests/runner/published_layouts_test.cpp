@@ -23,6 +23,7 @@
 #include "ddo/model/safetensors.hpp"
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
 #include "ddo/transport/nvme.hpp"
 #include "runner/published_layouts.hpp"
 #include "runner/run_setup.hpp"
@@ -62,7 +63,12 @@ auto_outcome plan_auto(const ddo::weight_table& table, std::uint64_t card, std::
       ddo::runtime_device_reserve_bytes);
   options.host_sim.device_capacity_bytes = out.card_limit;
   const auto component = ddo::component_for(settings, options.inputs);
-  if (settings.config.backend == ddo::offload_backend::nvme) {
+  if (settings.config.backend == ddo::offload_backend::nvme &&
+      settings.config.execution_mode == ddo::exec_mode::vmm_runtime) {  // nvme_baseline by name
+    auto t = ddo::make_transport<ddo::nvme_transport<ddo::host_sim_vmm_transport>>(
+        settings, options.host_sim);
+    out.setup = ddo::setup_offload(table, settings, component, options, t);
+  } else if (settings.config.backend == ddo::offload_backend::nvme) {
     auto t = ddo::make_transport<ddo::nvme_transport<ddo::host_sim_transport>>(settings,
                                                                                options.host_sim);
     out.setup = ddo::setup_offload(table, settings, component, options, t);
@@ -283,5 +289,120 @@ TEST_SUITE("runner") {
     MESSAGE(cases << " cases (" << fitting << " where everything-streamed fits) in " << seconds
                   << " s");
     if (replay == nullptr) CHECK(fitting > cases / 4);
+  }
+}
+
+namespace published_layouts_test {
+
+/// The published layout @p label written once (sparse) and loaded.
+struct loaded_layout {
+  std::filesystem::path dir;
+  ddo::weight_table table;
+  explicit loaded_layout(const std::string& label) {
+    dir = std::filesystem::temp_directory_path() /
+          ("ddo-layout-" + std::to_string(std::random_device{}()));
+    for (const auto& make : ddo_test::published_layouts()) {
+      const auto l = make();
+      if (l.label.find(label) == std::string::npos) continue;
+      const auto paths = ddo_test::write_sparse_layout(l, dir);
+      table = ddo::load_safetensors(std::span<const std::string>(paths));
+      return;
+    }
+    FAIL("no published layout " << label);
+  }
+  ~loaded_layout() { std::filesystem::remove_all(dir); }
+  loaded_layout(const loaded_layout&) = delete;
+  loaded_layout& operator=(const loaded_layout&) = delete;
+};
+
+std::uint64_t resident_of(const auto_outcome& o) {
+  return o.setup.plan.total_bytes(ddo::placement::gpu_resident);
+}
+
+}  // namespace published_layouts_test
+
+TEST_SUITE("runner") {
+  TEST_CASE("issue 38: a model larger than RAM plans three tiers by default") {
+    using namespace published_layouts_test;
+    const loaded_layout flux("FLUX.1-dev (diffusers");
+    const std::uint64_t ram = 16 * ddo::gib;
+    const auto o = plan_auto(flux.table, 8 * ddo::gib, ram);
+    check_budgets(o, ram);
+    const auto& plan = o.setup.plan;
+    CHECK(o.setup.runtime.route == ddo::executed_route::dynamic_offload);
+    // The card first, then RAM less the 6 GiB headroom, then the file: each tier full.
+    const std::uint64_t pinned = plan.total_bytes(ddo::placement::pinned_host);
+    const std::uint64_t file = plan.total_bytes(ddo::placement::file);
+    CHECK(resident_of(o) > 3 * ddo::gib);  // 4.04 GiB (the old preset kept 1.72)
+    CHECK(pinned <= plan.budgets.usable_ram_bytes);
+    CHECK(pinned + 700 * ddo::mib > plan.budgets.usable_ram_bytes);  // within one module
+    CHECK(file + pinned + resident_of(o) == flux.table.total_bytes());
+    CHECK(file < 9 * ddo::gib);  // 8.14 GiB (the old preset read 20.45 GiB a step)
+    CHECK(plan.budgets.tier_bound_detail.find("from the disk") != std::string::npos);
+  }
+
+  TEST_CASE("issue 38: sizes a preset or the defaults chose follow the card") {
+    using namespace published_layouts_test;
+    // The VMM route's mapped budget: nvme_baseline by name on a 12 GiB card kept 44 MiB of
+    // Wan2.1-14B resident ("limited to 43.98 MiB by vmm_resident_weight_budget_gb 4.00 GiB").
+    const loaded_layout wan("Wan2.1-T2V-14B (fp32");
+    auto inputs = auto_inputs(wan.table.total_bytes(), 32 * ddo::gib);
+    inputs.preset = "nvme_baseline";
+    const auto named = ddo::resolve_settings(inputs);
+    REQUIRE(named.config.execution_mode == ddo::exec_mode::vmm_runtime);
+    const auto o = plan_auto(wan.table, 12 * ddo::gib, 32 * ddo::gib, &named);
+    check_budgets(o, 32 * ddo::gib);
+    CHECK(resident_of(o) > 4 * ddo::gib);
+    CHECK(o.setup.plan.budgets.resident_budget_detail.find("following the card") !=
+          std::string::npos);
+    // A budget the user sets is honoured.
+    inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", ddo::field_value(4.0));
+    const auto given = ddo::resolve_settings(inputs);
+    CHECK(resident_of(plan_auto(wan.table, 12 * ddo::gib, 32 * ddo::gib, &given)) <
+          100 * ddo::mib);
+    // The balanced cap (6 GiB by default): FLUX.1 on a 24 GiB card keeps what the card holds.
+    const loaded_layout flux("FLUX.1-dev (diffusers");
+    const auto big = plan_auto(flux.table, 24 * ddo::gib, 64 * ddo::gib);
+    check_budgets(big, 64 * ddo::gib);
+    CHECK(resident_of(big) > 15 * ddo::gib);
+    CHECK(big.setup.plan.budgets.resident_budget_detail.find("follows the card") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("issue 38: an outsized group outside the blocks is resident before the ring is sized") {
+    using namespace published_layouts_test;
+    // Wan2.1-14B's fp8-scaled file: its fp32 <before> (time projection and embedders, 885 MiB)
+    // beside 335 MiB blocks sized every ring slot, and the budget worked out after that ring
+    // (less low_ram_safe's 3 GiB headroom) could not hold it: 20 MiB resident of a 6 GiB card.
+    const loaded_layout wan("Wan2.1-T2V-14B fp8-scaled");
+    const auto o = plan_auto(wan.table, 6 * ddo::gib, 16 * ddo::gib);
+    check_budgets(o, 16 * ddo::gib);
+    CHECK(o.setup.machine.slot_bytes < 400 * ddo::mib);
+    for (const auto& g : o.setup.plan.groups)
+      if (g.name == "<before>") CHECK(g.streamed_bytes() == 0);
+    CHECK(resident_of(o) > 800 * ddo::mib);
+  }
+
+  TEST_CASE("issue 38: SDXL plans on 3, 4 and 6 GiB cards; a card too small names its breakdown") {
+    using namespace published_layouts_test;
+    const loaded_layout sdxl("SDXL UNet");
+    for (std::uint64_t card : {3, 4, 6}) {
+      CAPTURE(card);
+      const auto o = plan_auto(sdxl.table, card * ddo::gib, 16 * ddo::gib);
+      check_budgets(o, 16 * ddo::gib);
+      CHECK(o.setup.machine.slot_bytes < 100 * ddo::mib);
+    }
+    // issue 37 item 5: not "only 1 B of the device is free", but what took the card and the
+    // smallest card that would do.
+    try {
+      (void)plan_auto(sdxl.table, 700 * ddo::mib, 16 * ddo::gib);
+      FAIL("a 700 MiB card planned SDXL");
+    } catch (const ddo::out_of_memory& e) {
+      const std::string what = e.what();
+      CHECK(what.find("only 1 B") == std::string::npos);
+      CHECK(what.find("ring 3 x") != std::string::npos);
+      CHECK(what.find("engine reserve") != std::string::npos);
+      CHECK(what.find("the smallest card that would do has") != std::string::npos);
+    }
   }
 }

@@ -24,7 +24,7 @@ variant_result variant(std::string name, std::vector<double> steps, std::uint64_
 
 TEST_SUITE("runner") {
   TEST_CASE("a copy-bound variant's ratio is its median step over W / B") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     auto v = variant("ring", {101, 99, 130, 100, 98}, 5'000'000'000);  // W/B = 100 ms
     ddo::bench::finish(v, 30.0, bw);
     CHECK(v.ms == 100.0);
@@ -34,7 +34,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("a compute-bound variant's bound is C, and a resident one's too") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     auto v = variant("ring", {230, 226}, 5'000'000'000);
     ddo::bench::finish(v, 220.0, bw);
     CHECK(v.bound_ms == 220.0);
@@ -46,7 +46,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("pageable-staged variants are judged against the pinned bound, not the staging loop") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     auto v = variant("ddo_pageable_staged", {520}, 5'000'000'000);  // W / B = 100 ms
     v.target = 1.10;
     ddo::bench::finish(v, 30.0, bw);
@@ -56,7 +56,7 @@ TEST_SUITE("runner") {
   }
 
   TEST_CASE("a staged variant's fill ceiling is the slower of the fill and the copies beside it") {
-    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ddo::bench::bandwidths bw{50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     bw.host_copy = {8, 64u << 20, 60e9, 40e9, 45e9};  // the fill beside the copies is the slower: 40 GB/s
     bw.file_read = {8, 64u << 20, 70e9, 48e9, 30e9};  // the copies beside the reads are the slower: 30 GB/s
     auto host = variant("ddo_pageable_staged", {130}, 5'000'000'000);  // W/B 100 ms, ceiling 125
@@ -79,7 +79,7 @@ TEST_SUITE("runner") {
     ddo::bench::finish(slow, 290.0, bw);
     CHECK(slow.ceiling_ms == 290.0);
     // Not measured: no ceiling.
-    ddo::bench::bandwidths none{50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ddo::bench::bandwidths none{50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     ddo::bench::finish(host, 30.0, none);
     CHECK(host.ceiling_ms == 0.0);
     ddo::bench::finish(host, 30.0, bw);
@@ -114,7 +114,7 @@ TEST_SUITE("runner") {
     ddo::bench::report_context ctx;
     ctx.device = "GPU";
     ctx.weight_bytes = 1'000'000'000;
-    ctx.bw = {50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ctx.bw = {50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     ctx.file = {1'000'000'000, 8, 0.10, 0.05};
     ddo::bench::token_run run;
     run.tokens = 4608;
@@ -152,7 +152,7 @@ TEST_SUITE("runner") {
     ddo::bench::report_context ctx;
     ctx.device = "GPU";
     ctx.weight_bytes = 2'000'000'000;
-    ctx.bw = {50e9, 9e9, 10e9, {}, {}, {}, {}};
+    ctx.bw = {50e9, 9e9, 10e9, {}, {}, {}, {}, {}};
     ddo::bench::token_run run;
     run.tokens = 4608;
     run.compute_ms = 10;
@@ -196,7 +196,7 @@ TEST_SUITE("runner") {
     ctx.command = "streaming_bench --json out.json";
     ctx.blocks = 24;
     ctx.weight_bytes = 5'436'000'000;
-    ctx.bw = {55e9, 9e9, 11e9, {{1, 5.2e9}, {4, 11e9}}, {}, {}, {}};
+    ctx.bw = {55e9, 9e9, 11e9, {{1, 5.2e9}, {4, 11e9}}, {}, {}, {}, {}};
     ddo::bench::token_run run;
     run.tokens = 4608;
     run.compute_ms = 31.0;

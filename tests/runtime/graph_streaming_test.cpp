@@ -525,6 +525,162 @@ TEST_CASE("graph streaming, VMM: the native route is refused, naming the routes 
   CHECK_FALSE(off.graph_mode());
 }
 
+// --- issue 37: no synchronizing call while a stream captures ------------------------------------
+// host_sim refuses every synchronizing call made while a capture is open, on the capturing thread
+// and (global mode) on every other: the check runs under every case of this file. These capture
+// the first step on a cold ring whose slots hold every streamed group (the engine launches the
+// graph itself): each acquire misses inside the capture, and ddo's threads (the staging worker's
+// buffer waits, the VMM binder's waits for a slot's previous readers) run during it.
+
+namespace graph_streaming_test {
+
+/// Captures the cold first step on @p s, then launches the graph @p replays times (directly: the
+/// ring holds every streamed group, so no graph streaming) and checks every weight each time.
+template <class Sim, class Offloader>
+void cold_capture_and_replay(Sim& sim, Offloader& off, typename Sim::stream_view s,
+                             const ddo_test::synthetic_model& m, int replays) {
+  checker check;
+  const auto graph = capture_step(sim, off, s, m, check);
+  REQUIRE_FALSE(off.graph_mode());
+  for (int replay = 0; replay < replays; ++replay) sim.launch_graph(graph, s);
+  sim.synchronize(s);
+  CHECK(check.unmapped == 0);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == static_cast<std::uint64_t>(replays) * model_bytes(m));
+}
+
+}  // namespace graph_streaming_test
+
+TEST_CASE("capture check: the legacy VMM route captures a cold step whose ring holds all") {
+  using namespace graph_streaming_test;
+  // The failing ddo-run --graph command of issue 37 (vmm_runtime, a ring of 2, only two groups
+  // streamed): the binder's host waits for the slots' previous readers ran while the engine's
+  // thread captured, and CUDA refused them (cudaEventSynchronize at linear.hpp:263).
+  auto m = vmm_model(3, 61);  // groups 0 and 2 streamed, 1 resident
+  auto sim = make_vmm_sim(*m, 5000);
+  auto compute = sim.make_stream();
+  const auto s = vmm_sim::view(compute);
+  ddo::runtime_options o;
+  o.slot_count = 2;
+  o.poison_slots = true;
+  {
+    vmm_offloader off(sim, m->table, m->plan, o);
+    REQUIRE(off.slot_count() == 2);
+    cold_capture_and_replay(sim, off, s, *m, 5);
+  }
+  CHECK(sim.live_mappings() == 0);
+  CHECK(sim.device_bytes_in_use() == 0);
+}
+
+TEST_CASE("capture check: the linear route captures a cold step with staged pageable and file "
+          "bytes") {
+  using namespace graph_streaming_test;
+  ddo_test::model_spec spec;  // every placement: pinned, pageable, file, resident
+  spec.groups = 6;
+  spec.seed = 62;
+  spec.max_bytes = 60000;
+  auto m = ddo_test::make_model(spec);
+  host_sim_transport sim(linear_sim_options(4e9));
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  ddo::runtime_options o;
+  o.slot_count = 6;
+  o.poison_slots = true;
+  o.staging_buffer_bytes = 16 * 1024;  // the staging worker waits for its buffers' copies
+  {
+    offloader off(sim, m->table, m->plan, o);
+    cold_capture_and_replay(sim, off, s, *m, 5);
+  }
+  CHECK(sim.device_bytes_in_use() == 0);
+  CHECK(sim.pinned_bytes_in_use() == 0);
+}
+
+TEST_CASE("capture check: host_sim refuses a synchronizing call on the capturing thread") {
+  // What the two cases above rely on: the check fires (the engine's own synchronize included).
+  using ddo::host_sim_transport;
+  host_sim_transport sim;
+  auto compute = sim.make_stream();
+  auto other = sim.make_stream();
+  const auto s = host_sim_transport::view(compute);
+  auto e = sim.make_event(false);
+  sim.begin_capture(s);
+  CHECK_THROWS_WITH_AS(sim.synchronize(e), doctest::Contains("cudaEventSynchronize"),
+                       ddo::usage_error);
+  CHECK_THROWS_AS(sim.synchronize(host_sim_transport::view(other)), ddo::usage_error);
+  (void)sim.end_capture(s);
+  sim.synchronize(e);
+}
+
+TEST_CASE("graph streaming: a replay's metrics count the loads made inside the graph") {
+  using namespace graph_streaming_test;
+  // Issue 37 item 8: positions >= S load inside the graph; their copies were not counted, so a
+  // replay's step.copies fell short of the same step run eagerly.
+  auto m = pinned_model(10, 71);
+  host_sim_transport sim(linear_sim_options());
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  checker check;
+  auto o = poisoned(3);
+  o.max_copy_bytes = 16 * 1024;
+  offloader off(sim, m->table, m->plan, o);
+  for (int step = 0; step < 2; ++step) {
+    off.begin_step();
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, s);
+      check.enqueue(sim, s, *m, lease);
+    }
+  }
+  sim.synchronize(s);
+  const auto eager = off.metrics().steps.back();
+  const auto graph = capture_step(sim, off, s, *m, check);
+  for (int replay = 0; replay < 3; ++replay) off.launch_graph(graph, s);
+  sim.synchronize(s);
+  const auto replayed = off.metrics().steps.back();
+  REQUIRE(eager.group_loads == 7);
+  CHECK(replayed.group_loads == eager.group_loads);
+  CHECK(replayed.bytes() == eager.bytes());
+  CHECK(replayed.copies == eager.copies);
+  CHECK(check.mismatches == 0);
+}
+
+namespace graph_streaming_test {
+
+/// host_sim whose record() throws on a capturing stream once armed (a captured lease release
+/// that fails part-way).
+struct failing_record_sim : host_sim_transport {
+  using host_sim_transport::host_sim_transport;
+  std::shared_ptr<std::atomic<bool>> armed = std::make_shared<std::atomic<bool>>(false);
+  void record(event& e, stream_view s) {
+    if (*armed && capturing(s)) throw ddo::usage_error("injected: record refused");
+    host_sim_transport::record(e, s);
+  }
+};
+
+}  // namespace graph_streaming_test
+
+TEST_CASE("graph streaming: a captured release that throws breaks the graph, not the process") {
+  using namespace graph_streaming_test;
+  // Issue 37 item 8: leases drop in noexcept destructors; the failure is printed there and the
+  // graph, which lacks that release, is refused at launch instead of replaying without it.
+  auto m = pinned_model(10, 72);
+  failing_record_sim sim(linear_sim_options());
+  auto compute = sim.make_stream();
+  const auto s = failing_record_sim::view(compute);
+  checker check;
+  ddo::basic_offloader<failing_record_sim> off(sim, m->table, m->plan, poisoned(3));
+  sim.begin_capture(s);
+  for (std::size_t g = 0; g < off.group_count(); ++g) {
+    auto lease = off.acquire(g, s);
+    check.enqueue(sim, s, *m, lease);
+    *sim.armed = g + 1 == off.group_count();  // the last position's release is waited on
+  }
+  *sim.armed = false;
+  const auto graph = sim.end_capture(s);
+  REQUIRE(off.graph_mode());
+  CHECK_THROWS_WITH_AS(off.launch_graph(graph, s), doctest::Contains("failed inside the capture"),
+                       ddo::usage_error);
+}
+
 TEST_CASE("host_sim graphs keep capture-time values: a per-step counter fails on the 2nd replay") {
   // The protocol ddo must not use: wait for the step number. Captured once, the node waits for 1
   // on every replay; the second step's flag says 2 and the wait times out (a stream error).

@@ -4,7 +4,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
@@ -51,7 +55,8 @@ static_assert(!ddo::transport<near_miss::untagged>);
 static_assert(!ddo::transport<near_miss::no_wait>);
 static_assert(!ddo::transport<near_miss::move_only_view>);
 static_assert(!ddo::transport_with_slot_binding<ddo::host_sim_transport>);
-static_assert(!ddo::transport_with_thread_binding<ddo::host_sim_transport>);
+// host_sim binds ddo's threads too: their capture mode (issue 37).
+static_assert(ddo::transport_with_thread_binding<ddo::host_sim_transport>);
 static_assert(ddo::transport_with_thread_binding<ddo::linear_transport>);
 
 TEST_SUITE_BEGIN("transport");
@@ -145,6 +150,84 @@ TEST_CASE("host_sim wait captures the record made before it, not later ones") {
   t.synchronize(t.view(b));
   t.synchronize(t.view(a));
   CHECK(t.ready(e));
+}
+
+TEST_CASE("host_sim refuses synchronizing calls during a capture where CUDA's modes do") {
+  // Issue 37: each call that CUDA refuses with cudaErrorStreamCaptureUnsupported while a capture
+  // is open, on the capturing thread and (global mode) on any other; thread-local mode lets
+  // another thread through, relaxed mode any thread, and nothing is refused once it ended.
+  ddo::host_sim_transport t;
+  auto a = t.make_stream();
+  auto b = t.make_stream();
+  auto e = t.make_event(true);
+  auto f = t.make_event(true);
+  std::byte* dev = t.allocate_device(64);
+  std::byte* pinned = t.allocate_pinned(64);
+  std::vector<std::byte> host(64);
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"cudaEventSynchronize", [&] { t.synchronize(e); }},
+      {"cudaStreamSynchronize", [&] { t.synchronize(t.view(b)); }},
+      {"cudaEventQuery", [&] { (void)t.ready(e); }},
+      {"cudaEventElapsedTime", [&] { (void)t.elapsed_ms(e, f); }},
+      {"cudaMalloc", [&] { t.free_device(t.allocate_device(16), 16); }},
+      {"cudaFree", [&] { t.free_device(dev, 64); }},
+      {"cudaHostAlloc", [&] { t.free_pinned(t.allocate_pinned(16), 16); }},
+      {"cudaFreeHost", [&] { t.free_pinned(pinned, 64); }},
+      {"cudaHostRegister", [&] {
+         if (t.register_host(host.data(), host.size())) t.unregister_host(host.data());
+       }},
+  };
+  t.record(e, t.view(b));
+  t.record(f, t.view(b));
+  t.begin_capture(t.view(a));
+  for (const auto& item : calls) {
+    const std::string& name = item.first;
+    const std::function<void()>& call = item.second;  // not a binding: the threads capture it
+    CAPTURE(name);
+    CHECK_THROWS_WITH_AS(call(), doctest::Contains(name.c_str()), ddo::usage_error);
+    std::string other_global, other_local;
+    std::thread([&] {
+      try {
+        call();
+      } catch (const ddo::usage_error& x) {
+        other_global = x.what();
+      }
+    }).join();
+    CHECK(other_global.find("another thread, in global mode") != std::string::npos);
+    std::thread([&] {
+      ddo::host_sim_transport::bind_thread();  // ddo's threads: thread-local mode
+      try {
+        call();
+      } catch (const ddo::usage_error& x) {
+        other_local = x.what();
+      }
+    }).join();
+    CHECK(other_local.empty());
+    auto relaxed = ddo::host_sim_transport::relaxed_capture();
+    if (name == "cudaFree") dev = t.allocate_device(64);  // the call above freed it
+    if (name == "cudaFreeHost") pinned = t.allocate_pinned(64);
+  }
+  {
+    auto relaxed = ddo::host_sim_transport::relaxed_capture();
+    t.synchronize(e);  // relaxed: let through on the capturing thread
+  }
+  CHECK_THROWS_AS(t.synchronize(e), ddo::usage_error);  // the mode is back to global
+  (void)t.end_capture(t.view(a));
+  for (const auto& item : calls) {
+    CAPTURE(item.first);
+    if (item.first == "cudaFree" || item.first == "cudaFreeHost") continue;
+    CHECK_NOTHROW(item.second());
+  }
+  t.free_device(dev, 64);
+  t.free_pinned(pinned, 64);
+  ddo::host_sim_options off;
+  off.refuse_unsafe_calls_in_capture = false;
+  ddo::host_sim_transport lax(off);
+  auto c = lax.make_stream();
+  auto g = lax.make_event(false);
+  lax.begin_capture(lax.view(c));
+  CHECK_NOTHROW(lax.synchronize(g));
+  (void)lax.end_capture(lax.view(c));
 }
 
 TEST_SUITE_END();

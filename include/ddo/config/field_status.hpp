@@ -21,15 +21,16 @@ enum class field_status {
   active,                      ///< read by ddo: the value changes what it does
   no_effect_on_this_platform,  ///< meaningful on another platform only (Windows DXGI budgets)
   not_yet_implemented,         ///< read by a part of ddo that does not exist yet (the VMM route)
+  single_value,                ///< one value accepted (validate refuses others), read by nothing
 };
 
 template <>
 struct enum_names<field_status> {
-  static constexpr std::array<std::string_view, 3> values = {"active", "no_effect_on_this_platform",
-                                                             "not_yet_implemented"};
+  static constexpr std::array<std::string_view, 4> values = {
+      "active", "no_effect_on_this_platform", "not_yet_implemented", "single_value"};
 };
 
-/// @brief "active", "no_effect_on_this_platform" or "not_yet_implemented".
+/// @brief "active", "no_effect_on_this_platform", "not_yet_implemented" or "single_value".
 [[nodiscard]] constexpr std::string_view to_string(field_status status) noexcept {
   return enum_name(status);
 }

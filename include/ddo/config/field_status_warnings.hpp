@@ -34,6 +34,8 @@ inline void warn_inactive_fields(const dynamic_offload_config& config,
     if (where.source == origin::config && info.get(config) == info.get(defaults)) continue;
     const std::string what = info.status == field_status::no_effect_on_this_platform
                                  ? "has no effect on this platform"
+                             : info.status == field_status::single_value
+                                 ? "accepts one value only"
                                  : "is not implemented yet";
     warnings.push_back("ddo: " + describe(where) + " sets " + std::string(info.name) + ", which " +
                        what + " (" + std::string(to_string(info.status)) + "): " +

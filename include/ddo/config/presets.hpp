@@ -142,7 +142,9 @@ struct preset_context {
   std::string ram_source = "detected";
   double system_ram_headroom_gb = 6.0;                      ///< RAM held back from pinning
   std::optional<std::uint64_t> model_bytes;                 ///< total weight bytes, if known
-  std::optional<bool> vmm_supported;                        ///< device VMM support, if known
+  /// Device VMM support, if known. auto no longer asks it (its route for a model larger than
+  /// RAM is the linear one); kept for callers that state it.
+  std::optional<bool> vmm_supported;
 };
 
 /// @brief An effective preset and why it was chosen (one sentence, for verbose output).
@@ -150,7 +152,24 @@ struct preset_choice {
   std::string name;    ///< the effective preset's name (to_string(id))
   std::string reason;  ///< why
   preset_id id = preset_id::one_shot_fast;  ///< the effective preset
+  /// Values `auto` sets over the preset's own (three_tier_values for a model larger than RAM),
+  /// recorded with provenance `preset <adjusted_by>`; empty for a preset requested by name.
+  std::vector<preset_value> adjustments;
+  std::string adjusted_by;  ///< "auto (three tiers)" when adjustments is not empty
 };
+
+/// @brief What `auto` sets over nvme_baseline for a model larger than RAM: three tiers, each
+/// byte from the fastest place it fits — what fits on the card stays resident, what fits in
+/// usable RAM (available RAM less `system_ram_headroom_gb`) is pinned, the rest streams from its
+/// file — on the linear route, whose file reads overlap the pinned tier's bus copies. The
+/// preset's own values (pinning off, the legacy VMM route and its 4 GiB mapped budget) left RAM
+/// empty while the disk carried every streamed byte (issue 38: 20.45 GiB a step from the file
+/// for a 22.17 GiB model with 16 GiB of RAM, where three tiers read 8.1 GiB). A departure from
+/// the reference's preset table (docs/presets.md, docs/configuration.md).
+[[nodiscard]] inline std::vector<preset_value> three_tier_values() {
+  return {{field_id::execution_mode, field_value(std::string(enum_name(exec_mode::linear_runtime)))},
+          {field_id::pin_cpu_memory, true}};
+}
 
 /// @brief Below this much available RAM (GiB), `auto` with no known model size picks
 /// low_ram_safe: the 12-40 GB models ddo targets cannot be pinned in full there.
@@ -158,8 +177,8 @@ inline constexpr double auto_low_ram_gb = 16.0;
 
 /// @brief Resolves a requested preset to the effective one. `auto` is platform-aware: backend
 /// vmm → vmm_fast_runtime, backend nvme → nvme_baseline; WSL with the pinning safety rule →
-/// wsl_compat; a known model larger than available RAM → nvme_baseline (low_ram_safe when the
-/// device has no VMM support); larger than RAM minus headroom → low_ram_safe; no model size and
+/// wsl_compat; a known model larger than available RAM → nvme_baseline with three_tier_values
+/// (pinning on, the linear route); larger than RAM minus headroom → low_ram_safe; no model size and
 /// under 16 GiB RAM → low_ram_safe; otherwise one_shot_fast. Backend vmm accepts only auto,
 /// vmm_fast_runtime and nvme_baseline (the reference has no other native presets).
 /// @param where the preset's source (variable, flag, TOML key), for error messages.
@@ -187,7 +206,7 @@ inline constexpr double auto_low_ram_gb = 16.0;
                            "\": not available with backend vmm; expected auto (selects "
                            "vmm_fast_runtime), vmm_fast_runtime or nvme_baseline");
   const auto choose = [](preset_id id, std::string reason) {
-    return preset_choice{std::string(to_string(id)), std::move(reason), id};
+    return preset_choice{std::string(to_string(id)), std::move(reason), id, {}, {}};
   };
   if (*preset != auto_select) return choose(*preset, "requested explicitly");
   if (context.backend == offload_backend::vmm)
@@ -210,11 +229,15 @@ inline constexpr double auto_low_ram_gb = 16.0;
     const double model_gb = bytes_to_gib(*context.model_bytes);
     const std::string model = "the model (" + gib_text(model_gb) + ")";
     if (*context.available_ram_gb < model_gb) {
-      if (context.vmm_supported.value_or(true))
-        return choose(nvme_baseline,
-                      model + " is larger than " + ram + ": stream it from its file");
-      return choose(low_ram_safe,
-                    model + " is larger than " + ram + " and the device has no VMM support");
+      // The linear route needs no VMM support: the device's is not asked.
+      auto three = choose(nvme_baseline,
+                          model + " is larger than " + ram +
+                              ": three tiers, what fits on the card resident, what fits in RAM "
+                              "less the " + gib_text(context.system_ram_headroom_gb) +
+                              " headroom pinned, the rest streamed from its file (linear route)");
+      three.adjustments = three_tier_values();
+      three.adjusted_by = "auto (three tiers)";
+      return three;
     }
     if (*context.available_ram_gb - context.system_ram_headroom_gb < model_gb)
       return choose(low_ram_safe, model + " fits in " + ram + " but not with the " +

@@ -35,8 +35,16 @@ inline constexpr std::size_t max_toml_depth = 64;
 /// @brief Most keys and array elements in one file together, each part of a dotted key or table
 /// header counted (each may become a node of the tree).
 inline constexpr std::size_t max_toml_entries = 20'000;
-/// @brief Longest string value or quoted key, in bytes of the file's text (escapes included).
-inline constexpr std::size_t max_toml_string_bytes = 64 * 1024;
+/// @brief Longest value of a string field, and of each element of a list field, in bytes,
+/// whatever its source (code, TOML, the environment, flags): validate() refuses a longer one, so
+/// that every value ddo accepts is one its TOML output (settings_toml.hpp) can hold (issue 37).
+inline constexpr std::size_t max_config_value_bytes = 64 * 1024;
+/// @brief Most elements of one list field (patterns, module kinds), whatever its source.
+inline constexpr std::size_t max_config_list_elements = 1024;
+/// @brief Longest string value or quoted key, in bytes of the file's text (escapes and quotes
+/// included): a value of max_config_value_bytes written with every byte escaped (`\u00XX`, six
+/// bytes), so what ddo writes always reads back.
+inline constexpr std::size_t max_toml_string_bytes = 6 * max_config_value_bytes + 2;
 
 namespace detail {
 

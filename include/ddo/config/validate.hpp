@@ -13,6 +13,7 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/config/enum_names.hpp"
 #include "ddo/config/field_registry.hpp"
+#include "ddo/config/toml_limits.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/pattern.hpp"
 #include "ddo/core/thread_limits.hpp"
@@ -66,6 +67,17 @@ inline bool is_cuda_device(std::string_view device) {
 /// Field @p info of @p config against the bounds of its type and unit. Every size converts to
 /// bytes (gib_to_bytes, ...): bounded here, where the value's source is known, so that no
 /// conversion saturates or wraps later.
+/// One limit for a string value whatever its source: a longer one from flags or the environment
+/// was accepted, then refused when ddo-config's own TOML output was read back (issue 37).
+inline void check_value_bytes(const field_info& info, const std::string& value,
+                              const config_provenance& provenance, const std::string& which) {
+  if (value.size() > max_config_value_bytes)
+    throw_invalid(provenance, info.id, which + "a string of " + std::to_string(value.size()) +
+                  " bytes", "the limit is " + std::to_string(max_config_value_bytes) +
+                                " bytes, whatever the source (ddo/config/toml_limits.hpp), so that "
+                                "ddo-config's TOML output reads back");
+}
+
 inline void check_bounds(const field_info& info, const dynamic_offload_config& config,
                          const config_provenance& provenance) {
   const std::uint64_t most = info.unit == "GiB"     ? static_cast<std::uint64_t>(max_stated_gib)
@@ -77,6 +89,18 @@ inline void check_bounds(const field_info& info, const dynamic_offload_config& c
                   "must be from 0 to " + std::to_string(most) + " " + std::string(info.unit) +
                       " (16 PiB: larger than any machine)");
   };
+  if (info.type == field_type::text) {
+    check_value_bytes(info, std::get<std::string>(info.get(config)), provenance, "");
+  } else if (info.type == field_type::pattern_list || info.type == field_type::kind_list) {
+    const field_value value = info.get(config);
+    const auto& list = std::get<std::vector<std::string>>(value);
+    if (list.size() > max_config_list_elements)
+      throw_invalid(provenance, info.id, std::to_string(list.size()) + " elements",
+                    "the limit is " + std::to_string(max_config_list_elements) +
+                        " elements, whatever the source (ddo/config/toml_limits.hpp)");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      check_value_bytes(info, list[i], provenance, "element " + std::to_string(i) + ": ");
+  }
   if (info.type == field_type::count) {
     const auto value = std::get<std::int64_t>(info.get(config));
     if (most != 0 && value > 0 && static_cast<std::uint64_t>(value) > most)

@@ -46,6 +46,22 @@ struct machine_capacity {
   /// rules) for this reason, over every budget rule but an explicit resident_module_budget_gb
   /// (resident_budget_source::zero_resident).
   std::string zero_resident_reason;
+  /// Not empty: `max_resident_module_budget_gb` was not set by a source the user controls (this
+  /// names where it came from: "default", "preset low_ram_safe"). A fixed size chosen for some
+  /// card follows this one instead: the balanced budget is free VRAM less the headroom, uncapped,
+  /// and the plan's detail says so (issue 38; docs/planning.md).
+  std::string resident_cap_origin;
+  /// What took the device before the plan, for a refusal to name ("card 4.00 GiB: ring 3 x
+  /// 648 MiB, engine reserve ..., ddo reserve ..."); empty when nothing was subtracted.
+  std::string free_vram_detail;
+  /// The device had no room left beside the ring and the reserves: free_vram_bytes is the 1 B
+  /// that stands for "known and empty" (0 means unknown); the device_shortfall_bytes more were
+  /// needed for the ring and reserves alone.
+  std::uint64_t device_shortfall_bytes = 0;
+  /// Pinned host-to-device and disk read rates (bytes/s) measured or stated for this machine;
+  /// 0: the plan's step bound assumes plan/tier_bound.hpp's figures and says so.
+  double bus_bytes_per_s = 0.0;
+  double disk_bytes_per_s = 0.0;
 };
 
 }  // namespace v0

@@ -113,6 +113,10 @@ struct plan_budgets {
   /// How max_group_bytes came about when the setup path grew a preset's size to fit the largest
   /// streamed group ("preset nvme_baseline's 640 MiB grown to ..."); empty otherwise.
   std::string max_group_detail;
+  /// The plan's tiers and the step bound they aim for (plan/tier_bound.hpp: resident, pinned,
+  /// pageable and file bytes; `max(C, streamed / B_bus, file / B_disk)`); empty when nothing
+  /// streams.
+  std::string tier_bound_detail;
 };
 
 /// @brief The complete plan of one model component.

@@ -121,6 +121,7 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
   f.emplace_back("demoted_bytes", std::to_string(b.demoted_bytes));
   f.emplace_back("demoted_weights", std::to_string(b.demoted_weights));
   f.emplace_back("rule_resident_detail", q(b.rule_resident_detail));
+  f.emplace_back("tier_bound_detail", q(b.tier_bound_detail));
   return f;
 }
 
@@ -200,6 +201,7 @@ inline std::string format_plan_summary(const offload_plan& plan, const weight_ta
                  format_bytes(plan.groups[largest].streamed_bytes()).c_str(),
                  b.max_group_bytes ? format_bytes(b.max_group_bytes).c_str() : "none");
   if (!b.max_group_detail.empty()) out += "  transport slot: " + b.max_group_detail + "\n";
+  if (!b.tier_bound_detail.empty()) out += "  tiers: " + b.tier_bound_detail + "\n";
 
   plan_appendf(out, "  groups in execution order:\n  %-34s %7s %12s %12s %12s %12s\n", "group",
                "weights", "resident", "pinned", "pageable", "file");

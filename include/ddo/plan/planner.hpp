@@ -25,6 +25,7 @@
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/concepts.hpp"
+#include "ddo/plan/device_room.hpp"
 #include "ddo/plan/machine_capacity.hpp"
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/plan.hpp"
@@ -32,6 +33,7 @@
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/residency_planner.hpp"
+#include "ddo/plan/tier_bound.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -110,11 +112,11 @@ inline void check_plan_fits(const offload_plan& plan, const machine_capacity& ma
   if (machine.free_vram_bytes != 0 && resident > machine.free_vram_bytes)
     throw out_of_memory(
         memory_tier::device, resident, machine.free_vram_bytes,
-        "the plan keeps " + format_bytes(resident) + " resident on the GPU but only " +
-            format_bytes(machine.free_vram_bytes) + " is free for it (" + b.rule_resident_detail +
-            "; resident budget " + format_bytes(b.resident_budget_bytes) + ", " +
+        "the plan keeps " + format_bytes(resident) + " resident on the GPU but " +
+            device_room_text(machine) + " (" + b.rule_resident_detail + "; resident budget " +
+            format_bytes(b.resident_budget_bytes) + ", " +
             std::string(to_string(b.resident_source)) + ": " + b.resident_budget_detail +
-            "); lower resident_module_budget_gb");
+            "); lower resident_module_budget_gb" + smallest_card_text(machine, resident));
 }
 
 /// make_plan with the config's patterns compiled once (see plan/plan_patterns.hpp).
@@ -218,6 +220,7 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
                         ? pins.selection
                         : std::string(selection_name(config.pin_weight_selection));
 
+  b.tier_bound_detail = describe_tier_bound(tier_bound_of(plan, machine));
   detail::check_plan_fits(plan, machine);
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
   DDO_EXPECTS(pinned <= b.pin_budget_bytes,

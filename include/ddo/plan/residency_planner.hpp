@@ -68,6 +68,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/plan/concepts.hpp"
+#include "ddo/plan/device_room.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/plan_patterns.hpp"
@@ -136,6 +137,15 @@ struct rule_residency {
 /// what "nothing resident beyond the rules" costs.
 /// @throws config_error for an invalid pattern.
 [[nodiscard]] inline rule_residency residency_rules(const plan_context& context);
+
+/// @brief Per weight, 1 for the weights that may stream (managed, or kept only by a built-in
+/// pattern) of the groups outside the blocks that stream more than any block (a Llama's 1 GiB
+/// embedding and head beside 416 MiB layers; Wan's fp32 time_projection beside fp8 blocks).
+/// The balanced budget keeps such a group resident first while it holds it; setup asks this
+/// before it sizes the ring, which a streamed outsized group would size (issue 38). All zero
+/// without blocks.
+/// @throws config_error for an invalid pattern.
+[[nodiscard]] inline std::vector<char> outsized_group_weights(const plan_context& context);
 
 namespace detail {
 
@@ -294,9 +304,9 @@ inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uin
     }
   throw out_of_memory(memory_tier::device, hard, free,
                       "the residency rules keep " + format_bytes(hard) +
-                          " resident, which cannot stream, but only " + format_bytes(free) +
-                          " of the device is free for the plan: " + cause +
-                          "; narrow that setting or use a larger device");
+                          " resident, which cannot stream, but " + device_room_text(c.machine) +
+                          ": " + cause + "; narrow that setting or use a larger device" +
+                          smallest_card_text(c.machine, hard));
 }
 
 [[nodiscard]] inline std::string rule_reason(const rule_residency& rules, std::size_t i,
@@ -361,10 +371,17 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
     const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
     const std::uint64_t taken = saturating_add(headroom, kept);
     r.budget_bytes = free > taken ? free - taken : 0;
-    if (cap != 0 && r.budget_bytes > cap) r.budget_bytes = cap;
+    // A cap the user did not set was chosen for some card: it follows this one (the headroom
+    // already keeps the engine's room), and the detail says so.
+    const bool follows = cap != 0 && !c.machine.resident_cap_origin.empty();
+    if (cap != 0 && !follows && r.budget_bytes > cap) r.budget_bytes = cap;
     r.budget_detail = "free VRAM " + format_bytes(free) + " - headroom " + format_bytes(headroom) +
                       " - rule-resident " + format_bytes(kept) + ", cap " +
-                      (cap == 0 ? std::string("none") : format_bytes(cap));
+                      (cap == 0   ? std::string("none")
+                       : !follows ? format_bytes(cap)
+                                  : "none (max_resident_module_budget_gb " + format_bytes(cap) +
+                                        " from " + c.machine.resident_cap_origin +
+                                        " follows the card)");
   }
   // A profile's recommendation was measured on another free-memory state: no more than is free.
   if (r.budget_source == resident_budget_source::profile && free != 0) {
@@ -382,6 +399,9 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
       r.budget_bytes = left;
       r.budget_detail +=
           ", limited to " + format_bytes(left) + " by " + c.machine.resident_limit_reason;
+    } else {  // named even where it does not bind: it may follow the card (issue 38)
+      r.budget_detail += ", within " + format_bytes(left) + " (" +
+                         c.machine.resident_limit_reason + ")";
     }
   }
 }
@@ -392,6 +412,25 @@ inline rule_residency residency_rules(const plan_context& c) {
   std::optional<plan_patterns> own;
   if (c.patterns == nullptr) own = compile_plan_patterns(c.config);
   return detail::apply_residency_rules(c, c.patterns != nullptr ? *c.patterns : *own);
+}
+
+inline std::vector<char> outsized_group_weights(const plan_context& c) {
+  const rule_residency rules = residency_rules(c);
+  auto may_stream = [&](std::size_t w) {
+    return rules.rule[w] == residency_rule::managed ||
+           rules.rule[w] == residency_rule::builtin_pattern;
+  };
+  std::vector<std::uint64_t> bytes(c.groups.size(), 0);
+  std::uint64_t largest_block = 0;
+  for (std::size_t g = 0; g < c.groups.size(); ++g) {
+    for (std::size_t w : c.groups[g].weights) bytes[g] += may_stream(w) ? c.table[w].bytes : 0;
+    if (c.groups[g].is_block) largest_block = std::max(largest_block, bytes[g]);
+  }
+  std::vector<char> out(c.table.size(), 0);
+  for (std::size_t g = 0; g < c.groups.size(); ++g)
+    if (largest_block != 0 && !c.groups[g].is_block && bytes[g] > largest_block)
+      for (std::size_t w : c.groups[g].weights) out[w] = may_stream(w) ? 1 : 0;
+  return out;
 }
 
 template <selection_choice Selection>

@@ -48,6 +48,21 @@ inline std::string apply_capacity_profile(machine_capacity& machine,
           device_name, machine.total_vram_bytes))
     return *why;
   machine.profile_resident_budget_bytes = profile->recommended_resident_budget_bytes;
+  // The calibration's loads are the machine's measured rates for the plan's step bound
+  // (plan/tier_bound.hpp): groups read from their file give the disk's, pinned ones the bus's.
+  std::uint64_t file_bytes = 0, file_ns = 0, pinned_bytes = 0, pinned_ns = 0;
+  for (const auto& g : profile->groups) {
+    if (g.file_bytes != 0 && g.pinned_bytes == 0 && g.staged_bytes == 0) {
+      file_bytes += g.file_bytes;
+      file_ns += g.transfer_ns;
+    } else if (g.pinned_bytes != 0 && g.file_bytes == 0 && g.staged_bytes == 0) {
+      pinned_bytes += g.pinned_bytes;
+      pinned_ns += g.transfer_ns;
+    }
+  }
+  if (file_ns != 0) machine.disk_bytes_per_s = static_cast<double>(file_bytes) * 1e9 / file_ns;
+  if (pinned_ns != 0)
+    machine.bus_bytes_per_s = static_cast<double>(pinned_bytes) * 1e9 / pinned_ns;
   return "capacity profile '" + config.profile_name + "': resident budget " +
          std::to_string(profile->recommended_resident_budget_bytes) + " B from " +
          store.path_of(config.profile_name).string() +

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,10 @@ struct step_metrics {
   std::uint64_t hits = 0;         ///< acquires that found the group loaded or loading (prefetched)
   std::uint64_t misses = 0;       ///< acquires that had to start the load themselves
   std::uint64_t deferred_prefetches = 0;  ///< prefetches postponed until a lease was dropped
+  /// copy_ms, timed_bytes and stall_ms were measured: the step ran with runtime_options::metrics
+  /// on. Without it they stay 0, which means "not timed", never "no stall": read achieved_gbps()
+  /// and overlap_ratio(), empty then, and print "not timed" (issue 37).
+  bool timed = false;
   double copy_ms = 0.0;           ///< device time of the timed loads (metrics on)
   std::uint64_t timed_bytes = 0;  ///< bytes of the loads whose time is in copy_ms
   double stall_ms = 0.0;          ///< compute streams waiting for loads (metrics on)
@@ -65,13 +70,16 @@ struct step_metrics {
   [[nodiscard]] std::uint64_t bytes(transfer_source s) const noexcept {
     return bytes_by_source[static_cast<std::size_t>(s)];
   }
-  /// @brief timed bytes / copy time, in GB/s (1e9 bytes per second); 0 without timings.
-  [[nodiscard]] double achieved_gbps() const noexcept {
+  /// @brief timed bytes / copy time, in GB/s (1e9 bytes per second); 0 when a timed step copied
+  /// nothing; empty when the step was not timed.
+  [[nodiscard]] std::optional<double> achieved_gbps() const noexcept {
+    if (!timed) return std::nullopt;
     return copy_ms > 0.0 ? static_cast<double>(timed_bytes) / (copy_ms * 1e6) : 0.0;
   }
-  /// @brief Share of copy time hidden behind compute: 1 - stall / copy, clamped to [0, 1].
-  /// 1 when nothing was copied.
-  [[nodiscard]] double overlap_ratio() const noexcept {
+  /// @brief Share of copy time hidden behind compute: 1 - stall / copy, clamped to [0, 1]; 1 when
+  /// a timed step copied nothing; empty when the step was not timed.
+  [[nodiscard]] std::optional<double> overlap_ratio() const noexcept {
+    if (!timed) return std::nullopt;
     if (copy_ms <= 0.0) return 1.0;
     return std::clamp(1.0 - stall_ms / copy_ms, 0.0, 1.0);
   }
@@ -85,6 +93,7 @@ struct step_metrics {
     hits += o.hits;
     misses += o.misses;
     deferred_prefetches += o.deferred_prefetches;
+    timed = timed || o.timed;
     copy_ms += o.copy_ms;
     timed_bytes += o.timed_bytes;
     stall_ms += o.stall_ms;

@@ -35,10 +35,12 @@ inline namespace v0 {
                       std::to_string(t.copies) + " copies, " + std::to_string(t.group_loads) +
                       " group loads; " + std::to_string(t.hits) + "/" + std::to_string(t.acquires) +
                       " acquires prefetched";
-  if (m.timing)
-    moved += "; copy " + number(t.copy_ms) + " ms (" + number(t.achieved_gbps()) +
+  if (t.timed)
+    moved += "; copy " + number(t.copy_ms) + " ms (" + number(*t.achieved_gbps()) +
              " GB/s), stall " + number(t.stall_ms) + " ms, overlap " +
-             number(t.overlap_ratio() * 100.0) + "%";
+             number(*t.overlap_ratio() * 100.0) + "%";
+  else
+    moved += "; copy, stall and overlap not timed (runtime_options::metrics off)";
   lines.push_back(std::move(moved));
   lines.push_back("ddo: profile: resident " + format_bytes(m.resident_bytes) + ", pinned " +
                   format_bytes(m.pinned_bytes) + " (fallback to staging " +

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,11 @@ namespace detail {
 [[nodiscard]] inline vmm_window_options vmm_window_options_from(const dynamic_offload_settings& s) {
   vmm_window_options w;
   w.budget_bytes = gib_to_bytes(s.config.vmm_resident_weight_budget_gb);
+  // A mapped budget no source the user controls set (a preset's 4 GiB) follows the card: the
+  // plan keeps the resident set inside free VRAM (setup's size_window) and the window maps no
+  // more than the ring's slots, so the budget itself bounds nothing (issue 38).
+  if (!set_explicitly(s, field_id::vmm_resident_weight_budget_gb) && w.budget_bytes != 0)
+    w.budget_bytes = std::numeric_limits<std::uint64_t>::max() / 2;
   w.handle_bytes = s.config.vmm_page_mb * mib;
   // The native route streams through whole windows: no group has to fit its staging.
   w.staging_buffer_bytes = native_vmm_selected(s.config) ? 0 : gib_to_bytes(s.config.vmm_staging_buffer_gb);

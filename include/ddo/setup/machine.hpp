@@ -53,6 +53,24 @@ struct setup_machine {
   std::string profile_note;  ///< what the capacity-profile lookup did (empty: no profile_name)
 };
 
+namespace detail {
+/// What the plan sees free of @p m's card: free less the ring and the reserves. 0 means
+/// "unknown" to the planner (checks off), so a card they fill shows one byte, with by how much
+/// they pass it and what they are, for a refusal to name (plan/device_room.hpp).
+inline void subtract_reserves(setup_machine& m) {
+  m.runtime_reserve_bytes = runtime_device_reserve_bytes;
+  const std::uint64_t reserve = m.ring_bytes + m.engine_reserve_bytes + m.runtime_reserve_bytes;
+  machine_capacity& c = m.capacity;
+  c.free_vram_bytes = m.device.free_bytes > reserve ? m.device.free_bytes - reserve : 1;
+  c.device_shortfall_bytes = m.device.free_bytes > reserve ? 0 : reserve - m.device.free_bytes + 1;
+  c.free_vram_detail = "card " + format_bytes(m.device.free_bytes) + " free of " +
+                       format_bytes(m.device.total_bytes) + ": ring " + std::to_string(m.slots) +
+                       " x " + format_bytes(m.slot_bytes) + ", engine reserve " +
+                       format_bytes(m.engine_reserve_bytes) + ", ddo reserve " +
+                       format_bytes(m.runtime_reserve_bytes);
+}
+}  // namespace detail
+
 /// @brief The machine the plan sees (see the file comment).
 /// @param groups the execution groups (any may stream: the ring is sized for the largest).
 /// @param runtime the runtime options the plan will run with (slot_count, alignment).
@@ -97,12 +115,11 @@ template <class Transport>
   m.engine_reserve_bytes = options.reserve_device_bytes;
   machine_capacity& c = m.capacity;
   c.total_vram_bytes = m.device.total_bytes;
-  if (m.device.free_bytes != 0) {
-    m.runtime_reserve_bytes = runtime_device_reserve_bytes;
-    const std::uint64_t reserve = m.ring_bytes + m.engine_reserve_bytes + m.runtime_reserve_bytes;
-    // 0 means "unknown" to the planner (checks off): keep at least one byte.
-    c.free_vram_bytes = m.device.free_bytes > reserve ? m.device.free_bytes - reserve : 1;
-  }
+  if (m.device.free_bytes != 0) detail::subtract_reserves(m);
+  // A resident cap no source the user controls set was chosen for some card: it follows this one.
+  if (const auto& cap = settings.provenance.of(field_id::max_resident_module_budget_gb);
+      !set_explicitly(settings, field_id::max_resident_module_budget_gb))
+    c.resident_cap_origin = cap.source == origin::preset ? "preset " + cap.key : "the default";
   // 0 asks for detection (the reference's "None"), also when an explicit config struct carries it.
   if (set_explicitly(settings, field_id::available_system_ram_gb) &&
       settings.config.available_system_ram_gb > 0.0) {

@@ -114,6 +114,51 @@ inline void cap_store_credit(setup_machine& m, std::uint64_t cap) {
                  " of its weights in the shared weight store (those the plan pins)";
 }
 
+/// Groups outside the blocks that stream more than any block, considered for residency before
+/// the ring is sized (issue 38): the plan with them kept out of the ring, which is then the
+/// blocks' size, when it keeps them resident; none when there are none or it cannot.
+template <class Planner, class PinSelector, class Machine>
+std::optional<std::pair<setup_machine, offload_plan>> plan_outsized_first(
+    const offload_setup& r, const weight_table& table, const std::vector<execution_group>& groups,
+    const dynamic_offload_config& config, const std::vector<char>& rule_kept,
+    const Planner& planner, const PinSelector& pins, Machine& machine) {
+  const auto outsized = outsized_group_weights(make_plan_context(
+      table, config, r.machine.capacity, std::span<const execution_group>(groups)));
+  if (std::find(outsized.begin(), outsized.end(), 1) == outsized.end()) return std::nullopt;
+  std::vector<char> kept(table.size(), 0);
+  for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rule_kept[w] | outsized[w];
+  try {
+    auto m = machine(kept);
+    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
+      return std::pair{std::move(m), std::move(plan)};
+  } catch (const out_of_memory&) {  // the smaller ring leaves no room for them
+  }
+  return std::nullopt;
+}
+
+/// @p make's plan; an empty one where it is refused but another plan stands by (@p fallback).
+template <class Make>
+offload_plan plan_unless_refused(Make make, bool fallback) {
+  try {
+    return make();
+  } catch (const out_of_memory&) {
+    if (!fallback) throw;
+  }
+  return {};
+}
+
+/// Takes @p first (plan_outsized_first's) over @p r's plan when that keeps less resident, or is
+/// empty (refused).
+inline void take_if_more_resident(offload_setup& r,
+                                  std::optional<std::pair<setup_machine, offload_plan>>& first) {
+  if (!first || (!r.plan.decisions.empty() && first->second.total_bytes(placement::gpu_resident) <=
+                                                  r.plan.total_bytes(placement::gpu_resident)))
+    return;
+  r.machine = std::move(first->first);
+  r.plan = std::move(first->second);
+}
+
 /// The dynamic route's planning (setup_offload): the plan cache's plan when it still fits, else
 /// planned with the ring reserved for what the plan streams. @p machine gives the machine for
 /// the weights a plan keeps (machine_for with setup_offload's arguments).
@@ -182,7 +227,10 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     }
     kept = rule_kept;
   }
-  r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+  auto first = plan_outsized_first(r, table, groups, config, rule_kept, planner, pins, machine);
+  r.plan = plan_unless_refused(
+      [&] { return make_plan(table, groups, config, r.machine.capacity, planner, pins); },
+      first.has_value());
   const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
   if (streamed != r.machine.slot_bytes && streamed != 0) {
     auto m = reserve_for(r.plan);
@@ -193,6 +241,7 @@ void plan_streaming(offload_setup& r, const weight_table& table,
       r.plan = std::move(plan);
     }
   }
+  take_if_more_resident(r, first);
 }
 
 /// The dynamic_offload route's machine and plan (setup_offload), through the plan cache when

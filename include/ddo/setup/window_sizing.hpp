@@ -73,8 +73,14 @@ void size_window(Transport& transport, machine_capacity& c, const weight_table& 
   r.staging_setting_bytes = gib_to_bytes(config.vmm_staging_buffer_gb);
   r.largest_group_bytes = largest.second;
   r.slot_bytes = slot_bytes;
+  // The mapped budget a preset or the defaults chose (4 GiB, the reference's CLI default) follows
+  // the card: what the plan may use of it (issue 38: Wan2.1-14B kept 44 MiB of 7 GiB free).
+  const bool budget_given = set_explicitly(settings, field_id::vmm_resident_weight_budget_gb);
   if (config.vmm_resident_weight_budget_gb > 0.0)
-    r.resident_budget_bytes = gib_to_bytes(config.vmm_resident_weight_budget_gb);
+    r.resident_budget_bytes =
+        budget_given || c.free_vram_bytes == 0
+            ? gib_to_bytes(config.vmm_resident_weight_budget_gb)
+            : saturating_add(c.free_vram_bytes, ring_slots * slot_bytes);
   r.page_bytes = config.vmm_page_mb * mib;
   const window_sizing a = transport.size_window(r);
   const std::string staging = describe(settings.provenance.of(field_id::vmm_staging_buffer_gb));
@@ -97,10 +103,16 @@ void size_window(Transport& transport, machine_capacity& c, const weight_table& 
     const std::uint64_t window = slots * a.window_slot_bytes;
     c.resident_limit_bytes =
         r.resident_budget_bytes > window ? r.resident_budget_bytes - window : 0;
-    c.resident_limit_reason = "vmm_resident_weight_budget_gb " +
-                              format_bytes(r.resident_budget_bytes) + " less the ring's " +
-                              std::to_string(slots) + " window slot(s) of " +
-                              format_bytes(a.window_slot_bytes);
+    const field_origin& from = settings.provenance.of(field_id::vmm_resident_weight_budget_gb);
+    c.resident_limit_reason =
+        "vmm_resident_weight_budget_gb " +
+        (budget_given || c.free_vram_bytes == 0
+             ? format_bytes(r.resident_budget_bytes)
+             : format_bytes(gib_to_bytes(config.vmm_resident_weight_budget_gb)) + " (" +
+                   describe(from) + ") following the card: " +
+                   format_bytes(r.resident_budget_bytes)) +
+        " less the ring's " + std::to_string(slots) + " window slot(s) of " +
+        format_bytes(a.window_slot_bytes);
   }
 }
 

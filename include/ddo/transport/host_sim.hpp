@@ -26,6 +26,15 @@
 /// as on a GPU; host_sim_options::wait_value_timeout_ms turns a wait that never completes into a
 /// stream error instead of a hang. A stream that waits on an event recorded inside a capture
 /// joins it (a fork; capture_id() names the capture), as in CUDA.
+///
+/// While a capture is open, the calls that synchronize or may synchronize in CUDA (event and
+/// stream synchronize, event query, elapsed time, allocating and freeing device or pinned memory,
+/// registering host memory) are refused as CUDA's global capture mode refuses them
+/// (cudaErrorStreamCaptureUnsupported, issue 37): on the capturing thread, and on any other thread
+/// whose capture mode is global. bind_thread() puts a thread of ddo's own in thread-local mode (it
+/// never captures: an engine's capture must not refuse its host waits) and relaxed_capture() lets
+/// the calling thread through while alive, as cudaThreadExchangeStreamCaptureMode does for the
+/// linear transport. host_sim_options::refuse_unsafe_calls_in_capture turns the check off.
 
 #include <algorithm>
 #include <atomic>
@@ -104,9 +113,21 @@ struct host_sim_options {
   /// 16 below 4096): cudaHostAlloc promises no page alignment, and code that needs it (O_DIRECT)
   /// must cope.
   std::uint64_t pinned_misalignment_bytes = 0;
+  /// A synchronizing call while a capture is open fails (a usage_error naming the call and the
+  /// capture) where CUDA's global capture mode refuses it: see the file comment.
+  bool refuse_unsafe_calls_in_capture = true;
 };
 
+/// @brief CUDA's stream-capture interaction modes (cudaStreamCaptureMode) as host_sim models
+/// them, per thread: global (the default) refuses a synchronizing call while this thread or any
+/// other captures; thread_local_mode only while this thread captures; relaxed never.
+enum class host_sim_capture_mode { global, thread_local_mode, relaxed };
+
 namespace detail {
+
+/// The calling thread's capture mode (cudaThreadExchangeStreamCaptureMode's, per thread).
+inline thread_local host_sim_capture_mode host_sim_thread_capture_mode =
+    host_sim_capture_mode::global;
 
 class host_sim_stream_state;
 /// One node of a captured graph: what a launch issues on the launching stream.
@@ -119,6 +140,7 @@ struct host_sim_capture {
   std::vector<host_sim_node> nodes;
   std::uint64_t id = 0;
   const host_sim_stream_state* origin = nullptr;  // the stream that began it (ends it)
+  std::thread::id thread{};  // the thread that began it: its synchronizing calls are refused
   bool ended = false;
 };
 
@@ -234,6 +256,8 @@ struct host_sim_state {
   std::atomic<std::uint64_t> pageable_direct_copies{0};
   std::atomic<std::uint64_t> copies{0};
   std::atomic<std::uint64_t> bytes_to_device{0};
+  std::mutex captures_mutex;
+  std::vector<std::weak_ptr<host_sim_capture>> open_captures;  // begun, not ended
 };
 
 }  // namespace detail
@@ -385,6 +409,10 @@ class host_sim_transport {
     s.state->capture = std::make_shared<detail::host_sim_capture>();
     s.state->capture->id = ++last_id;
     s.state->capture->origin = s.state;
+    s.state->capture->thread = std::this_thread::get_id();
+    std::lock_guard lock(state_->captures_mutex);
+    std::erase_if(state_->open_captures, [](const auto& c) { return c.expired(); });
+    state_->open_captures.push_back(s.state->capture);
   }
   /// @brief Ends the capture begun on @p s and returns the graph (cudaStreamEndCapture); the
   /// streams that joined it stop capturing too.
@@ -396,6 +424,12 @@ class host_sim_transport {
                 "host_sim_transport::end_capture: the stream joined a capture begun on another "
                 "stream (a fork); end it on the stream that began it");
     graph g;
+    {
+      std::lock_guard lock(state_->captures_mutex);
+      std::erase_if(state_->open_captures, [&](const auto& c) {
+        return c.expired() || c.lock() == s.state->capture;
+      });
+    }
     s.state->capture->ended = true;
     g.nodes_ = std::exchange(s.state->capture, nullptr);
     return g;
@@ -427,6 +461,32 @@ class host_sim_transport {
   void wait_edge(stream_view s, const event& e) { wait(s, e); }
   /// @brief Always available (the CUDA transports check their driver here).
   static void check_graph_streaming() noexcept {}
+
+  /// @brief Sets the calling thread's capture mode; returns the previous one
+  /// (cudaThreadExchangeStreamCaptureMode).
+  static host_sim_capture_mode exchange_capture_mode(host_sim_capture_mode mode) noexcept {
+    return std::exchange(detail::host_sim_thread_capture_mode, mode);
+  }
+  /// @brief While alive, the calling thread's capture mode is relaxed (linear_transport's
+  /// relaxed_capture: graph streaming's allocations inside an engine's capture, teardown).
+  class relaxed_capture_mode {
+   public:
+    relaxed_capture_mode() noexcept
+        : previous_(exchange_capture_mode(host_sim_capture_mode::relaxed)) {}
+    ~relaxed_capture_mode() { exchange_capture_mode(previous_); }
+    relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+    relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+
+   private:
+    host_sim_capture_mode previous_;
+  };
+  [[nodiscard]] static relaxed_capture_mode relaxed_capture() noexcept { return {}; }
+  /// @brief The runtime calls it first on each of its own threads: they never capture, so an
+  /// engine's global-mode capture must not refuse their host waits (thread-local mode, as the
+  /// linear transport sets it).
+  static void bind_thread() noexcept {
+    exchange_capture_mode(host_sim_capture_mode::thread_local_mode);
+  }
 
   /// @brief @p count zeroed 32-bit flags that both the host and the simulated device may read
   /// and write (CUDA: mapped pinned memory); counted as pinned memory.
@@ -464,12 +524,14 @@ class host_sim_transport {
 
   [[nodiscard]] bool ready(const event& e) {
     require(e);
+    refuse_in_capture("ready (cudaEventQuery)");
     std::lock_guard lock(e.state_->mutex);
     return !e.state_->pending.contains(e.state_->recorded);
   }
 
   void synchronize(const event& e) {
     require(e);
+    refuse_in_capture("synchronize(event) (cudaEventSynchronize)");
     std::uint64_t target = 0;
     {
       std::lock_guard lock(e.state_->mutex);
@@ -482,6 +544,7 @@ class host_sim_transport {
     require(s);
     DDO_EXPECTS(s.state->active_capture() == nullptr,
                 "host_sim_transport::synchronize: the stream is being captured");
+    refuse_in_capture("synchronize(stream) (cudaStreamSynchronize)");
     s.state->synchronize();
   }
 
@@ -491,6 +554,7 @@ class host_sim_transport {
     require(end);
     DDO_EXPECTS(start.state_->timing && end.state_->timing,
                 "host_sim_transport::elapsed_ms: both events must be created with timing=true");
+    refuse_in_capture("elapsed_ms (cudaEventSynchronize, cudaEventElapsedTime)");
     synchronize(start);
     synchronize(end);
     std::chrono::steady_clock::time_point a, b;
@@ -508,12 +572,14 @@ class host_sim_transport {
   // --- memory (accounted in the shared allocation_ledger) ---------------------------------------
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_device: zero bytes requested");
+    refuse_in_capture("allocate_device (cudaMalloc)");
     return state_->memory.allocate(ledger_kind::device, bytes, "host_sim_transport::allocate_device", [&] {
       return static_cast<std::byte*>(::operator new (bytes, std::align_val_t{256}));
     });
   }
 
   void free_device(std::byte* p, std::size_t bytes) {
+    refuse_in_capture("free_device (cudaFree)");
     state_->memory.remove(ledger_kind::device, p, bytes, "host_sim_transport::free_device");
     ::operator delete(p, std::align_val_t{256});
   }
@@ -531,6 +597,7 @@ class host_sim_transport {
 
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     DDO_EXPECTS(bytes > 0, "host_sim_transport::allocate_pinned: zero bytes requested");
+    refuse_in_capture("allocate_pinned (cudaHostAlloc)");
     const std::size_t offset = state_->options.pinned_misalignment_bytes;
     return state_->memory.allocate(ledger_kind::pinned, bytes, "host_sim_transport::allocate_pinned", [&] {
       auto* p = static_cast<std::byte*>(::operator new (bytes + offset, std::align_val_t{4096}));
@@ -539,6 +606,7 @@ class host_sim_transport {
   }
 
   void free_pinned(std::byte* p, std::size_t bytes) {
+    refuse_in_capture("free_pinned (cudaFreeHost)");
     state_->memory.remove(ledger_kind::pinned, p, bytes, "host_sim_transport::free_pinned");
     ::operator delete(p - state_->options.pinned_misalignment_bytes, std::align_val_t{4096});
   }
@@ -548,6 +616,7 @@ class host_sim_transport {
   [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
     DDO_EXPECTS(p != nullptr && bytes > 0,
                 "host_sim_transport::register_host: null pointer or zero bytes");
+    refuse_in_capture("register_host (cudaHostRegister)");
     if (state_->options.fail_host_registration) return false;
     if (!state_->memory.try_add(ledger_kind::registered, p, bytes,
                                 "host_sim_transport::register_host", ledger_kind::pinned))
@@ -557,6 +626,7 @@ class host_sim_transport {
   }
 
   void unregister_host(void* p) {
+    refuse_in_capture("unregister_host (cudaHostUnregister)");
     state_->memory.remove(ledger_kind::registered, p, 0, "host_sim_transport::unregister_host");
     if (state_->options.host) state_->options.host->remove(p);
   }
@@ -648,6 +718,28 @@ class host_sim_transport {
     else
       c->nodes.push_back(
           [task = std::move(task)](detail::host_sim_stream_state* on) { on->enqueue(task); });
+  }
+  /// Refuses @p call where CUDA's capture modes do (see the file comment).
+  void refuse_in_capture(std::string_view call) const {
+    if (!state_->options.refuse_unsafe_calls_in_capture) return;
+    const auto mode = detail::host_sim_thread_capture_mode;
+    if (mode == host_sim_capture_mode::relaxed) return;
+    const auto self = std::this_thread::get_id();
+    std::lock_guard lock(state_->captures_mutex);
+    for (const auto& weak : state_->open_captures) {
+      const auto c = weak.lock();
+      if (c == nullptr) continue;
+      const bool own = c->thread == self;
+      if (!own && mode != host_sim_capture_mode::global) continue;
+      throw usage_error(
+          "host_sim_transport::" + std::string(call) + " while stream capture " +
+          std::to_string(c->id) + " is open (begun on " +
+          (own ? std::string("this thread") : std::string("another thread, in global mode")) +
+          "): CUDA refuses a synchronizing call during a capture "
+          "(cudaErrorStreamCaptureUnsupported) and invalidates the capture. Make it before the "
+          "capture begins or after it ends, or from a thread whose capture mode allows it "
+          "(bind_thread: thread-local; relaxed_capture)");
+    }
   }
   static void require(stream_view s) {
     DDO_EXPECTS(s.state != nullptr, "host_sim_transport: null or moved-from stream");

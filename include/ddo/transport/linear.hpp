@@ -144,8 +144,14 @@ class linear_transport {
 
   [[nodiscard]] std::string_view name() const noexcept { return "linear"; }
   /// @brief Makes the transport's device current on the calling thread; the runtime calls it
-  /// first on each of its own threads (staging, pinning).
-  void bind_thread() { DDO_CUDA_TRY(cudaSetDevice(state_->options.device)); }
+  /// first on each of its own threads (staging, binding, pinning). Their capture mode becomes
+  /// thread-local: they never capture, and their host waits (a binder's event synchronize) must
+  /// not be refused, nor invalidate the capture, while an engine captures in global mode.
+  void bind_thread() {
+    DDO_CUDA_TRY(cudaSetDevice(state_->options.device));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+    DDO_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&mode));
+  }
   [[nodiscard]] int device() const noexcept { return state_->options.device; }
 
   [[nodiscard]] stream make_stream() {

@@ -14,7 +14,9 @@
 #define DDO_CONFIG_FIELDS(X) \
   X(execution_device, text, "", 1.0, false, "", no_choices, active, "", \
     "Device where active compute runs (cuda or cuda:N).") \
-  X(offload_device, text, "", 1.0, false, "", no_choices, active, "", \
+  X(offload_device, text, "", 1.0, false, "", no_choices, single_value, \
+    "ddo keeps inactive weights in host memory: \"cpu\" is the one value validate accepts, and " \
+    "nothing else reads the field", \
     "Where inactive weights are kept; ddo keeps them in host memory (cpu).") \
   X(target_module_classes, kind_list, "", 1.0, false, "", module_kind_names, active, "", \
     "Module kinds eligible for the dynamic runtime.") \

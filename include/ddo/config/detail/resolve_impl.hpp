@@ -179,6 +179,8 @@ DDO_INLINE void layer_config(dynamic_offload_settings& settings,
               std::string(to_string(id))});
     for (const auto& [id, value] : preset_values(choice.id))
       assign(field_index(id), value, {origin::preset, choice.name});
+    for (const auto& [id, value] : choice.adjustments)
+      assign(field_index(id), value, {origin::preset, choice.adjusted_by});
   }
   for (const auto& layer : layers)
     for (const auto& assignment : layer.fields)
@@ -250,6 +252,29 @@ DDO_INLINE void derive_settings(dynamic_offload_settings& settings, const preset
   }
 }
 
+/// Whether a route given in code (the reference's "group/dynamic enable arguments": an explicit
+/// route, or a component policy from code) names a route other than auto for a component whose
+/// preset default is a fallback (the VAE's leaf route): that bypasses the fallback, as a whole
+/// config or field overrides do (issue 37). Routes from TOML, the environment or flags do not.
+DDO_INLINE bool route_named_in_code(const dynamic_offload_settings& settings,
+                                    const std::vector<config_layer>& layers,
+                                    const resolve_context& context) {
+  const auto has_fallback = [&](const std::string& name) {
+    return preset_component_default(settings.effective_preset, name, false) !=
+           preset_component_default(settings.effective_preset, name, true);
+  };
+  const auto named = [](const std::optional<component_route>& r) {
+    return r && *r != component_route::auto_select;
+  };
+  if (!context.component.empty() && named(context.route) && has_fallback(context.component))
+    return true;
+  for (const auto& layer : layers)
+    if (layer.source == origin::config)
+      for (const auto& [name, policy] : layer.components)
+        if (named(policy.route) && has_fallback(name)) return true;
+  return false;
+}
+
 DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& context,
                                                    std::vector<config_layer> layers) {
   std::stable_sort(layers.begin(), layers.end(), [](const config_layer& a, const config_layer& b) {
@@ -299,6 +324,8 @@ DDO_INLINE dynamic_offload_settings resolve_layers(const resolve_context& contex
 
   std::vector<std::string> names;
   if (!context.component.empty()) names.push_back(context.component);
+  settings.route_fallback_bypassed =
+      settings.route_fallback_bypassed || route_named_in_code(settings, layers, context);
   for (const auto& name : context.components)
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   for (const auto& name : names)
@@ -344,8 +371,12 @@ DDO_INLINE dynamic_offload_settings resolve_settings(const resolve_inputs& input
 DDO_INLINE resolved_component resolve_component(const dynamic_offload_settings& settings,
                                                 std::string_view name,
                                                 std::optional<component_route> explicit_route) {
-  const resolved_component preset_default =
-      preset_component_default(settings.effective_preset, name, settings.route_fallback_bypassed);
+  // A route named in code is honoured with its own parameters (group offload's block_level),
+  // not the fallback's (issue 37): resolve_layers set route_fallback_bypassed for a policy from
+  // code; an explicit route bypasses it here too, for a caller that resolves a component alone.
+  const bool named_route = explicit_route && *explicit_route != component_route::auto_select;
+  const resolved_component preset_default = preset_component_default(
+      settings.effective_preset, name, settings.route_fallback_bypassed || named_route);
   resolved_component out = preset_default;
   const std::string key(name);
   if (const auto it = settings.toml_component_policies.find(key);

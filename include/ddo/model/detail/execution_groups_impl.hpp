@@ -368,6 +368,112 @@ struct component_blocks {
   return out;
 }
 
+/// A unit inside a stage: one numbered child of it (`resnets.0`, `attentions.1`, ldm's `1`).
+struct stage_child {
+  std::string key;  ///< the name after the stage's prefix: "attentions.1", "1"
+  std::string family;
+  std::uint64_t index = 0;
+  std::vector<std::size_t> weights;
+  /// A container of layers (a module name goes on past the key: `resnets.0.conv1`), not a
+  /// layer itself (Wan's `ffn.0`, ldm's `in_layers.2`).
+  bool container = false;
+  std::size_t seen = 0;  ///< first appearance among the stage's children
+};
+
+/// Where a child family runs among those of one index inside a stage (a UNet runs each
+/// resnet before the attention of the same index): 0 convolutional (`res*`, `conv*`), 1 other,
+/// 2 attention (`*attn*`, `*attention*`, `*transformer*`). Resamplers run after every index.
+[[nodiscard]] DDO_INLINE int child_rank(std::string_view family) {
+  if (family.find("sampl") != std::string_view::npos) return 3;
+  if (family.starts_with("res") || family.starts_with("conv")) return 0;
+  for (std::string_view n : {"attn", "attention", "transformer"})
+    if (family.find(n) != std::string_view::npos) return 2;
+  return 1;
+}
+
+/// The numbered children of the stage @p prefix (its weights @p weights); weights not in one go
+/// to @p front (input modules, anything else) or @p back (output modules, by name).
+[[nodiscard]] DDO_INLINE std::vector<stage_child> stage_children(
+    const weight_table& table, std::string_view prefix, std::span<const std::size_t> weights,
+    std::vector<std::size_t>& front, std::vector<std::size_t>& back) {
+  std::vector<stage_child> children;
+  std::unordered_map<std::string, std::size_t> child_of;
+  for (std::size_t i : weights) {
+    // Not called `module` (nvcc reads it at a line's start as the keyword: see match_family).
+    const std::string_view name = table[i].module_name;
+    const std::string_view rest =
+        name.size() > prefix.size() ? name.substr(prefix.size() + 1) : std::string_view();
+    const auto parts = split_dots(rest);
+    std::string key, family;
+    std::optional<std::uint64_t> index = parse_index(parts[0]);
+    if (index) {
+      key = std::string(parts[0]);
+    } else if (parts.size() > 1 && (index = parse_index(parts[1]))) {
+      family = std::string(parts[0]);
+      key = family + "." + std::string(parts[1]);
+    } else {
+      (is_output_component(parts[0]) ? back : front).push_back(i);
+      continue;
+    }
+    auto [it, inserted] = child_of.emplace(key, children.size());
+    if (inserted) children.push_back({key, family, *index, {}, false, children.size()});
+    auto& child = children[it->second];
+    child.container = child.container || parts.size() > (family.empty() ? 1u : 2u);
+    child.weights.push_back(i);
+  }
+  return children;
+}
+
+/// A block split into the finest repeated units that run in order (docs/planning.md,
+/// "Execution groups"): a stage whose numbered children include a container of layers (a
+/// UNet's resnets and attentions, an attention's transformer blocks, ldm's numbered layers) is
+/// its children, each split the same way, in execution order; a block whose numbered children
+/// are single layers (Wan's `ffn.0`, FLUX's `img_mlp.2`) stays whole, and so does a stage whose
+/// one child does not split. The stage's other weights join its first unit (input modules, and
+/// any other) or its last (output modules: `proj_out`, `norm`).
+[[nodiscard]] DDO_INLINE std::vector<execution_group> split_stage(
+    const weight_table& table, const std::string& prefix, std::vector<std::size_t> weights) {
+  std::vector<std::size_t> front, back;
+  auto children = stage_children(table, prefix, weights, front, back);
+  const bool composite = std::any_of(children.begin(), children.end(),
+                                     [](const stage_child& c) { return c.container; });
+  if (children.empty() || !composite) return {execution_group{prefix, std::move(weights), true}};
+  std::stable_sort(children.begin(), children.end(), [](const auto& a, const auto& b) {
+    const int ra = child_rank(a.family), rb = child_rank(b.family);
+    if ((ra == 3) != (rb == 3)) return rb == 3;
+    return std::tie(a.index, ra, a.seen) < std::tie(b.index, rb, b.seen);
+  });
+  std::vector<execution_group> units;
+  for (auto& c : children) {
+    auto sub = split_stage(table, prefix + "." + c.key, std::move(c.weights));
+    units.insert(units.end(), std::make_move_iterator(sub.begin()),
+                 std::make_move_iterator(sub.end()));
+  }
+  if (units.size() == 1) return {execution_group{prefix, std::move(weights), true}};
+  auto& first = units.front().weights;
+  first.insert(first.end(), front.begin(), front.end());
+  std::sort(first.begin(), first.end());
+  auto& last = units.back().weights;
+  last.insert(last.end(), back.begin(), back.end());
+  std::sort(last.begin(), last.end());
+  return units;
+}
+
+/// Appends block @p name (its weights @p weights) to @p groups: split into its units when the
+/// auto rule found it (@p descend), whole otherwise (a stated order names its own units).
+DDO_INLINE void add_block(std::vector<execution_group>& groups, const weight_table& table,
+                          std::string name, std::vector<std::size_t> weights, bool is_block,
+                          bool descend) {
+  if (!descend) {
+    groups.push_back(execution_group{std::move(name), std::move(weights), is_block});
+    return;
+  }
+  for (auto& unit : split_stage(table, name, std::move(weights))) {
+    unit.is_block = is_block;
+    groups.push_back(std::move(unit));
+  }
+}
+
 /// The groups of one component (see model/execution_groups.hpp).
 [[nodiscard]] DDO_INLINE std::vector<execution_group> component_groups(
     const weight_table& table, const table_component& part, std::span<const pattern> compiled,
@@ -434,10 +540,10 @@ struct component_blocks {
   for (std::size_t b = 0; b <= found.size(); ++b) {
     if (b == middle_at.value_or(found.size()))
       for (auto& [name, g] : middles)
-        groups.push_back(execution_group{name, std::move(g.weights), blocks});
+        add_block(groups, table, name, std::move(g.weights), blocks, use_auto);
     if (b < found.size())
-      groups.push_back(
-          execution_group{std::move(found[b].key), std::move(found[b].weights), blocks});
+      add_block(groups, table, std::move(found[b].key), std::move(found[b].weights), blocks,
+                use_auto);
   }
   if (!after.weights.empty()) groups.push_back(std::move(after));
   return groups;

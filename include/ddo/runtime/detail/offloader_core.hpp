@@ -167,6 +167,10 @@ class offloader_core {
                                              std::byte* image, step_metrics& step);
   void prefetch();
   void poison_released(const group_runtime& gr, slot_state<T>& st, stream_view s, std::size_t slot);
+  /// Returns the slots poisoned at earlier releases to the ring, their release events recorded
+  /// again on their releases' streams (the engine's later reads there see the poison first);
+  /// called first by acquire and release, the engine's next calls.
+  void fence_poisoned();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
   void refuse_unreplayable_capture(std::size_t g) const;
   // graph streaming (offloader_core_graph_impl.hpp)
@@ -184,7 +188,8 @@ class offloader_core {
     requires graph_streaming_transport<U>
   void load_position(std::size_t p, step_metrics& step);
   void load_in_graph(std::size_t p, stream_view s);
-  void count_load(const group_runtime& gr, step_metrics& step) const;
+  void count_load(const group_runtime& gr, const group_runtime* side, step_metrics& step) const;
+  [[nodiscard]] std::uint64_t pinned_copies(const group_runtime& gr) const;
   /// The first launch on a stable-address transport: the eager loads end and the window's slots
   /// are emptied (a group the eager ring mapped on another slot than its position's).
   void quiesce_window_for_graph();

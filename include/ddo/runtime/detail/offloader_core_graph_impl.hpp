@@ -205,7 +205,10 @@ void offloader_core<T>::release_captured(std::size_t g, std::size_t slot, stream
         t_.fill_device(st.side_image, poison_byte, layout_.side_parts[gr.side].slot_bytes, s);
     }
     const std::size_t q = graph_.position_of[g];
-    signal_release(q, s);
+    // Linear: only the last S positions' releases are waited on (by the next launch's loads of
+    // the first S); the others order the in-graph load of q + S through the fork's edge.
+    if (transport_with_stable_addresses<T> || q + graph_.slots >= graph_.positions)
+      signal_release(q, s);
     if constexpr (!transport_with_stable_addresses<T>)
       if (q + graph_.slots < graph_.positions) load_in_graph(q + graph_.slots, s);
   } else {
@@ -285,10 +288,13 @@ void offloader_core<T>::launch_graph(const typename U::graph_exec& exec, stream_
   t_.launch_graph(exec, s);
   t_.record(graph_.done, s);  // right after the launch: teardown waits for it whatever follows
   for (std::size_t p = first; p < graph_.positions; ++p) {
-    if constexpr (transport_with_stable_addresses<T>)
+    if constexpr (transport_with_stable_addresses<T>) {
       load_position(p, step);
-    else if (!compute_only_)
-      count_load(layout_.groups[layout_.streamed_order[p]], step);
+    } else if (!compute_only_) {  // loaded inside the graph (load_in_graph): counted here
+      const auto& gr = layout_.groups[layout_.streamed_order[p]];
+      count_load(gr, nullptr, step);
+      step.copies += pinned_copies(gr);
+    }
   }
   ++graph_.launches;
 }
@@ -311,18 +317,34 @@ void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
     if (!compute_only_) {
       if (options_.poison_slots) t_.fill_device(st.base, poison_byte, gr.slot_bytes, v);
       copy_pinned_parts(gr, st.base, v, step);
-      count_load(gr, step);
+      count_load(gr, nullptr, step);
     }
     t_.record(graph_.loaded[p], v);
   }
 }
 
-/// A replay's load of @p gr in the step's metrics (its copies count where they are issued).
+/// A load of @p gr (and of its @p side part, if any) in the step's metrics; its copies count
+/// where they are issued (copy_pinned_parts, stable_job) or, inside a graph, pinned_copies().
 template <class T>
-void offloader_core<T>::count_load(const group_runtime& gr, step_metrics& step) const {
+void offloader_core<T>::count_load(const group_runtime& gr, const group_runtime* side,
+                                   step_metrics& step) const {
   ++step.group_loads;
-  for (std::size_t i = 0; i < transfer_source_count; ++i)
-    step.bytes_by_source[i] += gr.bytes_by_source[i];
+  for (const group_runtime* part : {&gr, side})
+    if (part != nullptr)
+      for (std::size_t i = 0; i < transfer_source_count; ++i)
+        step.bytes_by_source[i] += part->bytes_by_source[i];
+}
+
+/// The copy calls of @p gr's pinned bytes: its packed block in chunks of max_copy_bytes, then
+/// each piece pinned in place (copy_pinned_parts' and a stable job's).
+template <class T>
+std::uint64_t offloader_core<T>::pinned_copies(const group_runtime& gr) const {
+  std::uint64_t n = gr.in_place.size();
+  if (gr.has_block_copy())
+    n += options_.max_copy_bytes == 0
+             ? 1
+             : (gr.pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
+  return n;
 }
 
 /// Position p on a stable-address transport (VMM): a staging job whose binder waits for the
@@ -346,13 +368,7 @@ void offloader_core<T>::load_position_stable(std::size_t p, step_metrics& step) 
   // The first launch's first S positions have no previous occupant (the window was emptied).
   if (graph_.launches > 0 || p >= graph_.slots)
     job.release_flag = graph_.released + graph_.previous(p);
-  if (!compute_only_) {
-    ++step.group_loads;
-    for (const group_runtime* part : {&gr, side})
-      if (part != nullptr)
-        for (std::size_t i = 0; i < transfer_source_count; ++i)
-          step.bytes_by_source[i] += part->bytes_by_source[i];
-  }
+  if (!compute_only_) count_load(gr, side, step);
   if (side == nullptr || compute_only_) {
     job.ready_flag = graph_.ready + p;
     staging_.submit_when_room(job);

@@ -33,6 +33,7 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   if (released_) throw_released(g);
   nvtx_range range(options_.nvtx, "ddo acquire");
   staging_.rethrow_error();
+  fence_poisoned();
   auto& gr = layout_.groups[g];
   if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; }) {
     if (T::capturing(s)) {
@@ -119,6 +120,7 @@ void offloader_core<T>::refuse_unreplayable_capture(std::size_t g) const {
 template <class T>
 void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
   nvtx_range range(options_.nvtx, "ddo release");
+  fence_poisoned();
   auto& gr = layout_.groups[g];
   --live_leases_;
   if (--gr.leases == 0) {
@@ -130,7 +132,16 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     }
   }
   if (slot >= 0 && graph_.active) {
-    release_captured(g, static_cast<std::size_t>(slot), s);
+    try {
+      release_captured(g, static_cast<std::size_t>(slot), s);
+    } catch (const std::exception& e) {
+      // A lease drops in a noexcept destructor: the failure is printed there, and the graph,
+      // whose release of g is missing or partial, is refused at launch (issue 37).
+      graph_.broken = "launch_graph: the release of '" + gr.name +
+                      "' failed inside the capture (" + e.what() +
+                      "): the graph lacks it; capture the step again";
+      throw;
+    }
   } else if (slot >= 0) {
     auto& st = slots_[static_cast<std::size_t>(slot)];
     // One release event covers every lease of this occupancy: a release on another stream
@@ -141,7 +152,9 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     t_.record(st.release, s);
     st.released = true;
     st.release_stream = s;
-    ring_schedule_.drop(static_cast<std::size_t>(slot));
+    // A poisoned slot keeps its hold until fence_poisoned: the prefetch below must not load the
+    // next group into it before the engine's late reads (issue 37).
+    if (!st.poisoned) ring_schedule_.drop(static_cast<std::size_t>(slot));
   }
   timing_.lease_ended(g);
   prefetch();
@@ -162,6 +175,30 @@ void offloader_core<T>::poison_released(const group_runtime& gr, slot_state<T>& 
     if (side_bytes > 0) t_.fill_device(st.side_image, poison_byte, side_bytes, s);
   }
   ring_schedule_.vacate(slot);
+  st.poisoned = true;
+}
+
+/// A slot poisoned at a release went back to the ring at once (issue 37): the prefetch of that
+/// very release loaded the next group into it after the release event, so a read the engine
+/// enqueued right after lease.reset() raced the copy and saw valid weights of another group in
+/// most runs. Held until the engine's next call to ddo, and its release event then recorded again
+/// on the stream of the release, the slot's next copy follows all the engine issued on that
+/// stream meanwhile: such a read sees the poison every time. (The stream is one the engine has
+/// just used; a stream being captured gets no record, which would be a graph node: the slot
+/// returns as it is, and a graph's first launch waits on its release.)
+template <class T>
+void offloader_core<T>::fence_poisoned() {
+  if (!options_.poison_released_slots) return;
+  for (std::size_t k = 0; k < slots_.size(); ++k) {
+    auto& st = slots_[k];
+    if (!st.poisoned) continue;
+    bool capturing = false;
+    if constexpr (requires { { T::capturing(st.release_stream) } -> std::same_as<bool>; })
+      capturing = T::capturing(st.release_stream);
+    if (!capturing) t_.record(st.release, st.release_stream);
+    st.poisoned = false;
+    ring_schedule_.drop(k);
+  }
 }
 
 template <class T>
@@ -187,7 +224,9 @@ void offloader_core<T>::throw_ring_full(std::size_t g) const {
   std::string held;
   for (std::size_t s = 0; s < ring_schedule_.slot_count(); ++s) {
     if (!held.empty()) held += ", ";
-    held += "'" + layout_.groups[ring_schedule_.occupant(s)].name + "'";
+    const std::size_t occupant = ring_schedule_.occupant(s);
+    held += occupant == no_group ? std::string("a poisoned slot")
+                                 : "'" + layout_.groups[occupant].name + "'";
   }
   throw usage_error("acquire('" + layout_.groups[g].name + "'): all " + std::to_string(slots_.size()) +
                     " slots of the ring are held by live leases (" + held +
@@ -335,13 +374,8 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     return;
   }
   auto& step = timing_.current();
-  ++step.group_loads;
-  std::uint64_t bytes = 0;
-  for (const group_runtime* part : {static_cast<const group_runtime*>(&gr), side}) {
-    if (part == nullptr) continue;
-    for (std::size_t i = 0; i < transfer_source_count; ++i) step.bytes_by_source[i] += part->bytes_by_source[i];
-    bytes += part->load_bytes();
-  }
+  count_load(gr, side, step);
+  const std::uint64_t bytes = gr.load_bytes() + (side != nullptr ? side->load_bytes() : 0);
   std::size_t t_start = no_group, t_end = no_group;
   if (timing_.timing()) {
     t_start = timing_.take();
@@ -401,13 +435,9 @@ auto offloader_core<T>::stable_job(const group_runtime* part, slot_state<T>& st,
     job.block = part->block_data();
     job.block_bytes = part->pinned_bytes;
     job.block_chunk = options_.max_copy_bytes;
-    step.copies +=
-        options_.max_copy_bytes == 0
-            ? 1
-            : (part->pinned_bytes + options_.max_copy_bytes - 1) / options_.max_copy_bytes;
   }
   job.direct = &part->in_place;
-  step.copies += part->in_place.size() + staging_.estimate_copies(part->staged);
+  step.copies += pinned_copies(*part) + staging_.estimate_copies(part->staged);
   return job;
 }
 
@@ -552,6 +582,8 @@ void lease<Transport>::reset() noexcept {
     core->release(group_, slot_, stream_);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddo: releasing group %zu failed: %s\n", group_, e.what());
+  } catch (...) {  // noexcept: anything else would terminate the engine
+    std::fprintf(stderr, "ddo: releasing group %zu failed (a non-standard exception)\n", group_);
   }
 }
 

@@ -23,6 +23,10 @@ struct slot_state {
   std::byte* side_image = nullptr;   // stable-address routes: the linear side image (uncovered weights)
   std::vector<std::byte*> pointers;  // the occupant's weight addresses (lease pointers)
   bool released = false;             // a lease of the current occupant was dropped
+  // Poisoned at a release (runtime_options::poison_released_slots): held out of the ring until
+  // the engine's next call fences it (offloader_core::fence_poisoned), so that a read the engine
+  // enqueued after the release, before that call, sees the poison, never the next group.
+  bool poisoned = false;
   typename T::stream_view release_stream{};  // the stream of that drop
   std::uint64_t staged_ticket = 0;   // latest staging job into this slot
   typename T::event ready;           // recorded after the last copy into the slot

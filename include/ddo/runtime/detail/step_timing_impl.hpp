@@ -80,6 +80,7 @@ void step_timing<T>::start_step() {
   }
   step_metrics m;
   m.step = steps_.size();
+  m.timed = metrics_;
   steps_.push_back(m);
   step_start_ = clock::now();
   if (metrics_) harvest(false);

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan oracle (tests/plan/plan_oracle.hpp) checked against brute force on small models, and
+// ddo's plans checked against the oracle (issue 38): a property test over random layouts, cards,
+// RAM and rates, planned as ddo-plan plans them, each of ddo's plans scored by the oracle's
+// evaluator.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "plan/oracle_harness.hpp"
+#include "plan/oracle_layouts.hpp"
+#include "plan/plan_oracle.hpp"
+#include "sanitizers.hpp"
+
+namespace plan_oracle_test {
+
+using ddo_test::plan_oracle::machine;
+using ddo_test::plan_oracle::model;
+
+/// A tiny model: @p n weights of random sizes (MiB) in random units.
+struct tiny {
+  ddo::weight_table table;
+  model mo;
+};
+
+inline tiny make_tiny(std::mt19937_64& rng, std::size_t n) {
+  tiny t;
+  const std::size_t file = t.table.add_file("/nonexistent/tiny.safetensors");
+  for (std::size_t w = 0; w < n; ++w) {
+    ddo::weight_info info;
+    info.name = "w" + std::to_string(w);
+    info.type = ddo::dtype::u8;
+    info.shape = {static_cast<std::int64_t>((1 + rng() % 64) * ddo::mib + rng() % 4096)};
+    info.source = ddo::file_source{file, 0};
+    t.table.add(std::move(info));
+  }
+  t.mo.table = &t.table;
+  t.mo.fixed.assign(n, 0);
+  std::size_t units = 1 + rng() % n;
+  t.mo.units.resize(units);
+  for (std::size_t w = 0; w < n; ++w) t.mo.units[w < units ? w : rng() % units].push_back(w);
+  for (std::size_t w = 0; w < n; ++w) t.mo.fixed[w] = rng() % 8 == 0;
+  return t;
+}
+
+/// Whether @p where lies in the oracle's search space: every unit whose streamable weights
+/// together exceed the plan's slot is resident whole.
+inline bool in_space(const tiny& t, const std::vector<ddo::placement>& where, const machine& m,
+                     std::uint64_t slot) {
+  for (const auto& u : t.mo.units) {
+    std::vector<std::size_t> streamable;
+    bool streams = false;
+    for (std::size_t w : u)
+      if (!t.mo.fixed[w]) {
+        streamable.push_back(w);
+        streams = streams || where[w] != ddo::placement::gpu_resident;
+      }
+    if (streams && ddo::slot_bytes_for(t.table, streamable, m.alignment) > slot) return false;
+  }
+  return true;
+}
+
+}  // namespace plan_oracle_test
+
+TEST_SUITE("plan") {
+  TEST_CASE("plan oracle: its bound is below every plan of its space, its plan is real (brute force)") {
+    using namespace plan_oracle_test;
+    std::mt19937_64 rng(38);
+    const std::size_t cases = DDO_TEST_UNDER_SANITIZER ? 60 : 400;
+    std::size_t streamed = 0;
+    for (std::size_t c = 0; c < cases; ++c) {
+      const std::size_t n = 3 + rng() % 5;
+      const tiny t = make_tiny(rng, n);
+      machine m;
+      m.card_bytes = (16 + rng() % 200) * ddo::mib;
+      m.engine_reserve_bytes = rng() % 32 * ddo::mib;
+      m.runtime_reserve_bytes = 0;
+      m.vram_headroom_bytes = rng() % 3 * 8 * ddo::mib;
+      m.ram_bytes = rng() % 256 * ddo::mib;
+      m.slot_count = 1 + rng() % 3;
+      m.bus_bytes_per_s = 1e9 * static_cast<double>(1 + rng() % 50);
+      m.disk_bytes_per_s = 1e9 * static_cast<double>(1 + rng() % 5);
+      m.compute_s = static_cast<double>(rng() % 20) / 1000.0;
+      const auto r = ddo_test::plan_oracle::solve(t.mo, m);
+      CAPTURE(c);
+      // Every placement: resident, pinned or file (fixed weights resident).
+      double best_all = 1e300, best_space = 1e300;
+      std::vector<ddo::placement> where(n);
+      std::size_t combos = 1;
+      for (std::size_t w = 0; w < n; ++w) combos *= 3;
+      const ddo::placement tiers[] = {ddo::placement::gpu_resident, ddo::placement::pinned_host,
+                                      ddo::placement::file};
+      for (std::size_t code = 0; code < combos; ++code) {
+        bool skip = false;
+        for (std::size_t w = 0, rest = code; w < n; ++w, rest /= 3) {
+          where[w] = tiers[rest % 3];
+          skip = skip || (t.mo.fixed[w] && where[w] != ddo::placement::gpu_resident);
+        }
+        if (skip) continue;
+        const auto s = ddo_test::plan_oracle::evaluate(t.table, t.mo.units, where, m);
+        // The oracle plans inside the headroom: so is the brute force.
+        if (!s.feasible || s.device_bytes() > m.device_room()) continue;
+        best_all = std::min(best_all, s.step_s);
+        if (in_space(t, where, m, s.slot_bytes)) best_space = std::min(best_space, s.step_s);
+      }
+      CHECK(r.feasible == (best_space < 1e300));
+      if (!r.feasible) continue;
+      streamed += r.plan.ring_bytes != 0;
+      // The oracle's plan is a plan: the evaluator's score of it, within the headroom.
+      const auto again = ddo_test::plan_oracle::evaluate(t.table, t.mo.units, r.where, m);
+      CHECK(again.step_s == r.plan.step_s);
+      CHECK(again.device_bytes() <= m.device_room());
+      CHECK(r.plan.step_s >= best_all * (1 - 1e-12));
+      // Its lower bound holds for every plan of its space.
+      CHECK(r.lower_bound_s <= best_space * (1 + 1e-12));
+    }
+    CHECK(streamed > cases / 10);
+  }
+
+  TEST_CASE("plan oracle: the evaluator scores tiers, the ring and both budgets") {
+    using namespace plan_oracle_test;
+    ddo::weight_table table;
+    const std::size_t file_index = table.add_file("/nonexistent/x.safetensors");
+    for (int w = 0; w < 4; ++w) {
+      ddo::weight_info info;
+      info.name = "blocks." + std::to_string(w) + ".lin.weight";
+      info.type = ddo::dtype::u8;
+      info.shape = {static_cast<std::int64_t>(100 * ddo::mib + 1)};
+      info.source = ddo::file_source{file_index, 0};
+      table.add(std::move(info));
+    }
+    const std::vector<std::vector<std::size_t>> groups = {{0}, {1}, {2}, {3}};
+    machine m;
+    m.card_bytes = 1 * ddo::gib;
+    m.runtime_reserve_bytes = 0;
+    m.ram_bytes = 150 * ddo::mib;
+    m.bus_bytes_per_s = 1e9;
+    m.disk_bytes_per_s = 0.5e9;
+    using enum ddo::placement;
+    const std::vector<ddo::placement> where = {gpu_resident, pinned_host, pageable_host, file};
+    const auto s = ddo_test::plan_oracle::evaluate(table, groups, where, m);
+    const std::uint64_t b = 100 * ddo::mib + 1, slot = ddo::round_up(b, 256);
+    CHECK(s.feasible);
+    CHECK(s.resident_bytes == b);
+    CHECK(s.slot_bytes == slot);
+    CHECK(s.ring_bytes == 3 * slot);
+    // 150 MiB of RAM keep the pinned weight and 50 MiB of the pageable one: the rest is read.
+    CHECK(s.disk_bytes == b + (2 * b - 150 * ddo::mib));
+    CHECK(s.step_s == doctest::Approx(static_cast<double>(3 * b) / 1e9));
+    m.ram_bytes = 50 * ddo::mib;  // pinned bytes beyond the RAM: not a plan
+    CHECK_FALSE(ddo_test::plan_oracle::evaluate(table, groups, where, m).feasible);
+    m.ram_bytes = 1 * ddo::gib;
+    m.card_bytes = b + 3 * slot - 1;  // resident + ring beyond the card: not a plan
+    CHECK_FALSE(ddo_test::plan_oracle::evaluate(table, groups, where, m).feasible);
+  }
+}
+
+namespace plan_oracle_test {
+
+/// One failure class of the property test: how many, the worst ratio and its seed.
+struct failure_class {
+  std::size_t count = 0;
+  double worst = 0.0;
+  std::uint64_t worst_seed = 0;
+  std::string example;
+};
+
+struct case_outcome {
+  std::string key;  ///< empty: passed
+  double ratio = 0.0;
+  std::string detail;
+};
+
+inline double worst_gap = 1.0;  ///< the oracle's plan over its bound, where above 1.01
+inline std::map<std::string, ddo::dynamic_offload_settings> settings_by_preset;
+/// Plans one random case as ddo-plan does and scores it against the oracle.
+inline case_outcome run_case(std::uint64_t seed, std::size_t& feasible, std::size_t& streaming,
+                             std::size_t& uncertified) {
+  std::mt19937_64 rng(seed);
+  const auto layout = ddo_test::oracle_layouts::make_random_layout(rng);
+  const ddo::weight_table& table = layout.table;
+  const double card_gib = 4.0 + 0.25 * static_cast<double>(rng() % 81);
+  const std::uint64_t ram = (8 + rng() % 57) * ddo::gib;
+  const std::int64_t tokens = 256 * static_cast<std::int64_t>(1 + rng() % 16);
+  ddo_test::oracle_harness::rates at;
+  at.bus_bytes_per_s = 1e9 * static_cast<double>(12 + rng() % 44);
+  at.disk_bytes_per_s = 1e8 * static_cast<double>(5 + rng() % 66);
+  at.flops_per_s = 1e12 * static_cast<double>(80 + rng() % 721);
+  namespace h = ddo_test::oracle_harness;
+  // Settings differ only by the preset auto picks (the RAM reaches the plan through
+  // setup_options::ram_bytes, the CLI helper's VMM budget is min(card, 4 GiB) = 4 GiB on every
+  // card drawn): resolved once per preset, so that 10,000 cases stay cheap.
+  ddo::preset_context pc;
+  pc.available_ram_gb = ddo::bytes_to_gib(ram);
+  pc.model_bytes = table.total_bytes();
+  const std::string preset = ddo::resolve_preset("auto", pc).name;
+  auto cached = settings_by_preset.find(preset);
+  if (cached == settings_by_preset.end())
+    cached = settings_by_preset
+                 .emplace(preset, ddo::resolve_settings(h::plan_inputs(table, card_gib, ram)))
+                 .first;
+  const auto& settings = cached->second;
+  REQUIRE(settings.effective_preset == preset);
+
+  const auto m = h::oracle_machine(table, settings, card_gib, ram, tokens, at);
+  const auto mo = h::oracle_model(table, settings.config);
+  const auto oracle = ddo_test::plan_oracle::solve(mo, m);
+  std::ostringstream what;
+  what << layout.kind << " " << ddo::format_bytes(table.total_bytes()) << ", card " << card_gib
+       << " GiB, RAM " << ddo::format_bytes(ram) << ", " << tokens << " tokens, preset "
+       << settings.effective_preset;
+  const std::string family = layout.kind.substr(0, layout.kind.find('+')) +
+                             (layout.kind.find("bundled") != std::string::npos ? "+bundled" : "");
+  case_outcome out;
+  what << "; oracle " << oracle.plan.step_s << " s (slot " << ddo::format_bytes(oracle.slot_bytes)
+       << "), lower bound " << oracle.lower_bound_s << " s";
+  if (!oracle.feasible) return out;
+  if (!oracle.certified()) {
+    ++uncertified;
+    worst_gap = std::max(worst_gap, oracle.plan.step_s / oracle.lower_bound_s);
+  }
+  ++feasible;
+  streaming += oracle.plan.ring_bytes != 0;
+  ddo::offload_setup setup;
+  try {
+    setup = h::plan_like_ddo_plan(table, settings, card_gib, ram, tokens);
+  } catch (const std::exception& e) {
+    out.key = family + ", " + settings.effective_preset + ": refused where the oracle plans";
+    out.detail = what.str() + ": " + e.what();
+    return out;
+  }
+  const auto ddo_score = ddo_test::plan_oracle::evaluate(table, setup.plan, m);
+  out.ratio = ddo_score.step_s / oracle.plan.step_s;
+  what << ": ddo resident " << ddo::format_bytes(ddo_score.resident_bytes) << " pinned "
+       << ddo::format_bytes(ddo_score.pinned_bytes) << " pageable "
+       << ddo::format_bytes(ddo_score.pageable_bytes) << " file "
+       << ddo::format_bytes(ddo_score.file_bytes) << " slot "
+       << ddo::format_bytes(ddo_score.slot_bytes) << "; oracle resident "
+       << ddo::format_bytes(oracle.plan.resident_bytes) << " pinned "
+       << ddo::format_bytes(oracle.plan.pinned_bytes) << " file "
+       << ddo::format_bytes(oracle.plan.file_bytes) << " slot "
+       << ddo::format_bytes(oracle.plan.slot_bytes);
+  out.detail = what.str();
+  if (!ddo_score.feasible)
+    out.key = family + ", " + settings.effective_preset + ": ddo's plan passes a budget";
+  else if (out.ratio > h::allowed_ratio(settings.config))
+    out.key = family + ", " + settings.effective_preset + ": above the allowed ratio";
+  return out;
+}
+
+}  // namespace plan_oracle_test
+
+TEST_SUITE("plan") {
+  TEST_CASE("property: ddo's plan is within 1.05x (1.10x with headroom presets) of the oracle's") {
+    using namespace plan_oracle_test;
+    // DDO_PROPERTY_SEED=N replays one case (a failure prints its seed).
+    const char* replay = std::getenv("DDO_PROPERTY_SEED");
+    const std::uint64_t base =
+        replay != nullptr ? std::strtoull(replay, nullptr, 10) : std::random_device{}();
+    // Planning is single-threaded: the sanitizer builds (-O0, 10-13x slower) run a tenth.
+    constexpr std::size_t all_cases = DDO_TEST_UNDER_SANITIZER ? 1000 : 10000;
+    const std::size_t total = replay != nullptr ? 1 : all_cases;
+    const auto start = std::chrono::steady_clock::now();
+    std::size_t feasible = 0, streaming = 0, uncertified = 0;
+    std::map<std::string, failure_class> failures;
+    for (std::size_t c = 0; c < total; ++c) {
+      const std::uint64_t seed = base + c;
+      const auto o = run_case(seed, feasible, streaming, uncertified);
+      if (replay != nullptr) MESSAGE("seed " << seed << ": ratio " << o.ratio << "; " << o.detail);
+      if (o.key.empty()) continue;
+      auto& f = failures[o.key];
+      ++f.count;
+      if (f.count == 1 || o.ratio > f.worst) {
+        f.worst = o.ratio;
+        f.worst_seed = seed;
+        f.example = o.detail;
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    MESSAGE(total << " cases in " << seconds << " s: the oracle plans " << feasible << " ("
+                  << streaming << " streaming); its plan is within 1% of its bound in all but "
+                  << uncertified << " (worst " << worst_gap << ")");
+    for (const auto& [key, f] : failures)
+      FAIL_CHECK(key << ": " << f.count << " case(s), worst ratio " << f.worst << " at seed "
+                     << f.worst_seed << " (DDO_PROPERTY_SEED=" << f.worst_seed
+                     << " replays it): " << f.example);
+    // The certificate (plan_oracle.hpp): within 1% on at least 98% of the cases (0.5-0.8% seen
+    // uncertified over random seeds; 2% keeps the check from flaking).
+    CHECK(uncertified * 50 <= total);
+    if (replay == nullptr) {
+      CHECK(feasible > total / 2);
+      CHECK(streaming > total / 4);
+    }
+  }
+}
