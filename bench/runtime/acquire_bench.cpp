@@ -17,6 +17,7 @@
 #include "ddo/core/atomic_file.hpp"
 #include "ddo/core/json_writer.hpp"
 #include "ddo/core/standard_output.hpp"
+#include "ddo/model/execution_groups.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/transport/host_sim.hpp"

@@ -27,6 +27,7 @@
 #include "ddo/core/json_writer.hpp"
 #include "ddo/core/standard_output.hpp"
 #include "ddo/memory/host_buffer.hpp"
+#include "ddo/model/execution_groups.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/transport/linear.hpp"

@@ -2,10 +2,12 @@
 #pragma once
 /// @file
 /// @brief The umbrella header: what an engine needs to offload its weights — the weight table,
-/// planning, the offloader and the linear transport (the standard library and the CUDA runtime
+/// the plan, the offloader and the linear transport (the standard library and the CUDA runtime
 /// only).
 ///
 /// Everything else is included by the programs that use it (see docs/design.md, "Layers"):
+/// planning (the setup path, ddo/setup/setup.hpp, which the offloader's settings constructors
+/// need; make_plan, ddo/plan/planner.hpp; group inference, ddo/model/execution_groups.hpp),
 /// resolution from the environment (ddo/config/resolve.hpp), the host_sim transport
 /// (ddo/transport/host_sim.hpp), model files (ddo/model/safetensors.hpp), the synthetic model and
 /// its writer (ddo/model/synthetic_model.hpp), capacity profiles (ddo/profile/), component routes
@@ -22,11 +24,9 @@
 
 #include "ddo/core/module_kind.hpp"
 #include "ddo/model/dtype.hpp"
-#include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 
 #include "ddo/plan/plan.hpp"
-#include "ddo/plan/planner.hpp"
 
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/linear.hpp"

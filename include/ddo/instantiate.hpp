@@ -18,7 +18,7 @@
 
 #if DDO_HEADER_ONLY
 #error "ddo/instantiate.hpp needs DDO_EXTERN_TEMPLATES in this and every TU (core/linkage.hpp)"
-#endif
+#else  // the rest only in that mode: the #error is the TU's one error, nothing after it
 
 // The headers whose non-template functions ddo compiles here: in this mode they declare them and
 // leave their bodies out (core/linkage.hpp) ...
@@ -66,3 +66,5 @@ DDO_SHIPPED_INSTANTIATIONS()
 
 }  // namespace v0
 }  // namespace ddo
+
+#endif  // DDO_HEADER_ONLY

@@ -138,8 +138,8 @@ def gated_impls(root):
                 stripped = line.strip()
                 if stripped.startswith("#if"):
                     gated = stripped == "#if DDO_HEADER_ONLY"
-                elif stripped.startswith("#endif"):
-                    gated = False
+                elif stripped.startswith(("#endif", "#else", "#elif")):
+                    gated = False  # an #else of DDO_HEADER_ONLY is the compiled-once side
                 m = DDO_INCLUDE.match(line)
                 if gated and m:
                     found.setdefault(m.group(1), f"{h}:{n}")

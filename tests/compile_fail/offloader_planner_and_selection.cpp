@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Misuse: an engine's own residency planner and resident_selection<S> (which configures ddo's
 // default planner). Must not compile.
+#include "ddo/plan/selectors.hpp"
 #include "ddo/runtime/offloader.hpp"
 
 struct my_planner {

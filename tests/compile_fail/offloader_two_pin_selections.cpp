@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Misuse: a bare selector (both selections) and pin_selection<S>. Must not compile.
+#include "ddo/plan/selectors.hpp"
 #include "ddo/runtime/offloader.hpp"
 
 int main() {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Misuse: resident_selection<S> with an S that is no weight selector. Must not compile.
+#include "ddo/plan/selectors.hpp"
 #include "ddo/runtime/offloader.hpp"
 
 struct not_a_selector {};

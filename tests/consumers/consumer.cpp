@@ -3,6 +3,7 @@
 // the way it was built (Meson subproject, pkg-config, or CMake find_package), header-only or
 // compiled once (DDO_EXTERN_TEMPLATES with consumer_instantiate.cpp; tools/check-consumers).
 #include <ddo/ddo.hpp>
+#include <ddo/model/execution_groups.hpp>  // infer_execution_groups: not in the umbrella
 
 #include <cstdio>
 #include <vector>

@@ -62,6 +62,18 @@ TEST_SUITE("memory") {
     watch.sample();
     CHECK(watch.used_growth_bytes() == 300 * 1024);  // the largest growth seen, not the last
     CHECK(watch.last().mem_available_bytes == 300 * 1024);
+
+    // sample_used reads meminfo alone (a loop between steps must not walk smaps_rollup): it
+    // raises the growth peak and leaves the last full reading as it was.
+    p.write(p.paths.meminfo, "MemTotal:       1000 kB\nMemAvailable:     50 kB\n");
+    p.write(p.paths.smaps_rollup, "Pss:    123 kB\n");
+    watch.sample_used();
+    CHECK(watch.used_growth_bytes() == 350 * 1024);
+    CHECK(watch.last().mem_available_bytes == 300 * 1024);
+    CHECK(watch.last().pss_bytes == 900 * 1024);
+    p.write(p.paths.meminfo, "MemTotal:       1000 kB\nMemAvailable:    500 kB\n");
+    watch.sample_used();
+    CHECK(watch.used_growth_bytes() == 350 * 1024);  // still the largest seen
   }
 
   TEST_CASE("touching 64 MiB of fresh memory shows in RSS and its peak; the peak can be reset") {

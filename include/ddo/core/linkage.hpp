@@ -48,6 +48,24 @@ extern const int compiled_once_needs_one_tu_including_ddo_instantiate_hpp;
 /// pointer per TU.
 [[maybe_unused]] __attribute__((used)) static const int* const compiled_once_check =
     &compiled_once_needs_one_tu_including_ddo_instantiate_hpp;
+// The pointer above sits in a data section, which the linker reports after the TU's code: a
+// program calling ddo's functions got a dozen bare "undefined reference" lines before it. The
+// linker reports a TU's undefined symbols in the order of its sections, .text first, by offset;
+// a top-level asm statement is emitted before any function, so this relocation at the start of
+// .text (a no-op one: no bytes, nothing for the loader) is the first line of the error. The
+// name is the declaration's mangled one (the build check compiled_once_link_error links a
+// program without ddo/instantiate.hpp and wants it first).
+#if defined(__ELF__) && !defined(__CUDA_ARCH__) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(__x86_64__)
+#define DDO_DETAIL_RELOC_NONE "R_X86_64_NONE"
+#else
+#define DDO_DETAIL_RELOC_NONE "R_AARCH64_NONE"
+#endif
+__asm__(".pushsection .text\n\t.reloc ., " DDO_DETAIL_RELOC_NONE
+        ", _ZN3ddo2v06detail56compiled_once_needs_one_tu_including_ddo_instantiate_hppE\n\t"
+        ".popsection");
+#undef DDO_DETAIL_RELOC_NONE
+#endif
 }  // namespace detail
 }  // namespace v0
 }  // namespace ddo

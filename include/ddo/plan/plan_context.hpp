@@ -15,14 +15,18 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/config/field_id.hpp"
 #include "ddo/core/units.hpp"
-#include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/machine_capacity.hpp"
 #include "ddo/plan/plan.hpp"
-#include "ddo/plan/plan_patterns.hpp"
 
 namespace ddo {
 inline namespace v0 {
+
+// Declared, not included: the policy concepts (plan/concepts.hpp), which ddo::offloader's
+// policy list checks, need the context's type only; group inference and the compiled patterns
+// come with make_plan_context (plan/make_plan_context.hpp), in the TUs that plan.
+struct execution_group;  // model/execution_groups.hpp
+struct plan_patterns;    // plan/plan_patterns.hpp
 
 /// @brief One thing a budget can be spent on (a module or a block), in execution order.
 struct selection_candidate {
@@ -118,26 +122,6 @@ struct pin_result {
   /// The selection that picked the winners; empty: the config's `pin_weight_selection`.
   std::string selection;
 };
-
-/// @brief The context planning runs in: @p groups of @p table (in execution order) with each
-/// weight's group, the weights in execution order and each one's position in that order.
-/// @p patterns: the config's patterns compiled once (nullptr: a planner compiles its own).
-[[nodiscard]] inline plan_context make_plan_context(const weight_table& table,
-                                                    const dynamic_offload_config& config,
-                                                    const machine_capacity& machine,
-                                                    std::span<const execution_group> groups,
-                                                    const plan_patterns* patterns = nullptr) {
-  plan_context context{table, config, machine, groups, group_of_weights(table, groups),
-                       {},    {},     patterns};
-  context.position.assign(table.size(), 0);
-  context.execution_order.reserve(table.size());
-  for (const auto& g : groups)
-    for (std::size_t i : g.weights) {
-      context.position[i] = context.execution_order.size();
-      context.execution_order.push_back(i);
-    }
-  return context;
-}
 
 inline std::uint64_t plan_context::available_ram_bytes() const noexcept {
   if (machine.available_ram_stated) return machine.available_ram_bytes;

@@ -29,6 +29,7 @@
 #include "ddo/plan/machine_capacity.hpp"
 #include "ddo/plan/pin_selector.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/plan/make_plan_context.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/residency_planner.hpp"

@@ -37,6 +37,7 @@
 #include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/config/enum_names.hpp"
 #include "ddo/plan/concepts.hpp"
+#include "ddo/plan/default_policies.hpp"
 #include "ddo/plan/plan_context.hpp"
 
 namespace ddo {
@@ -214,8 +215,6 @@ struct by_config_selection {
 
 /// @brief A selection fixed at compile time (first_selector, spread_selector, largest_selector
 /// or an engine's own weight_selector), or by_config_selection.
-template <class S>
-concept selection_choice = weight_selector<S> || std::same_as<S, by_config_selection>;
 
 /// @brief Policy argument of ddo::offloader: the residency budget's winners are picked by @p S
 /// whatever `resident_module_selection` says (e.g. `ddo::resident_selection<ddo::spread_selector>`).

@@ -20,19 +20,12 @@
 
 #include "ddo/config/concepts.hpp"
 #include "ddo/plan/concepts.hpp"
-#include "ddo/plan/pin_selector.hpp"
-#include "ddo/plan/residency_planner.hpp"
-#include "ddo/plan/selectors.hpp"
+#include "ddo/plan/default_policies.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/linear.hpp"
 
 namespace ddo {
 inline namespace v0 {
-
-// Named, not defined, here (plan/by_profile_planner.hpp): the default planner's type costs an
-// engine TU that runs a ready plan nothing; the setup path, which plans with it, includes it.
-template <class Fallback>
-struct by_profile_planner;
 
 namespace detail {
 

@@ -351,9 +351,13 @@ enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
 }
 
 /// @brief As above; ddo makes the policies' transport (default linear) from the settings the
-/// pipeline resolves to (no component), once, shared by every component.
+/// pipeline resolves to (no component), once, shared by every component. Returns what the
+/// overload above returns for that transport (it named offloader<Policies...>, another type when
+/// the policies leave the transport out, and did not compile: issue 40's docs check).
 template <class... Policies>
-[[nodiscard]] pipeline_offload<offloader<Policies...>> enable_pipeline_offload(
+[[nodiscard]] pipeline_offload<typename detail::offloader_over<
+    typename offloader<Policies...>::transport_type, Policies...>::type>
+enable_pipeline_offload(
     const std::vector<pipeline_component>& pipeline,
     std::optional<std::string_view> preset = std::nullopt, setup_options options = {}) {
   using transport_type = typename offloader<Policies...>::transport_type;

@@ -26,6 +26,7 @@
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/format_bytes.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/plan/make_plan_context.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/plan/residency_planner.hpp"

@@ -17,6 +17,7 @@
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/format_bytes.hpp"
+#include "ddo/plan/make_plan_context.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/residency_planner.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
