@@ -33,14 +33,14 @@ namespace ddo_bench {
     o.inputs.route = ddo::component_route::none;
     return o;
   }
-  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{0}},
-                        {"auto_budget_policy", std::string("off")},
-                        {"resident_module_budget_gb", 0.0},
-                        {"always_resident_modules_pattern", std::vector<std::string>{}},
-                        {"system_ram_headroom_gb", 0.0},
-                        {"pin_cpu_memory", where == ddo::placement::pinned_host}};
+  o.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{0}},
+                        {ddo::field_id::auto_budget_policy, ddo::budget_policy::off},
+                        {ddo::field_id::resident_module_budget_gb, 0.0},
+                        {ddo::field_id::always_resident_modules_pattern, std::vector<std::string>{}},
+                        {ddo::field_id::system_ram_headroom_gb, 0.0},
+                        {ddo::field_id::pin_cpu_memory, where == ddo::placement::pinned_host}};
   if (where == ddo::placement::file)
-    o.inputs.overrides.emplace_back("backend", std::string("nvme"));
+    o.inputs.overrides.emplace_back(ddo::field_id::backend, ddo::offload_backend::nvme);
   return o;
 }
 

@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     if (ram_gb > 0.0) inputs.stated_ram_bytes = ddo::gib_to_bytes(ram_gb);  // decides auto
     if (vm.count("wsl") != 0) inputs.running_on_wsl = true;
     inputs.vmm_supported = ddo::probe_vmm_supported(0);  // for preset auto (ddo-run does the same)
-    if (!profile_name.empty()) inputs.overrides.emplace_back("profile_name", profile_name);
+    if (!profile_name.empty()) inputs.overrides.emplace_back(ddo::field_id::profile_name, profile_name);
     // The --ddo-* flags are the reference's CLI helper, as in ddo-run (same defaults, same plan).
     ddo::add_cli_helper_defaults(
         inputs, vram_gb > 0.0 ? std::min(vram_gb, ddo::cli_default_vmm_resident_weight_budget_gb)

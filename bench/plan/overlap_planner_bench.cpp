@@ -279,12 +279,12 @@ struct fixed_groups_planner {
 ddo::setup_options base_options(const flux_like& m, ddo::pinned_weight_cache* cache) {
   ddo::setup_options o;
   o.inputs.environment = std::map<std::string, std::string>{};
-  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                        {"pin_cpu_memory", true},
-                        {"cache_pinned_weights", true},
+  o.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                        {ddo::field_id::pin_cpu_memory, true},
+                        {ddo::field_id::cache_pinned_weights, true},
                         // Non-empty patterns make the position-based selections pick whole blocks
                         // (the groups themselves are the engine's).
-                        {"resident_module_patterns",
+                        {ddo::field_id::resident_module_patterns,
                          std::vector<std::string>{R"((double|single)_blocks\.\d+)"}}};
   o.groups = m.groups;
   o.pinned_cache = cache;
@@ -318,7 +318,7 @@ template <class Planner>
 prepared prepare_plan(const flux_like& m, ddo::linear_transport& transport, ddo::pinned_weight_cache& cache,
                       std::uint64_t budget, const std::vector<ddo::group_timing>& timings, const Planner& planner) {
   auto o = base_options(m, &cache);
-  o.inputs.overrides.emplace_back("resident_module_budget_gb",
+  o.inputs.overrides.emplace_back(ddo::field_id::resident_module_budget_gb,
                                   std::max(1e-9, static_cast<double>(budget) / static_cast<double>(ddo::gib)));
   const auto settings = ddo::resolve_settings(o.inputs);
   // The one call (ddo/setup/prepare_offload.hpp) with this planner.
@@ -460,8 +460,8 @@ int main(int argc, char** argv) {
     {
       ddo::calibration_recorder recorder;
       auto o = base_options(m, &cache);
-      o.inputs.overrides.emplace_back("build_profile", true);
-      o.inputs.overrides.emplace_back("profile_name", std::string("overlap-bench"));
+      o.inputs.overrides.emplace_back(ddo::field_id::build_profile, true);
+      o.inputs.overrides.emplace_back(ddo::field_id::profile_name, std::string("overlap-bench"));
       o.runtime = recorder.runtime_options(o.runtime);
       const auto settings = ddo::resolve_settings(o.inputs);
       auto enabled = ddo::prepare_offload<>(m.table, settings, o, transport).start();

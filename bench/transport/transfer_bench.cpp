@@ -119,7 +119,7 @@ double ddo_gbps(const ddo::weight_table& table, const std::vector<ddo::execution
                 int trials, cudaStream_t compute, std::string& note,
                 std::size_t staging_threads = 4, bool pin_in_place = false) {
   auto options = ddo_bench::placement_setup(groups, where);
-  options.inputs.overrides.emplace_back("pin_cpu_workers", std::int64_t{4});
+  options.inputs.overrides.emplace_back(ddo::field_id::pin_cpu_workers, std::int64_t{4});
   options.runtime.slot_count = slots;
   options.runtime.pin_in_place = pin_in_place;
   options.runtime.staging_threads = staging_threads;

@@ -39,8 +39,8 @@ inline int run_pipeline(const run_options& opt, const po::variables_map& vm,
   inputs.component.clear();  // each component of the pipeline resolves its own
   // The budget decides residency, not the balanced rule's default cap; the small weights of
   // host_sim sizes still stream. Explicit settings (TOML, DDO_*, --ddo-*) win over both.
-  inputs.overrides.emplace_back("max_resident_module_budget_gb", 0.0);
-  inputs.overrides.emplace_back("small_tensor_threshold_bytes", std::int64_t{16384});
+  inputs.overrides.emplace_back(ddo::field_id::max_resident_module_budget_gb, 0.0);
+  inputs.overrides.emplace_back(ddo::field_id::small_tensor_threshold_bytes, std::int64_t{16384});
   p.setup.inputs = inputs;
   if (opt.ram_gb > 0.0) p.setup.ram_bytes = ddo::gib_to_bytes(opt.ram_gb);
   if (gpu)

@@ -29,8 +29,8 @@ inline std::optional<int> start_settings(const run_options& opt, const po::varia
   inputs.component = ddo::runner::run_component;
   if (opt.calibrate && opt.profile_name.empty())
     return fail("--calibrate needs --profile NAME (the name the profile is saved under)", exit_usage);
-  if (!opt.profile_name.empty()) inputs.overrides.emplace_back("profile_name", opt.profile_name);
-  if (opt.calibrate) inputs.overrides.emplace_back("build_profile", true);
+  if (!opt.profile_name.empty()) inputs.overrides.emplace_back(ddo::field_id::profile_name, opt.profile_name);
+  if (opt.calibrate) inputs.overrides.emplace_back(ddo::field_id::build_profile, true);
   // ddo-run's --ddo-* flags are the reference's CLI helper: its 4 GiB VMM budget where no source
   // sets one (so `--ddo-execution-mode vmm_runtime` alone runs); on an emulated card smaller
   // than that (--vram-gb), what the card holds. Said so below when the VMM route uses it.

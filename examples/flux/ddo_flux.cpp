@@ -655,8 +655,8 @@ int run(int argc, char** argv) {
   // --capacity-profile plans with the stored profile (profile_name), --calibrate builds it
   // (build_profile); --smallest-card sets them per card and rule (flux_card_sweep.hpp).
   if (!modes.capacity_profile.empty() && !modes.smallest_card)
-    inputs.overrides.emplace_back("profile_name", modes.capacity_profile);
-  if (modes.calibrate) inputs.overrides.emplace_back("build_profile", true);
+    inputs.overrides.emplace_back(ddo::field_id::profile_name, modes.capacity_profile);
+  if (modes.calibrate) inputs.overrides.emplace_back(ddo::field_id::build_profile, true);
   const auto settings = ddo::resolve_settings(inputs);
 #if defined(DDO_FLUX_GPU)
   if (!force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/config/field_override.hpp"
 #include "ddo/config/field_value.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/json_writer.hpp"
@@ -86,18 +87,18 @@ template <class Prepared>
 /// of the run's resolve_inputs): the budget explicit, to the byte (a byte count over 2^30 is
 /// exact in a double, and gib_to_bytes gives it back; 0: none, auto_budget_policy off), the
 /// selection for spread and first, the profile for overlap.
-[[nodiscard]] inline std::vector<std::pair<std::string, ddo::field_value>> card_overrides(
+[[nodiscard]] inline std::vector<ddo::field_override> card_overrides(
     const std::string& rule, std::uint64_t budget_bytes, const std::string& profile) {
-  std::vector<std::pair<std::string, ddo::field_value>> o;
+  std::vector<ddo::field_override> o;
   if (budget_bytes > 0)
-    o.emplace_back("resident_module_budget_gb",
+    o.emplace_back(ddo::field_id::resident_module_budget_gb,
                    static_cast<double>(budget_bytes) / static_cast<double>(ddo::gib));
   else
-    o.emplace_back("auto_budget_policy", std::string("off"));
+    o.emplace_back(ddo::field_id::auto_budget_policy, ddo::budget_policy::off);
   if (rule == "overlap")
-    o.emplace_back("profile_name", profile);
+    o.emplace_back(ddo::field_id::profile_name, profile);
   else
-    o.emplace_back("resident_module_selection", rule);
+    o.emplace_back(ddo::field_id::resident_module_selection, rule);
   return o;
 }
 

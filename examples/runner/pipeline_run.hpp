@@ -295,10 +295,10 @@ int run_pipeline_mode(pipeline_run_options o, MakeTransport&& make_transport) {
       so.runtime.device_budget_bytes = device_shares[i] + runtime_device_reserve_bytes;
       so.runtime.poison_released_slots = so.runtime.poison_released_slots || o.verify;
       if (pinned_shares[i].pinned_host_bytes == 0)
-        so.inputs.overrides.emplace_back("pin_cpu_memory", false);
+        so.inputs.overrides.emplace_back(ddo::field_id::pin_cpu_memory, false);
       else
         so.inputs.overrides.emplace_back(
-            "max_pin_weight_budget_gb",
+            ddo::field_id::max_pin_weight_budget_gb,
             static_cast<double>(pinned_shares[i].pinned_host_bytes) / static_cast<double>(gib));
       auto part = enable_offload(c.table, std::nullopt, so, transport);
       parts.emplace(c.name, std::move(part));

@@ -134,7 +134,7 @@ TEST_SUITE("config") {
 
     // Code: a field override, and a whole config that changes one inactive field.
     inputs = ddo_test::hermetic_inputs();
-    inputs.overrides = {{"vmm_pin_source_weights", true}};
+    inputs.overrides = {{ddo::field_id::vmm_pin_source_weights, true}};
     CHECK(warnings_naming(ddo::resolve_settings(inputs), "vmm_pin_source_weights").size() == 1);
     ddo::dynamic_offload_config config;
     config.vmm_dxgi_system_headroom_gb = headroom;

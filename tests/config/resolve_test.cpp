@@ -59,13 +59,13 @@ TEST_SUITE("config") {
       auto inputs = ddo_test::hermetic_inputs();
       inputs.preset = "low_ram_safe";  // sets pin_cpu_workers = 2
       inputs.component = "transformer";
-      if (sources > 0) inputs.overrides = {{"pin_cpu_workers", w[0]}};
+      if (sources > 0) inputs.overrides = {{ddo::field_id::pin_cpu_workers, w[0]}};
       if (sources > 1)
         inputs.toml = ddo::parse_toml_config("pin_cpu_workers = " + std::to_string(w[1]), "t.toml");
       if (sources > 2) inputs.environment = std::map<std::string, std::string>{{"DDO_PIN_CPU_WORKERS", std::to_string(w[2])}};
       if (sources > 3) inputs.cli = cli_layer({{"pin_cpu_workers", w[3]}});
       if (sources > 4)
-        inputs.component_policies["transformer"].set("pin_cpu_workers", w[4]);
+        inputs.component_policies["transformer"].set(ddo::field_id::pin_cpu_workers, w[4]);
       return ddo::resolve_settings(inputs);
     };
     const ddo::origin origins[] = {ddo::origin::preset, ddo::origin::config, ddo::origin::toml,
@@ -142,7 +142,7 @@ TEST_SUITE("config") {
       CHECK(vae_route().route == ddo::component_route::dynamic_offload);
     }
     SUBCASE("runtime overrides: one field given in code") {
-      inputs.overrides = {{"pin_cpu_workers", ddo::field_value{std::int64_t{3}}}};
+      inputs.overrides = {{ddo::field_id::pin_cpu_workers, ddo::field_value{std::int64_t{3}}}};
       const auto settings = ddo::resolve_settings(inputs);
       CHECK(settings.route_fallback_bypassed);
       CHECK_FALSE(settings.explicit_config);
@@ -235,7 +235,8 @@ TEST_SUITE("config") {
     const std::string field = "pinned_weight_cache_namespace";
     const auto with = [&](const std::string& source, const std::string& value) {
       auto inputs = ddo_test::hermetic_inputs();
-      if (source == "code") inputs.overrides = {{field, ddo::field_value{value}}};
+      if (source == "code")
+        inputs.overrides = {{ddo::field_id::pinned_weight_cache_namespace, ddo::field_value{value}}};
       if (source == "env")
         inputs.environment =
             std::map<std::string, std::string>{{"DDO_PINNED_WEIGHT_CACHE_NAMESPACE", value}};
@@ -259,7 +260,7 @@ TEST_SUITE("config") {
       CHECK(ddo::resolve_settings(again).config.pinned_weight_cache_namespace == longest);
     }
     auto many = ddo_test::hermetic_inputs();
-    many.overrides = {{"skip_modules_pattern",
+    many.overrides = {{ddo::field_id::skip_modules_pattern,
                        ddo::field_value{std::vector<std::string>(
                            ddo::max_config_list_elements + 1, "a")}}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(many), doctest::Contains("elements"),
@@ -269,7 +270,7 @@ TEST_SUITE("config") {
   TEST_CASE("backend vmm with preset nvme_baseline runs the preset's file route, said so") {
     auto inputs = ddo_test::hermetic_inputs();
     inputs.preset = "nvme_baseline";
-    inputs.overrides = {{"backend", ddo::field_value{std::string("vmm")}}};
+    inputs.overrides = {{ddo::field_id::backend, ddo::offload_backend::vmm}};
     const auto settings = ddo::resolve_settings(inputs);
     CHECK(settings.config.backend == ddo::offload_backend::nvme);
     CHECK(settings.config.execution_mode == ddo::exec_mode::vmm_runtime);
@@ -447,7 +448,7 @@ TEST_SUITE("config") {
       };
       auto inputs = ddo_test::hermetic_inputs();
       CHECK(value_of(ddo::resolve_settings(inputs)) == 0.0);  // not shared by default
-      inputs.overrides = {{name, 1.5}};
+      inputs.overrides = {{info.id, 1.5}};
       CHECK(value_of(ddo::resolve_settings(inputs)) == 1.5);
       CHECK(ddo::resolve_settings(inputs).provenance.of(info.id).source == ddo::origin::config);
       inputs.toml = ddo::parse_toml_config(name + " = 2.25", "t.toml");
@@ -473,7 +474,7 @@ TEST_SUITE("config") {
       }
       // From code: an override is refused when read, a whole config by the validator.
       auto from_code = ddo_test::hermetic_inputs();
-      from_code.overrides = {{name, -0.5}};
+      from_code.overrides = {{info.id, -0.5}};
       const std::string override_refused =
           "explicit config field " + name + " = \"-0.500000\": not a valid value; expected a "
           "non-negative number";
@@ -494,7 +495,7 @@ TEST_SUITE("config") {
     context.detected_ram_gb = 64.0;
     context.running_on_wsl = false;
     ddo::explicit_source code;
-    code.overrides = {{"verbose", true}};
+    code.overrides = {{ddo::field_id::verbose, true}};
     const auto settings =
         ddo::resolve_from_sources(context, fixed_workers_source{13}, code,
                                   ddo::env_source{{{"DDO_PIN_CPU_WORKERS", "5"}}});
@@ -503,20 +504,104 @@ TEST_SUITE("config") {
     CHECK(ddo::resolve_from_sources(context, fixed_workers_source{13}).config.pin_cpu_workers == 13);
   }
 
-  TEST_CASE("explicit overrides and component policies name unknown fields and wrong types") {
+  TEST_CASE("explicit overrides and component policies refuse wrong types and another enum's values") {
     auto inputs = ddo_test::hermetic_inputs();
-    inputs.overrides = {{"pin_cpu_worker", std::int64_t{2}}};
-    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
-                         doctest::Contains("did you mean 'pin_cpu_workers'?"), ddo::config_error);
-    inputs.overrides = {{"pin_cpu_workers", std::string("2")}};
+    inputs.overrides = {{ddo::field_id::pin_cpu_workers, std::string("2")}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
                          doctest::Contains("has type string; expected an integer"),
                          ddo::config_error);
+    // An enum value of another field's enum: refused, naming the field and what it allows.
+    inputs.overrides = {{ddo::field_id::backend, ddo::selection::first}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("explicit config field backend = first: an enum value "
+                                           "of another field's type; expected one of \"auto\""),
+                         ddo::config_error);
+    inputs.overrides = {{ddo::field_id::pin_cpu_workers, ddo::exec_mode::plan}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("expected integer for pin_cpu_workers"),
+                         ddo::config_error);
+    // A field_id outside the enumerators (a cast) names itself and the count.
+    inputs.overrides = {{static_cast<ddo::field_id>(ddo::field_count), true}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("is not a ddo setting"), ddo::config_error);
     inputs.overrides = {};
     inputs.component = "vae";
-    inputs.component_policies["vae"].set("verbos", true);
+    inputs.component_policies["vae"].set(ddo::field_id::verbose, std::int64_t{1});
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
-                         doctest::Contains("component vae policy field verbos"), ddo::config_error);
+                         doctest::Contains("component vae policy field verbose has type integer"),
+                         ddo::config_error);
+    inputs.component_policies["vae"].config = {{ddo::field_id::pin_weight_selection,
+                                                ddo::budget_policy::balanced}};
+    CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
+                         doctest::Contains("pin_weight_selection = balanced: an enum value of "
+                                           "another field's type; expected one of \"first\""),
+                         ddo::config_error);
+  }
+
+  TEST_CASE("overrides keyed by field_id: every enum field takes its enum, from every code source") {
+    // Each choice field set to the last value of its enum, as the enum and as its name: the
+    // same config, provenance config (overrides, explicit_source) or component (a policy).
+    const auto set_all = [](auto&& add) {
+      add(ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime);
+      add(ddo::field_id::linear_runtime_strategy, ddo::runtime_strategy::swap);
+      add(ddo::field_id::pin_weight_selection, ddo::selection::largest);
+      add(ddo::field_id::resident_module_selection, ddo::selection::first);
+      add(ddo::field_id::auto_budget_policy, ddo::budget_policy::off);
+      add(ddo::field_id::backend, ddo::offload_backend::host_sim);
+      add(ddo::field_id::vmm_resident_weight_budget_gb, 0.5);
+    };
+    const auto check = [](const ddo::dynamic_offload_settings& s, ddo::origin from) {
+      CHECK(s.config.execution_mode == ddo::exec_mode::vmm_runtime);
+      CHECK(s.config.linear_runtime_strategy == ddo::runtime_strategy::swap);
+      CHECK(s.config.pin_weight_selection == ddo::selection::largest);
+      CHECK(s.config.resident_module_selection == ddo::selection::first);
+      CHECK(s.config.auto_budget_policy == ddo::budget_policy::off);
+      CHECK(s.config.backend == ddo::offload_backend::host_sim);
+      CHECK(s.provenance.of(ddo::field_id::backend).source == from);
+      CHECK(s.provenance.of(ddo::field_id::pin_weight_selection).source == from);
+    };
+    auto by_enum = ddo_test::hermetic_inputs();
+    set_all([&](ddo::field_id id, auto v) { by_enum.overrides.emplace_back(id, v); });
+    check(ddo::resolve_settings(by_enum), ddo::origin::config);
+    CHECK(by_enum.overrides[0].value == ddo::field_value{std::string("vmm_runtime")});
+
+    auto by_name = ddo_test::hermetic_inputs();  // a name still works: the field_value allows it
+    set_all([&](ddo::field_id id, auto v) {
+      if constexpr (std::is_enum_v<decltype(v)>)
+        by_name.overrides.emplace_back(id, std::string(ddo::enum_name(v)));
+      else
+        by_name.overrides.emplace_back(id, v);
+    });
+    CHECK(ddo::resolve_settings(by_name).config == ddo::resolve_settings(by_enum).config);
+
+    ddo::explicit_source code;
+    set_all([&](ddo::field_id id, auto v) { code.overrides.emplace_back(id, v); });
+    ddo::resolve_context context;
+    context.detected_ram_gb = 64.0;
+    context.running_on_wsl = false;
+    check(ddo::resolve_from_sources(context, code), ddo::origin::config);
+
+    auto policy = ddo_test::hermetic_inputs();
+    policy.component = "transformer";
+    set_all([&](ddo::field_id id, auto v) {
+      policy.component_policies["transformer"].set(id, v);
+    });
+    check(ddo::resolve_settings(policy), ddo::origin::component);
+
+    // A TOML component table's fields arrive keyed by field_id too.
+    const auto toml = ddo::parse_toml_config(
+        "[components.transformer]\nbackend = \"host_sim\"\npin_weight_selection = \"largest\"",
+        "t.toml");
+    const auto& from_toml = toml.components.at("transformer").config;
+    REQUIRE(from_toml.size() == 2);
+    CHECK(from_toml[0].field == ddo::field_id::backend);
+    CHECK(from_toml[1].field == ddo::field_id::pin_weight_selection);
+    auto toml_inputs = ddo_test::hermetic_inputs();
+    toml_inputs.component = "transformer";
+    toml_inputs.toml = toml;
+    const auto from_file = ddo::resolve_settings(toml_inputs);
+    CHECK(from_file.config.backend == ddo::offload_backend::host_sim);
+    CHECK(from_file.config.pin_weight_selection == ddo::selection::largest);
   }
 }
 

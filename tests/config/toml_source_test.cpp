@@ -83,7 +83,7 @@ TEST_SUITE("config") {
     CHECK(transformer.offload_low_cpu_mem_usage == true);
     CHECK(transformer.num_blocks_per_group == 2);
     REQUIRE(transformer.config.size() == 1);
-    CHECK(transformer.config[0].first == "pin_cpu_memory");
+    CHECK(transformer.config[0].field == ddo::field_id::pin_cpu_memory);
   }
 
   TEST_CASE("an unknown TOML key is an error suggesting the closest known key") {

@@ -70,19 +70,19 @@ TEST_SUITE("config") {
 
   TEST_CASE("code-only fields are validated with the explicit config named") {
     auto inputs = ddo_test::hermetic_inputs();
-    inputs.overrides = {{"execution_device", std::string("gpu0")}};
+    inputs.overrides = {{ddo::field_id::execution_device, std::string("gpu0")}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
                          doctest::Contains("explicit config field execution_device = \"gpu0\""),
                          ddo::config_error);
-    inputs.overrides = {{"offload_device", std::string("disk")}};
+    inputs.overrides = {{ddo::field_id::offload_device, std::string("disk")}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains("\"cpu\""),
                          ddo::config_error);
-    inputs.overrides = {{"build_profile", true}};
+    inputs.overrides = {{ddo::field_id::build_profile, true}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs), doctest::Contains("profile_name"),
                          ddo::config_error);
-    inputs.overrides = {{"build_profile", true},
-                        {"profile_name", std::string("flux")},
-                        {"execution_device", std::string("cuda:1")}};
+    inputs.overrides = {{ddo::field_id::build_profile, true},
+                        {ddo::field_id::profile_name, std::string("flux")},
+                        {ddo::field_id::execution_device, std::string("cuda:1")}};
     CHECK_NOTHROW((void)ddo::resolve_settings(inputs));
   }
 
@@ -100,8 +100,8 @@ TEST_SUITE("config") {
                          doctest::Contains("must be from 0 to 18014398509481984 bytes (16 PiB"),
                          ddo::config_error);
     inputs.config.reset();
-    inputs.overrides = {{"vmm_component_tensor_ownership", true},
-                        {"execution_mode", std::string("plan")}};
+    inputs.overrides = {{ddo::field_id::vmm_component_tensor_ownership, true},
+                        {ddo::field_id::execution_mode, ddo::exec_mode::plan}};
     CHECK_THROWS_WITH_AS((void)ddo::resolve_settings(inputs),
                          doctest::Contains("for the native VMM route only (vmm_fast_runtime: "
                                            "execution_mode vmm_runtime with vmm_native_transport "

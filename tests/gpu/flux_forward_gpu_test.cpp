@@ -145,7 +145,7 @@ TEST_SUITE("gpu") {
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.preset = "diffusers_offload_compat";
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}}};
     options.reserve_device_bytes = f.device_bytes() + gemms.device_bytes();
     const auto settings = ddo::resolve_settings(options.inputs);
     ddo::linear_options lo;

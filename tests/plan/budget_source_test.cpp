@@ -41,9 +41,9 @@ TEST_SUITE("plan") {
     m.available_ram_bytes = 64 * ddo::gib;
     const auto plan = ddo::make_plan(t, c, m);
     CHECK(plan.budgets.resident_source == ddo::resident_budget_source::explicit_budget);
-    CHECK(plan.budgets.resident_selection == "largest");
+    CHECK(plan.budgets.resident_selection == ddo::plan_selection::largest);
     CHECK(plan.budgets.pin_source == ddo::pin_budget_source::automatic);
-    CHECK(plan.budgets.pin_selection == "first");
+    CHECK(plan.budgets.pin_selection == ddo::plan_selection::first);
     const std::string summary = ddo::format_plan_summary(plan, t);
     CHECK(summary.find("[explicit, selection largest]") != std::string::npos);
     CHECK(summary.find("[auto, selection first]") != std::string::npos);

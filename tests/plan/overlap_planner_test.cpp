@@ -416,7 +416,7 @@ TEST_SUITE("plan") {
     REQUIRE(block_bytes > 0);
     config.resident_module_budget_gb = static_cast<double>(3 * block_bytes) / static_cast<double>(ddo::gib);
     const auto plan = ddo::make_plan(table, config, machine, planner);
-    CHECK(plan.budgets.resident_selection == "overlap");
+    CHECK(plan.budgets.resident_selection == ddo::plan_selection::overlap);
     CHECK(plan.budgets.resident_budget_detail.find("overlap-aware: predicted step") != std::string::npos);
     std::uint64_t chosen = 0;
     for (const auto& g : plan.groups) {

@@ -22,7 +22,7 @@ ddo::dynamic_offload_settings resolve_with(double detected_gb,
   inputs.running_on_wsl = false;
   inputs.paths.meminfo = inputs.paths.self_cgroup = inputs.paths.proc_version =
       inputs.paths.osrelease = "/nonexistent/ddo-test";
-  inputs.overrides = {{"pin_cpu_memory", true}, {"execution_mode", std::string("linear_runtime")}};
+  inputs.overrides = {{ddo::field_id::pin_cpu_memory, true}, {ddo::field_id::execution_mode, ddo::exec_mode::linear_runtime}};
   return ddo::resolve_settings(inputs);
 }
 

@@ -82,6 +82,51 @@ TEST_SUITE("plan") {
     CHECK(doc["groups"].as_array()->size() == plan.groups.size());
   }
 
+  TEST_CASE("selections are enums that print their old names and read back from every form") {
+    // The names plan files carried when the selections were strings: byte-identical, so a plan
+    // written before the enum reads back to the same selection.
+    const std::pair<ddo::plan_selection, std::string> names[] = {
+        {ddo::plan_selection::none, ""},           {ddo::plan_selection::first, "first"},
+        {ddo::plan_selection::spread, "spread"},   {ddo::plan_selection::largest, "largest"},
+        {ddo::plan_selection::custom, "custom"},   {ddo::plan_selection::overlap, "overlap"}};
+    const auto t = ddo_test::flux_table(1);
+    for (const auto& entry : names) {
+      const ddo::plan_selection which = entry.first;
+      const std::string& name = entry.second;
+      CAPTURE(name);
+      auto plan = sample_plan(t);
+      plan.budgets.resident_selection = which;
+      plan.budgets.pin_selection = which;
+      const std::string toml_text = ddo::format_plan_toml(plan, t);
+      CHECK(toml_text.find("\nresident_selection = \"" + name + "\"\n") != std::string::npos);
+      CHECK(toml_text.find("\npin_selection = \"" + name + "\"\n") != std::string::npos);
+      const auto toml_doc = toml::parse(toml_text);
+      const auto from_toml = toml_doc["budgets"]["resident_selection"].value<std::string>();
+      REQUIRE(from_toml);
+      CHECK(ddo::parse_enum<ddo::plan_selection>(*from_toml) == which);
+      const auto json_doc = ddo::detail::parse_json(ddo::format_plan_json(plan, t));
+      const std::string from_json = json_doc.find("budgets")->find("pin_selection")->text();
+      CHECK(from_json == name);
+      CHECK(ddo::parse_enum<ddo::plan_selection>(from_json) == which);
+      const std::string text = ddo::format_plan_summary(plan, t);
+      CHECK(text.find("selection " + name + "] ") != std::string::npos);
+    }
+    // A plan file written before the enum (selections as text) reads back to the enums.
+    const auto old = toml::parse(
+        "[budgets]\nresident_selection = \"overlap\"\npin_selection = \"spread\"\n");
+    CHECK(ddo::parse_enum<ddo::plan_selection>(*old["budgets"]["resident_selection"].value<std::string>()) ==
+          ddo::plan_selection::overlap);
+    CHECK(ddo::parse_enum<ddo::plan_selection>(*old["budgets"]["pin_selection"].value<std::string>()) ==
+          ddo::plan_selection::spread);
+    // The planner's own answers: the config's selection, a known name, an engine's own name.
+    CHECK(ddo::detail::selection_named("", ddo::selection::largest) == ddo::plan_selection::largest);
+    CHECK(ddo::detail::selection_named("overlap", ddo::selection::first) ==
+          ddo::plan_selection::overlap);
+    CHECK(ddo::detail::selection_named("fixed", ddo::selection::first) ==
+          ddo::plan_selection::custom);
+    CHECK(ddo::plan_selection_of(ddo::selection::spread) == ddo::plan_selection::spread);
+  }
+
   TEST_CASE("names with quotes and control characters stay valid in TOML and JSON") {
     ddo::weight_table t;
     ddo::weight_info w;

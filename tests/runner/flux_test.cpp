@@ -130,7 +130,7 @@ TEST_SUITE("runner") {
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.preset = "diffusers_offload_compat";
     // Every tensor of the tiny model is under the default small-tensor threshold (kept resident).
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}}};
     options.ram_bytes = 64 * ddo::gib;
     const auto settings = ddo::resolve_settings(options.inputs);
     ddo::host_sim_transport sim({.device_capacity_bytes = 72 * ddo::mib});
@@ -307,7 +307,7 @@ TEST_SUITE("runner") {
     tiny_model m;
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}}};
     options.ram_bytes = 64 * ddo::gib;
     options.reserve_device_bytes = 3 * ddo::mib;  // the engine's activations
     const auto settings_for = [&](const std::string& rule, std::uint64_t budget) {
@@ -370,8 +370,8 @@ TEST_SUITE("runner") {
     ddo::setup_options options;
     options.inputs.environment =
         std::map<std::string, std::string>{{"DDO_PROFILE_DIR", profiles.file("profiles")}};
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                                {"profile_name", std::string("tiny-64")}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                                {ddo::field_id::profile_name, std::string("tiny-64")}};
     options.ram_bytes = 64 * ddo::gib;
     options.tokens = m.in.image_tokens;
     const auto c = flux::config_of(m.table, {8, 28, 28});
@@ -381,7 +381,7 @@ TEST_SUITE("runner") {
     };
     {
       auto calibrating = options;
-      calibrating.inputs.overrides.emplace_back("build_profile", true);
+      calibrating.inputs.overrides.emplace_back(ddo::field_id::build_profile, true);
       ddo::calibration_recorder recorder;
       calibrating.runtime = recorder.runtime_options(calibrating.runtime);
       const auto settings = ddo::resolve_settings(calibrating.inputs);

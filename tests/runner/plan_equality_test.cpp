@@ -72,8 +72,8 @@ TEST_SUITE("runner") {
           ddo::resolve_inputs inputs;
           inputs.use_environment = false;
           inputs.preset = preset;
-          inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{4096}},
-                              {"system_ram_headroom_gb", 0.0}};
+          inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{4096}},
+                              {ddo::field_id::system_ram_headroom_gb, 0.0}};
           inputs.component = ddo::runner::run_component;
           inputs.model_bytes = model_bytes;
           const auto settings = ddo::resolve_settings(inputs);

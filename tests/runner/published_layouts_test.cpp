@@ -356,7 +356,7 @@ TEST_SUITE("runner") {
     CHECK(o.setup.plan.budgets.resident_budget_detail.find("following the card") !=
           std::string::npos);
     // A budget the user sets is honoured.
-    inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", ddo::field_value(4.0));
+    inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, ddo::field_value(4.0));
     const auto given = ddo::resolve_settings(inputs);
     CHECK(resident_of(plan_auto(wan.table, 12 * ddo::gib, 32 * ddo::gib, &given)) <
           100 * ddo::mib);

@@ -113,10 +113,10 @@ TEST_SUITE("runner") {
                                  static_cast<double>(ddo::gib);
         ddo::resolve_inputs inputs;
         inputs.use_environment = false;
-        inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{4096}},
-                            {"auto_budget_policy", std::string("off")},
-                            {"resident_module_budget_gb", budget_gb},
-                            {"max_resident_module_budget_gb", 0.0}};
+        inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{4096}},
+                            {ddo::field_id::auto_budget_policy, ddo::budget_policy::off},
+                            {ddo::field_id::resident_module_budget_gb, budget_gb},
+                            {ddo::field_id::max_resident_module_budget_gb, 0.0}};
         inputs.component = ddo::runner::run_component;
         inputs.model_bytes = model_bytes;
         const auto settings = ddo::resolve_settings(inputs);

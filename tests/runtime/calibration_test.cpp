@@ -68,10 +68,10 @@ struct calibration_setup {
              .bandwidth_bytes_per_second = bandwidth_bytes_per_second}) {
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                                {"build_profile", true},
-                                {"profile_name", profile_name},
-                                {"pin_cpu_memory", true}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                                {ddo::field_id::build_profile, true},
+                                {ddo::field_id::profile_name, profile_name},
+                                {ddo::field_id::pin_cpu_memory, true}};
     options.ram_bytes = 64 * ddo::gib;  // above system_ram_headroom_gb: room to pin everything
     options.runtime = recorder.runtime_options(options.runtime);
     settings = ddo::resolve_settings(options.inputs);
@@ -199,8 +199,8 @@ TEST_SUITE("runtime") {
     ro.time_compute = true;
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                                {"resident_module_budget_gb", 0.0001}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                                {ddo::field_id::resident_module_budget_gb, 0.0001}};
     options.ram_bytes = 4 * ddo::gib;
     options.runtime = ro;
     const auto settings = ddo::resolve_settings(options.inputs);

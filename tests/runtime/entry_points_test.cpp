@@ -68,8 +68,8 @@ class recorded_card : public ddo::host_sim_transport {
 ddo::setup_options inputs_for(const ddo::weight_table& table, std::uint64_t limit) {
   ddo::setup_options o;
   o.inputs.environment = std::map<std::string, std::string>{};
-  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                        {"backend", std::string("host_sim")}};
+  o.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                        {ddo::field_id::backend, ddo::offload_backend::host_sim}};
   o.inputs.component = "transformer";
   o.inputs.components = {"transformer"};
   o.inputs.model_bytes = table.total_bytes();

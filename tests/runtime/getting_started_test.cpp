@@ -64,8 +64,8 @@ TEST_SUITE("runtime") {
     // 2. Enable offloading with a preset (settings resolved preset -> config -> DDO_* env).
     ddo::setup_options options;
     options.inputs.use_environment = false;  // the guide's code reads DDO_*; tests stay hermetic
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                                {"resident_module_budget_gb", 0.0}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                                {ddo::field_id::resident_module_budget_gb, 0.0}};
     // The guide uses ddo::linear_transport on a GPU. A simulated 4 MiB device: the 3 MiB model
     // does not fit beside the ring, so "auto" has to stream it.
     ddo::host_sim_transport transport({.device_capacity_bytes = 4 * ddo::mib});
@@ -114,14 +114,14 @@ TEST_SUITE("runtime") {
     options.inputs.use_environment = false;    // resolution inputs: what resolve_settings takes
     options.inputs.component = "transformer";  // the component's route and policies
     options.inputs.overrides = {
-        {"small_tensor_threshold_bytes", std::int64_t{1024}},
-        {"resident_module_budget_gb", 64.0 * 1024 / (1024.0 * 1024 * 1024)}};
+        {ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+        {ddo::field_id::resident_module_budget_gb, 64.0 * 1024 / (1024.0 * 1024 * 1024)}};
     ddo::host_sim_transport transport({.device_capacity_bytes = 64 * ddo::mib});
     auto enabled = ddo::enable_offload<ddo::resident_selection<smallest_first>>(
         model, "low_ram_safe", options, transport);
     const ddo::offload_plan& plan = enabled->plan();  // what setup decided, weight by weight
     CHECK(plan.groups.size() == enabled->group_count());
-    CHECK(plan.budgets.resident_selection == "custom");
+    CHECK(plan.budgets.resident_selection == ddo::plan_selection::custom);
     CHECK(plan.total_bytes(ddo::placement::gpu_resident) <= plan.budgets.resident_budget_bytes);
     for (std::size_t w = 0; w < model.size(); ++w)
       if (plan.decisions[w].where == ddo::placement::gpu_resident)

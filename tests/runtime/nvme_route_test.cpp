@@ -289,8 +289,8 @@ TEST_SUITE("runtime") {
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.preset = "nvme_baseline";
     // Nothing resident (the preset keeps what fits): every group streams from the file.
-    options.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                                {"auto_budget_policy", std::string("off")}};
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                                {ddo::field_id::auto_budget_policy, ddo::budget_policy::off}};
     options.ram_bytes = 4 * ddo::gib;
     options.log = nullptr;
     std::vector<ddo::execution_group> groups;
@@ -306,7 +306,7 @@ TEST_SUITE("runtime") {
     CHECK(setup.machine.capacity.max_group_bytes == t.staging_slot_bytes());
 
     // Staging that cannot hold the largest group: refused at setup, with the numbers.
-    options.inputs.overrides.push_back({"vmm_staging_buffer_gb", 100000.0 / double(ddo::gib)});
+    options.inputs.overrides.push_back({ddo::field_id::vmm_staging_buffer_gb, 100000.0 / double(ddo::gib)});
     const auto small = ddo::resolve_settings(options.inputs);
     auto ts = ddo::make_transport<nvme_sim>(small);
     std::string message;
@@ -345,7 +345,7 @@ TEST_SUITE("runtime") {
     CHECK(setup.plan.total_bytes(ddo::placement::gpu_resident) > 0);
     CHECK(setup.plan.total_bytes(ddo::placement::file) > 0);
     // A size the user set is honoured, or refused naming the group and both sizes.
-    options.inputs.overrides.push_back({"vmm_staging_buffer_gb", 0.5});
+    options.inputs.overrides.push_back({ddo::field_id::vmm_staging_buffer_gb, 0.5});
     const auto given = ddo::resolve_settings(options.inputs);
     auto tg = ddo::make_transport<nvme_sim>(given, sim);
     try {
@@ -397,9 +397,9 @@ TEST_SUITE("runtime") {
     const ddo::weight_table table = blocks_of_700_mib();
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
-    options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
-    options.inputs.overrides.emplace_back("pin_cpu_memory", false);  // every streamed byte stages
-    options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 4.0);
+    options.inputs.overrides.emplace_back(ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime);
+    options.inputs.overrides.emplace_back(ddo::field_id::pin_cpu_memory, false);  // every streamed byte stages
+    options.inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, 4.0);
     options.ram_bytes = 64 * ddo::gib;
     // Resolution's auto preset reads the RAM too: this machine's available RAM (low under load)
     // chose another preset, whose plan never grew the buffer. Stated, as ram_bytes is.
@@ -416,7 +416,7 @@ TEST_SUITE("runtime") {
     CHECK(setup.runtime.staging_buffer_bytes == 700 * ddo::mib);
     CHECK(setup.plan.budgets.max_group_detail.find("grown to 700.00 MiB") != std::string::npos);
     // A size the user set is honoured: the window then refuses the group with both numbers.
-    options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.5);
+    options.inputs.overrides.emplace_back(ddo::field_id::vmm_staging_buffer_gb, 0.5);
     const auto given = ddo::resolve_settings(options.inputs);
     auto tg = ddo::make_transport<ddo::host_sim_vmm_transport>(given, sim);
     (void)ddo::setup_offload(table, given, ddo::component_for(given, options.inputs), options, tg);
@@ -427,7 +427,7 @@ TEST_SUITE("runtime") {
     const ddo::weight_table table = blocks_of_700_mib();
     ddo::setup_options options;
     options.inputs.environment = std::map<std::string, std::string>{};
-    options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 1.0);
+    options.inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, 1.0);
     options.ram_bytes = 64 * ddo::gib;
     options.inputs.detected_ram_gb = 64.0;
     options.log = nullptr;

@@ -34,9 +34,9 @@ TEST_SUITE("runtime") {
                    .source = ddo::host_source{bytes.data()}});
       }
     ddo::explicit_source code;
-    code.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}},
-                      {"resident_module_budget_gb", 0.0},
-                      {"skip_modules_pattern", std::vector<std::string>{R"(^blocks\.3\.ff\.up$)"}}};
+    code.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                      {ddo::field_id::resident_module_budget_gb, 0.0},
+                      {ddo::field_id::skip_modules_pattern, std::vector<std::string>{R"(^blocks\.3\.ff\.up$)"}}};
     ddo::resolve_context context;
     context.running_on_wsl = false;
     context.detected_ram_gb = 64.0;

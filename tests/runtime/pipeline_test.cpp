@@ -68,7 +68,7 @@ ddo::setup_options quiet_options() {
   o.inputs.running_on_wsl = false;
   o.inputs.detected_ram_gb = 64.0;
   // The weights here are small: keep the small-tensor rule from making them all resident.
-  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+  o.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}}};
   o.ram_bytes = 64 * ddo::gib;
   return o;
 }
@@ -175,7 +175,7 @@ TEST_CASE("the pinned-host budget is split once between the streaming components
   const three_components m;
   host_sim_transport sim;
   auto options = quiet_options();
-  options.inputs.overrides.emplace_back("resident_module_budget_gb", 1e-9);  // ~1 byte: stream all
+  options.inputs.overrides.emplace_back(ddo::field_id::resident_module_budget_gb, 1e-9);  // ~1 byte: stream all
   const std::uint64_t pinned = 4 * ddo::mib;
   options.pipeline_pinned_budget_bytes = pinned;
   auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim);
@@ -234,7 +234,7 @@ TEST_CASE("a pipeline takes its budgets from the settings; they outrank setup_op
 
   // Without the environment, setup_options' bytes win over an explicit override from code.
   auto code = quiet_options();
-  code.inputs.overrides.emplace_back("pipeline_device_budget_gb", 100.0);
+  code.inputs.overrides.emplace_back(ddo::field_id::pipeline_device_budget_gb, 100.0);
   code.pipeline_device_budget_bytes = budget;
   CHECK(ddo::pipeline_budgets_from(ddo::resolve_settings(code.inputs), code) ==
         ddo::pipeline_budgets{budget, 0});
@@ -244,7 +244,7 @@ TEST_CASE("a pipeline takes its budgets from the settings; they outrank setup_op
 
   // A component policy does not change the pipeline's budgets (they are read without a component).
   auto policy = quiet_options();
-  policy.inputs.component_policies["transformer"].set("pipeline_device_budget_gb", 100.0);
+  policy.inputs.component_policies["transformer"].set(ddo::field_id::pipeline_device_budget_gb, 100.0);
   policy.pipeline_device_budget_bytes = budget;
   {
     auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", policy, sim);
@@ -269,9 +269,9 @@ TEST_CASE("components on the VMM route (host_sim's VMM mode) release and restore
   // Every component on the VMM route: a window of 2 MiB handles on the one transport, which
   // only the current phase holds. Its 32 MiB budget is above the pipeline's: the phase's share
   // (the plan's slots) bounds what it maps.
-  options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
-  options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.03125);
-  options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0078125);
+  options.inputs.overrides.emplace_back(ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime);
+  options.inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, 0.03125);
+  options.inputs.overrides.emplace_back(ddo::field_id::vmm_staging_buffer_gb, 0.0078125);
   auto resolved = options.inputs;
   resolved.component.clear();
   auto sim = ddo::make_transport<ddo::host_sim_vmm_transport>(ddo::resolve_settings(resolved));
@@ -352,9 +352,9 @@ TEST_CASE("components on the VMM route (host_sim's VMM mode) release and restore
 TEST_CASE("without a shared budget, a second VMM component on the same transport is refused clearly, leaving nothing") {
   const three_components m;
   auto options = quiet_options();
-  options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
-  options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.0078125);
-  options.inputs.overrides.emplace_back("resident_module_budget_gb", 1e-9);  // every group streams
+  options.inputs.overrides.emplace_back(ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime);
+  options.inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, 0.0078125);
+  options.inputs.overrides.emplace_back(ddo::field_id::resident_module_budget_gb, 1e-9);  // every group streams
   auto sim = ddo::make_transport<ddo::host_sim_vmm_transport>(ddo::resolve_settings(options.inputs));
   CHECK_THROWS_WITH_AS((void)ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim),
                        doctest::Contains("window is held by another offloader on the same transport"),
@@ -367,10 +367,10 @@ TEST_CASE("without a shared budget, a second VMM component on the same transport
 TEST_CASE("release_device and restore_device of one offloader on the VMM route give the window back and every weight again") {
   const component_model model(6, 21, "transformer_blocks");
   auto options = quiet_options();
-  options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
-  options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.0078125);  // 8 MiB
-  options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0078125);
-  options.inputs.overrides.emplace_back("resident_module_budget_gb", 0.001);  // ~1 MiB resident
+  options.inputs.overrides.emplace_back(ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime);
+  options.inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, 0.0078125);  // 8 MiB
+  options.inputs.overrides.emplace_back(ddo::field_id::vmm_staging_buffer_gb, 0.0078125);
+  options.inputs.overrides.emplace_back(ddo::field_id::resident_module_budget_gb, 0.001);  // ~1 MiB resident
   auto sim = ddo::make_transport<ddo::host_sim_vmm_transport>(ddo::resolve_settings(options.inputs));
   const auto& ledger = sim.ledger();
   {

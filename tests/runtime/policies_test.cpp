@@ -11,7 +11,25 @@
 
 #include "ddo/setup/enable_offload.hpp"
 #include "ddo/runtime/offloader.hpp"
+#include "ddo/runtime/transport_backend.hpp"
+#include "ddo/transport/fault_injection.hpp"
 #include "ddo/transport/host_sim.hpp"
+
+namespace policies_test {
+/// A host_sim under another name: names must not decide the backend.
+struct renamed_sim : ddo::host_sim_transport {
+  [[nodiscard]] std::string_view name() const noexcept { return "linear"; }
+};
+/// An engine's own transport (a host_sim here) that says it serves the linear backend.
+struct own_transport : ddo::host_sim_transport {
+  [[nodiscard]] std::string_view name() const noexcept { return "own"; }
+};
+}  // namespace policies_test
+
+template <>
+struct ddo::transport_backend<policies_test::own_transport> {
+  static constexpr ddo::offload_backend value = ddo::offload_backend::linear;
+};
 
 namespace {
 
@@ -45,7 +63,7 @@ struct model {
   }
 };
 
-ddo::setup_options quiet(const std::vector<std::pair<std::string, ddo::field_value>>& overrides) {
+ddo::setup_options quiet(const std::vector<ddo::field_override>& overrides) {
   ddo::setup_options o;
   o.inputs.use_environment = false;
   o.inputs.overrides = overrides;
@@ -80,16 +98,16 @@ TEST_SUITE("runtime") {
     const model m(std::random_device{}());
     const std::uint64_t third = m.table.total_bytes() / 3;
     // Budgets that make the selectors disagree; the config asks for "largest" everywhere.
-    const std::vector<std::pair<std::string, ddo::field_value>> largest = {
-        {"resident_module_budget_gb", ddo::bytes_to_gib(third)},
-        {"pin_weight_budget_gb", ddo::bytes_to_gib(third)},
-        {"small_tensor_threshold_bytes", std::int64_t{1024}},
-        {"resident_module_selection", std::string("largest")},
-        {"pin_weight_selection", std::string("largest")},
-        {"pin_cpu_memory", true}};
+    const std::vector<ddo::field_override> largest = {
+        {ddo::field_id::resident_module_budget_gb, ddo::bytes_to_gib(third)},
+        {ddo::field_id::pin_weight_budget_gb, ddo::bytes_to_gib(third)},
+        {ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+        {ddo::field_id::resident_module_selection, ddo::selection::largest},
+        {ddo::field_id::pin_weight_selection, ddo::selection::largest},
+        {ddo::field_id::pin_cpu_memory, true}};
     auto spread_first_config = largest;
-    spread_first_config[3].second = std::string("spread");
-    spread_first_config[4].second = std::string("first");
+    spread_first_config[3] = {ddo::field_id::resident_module_selection, ddo::selection::spread};
+    spread_first_config[4] = {ddo::field_id::pin_weight_selection, ddo::selection::first};
 
     ddo::host_sim_transport sim({.device_capacity_bytes = 256 * ddo::mib});
     using compiled = ddo::offloader<ddo::host_sim_transport, ddo::resident_selection<ddo::spread_selector>,
@@ -100,9 +118,9 @@ TEST_SUITE("runtime") {
     auto by_config = ddo::enable_offload(m.table, "auto", quiet(spread_first_config), sim);
     auto config_largest = ddo::enable_offload(m.table, "auto", quiet(largest), sim);
 
-    CHECK(fixed->plan().budgets.resident_selection == "spread");
-    CHECK(fixed->plan().budgets.pin_selection == "first");
-    CHECK(config_largest->plan().budgets.resident_selection == "largest");
+    CHECK(fixed->plan().budgets.resident_selection == ddo::plan_selection::spread);
+    CHECK(fixed->plan().budgets.pin_selection == ddo::plan_selection::first);
+    CHECK(config_largest->plan().budgets.resident_selection == ddo::plan_selection::largest);
     CHECK(placements(fixed->plan()) == placements(by_config->plan()));
     CHECK(placements(fixed->plan()) != placements(config_largest->plan()));
   }
@@ -111,15 +129,54 @@ TEST_SUITE("runtime") {
     const model m(std::random_device{}());
     ddo::host_sim_transport sim;
     CHECK_NOTHROW((void)ddo::enable_offload(m.table, "auto", quiet({}), sim));
-    CHECK_NOTHROW((void)ddo::enable_offload(m.table, "auto", quiet({{"backend", std::string("host_sim")}}), sim));
+    CHECK_NOTHROW((void)ddo::enable_offload(m.table, "auto", quiet({{ddo::field_id::backend, ddo::offload_backend::host_sim}}), sim));
     CHECK_THROWS_WITH_AS((void)ddo::enable_offload(m.table, "auto",
-                                                   quiet({{"backend", std::string("linear")}}), sim),
+                                                   quiet({{ddo::field_id::backend, ddo::offload_backend::linear}}), sim),
                          doctest::Contains("fixed the host_sim transport"), ddo::config_error);
+  }
+
+  TEST_CASE("the backend a transport serves is a trait, not its name") {
+    using ddo::offload_backend;
+    static_assert(ddo::backend_served_by<ddo::linear_transport>() == offload_backend::linear);
+    static_assert(ddo::backend_served_by<ddo::host_sim_transport>() == offload_backend::host_sim);
+    static_assert(ddo::backend_served_by<ddo::vmm_transport>() == offload_backend::vmm);
+    static_assert(ddo::backend_served_by<ddo::nvme_transport<ddo::host_sim_transport>>() ==
+                  offload_backend::nvme);
+    static_assert(ddo::backend_served_by<ddo::nvme_transport<ddo::linear_transport>>() ==
+                  offload_backend::nvme);
+    static_assert(ddo::backend_served_by<policies_test::renamed_sim>() == offload_backend::host_sim);
+    static_assert(ddo::backend_served_by<policies_test::own_transport>() == offload_backend::linear);
+    static_assert(!ddo::backend_served_by<ddo::fault_injection_transport<ddo::host_sim_transport>>());
+#if defined(__linux__)
+    // host_sim's VMM mode: the vmm backend simulated, not host_sim's copies.
+    static_assert(ddo::transport_serves_backend<ddo::host_sim_vmm_transport>(offload_backend::vmm));
+    static_assert(!ddo::transport_serves_backend<ddo::host_sim_vmm_transport>(offload_backend::host_sim));
+#endif
+    static_assert(!ddo::transport_serves_backend<ddo::host_sim_transport>(offload_backend::vmm));
+
+    // A host_sim that calls itself "linear": the trait decides, so backend host_sim is honoured
+    // and backend linear refused (by name it was the other way round).
+    const model m(std::random_device{}());
+    policies_test::renamed_sim renamed;
+    CHECK_NOTHROW((void)ddo::enable_offload(
+        m.table, "auto", quiet({{ddo::field_id::backend, offload_backend::host_sim}}), renamed));
+    CHECK_THROWS_WITH_AS((void)ddo::enable_offload(
+                             m.table, "auto",
+                             quiet({{ddo::field_id::backend, offload_backend::linear}}), renamed),
+                         doctest::Contains("fixed the linear transport"), ddo::config_error);
+    // An engine's transport says what it serves by specialising ddo::transport_backend.
+    policies_test::own_transport own;
+    CHECK_NOTHROW((void)ddo::enable_offload(
+        m.table, "auto", quiet({{ddo::field_id::backend, offload_backend::linear}}), own));
+    CHECK_THROWS_WITH_AS((void)ddo::enable_offload(
+                             m.table, "auto",
+                             quiet({{ddo::field_id::backend, offload_backend::host_sim}}), own),
+                         doctest::Contains("fixed the own transport"), ddo::config_error);
   }
 
   TEST_CASE("with_offload_backend calls the engine back with the transport backend names") {
     const model m(std::random_device{}());
-    auto options = quiet({{"backend", std::string("host_sim")}});
+    auto options = quiet({{ddo::field_id::backend, ddo::offload_backend::host_sim}});
     options.host_sim.device_capacity_bytes = 128 * ddo::mib;
     const std::string name = ddo::with_offload_backend<ddo::first_selector>(
         m.table, std::nullopt, options, [&](auto& enabled) {
@@ -147,7 +204,7 @@ TEST_SUITE("runtime") {
     // nvme_baseline); without a GPU making that transport fails with the CUDA call named.
     if (!ddo::query_cuda_availability().available)
       CHECK_THROWS_AS((void)ddo::with_offload_backend(m.table, std::nullopt,
-                                                      quiet({{"backend", std::string("nvme")}}),
+                                                      quiet({{ddo::field_id::backend, ddo::offload_backend::nvme}}),
                                                       [](auto& e) { return e->group_count(); }),
                       ddo::cuda_error);
   }

@@ -137,9 +137,9 @@ TEST_CASE("the offloader sorts its policies by concept, in any order, with defau
 TEST_CASE("an offloader plans from resolved settings against the transport's device") {
   block_model m(6, 5);
   auto in = quiet_inputs();
-  in.overrides = {{"resident_module_budget_gb", 0.0005},
-                  {"small_tensor_threshold_bytes", std::int64_t{1024}},
-                  {"resident_module_patterns", std::vector<std::string>{"auto"}}};
+  in.overrides = {{ddo::field_id::resident_module_budget_gb, 0.0005},
+                  {ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                  {ddo::field_id::resident_module_patterns, std::vector<std::string>{"auto"}}};
   const auto settings = ddo::resolve_settings(in);
   ddo::host_sim_options so;
   so.device_capacity_bytes = 256 * ddo::mib;

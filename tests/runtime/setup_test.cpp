@@ -49,7 +49,7 @@ struct blocks_model {
 ddo::setup_options quiet() {
   ddo::setup_options o;
   o.inputs.environment = std::map<std::string, std::string>{};
-  o.inputs.overrides = {{"small_tensor_threshold_bytes", std::int64_t{1024}}};
+  o.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}}};
   o.ram_bytes = 4 * ddo::gib;
   return o;
 }
@@ -89,7 +89,7 @@ TEST_SUITE("runtime") {
     CHECK(machine.capacity.available_ram_bytes == 4 * ddo::gib);
 
     // available_system_ram_gb set explicitly wins over the engine's statement.
-    options.inputs.overrides.push_back({"available_system_ram_gb", 3.0});
+    options.inputs.overrides.push_back({ddo::field_id::available_system_ram_gb, 3.0});
     const auto explicit_ram = ddo::resolve_settings(options.inputs);
     const auto m2 = ddo::machine_for(sim, m.table, groups, explicit_ram, runtime, options);
     CHECK(m2.capacity.available_ram_bytes == 3 * ddo::gib);
@@ -149,11 +149,23 @@ TEST_SUITE("runtime") {
     const auto second = ddo::setup_offload(m.table, settings, route, options, sim);
     CHECK(second.plan_from_cache);
     CHECK(cache.hits() == 1);
+    // The plan read back from the cache keeps its selections (enums) and prints the same.
+    CHECK(second.plan.budgets.resident_selection == ddo::plan_selection::spread);
+    CHECK(second.plan.budgets.pin_selection == first.plan.budgets.pin_selection);
+    CHECK(ddo::format_plan_json(second.plan, m.table) == ddo::format_plan_json(first.plan, m.table));
     sim.free_device(held, 2 * ddo::mib);
     // Another config, another reserve, another table: planned anew.
     auto other = options;
-    other.inputs.overrides.push_back({"pin_weight_selection", std::string("first")});
-    CHECK_FALSE(ddo::setup_offload(m.table, ddo::resolve_settings(other.inputs), route, other, sim).plan_from_cache);
+    other.inputs.overrides.push_back({ddo::field_id::pin_weight_selection, ddo::selection::first});
+    other.inputs.overrides.push_back(
+        {ddo::field_id::resident_module_selection, ddo::selection::largest});
+    const auto other_settings = ddo::resolve_settings(other.inputs);
+    const auto planned = ddo::setup_offload(m.table, other_settings, route, other, sim);
+    CHECK_FALSE(planned.plan_from_cache);
+    const auto again = ddo::setup_offload(m.table, other_settings, route, other, sim);
+    CHECK(again.plan_from_cache);
+    CHECK(again.plan.budgets.resident_selection == ddo::plan_selection::largest);
+    CHECK(again.plan.budgets.pin_selection == ddo::plan_selection::first);
     other = options;
     other.reserve_device_bytes = ddo::mib;
     CHECK_FALSE(ddo::setup_offload(m.table, settings, route, other, sim).plan_from_cache);
@@ -162,7 +174,7 @@ TEST_SUITE("runtime") {
     CHECK(cache.size() == 4);
     // cache_plan off: the cache is not consulted.
     auto off = options;
-    off.inputs.overrides.push_back({"cache_plan", false});
+    off.inputs.overrides.push_back({ddo::field_id::cache_plan, false});
     CHECK_FALSE(ddo::setup_offload(m.table, ddo::resolve_settings(off.inputs), route, off, sim).plan_from_cache);
     CHECK(cache.size() == 4);
   }
@@ -170,7 +182,7 @@ TEST_SUITE("runtime") {
   TEST_CASE("verbose prints the setup details") {
     const blocks_model m(std::random_device{}());
     auto options = quiet();
-    options.inputs.overrides.push_back({"verbose", true});
+    options.inputs.overrides.push_back({ddo::field_id::verbose, true});
     std::FILE* log = std::tmpfile();
     REQUIRE(log != nullptr);
     options.log = log;
@@ -192,9 +204,9 @@ TEST_SUITE("runtime") {
     options.log = [&](ddo::log_severity severity, std::string_view line) {
       lines.emplace_back(severity, std::string(line));
     };
-    options.inputs.overrides.push_back({"show_profile", true});
-    options.inputs.overrides.push_back({"cache_pinned_weights", true});
-    options.inputs.overrides.push_back({"pinned_weight_cache_namespace", std::string("warm")});
+    options.inputs.overrides.push_back({ddo::field_id::show_profile, true});
+    options.inputs.overrides.push_back({ddo::field_id::cache_pinned_weights, true});
+    options.inputs.overrides.push_back({ddo::field_id::pinned_weight_cache_namespace, std::string("warm")});
     options.plans = nullptr;
     ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
     {
@@ -221,21 +233,21 @@ TEST_SUITE("runtime") {
     CHECK(lines[1].second.find(" acquires prefetched; copy ") != std::string::npos);
     CHECK(lines[2].second.find("ddo: profile: resident ") == 0);
     lines.clear();
-    options.inputs.overrides.push_back({"show_profile", false});
+    options.inputs.overrides.push_back({ddo::field_id::show_profile, false});
     (void)ddo::enable_offload(m.table, std::nullopt, options, sim);
     CHECK(lines.empty());
   }
 
   TEST_CASE("execution_device is parsed into the device ddo makes its transport on") {
     auto options = quiet();
-    options.inputs.overrides.push_back({"execution_device", std::string("cuda:3")});
+    options.inputs.overrides.push_back({ddo::field_id::execution_device, std::string("cuda:3")});
     auto s = ddo::resolve_settings(options.inputs);
     const auto d = ddo::parse_execution_device(s);
     CHECK(d.cuda);
     CHECK(d.index == 3);
     // The transport ddo makes for these settings is on that device (host_sim: simulated).
     CHECK(ddo::make_transport<ddo::host_sim_transport>(s, options.host_sim).name() == "host_sim");
-    options.inputs.overrides.back().second = std::string("gpu0");
+    options.inputs.overrides.back().value = std::string("gpu0");
     CHECK_THROWS_AS((void)ddo::resolve_settings(options.inputs), ddo::config_error);
   }
 
@@ -250,7 +262,7 @@ TEST_SUITE("runtime") {
     static_assert(!ddo::transport_with_simulated_device<ddo::linear_transport>);
     static_assert(!ddo::transport_with_simulated_device<ddo::nvme_transport<ddo::vmm_transport>>);
     auto options = quiet();
-    options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0625);
+    options.inputs.overrides.emplace_back(ddo::field_id::vmm_staging_buffer_gb, 0.0625);
     const auto s = ddo::resolve_settings(options.inputs);
     CHECK(ddo::transport_device_name(ddo::host_sim_transport{}) == "host_sim");
     CHECK(ddo::transport_device_name(
@@ -266,9 +278,9 @@ TEST_SUITE("runtime") {
     const blocks_model m(std::random_device{}());
     ddo::host_sim_transport sim({.device_capacity_bytes = 256 * ddo::mib});
     auto options = quiet();
-    options.inputs.overrides.emplace_back("execution_mode", std::string("vmm_runtime"));
-    options.inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", 0.5);
-    options.inputs.overrides.emplace_back("vmm_staging_buffer_gb", 0.0625);
+    options.inputs.overrides.emplace_back(ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime);
+    options.inputs.overrides.emplace_back(ddo::field_id::vmm_resident_weight_budget_gb, 0.5);
+    options.inputs.overrides.emplace_back(ddo::field_id::vmm_staging_buffer_gb, 0.0625);
     const auto settings = ddo::resolve_settings(options.inputs);
     const auto setup = ddo::setup_offload(
         m.table, settings, ddo::component_for(settings, options.inputs), options, sim);
@@ -302,7 +314,7 @@ TEST_SUITE("runtime") {
     options.log = nullptr;
     // The rules keep every ff.up resident: a block's slot holds only its attn.to_q.
     options.inputs.overrides.push_back(
-        {"skip_modules_pattern", std::vector<std::string>{R"(ff\.up$)"}});
+        {ddo::field_id::skip_modules_pattern, std::vector<std::string>{R"(ff\.up$)"}});
     const auto settings = ddo::resolve_settings(options.inputs);
     const auto setup = ddo::setup_offload(
         m.table, settings, ddo::component_for(settings, options.inputs), options, sim);
@@ -336,7 +348,7 @@ TEST_SUITE("runtime") {
     auto options = quiet();
     options.log = nullptr;
     options.zero_resident_reason = "one pass";
-    options.inputs.overrides.push_back({"auto_budget_policy", std::string("balanced")});
+    options.inputs.overrides.push_back({ddo::field_id::auto_budget_policy, ddo::budget_policy::balanced});
     const auto settings = ddo::resolve_settings(options.inputs);
     const auto setup = ddo::setup_offload(
         m.table, settings, ddo::component_for(settings, options.inputs), options, sim);
@@ -358,9 +370,9 @@ TEST_SUITE("runtime") {
     options.host_sim.device_capacity_bytes = ddo::gib;
     options.inputs.environment =
         std::map<std::string, std::string>{{"DDO_PROFILE_DIR", dir.string()}};
-    options.inputs.overrides.emplace_back("backend", std::string("host_sim"));
+    options.inputs.overrides.emplace_back(ddo::field_id::backend, ddo::offload_backend::host_sim);
     options.inputs.overrides.emplace_back(
-        "resident_module_budget_gb",
+        ddo::field_id::resident_module_budget_gb,
         static_cast<double>(m.table.total_bytes() / 2) / static_cast<double>(ddo::gib));
     const auto json = [&](const ddo::offload_plan& plan) {
       return ddo::format_plan(plan, m.table, ddo::plan_format::json);
@@ -384,10 +396,10 @@ TEST_SUITE("runtime") {
     // clang before 16 cannot do for a binding.
     const auto plain = plans(options);
     CHECK_FALSE(plain.second.has_value());
-    CHECK(plain.first.resident_selection != "overlap");
+    CHECK(plain.first.resident_selection != ddo::plan_selection::overlap);
     CHECK(plain.first.planner_detail == "selection: no profile_name");
 
-    options.inputs.overrides.emplace_back("profile_name", std::string("onecall"));
+    options.inputs.overrides.emplace_back(ddo::field_id::profile_name, std::string("onecall"));
     const auto absent = plans(options);
     CHECK_FALSE(absent.second.has_value());
     CHECK(absent.first.planner_detail.find("not stored yet") != std::string::npos);
@@ -414,7 +426,7 @@ TEST_SUITE("runtime") {
     const auto overlap = plans(options);
     REQUIRE(overlap.second.has_value());
     CHECK_FALSE(overlap.second->timings.empty());
-    CHECK(overlap.first.resident_selection == "overlap");
+    CHECK(overlap.first.resident_selection == ddo::plan_selection::overlap);
     CHECK(overlap.first.planner_detail.find("capacity profile 'onecall'") != std::string::npos);
     std::filesystem::remove_all(dir);
   }

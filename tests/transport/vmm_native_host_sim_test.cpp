@@ -364,15 +364,15 @@ TEST_SUITE("transport") {
     auto settings_with = [&](bool ownership, std::uint64_t limit_mb, bool native) {
       ddo::setup_options o;
       o.inputs.environment = std::map<std::string, std::string>{};
-      o.inputs.overrides = {{"execution_mode", std::string(native ? "vmm_runtime" : "linear_runtime")},
-                            {"vmm_native_transport", native},
-                            {"vmm_resident_weight_budget_gb", 1.0},
-                            {"vmm_component_tensor_ownership", ownership},
-                            {"vmm_component_buffer_limit_mb", static_cast<std::int64_t>(limit_mb)},
-                            {"resident_module_budget_gb", 0.0},
-                            {"small_tensor_threshold_bytes", std::int64_t{0}},
-                            {"always_resident_modules_pattern", std::vector<std::string>{}},
-                            {"pin_cpu_memory", false}};
+      o.inputs.overrides = {{ddo::field_id::execution_mode, std::string(native ? "vmm_runtime" : "linear_runtime")},
+                            {ddo::field_id::vmm_native_transport, native},
+                            {ddo::field_id::vmm_resident_weight_budget_gb, 1.0},
+                            {ddo::field_id::vmm_component_tensor_ownership, ownership},
+                            {ddo::field_id::vmm_component_buffer_limit_mb, static_cast<std::int64_t>(limit_mb)},
+                            {ddo::field_id::resident_module_budget_gb, 0.0},
+                            {ddo::field_id::small_tensor_threshold_bytes, std::int64_t{0}},
+                            {ddo::field_id::always_resident_modules_pattern, std::vector<std::string>{}},
+                            {ddo::field_id::pin_cpu_memory, false}};
       o.ram_bytes = 4 * ddo::gib;
       o.groups = std::vector<ddo::execution_group>{{"blocks.0", {0, 1, 2, 3, 4}, true}};
       return o;
@@ -435,14 +435,14 @@ TEST_SUITE("transport") {
     auto setup_with = [&](std::string units, bool native, auto& t) {
       ddo::setup_options o;
       o.inputs.environment = std::map<std::string, std::string>{};
-      o.inputs.overrides = {{"execution_mode", std::string("vmm_runtime")},
-                            {"vmm_native_transport", native},
-                            {"vmm_module_pattern", std::move(units)},
-                            {"vmm_resident_weight_budget_gb", 1.0},
-                            {"resident_module_budget_gb", 1e-9},  // ~1 byte: stream all
-                            {"small_tensor_threshold_bytes", std::int64_t{0}},
-                            {"always_resident_modules_pattern", std::vector<std::string>{}},
-                            {"pin_cpu_memory", false}};
+      o.inputs.overrides = {{ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime},
+                            {ddo::field_id::vmm_native_transport, native},
+                            {ddo::field_id::vmm_module_pattern, std::move(units)},
+                            {ddo::field_id::vmm_resident_weight_budget_gb, 1.0},
+                            {ddo::field_id::resident_module_budget_gb, 1e-9},  // ~1 byte: stream all
+                            {ddo::field_id::small_tensor_threshold_bytes, std::int64_t{0}},
+                            {ddo::field_id::always_resident_modules_pattern, std::vector<std::string>{}},
+                            {ddo::field_id::pin_cpu_memory, false}};
       o.ram_bytes = 4 * ddo::gib;
       o.groups = groups;
       const auto s = ddo::resolve_settings(o.inputs);
@@ -479,7 +479,7 @@ TEST_SUITE("transport") {
     // Outside the dialect: refused at resolve, naming the field.
     ddo::setup_options bad;
     bad.inputs.environment = std::map<std::string, std::string>{};
-    bad.inputs.overrides = {{"vmm_module_pattern", std::string("attn(")}};
+    bad.inputs.overrides = {{ddo::field_id::vmm_module_pattern, std::string("attn(")}};
     try {
       (void)ddo::resolve_settings(bad.inputs);
       FAIL("an unbalanced vmm_module_pattern was accepted");
@@ -493,12 +493,12 @@ TEST_SUITE("transport") {
     auto setup_for = [&](bool native, double cache_gb, auto& transport) {
       ddo::setup_options o;
       o.inputs.environment = std::map<std::string, std::string>{};
-      o.inputs.overrides = {{"execution_mode", std::string("vmm_runtime")},
-                            {"vmm_native_transport", native},
-                            {"vmm_source_cache_gb", cache_gb},
-                            {"vmm_resident_weight_budget_gb", 1.0},
-                            {"resident_module_budget_gb", 0.0},
-                            {"pin_cpu_memory", false}};
+      o.inputs.overrides = {{ddo::field_id::execution_mode, ddo::exec_mode::vmm_runtime},
+                            {ddo::field_id::vmm_native_transport, native},
+                            {ddo::field_id::vmm_source_cache_gb, cache_gb},
+                            {ddo::field_id::vmm_resident_weight_budget_gb, 1.0},
+                            {ddo::field_id::resident_module_budget_gb, 0.0},
+                            {ddo::field_id::pin_cpu_memory, false}};
       o.ram_bytes = 4 * ddo::gib;
       const auto s = ddo::resolve_settings(o.inputs);
       return ddo::setup_offload(m->table, s, ddo::component_for(s, o.inputs), o, transport);

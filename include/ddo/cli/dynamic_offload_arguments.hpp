@@ -111,7 +111,7 @@ inline constexpr double cli_default_vmm_resident_weight_budget_gb = 4.0;
 /// nvme_baseline presets' own 4 GiB is the same value.
 inline void add_cli_helper_defaults(
     resolve_inputs& inputs, double vmm_budget_gb = cli_default_vmm_resident_weight_budget_gb) {
-  inputs.overrides.emplace_back("vmm_resident_weight_budget_gb", vmm_budget_gb);
+  inputs.overrides.emplace_back(field_id::vmm_resident_weight_budget_gb, vmm_budget_gb);
 }
 
 /// @brief Builds a config from the flags alone, as the reference's build_config_from_args: the
@@ -124,7 +124,7 @@ inline void add_cli_helper_defaults(
     const boost::program_options::variables_map& vm, const resolve_context& context = {}) {
   explicit_source helper_defaults;
   helper_defaults.overrides = {
-      {"vmm_resident_weight_budget_gb", cli_default_vmm_resident_weight_budget_gb}};
+      {field_id::vmm_resident_weight_budget_gb, cli_default_vmm_resident_weight_budget_gb}};
   return resolve_from_sources(context, helper_defaults, layer_source{cli_config_layer(vm)}).config;
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/config/field_override.hpp"
 #include "ddo/config/field_value.hpp"
 #include "ddo/config/provenance.hpp"
 #include "ddo/core/enum_names.hpp"
@@ -97,18 +98,19 @@ struct component_policy {
   std::optional<group_offload_type> offload_type;  ///< block_level or leaf_level
   std::optional<bool> offload_low_cpu_mem_usage;  ///< group offload: pin per use, not up front
   std::optional<std::int64_t> num_blocks_per_group;  ///< block_level group size (positive)
-  /// Config overrides for this component only (field name, value); they outrank every other
+  /// Config overrides for this component only (field_id, value); they outrank every other
   /// source for the component they name (provenance "component").
-  std::vector<std::pair<std::string, field_value>> config;
+  std::vector<field_override> config;
 
-  /// @brief Adds a config override for this component; the name is checked at resolution.
-  /// @p value is anything a field_value is made from (true, 4, 1.5, "first", a vector of
-  /// strings). A template so that a translation unit that never calls it (every TU including
-  /// the umbrella) does not compile the vector's insertion of a variant: 5% of the umbrella.
+  /// @brief Adds a config override for this component; the value is checked at resolution.
+  /// @p value is anything a field_value is made from (true, 4, 1.5, a vector of strings) or the
+  /// field's enum (selection::first). A template so that a translation unit that never calls it
+  /// (every TU including the umbrella) does not compile the vector's insertion of a variant: 5%
+  /// of the umbrella.
   template <class Value>
-    requires std::constructible_from<field_value, Value&&>
-  component_policy& set(std::string field_name, Value&& value) {
-    config.emplace_back(std::move(field_name), std::forward<Value>(value));
+    requires std::constructible_from<field_override, field_id, Value&&>
+  component_policy& set(field_id field, Value&& value) {
+    config.emplace_back(field, std::forward<Value>(value));
     return *this;
   }
 };

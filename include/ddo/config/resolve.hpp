@@ -23,6 +23,7 @@
 #include "ddo/config/dynamic_offload_settings.hpp"
 #include "ddo/config/env_source.hpp"
 #include "ddo/config/explicit_source.hpp"
+#include "ddo/config/field_override.hpp"
 #include "ddo/config/resolve_context.hpp"
 #include "ddo/core/linkage.hpp"
 #include "ddo/memory/system_probe.hpp"
@@ -57,8 +58,8 @@ dynamic_offload_settings resolve_from_sources(const resolve_context& context,
 struct resolve_inputs {
   std::optional<std::string> preset;             ///< preset from code (else DDO_PRESET, else auto)
   std::optional<dynamic_offload_config> config;  ///< a whole explicit config (see explicit_source)
-  /// Explicit field overrides (name, value), provenance config.
-  std::vector<std::pair<std::string, field_value>> overrides;
+  /// Explicit field overrides ({field_id::backend, offload_backend::nvme}), provenance config.
+  std::vector<field_override> overrides;
   std::optional<config_layer> toml;  ///< from ddo::read_toml_config(path) (config/toml_source.hpp)
   /// DDO_* variables; nullopt reads the process environment.
   std::optional<std::map<std::string, std::string>> environment;

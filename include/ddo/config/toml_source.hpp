@@ -192,7 +192,7 @@ inline component_policy read_toml_component(const std::string& file, const std::
     } else if (const auto index = find_field(key)) {
       const field_info& info = config_fields()[*index];
       const field_value raw = toml_to_value(node, where, to_string(info.type));
-      policy.config.emplace_back(std::string(key),
+      policy.config.emplace_back(info.id,
                                  normalize_field_value(info, raw, {origin::toml, where}));
     } else {
       auto known = field_name_list();

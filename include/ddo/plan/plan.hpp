@@ -53,6 +53,30 @@ static_assert(enum_names<placement>::values.size() == placement_count,
   return memory_tier::device;
 }
 
+/// @brief How a budget picked its winners (plan_budgets::resident_selection, pin_selection):
+/// one of the config's selections (first, spread, largest: the config's field or one an engine
+/// compiled in), custom (an engine's own weight selector), overlap (the overlap-aware planner,
+/// plan/overlap_planner.hpp), none (route plans, which select nothing).
+enum class plan_selection { none, first, spread, largest, custom, overlap };
+
+/// @brief The names plans print (plan_format, ddo-plan's JSON): none prints as "", as before
+/// the enum, so plan files stay byte-identical.
+template <>
+struct enum_names<plan_selection> {
+  static constexpr std::array<std::string_view, 6> values = {"",       "first",  "spread",
+                                                             "largest", "custom", "overlap"};
+};
+
+/// @brief The plan's name of the config's selection @p s.
+[[nodiscard]] constexpr plan_selection plan_selection_of(selection s) noexcept {
+  switch (s) {
+    case selection::first: return plan_selection::first;
+    case selection::spread: return plan_selection::spread;
+    case selection::largest: return plan_selection::largest;
+  }
+  return plan_selection::none;
+}
+
 /// @brief The decision for one weight (index i of the weight table is decisions[i]).
 struct weight_decision {
   placement where = placement::gpu_resident;
@@ -91,12 +115,9 @@ struct plan_budgets {
   std::uint64_t total_vram_bytes = 0;     ///< as seen or stated at planning time
   std::uint64_t usable_ram_bytes = 0;     ///< available RAM minus system_ram_headroom_gb
   std::uint64_t max_group_bytes = 0;      ///< the transport's slot/staging limit (0 = none)
-  /// How the resident budget picked its winners: "first", "spread", "largest" (the config's
-  /// selection or one an engine compiled in), "custom" for an engine's own selector, "overlap" for
-  /// the overlap-aware planner (plan/overlap_planner.hpp); empty for
-  /// route plans, which select nothing.
-  std::string resident_selection;
-  std::string pin_selection;  ///< how the pin budget picked, named as resident_selection
+  /// How the resident budget picked its winners (none for route plans, which select nothing).
+  plan_selection resident_selection = plan_selection::none;
+  plan_selection pin_selection = plan_selection::none;  ///< how the pin budget picked
   /// Which planner planned, when it was chosen at run time (by_profile_planner): the capacity
   /// profile whose group timings the overlap-aware planner used, or why none applied; empty
   /// for a planner fixed at compile time.

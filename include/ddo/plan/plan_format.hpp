@@ -95,8 +95,8 @@ using encoded_fields = std::vector<std::pair<std::string, std::string>>;
 }
 
 // A budget's selection by name; "" for route plans, which select nothing.
-[[nodiscard]] inline std::string_view selection_text(const std::string& which) noexcept {
-  return which;
+[[nodiscard]] constexpr std::string_view selection_text(plan_selection which) noexcept {
+  return enum_name(which);
 }
 
 [[nodiscard]] inline encoded_fields budget_fields(const plan_budgets& b) {

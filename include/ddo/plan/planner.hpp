@@ -59,6 +59,15 @@ template <class Planner = default_residency_planner, class PinSelector = default
                                      PinSelector pin_selector_policy = {});
 
 namespace detail {
+/// The plan's selection from a planner's answer (residency_result / pin_result::selection, text
+/// an engine's planner may set): empty is the config's @p configured; a name the plan knows is
+/// that selection; any other name is an engine's own selection, reported as custom.
+[[nodiscard]] inline plan_selection selection_named(std::string_view answer,
+                                                    selection configured) noexcept {
+  if (answer.empty()) return plan_selection_of(configured);
+  const auto known = parse_enum<plan_selection>(answer);
+  return known ? *known : plan_selection::custom;
+}
 
 inline void check_plan_number(double value, const char* field) {
   // __builtin_isnan, not std::isnan: <cmath> alone costs every TU including the umbrella 4%.
@@ -212,13 +221,10 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   b.demoted_bytes = residency.demoted_bytes;
   b.demoted_weights = residency.demoted_weights;
   b.rule_resident_detail = residency.rule_resident_detail;
-  b.resident_selection = !residency.selection.empty()
-                             ? residency.selection
-                             : std::string(selection_name(config.resident_module_selection));
+  b.resident_selection =
+      detail::selection_named(residency.selection, config.resident_module_selection);
   b.planner_detail = residency.planner_detail;
-  b.pin_selection = !pins.selection.empty()
-                        ? pins.selection
-                        : std::string(selection_name(config.pin_weight_selection));
+  b.pin_selection = detail::selection_named(pins.selection, config.pin_weight_selection);
 
   b.tier_bound_detail = describe_tier_bound(tier_bound_of(plan, machine));
   detail::check_plan_fits(plan, machine);

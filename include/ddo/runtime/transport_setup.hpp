@@ -18,6 +18,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/platform/cuda_device.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
+#include "ddo/runtime/transport_backend.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
@@ -184,10 +185,9 @@ namespace detail {
 template <class Transport>
 void check_transport_settings(const dynamic_offload_settings& s, Transport& t,
                               std::vector<std::string>& notes) {
-  const std::string_view have = t.name();
+  const std::string_view have = t.name();  // for the messages only: the trait decides
   const std::string_view want = enum_name(s.config.backend);
-  // host_sim's VMM mode is the vmm backend simulated (stable addresses, mapped budget).
-  if (want != have && !(want == "vmm" && transport_with_stable_addresses<Transport>)) {
+  if (!transport_serves_backend<Transport>(s.config.backend)) {
     const auto& where = s.provenance.of(field_id::backend);
     if (set_explicitly(s, field_id::backend))
       throw config_error(where.source, where.key,

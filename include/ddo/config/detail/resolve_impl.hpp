@@ -188,15 +188,10 @@ DDO_INLINE void layer_config(dynamic_offload_settings& settings,
   for (const auto& layer : layers) {
     const auto it = component.empty() ? layer.components.end() : layer.components.find(component);
     if (it == layer.components.end()) continue;
-    for (const auto& [name, value] : it->second.config) {
-      const field_origin where{origin::component,
-                               "component " + component + " policy field " + name};
-      const auto index = find_field(name);
-      if (!index)
-        throw config_error(origin::component, name,
-                           describe(where) + " is not a ddo setting" +
-                               did_you_mean(closest_name(name, explicit_source::field_names())));
-      assign(*index, normalize_field_value(fields[*index], value, where), where);
+    for (const auto& o : it->second.config) {
+      const field_origin where{origin::component, "component " + component + " policy field " +
+                                                      std::string(to_string(o.field))};
+      assign(field_index(o.field), normalize_override(o, where), where);
     }
   }
 }
