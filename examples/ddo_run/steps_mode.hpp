@@ -248,7 +248,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     if (!opt.trace_path.empty())
       trace.add(step_name, "step", t0_us, trace.now_us() - t0_us, chrome_trace::host);
     if (sampler) sampler->sample();
-    host_memory.sample_used();  // the full reading (PSS) once after the loop: it takes ~90 ms
+    host_memory.sample_used();  // PSS (~90 ms) is read once, by print_host_memory
     bar.interrupt([&] {
       std::printf("  %s: span %.1f ms\n", step_name.c_str(), ms);
       if (config.show_profile) {
@@ -260,7 +260,6 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     bar.update(static_cast<std::uint64_t>(step + 1));
   }
   steps.close();
-  host_memory.sample();
   bar.finish();
 
   const auto metrics = offloader.metrics(true);
