@@ -683,6 +683,30 @@ TEST_CASE("capture check: the file route captures a cold step; the VMM route str
   }
 }
 
+TEST_CASE("capture check: poisoned releases stay out of a step replayed without streaming") {
+  using namespace graph_streaming_test;
+  // poison_released_slots fills a slot at its release. A step captured with a ring that holds
+  // every group replays without loading anything: a fill captured with it would run at every
+  // release of every replay, and the next replay's kernels would read the poison.
+  auto m = pinned_model(6, 63);
+  host_sim_transport sim(linear_sim_options(4e9));
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  {
+    offloader off(sim, m->table, m->plan, poisoned(6));
+    cold_capture_and_replay(sim, off, s, *m, 4);
+    // Eager steps after the replays still poison their releases (the debug mode stays on).
+    checker check;
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, s);
+      check.enqueue(sim, s, *m, lease);
+    }
+    sim.synchronize(s);
+    CHECK(check.mismatches == 0);
+  }
+  CHECK(sim.device_bytes_in_use() == 0);
+}
+
 TEST_CASE("capture check: host_sim refuses a synchronizing call on the capturing thread") {
   // What the two cases above rely on: the check fires (the engine's own synchronize included).
   using ddo::host_sim_transport;
