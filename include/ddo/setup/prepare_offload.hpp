@@ -129,9 +129,7 @@ prepared_offload<Offloader> prepare_with(const weight_table& table,
   return r;
 }
 
-}  // namespace detail
-
-/// @brief Plans @p table's component (`options.inputs.component`, route from the settings) over
+/// Plans @p table's component (`options.inputs.component`, route from the settings) over
 /// @p transport with the planner of @p Offloader (planner_for: by profile unless the engine
 /// fixed one), ready to start().
 /// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
@@ -144,18 +142,23 @@ template <class Offloader>
   const auto planner = planner_for<typename Offloader::planner_type>(
       table, settings.config, settings.profile_dir, options.tokens,
       runtime_options_from(settings.config, options.runtime), transport, &profile);
-  return detail::prepare_with<Offloader>(table, std::move(settings), options, std::move(transport),
-                                         planner, std::move(profile));
+  return prepare_with<Offloader>(table, std::move(settings), options, std::move(transport),
+                                 planner, std::move(profile));
 }
 
-/// @brief prepare_offload_as over @p transport with the offloader of @p Policies (a planner, pin
-/// selector, selections; a transport only if it is @p Transport).
+}  // namespace detail
+
+/// @brief The one call over @p transport with the offloader of @p Policies (a planner, pin
+/// selector, selections; a transport only if it is @p Transport): plans, ready to start().
+/// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
+/// usage_error (groups, profile timings), format_error / io_error (profile file).
 template <class... Policies, class Transport>
 [[nodiscard]] prepared_offload<typename detail::prepared_offloader<Transport, Policies...>::type>
 prepare_offload(const weight_table& table, dynamic_offload_settings settings,
                 const setup_options& options, Transport transport) {
   static_assert(detail::check_transport<Transport>());
-  return prepare_offload_as<typename detail::prepared_offloader<Transport, Policies...>::type>(
+  return detail::prepare_offload_as<
+      typename detail::prepared_offloader<Transport, Policies...>::type>(
       table, std::move(settings), options, std::move(transport));
 }
 
