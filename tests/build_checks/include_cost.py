@@ -69,14 +69,15 @@ static ddo::weight_table one_weight_model(std::vector<std::byte>& bytes) {
 """
 
 # One offloader planned from settings over host_sim: acquire, a lease, metrics.
-OFFLOADER = "#include <ddo/ddo.hpp>\n#include <ddo/setup/setup.hpp>\n" + \
+OFFLOADER = "#include <ddo/ddo.hpp>\n#include <ddo/setup/prepare_offload.hpp>\n" + \
     "#include <ddo/transport/host_sim.hpp>\n" + MODEL + r"""
 int main() {
   std::vector<std::byte> bytes;
   const ddo::weight_table table = one_weight_model(bytes);
   ddo::host_sim_transport transport({.device_capacity_bytes = 256 * ddo::mib});
   ddo::dynamic_offload_settings settings;
-  ddo::offloader<ddo::host_sim_transport> offloader(table, settings, {}, transport);
+  auto enabled = ddo::prepare_offload(table, settings, {}, transport).start();
+  auto& offloader = *enabled;
   auto stream = transport.make_stream();
   std::size_t seen = 0;
   {

@@ -42,6 +42,7 @@
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/setup/enable_offload.hpp"
+#include "ddo/setup/resolve_stage.hpp"
 #include "ddo/setup/pipeline_budget.hpp"
 #include "ddo/setup/start.hpp"
 
@@ -230,6 +231,18 @@ std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
   return m.ring_bytes + runtime_device_reserve_bytes;
 }
 
+/// The pipeline's own settings (no component), for its shared budgets and the one transport ddo
+/// makes: the resolve stage over every component's bytes, as each component's goes over its own.
+inline dynamic_offload_settings pipeline_settings(const std::vector<pipeline_component>& pipeline,
+                                                  std::optional<std::string_view> preset,
+                                                  const setup_options& options) {
+  setup_resolution in = options;
+  in.inputs.component.clear();
+  std::uint64_t bytes = 0;
+  for (const auto& c : pipeline) bytes += c.model != nullptr ? c.model->total_bytes() : 0;
+  return resolve_for(bytes, preset, in, options.ram_bytes);
+}
+
 /// Caps the pinned weights of @p settings at @p share bytes (every pin rule: the cap, and an
 /// explicit pin budget above the share).
 inline void cap_pinned(dynamic_offload_settings& settings, std::uint64_t share) {
@@ -268,7 +281,7 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
     o.inputs.components = names;
     if (c.groups) o.groups = c.groups;
     if (preset) o.inputs.preset = *preset;  // a preset from code outranks DDO_PRESET
-    auto s = resolve_for(*c.model, std::nullopt, o);
+    auto s = resolve_for(c.model->total_bytes(), std::nullopt, o, o.ram_bytes);
     const auto route = component_for(s, o.inputs);
     pipeline_component_need need;
     need.name = c.name;
@@ -344,10 +357,8 @@ enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
       pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
   result_type result;
   // The budgets are the pipeline's, not a component's: read from its settings (no component).
-  auto inputs = options.inputs;
-  inputs.component.clear();
-  if (preset) inputs.preset = std::string(*preset);
-  const auto budgets = pipeline_budgets_from(resolve_settings(inputs), options);
+  const auto budgets =
+      pipeline_budgets_from(detail::pipeline_settings(pipeline, preset, options), options);
   detail::setup_pipeline<result_type, Policies...>(
       result, pipeline, preset ? std::optional<std::string>(*preset) : std::nullopt, options,
       transport, budgets);
@@ -365,9 +376,7 @@ enable_pipeline_offload(
     const std::vector<pipeline_component>& pipeline,
     std::optional<std::string_view> preset = std::nullopt, setup_options options = {}) {
   using transport_type = typename offloader<Policies...>::transport_type;
-  auto inputs = options.inputs;
-  if (preset) inputs.preset = std::string(*preset);
-  const auto settings = resolve_settings(inputs);
+  const auto settings = detail::pipeline_settings(pipeline, preset, options);
   auto transport = setup_transport<transport_type>(settings, options);
   return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options),
                                               std::move(transport));
