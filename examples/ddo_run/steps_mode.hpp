@@ -148,6 +148,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (floor) print_setup_floor(*floor, setup_s);
   if constexpr (requires { offloader.transport().file_io_description(); })
     std::printf("file route: %s\n", offloader.transport().file_io_description().c_str());
+  const auto file_reads_at_setup = file_route_stats(offloader.transport());
 
   Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
   auto view = engine.view();
@@ -282,6 +283,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(),
               executed_route.c_str());
   print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr);
+  print_file_route_steps(file_reads_at_setup, file_route_stats(offloader.transport()), total_steps,
+                         setup.plan.total_bytes(ddo::placement::file));
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   const bool within_budget =
       report_budget(ctx, ddo::runner::ddo_peak_device_bytes(t, metrics.peak_device_bytes),
