@@ -135,22 +135,29 @@ std::optional<ddo::nvme_stats> file_route_stats(const Transport& t) {
     return std::nullopt;
 }
 
-/// The steps' share of the file route's reads: its totals count setup's reads too (the resident
-/// uploads go through the same slots), so a step's bytes are the difference over the steps,
-/// beside the plan's file tier (O_DIRECT widens each piece to 4096 bytes at both ends).
-inline void print_file_route_steps(const std::optional<ddo::nvme_stats>& at_setup,
+/// The steady steps' share of the file route's reads: its totals count setup's reads too (the
+/// resident uploads go through the same slots) and the warm-up's (the ring's first loads), so a
+/// step's bytes are the difference over the steady steps, beside the plan's file tier (O_DIRECT
+/// widens each piece to 4096 bytes at both ends).
+struct file_route_marks {
+  std::optional<ddo::nvme_stats> setup, steady;  // after setup, after the warm-up steps
+};
+inline void print_file_route_steps(const file_route_marks& marks,
                                    const std::optional<ddo::nvme_stats>& now, int steps,
                                    std::uint64_t file_tier_bytes) {
-  if (!at_setup || !now || steps <= 0) return;
-  const double bytes = static_cast<double>(now->bytes_read - at_setup->bytes_read) / steps;
-  const double fills = static_cast<double>(now->slot_fills - at_setup->slot_fills) / steps;
-  const double seconds = (now->read_seconds - at_setup->read_seconds) / steps;
-  std::printf("  file route a step: %s read (the plan's file tier %s, %+.3f%%) in %.0f slot "
-              "fill(s), reading %.2f s (%.2f GB/s); at setup %s read (resident uploads)\n",
+  if (!marks.setup || !marks.steady || !now || steps <= 0) return;
+  const auto& at = *marks.steady;
+  const double bytes = static_cast<double>(now->bytes_read - at.bytes_read) / steps;
+  const double fills = static_cast<double>(now->slot_fills - at.slot_fills) / steps;
+  const double seconds = (now->read_seconds - at.read_seconds) / steps;
+  std::printf("  file route, a steady step: %s read (the plan's file tier %s, %+.3f%%) in %.0f "
+              "slot fill(s), reading %.2f s (%.2f GB/s); setup read %s (resident uploads), the "
+              "warm-up %s\n",
               gb(static_cast<std::uint64_t>(bytes)).c_str(), gb(file_tier_bytes).c_str(),
               file_tier_bytes != 0 ? 100.0 * (bytes / static_cast<double>(file_tier_bytes) - 1.0) : 0.0,
               fills, seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
-              gb(at_setup->bytes_read).c_str());
+              gb(marks.setup->bytes_read).c_str(),
+              gb(at.bytes_read - marks.setup->bytes_read).c_str());
 }
 
 /// The metrics lines after the steps: either VMM route's window, with show_profile the totals

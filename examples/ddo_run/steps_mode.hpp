@@ -112,9 +112,12 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               gb(setup.machine.runtime_reserve_bytes).c_str(),
               gb(setup.machine.capacity.free_vram_bytes).c_str());
   std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
-  if (bound)
+  if (bound) {
     bound->streamed_bytes =
         ctx.table.total_bytes() - setup.plan.total_bytes(ddo::placement::gpu_resident);
+    bound->file_bytes = setup.plan.total_bytes(ddo::placement::file);
+    bound->disk_gbps = ctx.settings.config.disk_read_gb_per_s;
+  }
   std::optional<double> predicted_ms;
   if (overlap && !overlap->timings.empty()) {
     predicted_ms = ddo::predict_plan(setup.plan, overlap->timings, ddo::runner::ring_of(setup.runtime)).step_ms;
@@ -136,6 +139,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   // ddo-run prints its own summary below (the same totals, with the route and host memory):
   // the library's show_profile summary would repeat it.
   setup.runtime.profile_summary = nullptr;
+  const std::uint64_t file_tier_bytes = setup.plan.total_bytes(ddo::placement::file);
   auto enabled = prepared.start();
   auto& offloader = *enabled.offloader;
   setup_progress.finish();
@@ -148,7 +152,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   if (floor) print_setup_floor(*floor, setup_s);
   if constexpr (requires { offloader.transport().file_io_description(); })
     std::printf("file route: %s\n", offloader.transport().file_io_description().c_str());
-  const auto file_reads_at_setup = file_route_stats(offloader.transport());
+  file_route_marks file_reads;
+  file_reads.setup = file_reads.steady = file_route_stats(offloader.transport());
 
   Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
   auto view = engine.view();
@@ -249,6 +254,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
     if (!opt.trace_path.empty())
       trace.add(step_name, "step", t0_us, trace.now_us() - t0_us, chrome_trace::host);
     if (sampler) sampler->sample();
+    if (step + 1 == warmup) file_reads.steady = file_route_stats(offloader.transport());
     host_memory.sample_used();  // PSS (~90 ms) is read once, by print_host_memory
     bar.interrupt([&] {
       std::printf("  %s: span %.1f ms\n", step_name.c_str(), ms);
@@ -283,8 +289,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(),
               executed_route.c_str());
   print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr);
-  print_file_route_steps(file_reads_at_setup, file_route_stats(offloader.transport()), total_steps,
-                         setup.plan.total_bytes(ddo::placement::file));
+  print_file_route_steps(file_reads, file_route_stats(offloader.transport()), ctx.steps,
+                         file_tier_bytes);
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   const bool within_budget =
       report_budget(ctx, ddo::runner::ddo_peak_device_bytes(t, metrics.peak_device_bytes),

@@ -294,10 +294,7 @@ class nvme_transport : public Inner {
     DDO_EXPECTS(st.prepared, "nvme_transport::read_file_to_device before prepare_file_reads");
     plan_fills(st, pieces);
     if (st.batch.fills.empty()) return;
-    const auto start = std::chrono::steady_clock::now();
     run_fills(st, s);
-    st.stats.read_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   /// @brief At teardown (after the streams were synchronized): waits for the slots' copies,
@@ -382,12 +379,18 @@ class nvme_transport : public Inner {
     auto& b = st.batch;
     const std::size_t n = b.fills.size();
     auto& pool = *st.reader;
+    using clock = std::chrono::steady_clock;
+    const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    // read_seconds: while the readers have an open fill to read; the waits for the slots'
+    // copies that leave them none (the previous batch's, a copy behind the engine's compute)
+    // do not count.
+    for (std::size_t k = 0; k < std::min<std::size_t>(n, 2); ++k)
+      Inner::synchronize(st.slot_free[b.fills[k].slot]);  // the previous batch's copies
+    const auto start = clock::now();
+    clock::duration idle{};
     pool.start_gated(b.tasks, n);
     try {
-      for (std::size_t k = 0; k < std::min<std::size_t>(n, 2); ++k) {
-        Inner::synchronize(st.slot_free[b.fills[k].slot]);  // the previous batch's copies
-        pool.open_through(k);
-      }
+      pool.open_through(std::min<std::size_t>(n, 2) - 1);
       for (std::size_t k = 0; k < n; ++k) {
         const detail::nvme_slot_fill& f = b.fills[k];
         if (!pool.wait_batch(k)) break;  // a reader failed: finish() throws it
@@ -400,7 +403,9 @@ class nvme_transport : public Inner {
         st.stats.bytes_read += f.read_bytes;
         ++st.stats.slot_fills;
         if (k + 2 < n) {
+          const auto wait = clock::now();
           Inner::synchronize(st.slot_free[f.slot]);  // the next fill's reads run meanwhile
+          if (pool.batch_filled(k + 1)) idle += clock::now() - wait;
           pool.open_through(k + 2);
         }
       }
@@ -414,6 +419,7 @@ class nvme_transport : public Inner {
     }
     st.next = static_cast<unsigned>((st.next + n) % 2);
     pool.finish();
+    st.stats.read_seconds += seconds(clock::now() - start - idle);
   }
 
   /// Slot @p s: page-locked, and 4096-aligned where O_DIRECT reads into it. cudaHostAlloc does
