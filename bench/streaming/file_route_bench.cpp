@@ -119,6 +119,20 @@ options parse(int argc, char** argv) {
   return o;
 }
 
+/// The first group's bytes (the weight sizes cycle over the weights).
+std::uint64_t first_group_bytes(const options& o) {
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < o.per_group; ++i) bytes += o.weight_mib[i % o.weight_mib.size()] * ddo::mib;
+  return bytes;
+}
+
+/// "18,18,18,54,72,90": the weight sizes in MiB.
+std::string weight_sizes(const options& o) {
+  std::string sizes;
+  for (const auto v : o.weight_mib) sizes += (sizes.empty() ? "" : ",") + std::to_string(v);
+  return sizes;
+}
+
 /// A field of /proc/self/status or /proc/meminfo in bytes ("VmRSS:", "Cached:"); 0 if absent.
 std::uint64_t proc_kib_field(const char* file, const std::string& key) {
   std::ifstream in(file);
@@ -348,19 +362,14 @@ int main(int argc, char** argv) {
     const bool gpu = cuda.available && !o.host_sim;
     const std::string path =
         (std::filesystem::path(o.dir) / ("ddo_file_route_bench_" + std::to_string(::getpid()) + ".bin")).string();
-    std::uint64_t group_bytes = 0;  // the first group's
-    for (std::size_t i = 0; i < o.per_group; ++i)
-      group_bytes += o.weight_mib[i % o.weight_mib.size()] * ddo::mib;
-    std::uint64_t file_bytes = static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib));
-    file_bytes = std::max(file_bytes, group_bytes);
-    std::string sizes;
-    for (const auto v : o.weight_mib) sizes += (sizes.empty() ? "" : ",") + std::to_string(v);
+    const std::uint64_t file_bytes = std::max(
+        static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib)), first_group_bytes(o));
     std::printf("file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
                 "groups of %zu x %s MiB, %d cold passes\n",
                 gpu ? "GPU 0 (linear transport)" : ("host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")").c_str(),
                 path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
                 static_cast<unsigned long long>(o.request_mib), o.per_group,
-                sizes.c_str(), o.passes);
+                weight_sizes(o).c_str(), o.passes);
     const auto tw = std::chrono::steady_clock::now();
     write_file(path, file_bytes);
     std::printf("wrote the file in %.1f s\n", seconds_since(tw));

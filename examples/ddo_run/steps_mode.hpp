@@ -112,12 +112,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               gb(setup.machine.runtime_reserve_bytes).c_str(),
               gb(setup.machine.capacity.free_vram_bytes).c_str());
   std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
-  if (bound) {
-    bound->streamed_bytes =
-        ctx.table.total_bytes() - setup.plan.total_bytes(ddo::placement::gpu_resident);
-    bound->file_bytes = setup.plan.total_bytes(ddo::placement::file);
-    bound->disk_gbps = ctx.settings.config.disk_read_gb_per_s;
-  }
+  if (bound) set_streamed_bytes(*bound, ctx, setup.plan);
   std::optional<double> predicted_ms;
   if (overlap && !overlap->timings.empty()) {
     predicted_ms = ddo::predict_plan(setup.plan, overlap->timings, ddo::runner::ring_of(setup.runtime)).step_ms;
@@ -139,7 +134,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   // ddo-run prints its own summary below (the same totals, with the route and host memory):
   // the library's show_profile summary would repeat it.
   setup.runtime.profile_summary = nullptr;
-  const std::uint64_t file_tier_bytes = setup.plan.total_bytes(ddo::placement::file);
+  file_route_watch file_reads{setup.plan.total_bytes(ddo::placement::file), {}, {}};
   auto enabled = prepared.start();
   auto& offloader = *enabled.offloader;
   setup_progress.finish();
@@ -150,10 +145,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
   if (floor) print_setup_floor(*floor, setup_s);
-  if constexpr (requires { offloader.transport().file_io_description(); })
-    std::printf("file route: %s\n", offloader.transport().file_io_description().c_str());
-  file_route_marks file_reads;
-  file_reads.setup = file_reads.steady = file_route_stats(offloader.transport());
+  file_reads.after_setup(offloader.transport());
 
   Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
   auto view = engine.view();
@@ -288,9 +280,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
               vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(),
               executed_route.c_str());
-  print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr);
-  print_file_route_steps(file_reads, file_route_stats(offloader.transport()), ctx.steps,
-                         file_tier_bytes);
+  print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr, &file_reads);
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   const bool within_budget =
       report_budget(ctx, ddo::runner::ddo_peak_device_bytes(t, metrics.peak_device_bytes),
