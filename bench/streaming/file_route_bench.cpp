@@ -79,7 +79,8 @@ options parse(int argc, char** argv) {
   desc.add_options()("dir", po::value<std::string>(&o.dir)->value_name("DIR"),
                      "where the model file is written (not a tmpfs; default .)")(
       "gib", po::value<std::string>()->value_name("G"), "file size in GiB (default 4)")(
-      "weight-mib", po::value<std::string>()->value_name("M"), "MiB per weight, or a list cycled over the weights (18,18,18,54,72,90; default 72)")(
+      "weight-mib", po::value<std::string>()->value_name("M"),
+      "MiB per weight, or a list cycled over the weights (18,18,18,54,72,90; default 72)")(
       "per-group", po::value<std::string>()->value_name("N"), "weights per group (default 4)")(
       "threads", po::value<std::string>()->value_name("T"), "reader threads (default 8)")(
       "request-mib", po::value<std::string>()->value_name("R"), "MiB per read request (default 8)")(
@@ -103,7 +104,8 @@ options parse(int argc, char** argv) {
       char* end = nullptr;
       const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
       if (item.empty() || *end != '\0' || v < 1 || v > 4096)
-        ddo_bench::usage_exit(program, "--weight-mib: '" + item + "' is not a whole MiB in 1..4096");
+        ddo_bench::usage_exit(program,
+                              "--weight-mib: '" + item + "' is not a whole MiB in 1..4096");
       o.weight_mib.push_back(v);
     }
     if (o.weight_mib.empty()) ddo_bench::usage_exit(program, "--weight-mib: no size given");
@@ -122,7 +124,8 @@ options parse(int argc, char** argv) {
 /// The first group's bytes (the weight sizes cycle over the weights).
 std::uint64_t first_group_bytes(const options& o) {
   std::uint64_t bytes = 0;
-  for (std::size_t i = 0; i < o.per_group; ++i) bytes += o.weight_mib[i % o.weight_mib.size()] * ddo::mib;
+  for (std::size_t i = 0; i < o.per_group; ++i)
+    bytes += o.weight_mib[i % o.weight_mib.size()] * ddo::mib;
   return bytes;
 }
 
@@ -364,12 +367,14 @@ int main(int argc, char** argv) {
         (std::filesystem::path(o.dir) / ("ddo_file_route_bench_" + std::to_string(::getpid()) + ".bin")).string();
     const std::uint64_t file_bytes = std::max(
         static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib)), first_group_bytes(o));
-    std::printf("file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
-                "groups of %zu x %s MiB, %d cold passes\n",
-                gpu ? "GPU 0 (linear transport)" : ("host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")").c_str(),
-                path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
-                static_cast<unsigned long long>(o.request_mib), o.per_group,
-                weight_sizes(o).c_str(), o.passes);
+    std::printf(
+        "file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
+        "groups of %zu x %s MiB, %d cold passes\n",
+        gpu ? "GPU 0 (linear transport)"
+            : ("host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")").c_str(),
+        path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
+        static_cast<unsigned long long>(o.request_mib), o.per_group, weight_sizes(o).c_str(),
+        o.passes);
     const auto tw = std::chrono::steady_clock::now();
     write_file(path, file_bytes);
     std::printf("wrote the file in %.1f s\n", seconds_since(tw));

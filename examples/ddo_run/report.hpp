@@ -157,13 +157,14 @@ struct file_route_watch {
     const double fills = static_cast<double>(now->slot_fills - steady->slot_fills) / steps;
     const double seconds = (now->read_seconds - steady->read_seconds) / steps;
     const double tier = static_cast<double>(file_tier_bytes);
-    std::printf("  file route, a steady step: %s read (the plan's file tier %s, %+.3f%%) in %.0f "
-                "slot fill(s), reading %.2f s (%.2f GB/s); setup read %s (resident uploads), the "
-                "warm-up %s\n",
-                gb(static_cast<std::uint64_t>(bytes)).c_str(), gb(file_tier_bytes).c_str(),
-                tier != 0 ? 100.0 * (bytes / tier - 1.0) : 0.0, fills, seconds,
-                seconds > 0 ? bytes / seconds / 1e9 : 0.0, gb(setup->bytes_read).c_str(),
-                gb(steady->bytes_read - setup->bytes_read).c_str());
+    std::printf(
+        "  file route, a steady step: %s read (the plan's file tier %s, %+.3f%%) in %.0f "
+        "slot fill(s), reading %.2f s (%.2f GB/s); setup read %s (resident uploads), the "
+        "warm-up %s\n",
+        gb(static_cast<std::uint64_t>(bytes)).c_str(), gb(file_tier_bytes).c_str(),
+        tier != 0 ? 100.0 * (bytes / tier - 1.0) : 0.0, fills, seconds,
+        seconds > 0 ? bytes / seconds / 1e9 : 0.0, gb(setup->bytes_read).c_str(),
+        gb(steady->bytes_read - setup->bytes_read).c_str());
   }
 };
 
@@ -179,8 +180,7 @@ inline void set_streamed_bytes(ddo::runner::measured_bound& bound, const run_con
 /// and the peaks, on the file route its reads.
 template <class Transport>
 void print_run_metrics(const run_context& ctx, const ddo::offload_metrics& metrics,
-                       Transport& transport,
-                       const ddo::runner::device_memory_sampler* sampler,
+                       Transport& transport, const ddo::runner::device_memory_sampler* sampler,
                        const file_route_watch* file_reads = nullptr) {
   const auto& config = ctx.settings.config;
   if (metrics.native.enabled)

@@ -280,7 +280,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
               vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(),
               executed_route.c_str());
-  print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr, &file_reads);
+  print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr,
+                    &file_reads);
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   const bool within_budget =
       report_budget(ctx, ddo::runner::ddo_peak_device_bytes(t, metrics.peak_device_bytes),

@@ -78,9 +78,10 @@ namespace step_summary_internal {
   const double three = std::max(bus_bound_ms, disk_ms);
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.3fx", s.steady_ms.empty() ? 0.0 : s.median_ms / three);
-  return "  three-tier bound: max(" + ms(bus_bound_ms) + " ms, F / B_disk = " +
-         format_decimal_gb(bound.file_bytes) + " at " + ms(bound.disk_gbps * 1e3) +
-         " MB/s stated = " + ms(disk_ms) + " ms) = " + ms(three) + " ms; median / three-tier bound = " +
+  return "  three-tier bound: max(" + ms(bus_bound_ms) +
+         " ms, F / B_disk = " + format_decimal_gb(bound.file_bytes) + " at " +
+         ms(bound.disk_gbps * 1e3) + " MB/s stated = " + ms(disk_ms) + " ms) = " + ms(three) +
+         " ms; median / three-tier bound = " +
          (s.steady_ms.empty() ? std::string("-") : std::string(ratio)) + "\n";
 }
 

@@ -192,8 +192,9 @@ TEST_SUITE("runtime") {
       t.read_files_to_device(std::span(pieces).subspan(7 * g, 7), v);
     t.synchronize(v);
     const auto stats = t.file_stats();
-    MESSAGE(t.file_io_description() << ": " << pieces.size() << " pieces, " << bytes << " bytes, "
-                                    << stats.bytes_read << " read in " << stats.slot_fills << " fills");
+    MESSAGE(t.file_io_description()
+            << ": " << pieces.size() << " pieces, " << bytes << " bytes, " << stats.bytes_read
+            << " read in " << stats.slot_fills << " fills");
     CHECK(stats.bytes_delivered == bytes);
     CHECK(stats.bytes_read == aligned);
     CHECK(aligned - bytes <= pieces.size() * 2 * (ddo::direct_io_alignment - 1));
@@ -220,7 +221,8 @@ TEST_SUITE("runtime") {
       d.where = w % 3 == 0   ? ddo::placement::pinned_host
                 : w % 5 == 1 ? ddo::placement::gpu_resident
                              : ddo::placement::file;
-      m.plan.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
+      m.plan.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] +=
+          m.table[w].bytes;
     }
     ddo::host_sim_transport sim;
     auto o = small_staging();

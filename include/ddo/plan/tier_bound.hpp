@@ -102,8 +102,8 @@ struct tier_bound {
   if (t.file_bytes != 0)
     out += ", " + seconds(t.disk_seconds()) + " from the disk at " +
            rate(t.disk_bytes_per_s, t.disk_stated     ? "stated (disk_read_gb_per_s)"
-                                     : t.disk_measured ? "measured"
-                                                       : "assumed") +
+                                    : t.disk_measured ? "measured"
+                                                      : "assumed") +
            ", overlapped";
   return out + ")";
 }

@@ -326,7 +326,7 @@ class nvme_transport : public Inner {
     for (const auto& f : st.files)
       if (f.reader && f.path == path) return *f.reader;
     throw usage_error("nvme_transport::read_file_to_device: '" + path +
-                                             "' is not a file the plan reads (prepare_file_reads)");
+                      "' is not a file the plan reads (prepare_file_reads)");
   }
 
   /// Packs @p pieces into fills of at most one slot each (see read_files_to_device).
@@ -337,12 +337,13 @@ class nvme_transport : public Inner {
     b.fills.clear();
     const std::uint64_t cap = st.slot_alloc_bytes;
     for (const auto& p : pieces) {
-      DDO_EXPECTS(p.path != nullptr, "nvme_transport::read_files_to_device: a piece without a path");
+      DDO_EXPECTS(p.path != nullptr,
+                  "nvme_transport::read_files_to_device: a piece without a path");
       const file_reader& fr = reader_of(st, *p.path);
       if (p.bytes == 0) continue;
       // The range read: the piece itself, or its aligned widening for O_DIRECT.
-      const aligned_range ar = st.direct ? align_range(p.offset, p.bytes)
-                                         : aligned_range{p.offset, p.bytes, 0};
+      const aligned_range ar =
+          st.direct ? align_range(p.offset, p.bytes) : aligned_range{p.offset, p.bytes, 0};
       for (std::uint64_t c = 0; c < ar.aligned_length; c += cap) {
         const std::uint64_t at = ar.aligned_offset + c;
         const std::uint64_t len = std::min(cap, ar.aligned_length - c);
