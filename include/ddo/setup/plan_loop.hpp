@@ -145,35 +145,27 @@ inline void take_if_more_resident(offload_setup& r,
 /// Smaller rings than the largest streamed group needs (issue 38): blocks of unequal sizes (a
 /// flat model's double blocks six times its single blocks, a UNet's stages of unequal widths)
 /// size every slot by the largest, where keeping the groups above a smaller slot resident frees
-/// the ring's other slots for the budget. A slot of L bytes leaves the card about
-/// slots x (slot now - L) more, and must keep every group above L resident: the smallest L
-/// whose groups above it fit what the card then has keeps the most resident. So the group
-/// sizes below the slot are tried smallest first, those that pass that estimate only, at most
-/// three planned (the groups above kept out of the ring and resident first:
-/// machine_capacity::ring_slot_bytes); each plan that fits its ring and keeps more resident is
-/// taken.
+/// the ring's other slots for the budget. Tries up to three slot sizes below @p r's, each a
+/// group size at most 0.8x the last, the groups above it kept out of the ring and resident
+/// first (machine_capacity::ring_slot_bytes); takes each plan that fits its ring and keeps more
+/// resident. Also after the plan for a card about the model's size (all resident but for what
+/// the activations and headroom leave out): what that plan streams sizes its ring too.
 template <class Planner, class PinSelector, class Machine>
 void plan_smaller_rings(offload_setup& r, const weight_table& table,
                         const std::vector<execution_group>& groups,
                         const dynamic_offload_config& config, const std::vector<char>& rule_kept,
                         const Planner& planner, const PinSelector& pins, Machine& machine) {
-  if (r.plan.decisions.empty()) return;
   const auto bytes = streamable_group_bytes(make_plan_context(
       table, config, r.machine.capacity, std::span<const execution_group>(groups)));
-  const std::uint64_t slot = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
-  const std::uint64_t free = r.machine.capacity.free_vram_bytes;
-  std::vector<std::uint64_t> levels;
-  for (std::uint64_t b : bytes)
-    if (b != 0 && b < slot) levels.push_back(b);
-  std::sort(levels.begin(), levels.end());
-  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  std::vector<std::uint64_t> levels(bytes.begin(), bytes.end());
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  std::uint64_t last = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
   std::size_t tries = 0;
   for (std::uint64_t level : levels) {
-    if (tries == 3) break;
-    std::uint64_t above = 0;
-    for (std::uint64_t b : bytes) above += b > level ? b : 0;
-    if (free != 0 && above > free + r.machine.slots * (slot - level)) continue;  // cannot keep
+    if (level == 0 || tries == 3 || r.plan.decisions.empty()) break;
+    if (level * 5 > last * 4) continue;
     ++tries;
+    last = level;
     std::vector<char> kept = rule_kept;
     for (std::size_t g = 0; g < groups.size(); ++g)
       if (bytes[g] > level)
@@ -264,6 +256,7 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
       r.machine = std::move(m);
       r.plan = std::move(plan);
+      plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
       return;
     }
     kept = rule_kept;
