@@ -136,6 +136,16 @@ std::string weight_sizes(const options& o) {
   return sizes;
 }
 
+/// The run's first line: the device, the file and the read settings.
+void print_header(const options& o, const std::string& device, const std::string& path,
+                  std::uint64_t file_bytes) {
+  std::printf("file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
+              "groups of %zu x %s MiB, %d cold passes\n",
+              device.c_str(), path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
+              static_cast<unsigned long long>(o.request_mib), o.per_group, weight_sizes(o).c_str(),
+              o.passes);
+}
+
 /// A field of /proc/self/status or /proc/meminfo in bytes ("VmRSS:", "Cached:"); 0 if absent.
 std::uint64_t proc_kib_field(const char* file, const std::string& key) {
   std::ifstream in(file);
@@ -365,16 +375,12 @@ int main(int argc, char** argv) {
     const bool gpu = cuda.available && !o.host_sim;
     const std::string path =
         (std::filesystem::path(o.dir) / ("ddo_file_route_bench_" + std::to_string(::getpid()) + ".bin")).string();
-    const std::uint64_t file_bytes = std::max(
-        static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib)), first_group_bytes(o));
-    std::printf(
-        "file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
-        "groups of %zu x %s MiB, %d cold passes\n",
-        gpu ? "GPU 0 (linear transport)"
-            : ("host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")").c_str(),
-        path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
-        static_cast<unsigned long long>(o.request_mib), o.per_group, weight_sizes(o).c_str(),
-        o.passes);
+    const std::uint64_t group_bytes = first_group_bytes(o);
+    const std::uint64_t file_bytes =
+        std::max(static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib)), group_bytes);
+    print_header(o, gpu ? "GPU 0 (linear transport)"
+                        : "host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")",
+                 path, file_bytes);
     const auto tw = std::chrono::steady_clock::now();
     write_file(path, file_bytes);
     std::printf("wrote the file in %.1f s\n", seconds_since(tw));
