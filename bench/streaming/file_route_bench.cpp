@@ -56,7 +56,9 @@ namespace {
 struct options {
   std::string dir = ".";
   double gib = 4.0;              // file size
-  std::uint64_t weight_mib = 72;  // one weight (a Flux MLP matrix is 72 MiB)
+  // MiB per weight, cycled over the weights (a Flux MLP matrix is 72 MiB; a FLUX single
+  // block's pieces 18,18,18,54,72,90: q, k, v, the norm's linear, the MLP, the output).
+  std::vector<std::uint64_t> weight_mib{72};
   std::size_t per_group = 4;      // weights per group
   std::size_t threads = 8;
   std::uint64_t request_mib = 8;
@@ -77,7 +79,8 @@ options parse(int argc, char** argv) {
   desc.add_options()("dir", po::value<std::string>(&o.dir)->value_name("DIR"),
                      "where the model file is written (not a tmpfs; default .)")(
       "gib", po::value<std::string>()->value_name("G"), "file size in GiB (default 4)")(
-      "weight-mib", po::value<std::string>()->value_name("M"), "MiB per weight (default 72)")(
+      "weight-mib", po::value<std::string>()->value_name("M"),
+      "MiB per weight, or a list cycled over the weights (18,18,18,54,72,90; default 72)")(
       "per-group", po::value<std::string>()->value_name("N"), "weights per group (default 4)")(
       "threads", po::value<std::string>()->value_name("T"), "reader threads (default 8)")(
       "request-mib", po::value<std::string>()->value_name("R"), "MiB per read request (default 8)")(
@@ -93,8 +96,20 @@ options parse(int argc, char** argv) {
       "[--request-mib 8] [--passes 3] [--host-sim] [--keep-file] [--drop auto|fadvise] "
       "[--json FILE]");
   o.gib = ddo_bench::real_or(program, vm, "gib", o.gib, 0.0625, 1024);
-  o.weight_mib =
-      static_cast<std::uint64_t>(ddo_bench::number_or(program, vm, "weight-mib", 72, 1, 4096));
+  if (vm.count("weight-mib")) {
+    o.weight_mib.clear();
+    std::stringstream list(vm["weight-mib"].as<std::string>());
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 1 || v > 4096)
+        ddo_bench::usage_exit(program,
+                              "--weight-mib: '" + item + "' is not a whole MiB in 1..4096");
+      o.weight_mib.push_back(v);
+    }
+    if (o.weight_mib.empty()) ddo_bench::usage_exit(program, "--weight-mib: no size given");
+  }
   o.per_group = static_cast<std::size_t>(ddo_bench::number_or(program, vm, "per-group", 4, 1, 64));
   o.threads = static_cast<std::size_t>(ddo_bench::number_or(program, vm, "threads", 8, 1, 64));
   o.request_mib =
@@ -104,6 +119,31 @@ options parse(int argc, char** argv) {
     ddo_bench::usage_exit(program, "--drop = '" + drop + "': expected auto or fadvise");
   o.global_drop = drop == "auto";
   return o;
+}
+
+/// The first group's bytes (the weight sizes cycle over the weights).
+std::uint64_t first_group_bytes(const options& o) {
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < o.per_group; ++i)
+    bytes += o.weight_mib[i % o.weight_mib.size()] * ddo::mib;
+  return bytes;
+}
+
+/// "18,18,18,54,72,90": the weight sizes in MiB.
+std::string weight_sizes(const options& o) {
+  std::string sizes;
+  for (const auto v : o.weight_mib) sizes += (sizes.empty() ? "" : ",") + std::to_string(v);
+  return sizes;
+}
+
+/// The run's first line: the device, the file and the read settings.
+void print_header(const options& o, const std::string& device, const std::string& path,
+                  std::uint64_t file_bytes) {
+  std::printf("file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
+              "groups of %zu x %s MiB, %d cold passes\n",
+              device.c_str(), path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
+              static_cast<unsigned long long>(o.request_mib), o.per_group, weight_sizes(o).c_str(),
+              o.passes);
 }
 
 /// A field of /proc/self/status or /proc/meminfo in bytes ("VmRSS:", "Cached:"); 0 if absent.
@@ -252,9 +292,10 @@ file_model make_model(const options& o, const std::string& path, std::uint64_t f
   file_model m;
   m.path = path;
   const std::size_t f = m.table.add_file(path);
-  const std::uint64_t w_bytes = o.weight_mib * ddo::mib;
   std::size_t n = 0;
-  for (std::uint64_t off = 0; off + w_bytes <= file_bytes; off += w_bytes, ++n) {
+  for (std::uint64_t off = 0;; ++n) {
+    const std::uint64_t w_bytes = o.weight_mib[n % o.weight_mib.size()] * ddo::mib;
+    if (off + w_bytes > file_bytes) break;
     const std::size_t g = n / o.per_group;
     if (g == m.groups.size()) {
       m.groups.emplace_back();
@@ -270,6 +311,7 @@ file_model make_model(const options& o, const std::string& path, std::uint64_t f
     w.source = ddo::file_source{f, off};
     m.groups[g].weights.push_back(m.table.add(w));
     m.bytes += w_bytes;
+    off += w_bytes;
   }
   for (const auto& g : m.groups) {
     std::uint64_t bytes = 0;
@@ -333,15 +375,12 @@ int main(int argc, char** argv) {
     const bool gpu = cuda.available && !o.host_sim;
     const std::string path =
         (std::filesystem::path(o.dir) / ("ddo_file_route_bench_" + std::to_string(::getpid()) + ".bin")).string();
-    const std::uint64_t group_bytes = o.weight_mib * ddo::mib * o.per_group;
-    std::uint64_t file_bytes = static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib));
-    file_bytes = std::max<std::uint64_t>(file_bytes / group_bytes, 1) * group_bytes;
-    std::printf("file_route_bench: %s, file %s (%.2f GB), %zu reader threads, %llu MiB requests, "
-                "groups of %zu x %llu MiB, %d cold passes\n",
-                gpu ? "GPU 0 (linear transport)" : ("host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")").c_str(),
-                path.c_str(), static_cast<double>(file_bytes) / 1e9, o.threads,
-                static_cast<unsigned long long>(o.request_mib), o.per_group,
-                static_cast<unsigned long long>(o.weight_mib), o.passes);
+    const std::uint64_t group_bytes = first_group_bytes(o);
+    const std::uint64_t file_bytes =
+        std::max(static_cast<std::uint64_t>(o.gib * static_cast<double>(ddo::gib)), group_bytes);
+    print_header(o, gpu ? "GPU 0 (linear transport)"
+                        : "host_sim (" + (o.host_sim ? std::string("--host-sim") : cuda.reason) + ")",
+                 path, file_bytes);
     const auto tw = std::chrono::steady_clock::now();
     write_file(path, file_bytes);
     std::printf("wrote the file in %.1f s\n", seconds_since(tw));

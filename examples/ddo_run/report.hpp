@@ -126,12 +126,62 @@ inline bool report_budget(const run_context& ctx, std::uint64_t ddo_peak,
   return check.within();
 }
 
+/// The file route's counters, where the transport has them (nullopt otherwise).
+template <class Transport>
+std::optional<ddo::nvme_stats> file_route_stats(const Transport& t) {
+  if constexpr (requires { t.file_stats(); })
+    return t.file_stats();
+  else
+    return std::nullopt;
+}
+
+/// The file route's reads over a run: its totals count setup's reads too (the resident
+/// uploads go through the same slots) and the warm-up's (the ring's first loads), so a steady
+/// step's bytes are the difference over the steady steps, printed beside the plan's file tier
+/// (O_DIRECT widens each piece to 4096 bytes at both ends).
+struct file_route_watch {
+  std::uint64_t file_tier_bytes = 0;
+  std::optional<ddo::nvme_stats> setup, steady;  // after setup, after the warm-up steps
+
+  /// Prints how the route reads and marks setup's reads (steady too, for a run without warm-up).
+  template <class Transport>
+  void after_setup(const Transport& t) {
+    if constexpr (requires { t.file_io_description(); })
+      std::printf("file route: %s\n", t.file_io_description().c_str());
+    setup = steady = file_route_stats(t);
+  }
+
+  void print(const std::optional<ddo::nvme_stats>& now, int steps) const {
+    if (!setup || !steady || !now || steps <= 0) return;
+    const double bytes = static_cast<double>(now->bytes_read - steady->bytes_read) / steps;
+    const double fills = static_cast<double>(now->slot_fills - steady->slot_fills) / steps;
+    const double seconds = (now->read_seconds - steady->read_seconds) / steps;
+    const double tier = static_cast<double>(file_tier_bytes);
+    std::printf(
+        "  file route, a steady step: %s read (the plan's file tier %s, %+.3f%%) in %.0f "
+        "slot fill(s), reading %.2f s (%.2f GB/s); setup read %s (resident uploads), the "
+        "warm-up %s\n",
+        gb(static_cast<std::uint64_t>(bytes)).c_str(), gb(file_tier_bytes).c_str(),
+        tier != 0 ? 100.0 * (bytes / tier - 1.0) : 0.0, fills, seconds,
+        seconds > 0 ? bytes / seconds / 1e9 : 0.0, gb(setup->bytes_read).c_str(),
+        gb(steady->bytes_read - setup->bytes_read).c_str());
+  }
+};
+
+/// The bound's streamed bytes W and file bytes F of @p plan, with the disk rate stated.
+inline void set_streamed_bytes(ddo::runner::measured_bound& bound, const run_context& ctx,
+                               const ddo::offload_plan& plan) {
+  bound.streamed_bytes = ctx.table.total_bytes() - plan.total_bytes(ddo::placement::gpu_resident);
+  bound.file_bytes = plan.total_bytes(ddo::placement::file);
+  bound.disk_gbps = ctx.settings.config.disk_read_gb_per_s;
+}
+
 /// The metrics lines after the steps: either VMM route's window, with show_profile the totals
 /// and the peaks, on the file route its reads.
 template <class Transport>
 void print_run_metrics(const run_context& ctx, const ddo::offload_metrics& metrics,
-                       Transport& transport,
-                       const ddo::runner::device_memory_sampler* sampler) {
+                       Transport& transport, const ddo::runner::device_memory_sampler* sampler,
+                       const file_route_watch* file_reads = nullptr) {
   const auto& config = ctx.settings.config;
   if (metrics.native.enabled)
     std::printf("  native VMM: %zu registered windows x %s (of the %zu vmm_staging_buffer_gb allows); "
@@ -169,6 +219,7 @@ void print_run_metrics(const run_context& ctx, const ddo::offload_metrics& metri
                 gb(fs.bytes_read).c_str(), gb(fs.bytes_delivered).c_str(),
                 static_cast<unsigned long long>(fs.slot_fills), fs.read_seconds,
                 fs.read_seconds > 0 ? static_cast<double>(fs.bytes_read) / fs.read_seconds / 1e9 : 0.0);
+    if (file_reads != nullptr) file_reads->print(fs, ctx.steps);
   }
 }
 

@@ -63,6 +63,7 @@ struct step_loop {
   chrome_trace& trace;
   step_verifier& verify;
   progress_bar& bar;
+  file_route_watch& file_reads;  ///< the file route's reads: the steady steps' marked
   std::unique_ptr<typename Engine::graph_holder> graph{};  ///< --graph: the captured step
 };
 
@@ -137,6 +138,7 @@ ddo::runner::step_clock run_step_loop(step_loop<Engine, Offloader>& s, int warmu
     if (!s.ctx.opt.trace_path.empty())
       s.trace.add(step_name, "step", t0_us, s.trace.now_us() - t0_us, chrome_trace::host);
     if (sampler) sampler->sample();
+    if (step + 1 == warmup) s.file_reads.steady = file_route_stats(t);
     host_memory.sample_used();  // PSS (~90 ms) is read once, by print_host_memory
     s.bar.interrupt([&] {
       std::printf("  %s: span %.1f ms\n", step_name.c_str(), ms);

@@ -94,9 +94,7 @@ plan_printout print_plan(const run_context& ctx, const Prepared& prepared,
       gb(ctx.setup.reserve_device_bytes).c_str(), gb(setup.machine.runtime_reserve_bytes).c_str(),
       gb(setup.machine.capacity.free_vram_bytes).c_str());
   std::printf("\n%s", ddo::format_plan_summary(setup.plan, ctx.table).c_str());
-  if (bound)
-    bound->streamed_bytes =
-        ctx.table.total_bytes() - setup.plan.total_bytes(ddo::placement::gpu_resident);
+  if (bound) set_streamed_bytes(*bound, ctx, setup.plan);
   const auto& overlap = prepared.profile;
   if (overlap && !overlap->timings.empty()) {
     out.predicted_ms =
@@ -117,7 +115,7 @@ template <class Prepared>
 auto start_offloader(Prepared& prepared, const run_context& ctx, chrome_trace& trace,
                      ddo::memory_watch& host_memory,
                      const std::optional<ddo::runner::setup_floor>& floor,
-                     ddo::runner::setup_progress_printer& progress) {
+                     ddo::runner::setup_progress_printer& progress, file_route_watch& file_reads) {
   auto& setup = prepared.setup;
   std::fprintf(stderr, "ddo-run: setting up the offloader (pinning %s, uploading %s resident)...\n",
                gb(setup.plan.total_bytes(ddo::placement::pinned_host)).c_str(),
@@ -138,8 +136,8 @@ auto start_offloader(Prepared& prepared, const run_context& ctx, chrome_trace& t
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
   if (floor) print_setup_floor(*floor, setup_s);
-  if constexpr (requires { offloader.transport().file_io_description(); })
-    std::printf("file route: %s\n", offloader.transport().file_io_description().c_str());
+  file_reads.file_tier_bytes = setup.plan.total_bytes(ddo::placement::file);
+  file_reads.after_setup(offloader.transport());
   return enabled;
 }
 
@@ -176,7 +174,7 @@ bool print_step_report(step_loop<Engine, Offloader>& s, const ddo::runner::step_
   // another, on the same model, tokens and steps; tests/runner/check_graph_digest.sh).
   std::printf("  output: activation digest %016llx after %d steps (warm-up included)\n",
               static_cast<unsigned long long>(digest), warmup + ctx.steps);
-  print_run_metrics(ctx, metrics, s.offloader.transport(), sampler);
+  print_run_metrics(ctx, metrics, s.offloader.transport(), sampler, &s.file_reads);
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   const bool within_budget = report_budget(
       ctx, ddo::runner::ddo_peak_device_bytes(s.offloader.transport(), metrics.peak_device_bytes),
@@ -239,7 +237,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   std::optional<ddo::runner::device_memory_sampler> sampler;
   if (ctx.gpu) sampler.emplace(0);
   ddo::runner::setup_progress_printer setup_progress;
-  auto enabled = start_offloader(prepared, ctx, trace, host_memory, floor, setup_progress);
+  file_route_watch reads;
+  auto enabled = start_offloader(prepared, ctx, trace, host_memory, floor, setup_progress, reads);
   auto& offloader = *enabled.offloader;
   Engine engine(offloader.transport(), ctx.tokens, ctx.compute.width, ctx.compute.type);
   step_verifier verify(ctx.table, opt.verify);
@@ -252,7 +251,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                    ::isatty(STDERR_FILENO) ? ddo::runner::progress_style::terminal
                                            : ddo::runner::progress_style::quiet);
   step_loop<Engine, std::remove_reference_t<decltype(offloader)>> s{
-      ctx, offloader, engine, engine.view(), trace, verify, bar};
+      ctx, offloader, engine, engine.view(), trace, verify, bar, reads};
   ddo::runner::device_memory_sampler* const sampled = sampler ? &*sampler : nullptr;
   const auto steps = run_step_loop(s, opt.warmup, sampled, host_memory);
   const bool within_budget =

@@ -53,6 +53,8 @@ struct measured_bound {
   double compute_ms = 0.0;           ///< C: one step's compute with nothing copied
   std::uint64_t streamed_bytes = 0;  ///< W: weight bytes the plan streams per step
   pinned_rates rates;                ///< every pinned host→device rate measured; B the best
+  std::uint64_t file_bytes = 0;      ///< F: of W, the bytes read from the files per step
+  double disk_gbps = 0.0;            ///< the disk's rate as stated (disk_read_gb_per_s); 0: none
 };
 
 namespace step_summary_internal {
@@ -62,6 +64,26 @@ namespace step_summary_internal {
   return buf;
 }
 }  // namespace step_summary_internal
+
+/// @brief The three-tier bound's line for a plan with a file tier: max(@p bus_bound_ms, F / the
+/// stated disk rate) and the median against it; without a stated rate, how to state one.
+[[nodiscard]] inline std::string format_disk_bound(const measured_bound& bound, double bus_bound_ms,
+                                                   const step_summary& s) {
+  using step_summary_internal::ms;
+  if (bound.file_bytes == 0) return {};
+  if (!(bound.disk_gbps > 0.0))
+    return "  file tier " + format_decimal_gb(bound.file_bytes) +
+           " a step: state the disk's rate (--ddo-disk-read-gb-per-s) for the three-tier bound\n";
+  const double disk_ms = static_cast<double>(bound.file_bytes) / (bound.disk_gbps * 1e6);
+  const double three = std::max(bus_bound_ms, disk_ms);
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.3fx", s.steady_ms.empty() ? 0.0 : s.median_ms / three);
+  return "  three-tier bound: max(" + ms(bus_bound_ms) +
+         " ms, F / B_disk = " + format_decimal_gb(bound.file_bytes) + " at " +
+         ms(bound.disk_gbps * 1e3) + " MB/s stated = " + ms(disk_ms) + " ms) = " + ms(three) +
+         " ms; median / three-tier bound = " +
+         (s.steady_ms.empty() ? std::string("-") : std::string(ratio)) + "\n";
+}
 
 /// @brief The summary lines of @p t (every step, its first @p warmup reported apart): the steady
 /// median of the intervals between step starts (min, max), the warm-up steps, the spans apart,
@@ -102,7 +124,7 @@ namespace step_summary_internal {
                             bound->streamed_bytes, bound->rates};
       out += "\n  " + format_ratio("median / bound", s.median_ms, f);
     }
-    out += "\n";
+    out += "\n" + format_disk_bound(*bound, b, s);
   }
   return out;
 }

@@ -27,8 +27,9 @@ TEST_SUITE("config") {
       CHECK(info.has_flag == (!info.env.empty() || component_flag));
       CHECK(!info.meaning.empty());
     }
-    // The reference's 49 fields, backend, the two pipeline budgets and the debug poisoning.
-    CHECK(names.size() == 53);
+    // The reference's 49 fields, backend, the two pipeline budgets, the stated disk rate and
+    // the debug poisoning.
+    CHECK(names.size() == 54);
   }
 
   TEST_CASE("every field default is the reference's dataclass default") {
@@ -85,6 +86,7 @@ TEST_SUITE("config") {
         {"backend", "\"auto\""},
         {"pipeline_device_budget_gb", "0.0"},
         {"pipeline_pinned_budget_gb", "0.0"},
+        {"disk_read_gb_per_s", "0.0"},
         {"debug_poison_released_slots", "false"},
     };
     const ddo::dynamic_offload_config defaults;
@@ -112,6 +114,8 @@ TEST_SUITE("config") {
     CHECK(ddo::field("pipeline_device_budget_gb").flag() == "--ddo-pipeline-device-budget-gb");
     CHECK(ddo::field("pipeline_pinned_budget_gb").env == "DDO_PIPELINE_PINNED_BUDGET_GB");
     CHECK(ddo::field("pipeline_pinned_budget_gb").flag() == "--ddo-pipeline-pinned-budget-gb");
+    CHECK(ddo::field("disk_read_gb_per_s").env == "DDO_DISK_READ_GB_PER_S");
+    CHECK(ddo::field("disk_read_gb_per_s").flag() == "--ddo-disk-read-gb-per-s");
     CHECK_THROWS_AS((void)ddo::field("no_such_field"), std::out_of_range);
     CHECK(ddo::find_field_by_env("DDO_PIN_CPU_WORKERS") == ddo::find_field("pin_cpu_workers"));
     CHECK_FALSE(ddo::find_field_by_env("DDO_NOPE"));

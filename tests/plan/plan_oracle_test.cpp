@@ -185,35 +185,48 @@ struct case_outcome {
 /// cases of 10,000 it may reach (scaled to the cases run, rounded up): a class above its count,
 /// or a class not listed, fails. The counts are about 1.5x what 10,000 cases showed over several
 /// seed bases (the cases are random per run), so a regression shows; the list only shrinks.
-/// The class behind most entries: blocks of unequal sizes (a flat model's double blocks 6x its
-/// single blocks, a UNet's stages of different widths): ddo sizes the ring by the largest
-/// streamed block and spends the budget by the selection rule, where the oracle keeps the large
-/// blocks resident and streams the small ones through a smaller ring (a slot-size search in
-/// setup; not done yet).
+/// Why each kind of entry remains:
+/// - "above the allowed ratio": blocks of unequal sizes (a flat model's double blocks 6x its
+///   single blocks, mixed dtypes, a UNet's stages of different widths). Setup tries three
+///   smaller ring slots, each at most 0.8x the last, largest first (setup/plan_loop.hpp,
+///   plan_smaller_rings); the oracle enumerates every group size as the slot, and where its
+///   best is further down (many distinct sizes) ddo keeps the larger ring and less resident.
+///   Trying the sizes smallest first instead raised the nested classes (the smallest that
+///   passes an estimate of the card's room is often refused by the planner's headroom), so the
+///   search needs the planner's own budget to pick its candidates: not done.
+/// - "refused where the oracle plans": the first machine reserves a ring for the largest group
+///   before the rules' resident weights are placed; when that ring and the reserves pass the
+///   card, setup refuses before any smaller ring is tried, where the oracle's small slot fits.
+/// - "ddo's plan passes a budget" (1 case per key at base 1000, e.g. seed 3328: 3.81 GiB
+///   slots on a 12 GiB card, the oracle's 1.91 GiB): a plan the oracle's evaluator finds over
+///   the card or the RAM; which one, and why setup accepted it, not analysed yet.
 struct known_class {
   std::string_view key;
   std::size_t most;  ///< of 10,000 cases
 };
 // Seen (the comment): the most of 10,000 cases over six seed bases (DDO_PROPERTY_BASE 1000,
 // 777777, 31337, 5550000, 90000000, 123456789) on this branch; main failed about 1,670 cases over
-// the same keys. The most allowed is 1.5x that plus 3.
+// the same keys. The most allowed is 1.5x that plus 3. Marked *: lowered after setup tried the
+// smaller rings for a card about the model's size too (they returned before them), from base
+// 1000 alone (748 cases over every key before, 694 after): the count at base 1000, the cap
+// scaled from the six bases' by the same factor.
 inline constexpr known_class known_classes[] = {
     {"flat, one_shot_fast: above the allowed ratio", 456},                 // 302
     {"flat, nvme_baseline: above the allowed ratio", 354},                 // 234
     {"flat+bundled, nvme_baseline: above the allowed ratio", 92},          // 59
-    {"flat+bundled, one_shot_fast: above the allowed ratio", 84},          // 54
-    {"nested, one_shot_fast: above the allowed ratio", 75},                // 48
-    {"flat, low_ram_safe: above the allowed ratio", 60},                   // 38
+    {"flat+bundled, one_shot_fast: above the allowed ratio", 70},          // 43 *
+    {"nested, one_shot_fast: above the allowed ratio", 50},                // 30 *
+    {"flat, low_ram_safe: above the allowed ratio", 55},                   // 21 *
     {"nested, nvme_baseline: above the allowed ratio", 24},                // 14
-    {"nested+bundled, one_shot_fast: above the allowed ratio", 23},        // 13
+    {"nested+bundled, one_shot_fast: above the allowed ratio", 15},        // 5 *
     {"flat+bundled, low_ram_safe: above the allowed ratio", 15},           // 8
     {"flat, nvme_baseline: refused where the oracle plans", 15},           // 8
-    {"nested, low_ram_safe: above the allowed ratio", 15},                 // 8
+    {"nested, low_ram_safe: above the allowed ratio", 10},                 // 4 *
     {"flat, one_shot_fast: refused where the oracle plans", 9},            // 4
     {"nested+bundled, nvme_baseline: above the allowed ratio", 9},         // 4
     {"flat+bundled, nvme_baseline: refused where the oracle plans", 8},    // 3
     {"flat+bundled, one_shot_fast: refused where the oracle plans", 8},    // 3
-    {"nested+bundled, low_ram_safe: above the allowed ratio", 6},          // 2
+    {"nested+bundled, low_ram_safe: above the allowed ratio", 3},          // 0 *
     {"flat+bundled, low_ram_safe: refused where the oracle plans", 5},     // 1
     {"flat+bundled, one_shot_fast: ddo's plan passes a budget", 5},        // 1
     {"flat, low_ram_safe: refused where the oracle plans", 5},             // 1

@@ -305,5 +305,28 @@ TEST_SUITE("plan") {
     three.file_bytes = 6'000'000'000;
     CHECK(three.transfer_seconds() == doctest::Approx(2.0));
     CHECK(ddo::describe_tier_bound(three).find("2.00 s from the disk") != std::string::npos);
+    // disk_read_gb_per_s states the disk's rate: it wins over a measurement, and says so.
+    ddo::tier_bound stated = ddo::tier_bound_of(plan, m, 1.5);
+    stated.file_bytes = 6'000'000'000;
+    CHECK(stated.disk_seconds() == doctest::Approx(4.0));
+    CHECK(ddo::describe_tier_bound(stated).find("4.00 s from the disk at 1.50 GB/s stated "
+                                                "(disk_read_gb_per_s)") != std::string::npos);
+    // The planner's printed bound takes it from the settings (the same table, from its file).
+    ddo::weight_table from_file;
+    const std::size_t file = from_file.add_file("/nonexistent/model.safetensors");
+    std::uint64_t offset = 0;
+    for (auto w : t.weights()) {
+      w.source = ddo::file_source{file, offset};
+      offset += w.bytes;
+      from_file.add(w);
+    }
+    c.disk_read_gb_per_s = 1.5;
+    ddo::default_pin_selector file_route;
+    file_route.file_route = true;
+    const auto planned =
+        ddo::make_plan(from_file, c, m, ddo::default_residency_planner{}, file_route);
+    REQUIRE(planned.total_bytes(ddo::placement::file) != 0);
+    CHECK(planned.budgets.tier_bound_detail.find("GB/s stated (disk_read_gb_per_s)") !=
+          std::string::npos);
   }
 }

@@ -394,7 +394,11 @@ inline published_layout llama3_8b() {
 
 // --- SDXL UNet (held out) ---------------------------------------------------------------------
 
-inline published_layout sdxl_unet() {
+/// SDXL's UNet under @p prefix, named as diffusers names it (down_blocks.I.resnets.R, ...) or,
+/// with @p sgm, as the sgm code that Stability's single file uses names it (input_blocks.N.0,
+/// middle_block, output_blocks; tests/plan/sdxl_single_file.hpp): the same tensors either way.
+/// blocks lists the streaming units (issue 38) under either naming.
+inline published_layout sdxl_unet(const std::string& prefix = "", bool sgm = false) {
   using namespace layout_detail;
   const auto t = ddo::dtype::f16;
   published_layout l{"SDXL UNet (held out; diffusers, fp16)", {}, 1,
@@ -402,24 +406,22 @@ inline published_layout sdxl_unet() {
   auto& v = l.tensors;
   // The streaming units (issue 38): each resnet, each attention's transformer blocks (an
   // attention of depth 0 is none), each resampler, in the order the stage runs them.
-  auto units = [&](const std::string& p, int depth) {
-    if (p.find(".attentions.") == std::string::npos) l.blocks.push_back(p);
-    for (int j = 0; j < depth; ++j)
-      l.blocks.push_back(p + ".transformer_blocks." + std::to_string(j));
-  };
+  auto unit = [&](const std::string& p) { l.blocks.push_back(prefix + p); };
   auto resnet = [&](const std::string& p, std::int64_t in, std::int64_t out) {
-    norm(v, p + ".norm1", in, t);
-    conv(v, p + ".conv1", out, in, 3, t);
-    linear(v, p + ".time_emb_proj", out, 1280, t);
-    norm(v, p + ".norm2", out, t);
-    conv(v, p + ".conv2", out, out, 3, t);
-    if (in != out) conv(v, p + ".conv_shortcut", out, in, 1, t);
+    const std::string q = prefix + p + ".";
+    norm(v, q + (sgm ? "in_layers.0" : "norm1"), in, t);
+    conv(v, q + (sgm ? "in_layers.2" : "conv1"), out, in, 3, t);
+    linear(v, q + (sgm ? "emb_layers.1" : "time_emb_proj"), out, 1280, t);
+    norm(v, q + (sgm ? "out_layers.0" : "norm2"), out, t);
+    conv(v, q + (sgm ? "out_layers.3" : "conv2"), out, out, 3, t);
+    if (in != out) conv(v, q + (sgm ? "skip_connection" : "conv_shortcut"), out, in, 1, t);
+    unit(p);
   };
   auto transformer = [&](const std::string& p, std::int64_t c, int depth) {
-    norm(v, p + ".norm", c, t);
-    linear(v, p + ".proj_in", c, c, t);
+    norm(v, prefix + p + ".norm", c, t);
+    linear(v, prefix + p + ".proj_in", c, c, t);
     for (int j = 0; j < depth; ++j) {
-      const std::string q = p + ".transformer_blocks." + std::to_string(j) + ".";
+      const std::string q = prefix + p + ".transformer_blocks." + std::to_string(j) + ".";
       norm(v, q + "norm1", c, t);
       for (const char* n : {"to_q", "to_k", "to_v"}) linear(v, q + "attn1." + n, c, c, t, false);
       linear(v, q + "attn1.to_out.0", c, c, t);
@@ -431,35 +433,39 @@ inline published_layout sdxl_unet() {
       norm(v, q + "norm3", c, t);
       linear(v, q + "ff.net.0.proj", 8 * c, c, t);
       linear(v, q + "ff.net.2", c, 4 * c, t);
+      unit(p + ".transformer_blocks." + std::to_string(j));
     }
-    linear(v, p + ".proj_out", c, c, t);
+    linear(v, prefix + p + ".proj_out", c, c, t);
   };
-  conv(v, "conv_in", 320, 4, 3, t);
-  linear(v, "time_embedding.linear_1", 1280, 320, t);
-  linear(v, "time_embedding.linear_2", 1280, 1280, t);
-  linear(v, "add_embedding.linear_1", 1280, 2816, t);
-  linear(v, "add_embedding.linear_2", 1280, 1280, t);
+  // A resampler's conv: its unit is the module that holds it.
+  auto resampler = [&](const std::string& module, const std::string& conv_name, std::int64_t c) {
+    conv(v, prefix + module + conv_name, c, c, 3, t);
+    unit(module);
+  };
+  conv(v, prefix + (sgm ? "input_blocks.0.0" : "conv_in"), 320, 4, 3, t);
+  linear(v, prefix + (sgm ? "time_embed.0" : "time_embedding.linear_1"), 1280, 320, t);
+  linear(v, prefix + (sgm ? "time_embed.2" : "time_embedding.linear_2"), 1280, 1280, t);
+  linear(v, prefix + (sgm ? "label_emb.0.0" : "add_embedding.linear_1"), 1280, 2816, t);
+  linear(v, prefix + (sgm ? "label_emb.0.2" : "add_embedding.linear_2"), 1280, 1280, t);
   const std::int64_t ch[3] = {320, 640, 1280};
   const int depth[3] = {0, 2, 10};
   std::int64_t in = 320;
+  int block = 1;  // sgm: input_blocks.N (0 is conv_in)
   for (int i = 0; i < 3; ++i) {
     const std::string p = "down_blocks." + std::to_string(i);
-    for (int r = 0; r < 2; ++r) {
-      resnet(p + ".resnets." + std::to_string(r), in, ch[i]);
-      units(p + ".resnets." + std::to_string(r), 0);
+    for (int r = 0; r < 2; ++r, ++block) {
+      const std::string n = "input_blocks." + std::to_string(block);
+      resnet(sgm ? n + ".0" : p + ".resnets." + std::to_string(r), in, ch[i]);
       in = ch[i];
-      if (depth[i] != 0) transformer(p + ".attentions." + std::to_string(r), ch[i], depth[i]);
-      units(p + ".attentions." + std::to_string(r), depth[i]);
+      if (depth[i] != 0)
+        transformer(sgm ? n + ".1" : p + ".attentions." + std::to_string(r), ch[i], depth[i]);
     }
-    if (i != 2) conv(v, p + ".downsamplers.0.conv", ch[i], ch[i], 3, t);
-    if (i != 2) units(p + ".downsamplers.0", 0);
+    if (i != 2 && sgm) resampler("input_blocks." + std::to_string(block++) + ".0", ".op", ch[i]);
+    if (i != 2 && !sgm) resampler(p + ".downsamplers.0", ".conv", ch[i]);
   }
-  resnet("mid_block.resnets.0", 1280, 1280);
-  transformer("mid_block.attentions.0", 1280, 10);
-  resnet("mid_block.resnets.1", 1280, 1280);
-  units("mid_block.resnets.0", 0);
-  units("mid_block.attentions.0", 10);
-  units("mid_block.resnets.1", 0);
+  resnet(sgm ? "middle_block.0" : "mid_block.resnets.0", 1280, 1280);
+  transformer(sgm ? "middle_block.1" : "mid_block.attentions.0", 1280, 10);
+  resnet(sgm ? "middle_block.2" : "mid_block.resnets.1", 1280, 1280);
   // Skip connections popped from the down path's outputs, last first.
   std::vector<std::int64_t> skips = {320, 320, 320, 320, 640, 640, 640, 1280, 1280};
   in = 1280;
@@ -467,27 +473,27 @@ inline published_layout sdxl_unet() {
     const std::int64_t out = ch[2 - i];
     const std::string p = "up_blocks." + std::to_string(i);
     for (int r = 0; r < 3; ++r) {
+      const std::string n = "output_blocks." + std::to_string(3 * i + r);
       const std::int64_t skip = skips.back();
       skips.pop_back();
-      resnet(p + ".resnets." + std::to_string(r), in + skip, out);
-      units(p + ".resnets." + std::to_string(r), 0);
+      resnet(sgm ? n + ".0" : p + ".resnets." + std::to_string(r), in + skip, out);
       in = out;
-      if (depth[2 - i] != 0) transformer(p + ".attentions." + std::to_string(r), out, depth[2 - i]);
-      units(p + ".attentions." + std::to_string(r), depth[2 - i]);
+      if (depth[2 - i] != 0)
+        transformer(sgm ? n + ".1" : p + ".attentions." + std::to_string(r), out, depth[2 - i]);
+      if (r == 2 && i != 2 && sgm) resampler(n + (depth[2 - i] != 0 ? ".2" : ".1"), ".conv", out);
     }
-    if (i != 2) conv(v, p + ".upsamplers.0.conv", out, out, 3, t);
-    if (i != 2) units(p + ".upsamplers.0", 0);
+    if (i != 2 && !sgm) resampler(p + ".upsamplers.0", ".conv", out);
   }
   l.real_block_count = l.blocks.size();
-  norm(v, "conv_norm_out", 320, t);
-  conv(v, "conv_out", 4, 320, 3, t);
+  norm(v, prefix + (sgm ? "out.0" : "conv_norm_out"), 320, t);
+  conv(v, prefix + (sgm ? "out.2" : "conv_out"), 4, 320, 3, t);
   return l;
 }
 
 inline std::vector<std::function<published_layout()>> published_layouts() {
   return {flux_dev_diffusers,     flux_dev_original, sd35_large_diffusers,
           sd35_large_single_file, wan21_14b,         wan21_1_3b,
-          wan21_14b_fp8_scaled,   llama3_8b,         sdxl_unet};
+          wan21_14b_fp8_scaled,   llama3_8b,         [] { return sdxl_unet(); }};
 }
 
 /// Writes @p l as header-only sparse safetensors files in @p dir (see the file comment); returns

@@ -107,6 +107,10 @@ struct dynamic_offload_config {
   /// enable_pipeline_offload's shared pinned-host budget in GiB: page-locked weight bytes of
   /// all components together. 0: each component keeps its own pin budget.
   double pipeline_pinned_budget_gb = 0.0;
+  /// The disk's read rate in GB/s (10^9 bytes/s), stated: the plan's step bound divides the
+  /// file tier by it (plan/tier_bound.hpp) instead of a capacity profile's measurement or the
+  /// assumed 1.6 GB/s. 0: not stated.
+  double disk_read_gb_per_s = 0.0;
   /// Debug mode for engine authors (runtime_options::poison_released_slots): poison each slot as
   /// soon as its lease is released, so a use after release reads 0xCD bytes.
   bool debug_poison_released_slots = false;

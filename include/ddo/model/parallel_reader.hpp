@@ -192,6 +192,11 @@ class basic_parallel_reader {
     return remaining_[b].load(std::memory_order_acquire) == 0;
   }
 
+  /// @brief Whether batch @p b of the gated run is in place (never waits).
+  [[nodiscard]] bool batch_filled(std::size_t b) const noexcept {
+    return remaining_[b].load(std::memory_order_acquire) == 0;
+  }
+
   /// @brief Ends the gated run: waits until every helper stopped touching the destinations and
   /// rethrows the first failure. With @p cancel, the helpers stop at their next grain instead of
   /// finishing (the caller is unwinding).

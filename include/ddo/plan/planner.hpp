@@ -226,7 +226,8 @@ offload_plan detail::make_plan_compiled(const weight_table& table,
   b.planner_detail = residency.planner_detail;
   b.pin_selection = detail::selection_named(pins.selection, config.pin_weight_selection);
 
-  b.tier_bound_detail = describe_tier_bound(tier_bound_of(plan, machine));
+  b.tier_bound_detail =
+      describe_tier_bound(tier_bound_of(plan, machine, config.disk_read_gb_per_s));
   detail::check_plan_fits(plan, machine);
   const std::uint64_t pinned = plan.total_bytes(placement::pinned_host);
   DDO_EXPECTS(pinned <= b.pin_budget_bytes,

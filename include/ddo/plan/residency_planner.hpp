@@ -411,6 +411,26 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
   }
 }
 
+/// Managed bytes of group @p g that are not resident yet (all its managed bytes before the
+/// selection).
+inline std::uint64_t streamed_bytes_of(const plan_context& c, const residency_result& r,
+                                       std::size_t g) {
+  std::uint64_t bytes = 0;
+  for (std::size_t i : c.groups[g].weights)
+    if (r.managed[i] && !r.resident[i]) bytes += c.table[i].bytes;
+  return bytes;
+}
+
+/// Keeps group @p g's managed weights resident, each with @p reason.
+inline void keep_group(const plan_context& c, residency_result& r, std::size_t g,
+                       const std::string& reason) {
+  for (std::size_t i : c.groups[g].weights)
+    if (r.managed[i] && !r.resident[i]) {
+      r.resident[i] = 1;
+      r.reason[i] = reason;
+    }
+}
+
 /// Keeps resident, first, each group outside the blocks whose managed bytes exceed every
 /// block's, and each group above setup's smaller ring slot (machine_capacity::ring_slot_bytes),
 /// while the budget holds it (see plan_residency).
@@ -418,11 +438,9 @@ inline void keep_outsized_first(const plan_context& c, residency_result& r) {
   std::uint64_t largest_block = 0;
   std::vector<std::uint64_t> managed_of(c.groups.size(), 0);
   for (std::size_t g = 0; g < c.groups.size(); ++g) {
-    for (std::size_t i : c.groups[g].weights)
-      if (r.managed[i]) managed_of[g] += c.table[i].bytes;
+    managed_of[g] = streamed_bytes_of(c, r, g);
     if (c.groups[g].is_block) largest_block = std::max(largest_block, managed_of[g]);
   }
-  // Setup's smaller ring (machine_capacity::ring_slot_bytes): every group above its slot.
   const std::uint64_t slot = c.machine.ring_slot_bytes;
   for (std::size_t g = 0; g < c.groups.size(); ++g) {
     const bool above_slot = slot != 0 && managed_of[g] > slot;
@@ -430,12 +448,10 @@ inline void keep_outsized_first(const plan_context& c, residency_result& r) {
         !c.groups[g].is_block && largest_block != 0 && managed_of[g] > largest_block;
     if ((!above_slot && !outsized) || managed_of[g] > r.budget_bytes - r.outsized_bytes) continue;
     r.outsized_bytes += managed_of[g];
-    for (std::size_t i : c.groups[g].weights)
-      if (r.managed[i]) {
-        r.resident[i] = 1;
-        r.reason[i] = "resident_budget: group '" + c.groups[g].name +
-                      "' streams more than any block (it would size every ring slot)";
-      }
+    keep_group(c, r, g,
+               "resident_budget: group '" + c.groups[g].name +
+                   (outsized ? "' streams more than any block (it would size every ring slot)"
+                             : "' streams more than the ring's slot of " + format_bytes(slot)));
   }
 }
 
@@ -445,24 +461,17 @@ inline void keep_outsized_first(const plan_context& c, residency_result& r) {
 /// large card is all resident). Largest group first, each whole or not at all.
 inline void keep_outside_blocks(const plan_context& c, residency_result& r, std::uint64_t left) {
   std::vector<std::pair<std::uint64_t, std::size_t>> groups;  // streamed bytes, group
-  for (std::size_t g = 0; g < c.groups.size(); ++g) {
-    if (c.groups[g].is_block) continue;
-    std::uint64_t bytes = 0;
-    for (std::size_t i : c.groups[g].weights)
-      if (r.managed[i] && !r.resident[i]) bytes += c.table[i].bytes;
-    if (bytes != 0) groups.emplace_back(bytes, g);
-  }
+  for (std::size_t g = 0; g < c.groups.size(); ++g)
+    if (const std::uint64_t bytes = streamed_bytes_of(c, r, g); !c.groups[g].is_block && bytes != 0)
+      groups.emplace_back(bytes, g);
   std::stable_sort(groups.begin(), groups.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [bytes, g] : groups) {
     if (bytes > left) continue;
     left -= bytes;
-    for (std::size_t i : c.groups[g].weights)
-      if (r.managed[i] && !r.resident[i]) {
-        r.resident[i] = 1;
-        r.reason[i] = "resident_budget: group '" + c.groups[g].name +
-                      "' outside the blocks, in what the blocks left of the budget";
-      }
+    keep_group(c, r, g,
+               "resident_budget: group '" + c.groups[g].name +
+                   "' outside the blocks, in what the blocks left of the budget");
   }
 }
 

@@ -25,7 +25,8 @@ inline namespace v0 {
 /// copy ceiling measured on the project's H100/H200 hosts (docs/physical-limits).
 inline constexpr double assumed_bus_bytes_per_s = 55.5e9;
 /// @brief Disk rate assumed when none is measured or stated (bytes/s): cold O_DIRECT reads with
-/// four readers on the project's GPU host (1.6 GB/s; a consumer NVMe reads 3-7 GB/s).
+/// four readers on the project's GPU host (1.6 GB/s; a consumer NVMe reads 3-7 GB/s). State
+/// the machine's with disk_read_gb_per_s (`--ddo-disk-read-gb-per-s`, `DDO_DISK_READ_GB_PER_S`).
 inline constexpr double assumed_disk_bytes_per_s = 1.6e9;
 
 /// @brief A plan's tiers and the transfer terms of its step bound.
@@ -38,6 +39,7 @@ struct tier_bound {
   double disk_bytes_per_s = assumed_disk_bytes_per_s;
   bool bus_measured = false;   ///< from machine_capacity (a profile or the engine), not assumed
   bool disk_measured = false;  ///< likewise
+  bool disk_stated = false;    ///< disk_read_gb_per_s: the user's figure, over any measurement
   /// Seconds the bus needs for every streamed byte of a step.
   [[nodiscard]] double bus_seconds() const noexcept {
     return static_cast<double>(pinned_bytes + pageable_bytes + file_bytes) / bus_bytes_per_s;
@@ -52,9 +54,11 @@ struct tier_bound {
   }
 };
 
-/// @brief The tiers of @p plan and the rates of @p machine (assumed ones where it has none).
+/// @brief The tiers of @p plan and the rates of @p machine (assumed ones where it has none); a
+/// positive @p stated_disk_gb_per_s (disk_read_gb_per_s) is the disk's rate instead of either.
 [[nodiscard]] inline tier_bound tier_bound_of(const offload_plan& plan,
-                                              const machine_capacity& machine) {
+                                              const machine_capacity& machine,
+                                              double stated_disk_gb_per_s = 0.0) {
   tier_bound t;
   t.resident_bytes = plan.total_bytes(placement::gpu_resident);
   t.pinned_bytes = plan.total_bytes(placement::pinned_host);
@@ -64,7 +68,10 @@ struct tier_bound {
     t.bus_bytes_per_s = machine.bus_bytes_per_s;
     t.bus_measured = true;
   }
-  if (machine.disk_bytes_per_s > 0.0) {
+  if (stated_disk_gb_per_s > 0.0) {
+    t.disk_bytes_per_s = stated_disk_gb_per_s * 1e9;
+    t.disk_stated = true;
+  } else if (machine.disk_bytes_per_s > 0.0) {
     t.disk_bytes_per_s = machine.disk_bytes_per_s;
     t.disk_measured = true;
   }
@@ -81,9 +88,9 @@ struct tier_bound {
     std::snprintf(b, sizeof b, s < 1.0 ? "%.1f ms" : "%.2f s", s < 1.0 ? s * 1e3 : s);
     return std::string(b);
   };
-  auto rate = [](double r, bool measured) {
-    char b[48];
-    std::snprintf(b, sizeof b, "%.2f GB/s %s", r / 1e9, measured ? "measured" : "assumed");
+  auto rate = [](double r, const char* source) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.2f GB/s %s", r / 1e9, source);
     return std::string(b);
   };
   std::string out = "resident " + format_bytes(t.resident_bytes) + " | pinned " +
@@ -91,10 +98,13 @@ struct tier_bound {
   if (t.pageable_bytes != 0) out += " | pageable " + format_bytes(t.pageable_bytes);
   out += " | file " + format_bytes(t.file_bytes) + "; step bound max(C, " +
          seconds(t.bus_seconds()) + " over the bus at " +
-         rate(t.bus_bytes_per_s, t.bus_measured);
+         rate(t.bus_bytes_per_s, t.bus_measured ? "measured" : "assumed");
   if (t.file_bytes != 0)
     out += ", " + seconds(t.disk_seconds()) + " from the disk at " +
-           rate(t.disk_bytes_per_s, t.disk_measured) + ", overlapped";
+           rate(t.disk_bytes_per_s, t.disk_stated     ? "stated (disk_read_gb_per_s)"
+                                    : t.disk_measured ? "measured"
+                                                      : "assumed") +
+           ", overlapped";
   return out + ")";
 }
 

@@ -148,7 +148,8 @@ inline void take_if_more_resident(offload_setup& r,
 /// the ring's other slots for the budget. Tries up to three slot sizes below @p r's, each a
 /// group size at most 0.8x the last, the groups above it kept out of the ring and resident
 /// first (machine_capacity::ring_slot_bytes); takes each plan that fits its ring and keeps more
-/// resident.
+/// resident. Also after the plan for a card about the model's size (all resident but for what
+/// the activations and headroom leave out): what that plan streams sizes its ring too.
 template <class Planner, class PinSelector, class Machine>
 void plan_smaller_rings(offload_setup& r, const weight_table& table,
                         const std::vector<execution_group>& groups,
@@ -255,6 +256,7 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
       r.machine = std::move(m);
       r.plan = std::move(plan);
+      plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
       return;
     }
     kept = rule_kept;

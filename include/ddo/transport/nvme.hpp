@@ -85,6 +85,25 @@ struct nvme_file {
   std::unique_ptr<file_reader> reader;
 };
 
+/// One copy out of a fill: @p bytes from the slot at @p slot_offset to @p dst.
+struct nvme_fill_copy {
+  std::byte* dst;
+  std::uint64_t slot_offset;
+  std::uint64_t bytes;
+};
+/// One slot fill of a batch: its slot, its copies [first_copy, end_copy) and read bytes.
+struct nvme_slot_fill {
+  unsigned slot;
+  std::size_t first_copy, end_copy;
+  std::uint64_t read_bytes = 0, used = 0;
+};
+/// The batch being read (capacity kept across batches; under nvme_state's mutex).
+struct nvme_batch {
+  std::vector<read_task> tasks;  // task.batch: its fill
+  std::vector<nvme_fill_copy> copies;
+  std::vector<nvme_slot_fill> fills;
+};
+
 template <class Inner>
 struct nvme_state {
   explicit nvme_state(const nvme_options& o) : options(o) {}
@@ -102,6 +121,7 @@ struct nvme_state {
   std::string description;
   bool direct = false;
   nvme_stats stats;
+  nvme_batch batch;  // the batch being read
 };
 
 }  // namespace detail
@@ -230,7 +250,8 @@ class nvme_transport : public Inner {
                                        round_up(r.largest_piece_bytes, direct_io_alignment) + 2 * direct_io_alignment);
       for (std::size_t s = 0; s < 2; ++s) allocate_slot(st, s);
       // ddo's one read pool (model/parallel_reader.hpp), its requests at most request_bytes.
-      st.reader = std::make_unique<parallel_reader>(o.read_threads, o.request_bytes);
+      // In a gated run the caller issues copies while the helpers read: read_threads helpers.
+      st.reader = std::make_unique<parallel_reader>(o.read_threads + 1, o.request_bytes);
       st.next = 0;
       st.stats = {};
       st.description =
@@ -249,57 +270,31 @@ class nvme_transport : public Inner {
   }
 
   /// @brief Reads [offset, offset + bytes) of @p path into the device at @p dst, ordered on
-  /// @p s like a copy: the bytes are read into a staging slot (many reads in flight), then
-  /// copied on @p s; the slot is reused after that copy's event. Returns once the copies are
-  /// enqueued (the host waited for the reads, never for the device except to reuse a slot).
+  /// @p s like a copy: read_files_to_device of this one piece.
   /// @throws io_error naming the file and the offset; usage_error when not prepared or
   /// @p path is not one of the prepared files.
   void read_file_to_device(std::byte* dst, const std::string& path, std::uint64_t offset,
                            std::size_t bytes, stream_view s) {
+    const device_file_read piece{dst, &path, offset, bytes};
+    read_files_to_device(std::span<const device_file_read>(&piece, 1), s);
+  }
+
+  /// @brief Reads @p pieces into the device, ordered on @p s like copies: the pieces are packed
+  /// into slot fills (each piece's aligned range at a 4096-aligned slot offset; a piece larger
+  /// than a slot over several fills), and the readers fill the two slots in turn without a
+  /// barrier between fills: while one fill's copies are issued and travel, the next fill's reads
+  /// are in flight, so the disk's queue drains only at the batch's end. A slot is refilled after
+  /// its copies' event. Returns once the copies are enqueued. Bytes read per piece: its aligned
+  /// range with O_DIRECT (at most 2 x 4095 bytes more than the piece), the piece otherwise.
+  /// @throws io_error naming the file and the offset; usage_error when not prepared or a path is
+  /// not one of the prepared files. The readers have stopped touching the slots when it throws.
+  void read_files_to_device(std::span<const device_file_read> pieces, stream_view s) {
     auto& st = *nvme_;
     std::lock_guard lock(st.mutex);
     DDO_EXPECTS(st.prepared, "nvme_transport::read_file_to_device before prepare_file_reads");
-    const detail::nvme_file* file = nullptr;
-    for (const auto& f : st.files)
-      if (f.reader && f.path == path) file = &f;
-    DDO_EXPECTS(file != nullptr, "nvme_transport::read_file_to_device: '" + path +
-                                     "' is not a file the plan reads (prepare_file_reads)");
-    if (bytes == 0) return;
-    const file_reader& fr = *file->reader;
-    const std::uint64_t cap = st.slot_alloc_bytes;
-    // The range read: the piece itself, or its aligned widening for O_DIRECT.
-    const aligned_range ar = st.direct ? align_range(offset, bytes)
-                                       : aligned_range{offset, bytes, 0};
-    for (std::uint64_t c = 0; c < ar.aligned_length; c += cap) {
-      const std::uint64_t at = ar.aligned_offset + c;
-      const std::uint64_t len = std::min(cap, ar.aligned_length - c);
-      const std::uint64_t lo = std::max(at, offset);
-      const std::uint64_t hi = std::min(at + len, offset + bytes);
-      if (lo >= hi) continue;
-      const unsigned k = st.next;
-      st.next ^= 1u;
-      // The copy that last read this slot must be done before the readers overwrite it.
-      Inner::synchronize(st.slot_free[k]);
-      // Every reader gets a part of this fill (a piece is read before the next one starts), in
-      // parts of at most request_bytes; with O_DIRECT the aligned range, of which the bytes up
-      // to hi must arrive (the rest may be cut by the end of the file).
-      read_task req;
-      req.file = &fr;
-      req.file_offset = at;
-      req.dst = st.slot[k];
-      req.bytes = st.direct ? len : hi - at;
-      req.direct = st.direct;
-      req.required = hi - at;
-      const auto start = std::chrono::steady_clock::now();
-      st.reader->run(std::span<const read_task>(&req, 1));
-      st.stats.read_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      Inner::copy_to_device(dst + (lo - offset), st.slot[k] + (lo - at), hi - lo, s);
-      Inner::record(st.slot_free[k], s);
-      st.stats.bytes_read += req.bytes;
-      st.stats.bytes_delivered += hi - lo;
-      ++st.stats.slot_fills;
-    }
+    plan_fills(st, pieces);
+    if (st.batch.fills.empty()) return;
+    run_fills(st, s);
   }
 
   /// @brief At teardown (after the streams were synchronized): waits for the slots' copies,
@@ -326,6 +321,108 @@ class nvme_transport : public Inner {
   }
 
  private:
+  [[nodiscard]] static const file_reader& reader_of(const detail::nvme_state<Inner>& st,
+                                                    const std::string& path) {
+    for (const auto& f : st.files)
+      if (f.reader && f.path == path) return *f.reader;
+    throw usage_error("nvme_transport::read_file_to_device: '" + path +
+                      "' is not a file the plan reads (prepare_file_reads)");
+  }
+
+  /// Packs @p pieces into fills of at most one slot each (see read_files_to_device).
+  void plan_fills(detail::nvme_state<Inner>& st, std::span<const device_file_read> pieces) {
+    auto& b = st.batch;
+    b.tasks.clear();
+    b.copies.clear();
+    b.fills.clear();
+    const std::uint64_t cap = st.slot_alloc_bytes;
+    for (const auto& p : pieces) {
+      DDO_EXPECTS(p.path != nullptr,
+                  "nvme_transport::read_files_to_device: a piece without a path");
+      const file_reader& fr = reader_of(st, *p.path);
+      if (p.bytes == 0) continue;
+      // The range read: the piece itself, or its aligned widening for O_DIRECT.
+      const aligned_range ar =
+          st.direct ? align_range(p.offset, p.bytes) : aligned_range{p.offset, p.bytes, 0};
+      for (std::uint64_t c = 0; c < ar.aligned_length; c += cap) {
+        const std::uint64_t at = ar.aligned_offset + c;
+        const std::uint64_t len = std::min(cap, ar.aligned_length - c);
+        const std::uint64_t lo = std::max(at, p.offset);
+        const std::uint64_t hi = std::min(at + len, p.offset + p.bytes);
+        if (lo >= hi) continue;
+        if (b.fills.empty() || b.fills.back().used + len > cap) {
+          const auto slot = static_cast<unsigned>((st.next + b.fills.size()) % 2);
+          b.fills.push_back({slot, b.copies.size(), b.copies.size()});
+        }
+        detail::nvme_slot_fill& f = b.fills.back();
+        // With O_DIRECT the aligned range, of which the bytes up to hi must arrive (the rest
+        // may be cut by the end of the file).
+        read_task t;
+        t.file = &fr;
+        t.file_offset = at;
+        t.dst = st.slot[f.slot] + f.used;
+        t.bytes = st.direct ? len : hi - at;
+        t.direct = st.direct;
+        t.required = hi - at;
+        t.batch = b.fills.size() - 1;
+        b.tasks.push_back(t);
+        b.copies.push_back({p.dst + (lo - p.offset), f.used + (lo - at), hi - lo});
+        f.end_copy = b.copies.size();
+        f.read_bytes += t.bytes;
+        f.used += round_up(len, direct_io_alignment);
+      }
+    }
+  }
+
+  /// Reads the planned fills (a gated run of the reader pool: fill k + 2 opens once fill k's
+  /// copies completed, its slot free) and issues each fill's copies on @p s as it lands.
+  void run_fills(detail::nvme_state<Inner>& st, stream_view s) {
+    auto& b = st.batch;
+    const std::size_t n = b.fills.size();
+    auto& pool = *st.reader;
+    using clock = std::chrono::steady_clock;
+    const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    // read_seconds: while the readers have an open fill to read; the waits for the slots'
+    // copies that leave them none (the previous batch's, a copy behind the engine's compute)
+    // do not count.
+    for (std::size_t k = 0; k < std::min<std::size_t>(n, 2); ++k)
+      Inner::synchronize(st.slot_free[b.fills[k].slot]);  // the previous batch's copies
+    const auto start = clock::now();
+    clock::duration idle{};
+    pool.start_gated(b.tasks, n);
+    try {
+      pool.open_through(std::min<std::size_t>(n, 2) - 1);
+      for (std::size_t k = 0; k < n; ++k) {
+        const detail::nvme_slot_fill& f = b.fills[k];
+        if (!pool.wait_batch(k)) break;  // a reader failed: finish() throws it
+        for (std::size_t c = f.first_copy; c < f.end_copy; ++c) {
+          const detail::nvme_fill_copy& cp = b.copies[c];
+          Inner::copy_to_device(cp.dst, st.slot[f.slot] + cp.slot_offset, cp.bytes, s);
+          st.stats.bytes_delivered += cp.bytes;
+        }
+        Inner::record(st.slot_free[f.slot], s);
+        st.stats.bytes_read += f.read_bytes;
+        ++st.stats.slot_fills;
+        if (k + 2 < n) {
+          const auto wait = clock::now();
+          Inner::synchronize(st.slot_free[f.slot]);  // the next fill's reads run meanwhile
+          if (pool.batch_filled(k + 1)) idle += clock::now() - wait;
+          pool.open_through(k + 2);
+        }
+      }
+    } catch (...) {
+      try {
+        pool.finish(true);
+      } catch (...) {  // the copy's failure is the one reported
+      }
+      st.next = static_cast<unsigned>((st.next + n) % 2);
+      throw;
+    }
+    st.next = static_cast<unsigned>((st.next + n) % 2);
+    pool.finish();
+    st.stats.read_seconds += seconds(clock::now() - start - idle);
+  }
+
   /// Slot @p s: page-locked, and 4096-aligned where O_DIRECT reads into it. cudaHostAlloc does
   /// not promise page alignment (an H100 with CUDA 13 returned a 1 MiB slot 256 bytes past a page
   /// after ddo-flux's small pinned allocations): then the slot is allocated again one alignment

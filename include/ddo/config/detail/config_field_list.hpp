@@ -172,6 +172,11 @@
     no_choices, active, "", \
     "enable_pipeline_offload: page-locked weight bytes of all components together, split " \
     "by weight bytes; 0 keeps each component's own pin budget (ddo addition).") \
+  X(disk_read_gb_per_s, real, "DDO_DISK_READ_GB_PER_S", 1.0, true, "GB/s", no_choices, active, \
+    "", \
+    "The disk's read rate for the plan's step bound (file bytes / rate), e.g. what dd " \
+    "iflag=direct measures; 0 takes a capacity profile's measurement or assumes 1.6 GB/s " \
+    "(ddo addition).") \
   X(debug_poison_released_slots, boolean, "DDO_DEBUG_POISON_RELEASED_SLOTS", 1.0, true, "", \
     no_choices, active, "", \
     "Debug: fill a streamed group's slot with 0xCD bytes as soon as its lease is released, so " \

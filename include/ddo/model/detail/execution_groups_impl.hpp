@@ -5,6 +5,7 @@
 
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 // Part of ddo/model/execution_groups.hpp, which includes it (not back: no include cycles).
 
@@ -413,22 +414,20 @@ struct stage_child {
 /// OpenCLIP, `transformer.text_model.encoder.layers` of a CLIP) that repeat a container of
 /// layers at two indices or more: the stage's units at any depth (issue 38). A deep family that
 /// does not (a feed-forward's `ff.net.0` and `ff.net.2`) stays inside its unit.
-[[nodiscard]] DDO_INLINE std::unordered_map<std::string, bool> deep_families(
+[[nodiscard]] DDO_INLINE std::unordered_set<std::string> deep_families(
     const weight_table& table, std::string_view prefix, std::span<const std::size_t> weights) {
-  std::unordered_map<std::string, std::pair<std::uint64_t, bool>> seen;  // first, repeated
+  std::unordered_map<std::string, std::uint64_t> first;  // family: the index it was seen at
+  std::unordered_set<std::string> repeated;
   for (std::size_t i : weights) {
     const std::string_view name = table[i].module_name;
     if (name.size() <= prefix.size()) continue;
     const auto parts = split_dots(name.substr(prefix.size() + 1));
     const std::size_t j = first_index_at(parts);
     if (j < 2 || j + 1 >= parts.size()) continue;  // shallow, unnumbered, or a layer
-    const std::uint64_t index = *parse_index(parts[j]);
-    auto [it, added] = seen.try_emplace(join_parts(parts, j), index, false);
-    it->second.second = it->second.second || (!added && it->second.first != index);
+    const auto [it, added] = first.try_emplace(join_parts(parts, j), *parse_index(parts[j]));
+    if (!added && it->second != *parse_index(parts[j])) repeated.insert(it->first);
   }
-  std::unordered_map<std::string, bool> out;
-  for (const auto& [family, s] : seen) out.emplace(family, s.second);
-  return out;
+  return repeated;
 }
 
 /// The numbered children of the stage @p prefix (its weights @p weights): `N`, `family.N`, or a
@@ -448,8 +447,7 @@ struct stage_child {
     const auto parts = split_dots(rest);
     const std::size_t j = first_index_at(parts);
     std::string family = j < parts.size() ? join_parts(parts, j) : std::string();
-    const auto d = deep.find(family);
-    if (j == parts.size() || (j >= 2 && (d == deep.end() || !d->second))) {
+    if (j == parts.size() || (j >= 2 && !deep.contains(family))) {
       (is_output_component(parts[0]) ? back : front).push_back(i);
       continue;
     }

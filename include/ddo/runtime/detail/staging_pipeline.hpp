@@ -210,6 +210,7 @@ class staging_pipeline {
     const bool gated = !tasks_.empty();
     if (gated) pool_->start_gated(tasks_, count);
     next_open_ = 0;
+    file_reads_.clear();
     std::uint64_t copies = 0;
     try {
       open_ahead(0, false);
@@ -222,9 +223,16 @@ class staging_pipeline {
           if (!pool_->wait_batch(k)) break;  // a filling thread failed: finish() throws it
           if (meter != nullptr && u.file_bytes != 0) meter->advance(setup_phase::reading, u.file_bytes);
         }
-        issue(u, v, meter);
+        if (batched_device_read(u)) {
+          file_reads_.push_back({dst_base_ + u.device_read->slot_offset,
+                                 &(*files_)[u.device_read->file]->path(),
+                                 u.device_read->file_offset, u.device_read->bytes});
+        } else {
+          issue(u, v, meter);
+        }
         ++copies;
       }
+      issue_file_reads(v, meter);
     } catch (...) {
       if (gated) {
         try {
@@ -299,6 +307,25 @@ class staging_pipeline {
     }
   }
 
+  /// Whether @p u is a file piece the transport reads with the run's others, in one batch
+  /// after the run's copies (transport_with_batched_file_reads): the pinned copies are then
+  /// queued while the disk reads, and the disk's queue stays full from piece to piece.
+  [[nodiscard]] static bool batched_device_read(const unit& u) noexcept {
+    return transport_with_batched_file_reads<T> && u.device_read != nullptr;
+  }
+
+  void issue_file_reads(stream_view v, setup_meter* meter) {
+    if constexpr (transport_with_batched_file_reads<T>) {
+      if (file_reads_.empty()) return;
+      t_->read_files_to_device(std::span<const device_file_read>(file_reads_), v);
+      if (meter != nullptr)
+        for (const auto& r : file_reads_) {
+          meter->advance(setup_phase::reading, r.bytes);
+          meter->advance(setup_phase::uploading, r.bytes);
+        }
+    }
+  }
+
   void issue(const unit& u, stream_view v, setup_meter* meter) {
     auto& t = *t_;
     if (u.device_read != nullptr) {
@@ -336,6 +363,7 @@ class staging_pipeline {
   std::byte* dst_base_ = nullptr;
   std::vector<unit> units_;
   std::vector<read_task> tasks_;
+  std::vector<device_file_read> file_reads_;  // batched_device_read units, in order
   std::vector<std::size_t> prev_;         // per unit: the earlier unit of this run reading its buffer
   std::vector<std::size_t> last_in_run_;  // per buffer, while prev_ is built
   bool open_ = false;                     // a ring chunk is open for more bytes
