@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,6 +25,9 @@
 #include <vector>
 
 #include "ddo/memory/weight_registry.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "runtime_fixtures.hpp"
 
 namespace weight_registry_test {
 
@@ -126,6 +130,45 @@ std::vector<registry_piece> pieces_of(const disk& d, const std::string& f, std::
   for (std::size_t i = 0; i < count; ++i)
     out.push_back({d.key(f, i * n * page, n * page), n * page});
   return out;
+}
+
+/// Streams every group of @p off once, comparing each weight with @p m's bytes: mismatches.
+template <class Offloader>
+std::uint64_t stream_and_check(Offloader& off, ddo::host_sim_transport& sim,
+                               const ddo_test::synthetic_model& m) {
+  auto s = sim.make_stream();
+  const auto v = sim.view(s);
+  std::atomic<std::uint64_t> bad{0};
+  for (std::size_t g = 0; g < off.group_count(); ++g) {
+    auto lease = off.acquire(g, v);
+    std::vector<std::pair<const std::byte*, std::size_t>> items;
+    for (std::size_t i = 0; i < lease.size(); ++i)
+      items.emplace_back(lease.data(i), lease.weight_index(i));
+    sim.enqueue(v, [&, items = std::move(items)] {
+      for (const auto& [p, w] : items)
+        if (std::memcmp(p, m.expected[w].data(), m.expected[w].size()) != 0) ++bad;
+    });
+  }
+  sim.synchronize(v);
+  return bad;
+}
+
+/// Page-rounded bytes of @p m's pinned weights: what a registry charges for the model.
+std::uint64_t pinned_pages(const ddo_test::synthetic_model& m) {
+  std::uint64_t bytes = 0;
+  for (std::size_t w = 0; w < m.table.size(); ++w)
+    if (m.plan.decisions[w].where == ddo::placement::pinned_host && m.table[w].bytes != 0)
+      bytes += ddo::round_up(m.table[w].bytes, page);
+  return bytes;
+}
+
+ddo::runtime_options registry_options(std::shared_ptr<weight_registry> r, std::string model) {
+  ddo::runtime_options o;
+  o.poison_slots = true;
+  o.staging_buffer_bytes = 64 * 1024;
+  o.registry = std::move(r);
+  o.registry_model = std::move(model);
+  return o;
 }
 
 /// The seed of a property test: DDO_PROPERTY_SEED, or a fixed one (printed either way).
@@ -480,4 +523,53 @@ TEST_CASE("weight_registry: a user destroyed mid-use on another thread leaves it
   reg.release("A");
   reg.release("B");
   CHECK(reg.pinned_bytes() == 0);
+}
+
+TEST_CASE("weight_registry: offloaders of two models take their host bytes from one budget") {
+  // Budget for one model and a half: B is refused while A's offloader lives (naming A, nothing
+  // pinned for B), fits once it went (A's pieces evicted), and a second offloader of B reads
+  // nothing. Every streamed byte is the model's; after the releases nothing is pinned.
+  ddo_test::model_spec spec;
+  spec.groups = 4;
+  spec.min_bytes = 8 * 1024;
+  spec.max_bytes = 64 * 1024;
+  spec.seed = 4201;
+  auto a = ddo_test::make_model(spec);
+  spec.seed = 4202;
+  auto b = ddo_test::make_model(spec);
+  const std::uint64_t budget = std::max(pinned_pages(*a), pinned_pages(*b)) * 3 / 2;
+  auto reg = std::make_shared<weight_registry>(budget);
+  ddo::host_sim_options ho;
+  ho.device_capacity_bytes = 8 * ddo::mib;
+  ddo::host_sim_transport sim(ho);
+  using offloader = ddo::basic_offloader<ddo::host_sim_transport>;
+  auto off_a = std::make_unique<offloader>(sim, a->table, a->plan, registry_options(reg, "A"));
+  CHECK(stream_and_check(*off_a, sim, *a) == 0);
+  CHECK(reg->pinned_bytes() == pinned_pages(*a));
+  CHECK(off_a->metrics().pinned_bytes == pinned_pages(*a));
+  const auto registered_a = sim.registered_bytes_in_use();
+  try {
+    offloader off_b(sim, b->table, b->plan, registry_options(reg, "B"));
+    FAIL("B was admitted beside A");
+  } catch (const ddo::registry_full& e) {
+    CHECK(e.models_to_release() == std::vector<std::string>{"A"});
+  }
+  CHECK(sim.registered_bytes_in_use() == registered_a);  // nothing of B left behind
+  off_a.reset();  // A's offloader goes: its model is unused, evictable
+  {
+    offloader off_b(sim, b->table, b->plan, registry_options(reg, "B"));
+    CHECK(stream_and_check(off_b, sim, *b) == 0);
+    const auto loaded = reg->stats().loaded_bytes;
+    offloader off_b2(sim, b->table, b->plan, registry_options(reg, "B"));
+    CHECK(reg->stats().loaded_bytes == loaded);  // the same model: held once, read once
+    CHECK(stream_and_check(off_b2, sim, *b) == 0);
+    CHECK(reg->stats().evicted_bytes > 0);
+    CHECK(reg->pinned_bytes() <= budget);
+  }
+  CHECK(reg->stats().peak_pinned_bytes <= budget);
+  reg->release("A");
+  reg->release("B");
+  CHECK(reg->pinned_bytes() == 0);
+  CHECK(sim.registered_bytes_in_use() == 0);
+  CHECK(sim.device_bytes_in_use() == 0);
 }
