@@ -343,6 +343,14 @@ class weight_registry {
     const auto it = state_->models.find(model);
     return it != state_->models.end() && !it->second.released;
   }
+  /// @brief The models known (acquired, not released), by name.
+  [[nodiscard]] std::vector<std::string> models() const {
+    std::lock_guard lock(state_->mutex);
+    std::vector<std::string> names;
+    for (const auto& [name, m] : state_->models)
+      if (!m.released) names.push_back(name);
+    return names;
+  }
   /// @brief Bytes of @p pieces held now (each key once): what an acquire of them would reuse.
   [[nodiscard]] std::uint64_t held_bytes(std::span<const registry_piece> pieces) const {
     std::lock_guard lock(state_->mutex);

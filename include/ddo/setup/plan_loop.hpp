@@ -222,13 +222,22 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     key =
         plan_cache_key(table, groups, config, policy_names(planner, typeid(PinSelector)), budgets);
     if (auto hit = plans->find(key)) {
-      // Reused while its resident bytes still fit what is free now.
+      // Reused while its resident bytes still fit what is free now, and its pinned bytes the
+      // RAM now with the headroom it planned with (a probed RAM is not in the key).
       const std::uint64_t free = r.machine.capacity.free_vram_bytes;
-      if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
+      const std::uint64_t ram = r.machine.capacity.available_ram_bytes;
+      const auto& b = hit->budgets;
+      const std::uint64_t headroom =
+          b.available_ram_bytes > b.usable_ram_bytes ? b.available_ram_bytes - b.usable_ram_bytes
+                                                     : 0;
+      if (free != 0 && hit->total_bytes(placement::gpu_resident) > free) {
+        r.notes.push_back("cached plan keeps more resident than is free now: planned again");
+      } else if (ram != 0 && b.available_ram_bytes > ram &&
+                 hit->total_bytes(placement::pinned_host) + headroom > ram) {
+        r.notes.push_back("cached plan pins more than the RAM available now: planned again");
+      } else {
         r.plan = std::move(*hit);
         r.plan_from_cache = true;
-      } else {
-        r.notes.push_back("cached plan keeps more resident than is free now: planned again");
       }
     }
   }
@@ -300,7 +309,7 @@ void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_t
     plan_streaming(r, table, groups, config, plans, planner, pins, machine, key);
     if (r.machine.ram.store_credit_bytes == 0) break;
     const std::uint64_t taken =
-        pinning_detail::store_bytes_held(*r.runtime.weight_store, table, r.runtime, &r.plan);
+        pinning_detail::shared_bytes_held(table, r.runtime, &r.plan);
     if (taken >= r.machine.ram.store_credit_bytes) break;
     cap_store_credit(in.ram, round < 1 ? taken : 0);
   }

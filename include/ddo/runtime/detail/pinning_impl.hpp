@@ -151,6 +151,28 @@ inline std::uint64_t store_bytes_held(const shared_weight_store& store, const we
   return bytes;
 }
 
+/// store_bytes_held for a weight_registry: bytes of @p table's weights (with @p plan, those it
+/// pins) that @p registry holds now, each piece once.
+inline std::uint64_t registry_bytes_held(const weight_registry& registry,
+                                         const weight_table& table, const runtime_options& o,
+                                         const offload_plan* plan = nullptr) {
+  const auto keys = store_keys(table, o);
+  std::vector<registry_piece> pieces;
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (table[w].bytes != 0 &&
+        (plan == nullptr || plan->decisions[w].where == placement::pinned_host))
+      pieces.push_back({keys[w], table[w].bytes});
+  return registry.held_bytes(pieces);
+}
+
+/// Bytes of @p table a store or registry of @p o holds (store_bytes_held, registry_bytes_held).
+inline std::uint64_t shared_bytes_held(const weight_table& table, const runtime_options& o,
+                                       const offload_plan* plan = nullptr) {
+  if (o.registry) return registry_bytes_held(*o.registry, table, o, plan);
+  if (o.weight_store) return store_bytes_held(*o.weight_store, table, o, plan);
+  return 0;
+}
+
 /// The name of @p table's model in runtime_options::registry: registry_model, or the namespace
 /// and the table's files (a table without files: its host generation, one per loaded table).
 inline std::string registry_model_name(const weight_table& table, const runtime_options& o) {
