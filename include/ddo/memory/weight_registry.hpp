@@ -38,7 +38,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -90,6 +89,31 @@ struct registry_stats {
 
 namespace detail::registry_detail {
 
+/// A set of keys: a sorted vector (not std::set: this header is in the umbrella, whose include
+/// cost CI caps).
+class key_set {
+ public:
+  /// Adds @p key; false when it was there.
+  bool insert(const std::string& key) {
+    const auto it = std::lower_bound(keys_.begin(), keys_.end(), key);
+    if (it != keys_.end() && *it == key) return false;
+    keys_.insert(it, key);
+    return true;
+  }
+  template <class It>
+  void insert(It first, It last) {
+    keys_.insert(keys_.end(), first, last);
+    std::sort(keys_.begin(), keys_.end());
+    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
+  }
+  [[nodiscard]] bool contains(const std::string& key) const {
+    return std::binary_search(keys_.begin(), keys_.end(), key);
+  }
+
+ private:
+  std::vector<std::string> keys_;
+};
+
 struct piece_state {
   std::shared_ptr<pinned_block> block;
   std::uint64_t charged = 0;  // bytes against the budget (the block's)
@@ -121,15 +145,17 @@ struct state {
   /// Drops pieces at use 0 that no model (but a released one) lists. Caller holds mutex; the
   /// blocks are moved to @p out so they unmap after the lock is let go.
   void collect(std::vector<std::shared_ptr<pinned_block>>& out) {
-    std::set<std::string> listed;
+    std::vector<std::string> all;
     for (auto it = models.begin(); it != models.end();) {
       if (it->second.released && it->second.uses == 0) {
         it = models.erase(it);
         continue;
       }
-      listed.insert(it->second.keys.begin(), it->second.keys.end());
+      all.insert(all.end(), it->second.keys.begin(), it->second.keys.end());
       ++it;
     }
+    key_set listed;
+    listed.insert(all.begin(), all.end());
     for (auto it = pieces.begin(); it != pieces.end();) {
       if (it->second.uses == 0 && !listed.contains(it->first)) {
         stats.pinned_bytes -= it->second.charged;
@@ -354,10 +380,10 @@ class weight_registry {
   /// @brief Bytes of @p pieces held now (each key once): what an acquire of them would reuse.
   [[nodiscard]] std::uint64_t held_bytes(std::span<const registry_piece> pieces) const {
     std::lock_guard lock(state_->mutex);
-    std::set<std::string> seen;
+    detail::registry_detail::key_set seen;
     std::uint64_t bytes = 0;
     for (const auto& p : pieces)
-      if (seen.insert(p.key).second && state_->pieces.contains(p.key)) bytes += p.bytes;
+      if (seen.insert(p.key) && state_->pieces.contains(p.key)) bytes += p.bytes;
     return bytes;
   }
 
@@ -370,7 +396,8 @@ class weight_registry {
     return it->second;
   }
   /// Frees room for @p need more bytes (the pieces of @p wanted kept), or throws registry_full.
-  void make_room(std::uint64_t need, const std::string& model, const std::set<std::string>& wanted,
+  void make_room(std::uint64_t need, const std::string& model,
+                 const detail::registry_detail::key_set& wanted,
                  std::vector<std::shared_ptr<pinned_block>>& dropped);
   /// Stores the loaded pieces and takes the uses (acquire's last step).
   model_use commit(const std::string& model, const std::vector<registry_piece>& pieces,

@@ -193,6 +193,28 @@ offload_plan plan_unless_refused(Make make, bool fallback) {
   return {};
 }
 
+/// Whether a cached plan is reused on @p machine: while its resident bytes fit what is free now,
+/// and its pinned bytes the RAM now with the headroom it planned with (a probed RAM is not in
+/// the key: it moves between calls). Notes why not in @p notes.
+inline bool cached_plan_fits(const offload_plan& hit, const setup_machine& machine,
+                             std::vector<std::string>& notes) {
+  const std::uint64_t free = machine.capacity.free_vram_bytes;
+  const std::uint64_t ram = machine.capacity.available_ram_bytes;
+  const auto& b = hit.budgets;
+  const std::uint64_t headroom =
+      b.available_ram_bytes > b.usable_ram_bytes ? b.available_ram_bytes - b.usable_ram_bytes : 0;
+  if (free != 0 && hit.total_bytes(placement::gpu_resident) > free) {
+    notes.push_back("cached plan keeps more resident than is free now: planned again");
+    return false;
+  }
+  if (ram != 0 && b.available_ram_bytes > ram &&
+      hit.total_bytes(placement::pinned_host) + headroom > ram) {
+    notes.push_back("cached plan pins more than the RAM available now: planned again");
+    return false;
+  }
+  return true;
+}
+
 /// The dynamic route's planning (setup_offload): the plan cache's plan when it still fits, else
 /// planned with the ring reserved for what the plan streams. @p machine gives the machine for
 /// the weights a plan keeps (machine_for with setup_offload's arguments).
@@ -221,24 +243,9 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     };
     key =
         plan_cache_key(table, groups, config, policy_names(planner, typeid(PinSelector)), budgets);
-    if (auto hit = plans->find(key)) {
-      // Reused while its resident bytes still fit what is free now, and its pinned bytes the
-      // RAM now with the headroom it planned with (a probed RAM is not in the key).
-      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
-      const std::uint64_t ram = r.machine.capacity.available_ram_bytes;
-      const auto& b = hit->budgets;
-      const std::uint64_t headroom =
-          b.available_ram_bytes > b.usable_ram_bytes ? b.available_ram_bytes - b.usable_ram_bytes
-                                                     : 0;
-      if (free != 0 && hit->total_bytes(placement::gpu_resident) > free) {
-        r.notes.push_back("cached plan keeps more resident than is free now: planned again");
-      } else if (ram != 0 && b.available_ram_bytes > ram &&
-                 hit->total_bytes(placement::pinned_host) + headroom > ram) {
-        r.notes.push_back("cached plan pins more than the RAM available now: planned again");
-      } else {
-        r.plan = std::move(*hit);
-        r.plan_from_cache = true;
-      }
+    if (auto hit = plans->find(key); hit && cached_plan_fits(*hit, r.machine, r.notes)) {
+      r.plan = std::move(*hit);
+      r.plan_from_cache = true;
     }
   }
   // The ring (what streams) is reserved first from what the rules do not keep; again from the

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -34,10 +33,12 @@ inline std::vector<std::string> eviction_order(const state& s, const std::string
 }
 
 /// Keys no eviction may touch: of models in use or kept, and @p wanted.
-inline std::set<std::string> protected_keys(const state& s, const std::set<std::string>& wanted) {
-  std::set<std::string> keys = wanted;
+inline key_set protected_keys(const state& s, const key_set& wanted) {
+  key_set keys = wanted;
+  std::vector<std::string> used;
   for (const auto& [name, m] : s.models)
-    if (m.uses != 0 || m.keep) keys.insert(m.keys.begin(), m.keys.end());
+    if (m.uses != 0 || m.keep) used.insert(used.end(), m.keys.begin(), m.keys.end());
+  keys.insert(used.begin(), used.end());
   return keys;
 }
 
@@ -76,7 +77,7 @@ inline registry_full no_room(const state& s, const std::string& model, std::uint
 
 /// Unpins the unused, unprotected pieces of @p victim; stops once @p need fits. Caller holds
 /// the mutex.
-inline void evict_model(state& s, const std::string& victim, const std::set<std::string>& keep,
+inline void evict_model(state& s, const std::string& victim, const key_set& keep,
                         std::uint64_t need, std::vector<std::shared_ptr<pinned_block>>& dropped) {
   for (const auto& key : s.models.at(victim).keys) {
     if (s.held() + need <= s.budget) return;
@@ -93,7 +94,7 @@ inline void evict_model(state& s, const std::string& victim, const std::set<std:
 }  // namespace detail::registry_detail
 
 inline void weight_registry::make_room(std::uint64_t need, const std::string& model,
-                                       const std::set<std::string>& wanted,
+                                       const detail::registry_detail::key_set& wanted,
                                        std::vector<std::shared_ptr<pinned_block>>& dropped) {
   namespace rd = detail::registry_detail;
   auto& s = *state_;
@@ -115,8 +116,8 @@ inline void weight_registry::make_room(std::uint64_t need, const std::string& mo
 inline model_use weight_registry::acquire(const std::string& model,
                                           std::vector<registry_piece> pieces, const loader& load) {
   DDO_EXPECTS(!model.empty(), "weight_registry::acquire: the model needs a name");
-  std::set<std::string> wanted;
-  std::erase_if(pieces, [&](const registry_piece& p) { return !wanted.insert(p.key).second; });
+  detail::registry_detail::key_set wanted;
+  std::erase_if(pieces, [&](const registry_piece& p) { return !wanted.insert(p.key); });
   std::unique_lock one_load(state_->load_mutex);
   std::vector<std::shared_ptr<pinned_block>> dropped;
   std::vector<registry_piece> missing;
