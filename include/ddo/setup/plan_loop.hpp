@@ -194,8 +194,8 @@ offload_plan plan_unless_refused(Make make, bool fallback) {
 }
 
 /// Whether a cached plan is reused on @p machine: while its resident bytes fit what is free now,
-/// and its pinned bytes the RAM now with the headroom it planned with (a probed RAM is not in
-/// the key: it moves between calls). Notes why not in @p notes.
+/// and its pinned bytes the RAM now with the headroom it planned with, and the RAM did not grow
+/// by more than 1/8 (a probed RAM is not in the key: it moves between calls). Notes why not.
 inline bool cached_plan_fits(const offload_plan& hit, const setup_machine& machine,
                              std::vector<std::string>& notes) {
   const std::uint64_t free = machine.capacity.free_vram_bytes;
@@ -210,6 +210,12 @@ inline bool cached_plan_fits(const offload_plan& hit, const setup_machine& machi
   if (ram != 0 && b.available_ram_bytes > ram &&
       hit.total_bytes(placement::pinned_host) + headroom > ram) {
     notes.push_back("cached plan pins more than the RAM available now: planned again");
+    return false;
+  }
+  // Much more RAM now (another model released, a process ended): the plan may pin more.
+  if (ram != 0 && b.available_ram_bytes != 0 &&
+      ram > b.available_ram_bytes + b.available_ram_bytes / 8) {
+    notes.push_back("the RAM available grew by more than 1/8 since the cached plan: planned again");
     return false;
   }
   return true;
@@ -315,8 +321,7 @@ void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_t
     r.plan_from_cache = false;
     plan_streaming(r, table, groups, config, plans, planner, pins, machine, key);
     if (r.machine.ram.store_credit_bytes == 0) break;
-    const std::uint64_t taken =
-        pinning_detail::shared_bytes_held(table, r.runtime, &r.plan);
+    const std::uint64_t taken = pinning_detail::shared_bytes_held(table, r.runtime, &r.plan);
     if (taken >= r.machine.ram.store_credit_bytes) break;
     cap_store_credit(in.ram, round < 1 ? taken : 0);
   }
