@@ -573,3 +573,52 @@ TEST_CASE("weight_registry: offloaders of two models take their host bytes from 
   CHECK(sim.registered_bytes_in_use() == 0);
   CHECK(sim.device_bytes_in_use() == 0);
 }
+
+TEST_CASE("weight_registry: an offloader destroyed on its thread while another model waits") {
+  // Model A's offloader streams on one thread and goes; model B's setup on another is refused
+  // (naming A) until then, and admitted after, its bytes right, nothing of a refused setup kept.
+  ddo_test::model_spec spec;
+  spec.groups = 3;
+  spec.min_bytes = 8 * 1024;
+  spec.max_bytes = 32 * 1024;
+  spec.seed = 4211;
+  auto a = ddo_test::make_model(spec);
+  spec.seed = 4212;
+  auto b = ddo_test::make_model(spec);
+  const std::uint64_t budget = std::max(pinned_pages(*a), pinned_pages(*b)) * 3 / 2;
+  auto reg = std::make_shared<weight_registry>(budget);
+  auto host = std::make_shared<ddo::host_sim_host>();
+  ddo::host_sim_options ho;
+  ho.device_capacity_bytes = 8 * ddo::mib;
+  ho.host = host;
+  ddo::host_sim_transport sim_a(ho), sim_b(ho);
+  using offloader = ddo::basic_offloader<ddo::host_sim_transport>;
+  auto off_a = std::make_unique<offloader>(sim_a, a->table, a->plan, registry_options(reg, "A"));
+  std::atomic<std::uint64_t> bad_a{1};
+  std::thread owner([&] {
+    bad_a = stream_and_check(*off_a, sim_a, *a);
+    off_a.reset();
+  });
+  std::unique_ptr<offloader> off_b;
+  int refusals = 0;
+  while (!off_b) {
+    try {
+      off_b = std::make_unique<offloader>(sim_b, b->table, b->plan, registry_options(reg, "B"));
+    } catch (const ddo::registry_full& e) {
+      ++refusals;
+      CHECK(e.models_to_release() == std::vector<std::string>{"A"});
+      CHECK(sim_b.registered_bytes_in_use() == 0);
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+  owner.join();
+  MESSAGE("B refused " << refusals << " time(s) while A's offloader lived");
+  CHECK(bad_a.load() == 0);
+  CHECK(stream_and_check(*off_b, sim_b, *b) == 0);
+  CHECK(reg->stats().peak_pinned_bytes <= budget);
+  off_b.reset();
+  reg->release("A");
+  reg->release("B");
+  CHECK(reg->pinned_bytes() == 0);
+  CHECK(sim_a.registered_bytes_in_use() + sim_b.registered_bytes_in_use() == 0);
+}
