@@ -3,9 +3,11 @@
 // the application's plan cache, verbose setup details, execution_device, stated RAM; the one
 // call (setup/prepare_offload.hpp) behind every entry point.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -292,6 +294,51 @@ TEST_SUITE("runtime") {
     CHECK(lines.empty());
     for (const auto& name : ddo::process_weight_registry()->models())
       ddo::process_weight_registry()->release(name);
+  }
+
+  TEST_CASE("the process's plan cache plans again when the probed RAM shrank or grew") {
+    // The probed RAM is not in the plan cache's key (it moves between calls): a cached plan that
+    // pins more than the RAM now has room for, or one made under far less RAM, is planned again.
+    const blocks_model m(4243);
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("ddo_plan_cache_ram_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto setup_with = [&](std::uint64_t available) {
+      {
+        std::ofstream meminfo(dir / "meminfo");
+        meminfo << "MemTotal: 67108864 kB\nMemAvailable: " << available / 1024 << " kB\n";
+      }
+      auto options = quiet();
+      options.ram_bytes = std::nullopt;  // probed, from the file above
+      options.inputs.environment =
+          std::map<std::string, std::string>{{"DDO_PIN_CPU_MEMORY", "1"},
+                                             {"DDO_SYSTEM_RAM_HEADROOM_GB", "1"}};
+      options.inputs.paths.meminfo = (dir / "meminfo").string();
+      options.inputs.paths.self_cgroup = (dir / "no-cgroup").string();
+      options.zero_resident_reason = "the test streams every group";
+      const auto settings = ddo::resolve_settings(options.inputs);
+      ddo::host_sim_transport small({.device_capacity_bytes = 4 * ddo::mib});
+      return ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
+                                options, small);
+    };
+    auto noted = [](const ddo::offload_setup& r, std::string_view text) {
+      for (const auto& n : r.notes)
+        if (n.find(text) != std::string::npos) return true;
+      return false;
+    };
+    const auto roomy = setup_with(ddo::gib + 64 * ddo::mib);
+    const std::uint64_t all = roomy.plan.total_bytes(ddo::placement::pinned_host);
+    REQUIRE(all > 256 * 1024);
+    CHECK(setup_with(ddo::gib + 64 * ddo::mib).plan_from_cache);  // the same RAM: reused
+    const auto tight = setup_with(ddo::gib + 256 * 1024);
+    CHECK_FALSE(tight.plan_from_cache);
+    CHECK(noted(tight, "cached plan pins more than the RAM available now"));
+    CHECK(tight.plan.total_bytes(ddo::placement::pinned_host) <= 256 * 1024);
+    const auto grown = setup_with(2 * ddo::gib);
+    CHECK_FALSE(grown.plan_from_cache);
+    CHECK(noted(grown, "the RAM available grew by more than 1/8"));
+    CHECK(grown.plan.total_bytes(ddo::placement::pinned_host) == all);
+    std::filesystem::remove_all(dir);
   }
 
   TEST_CASE("warm_process keeps the plan and the host copies across calls with no cache object") {
