@@ -1159,10 +1159,11 @@ int main(int argc, char** argv) {
                        "ddo linear, 50% resident budget (planner picks blocks), rest pinned",
                        ddo_config(opt, m, 0.50, true));
       });
-      for (const auto& [vmm_name, fraction] :
+      // A pair, not structured bindings: clang before 16 cannot capture those in a lambda.
+      for (const auto& variant :
            {std::pair<const char*, double>{"vmm_zero_resident", 0.0}, {"vmm_resident_25", 0.25},
             {"vmm_resident_50", 0.50}})
-        attempt(vmm_name, 1.03, [&] {
+        attempt(variant.first, 1.03, [&, vmm_name = variant.first, fraction = variant.second] {
           return run_ddo<ddo::vmm_transport>(
               opt, m, d, tokens, vmm_name,
               "ddo VMM route, " + std::to_string(static_cast<int>(fraction * 100)) +

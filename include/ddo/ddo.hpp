@@ -6,10 +6,10 @@
 /// only).
 ///
 /// Everything else is included by the programs that use it (see docs/design.md, "Layers"):
-/// planning (the setup path, ddo/setup/setup.hpp, which the offloader's settings constructors
-/// need; make_plan, ddo/plan/planner.hpp; group inference, ddo/model/execution_groups.hpp),
-/// resolution from the environment (ddo/config/resolve.hpp), the host_sim transport
-/// (ddo/transport/host_sim.hpp), model files (ddo/model/safetensors.hpp), the synthetic model and
+/// planning (the setup path, ddo/setup/setup.hpp: enable_offload, prepare_offload; make_plan,
+/// ddo/plan/planner.hpp; group inference, ddo/model/execution_groups.hpp), resolution from the
+/// environment (ddo/config/resolve.hpp), the host_sim transport (ddo/transport/host_sim.hpp),
+/// model files (ddo/model/safetensors.hpp), the synthetic model and
 /// its writer (ddo/model/synthetic_model.hpp), capacity profiles (ddo/profile/), component routes
 /// and enable_offload (ddo/runtime/routes.hpp, ddo/setup/enable_offload.hpp), tracing
 /// (ddo/runtime/trace.hpp), the TOML source (ddo/config/toml_source.hpp) and the command-line

@@ -33,6 +33,7 @@
 #include "ddo/profile/profile_store.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
+#include "ddo/setup/prepare_offload.hpp"
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
@@ -63,6 +64,7 @@ const int detail::compiled_once_needs_one_tu_including_ddo_instantiate_hpp = 1;
 DDO_RUNTIME_INSTANTIATIONS(, host_sim_transport)
 DDO_RUNTIME_INSTANTIATIONS(, linear_transport)
 DDO_SHIPPED_INSTANTIATIONS()
+DDO_SHIPPED_PREPARE_INSTANTIATIONS()
 
 }  // namespace v0
 }  // namespace ddo

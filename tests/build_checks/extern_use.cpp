@@ -13,6 +13,7 @@
 
 #include "ddo/config/resolve.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/setup/prepare_offload.hpp"
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "random_bytes.hpp"
@@ -109,9 +110,11 @@ long run_extern_setup() {
   ddo::resolve_inputs inputs;
   inputs.use_environment = false;
   const auto settings = ddo::resolve_settings(inputs);
-  ddo::offloader<ddo::host_sim_transport> off(
-      table, settings, ddo::setup_options{},
-      ddo::host_sim_transport({.device_capacity_bytes = 512 * ddo::mib}));
+  auto enabled =
+      ddo::prepare_offload(table, settings, ddo::setup_options{},
+                           ddo::host_sim_transport({.device_capacity_bytes = 512 * ddo::mib}))
+          .start();
+  auto& off = *enabled;
   const auto [mismatches, checked] = check_leases(off, host, 1);
   if (off.group_count() != 3 || checked != 6 * 8192) return -1;
   return mismatches;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ddo/ddo.hpp>
+#include <ddo/setup/prepare_offload.hpp>
 #include <ddo/setup/setup.hpp>
 #include <ddo/transport/host_sim.hpp>
 
@@ -18,8 +19,9 @@ int main() {
              .source = ddo::host_source{bytes.data()}});
   const auto groups = ddo::infer_execution_groups(table);
   ddo::host_sim_transport transport({.device_capacity_bytes = 256 * ddo::mib});
-  ddo::offloader<ddo::host_sim_transport> offloader(table, ddo::dynamic_offload_settings{}, {},
-                                                    transport);
+  auto enabled =
+      ddo::prepare_offload(table, ddo::dynamic_offload_settings{}, {}, transport).start();
+  auto& offloader = *enabled;
   auto stream = transport.make_stream();
   std::size_t seen = 0;
   {

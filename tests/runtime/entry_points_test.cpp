@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Every way into the setup path plans the same for the same inputs, and the transport ddo makes
-// honours every device option of setup_options (the simulation's, the device cap): the
-// offloader's settings constructor and the pipeline dropped setup_options::device_limit_bytes
-// (issue 39).
+// Every documented way into the setup path (docs/getting-started.md, "The ways in") and the
+// pipeline plan the same for the same inputs, and the transport ddo makes honours every device
+// option of setup_options (the simulation's, the device cap): the offloader's settings
+// constructor and the pipeline dropped setup_options::device_limit_bytes (issue 39).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -19,32 +19,11 @@
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/linear.hpp"
+#include "blocks_model.hpp"
 
 namespace entry_points_test {
 
 constexpr std::uint64_t card_bytes = 4 * ddo::gib;
-
-struct blocks_model {
-  ddo::weight_table table;
-  std::vector<std::vector<std::byte>> bytes;
-  explicit blocks_model(std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    bytes.reserve(16);
-    for (int b = 0; b < 8; ++b)
-      for (const char* m : {"attn.to_q", "ff.up"}) {
-        const std::int64_t elems = 262144 + static_cast<std::int64_t>(rng() % 262144);
-        auto& v = bytes.emplace_back(static_cast<std::size_t>(elems * 2));
-        for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
-        ddo::weight_info w;
-        w.name = "transformer_blocks." + std::to_string(b) + "." + m + ".weight";
-        w.kind = ddo::module_kind::linear;
-        w.type = ddo::dtype::bf16;
-        w.shape = {elems};
-        w.source = ddo::host_source{v.data()};
-        table.add(w);
-      }
-  }
-};
 
 /// A card ddo makes through make_transport's device branch (a transport constructed from
 /// linear_options, as linear_transport is): a simulated device of card_bytes, capped where the
@@ -90,7 +69,7 @@ std::string text_of(const ddo::offload_plan& plan, const ddo::weight_table& tabl
 TEST_SUITE("runtime") {
   TEST_CASE("every entry point plans alike, and the transport ddo makes honours the device cap") {
     namespace ep = entry_points_test;
-    const ep::blocks_model m(std::random_device{}());
+    const ddo_test::blocks_model m(std::random_device{}(), 262144);
     // A card the model half fits once ddo's 64 MiB reserve and the ring are taken off.
     const std::uint64_t limit = ddo::runtime_device_reserve_bytes + m.table.total_bytes() * 3 / 4;
     const auto options = ep::inputs_for(m.table, limit);
@@ -119,13 +98,27 @@ TEST_SUITE("runtime") {
                                    ddo::host_sim_transport({.device_capacity_bytes = limit}));
       CHECK(ep::text_of(e.plan(), m.table) == planned);
     }
-    SUBCASE("the offloader's settings constructor") {
-      ddo::offloader<ddo::host_sim_transport> sim(m.table, settings, options);
-      CHECK(ep::text_of(sim.plan(), m.table) == planned);
-      CHECK(sim.transport().device_memory().total_bytes == limit);
-      ddo::offloader<ep::recorded_card> card(m.table, settings, options);
-      CHECK(ep::text_of(card.plan(), m.table) == planned);
-      CHECK(card.transport().options().device_limit_bytes == limit);
+    SUBCASE("prepare_offload over the engine's transport, then start") {
+      auto prepared = ddo::prepare_offload(
+          m.table, settings, options, ddo::host_sim_transport({.device_capacity_bytes = limit}));
+      auto enabled = prepared.start();
+      CHECK(ep::text_of(enabled.plan(), m.table) == planned);
+      CHECK(enabled->transport().device_memory().total_bytes == limit);
+    }
+    SUBCASE("an offloader running what setup_offload decided, or its plan") {
+      auto card = ddo::setup_transport<ep::recorded_card>(settings, options);
+      CHECK(card.options().device_limit_bytes == limit);
+      auto setup = ddo::setup_offload(m.table, settings,
+                                      ddo::component_for(settings, options.inputs), options, card);
+      CHECK(ep::text_of(setup.plan, m.table) == planned);
+      ddo::offloader<ep::recorded_card> from_setup(m.table, setup, card);
+      CHECK(ep::text_of(from_setup.plan(), m.table) == planned);
+      CHECK(from_setup.transport().device_memory().total_bytes == limit);
+      ddo::offloader<ddo::host_sim_transport> from_plan(
+          m.table, setup.plan, setup.runtime,
+          ddo::setup_transport<ddo::host_sim_transport>(settings, options));
+      CHECK(ep::text_of(from_plan.plan(), m.table) == planned);
+      CHECK(from_plan.transport().device_memory().total_bytes == limit);
     }
     SUBCASE("with_prepared_offload and with_offload_backend: backend chooses the transport") {
       ddo::with_prepared_offload(m.table, settings, options, [&](auto& prepared) {
@@ -146,6 +139,13 @@ TEST_SUITE("runtime") {
           {{"transformer", &m.table, std::nullopt}}, std::nullopt, options);
       CHECK(ep::text_of(card["transformer"].plan(), m.table) == planned);
       CHECK(card["transformer"]->transport().options().device_limit_bytes == limit);
+    }
+    SUBCASE("enable_pipeline_offload over the engine's transport") {
+      auto pipe = ddo::enable_pipeline_offload(
+          {{"transformer", &m.table, std::nullopt}}, std::nullopt, options,
+          ddo::host_sim_transport({.device_capacity_bytes = limit}));
+      CHECK(ep::text_of(pipe["transformer"].plan(), m.table) == planned);
+      CHECK(pipe["transformer"]->transport().device_memory().total_bytes == limit);
     }
   }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The offloader's config-source constructor: runtime/offloader.hpp names neither the resolver nor
-// the setup path; both come with setup/setup.hpp, which code that plans from settings or
-// sources includes (tests/compile_fail/offloader_settings_without_setup_path.cpp is the miss).
+// Config source objects into a running offloader: resolve_from_sources, then the one call
+// (prepare_offload(...).start(), what the offloader's config-source constructor did before
+// issue 39 left five ways in).
+#include "ddo/setup/prepare_offload.hpp"
 #include "ddo/setup/setup.hpp"
 
 #include <doctest/doctest.h>
@@ -16,7 +17,7 @@
 #include "ddo/transport/host_sim.hpp"
 
 TEST_SUITE("runtime") {
-  TEST_CASE("the config-source constructor resolves, plans and streams the right bytes") {
+  TEST_CASE("config sources resolve, plan and stream the right bytes through prepare_offload") {
     std::mt19937 rng(std::random_device{}());
     std::vector<std::vector<std::byte>> storage;
     storage.reserve(8);
@@ -40,10 +41,12 @@ TEST_SUITE("runtime") {
     ddo::resolve_context context;
     context.running_on_wsl = false;
     context.detected_ram_gb = 64.0;
-    ddo::offloader<ddo::host_sim_transport> offloader(table, context, code);
-    REQUIRE(offloader.settings() != nullptr);
-    CHECK(offloader.settings()->config.small_tensor_threshold_bytes == 1024);
-    CHECK(offloader.settings()->provenance.of(ddo::field_id::small_tensor_threshold_bytes).source ==
+    auto enabled = ddo::prepare_offload(table, ddo::resolve_from_sources(context, code),
+                                        ddo::setup_options{}, ddo::host_sim_transport{})
+                       .start();
+    auto& offloader = *enabled;
+    CHECK(enabled.settings.config.small_tensor_threshold_bytes == 1024);
+    CHECK(enabled.settings.provenance.of(ddo::field_id::small_tensor_threshold_bytes).source ==
           ddo::origin::config);
     CHECK(offloader.group_count() == 4);
     CHECK(offloader.plan().decisions[*table.find("blocks.3.ff.up.weight")].where ==

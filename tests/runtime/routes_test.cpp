@@ -144,8 +144,9 @@ TEST_CASE("an offloader plans from resolved settings against the transport's dev
   ddo::host_sim_options so;
   so.device_capacity_bytes = 256 * ddo::mib;
   host_sim_transport sim(so);
-  ddo::offloader<host_sim_transport> off(m.table, settings, {}, sim);
-  REQUIRE(off.settings() != nullptr);
+  auto enabled = ddo::prepare_offload(m.table, settings, ddo::setup_options{}, sim).start();
+  auto& off = *enabled;
+  CHECK(enabled.settings.config.resident_module_budget_gb == 0.0005);
   CHECK(off.plan().decisions.size() == m.table.size());
   CHECK(off.plan().total_bytes(ddo::placement::gpu_resident) < m.table.total_bytes());
   CHECK(off.slot_count() > 0);

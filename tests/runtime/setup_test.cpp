@@ -22,30 +22,14 @@
 #include "ddo/setup/pipeline_offload.hpp"
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "blocks_model.hpp"
 
 namespace {
 
-struct blocks_model {
-  ddo::weight_table table;
-  std::vector<std::vector<std::byte>> bytes;
-  explicit blocks_model(std::uint32_t seed, int blocks = 8) {
-    std::mt19937 rng(seed);
-    bytes.reserve(static_cast<std::size_t>(blocks) * 2);
-    for (int b = 0; b < blocks; ++b)
-      for (const char* m : {"attn.to_q", "ff.up"}) {
-        const std::int64_t elems = 32768 + static_cast<std::int64_t>(rng() % 32768);
-        auto& v = bytes.emplace_back(static_cast<std::size_t>(elems * 2));
-        for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
-        ddo::weight_info w;
-        w.name = "transformer_blocks." + std::to_string(b) + "." + m + ".weight";
-        w.kind = ddo::module_kind::linear;
-        w.type = ddo::dtype::bf16;
-        w.shape = {elems};
-        w.source = ddo::host_source{v.data()};
-        w.bytes = 0;
-        table.add(w);
-      }
-  }
+/// The setup tests' model: 8 blocks of two linears of 32-64 Ki elements (blocks_model.hpp).
+struct blocks_model : ddo_test::blocks_model {
+  explicit blocks_model(std::uint32_t seed, int blocks = 8)
+      : ddo_test::blocks_model(seed, 32768, blocks) {}
 };
 
 ddo::setup_options quiet() {

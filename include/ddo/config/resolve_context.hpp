@@ -2,8 +2,8 @@
 #pragma once
 /// @file
 /// @brief ddo::resolve_context: what resolution needs besides the config sources. A value header:
-/// code that only passes a context along (the offloader's config-source constructor) includes
-/// this, not the resolver (config/resolve.hpp, which resolves).
+/// code that only passes a context along includes this, not the resolver (config/resolve.hpp,
+/// which resolves).
 
 #include <cstdint>
 #include <optional>

@@ -35,6 +35,7 @@
 #include "ddo/platform/cuda_driver.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/setup/prepare_offload.hpp"
+#include "ddo/setup/resolve_stage.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/setup/setup.hpp"
 #include "ddo/setup/start.hpp"
@@ -50,25 +51,13 @@ namespace detail {
 template <class Transport, class... Policies>
 using offloader_over = prepared_offloader<Transport, Policies...>;
 
-inline dynamic_offload_settings resolve_for(const weight_table& model,
-                                            std::optional<std::string_view> preset,
-                                            const setup_options& options) {
-  auto inputs = options.inputs;
-  if (preset) inputs.preset = std::string(*preset);
-  if (!inputs.model_bytes) inputs.model_bytes = model.total_bytes();
-  if (!inputs.stated_ram_bytes) inputs.stated_ram_bytes = options.ram_bytes;  // auto decides on it
-  // Preset auto chooses a VMM route only where the device has VMM (device 0 unless the engine
-  // states it in resolve_inputs::vmm_supported; no GPU: not known, the reference's rule).
-  if (!inputs.vmm_supported) inputs.vmm_supported = probe_vmm_supported();
-  return resolve_settings(inputs);
-}
-
 template <class Offloader>
 enabled_offload<Offloader> enable_resolved(const weight_table& model,
                                            dynamic_offload_settings settings,
                                            const setup_options& options,
                                            typename Offloader::transport_type transport) {
-  return prepare_offload_as<Offloader>(model, std::move(settings), options, std::move(transport))
+  return detail::prepare_offload_as<Offloader>(model, std::move(settings), options,
+                                               std::move(transport))
       .start();
 }
 
@@ -87,8 +76,9 @@ enable_offload(const weight_table& model, std::optional<std::string_view> preset
                setup_options options, Transport transport) {
   static_assert(detail::check_transport<Transport>());
   using result = typename detail::offloader_over<Transport, Policies...>::type;
-  return detail::enable_resolved<result>(model, detail::resolve_for(model, preset, options),
-                                         options, std::move(transport));
+  return detail::enable_resolved<result>(
+      model, resolve_for(model.total_bytes(), preset, options, options.ram_bytes), options,
+      std::move(transport));
 }
 
 /// @brief As above; ddo makes the policies' transport (default linear) from the settings.
@@ -98,7 +88,7 @@ template <class... Policies>
     setup_options options = {}) {
   using result = offloader<Policies...>;
   using transport_type = typename result::transport_type;
-  auto settings = detail::resolve_for(model, preset, options);
+  auto settings = resolve_for(model.total_bytes(), preset, options, options.ram_bytes);
   auto transport = setup_transport<transport_type>(settings, options);
   return detail::enable_resolved<result>(model, std::move(settings), options, std::move(transport));
 }
@@ -116,7 +106,7 @@ decltype(auto) with_offload_backend(const weight_table& model,
                 "ddo::with_offload_backend: ddo chooses the transport from `backend`; do not name "
                 "one in the policies (use enable_offload to fix the transport at compile time)");
   return with_prepared_offload<Policies...>(
-      model, detail::resolve_for(model, preset, options), options,
+      model, resolve_for(model.total_bytes(), preset, options, options.ram_bytes), options,
       [&](auto& prepared) -> decltype(auto) {
         auto enabled = prepared.start();
         return std::forward<Engine>(engine)(enabled);

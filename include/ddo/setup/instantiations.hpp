@@ -43,10 +43,7 @@ inline namespace v0 {
       const dynamic_offload_config&, const machine_inputs&, const runtime_options&, bool,      \
       std::span<const char>);                                                                  \
   PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,         \
-                                                      const host_sim_options&, std::uint64_t); \
-  PREFIX template offload_setup detail::setup_path<dynamic_offload_settings>::run<             \
-      default_offload_planner, default_pin_selector, TRANSPORT>(                               \
-      const weight_table&, const dynamic_offload_settings&, const setup_options&, TRANSPORT&);
+                                                      const host_sim_options&, std::uint64_t);
 
 /// Every transport the setup path constructs (make_transport, with_offload_backend): the
 /// simulation, the linear ring, the VMM window and the file route over either; the runtime of

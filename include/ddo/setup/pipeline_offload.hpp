@@ -42,6 +42,7 @@
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/setup/enable_offload.hpp"
+#include "ddo/setup/resolve_stage.hpp"
 #include "ddo/setup/pipeline_budget.hpp"
 #include "ddo/setup/start.hpp"
 
@@ -154,9 +155,9 @@ class pipeline_offload {
     refuse_lower("pinned-host", budgets_.pinned_host_bytes, next.pinned_host_bytes);
     if (next == budgets_) return;
     for (auto& [name, c] : components)
-      DDO_EXPECTS(c->live_leases() == 0,
-                  "raise_budgets: component '" + name + "' has " + std::to_string(c->live_leases()) +
-                      " lease(s) alive; drop them before re-planning");
+      DDO_EXPECTS(c->live_leases() == 0, "raise_budgets: component '" + name + "' has " +
+                                             std::to_string(c->live_leases()) +
+                                             " lease(s) alive; drop them before re-planning");
     DDO_EXPECTS(static_cast<bool>(planner_), "raise_budgets: this pipeline was not made by "
                                              "enable_pipeline_offload and cannot re-plan");
     auto plan = planner_;  // the re-planning replaces *this's members, not the function it runs
@@ -195,8 +196,8 @@ class pipeline_offload {
 /// a value from the TOML file, a DDO_* variable or a --ddo-* flag wins over them; a non-zero
 /// setup_options value wins over the default, a preset and resolve_inputs::overrides. Bytes
 /// given in code are taken exactly; GiB settings become bytes by gib_to_bytes.
-[[nodiscard]] inline pipeline_budgets pipeline_budgets_from(const dynamic_offload_settings& settings,
-                                                            const setup_options& options) {
+[[nodiscard]] inline pipeline_budgets pipeline_budgets_from(
+    const dynamic_offload_settings& settings, const setup_options& options) {
   const auto pick = [&](field_id field, double gb, std::uint64_t code_bytes) {
     const bool from_outside_code = settings.provenance.of(field).source >= origin::toml;
     if (code_bytes != 0 && !from_outside_code) return code_bytes;
@@ -217,8 +218,9 @@ std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
                                 const dynamic_offload_settings& settings,
                                 const resolved_component& c, const setup_options& options) {
   if (c.route == component_route::none) return model.total_bytes();
-  const auto groups = options.groups ? *options.groups
-                                     : infer_execution_groups(model, settings.config.resident_module_patterns);
+  const auto groups = options.groups
+                          ? *options.groups
+                          : infer_execution_groups(model, settings.config.resident_module_patterns);
   auto runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
   if (c.route == component_route::diffusers_group_offload)
     runtime = group_offload_runtime_options(group_offload_options_from(c), runtime);
@@ -229,12 +231,25 @@ std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
   return m.ring_bytes + runtime_device_reserve_bytes;
 }
 
+/// The pipeline's own settings (no component), for its shared budgets and the one transport ddo
+/// makes: the resolve stage over every component's bytes, as each component's goes over its own.
+inline dynamic_offload_settings pipeline_settings(const std::vector<pipeline_component>& pipeline,
+                                                  std::optional<std::string_view> preset,
+                                                  const setup_options& options) {
+  setup_resolution in = options;
+  in.inputs.component.clear();
+  std::uint64_t bytes = 0;
+  for (const auto& c : pipeline) bytes += c.model != nullptr ? c.model->total_bytes() : 0;
+  return resolve_for(bytes, preset, in, options.ram_bytes);
+}
+
 /// Caps the pinned weights of @p settings at @p share bytes (every pin rule: the cap, and an
 /// explicit pin budget above the share).
 inline void cap_pinned(dynamic_offload_settings& settings, std::uint64_t share) {
   const double gb = static_cast<double>(share) / static_cast<double>(gib);
   auto& c = settings.config;
-  if (c.max_pin_weight_budget_gb == 0.0 || c.max_pin_weight_budget_gb > gb) c.max_pin_weight_budget_gb = gb;
+  if (c.max_pin_weight_budget_gb == 0.0 || c.max_pin_weight_budget_gb > gb)
+    c.max_pin_weight_budget_gb = gb;
   if (c.pin_weight_budget_gb > gb) c.pin_weight_budget_gb = gb;
   // A share of 0 bytes pins nothing (a cap of 0 would mean "uncapped").
   if (share == 0) settings.effective_pin_cpu_memory = c.pin_cpu_memory = false;
@@ -266,7 +281,7 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
     o.inputs.components = names;
     if (c.groups) o.groups = c.groups;
     if (preset) o.inputs.preset = *preset;  // a preset from code outranks DDO_PRESET
-    auto s = resolve_for(*c.model, std::nullopt, o);
+    auto s = resolve_for(c.model->total_bytes(), std::nullopt, o, o.ram_bytes);
     const auto route = component_for(s, o.inputs);
     pipeline_component_need need;
     need.name = c.name;
@@ -303,8 +318,8 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
         notes.push_back("pipeline pinned-host budget: this component's share is " +
                         format_bytes(shares[i].pinned_host_bytes));
       }
-      auto enabled = enable_resolved<typename Result::offloader_type>(*pipeline[i].model, std::move(s),
-                                                                      o, transport);
+      auto enabled = enable_resolved<typename Result::offloader_type>(*pipeline[i].model,
+                                                                      std::move(s), o, transport);
       enabled.notes.insert(enabled.notes.end(), notes.begin(), notes.end());
       // Shared device budget: each phase is set up alone, then waits for enter_phase.
       if (budgets.device_bytes != 0 && !needs[i].stays_resident) enabled->release_device();
@@ -338,13 +353,12 @@ template <class... Policies, class Transport>
 enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
                         std::optional<std::string_view> preset, setup_options options,
                         Transport transport) {
-  using result_type = pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
+  using result_type =
+      pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
   result_type result;
   // The budgets are the pipeline's, not a component's: read from its settings (no component).
-  auto inputs = options.inputs;
-  inputs.component.clear();
-  if (preset) inputs.preset = std::string(*preset);
-  const auto budgets = pipeline_budgets_from(resolve_settings(inputs), options);
+  const auto budgets =
+      pipeline_budgets_from(detail::pipeline_settings(pipeline, preset, options), options);
   detail::setup_pipeline<result_type, Policies...>(
       result, pipeline, preset ? std::optional<std::string>(*preset) : std::nullopt, options,
       transport, budgets);
@@ -362,11 +376,10 @@ enable_pipeline_offload(
     const std::vector<pipeline_component>& pipeline,
     std::optional<std::string_view> preset = std::nullopt, setup_options options = {}) {
   using transport_type = typename offloader<Policies...>::transport_type;
-  auto inputs = options.inputs;
-  if (preset) inputs.preset = std::string(*preset);
-  const auto settings = resolve_settings(inputs);
+  const auto settings = detail::pipeline_settings(pipeline, preset, options);
   auto transport = setup_transport<transport_type>(settings, options);
-  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
+  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options),
+                                              std::move(transport));
 }
 
 }  // namespace v0

@@ -27,6 +27,7 @@
 #include "ddo/config/dynamic_offload_settings.hpp"
 #include "ddo/config/enum_names.hpp"
 #include "ddo/core/error.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/profile/profile_lookup.hpp"
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/setup/setup.hpp"
@@ -76,16 +77,21 @@ struct prepared_offload {
   /// @brief Sets up the offloader over the transport (pins, uploads the resident weights); the
   /// prepared state is moved from.
   /// @throws out_of_memory, cuda_error (what the offloader's setup throws).
-  [[nodiscard]] enabled_offload<Offloader> start() {
-    enabled_offload<Offloader> result;
-    result.component = setup.component;
-    result.machine = setup.machine;
-    result.notes = setup.notes;
-    result.settings = std::move(settings);
-    result.offloader = std::make_unique<Offloader>(*table, std::move(setup), std::move(transport));
-    return result;
-  }
+  // Defined out of the class (not implicitly inline), so that `extern template` keeps it out of
+  // the TUs of a program that compiles ddo once (DDO_PREPARE_INSTANTIATIONS).
+  [[nodiscard]] enabled_offload<Offloader> start();
 };
+
+template <class Offloader>
+enabled_offload<Offloader> prepared_offload<Offloader>::start() {
+  enabled_offload<Offloader> result;
+  result.component = setup.component;
+  result.machine = setup.machine;
+  result.notes = setup.notes;
+  result.settings = std::move(settings);
+  result.offloader = std::make_unique<Offloader>(*table, std::move(setup), std::move(transport));
+  return result;
+}
 
 namespace detail {
 
@@ -129,9 +135,7 @@ prepared_offload<Offloader> prepare_with(const weight_table& table,
   return r;
 }
 
-}  // namespace detail
-
-/// @brief Plans @p table's component (`options.inputs.component`, route from the settings) over
+/// Plans @p table's component (`options.inputs.component`, route from the settings) over
 /// @p transport with the planner of @p Offloader (planner_for: by profile unless the engine
 /// fixed one), ready to start().
 /// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
@@ -144,18 +148,23 @@ template <class Offloader>
   const auto planner = planner_for<typename Offloader::planner_type>(
       table, settings.config, settings.profile_dir, options.tokens,
       runtime_options_from(settings.config, options.runtime), transport, &profile);
-  return detail::prepare_with<Offloader>(table, std::move(settings), options, std::move(transport),
-                                         planner, std::move(profile));
+  return prepare_with<Offloader>(table, std::move(settings), options, std::move(transport),
+                                 planner, std::move(profile));
 }
 
-/// @brief prepare_offload_as over @p transport with the offloader of @p Policies (a planner, pin
-/// selector, selections; a transport only if it is @p Transport).
+}  // namespace detail
+
+/// @brief The one call over @p transport with the offloader of @p Policies (a planner, pin
+/// selector, selections; a transport only if it is @p Transport): plans, ready to start().
+/// @throws config_error (settings, backend, execution_device), out_of_memory (budgets),
+/// usage_error (groups, profile timings), format_error / io_error (profile file).
 template <class... Policies, class Transport>
 [[nodiscard]] prepared_offload<typename detail::prepared_offloader<Transport, Policies...>::type>
 prepare_offload(const weight_table& table, dynamic_offload_settings settings,
                 const setup_options& options, Transport transport) {
   static_assert(detail::check_transport<Transport>());
-  return prepare_offload_as<typename detail::prepared_offloader<Transport, Policies...>::type>(
+  return detail::prepare_offload_as<
+      typename detail::prepared_offloader<Transport, Policies...>::type>(
       table, std::move(settings), options, std::move(transport));
 }
 
@@ -257,6 +266,27 @@ decltype(auto) with_prepared_offload(const weight_table& table,
     return std::forward<Use>(use)(prepared);
   });
 }
+
+/// The one call's step for a shipped transport with the default policies (what the removed
+/// settings constructors compiled once through setup_path::run): declared extern where ddo is
+/// compiled once (DDO_EXTERN_TEMPLATES) and defined by ddo/instantiate.hpp. @p PREFIX is `extern`
+/// or empty.
+#define DDO_PREPARE_INSTANTIATIONS(PREFIX, TRANSPORT)                                      \
+  PREFIX template struct prepared_offload<offloader<TRANSPORT>>;                           \
+  PREFIX template prepared_offload<offloader<TRANSPORT>>                                   \
+  detail::prepare_offload_as<offloader<TRANSPORT>>(const weight_table&, dynamic_offload_settings, \
+                                                   const setup_options&, TRANSPORT);
+/// For every transport the setup path constructs (setup/instantiations.hpp).
+#define DDO_SHIPPED_PREPARE_INSTANTIATIONS(PREFIX)                    \
+  DDO_PREPARE_INSTANTIATIONS(PREFIX, host_sim_transport)              \
+  DDO_PREPARE_INSTANTIATIONS(PREFIX, linear_transport)                \
+  DDO_PREPARE_INSTANTIATIONS(PREFIX, vmm_transport)                   \
+  DDO_PREPARE_INSTANTIATIONS(PREFIX, nvme_transport<linear_transport>) \
+  DDO_PREPARE_INSTANTIATIONS(PREFIX, nvme_transport<vmm_transport>)
+
+#if !DDO_HEADER_ONLY
+DDO_SHIPPED_PREPARE_INSTANTIATIONS(extern)
+#endif
 
 }  // namespace v0
 }  // namespace ddo

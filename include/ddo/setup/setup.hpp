@@ -4,10 +4,12 @@
 /// @brief The one setup path: settings + weight table + transport → the machine the plan sees →
 /// the plan and runtime options of the component's route → an offloader.
 ///
-/// enable_offload / enable_pipeline_offload (setup/enable_offload.hpp), ddo::offloader's
-/// planning constructors, ddo-run, ddo-plan and the benchmarks all go through these functions,
-/// so for the same inputs ddo-plan prints the plan ddo-run runs. One header per job:
+/// The five ways in (docs/getting-started.md: enable_offload, with_offload_backend,
+/// enable_pipeline_offload, prepare_offload / with_prepared_offload, and an offloader running
+/// what setup_offload decided), ddo-run, ddo-plan and the benchmarks all go through these
+/// stages, so for the same inputs ddo-plan prints the plan ddo-run runs. One header per job:
 ///
+/// - setup/resolve_stage.hpp: resolve_for(), the resolve stage (model bytes, stated RAM, VMM);
 /// - setup/options.hpp: setup_options, what setup takes besides settings, table and transport:
 ///   the resolution inputs (setup_resolution) and the engine facts (engine_facts);
 /// - setup/machine_inputs.hpp: machine_inputs_for(), what the machine stage reads of the
@@ -21,7 +23,7 @@
 /// - setup/plan_loop.hpp: the dynamic route's planning through the plan cache
 ///   (setup/plan_cache.hpp) and its re-plan loop;
 /// - setup/setup_offload.hpp: setup_offload(), the route dispatch, its checks and the verbose
-///   print; the offloader's settings constructors come in through setup_path there;
+///   print;
 /// - setup/start.hpp: setup_transport(), the transport ddo makes with every device option
 ///   (make_transport, runtime/transport_setup.hpp: the settings' execution_device and VMM window);
 /// - setup/instantiations.hpp: the instantiations compiled once (DDO_SHIPPED_INSTANTIATIONS).
@@ -33,6 +35,7 @@
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_cache.hpp"
 #include "ddo/setup/plan_loop.hpp"
+#include "ddo/setup/resolve_stage.hpp"
 #include "ddo/setup/planner_choice.hpp"
 #include "ddo/setup/setup_offload.hpp"
 #include "ddo/setup/stable_address_route.hpp"

@@ -212,46 +212,5 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   return r;
 }
 
-namespace detail {
-
-/// The offloader's settings constructors come here (runtime/offloader.hpp): setup_offload with
-/// the offloader's planner and pin selector, make_transport, resolve_from_sources.
-template <>
-struct setup_path<dynamic_offload_settings> {
-  using options_type = setup_options;
-
-  // Defined out of the class (not implicitly inline) so that `extern template` keeps it out
-  // of the TUs of a program that compiles ddo once (below).
-  template <class Planner, class PinSelector, class Transport>
-  static offload_setup run(const weight_table& table, const dynamic_offload_settings& settings,
-                           const setup_options& options, Transport& transport);
-
-  template <class Transport>
-  static Transport transport(const dynamic_offload_settings& settings,
-                             const setup_options& options) {
-    return setup_transport<Transport>(settings, options);
-  }
-
-  template <class... Sources>
-  static dynamic_offload_settings resolve(const resolve_context& context,
-                                          const Sources&... sources) {
-    return resolve_from_sources(context, sources...);
-  }
-};
-
-template <class Planner, class PinSelector, class Transport>
-offload_setup setup_path<dynamic_offload_settings>::run(const weight_table& table,
-                                                        const dynamic_offload_settings& settings,
-                                                        const setup_options& options,
-                                                        Transport& transport) {
-  return setup_offload(
-      table, settings, component_for(settings, options.inputs), options, transport,
-      planner_for<Planner>(table, settings.config, settings.profile_dir, options.tokens,
-                           runtime_options_from(settings.config, options.runtime), transport),
-      PinSelector{});
-}
-
-}  // namespace detail
-
 }  // namespace v0
 }  // namespace ddo
