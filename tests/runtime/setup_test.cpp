@@ -3,9 +3,11 @@
 // the application's plan cache, verbose setup details, execution_device, stated RAM; the one
 // call (setup/prepare_offload.hpp) behind every entry point.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -233,7 +235,7 @@ TEST_SUITE("runtime") {
     CHECK(text.find("RAM 4.00 GiB (stated by the engine)") != std::string::npos);
   }
 
-  TEST_CASE("show_profile: the summary through the engine's log sink; missing caches noted once") {
+  TEST_CASE("show_profile: the summary through the engine's log sink; the cache fields act") {
     const blocks_model m(std::random_device{}());
     auto options = quiet();
     std::vector<std::pair<ddo::log_severity, std::string>> lines;
@@ -246,14 +248,16 @@ TEST_SUITE("runtime") {
     options.plans = nullptr;
     ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
     {
+      // No cache object from the engine: the cache fields act through the process's
+      // registry (issue 42; before, a note said they had no effect).
       auto enabled = ddo::enable_offload(m.table, std::nullopt, options, sim);
       std::size_t cache_notes = 0;
-      for (const auto& n : enabled.notes)
-        if (n.find("no effect, the engine passed no cache object") != std::string::npos) {
+      for (const auto& n : enabled.notes) {
+        CHECK(n.find("no effect") == std::string::npos);
+        if (n.find("host copies: the process's weight registry, model 'warm") !=
+            std::string::npos)
           ++cache_notes;
-          CHECK(n.find("cache_pinned_weights (setup_options::pinned_cache)") != std::string::npos);
-          CHECK(n.find("pinned_weight_cache_namespace 'warm'") != std::string::npos);
-        }
+      }
       CHECK(cache_notes == 1);
       auto compute = sim.make_stream();
       for (std::size_t g = 0; g < enabled->group_count(); ++g)
@@ -272,6 +276,94 @@ TEST_SUITE("runtime") {
     options.inputs.overrides.push_back({ddo::field_id::show_profile, false});
     (void)ddo::enable_offload(m.table, std::nullopt, options, sim);
     CHECK(lines.empty());
+    for (const auto& name : ddo::process_weight_registry()->models())
+      ddo::process_weight_registry()->release(name);
+  }
+
+  TEST_CASE("the process's plan cache plans again when the probed RAM shrank or grew") {
+    // The probed RAM is not in the plan cache's key (it moves between calls): a cached plan that
+    // pins more than the RAM now has room for, or one made under far less RAM, is planned again.
+    const blocks_model m(4243);
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("ddo_plan_cache_ram_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto setup_with = [&](std::uint64_t available) {
+      {
+        std::ofstream meminfo(dir / "meminfo");
+        meminfo << "MemTotal: 67108864 kB\nMemAvailable: " << available / 1024 << " kB\n";
+      }
+      auto options = quiet();
+      options.ram_bytes = std::nullopt;  // probed, from the file above
+      options.inputs.environment =
+          std::map<std::string, std::string>{{"DDO_PIN_CPU_MEMORY", "1"},
+                                             {"DDO_SYSTEM_RAM_HEADROOM_GB", "1"}};
+      options.inputs.paths.meminfo = (dir / "meminfo").string();
+      options.inputs.paths.self_cgroup = (dir / "no-cgroup").string();
+      options.zero_resident_reason = "the test streams every group";
+      const auto settings = ddo::resolve_settings(options.inputs);
+      ddo::host_sim_transport small({.device_capacity_bytes = 4 * ddo::mib});
+      return ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
+                                options, small);
+    };
+    auto noted = [](const ddo::offload_setup& r, std::string_view text) {
+      for (const auto& n : r.notes)
+        if (n.find(text) != std::string::npos) return true;
+      return false;
+    };
+    const auto roomy = setup_with(ddo::gib + 64 * ddo::mib);
+    const std::uint64_t all = roomy.plan.total_bytes(ddo::placement::pinned_host);
+    REQUIRE(all > 256 * 1024);
+    CHECK(setup_with(ddo::gib + 64 * ddo::mib).plan_from_cache);  // the same RAM: reused
+    const auto tight = setup_with(ddo::gib + 256 * 1024);
+    CHECK_FALSE(tight.plan_from_cache);
+    CHECK(noted(tight, "cached plan pins more than the RAM available now"));
+    CHECK(tight.plan.total_bytes(ddo::placement::pinned_host) <= 256 * 1024);
+    const auto grown = setup_with(2 * ddo::gib);
+    CHECK_FALSE(grown.plan_from_cache);
+    CHECK(noted(grown, "the RAM available grew by more than 1/8"));
+    CHECK(grown.plan.total_bytes(ddo::placement::pinned_host) == all);
+    std::filesystem::remove_all(dir);
+  }
+
+  TEST_CASE("warm_process keeps the plan and the host copies across calls with no cache object") {
+    // The preset's cache_plan, cache_pinned_weights and namespace act through the process's plan
+    // cache and weight registry (issue 42): the second setup of the same model, machine and
+    // settings plans nothing and reads nothing; releasing the model unpins it all.
+    const blocks_model m(4242);
+    auto options = quiet();
+    options.ram_bytes = 64 * ddo::gib;
+    options.inputs.overrides.push_back({ddo::field_id::resident_module_budget_gb, 0.0});
+    options.inputs.overrides.push_back({ddo::field_id::pin_cpu_memory, true});
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
+    const auto& registry = ddo::process_weight_registry();
+    const auto hits = ddo::process_plan_cache().hits();
+    const auto loaded = registry->stats().loaded_bytes;
+    const auto reused = registry->stats().reused_bytes;
+    std::uint64_t pinned = 0;
+    {
+      auto first = ddo::enable_offload(m.table, "warm_process", options, sim);
+      pinned = first->metrics().pinned_bytes;
+      REQUIRE(pinned != 0);
+      CHECK(registry->stats().loaded_bytes > loaded);
+    }
+    const auto loaded_once = registry->stats().loaded_bytes;
+    CHECK(registry->pinned_bytes() >= pinned);  // kept across calls
+    {
+      auto second = ddo::enable_offload(m.table, "warm_process", options, sim);
+      CHECK(second->metrics().pinned_bytes == pinned);
+      bool noted = false;
+      for (const auto& n : second.notes)
+        noted = noted || (n.find("model 'warm_process") != std::string::npos &&
+                          n.find(" of its weights held already") != std::string::npos);
+      CHECK(noted);
+    }
+    CHECK(ddo::process_plan_cache().hits() > hits);             // planned once
+    CHECK(registry->stats().loaded_bytes == loaded_once);       // read once
+    CHECK(registry->stats().reused_bytes > reused);
+    CHECK(sim.registered_bytes_in_use() == registry->pinned_bytes());
+    for (const auto& name : registry->models()) registry->release(name);
+    CHECK(registry->pinned_bytes() == 0);
+    CHECK(sim.registered_bytes_in_use() == 0);
   }
 
   TEST_CASE("execution_device is parsed into the device ddo makes its transport on") {

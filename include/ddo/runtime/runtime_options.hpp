@@ -35,6 +35,7 @@ inline namespace v0 {
 
 class pinned_weight_cache;
 class shared_weight_store;
+class weight_registry;
 class trace_sink;
 
 /// @brief Settings of one offloader's runtime. The defaults are the fast path.
@@ -86,6 +87,18 @@ struct runtime_options {
   /// pinned_cache and pin_in_place are not used (the store holds host sources' copies too).
   /// Null: none.
   std::shared_ptr<shared_weight_store> weight_store;
+  /// Several models' host copies under one pinned-RAM budget (memory/weight_registry.hpp,
+  /// issue 42): as weight_store (every pinned streamed weight copied from the registry's piece,
+  /// a piece two models share held once), but the registry may evict a model's pieces when no
+  /// offloader of it lives, and refuses (registry_full, naming the models to release) a model
+  /// that does not fit beside those in use. The offloader holds its model in use for its life.
+  /// Not with weight_store. Null: none.
+  std::shared_ptr<weight_registry> registry;
+  /// The model's name in `registry` (keep, hint_next and release take it); empty: the
+  /// namespace and the table's files (or its host generation), so one model is one name.
+  std::string registry_model;
+  /// Whether the host copies come from a store or a registry (setup fills their addresses).
+  [[nodiscard]] bool shared_host_copies() const noexcept { return weight_store || registry; }
   /// Hard cap on ddo's device bytes (resident weights + ring); 0: what the transport has free.
   std::uint64_t device_budget_bytes = 0;
   /// Hard cap on page-locked weight bytes; 0: the plan's pin budget (when it has one).

@@ -85,7 +85,7 @@ inline void cap_store_credit(machine_ram& ram, std::uint64_t cap) {
 
 /// @brief The RAM of a setup: @p setting_gb when a source the user controls set it above 0
 /// (@p setting_origin names it), else @p stated (the engine's), else probed through @p paths,
-/// plus the bytes of @p table a shared weight store (runtime_options::weight_store) holds.
+/// plus the bytes of @p table a shared weight store or weight registry (runtime_options) holds.
 [[nodiscard]] inline machine_ram ram_for(std::optional<double> setting_gb,
                                          std::string setting_origin,
                                          std::optional<std::uint64_t> stated,
@@ -105,9 +105,8 @@ inline void cap_store_credit(machine_ram& ram, std::uint64_t cap) {
     // This table's weights already in a shared weight store are out of MemAvailable and a plan
     // that pins them reuses them: counted once, by the offloader that pinned them. All of them
     // here; the plan stage cuts the credit to those its plan pins (cap_store_credit).
-    if (runtime.weight_store && ram.bytes != 0) {
-      ram.store_credit_bytes =
-          detail::pinning_detail::store_bytes_held(*runtime.weight_store, table, runtime);
+    if (runtime.shared_host_copies() && ram.bytes != 0) {
+      ram.store_credit_bytes = detail::pinning_detail::shared_bytes_held(table, runtime);
       ram.bytes += ram.store_credit_bytes;
       ram.store_credited = true;
     }

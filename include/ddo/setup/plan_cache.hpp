@@ -2,8 +2,9 @@
 #pragma once
 /// @file
 /// @brief ddo::plan_cache: plans kept by the application for reuse (`cache_plan`, "cache
-/// structural planning in-process"). Like pinned_weight_cache, the application owns the object
-/// and passes it to setup (setup_options::plans); ddo keeps no cache of its own.
+/// structural planning in-process"). The application may own the object and pass it to setup
+/// (setup_options::plans); without one, `cache_plan` (on by default) uses the process's
+/// (process_plan_cache(), issue 42: the reference's "in-process" cache acts by default).
 ///
 /// A plan is found again when the weight table (names, modules, kinds, dtypes, shapes, bytes,
 /// source kinds), the execution groups, every config field but available_system_ram_gb, the
@@ -77,6 +78,13 @@ class plan_cache {
   mutable std::uint64_t hits_ = 0;
   mutable std::uint64_t misses_ = 0;
 };
+
+/// @brief The process's plan cache: setup's when the engine passes none and `cache_plan` is on.
+/// Plans are small (a decision per weight); a key per model, machine and settings.
+[[nodiscard]] inline plan_cache& process_plan_cache() {
+  static plan_cache plans;
+  return plans;
+}
 
 namespace detail {
 inline void append_key_value(std::string& out, const field_value& v) {

@@ -194,6 +194,34 @@ offload_plan plan_unless_refused(Make make, bool fallback) {
   return {};
 }
 
+/// Whether a cached plan is reused on @p machine: while its resident bytes fit what is free now,
+/// and its pinned bytes the RAM now with the headroom it planned with, and the RAM did not grow
+/// by more than 1/8 (a probed RAM is not in the key: it moves between calls). Notes why not.
+inline bool cached_plan_fits(const offload_plan& hit, const setup_machine& machine,
+                             std::vector<std::string>& notes) {
+  const std::uint64_t free = machine.capacity.free_vram_bytes;
+  const std::uint64_t ram = machine.capacity.available_ram_bytes;
+  const auto& b = hit.budgets;
+  const std::uint64_t headroom =
+      b.available_ram_bytes > b.usable_ram_bytes ? b.available_ram_bytes - b.usable_ram_bytes : 0;
+  if (free != 0 && hit.total_bytes(placement::gpu_resident) > free) {
+    notes.push_back("cached plan keeps more resident than is free now: planned again");
+    return false;
+  }
+  if (ram != 0 && b.available_ram_bytes > ram &&
+      hit.total_bytes(placement::pinned_host) + headroom > ram) {
+    notes.push_back("cached plan pins more than the RAM available now: planned again");
+    return false;
+  }
+  // Much more RAM now (another model released, a process ended): the plan may pin more.
+  if (ram != 0 && b.available_ram_bytes != 0 &&
+      ram > b.available_ram_bytes + b.available_ram_bytes / 8) {
+    notes.push_back("the RAM available grew by more than 1/8 since the cached plan: planned again");
+    return false;
+  }
+  return true;
+}
+
 /// The dynamic route's planning (setup_offload): the plan cache's plan when it still fits, else
 /// planned with the ring reserved for what the plan streams. @p machine gives the machine for
 /// the weights a plan keeps (machine_for with setup_offload's arguments).
@@ -222,15 +250,9 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     };
     key =
         plan_cache_key(table, groups, config, policy_names(planner, typeid(PinSelector)), budgets);
-    if (auto hit = plans->find(key)) {
-      // Reused while its resident bytes still fit what is free now.
-      const std::uint64_t free = r.machine.capacity.free_vram_bytes;
-      if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
-        r.plan = std::move(*hit);
-        r.plan_from_cache = true;
-      } else {
-        r.notes.push_back("cached plan keeps more resident than is free now: planned again");
-      }
+    if (auto hit = plans->find(key); hit && cached_plan_fits(*hit, r.machine, r.notes)) {
+      r.plan = std::move(*hit);
+      r.plan_from_cache = true;
     }
   }
   // The ring (what streams) is reserved first from what the rules do not keep; again from the
@@ -301,8 +323,7 @@ void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_t
     r.plan_from_cache = false;
     plan_streaming(r, table, groups, config, plans, planner, pins, machine, key);
     if (r.machine.ram.store_credit_bytes == 0) break;
-    const std::uint64_t taken =
-        pinning_detail::store_bytes_held(*r.runtime.weight_store, table, r.runtime, &r.plan);
+    const std::uint64_t taken = pinning_detail::shared_bytes_held(table, r.runtime, &r.plan);
     if (taken >= r.machine.ram.store_credit_bytes) break;
     cap_store_credit(in.ram, round < 1 ? taken : 0);
   }

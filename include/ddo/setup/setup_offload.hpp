@@ -21,6 +21,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/log_sink.hpp"
 #include "ddo/core/text.hpp"
+#include "ddo/memory/weight_registry.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/by_profile_planner.hpp"
@@ -77,27 +78,33 @@ inline void print_setup(const log_sink& log, const weight_table& table, const of
   for (const auto& n : r.notes) log(log_severity::note, "ddo: setup: note: " + sanitize_utf8(n));
 }
 
-/// The cache fields act only with the application's cache objects (ddo keeps no process-wide
-/// cache): one note when a field asks for caching and its object is missing. @p cache_plan_from:
-/// where `cache_plan` came from (its default alone asks for nothing).
-inline void note_missing_caches(const dynamic_offload_config& config, origin cache_plan_from,
-                                const engine_facts& facts, std::vector<std::string>& notes) {
-  std::string fields;
-  const auto add = [&](std::string_view text) {
-    if (!fields.empty()) fields += ", ";
-    fields += text;
-  };
-  if (config.cache_plan && facts.plans == nullptr && cache_plan_from != origin::default_value)
-    add("cache_plan (setup_options::plans)");
-  if (facts.pinned_cache == nullptr) {
-    if (config.cache_pinned_weights) add("cache_pinned_weights (setup_options::pinned_cache)");
-    if (!config.pinned_weight_cache_namespace.empty())
-      add("pinned_weight_cache_namespace '" + config.pinned_weight_cache_namespace + "'");
+/// The cache fields act by default (issue 42): `cache_plan` through the engine's plan cache or
+/// the process's (process_plan_cache), `cache_pinned_weights` through the engine's
+/// pinned_weight_cache, store or registry, else the process's weight registry
+/// (process_weight_registry: host copies kept across calls, shared between models). Returns
+/// the plan cache to use (null: none); notes what the host copies come from and reuse.
+inline plan_cache* use_caches(const dynamic_offload_config& config, const engine_facts& facts,
+                              const weight_table& table, runtime_options& runtime,
+                              std::vector<std::string>& notes) {
+  if (config.cache_pinned_weights && facts.pinned_cache == nullptr && !runtime.weight_store &&
+      !runtime.registry)
+    runtime.registry = process_weight_registry();
+  if (runtime.registry) {
+    const auto name = pinning_detail::registry_model_name(table, runtime);
+    notes.push_back("host copies: " +
+                    std::string(runtime.registry == process_weight_registry()
+                                    ? "the process's weight registry"
+                                    : "the engine's weight registry") +
+                    ", model '" + name + "': " +
+                    format_bytes(pinning_detail::registry_bytes_held(*runtime.registry, table,
+                                                                     runtime)) +
+                    " of its weights held already (reused, not read again)");
+  } else if (!config.cache_pinned_weights && !config.pinned_weight_cache_namespace.empty()) {
+    notes.push_back("pinned_weight_cache_namespace '" + config.pinned_weight_cache_namespace +
+                    "': no effect without cache_pinned_weights");
   }
-  if (!fields.empty())
-    notes.push_back(fields +
-                    ": no effect, the engine passed no cache object (ddo keeps no "
-                    "process-wide cache; every setup plans and pins anew)");
+  if (!config.cache_plan) return nullptr;
+  return facts.plans != nullptr ? facts.plans : &process_plan_cache();
 }
 
 }  // namespace detail
@@ -145,8 +152,7 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   auto groups = options.groups ? *options.groups
                                : infer_execution_groups(table, config.resident_module_patterns);
   r.runtime = runtime_options_from(config, options.runtime, options.pinned_cache);
-  detail::note_missing_caches(config, settings.provenance.of(field_id::cache_plan).source, options,
-                              r.notes);
+  plan_cache* const plans = detail::use_caches(config, options, table, r.runtime, r.notes);
   // show_profile: the offloader writes its profile summary through the setup log when it is
   // destroyed (runtime_options::profile_summary; metrics on, as the summary reads them).
   if (config.show_profile && options.log) {
@@ -187,8 +193,7 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
       break;
     }
     default:
-      detail::plan_dynamic_offload(r, transport, table, groups, config, in, options.plans, planner,
-                                   pins);
+      detail::plan_dynamic_offload(r, transport, table, groups, config, in, plans, planner, pins);
       break;
   }
   // A stable-address (VMM) transport's route: its window's slots, staging and route name

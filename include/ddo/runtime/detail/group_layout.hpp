@@ -114,10 +114,10 @@ struct group_layout {
   }
 
   /// Whether pinned weight @p w is copied into a packed block (not registered in place, nor
-  /// copied from a shared_weight_store, whose addresses setup fills in).
+  /// copied from a shared_weight_store or weight_registry, whose addresses setup fills in).
   [[nodiscard]] static bool packed(const weight_table& table, const runtime_options& o,
                                    std::size_t w) {
-    if (o.weight_store) return false;
+    if (o.shared_host_copies()) return false;
     return !(o.pin_in_place && std::holds_alternative<host_source>(table[w].source));
   }
   [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const;

@@ -111,8 +111,8 @@ void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_pl
           staged_piece piece;
           piece.slot_offset = cursor;
           piece.bytes = info.bytes;
-          // From a shared_weight_store: the address is the store's, set at pinning.
-          if (!options.weight_store) piece.host = std::get<host_source>(info.source).data;
+          // From a shared_weight_store or registry: the address is theirs, set at pinning.
+          if (!options.shared_host_copies()) piece.host = std::get<host_source>(info.source).data;
           piece.source = transfer_source::pinned;
           gr.in_place.push_back(piece);
         }

@@ -5,7 +5,9 @@
 /// page-aligned block (the file read or memcpy is the first touch of its pages) and page-locked
 /// with register_host, by pin_workers threads, one group at a time each; blocks are reused
 /// through a pinned_weight_cache when the options give one. With a shared_weight_store the store
-/// holds them instead: each weight read and page-locked once for every offloader sharing it. With pin_in_place the engine's own
+/// holds them instead: each weight read and page-locked once for every offloader sharing it; with
+/// a weight_registry its pieces, the model held in use while the offloader lives. With
+/// pin_in_place the engine's own
 /// pages are registered instead (whole pages, overlapping ranges merged, each once). Where the
 /// driver refuses, the bytes are staged like pageable memory (allow_pin_fallback) or setup fails.
 /// Runs at setup only.
@@ -15,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "ddo/memory/weight_registry.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
@@ -24,6 +27,10 @@
 namespace ddo {
 inline namespace v0 {
 namespace detail {
+
+namespace pinning_detail {
+struct store_piece;
+}  // namespace pinning_detail
 
 /// A page range of the engine's memory registered in place.
 struct host_page_range {
@@ -53,13 +60,21 @@ class group_pinning {
            const runtime_options& options, const source_files& files, setup_meter& meter,
            const std::function<void()>& planned = {});
   /// Unregisters the engine pages registered in place (blocks unregister themselves when the
-  /// last holder — the layout or the cache — lets go).
+  /// last holder — the layout or the cache — lets go) and gives the registry's model use back
+  /// (after teardown synchronised the streams: no copy reads its pieces any more).
   void release(T& t) noexcept;
 
   [[nodiscard]] std::uint64_t pinned_bytes() const noexcept { return pinned_bytes_; }
   [[nodiscard]] std::uint64_t fallback_bytes() const noexcept { return fallback_bytes_; }
   [[nodiscard]] std::uint64_t cached_blocks_reused() const noexcept { return cached_reused_; }
   [[nodiscard]] std::size_t registered_ranges() const noexcept { return registered_.size(); }
+  /// With a weight_registry: the bytes this setup read into it, and those it found held.
+  [[nodiscard]] std::uint64_t registry_loaded_bytes() const noexcept {
+    return registry_use_.loaded_bytes();
+  }
+  [[nodiscard]] std::uint64_t registry_reused_bytes() const noexcept {
+    return registry_use_.reused_bytes();
+  }
 
  private:
   void pin_in_place(T& t, group_layout& layout, const runtime_options& options,
@@ -69,7 +84,18 @@ class group_pinning {
   void pin_from_store(T& t, group_layout& layout, const weight_table& table,
                       const offload_plan& plan, const runtime_options& options,
                       const source_files& files, setup_meter& meter);
+  /// pin()'s path with runtime_options::registry: the in-place pieces point into the model's
+  /// pieces, held in use (registry_use_) until release().
+  void pin_from_registry(T& t, group_layout& layout, const weight_table& table,
+                         const offload_plan& plan, const runtime_options& options,
+                         const source_files& files, setup_meter& meter);
+  /// The last step of both: each in-place piece at its held copy's address, adjacent pieces of
+  /// one block merged, unregistered copies staged (or refused without fallback).
+  void use_held(group_layout& layout, const std::vector<group_runtime*>& parts,
+                const std::vector<std::vector<pinning_detail::store_piece>>& held_of,
+                const weight_table& table, const runtime_options& options);
 
+  model_use registry_use_;  // the registry's model, in use while this offloader lives
   std::vector<void*> registered_;  // engine pages registered in place
   std::uint64_t pinned_bytes_ = 0;
   std::uint64_t fallback_bytes_ = 0;

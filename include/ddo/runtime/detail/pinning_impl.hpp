@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +23,7 @@
 #include "ddo/memory/host_buffer.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
 #include "ddo/memory/shared_weight_store.hpp"
+#include "ddo/memory/weight_registry.hpp"
 #include "ddo/model/parallel_reader.hpp"
 // Part of ddo/runtime/detail/pinning.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/detail/staging_worker.hpp"
@@ -147,6 +149,39 @@ inline std::uint64_t store_bytes_held(const shared_weight_store& store, const we
         store.find(keys[w]).block)
       bytes += table[w].bytes;
   return bytes;
+}
+
+/// store_bytes_held for a weight_registry: bytes of @p table's weights (with @p plan, those it
+/// pins) that @p registry holds now, each piece once.
+inline std::uint64_t registry_bytes_held(const weight_registry& registry,
+                                         const weight_table& table, const runtime_options& o,
+                                         const offload_plan* plan = nullptr) {
+  const auto keys = store_keys(table, o);
+  std::vector<registry_piece> pieces;
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (table[w].bytes != 0 &&
+        (plan == nullptr || plan->decisions[w].where == placement::pinned_host))
+      pieces.push_back({keys[w], table[w].bytes});
+  return registry.held_bytes(pieces);
+}
+
+/// Bytes of @p table a store or registry of @p o holds (store_bytes_held, registry_bytes_held).
+inline std::uint64_t shared_bytes_held(const weight_table& table, const runtime_options& o,
+                                       const offload_plan* plan = nullptr) {
+  if (o.registry) return registry_bytes_held(*o.registry, table, o, plan);
+  if (o.weight_store) return store_bytes_held(*o.weight_store, table, o, plan);
+  return 0;
+}
+
+/// The name of @p table's model in runtime_options::registry: registry_model, or the namespace
+/// and the table's files (a table without files: its host generation, one per loaded table).
+inline std::string registry_model_name(const weight_table& table, const runtime_options& o) {
+  if (!o.registry_model.empty()) return o.registry_model;
+  std::string name = o.cache_namespace;
+  for (const auto& path : table.files()) name += (name.empty() ? "" : ";") + path;
+  if (table.files().empty())
+    name += (name.empty() ? "" : ";") + ("host:" + std::to_string(table.host_generation()));
+  return name;
 }
 
 /// Page-locks @p block through a copy of @p t (unregistered when the block goes), reporting it.
@@ -283,12 +318,12 @@ inline constexpr std::uint64_t shared_block_bytes = 2 * mib;
 /// back to back at @p align boundaries into shared blocks, in order; the others alone.
 inline std::vector<block_plan> share_blocks(const std::vector<part_reads>& parts,
                                             const std::vector<std::size_t>& todo,
-                                            std::uint64_t align) {
+                                            std::uint64_t align, bool share) {
   std::vector<block_plan> blocks;
   std::size_t open = no_group;  // the shared block being filled (none yet)
   for (std::size_t g : todo) {
     const std::uint64_t bytes = parts[g].bytes;
-    if (bytes > shared_block_group_bytes) {
+    if (!share || bytes > shared_block_group_bytes) {
       blocks.push_back({bytes, {{g, 0}}});
       continue;
     }
@@ -314,13 +349,14 @@ inline std::vector<block_plan> share_blocks(const std::vector<part_reads>& parts
 /// (parallel_reader), so a few large groups keep every thread busy; the thread that completes a
 /// block page-locks it while the others read on. File bytes are read with positional reads
 /// straight into the block, never through a mapping: the file's pages stay in the page cache and
-/// are not counted in the process twice (docs/transports.md).
+/// are not counted in the process twice (docs/transports.md). @p share false: a block per part
+/// (a weight_registry frees each piece on its own, and charges what it maps).
 template <class T, class Placed>
 std::vector<std::shared_ptr<pinned_block>> pin_parts(
     T& t, const std::vector<part_reads>& parts, const std::vector<std::size_t>& todo,
     const weight_table& table, const source_files& files, const runtime_options& options,
-    setup_meter& meter, const std::function<void()>& planned, Placed&& placed) {
-  const auto blocks = share_blocks(parts, todo, options.alignment);
+    setup_meter& meter, const std::function<void()>& planned, Placed&& placed, bool share = true) {
+  const auto blocks = share_blocks(parts, todo, options.alignment, share);
   // Totals first: reports never see a total grow.
   for (std::size_t g : todo)
     for (const auto& r : parts[g].reads) plan_read(meter, table[r.weight]);
@@ -361,11 +397,12 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
                            const offload_plan& plan, const runtime_options& options,
                            const source_files& files, setup_meter& meter,
                            const std::function<void()>& planned) {
-  if (options.weight_store) {
-    // (planned is not called: a parallel setup's upload starts when this returns)
-    pin_from_store(t, layout, table, plan, options, files, meter);
-    return;
-  }
+  DDO_EXPECTS(!(options.weight_store && options.registry),
+              "offloader setup: runtime_options has both a weight_store and a registry; give one "
+              "(the registry holds several models' copies, the store one model's)");
+  // (planned is not called on these paths: a parallel setup's upload starts when they return)
+  if (options.registry) return pin_from_registry(t, layout, table, plan, options, files, meter);
+  if (options.weight_store) return pin_from_store(t, layout, table, plan, options, files, meter);
   using pinning_detail::block_key;
   const auto groups = pinning_detail::parts_of(layout);
   // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
@@ -506,9 +543,16 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
   // Stored only once every block is read: a failed read leaves the store as it was.
   for (std::size_t g : todo)
     for (const auto& r : missing[g].reads) store.insert(keys[r.weight], held_of[g][r.piece].entry);
+  use_held(layout, parts, held_of, table, options);
+}
 
-  // The pieces: the store's addresses; adjacent ones of one block that lie in the slot as in the
-  // store merged into one copy; refused registrations staged (or refused, without fallback).
+template <class T>
+void group_pinning<T>::use_held(
+    group_layout& layout, const std::vector<group_runtime*>& parts,
+    const std::vector<std::vector<pinning_detail::store_piece>>& held_of, const weight_table& table,
+    const runtime_options& options) {
+  // The pieces: the held copies' addresses; adjacent ones of one block that lie in the slot as
+  // there merged into one copy; refused registrations staged (or refused, without fallback).
   std::vector<const pinned_block*> used;
   for (std::size_t g = 0; g < parts.size(); ++g) {
     auto& gr = *parts[g];
@@ -521,8 +565,7 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
       if (!e.block->registered()) {
         pinning_detail::stage_unpinned(
             options, layout, gr, piece,
-            "the shared weight store's copy of '" + table[held_of[g][k].weight].name + "'",
-            fallback_bytes_);
+            "the shared copy of '" + table[held_of[g][k].weight].name + "'", fallback_bytes_);
         continue;
       }
       used.push_back(&e.block->mapping());
@@ -543,6 +586,57 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
 }
 
 template <class T>
+void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weight_table& table,
+                                         const offload_plan& plan, const runtime_options& options,
+                                         const source_files& files, setup_meter& meter) {
+  const auto keys = pinning_detail::store_keys(table, options);
+  const auto parts = pinning_detail::parts_of(layout);
+  // Per part: the weight of each in-place piece (the layout's order); each weight once a piece.
+  std::vector<std::vector<pinning_detail::store_piece>> held_of(parts.size());
+  std::vector<registry_piece> pieces;
+  std::vector<std::size_t> weight_of_piece;
+  std::map<std::string, std::size_t> piece_of_key;
+  for (std::size_t g = 0; g < parts.size(); ++g) {
+    const auto& gr = *parts[g];
+    for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+      const std::size_t w = gr.weights[i];
+      if (!pinning_detail::pinned_here(gr, i, plan) || table[w].bytes == 0) continue;
+      held_of[g].push_back({w, {}});
+      if (piece_of_key.emplace(keys[w], pieces.size()).second) {
+        pieces.push_back({keys[w], table[w].bytes});
+        weight_of_piece.push_back(w);
+      }
+    }
+    DDO_EXPECTS(held_of[g].size() == gr.in_place.size(),
+                "offloader setup: group '" + gr.name + "' has " +
+                    std::to_string(gr.in_place.size()) +
+                    " pieces to copy from the weight registry but " +
+                    std::to_string(held_of[g].size()) + " pinned weights");
+  }
+  // What the registry lacks: each piece read into a block of its own by the pool, page-locked
+  // as it completes (as pin() does).
+  auto load = [&](std::span<const registry_piece> missing) {
+    std::vector<pinning_detail::part_reads> reads(missing.size());
+    std::vector<std::size_t> todo(missing.size());
+    for (std::size_t i = 0; i < missing.size(); ++i) {
+      const std::size_t w = weight_of_piece[piece_of_key.at(missing[i].key)];
+      reads[i] = {table[w].bytes, {{w, 0, 0}}};
+      todo[i] = i;
+    }
+    std::vector<std::shared_ptr<pinned_block>> blocks(missing.size());
+    pinning_detail::pin_parts(
+        t, reads, todo, table, files, options, meter, {},
+        [&](std::size_t i, const auto& block, std::uint64_t, bool) { blocks[i] = block; }, false);
+    return blocks;
+  };
+  registry_use_ =
+      options.registry->acquire(pinning_detail::registry_model_name(table, options), pieces, load);
+  for (std::size_t g = 0; g < parts.size(); ++g)
+    for (auto& h : held_of[g]) h.entry = {registry_use_.block(piece_of_key.at(keys[h.weight])), 0};
+  use_held(layout, parts, held_of, table, options);
+}
+
+template <class T>
 void group_pinning<T>::release(T& t) noexcept {
   for (void* p : registered_) {
     try {
@@ -552,6 +646,7 @@ void group_pinning<T>::release(T& t) noexcept {
     }
   }
   registered_.clear();
+  registry_use_.reset();
 }
 
 }  // namespace detail
