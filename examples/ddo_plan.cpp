@@ -278,7 +278,8 @@ int main(int argc, char** argv) {
                   ddo::format_bytes(m.engine_reserve_bytes).c_str(),
                   ddo::format_bytes(m.runtime_reserve_bytes).c_str(),
                   ddo::format_bytes(m.capacity.free_vram_bytes).c_str(),
-                  ddo::format_bytes(m.capacity.available_ram_bytes).c_str(), m.ram_source.c_str());
+                  ddo::format_bytes(m.capacity.available_ram_bytes).c_str(),
+                  ddo::describe(m.ram).c_str());
       if (!m.profile_note.empty()) std::printf("%s\n", m.profile_note.c_str());
       if (const auto vmm = ddo::vmm_route_name(settings.config); !vmm.empty())
         std::printf("VMM route: %s (%s)\n", std::string(vmm).c_str(),

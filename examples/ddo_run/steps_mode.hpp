@@ -32,6 +32,39 @@ ddo::runner::measured_bound measure_bound(const run_context& ctx,
   return bound;
 }
 
+/// --verify: every weight of a lease copied back after the step's compute on its stream (the
+/// bytes must still be the file's when the GEMMs that read them are done: a prefetch overwriting a
+/// live slot would show here) and compared with its file.
+struct lease_verifier {
+  std::vector<std::byte> device_copy, source_copy;
+  std::uint64_t verified_bytes = 0, mismatches = 0;
+
+  explicit lease_verifier(const ddo::weight_table& table) {
+    std::uint64_t largest = 0;
+    for (const auto& w : table.weights()) largest = std::max(largest, w.bytes);
+    device_copy.resize(largest);
+    source_copy.resize(largest);
+  }
+  /// Compares @p lease's weights; @p report(weight, first differing byte, size) on a mismatch.
+  template <class T, class Lease, class Report>
+  void check(T& t, typename T::stream_view view, const run_context& ctx, const Lease& lease,
+             Report&& report) {
+    for (std::size_t i = 0; i < lease.size(); ++i) {
+      const std::size_t w = lease.weight_index(i);
+      const std::size_t n = static_cast<std::size_t>(ctx.table[w].bytes);
+      t.copy_to_host(device_copy.data(), lease.data(i), n, view);
+      t.synchronize(view);
+      read_source(ctx.table, ctx.files, w, std::span(source_copy.data(), n));
+      verified_bytes += n;
+      if (std::memcmp(device_copy.data(), source_copy.data(), n) == 0) continue;
+      std::size_t at = 0;
+      while (at < n && device_copy[at] == source_copy[at]) ++at;
+      ++mismatches;
+      report(w, at, n);
+    }
+  }
+};
+
 /// Plans, sets up the offloader over @p transport and runs the steps with @p Engine.
 template <class Engine>
 int run_steps(run_context& ctx, typename Engine::transport_type transport) {
@@ -153,14 +186,8 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
   auto view = engine.view();
   auto& t = offloader.transport();
 
-  std::vector<std::byte> device_copy, source_copy;
-  if (opt.verify) {
-    std::uint64_t largest = 0;
-    for (const auto& w : ctx.table.weights()) largest = std::max(largest, w.bytes);
-    device_copy.resize(largest);
-    source_copy.resize(largest);
-  }
-  std::uint64_t verified_bytes = 0, mismatches = 0;
+  std::optional<lease_verifier> verifier;
+  if (opt.verify) verifier.emplace(ctx.table);
 
   const int warmup = opt.warmup;
   const int total_steps = warmup + ctx.steps;
@@ -198,30 +225,17 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
         if (!opt.trace_path.empty())
           trace.add("enqueue " + offloader.group_name(g), "compute", enqueue_us,
                     trace.now_us() - enqueue_us, chrome_trace::host);
-        if (opt.verify) {
-          // After the compute on the same stream: the bytes must still be the file's when the
-          // GEMMs that read them are done (a prefetch overwriting a live slot would show here).
-          for (std::size_t i = 0; i < lease.size(); ++i) {
-            const std::size_t w = lease.weight_index(i);
-            const std::size_t n = static_cast<std::size_t>(ctx.table[w].bytes);
-            t.copy_to_host(device_copy.data(), lease.data(i), n, view);
-            t.synchronize(view);
-            read_source(ctx.table, ctx.files, w, std::span(source_copy.data(), n));
-            verified_bytes += n;
-            if (std::memcmp(device_copy.data(), source_copy.data(), n) != 0) {
-              std::size_t at = 0;
-              while (at < n && device_copy[at] == source_copy[at]) ++at;
-              ++mismatches;
-              bar.interrupt([&] {
-                std::fprintf(stderr,
-                             "ddo-run: VERIFY FAILED: step %d, group '%s', weight '%s': device bytes "
-                             "differ from the file at byte %zu of %zu\n",
-                             step, offloader.group_name(g).c_str(), ctx.table[w].name.c_str(), at, n);
-              });
-            }
-          }
-        }
+        if (verifier)
+          verifier->check(t, view, ctx, lease, [&](std::size_t w, std::size_t at, std::size_t n) {
+            bar.interrupt([&] {
+              std::fprintf(stderr,
+                           "ddo-run: VERIFY FAILED: step %d, group '%s', weight '%s': device bytes "
+                           "differ from the file at byte %zu of %zu\n",
+                           step, offloader.group_name(g).c_str(), ctx.table[w].name.c_str(), at, n);
+            });
+          });
       }
+      engine.end_step(t);  // every step starts from the same buffer: graph replays chain alike
     };
     if constexpr (ddo::graph_streaming_transport<typename Engine::transport_type>) {
       if (opt.graph) {
@@ -264,6 +278,7 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
 
   const auto metrics = offloader.metrics(true);
   if (sampler) sampler->stop();
+  const std::uint64_t digest = engine.output_digest(t);
   if (graph) {
     std::printf("\n");
     ddo::runner::print_graph_launches(offloader);
@@ -281,6 +296,10 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
               std::string(ddo::enum_name(ctx.settings.config.execution_mode)).c_str(),
               vmm_route.empty() ? "" : ": ", std::string(vmm_route).c_str(),
               executed_route.c_str());
+  // Equal digests: bitwise-equal outputs (an eager run against --graph, one route against
+  // another, on the same model, tokens and steps; tests/runner/check_graph_digest.sh).
+  std::printf("  output: activation digest %016llx after %d steps (warm-up included)\n",
+              static_cast<unsigned long long>(digest), total_steps);
   print_run_metrics(ctx, metrics, offloader.transport(), sampler ? &*sampler : nullptr);
   print_host_memory(host_memory, ctx.table.total_bytes(), !ctx.gpu);
   const bool within_budget =
@@ -288,15 +307,16 @@ int run_steps(run_context& ctx, typename Engine::transport_type transport) {
                     sampler ? &*sampler : nullptr);
   if (opt.verify)
     std::printf("  verify: %s checked against the files, %llu mismatch(es)\n",
-                gb(verified_bytes).c_str(), static_cast<unsigned long long>(mismatches));
+                gb(verifier->verified_bytes).c_str(),
+                static_cast<unsigned long long>(verifier->mismatches));
   if (!opt.trace_path.empty()) ddo::runner::write_trace(trace, opt.trace_path);
   if (predicted_ms) ddo::runner::print_predicted_vs_measured(*predicted_ms, summary.median_ms);
   if (config.build_profile)
     calibrate_after_steps(ctx, offloader, engine, recorder, free_before, activations);
   std::fflush(stdout);
-  if (mismatches != 0) {
+  if (verifier && verifier->mismatches != 0) {
     std::fprintf(stderr, "ddo-run: --verify found %llu weight(s) whose device bytes differ from the file\n",
-                 static_cast<unsigned long long>(mismatches));
+                 static_cast<unsigned long long>(verifier->mismatches));
     return exit_failure;
   }
   if (!within_budget) {

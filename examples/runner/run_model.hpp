@@ -80,6 +80,9 @@ struct gpu_engine_t {
               float alpha, std::int64_t rows) {
     forward->linear(w, out, in, alpha, rows);
   }
+  /// Ends a step (enqueued: captured with it); the activation's digest after the steps.
+  void end_step(transport_type&) { forward->end_step(); }
+  [[nodiscard]] std::uint64_t output_digest(transport_type&) { return forward->digest(); }
   /// Device bytes the engine holds (activations, cuBLAS workspace).
   [[nodiscard]] std::uint64_t device_bytes() const { return forward->device_bytes(); }
   [[nodiscard]] static const char* compute_name() { return "cuBLAS GEMM"; }
@@ -123,6 +126,15 @@ struct cpu_engine_t {
     t.enqueue(view(), [f = forward, w, out, in, type, alpha, rows] {
       f->linear(w, out, in, type, alpha, rows);
     });
+  }
+  /// Ends a step (a task on the stream: captured with it); the activation's digest after the
+  /// steps, once the stream's work is done.
+  void end_step(transport_type& t) {
+    t.enqueue(view(), [f = forward] { f->end_step(); });
+  }
+  [[nodiscard]] std::uint64_t output_digest(transport_type& t) {
+    t.synchronize(view());
+    return forward->digest();
   }
   /// The stand-in keeps its activations in host memory: nothing on the simulated device.
   [[nodiscard]] static std::uint64_t device_bytes() { return 0; }

@@ -252,6 +252,14 @@ inline constexpr std::uint64_t cublas_workspace_bytes = 32ull << 20;
 
 /// @brief The GPU synthetic forward: ping-pong activations and one GEMM per linear weight.
 /// Everything is enqueued on the stream given at construction; nothing synchronises the host.
+/// @brief 64-bit FNV-1a over @p bytes: the activation's digest ddo-run prints, so that two runs
+/// (eager and --graph, one route and another) can be compared bit for bit from their logs.
+[[nodiscard]] inline std::uint64_t activation_digest(std::span<const std::byte> bytes) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::byte b : bytes) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ull;
+  return h;
+}
+
 class gpu_synthetic_forward {
  public:
   /// @brief Allocates two activation buffers of @p tokens × @p max_dim elements of @p type,
@@ -320,6 +328,25 @@ class gpu_synthetic_forward {
                                        static_cast<int>(out), CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
     current_ = 1 - current_;
+  }
+
+  /// @brief Ends a step: after an odd number of GEMMs the result is copied back to buffer 0, so
+  /// every step starts from buffer 0. A captured step keeps the buffer pointers of capture time;
+  /// with this its replays chain as the eager steps do, and their outputs compare bit for bit.
+  void end_step() {
+    if (current_ == 0) return;
+    DDO_CUDA_TRY(cudaMemcpyAsync(buffers_[0], buffers_[1], bytes_per_buffer_,
+                                 cudaMemcpyDeviceToDevice, stream_));
+    current_ = 0;
+  }
+  /// @brief activation_digest of the current activation. Synchronizes the stream: call it after
+  /// the timed steps.
+  [[nodiscard]] std::uint64_t digest() {
+    std::vector<std::byte> host(bytes_per_buffer_);
+    DDO_CUDA_TRY(cudaMemcpyAsync(host.data(), buffers_[current_], bytes_per_buffer_,
+                                 cudaMemcpyDeviceToHost, stream_));
+    DDO_CUDA_TRY(cudaStreamSynchronize(stream_));
+    return activation_digest(host);
   }
 
   /// @brief FLOPs of one linear() over every token: 2 · tokens · out · in.
@@ -418,6 +445,18 @@ class cpu_synthetic_forward {
     double sum = 0.0;
     for (float v : buffers_[current_]) sum += static_cast<double>(v);
     return sum;
+  }
+
+  /// @brief Ends a step as gpu_synthetic_forward::end_step does (the result back in buffer 0),
+  /// so that the two forwards follow one buffer discipline.
+  void end_step() {
+    if (current_ == 0) return;
+    buffers_[0] = buffers_[1];
+    current_ = 0;
+  }
+  /// @brief activation_digest of the current activation's bytes.
+  [[nodiscard]] std::uint64_t digest() const noexcept {
+    return activation_digest(std::as_bytes(std::span(buffers_[current_])));
   }
 
   /// @brief The current activation: tokens rows of width() floats, row-major.

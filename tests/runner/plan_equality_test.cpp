@@ -139,13 +139,16 @@ TEST_SUITE("runner") {
     const auto groups = ddo::infer_execution_groups(model.table, settings.config.resident_module_patterns);
     const auto kept_by_rules = ddo::rule_kept_weights(model.table, groups, settings.config);
     const auto m =
-        ddo::machine_for(transport, model.table, groups, settings,
-                         ddo::runtime_options_from(settings.config), options, true, kept_by_rules);
+        ddo::machine_for(transport, model.table, groups, settings.config,
+                         ddo::machine_inputs_for(settings, options, options.inputs.paths,
+                                                 model.table,
+                                                 ddo::runtime_options_from(settings.config)),
+                         ddo::runtime_options_from(settings.config), true, kept_by_rules);
     CHECK(m.engine_reserve_bytes == reserve);
     CHECK(m.runtime_reserve_bytes == ddo::runtime_device_reserve_bytes);
     CHECK(m.ring_bytes == ddo::ring_bytes_for(m.slot_bytes, m.slots));
     CHECK(m.capacity.available_ram_bytes == 3 * ddo::gib);
-    CHECK(m.ram_source == "stated by the engine");
+    CHECK(m.ram.source == ddo::ram_source::engine);
     // The default simulated device leaves the plan what the rules keep resident and half of the
     // rest: exactly that, once the ring and both reserves are taken off.
     std::uint64_t kept = 0;

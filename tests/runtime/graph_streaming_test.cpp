@@ -16,6 +16,8 @@
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
+#include "ddo/transport/nvme.hpp"
+#include "nvme_file_model.hpp"
 #include "runtime_fixtures.hpp"
 
 namespace graph_streaming_test {
@@ -55,9 +57,8 @@ struct checker {
   std::atomic<std::uint64_t> checked{0};
   std::atomic<std::uint64_t> mismatches{0};
   std::atomic<std::uint64_t> unmapped{0};
-  template <class Sim, class Lease>
-  void enqueue(Sim& sim, typename Sim::stream_view s, const ddo_test::synthetic_model& m,
-               const Lease& lease) {
+  template <class Sim, class Model, class Lease>
+  void enqueue(Sim& sim, typename Sim::stream_view s, const Model& m, const Lease& lease) {
     std::vector<std::pair<const std::byte*, std::size_t>> items;
     for (std::size_t i = 0; i < lease.size(); ++i)
       items.emplace_back(lease.data(i), lease.weight_index(i));
@@ -76,16 +77,18 @@ struct checker {
   }
 };
 
-std::uint64_t model_bytes(const ddo_test::synthetic_model& m) {
+/// A model's bytes (ddo_test::synthetic_model or the file route's ddo_test::file_model).
+template <class Model>
+std::uint64_t model_bytes(const Model& m) {
   std::uint64_t total = 0;
   for (const auto& e : m.expected) total += e.size();
   return total;
 }
 
 /// Captures one step (acquire, check, drop, in plan order) on @p s.
-template <class Sim, class Offloader>
+template <class Sim, class Offloader, class Model>
 host_sim_transport::graph capture_step(Sim& sim, Offloader& off, typename Sim::stream_view s,
-                                       const ddo_test::synthetic_model& m, checker& check) {
+                                       const Model& m, checker& check) {
   sim.begin_capture(s);
   for (std::size_t g = 0; g < off.group_count(); ++g) {
     auto lease = off.acquire(g, s);
@@ -536,9 +539,9 @@ namespace graph_streaming_test {
 
 /// Captures the cold first step on @p s, then launches the graph @p replays times (directly: the
 /// ring holds every streamed group, so no graph streaming) and checks every weight each time.
-template <class Sim, class Offloader>
+template <class Sim, class Offloader, class Model>
 void cold_capture_and_replay(Sim& sim, Offloader& off, typename Sim::stream_view s,
-                             const ddo_test::synthetic_model& m, int replays) {
+                             const Model& m, int replays) {
   checker check;
   const auto graph = capture_step(sim, off, s, m, check);
   REQUIRE_FALSE(off.graph_mode());
@@ -593,6 +596,115 @@ TEST_CASE("capture check: the linear route captures a cold step with staged page
   }
   CHECK(sim.device_bytes_in_use() == 0);
   CHECK(sim.pinned_bytes_in_use() == 0);
+}
+
+namespace graph_streaming_test {
+
+using file_route_sim = ddo::nvme_transport<host_sim_transport>;
+using file_route_vmm_sim = ddo::nvme_transport<vmm_sim>;
+
+/// Staging slots smaller than some weights (pieces span several fills), several reader threads:
+/// the reader threads wait for their slots' copies while the engine's thread captures.
+ddo::nvme_options small_file_staging() {
+  ddo::nvme_options o;
+  o.staging_slot_bytes = 96 * 1024;
+  o.read_threads = 4;
+  o.request_bytes = 64 * 1024;
+  return o;
+}
+
+/// The file route over @p inner: a cold step captured with a ring that holds every group (the
+/// engine launches the graph itself), then, on a fresh offloader, a ring of 2: on the legacy VMM
+/// route every launch's loads stream from the files through the graph (graph streaming); the
+/// linear ring streams from pinned memory only and refuses the capture, naming the way out.
+/// Every byte compared; the pinned and device bytes back at their start after each offloader.
+template <class Route, class Inner>
+void file_route_capture(Inner& inner, const ddo_test::file_model& m, bool streams_through_graph) {
+  const auto pinned0 = inner.ledger().in_use(ddo::ledger_kind::pinned);
+  const auto device0 = inner.ledger().in_use(ddo::ledger_kind::device);
+  Route t(inner, small_file_staging());
+  auto compute = t.make_stream();
+  const auto s = Route::view(compute);
+  ddo::runtime_options o;
+  o.poison_slots = true;
+  o.staging_buffer_bytes = 64 * 1024;
+  {
+    o.slot_count = m.plan.groups.size();
+    ddo::basic_offloader<Route> off(t, m.table, m.plan, o);
+    cold_capture_and_replay(t, off, s, m, 3);
+  }
+  checker check;
+  {
+    o.slot_count = 2;
+    ddo::basic_offloader<Route> off(t, m.table, m.plan, o);
+    REQUIRE(off.slot_count() == 2);
+    if (streams_through_graph) {
+      const auto graph = capture_step(t, off, s, m, check);
+      CHECK(off.graph_mode());
+      for (int replay = 0; replay < 5; ++replay) off.launch_graph(graph, s);
+      t.synchronize(s);
+      CHECK(t.file_stats().bytes_delivered >= 5 * model_bytes(m));
+    } else {
+      t.begin_capture(s);
+      CHECK_THROWS_WITH_AS((void)off.acquire(std::size_t{0}, s),
+                           doctest::Contains("from pinned memory only"), ddo::usage_error);
+      (void)t.end_capture(s);
+      CHECK_FALSE(off.graph_mode());
+    }
+  }
+  t.synchronize(s);
+  CHECK(check.unmapped == 0);
+  CHECK(check.mismatches == 0);
+  CHECK(check.checked == (streams_through_graph ? 5 * model_bytes(m) : 0));
+  CHECK(inner.ledger().in_use(ddo::ledger_kind::pinned) == pinned0);
+  CHECK(inner.ledger().in_use(ddo::ledger_kind::device) == device0);
+}
+
+}  // namespace graph_streaming_test
+
+TEST_CASE("capture check: the file route captures a cold step; the VMM route streams it by graph") {
+  using namespace graph_streaming_test;
+  // Issue 37's capture check on the file route: its reader threads' waits for their staging
+  // slots' copies, and ddo's staging worker, run while the engine's thread captures in global
+  // mode; host_sim refuses any synchronizing call made then.
+  const ddo_test::file_model m(71, 5, 3, 70000);
+  SUBCASE("linear ring") {
+    host_sim_transport sim(linear_sim_options(4e9));
+    file_route_capture<file_route_sim>(sim, m, false);
+  }
+  SUBCASE("legacy VMM route") {
+    ddo::host_sim_vmm_options vo;
+    vo.device.wait_value_timeout_ms = 5000;
+    vo.window.budget_bytes = 64 * ddo::mib;
+    vo.window.handle_bytes = 2 * ddo::mib;
+    vmm_sim vmm(vo);
+    file_route_capture<file_route_vmm_sim>(vmm, m, true);
+    CHECK(vmm.live_mappings() == 0);
+  }
+}
+
+TEST_CASE("capture check: poisoned releases stay out of a step replayed without streaming") {
+  using namespace graph_streaming_test;
+  // poison_released_slots fills a slot at its release. A step captured with a ring that holds
+  // every group replays without loading anything: a fill captured with it would run at every
+  // release of every replay, and the next replay's kernels would read the poison.
+  auto m = pinned_model(6, 63);
+  host_sim_transport sim(linear_sim_options(4e9));
+  auto compute = sim.make_stream();
+  const auto s = view(compute);
+  {
+    offloader off(sim, m->table, m->plan, poisoned(6));
+    cold_capture_and_replay(sim, off, s, *m, 4);
+    // Eager steps after the replays still poison their releases (the debug mode stays on).
+    checker check;
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, s);
+      check.enqueue(sim, s, *m, lease);
+    }
+    sim.synchronize(s);
+    CHECK(check.mismatches == 0);
+  }
+  CHECK(sim.device_bytes_in_use() == 0);
 }
 
 TEST_CASE("capture check: host_sim refuses a synchronizing call on the capturing thread") {

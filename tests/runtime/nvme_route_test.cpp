@@ -436,7 +436,9 @@ TEST_SUITE("runtime") {
         ddo::infer_execution_groups(table, settings.config.resident_module_patterns);
     const auto runtime = ddo::runtime_options_from(settings.config);
     sizing_sim t;
-    const auto m = ddo::machine_for(t, table, groups, settings, runtime, options);
+    const auto inputs =
+        ddo::machine_inputs_for(settings, options, options.inputs.paths, table, runtime);
+    const auto m = ddo::machine_for(t, table, groups, settings.config, inputs, runtime);
     // The request: the largest group that may stream (a block, 700 MiB), the ring's slot, the
     // budget, the setting as resolved.
     CHECK(t.asked->streams);
@@ -456,7 +458,7 @@ TEST_SUITE("runtime") {
     CHECK(m.capacity.resident_limit_reason ==
           "vmm_resident_weight_budget_gb 1.00 GiB less the ring's 3 window slot(s) of 64.00 MiB");
     // Route none streams nothing: the request says so; the transport decides what that means.
-    (void)ddo::machine_for(t, table, groups, settings, runtime, options, false);
+    (void)ddo::machine_for(t, table, groups, settings.config, inputs, runtime, false);
     CHECK_FALSE(t.asked->streams);
     // The file route over the VMM window: its slot is the group limit, and the window still
     // shares the budget with the resident weights (one window slot: 64 MiB handles, 704 MiB for

@@ -80,7 +80,10 @@ TEST_SUITE("runtime") {
     const auto settings = ddo::resolve_settings(options.inputs);
     const auto groups = ddo::infer_execution_groups(m.table, settings.config.resident_module_patterns);
     const auto runtime = ddo::runtime_options_from(settings.config);
-    const auto machine = ddo::machine_for(sim, m.table, groups, settings, runtime, options);
+    const auto machine = ddo::machine_for(
+        sim, m.table, groups, settings.config,
+        ddo::machine_inputs_for(settings, options, options.inputs.paths, m.table, runtime),
+        runtime);
     std::uint64_t slot = 0;
     for (const auto& g : groups) slot = std::max(slot, ddo::slot_bytes_for(m.table, g.weights, runtime.alignment));
     CHECK(machine.slot_bytes == slot);
@@ -91,9 +94,13 @@ TEST_SUITE("runtime") {
     // available_system_ram_gb set explicitly wins over the engine's statement.
     options.inputs.overrides.push_back({ddo::field_id::available_system_ram_gb, 3.0});
     const auto explicit_ram = ddo::resolve_settings(options.inputs);
-    const auto m2 = ddo::machine_for(sim, m.table, groups, explicit_ram, runtime, options);
+    const auto m2 = ddo::machine_for(
+        sim, m.table, groups, explicit_ram.config,
+        ddo::machine_inputs_for(explicit_ram, options, options.inputs.paths, m.table, runtime),
+        runtime);
     CHECK(m2.capacity.available_ram_bytes == 3 * ddo::gib);
-    CHECK(m2.ram_source.find("available_system_ram_gb") != std::string::npos);
+    CHECK(m2.ram.source == ddo::ram_source::setting);
+    CHECK(ddo::describe(m2.ram).find("available_system_ram_gb") != std::string::npos);
   }
 
   TEST_CASE("an explicit config struct leaves auto fields to detection: RAM, backend") {
@@ -117,7 +124,8 @@ TEST_SUITE("runtime") {
     // The fixed host_sim transport is not refused for the backend auto resolved to.
     const auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
                                           options, sim);
-    CHECK(setup.machine.ram_source == "stated by the engine");
+    CHECK(setup.machine.ram.source == ddo::ram_source::engine);
+    CHECK(ddo::describe(setup.machine.ram) == "stated by the engine");
     CHECK(setup.machine.capacity.available_ram_bytes == 64 * ddo::gib);
     std::uint64_t streamed = 0;
     for (const auto& g : setup.plan.groups) streamed += g.streamed_bytes();
@@ -177,6 +185,50 @@ TEST_SUITE("runtime") {
     off.inputs.overrides.push_back({ddo::field_id::cache_plan, false});
     CHECK_FALSE(ddo::setup_offload(m.table, ddo::resolve_settings(off.inputs), route, off, sim).plan_from_cache);
     CHECK(cache.size() == 4);
+  }
+
+  TEST_CASE("the RAM is resolved once, with its source: a set RAM keys the plan cache, a detected "
+            "one not") {
+    const blocks_model m(std::random_device{}());
+    ddo::plan_cache cache;
+    auto options = quiet();
+    options.plans = &cache;
+    options.ram_bytes.reset();
+    ddo::host_sim_transport sim({.device_capacity_bytes = 64 * ddo::mib});
+    const ddo::resolved_component route;  // dynamic_offload
+    auto with_ram = [&](double gb) {
+      auto o = options;
+      o.inputs.overrides.push_back({ddo::field_id::available_system_ram_gb, gb});
+      return ddo::setup_offload(m.table, ddo::resolve_settings(o.inputs), route, o, sim);
+    };
+    const auto eight = with_ram(8.0);
+    CHECK(eight.machine.ram.source == ddo::ram_source::setting);
+    CHECK(eight.machine.ram.bytes == 8 * ddo::gib);
+    CHECK(eight.machine.capacity.available_ram_bytes == 8 * ddo::gib);
+    // Another RAM set explicitly is another budget: planned anew (the key kept none of it).
+    const auto sixteen = with_ram(16.0);
+    CHECK_FALSE(sixteen.plan_from_cache);
+    CHECK(sixteen.machine.capacity.available_ram_bytes == 16 * ddo::gib);
+    CHECK(with_ram(16.0).plan_from_cache);
+    // Detected RAM (resolution's figure, origin detected) stays out of the key: the machine
+    // probes at setup, and the plan counts on that one figure.
+    auto detected = options;
+    detected.inputs.detected_ram_gb = 32.0;
+    const auto s32 = ddo::resolve_settings(detected.inputs);
+    REQUIRE(s32.provenance.of(ddo::field_id::available_system_ram_gb).source ==
+            ddo::origin::detected);
+    const auto first = ddo::setup_offload(m.table, s32, route, detected, sim);
+    CHECK(first.machine.ram.source == ddo::ram_source::probed);
+    detected.inputs.detected_ram_gb = 48.0;
+    CHECK(ddo::setup_offload(m.table, ddo::resolve_settings(detected.inputs), route, detected, sim)
+              .plan_from_cache);
+    // The engine's statement, in words and as the enum.
+    options.ram_bytes = 5 * ddo::gib;
+    const auto stated = ddo::setup_offload(m.table, ddo::resolve_settings(options.inputs), route,
+                                           options, sim);
+    CHECK(stated.machine.ram.source == ddo::ram_source::engine);
+    CHECK(ddo::describe(stated.machine.ram) == "stated by the engine");
+    CHECK(ddo::enum_name(ddo::ram_source::probed) == "probed");
   }
 
   TEST_CASE("verbose prints the setup details") {

@@ -308,22 +308,28 @@ TEST_CASE("setup counts the store once: its bytes of this table go back to the p
   const auto groups = groups_of(*m);
   auto runtime = ddo::runtime_options_from(settings.config);
   runtime.weight_store = store;
-  const auto before = ddo::machine_for(sim, m->table, groups, settings, runtime, options);
-  CHECK(before.ram_source.find("plus " + ddo::format_bytes(0) + " of its weights") !=
+  const auto before = ddo::machine_for(
+      sim, m->table, groups, settings.config,
+      ddo::machine_inputs_for(settings, options, options.inputs.paths, m->table, runtime), runtime);
+  CHECK(ddo::describe(before.ram).find("plus " + ddo::format_bytes(0) + " of its weights") !=
         std::string::npos);
   { ddo::basic_offloader<host_sim_transport> first(sim, m->table, m->plan, store_options(store)); }
-  const auto after = ddo::machine_for(sim, m->table, groups, settings, runtime, options);
+  const auto after = ddo::machine_for(
+      sim, m->table, groups, settings.config,
+      ddo::machine_inputs_for(settings, options, options.inputs.paths, m->table, runtime), runtime);
   const std::uint64_t held = m->plan.total_bytes(placement::pinned_host);
-  CAPTURE(after.ram_source);
-  CHECK(after.ram_source.find("plus " + ddo::format_bytes(held) + " of its weights") !=
+  CAPTURE(ddo::describe(after.ram));
+  CHECK(ddo::describe(after.ram).find("plus " + ddo::format_bytes(held) + " of its weights") !=
         std::string::npos);
   // A shard's plan is credited its own weights only.
   const auto shard = ddo::shard_weight_table(m->table, groups, {0, 1, ""});
-  const auto one = ddo::machine_for(sim, shard.table, shard.groups, settings, runtime, options);
+  const auto one = ddo::machine_for(
+      sim, shard.table, shard.groups, settings.config,
+      ddo::machine_inputs_for(settings, options, options.inputs.paths, shard.table, runtime), runtime);
   std::uint64_t shard_held = 0;
   for (std::size_t w : shard.whole_index)
     if (m->plan.decisions[w].where == placement::pinned_host) shard_held += m->table[w].bytes;
-  CHECK(one.ram_source.find("plus " + ddo::format_bytes(shard_held) + " of its weights") !=
+  CHECK(ddo::describe(one.ram).find("plus " + ddo::format_bytes(shard_held) + " of its weights") !=
         std::string::npos);
 }
 
@@ -412,13 +418,13 @@ TEST_CASE("setup credits the store's bytes only for the weights its plan takes f
   const std::uint64_t taken =
       ddo::detail::pinning_detail::store_bytes_held(*store, m->table, r.runtime, &r.plan);
   const std::uint64_t pinned = r.plan.total_bytes(placement::pinned_host);
-  CAPTURE(r.machine.ram_source);
+  CAPTURE(ddo::describe(r.machine.ram));
   CAPTURE(pinned);
   CAPTURE(taken);
   CHECK(pinned > 0);
   CHECK(pinned - taken <= usable);  // new page-locked bytes fit the RAM that is free
-  CHECK(r.machine.store_credit_bytes == taken);
-  CHECK(r.machine.store_credit_bytes < held);
+  CHECK(r.machine.ram.store_credit_bytes == taken);
+  CHECK(r.machine.ram.store_credit_bytes < held);
 }
 
 TEST_CASE("layer shards stream only their groups, from the one store") {

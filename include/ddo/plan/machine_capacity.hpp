@@ -18,10 +18,12 @@ struct machine_capacity {
   std::uint64_t free_vram_bytes = 0;      ///< free device memory now (cudaMemGetInfo)
   std::uint64_t total_vram_bytes = 0;     ///< device memory in total (for the model-to-VRAM ratio)
   std::uint64_t available_ram_bytes = 0;  ///< min(MemAvailable, cgroup limit - usage)
-  /// available_ram_bytes is the RAM the engine states for its machine (ddo-plan --ram-gb, a
-  /// planning service describing another host), not a measurement here. A stated RAM outranks
-  /// an `available_system_ram_gb` that resolution detected; only an explicitly set one outranks
-  /// it. Set it with ddo::state_available_ram (plan/plan_context.hpp), which applies that rule.
+  /// available_ram_bytes is the RAM the plan uses over the config's `available_system_ram_gb`:
+  /// the RAM the engine states for its machine (ddo-plan --ram-gb, a planning service describing
+  /// another host), or the one figure the setup path resolved (setup/machine_inputs.hpp: set,
+  /// stated or probed, in that order). A stated RAM outranks an `available_system_ram_gb` that
+  /// resolution detected; only an explicitly set one outranks it. Set it by hand with
+  /// ddo::state_available_ram (plan/plan_context.hpp), which applies that rule.
   bool available_ram_stated = false;
   bool running_on_wsl = false;            ///< the process runs under WSL
   /// Slot/staging size the transport offers for one execution group's streamed bytes;

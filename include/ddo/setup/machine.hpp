@@ -4,9 +4,9 @@
 /// @brief The machine a plan sees (machine_for): device free/total from the transport (capped by
 /// runtime_options::device_budget_bytes when the engine or a pipeline sets one), minus the slot
 /// ring (runtime/device_footprint.hpp: the formula the runtime's budget check uses), minus the
-/// engine's reserve (activations, workspaces: setup_options::reserve_device_bytes), minus
-/// runtime_device_reserve_bytes (64 MiB); RAM stated by the engine or probed; a stored capacity
-/// profile applied. Part of the one setup path (setup/setup.hpp).
+/// engine's reserve (activations, workspaces: engine_facts::reserve_device_bytes), minus
+/// runtime_device_reserve_bytes (64 MiB); the RAM resolved once (setup/machine_inputs.hpp); a
+/// stored capacity profile applied. Part of the one setup path (setup/setup.hpp).
 
 #include <algorithm>
 #include <cstddef>
@@ -29,7 +29,9 @@
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
 #include "ddo/runtime/transport_setup.hpp"
+#include "ddo/setup/machine_inputs.hpp"
 #include "ddo/setup/options.hpp"
+#include "ddo/setup/streamed_groups.hpp"
 #include "ddo/setup/window_sizing.hpp"
 #include "ddo/transport/concepts.hpp"
 
@@ -46,10 +48,9 @@ struct setup_machine {
   std::uint64_t ring_bytes = 0;  ///< ring_bytes_for(slot_bytes, slots)
   std::uint64_t engine_reserve_bytes = 0;   ///< setup_options::reserve_device_bytes
   std::uint64_t runtime_reserve_bytes = 0;  ///< runtime_device_reserve_bytes (0 when unknown)
-  std::string ram_source;  ///< "stated by the engine", "probed", "available_system_ram_gb (...)"
-  /// Of capacity.available_ram_bytes, the bytes credited back for this table's weights a shared
-  /// weight store holds already (probed RAM only): after planning, only those the plan pins.
-  std::uint64_t store_credit_bytes = 0;
+  /// The RAM the plan counts on (capacity.available_ram_bytes) and its source (ram_source; the
+  /// shared weight store's credit: after planning, only what the plan pins); describe() says it.
+  machine_ram ram;
   std::string profile_note;  ///< what the capacity-profile lookup did (empty: no profile_name)
 };
 
@@ -73,7 +74,10 @@ inline void subtract_reserves(setup_machine& m) {
 
 /// @brief The machine the plan sees (see the file comment).
 /// @param groups the execution groups (any may stream: the ring is sized for the largest).
-/// @param runtime the runtime options the plan will run with (slot_count, alignment).
+/// @param config the config the plan is made with (window sizing's rules, the capacity profile).
+/// @param in what else it reads, worked out once per setup (machine_inputs_for: the RAM too).
+/// @param runtime the runtime options the plan will run with (slot_count, alignment, a device
+/// budget).
 /// @param ring whether the route streams at all (route none: no ring).
 /// @param kept per weight, 1 for a weight that never streams (the residency rules keep it, or
 /// the plan did): the ring holds only what streams, as the runtime's slots do. Empty: every
@@ -81,10 +85,9 @@ inline void subtract_reserves(setup_machine& m) {
 template <class Transport>
 [[nodiscard]] setup_machine machine_for(Transport& transport, const weight_table& table,
                                         std::span<const execution_group> groups,
-                                        const dynamic_offload_settings& settings,
-                                        const runtime_options& runtime,
-                                        const setup_options& options, bool ring = true,
-                                        std::span<const char> kept = {}) {
+                                        const dynamic_offload_config& config,
+                                        const machine_inputs& in, const runtime_options& runtime,
+                                        bool ring = true, std::span<const char> kept = {}) {
   setup_machine m;
   m.device = transport.device_memory();
   // A budget move plans as a fresh setup would: what the running offloader holds is free then.
@@ -101,66 +104,41 @@ template <class Transport>
     auto cap = [](std::uint64_t reported, std::uint64_t limit) {
       return reported == 0 ? limit : std::min(reported, limit);
     };
-    const std::uint64_t limit = saturating_add(runtime.device_budget_bytes,
-                                               gib_to_bytes(settings.config.auto_vram_headroom_gb));
+    const std::uint64_t limit =
+        saturating_add(runtime.device_budget_bytes, gib_to_bytes(config.auto_vram_headroom_gb));
     m.device.free_bytes = cap(m.device.free_bytes, limit);
     m.device.total_bytes = cap(m.device.total_bytes, limit);
   }
-  std::size_t streaming_groups = 0;
-  for (const auto& g : groups) {
-    std::vector<std::size_t> streamed;
-    for (std::size_t w : g.weights)
-      if (kept.empty() || !kept[w]) streamed.push_back(w);
-    if (streamed.empty()) continue;
-    ++streaming_groups;
-    m.slot_bytes = std::max(m.slot_bytes, slot_bytes_for(table, streamed, runtime.alignment));
-  }
+  const auto streamed = streamed_per_group(table, groups, runtime.alignment,
+                                           [&](std::size_t w) { return kept.empty() || !kept[w]; });
+  m.slot_bytes = streamed.slot_bytes;
   m.slots =
-      ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streaming_groups) : 0;
+      ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streamed.streaming_groups)
+           : 0;
   m.ring_bytes = ring_bytes_for(m.slot_bytes, m.slots);
-  m.engine_reserve_bytes = options.reserve_device_bytes;
+  m.engine_reserve_bytes = in.engine_reserve_bytes;
   machine_capacity& c = m.capacity;
   c.total_vram_bytes = m.device.total_bytes;
   if (m.device.free_bytes != 0) detail::subtract_reserves(m);
-  // A resident cap no source the user controls set was chosen for some card: it follows this one.
-  if (const auto& cap = settings.provenance.of(field_id::max_resident_module_budget_gb);
-      !set_explicitly(settings, field_id::max_resident_module_budget_gb))
-    c.resident_cap_origin = cap.source == origin::preset ? "preset " + cap.key : "the default";
-  // 0 asks for detection (the reference's "None"), also when an explicit config struct carries it.
-  if (set_explicitly(settings, field_id::available_system_ram_gb) &&
-      settings.config.available_system_ram_gb > 0.0) {
-    m.ram_source = "available_system_ram_gb (" +
-                   describe(settings.provenance.of(field_id::available_system_ram_gb)) + ")";
-    c.available_ram_bytes = gib_to_bytes(settings.config.available_system_ram_gb);
-  } else if (options.ram_bytes) {
-    m.ram_source = "stated by the engine";
-    c.available_ram_bytes = *options.ram_bytes;
-  } else {
-    m.ram_source = "probed";
-    c.available_ram_bytes = available_ram_bytes(options.inputs.paths).value_or(0);
-    // This table's weights already in a shared weight store are out of MemAvailable and a plan
-    // that pins them reuses them: counted once, by the offloader that pinned them. All of them
-    // here; setup_offload cuts the credit to those its plan pins (cap_store_credit).
-    if (runtime.weight_store && c.available_ram_bytes != 0) {
-      m.store_credit_bytes =
-          detail::pinning_detail::store_bytes_held(*runtime.weight_store, table, runtime);
-      c.available_ram_bytes += m.store_credit_bytes;
-      m.ram_source += ", plus " + format_bytes(m.store_credit_bytes) +
-                      " of its weights in the shared weight store";
-    }
-  }
-  c.max_group_bytes = options.max_group_bytes;
-  c.zero_resident_reason = options.zero_resident_reason;
+  c.resident_cap_origin = in.resident_cap_origin;
+  // The RAM was resolved once (machine_inputs_for): the plan uses it over the config's figure.
+  m.ram = in.ram;
+  c.available_ram_bytes = m.ram.bytes;
+  c.available_ram_stated = true;
+  c.max_group_bytes = in.max_group_bytes;
+  c.zero_resident_reason = in.zero_resident_reason;
   // The file route's slots and the VMM window (transport_with_window_sizing).
   if constexpr (transport_with_window_sizing<Transport>)
-    detail::size_window(transport, c, table, groups, settings, ring, kept, m.slot_bytes, m.slots);
-  c.running_on_wsl = settings.running_on_wsl;
-  c.disable_pin_on_wsl = settings.disable_pin_on_wsl;
-  // host_sim stands in for any device (ddo-plan --vram-gb plans for a GPU on it): a profile's
-  // device name is checked on real devices only; its size is checked everywhere.
-  const std::string device_name = transport_device_name(transport);
-  m.profile_note = apply_capacity_profile(c, settings.config, settings.profile_dir, &table,
-                                          device_name == "host_sim" ? "" : device_name);
+    detail::size_window(transport, c, table, groups, config, in.window, ring, kept, m.slot_bytes,
+                        m.slots);
+  c.running_on_wsl = in.running_on_wsl;
+  c.disable_pin_on_wsl = in.disable_pin_on_wsl;
+  // A simulated device (ddo-plan --vram-gb plans for a GPU on host_sim) stands in for any
+  // device: a profile's device name is checked on real devices only; its size everywhere.
+  std::string device_name;
+  if constexpr (!transport_with_simulated_device<Transport>)
+    device_name = transport_device_name(transport);
+  m.profile_note = apply_capacity_profile(c, config, in.profile_dir, &table, device_name);
   return m;
 }
 

@@ -2,7 +2,8 @@
 #pragma once
 /// @file
 /// @brief What setup takes besides the settings, the weight table and the transport
-/// (setup_options). Part of the one setup path (setup/setup.hpp).
+/// (setup_options): the resolution inputs (setup_resolution) and the engine facts (engine_facts).
+/// Part of the one setup path (setup/setup.hpp).
 
 #include <cstdint>
 #include <optional>
@@ -20,13 +21,30 @@
 namespace ddo {
 inline namespace v0 {
 
-/// @brief Everything setup takes besides the settings, the table and the transport.
-struct setup_options {
-  /// Resolution inputs, for the entry points that resolve settings themselves (enable_offload,
-  /// enable_pipeline_offload, with_offload_backend): explicit config, overrides, TOML,
-  /// environment, CLI, component policies, the component's name and explicit route. `preset`
-  /// stays empty unless the engine names one (then DDO_PRESET no longer chooses).
+/// @brief The resolution inputs of a setup: what the entry points that resolve settings
+/// themselves (enable_offload, enable_pipeline_offload, with_offload_backend) resolve from, and
+/// the pipeline budgets that rank as explicit config from code. Read by the resolve stage only.
+struct setup_resolution {
+  /// Explicit config, overrides, TOML, environment, CLI, component policies, the component's
+  /// name and explicit route. `preset` stays empty unless the engine names one (then DDO_PRESET
+  /// no longer chooses).
   resolve_inputs inputs;
+  /// enable_pipeline_offload: ddo's device bytes in any phase of the pipeline, shared by its
+  /// components (each plans against it for its own phase; setup/pipeline_budget.hpp).
+  /// 0: the setting pipeline_device_budget_gb decides (its default 0: not shared, each
+  /// component plans against the device memory free at its setup). Ranks as explicit config
+  /// from code: TOML, DDO_PIPELINE_DEVICE_BUDGET_GB and the flag win (pipeline_budgets_from).
+  std::uint64_t pipeline_device_budget_bytes = 0;
+  /// enable_pipeline_offload: page-locked weight bytes of all components together, split once
+  /// in proportion to their weight bytes. 0: the setting pipeline_pinned_budget_gb decides
+  /// (its default 0: each component's own pin budget). Ranks as above.
+  std::uint64_t pipeline_pinned_budget_bytes = 0;
+};
+
+/// @brief The engine facts of a setup: what the engine states about its run and machine, and
+/// the objects it lends. The machine, plan and start stages read these (each the fields it
+/// needs); resolution reads none but `ram_bytes` (the auto preset decides on it).
+struct engine_facts {
   /// The engine's execution groups; empty: inferred from `resident_module_patterns`.
   std::optional<std::vector<execution_group>> groups;
   /// Base runtime options (metrics, trace, ...); the config's runtime fields go on top.
@@ -46,16 +64,6 @@ struct setup_options {
   /// Largest streamed bytes of one group the transport's slot/staging holds (0: unconstrained);
   /// a plan streaming more in one group is refused (machine_capacity::max_group_bytes).
   std::uint64_t max_group_bytes = 0;
-  /// enable_pipeline_offload: ddo's device bytes in any phase of the pipeline, shared by its
-  /// components (each plans against it for its own phase; setup/pipeline_budget.hpp).
-  /// 0: the setting pipeline_device_budget_gb decides (its default 0: not shared, each
-  /// component plans against the device memory free at its setup). Ranks as explicit config
-  /// from code: TOML, DDO_PIPELINE_DEVICE_BUDGET_GB and the flag win (pipeline_budgets_from).
-  std::uint64_t pipeline_device_budget_bytes = 0;
-  /// enable_pipeline_offload: page-locked weight bytes of all components together, split once
-  /// in proportion to their weight bytes. 0: the setting pipeline_pinned_budget_gb decides
-  /// (its default 0: each component's own pin budget). Ranks as above.
-  std::uint64_t pipeline_pinned_budget_bytes = 0;
   /// Not empty: plan nothing resident beyond the rules, for this reason (a pipeline phase that
   /// runs once uploads its residents again every phase), unless resident_module_budget_gb is set
   /// (machine_capacity::zero_resident_reason; the plan's source is "zero_resident").
@@ -77,6 +85,10 @@ struct setup_options {
   /// (core/log_sink.hpp).
   log_sink log;
 };
+
+/// @brief Everything setup takes besides the settings, the table and the transport: the
+/// resolution inputs and the engine facts, apart so that each stage reads only its side.
+struct setup_options : setup_resolution, engine_facts {};
 
 }  // namespace v0
 }  // namespace ddo

@@ -222,9 +222,10 @@ std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
   auto runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
   if (c.route == component_route::diffusers_group_offload)
     runtime = group_offload_runtime_options(group_offload_options_from(c), runtime);
-  auto probe = options;
-  probe.log = nullptr;
-  const auto m = machine_for(transport, model, groups, settings, runtime, probe);
+  const auto m = machine_for(transport, model, groups, settings.config,
+                             machine_inputs_for(settings, options, options.inputs.paths, model,
+                                                runtime),
+                             runtime);
   return m.ring_bytes + runtime_device_reserve_bytes;
 }
 

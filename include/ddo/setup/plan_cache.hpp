@@ -6,11 +6,12 @@
 /// and passes it to setup (setup_options::plans); ddo keeps no cache of its own.
 ///
 /// A plan is found again when the weight table (names, modules, kinds, dtypes, shapes, bytes,
-/// source kinds), the execution groups, every config field, the planning policies and the
-/// budgets (total device memory, the engine's reserve, the ring, stated RAM, a capacity
-/// profile's budget) are the same. Momentary free device memory and probed RAM are not part of
-/// the key: a cached plan is reused while its resident bytes still fit what is free now (setup
-/// checks this and plans again when they do not).
+/// source kinds), the execution groups, every config field but available_system_ram_gb, the
+/// planning policies and the budgets (total device memory, the engine's reserve, the ring, the
+/// RAM set or stated, a capacity profile's budget) are the same. The RAM field is left to the
+/// budgets: setup passes the figure the plan used (setup/machine_inputs.hpp), and momentary free
+/// device memory and probed RAM are not part of the key: a cached plan is reused while its
+/// resident bytes still fit what is free now (setup checks this and plans again when they do not).
 
 #include <cstddef>
 #include <cstdint>
@@ -98,8 +99,9 @@ inline void append_key_value(std::string& out, const field_value& v) {
 }
 }  // namespace detail
 
-/// @brief The cache key of a plan: the table, the groups, every config field, @p policies (a
-/// name for the planning policies) and @p budgets (name, bytes) — see the file comment.
+/// @brief The cache key of a plan: the table, the groups, every config field but the RAM (a
+/// budget), @p policies (a name for the planning policies) and @p budgets (name, bytes) — see
+/// the file comment.
 [[nodiscard]] inline std::string plan_cache_key(
     const weight_table& table, std::span<const execution_group> groups,
     const dynamic_offload_config& config, std::string_view policies,
@@ -124,6 +126,7 @@ inline void append_key_value(std::string& out, const field_value& v) {
   }
   key += "config=";
   for (const auto& f : config_fields()) {
+    if (f.name == field(field_id::available_system_ram_gb).name) continue;
     key += f.name;
     key += '=';
     detail::append_key_value(key, f.get(config));

@@ -25,8 +25,8 @@
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/format_bytes.hpp"
-#include "ddo/plan/plan.hpp"
 #include "ddo/plan/make_plan_context.hpp"
+#include "ddo/plan/plan.hpp"
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/plan/residency_planner.hpp"
@@ -34,8 +34,10 @@
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
 #include "ddo/setup/machine.hpp"
+#include "ddo/setup/machine_inputs.hpp"
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_cache.hpp"
+#include "ddo/setup/streamed_groups.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -78,19 +80,21 @@ std::string policy_names(const Planner& planner, const std::type_info& pins) {
   return kept;
 }
 
+/// @brief What @p plan streams per group (streamed_per_group over its streamed weights).
+[[nodiscard]] inline streamed_group_sizes plan_streamed_groups(const offload_plan& plan,
+                                                               const weight_table& table,
+                                                               std::uint64_t alignment) {
+  return streamed_per_group(table, plan.groups, alignment, [&](std::size_t w) {
+    return plan.decisions[w].where != placement::gpu_resident;
+  });
+}
+
 /// @brief The largest ring slot @p plan needs: its streamed weights per group, aligned as the
 /// runtime lays them out.
 [[nodiscard]] inline std::uint64_t streamed_slot_bytes(const offload_plan& plan,
                                                        const weight_table& table,
                                                        std::uint64_t alignment) {
-  std::uint64_t largest = 0;
-  for (const auto& g : plan.groups) {
-    std::vector<std::size_t> streamed;
-    for (std::size_t w : g.weights)
-      if (plan.decisions[w].where != placement::gpu_resident) streamed.push_back(w);
-    largest = std::max(largest, slot_bytes_for(table, streamed, alignment));
-  }
-  return largest;
+  return plan_streamed_groups(plan, table, alignment).slot_bytes;
 }
 
 /// @brief The ring @p plan needs: its largest streamed slot times the slots the runtime makes
@@ -98,22 +102,11 @@ std::string policy_names(const Planner& planner, const std::type_info& pins) {
 [[nodiscard]] inline std::uint64_t streamed_ring_bytes(const offload_plan& plan,
                                                        const weight_table& table,
                                                        const runtime_options& runtime) {
-  std::size_t streaming = 0;
-  for (const auto& g : plan.groups) streaming += g.streamed_bytes() != 0 ? 1 : 0;
-  return ring_bytes_for(streamed_slot_bytes(plan, table, runtime.alignment),
-                        std::min(runtime.slot_count, streaming));
+  const auto s = plan_streamed_groups(plan, table, runtime.alignment);
+  return ring_bytes_for(s.slot_bytes, std::min(runtime.slot_count, s.streaming_groups));
 }
 
 namespace detail {
-
-/// Cuts @p m's shared-weight-store credit to @p cap bytes (those a plan pins; setup_offload).
-inline void cap_store_credit(setup_machine& m, std::uint64_t cap) {
-  if (m.store_credit_bytes <= cap) return;
-  m.capacity.available_ram_bytes -= m.store_credit_bytes - cap;
-  m.store_credit_bytes = cap;
-  m.ram_source = "probed, plus " + format_bytes(cap) +
-                 " of its weights in the shared weight store (those the plan pins)";
-}
 
 /// Groups outside the blocks that stream more than any block, considered for residency before
 /// the ring is sized (issue 38): the plan with them kept out of the ring, which is then the
@@ -206,29 +199,29 @@ offload_plan plan_unless_refused(Make make, bool fallback) {
 template <class Planner, class PinSelector, class Machine>
 void plan_streaming(offload_setup& r, const weight_table& table,
                     const std::vector<execution_group>& groups,
-                    const dynamic_offload_config& settings_config,
-                    const dynamic_offload_config& config, const setup_options& options,
-                    const Planner& planner, const PinSelector& pins, Machine& machine, bool cached,
+                    const dynamic_offload_config& config, const plan_cache* plans,
+                    const Planner& planner, const PinSelector& pins, Machine& machine,
                     std::string& key) {
-  const std::vector<char> rule_kept = rule_kept_weights(table, groups, settings_config);
+  const std::vector<char> rule_kept = rule_kept_weights(table, groups, config);
   std::vector<char> kept = rule_kept;
   r.machine = machine(kept);
-  if (cached) {
+  if (plans != nullptr) {
+    const machine_ram& ram = r.machine.ram;
     const std::pair<std::string_view, std::uint64_t> budgets[] = {
         {"total_vram", r.machine.device.total_bytes},
         {"ring", r.machine.ring_bytes},
         {"engine_reserve", r.machine.engine_reserve_bytes},
         {"runtime_reserve", r.machine.runtime_reserve_bytes},
-        {"stated_ram", options.ram_bytes.value_or(0)},
+        {"ram", ram.source == ram_source::probed ? 0 : ram.bytes},
         {"profile", r.machine.capacity.profile_resident_budget_bytes.value_or(~0ull)},
         {"wsl", (r.machine.capacity.running_on_wsl ? 1u : 0u)},
         {"max_group", r.machine.capacity.max_group_bytes},
-        {"zero_resident", options.zero_resident_reason.empty() ? 0u : 1u},
+        {"zero_resident", r.machine.capacity.zero_resident_reason.empty() ? 0u : 1u},
         {"resident_limit", r.machine.capacity.resident_limit_bytes.value_or(~0ull)},
     };
     key =
         plan_cache_key(table, groups, config, policy_names(planner, typeid(PinSelector)), budgets);
-    if (auto hit = options.plans->find(key)) {
+    if (auto hit = plans->find(key)) {
       // Reused while its resident bytes still fit what is free now.
       const std::uint64_t free = r.machine.capacity.free_vram_bytes;
       if (free == 0 || hit->total_bytes(placement::gpu_resident) <= free) {
@@ -284,41 +277,34 @@ void plan_streaming(offload_setup& r, const weight_table& table,
   plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
 }
 
-/// The dynamic_offload route's machine and plan (setup_offload), through the plan cache when
-/// the engine gave one. The shared weight store's credit to the probed RAM (machine_for) is every
-/// byte of this table it holds; a plan that pins other weights would count those bytes as free
-/// RAM. So while the plan pins fewer of them than it was credited, it is made again with the
-/// credit cut to those it pins: each round credits less, and the third credits nothing (always
-/// right: then the plan's new pinned bytes fit the RAM probed).
+/// The dynamic_offload route's machine and plan (setup_offload) with the machine stage's inputs
+/// @p in, through @p plans when the engine gave a plan cache and `cache_plan` is on. The shared
+/// weight store's credit to the probed RAM (machine_inputs::ram) is every byte of this table it
+/// holds; a plan that pins other weights would count those bytes as free RAM. So while the plan
+/// pins fewer of them than it was credited, it is made again with the credit cut to those it
+/// pins: each round credits less, and the third credits nothing (always right: then the plan's
+/// new pinned bytes fit the RAM probed).
 template <class Planner, class PinSelector, class Transport>
 void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_table& table,
                           const std::vector<execution_group>& groups,
-                          const dynamic_offload_settings& settings, const setup_options& options,
-                          const Planner& planner, const PinSelector& pins) {
+                          const dynamic_offload_config& config, machine_inputs in,
+                          plan_cache* plans, const Planner& planner, const PinSelector& pins) {
   r.runtime.route = executed_route::dynamic_offload;
-  // The machine carries the RAM the plan uses (explicit field, stated, or probed): resolution's
-  // detected value in the config must not override a stated one.
-  dynamic_offload_config config = settings.config;
-  config.available_system_ram_gb = 0.0;
-  const bool cached = settings.config.cache_plan && options.plans != nullptr;
+  if (!config.cache_plan) plans = nullptr;
   std::string key;
-  std::optional<std::uint64_t> credit_cap;
   auto machine = [&](std::span<const char> kept) {
-    auto m = machine_for(transport, table, groups, settings, r.runtime, options, true, kept);
-    if (credit_cap) cap_store_credit(m, *credit_cap);
-    return m;
+    return machine_for(transport, table, groups, config, in, r.runtime, true, kept);
   };
   for (int round = 0;; ++round) {
     r.plan_from_cache = false;
-    plan_streaming(r, table, groups, settings.config, config, options, planner, pins, machine,
-                   cached, key);
-    if (r.machine.store_credit_bytes == 0) break;
+    plan_streaming(r, table, groups, config, plans, planner, pins, machine, key);
+    if (r.machine.ram.store_credit_bytes == 0) break;
     const std::uint64_t taken =
         pinning_detail::store_bytes_held(*r.runtime.weight_store, table, r.runtime, &r.plan);
-    if (taken >= r.machine.store_credit_bytes) break;
-    credit_cap = round < 1 ? taken : 0;
+    if (taken >= r.machine.ram.store_credit_bytes) break;
+    cap_store_credit(in.ram, round < 1 ? taken : 0);
   }
-  if (cached && !r.plan_from_cache) options.plans->insert(std::move(key), r.plan);
+  if (plans != nullptr && !r.plan_from_cache) plans->insert(std::move(key), r.plan);
 }
 
 }  // namespace detail

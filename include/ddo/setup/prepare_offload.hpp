@@ -141,8 +141,9 @@ template <class Offloader>
     const weight_table& table, dynamic_offload_settings settings, const setup_options& options,
     typename Offloader::transport_type transport) {
   std::optional<stored_group_timings> profile;
-  const auto planner =
-      planner_for<typename Offloader::planner_type>(table, settings, options, transport, &profile);
+  const auto planner = planner_for<typename Offloader::planner_type>(
+      table, settings.config, settings.profile_dir, options.tokens,
+      runtime_options_from(settings.config, options.runtime), transport, &profile);
   return detail::prepare_with<Offloader>(table, std::move(settings), options, std::move(transport),
                                          planner, std::move(profile));
 }

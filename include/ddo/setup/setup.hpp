@@ -8,7 +8,12 @@
 /// planning constructors, ddo-run, ddo-plan and the benchmarks all go through these functions,
 /// so for the same inputs ddo-plan prints the plan ddo-run runs. One header per job:
 ///
-/// - setup/options.hpp: setup_options, what setup takes besides settings, table and transport;
+/// - setup/options.hpp: setup_options, what setup takes besides settings, table and transport:
+///   the resolution inputs (setup_resolution) and the engine facts (engine_facts);
+/// - setup/machine_inputs.hpp: machine_inputs_for(), what the machine stage reads of the
+///   settings' provenance and the engine facts, the RAM resolved once (machine_ram, ram_source):
+///   with the config and machine_for's capacity, the planner's inputs;
+/// - setup/streamed_groups.hpp: streamed_per_group(), what groups stream, in one loop;
 /// - setup/machine.hpp: machine_for(), the machine a plan sees (device, ring, reserves, RAM,
 ///   capacity profile), with setup/window_sizing.hpp for a transport that sizes its staging or
 ///   window (transport_with_window_sizing);
@@ -25,6 +30,7 @@
 #include "ddo/setup/instantiations.hpp"
 #include "ddo/setup/device_budget.hpp"
 #include "ddo/setup/machine.hpp"
+#include "ddo/setup/machine_inputs.hpp"
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_cache.hpp"
 #include "ddo/setup/plan_loop.hpp"
@@ -32,4 +38,5 @@
 #include "ddo/setup/setup_offload.hpp"
 #include "ddo/setup/stable_address_route.hpp"
 #include "ddo/setup/start.hpp"
+#include "ddo/setup/streamed_groups.hpp"
 #include "ddo/setup/window_sizing.hpp"

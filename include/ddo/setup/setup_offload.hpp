@@ -30,12 +30,13 @@
 #include "ddo/runtime/offloader.hpp"
 #include "ddo/runtime/routes.hpp"
 #include "ddo/runtime/runtime_options.hpp"
-#include "ddo/setup/stable_address_route.hpp"
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/setup/machine.hpp"
+#include "ddo/setup/machine_inputs.hpp"
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_loop.hpp"
 #include "ddo/setup/planner_choice.hpp"
+#include "ddo/setup/stable_address_route.hpp"
 #include "ddo/setup/start.hpp"
 #include "ddo/transport/concepts.hpp"
 
@@ -63,7 +64,7 @@ inline void print_setup(const log_sink& log, const weight_table& table, const of
          format_bytes(m.capacity.free_vram_bytes) + " free");
   else
     line("device memory unknown: the plan's capacity checks are off");
-  line("RAM " + format_bytes(m.capacity.available_ram_bytes) + " (" + m.ram_source + "); WSL " +
+  line("RAM " + format_bytes(m.capacity.available_ram_bytes) + " (" + describe(m.ram) + "); WSL " +
        (m.capacity.running_on_wsl ? "yes" : "no"));
   if (!m.profile_note.empty()) line(sanitize_utf8(m.profile_note));
   line(std::string("plan ") + (r.plan_from_cache ? "from the plan cache" : "made now") +
@@ -77,22 +78,21 @@ inline void print_setup(const log_sink& log, const weight_table& table, const of
 }
 
 /// The cache fields act only with the application's cache objects (ddo keeps no process-wide
-/// cache): one note when a field asks for caching and its object is missing.
-inline void note_missing_caches(const dynamic_offload_settings& settings,
-                                const setup_options& options, std::vector<std::string>& notes) {
+/// cache): one note when a field asks for caching and its object is missing. @p cache_plan_from:
+/// where `cache_plan` came from (its default alone asks for nothing).
+inline void note_missing_caches(const dynamic_offload_config& config, origin cache_plan_from,
+                                const engine_facts& facts, std::vector<std::string>& notes) {
   std::string fields;
   const auto add = [&](std::string_view text) {
     if (!fields.empty()) fields += ", ";
     fields += text;
   };
-  if (settings.config.cache_plan && options.plans == nullptr &&
-      settings.provenance.of(field_id::cache_plan).source != origin::default_value)
+  if (config.cache_plan && facts.plans == nullptr && cache_plan_from != origin::default_value)
     add("cache_plan (setup_options::plans)");
-  if (options.pinned_cache == nullptr) {
-    if (settings.config.cache_pinned_weights)
-      add("cache_pinned_weights (setup_options::pinned_cache)");
-    if (!settings.config.pinned_weight_cache_namespace.empty())
-      add("pinned_weight_cache_namespace '" + settings.config.pinned_weight_cache_namespace + "'");
+  if (facts.pinned_cache == nullptr) {
+    if (config.cache_pinned_weights) add("cache_pinned_weights (setup_options::pinned_cache)");
+    if (!config.pinned_weight_cache_namespace.empty())
+      add("pinned_weight_cache_namespace '" + config.pinned_weight_cache_namespace + "'");
   }
   if (!fields.empty())
     notes.push_back(fields +
@@ -141,21 +141,25 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   DDO_EXPECTS(component.route != component_route::auto_select,
               "setup_offload: the component's route must be resolved (component_for)");
   detail::check_transport_settings(settings, transport, r.notes);
-  auto groups = options.groups
-                    ? *options.groups
-                    : infer_execution_groups(table, settings.config.resident_module_patterns);
-  r.runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
-  detail::note_missing_caches(settings, options, r.notes);
+  const dynamic_offload_config& config = settings.config;
+  auto groups = options.groups ? *options.groups
+                               : infer_execution_groups(table, config.resident_module_patterns);
+  r.runtime = runtime_options_from(config, options.runtime, options.pinned_cache);
+  detail::note_missing_caches(config, settings.provenance.of(field_id::cache_plan).source, options,
+                              r.notes);
   // show_profile: the offloader writes its profile summary through the setup log when it is
   // destroyed (runtime_options::profile_summary; metrics on, as the summary reads them).
-  if (settings.config.show_profile && options.log) {
+  if (config.show_profile && options.log) {
     r.runtime.metrics = true;
     r.runtime.profile_summary = options.log;
   }
+  // The machine stage's inputs, the RAM among them, once for every machine this setup tries.
+  const machine_inputs in =
+      machine_inputs_for(settings, options, options.inputs.paths, table, r.runtime);
   switch (component.route) {
     case component_route::none: {
       r.runtime.route = executed_route::none;
-      r.machine = machine_for(transport, table, groups, settings, r.runtime, options, false);
+      r.machine = machine_for(transport, table, groups, config, in, r.runtime, false);
       r.plan = make_resident_plan(table, std::move(groups));
       const std::uint64_t resident = r.plan.total_bytes(placement::gpu_resident);
       const std::uint64_t free = r.machine.capacity.free_vram_bytes;
@@ -177,13 +181,14 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
             "offload_record_stream=false: ddo's release events always keep "
             "weights alive for the compute stream; nothing to turn off");
       r.runtime = group_offload_runtime_options(g, r.runtime);
-      r.machine = machine_for(transport, table, groups, settings, r.runtime, options);
+      r.machine = machine_for(transport, table, groups, config, in, r.runtime);
       r.plan =
           make_group_offload_plan(table, std::move(groups), g, settings.effective_pin_cpu_memory);
       break;
     }
     default:
-      detail::plan_dynamic_offload(r, transport, table, groups, settings, options, planner, pins);
+      detail::plan_dynamic_offload(r, transport, table, groups, config, in, options.plans, planner,
+                                   pins);
       break;
   }
   // A stable-address (VMM) transport's route: its window's slots, staging and route name
@@ -196,9 +201,9 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
                       { transport.staging_buffer_bytes() } -> std::same_as<std::uint64_t>;
                     })
         room.staging_bytes = transport.staging_buffer_bytes();
-      configure_stable_address_route(r.runtime, r.notes, r.plan, table, settings, room);
+      configure_stable_address_route(r.runtime, r.notes, r.plan, table, config, room);
     }
-  if (settings.config.verbose) detail::print_setup(options.log, table, r, transport.name());
+  if (config.verbose) detail::print_setup(options.log, table, r, transport.name());
   return r;
 }
 
@@ -234,8 +239,11 @@ offload_setup setup_path<dynamic_offload_settings>::run(const weight_table& tabl
                                                         const dynamic_offload_settings& settings,
                                                         const setup_options& options,
                                                         Transport& transport) {
-  return setup_offload(table, settings, component_for(settings, options.inputs), options, transport,
-                       planner_for<Planner>(table, settings, options, transport), PinSelector{});
+  return setup_offload(
+      table, settings, component_for(settings, options.inputs), options, transport,
+      planner_for<Planner>(table, settings.config, settings.profile_dir, options.tokens,
+                           runtime_options_from(settings.config, options.runtime), transport),
+      PinSelector{});
 }
 
 }  // namespace detail

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/config/dynamic_offload_config.hpp"
 #include "ddo/core/pattern.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/model/weight_table.hpp"
@@ -48,7 +48,7 @@ struct window_room {
 inline void configure_stable_address_route(runtime_options& runtime,
                                            std::vector<std::string>& notes, offload_plan& plan,
                                            const weight_table& table,
-                                           const dynamic_offload_settings& settings,
+                                           const dynamic_offload_config& config,
                                            const window_room& room) {
   runtime.slot_count = std::max<std::size_t>(plan.groups.size(), 1);
   // ... but no more slots than the device memory the plan saw holds (its ring's share plus
@@ -59,7 +59,7 @@ inline void configure_stable_address_route(runtime_options& runtime,
   // balanced rule's VRAM headroom to the card the plan sees, for the engine's memory on the
   // real card: the window's physical memory must stay inside the budget itself.
   if (runtime.device_budget_bytes != 0 && free > 1) {
-    const std::uint64_t headroom = gib_to_bytes(settings.config.auto_vram_headroom_gb);
+    const std::uint64_t headroom = gib_to_bytes(config.auto_vram_headroom_gb);
     free = free > headroom ? free - headroom : 1;
   }
   const std::uint64_t slot = round_up(room.slot_bytes, 2 * mib);
@@ -70,8 +70,8 @@ inline void configure_stable_address_route(runtime_options& runtime,
     runtime.slot_count =
         std::min<std::size_t>(runtime.slot_count, std::max<std::uint64_t>(1, holds / slot));
   }
-  if (native_vmm_selected(settings.config)) {
-    runtime.native_vmm = native_vmm_options_from(settings.config);
+  if (native_vmm_selected(config)) {
+    runtime.native_vmm = native_vmm_options_from(config);
     runtime.route = executed_route::vmm_fast_runtime;
     if (runtime.native_vmm.component_tensor_ownership) {
       const auto owned =
@@ -85,17 +85,17 @@ inline void configure_stable_address_route(runtime_options& runtime,
   } else {
     const std::uint64_t staging = room.staging_bytes != 0
                                       ? room.staging_bytes
-                                      : gib_to_bytes(settings.config.vmm_staging_buffer_gb);
+                                      : gib_to_bytes(config.vmm_staging_buffer_gb);
     if (staging > 0) runtime.staging_buffer_bytes = staging;
-    if (settings.config.execution_mode == exec_mode::vmm_runtime)
+    if (config.execution_mode == exec_mode::vmm_runtime)
       runtime.route = executed_route::vmm_runtime;
   }
   // vmm_module_pattern selects the attachment units among the weights the route covers
   // (searched in each weight's module name, as the other module patterns); the rest keep
   // their planned placement. ".*" (the default) selects them all.
   if (!runtime.native_vmm.component_tensor_ownership &&
-      settings.config.vmm_module_pattern != ".*") {
-    const pattern units(settings.config.vmm_module_pattern);
+      config.vmm_module_pattern != ".*") {
+    const pattern units(config.vmm_module_pattern);
     runtime.vmm_covered.assign(table.size(), 0);
     std::size_t coverable = 0, selected = 0;
     for (std::size_t w = 0; w < table.size(); ++w) {
@@ -106,7 +106,7 @@ inline void configure_stable_address_route(runtime_options& runtime,
         ++selected;
       }
     }
-    notes.push_back("vmm_module_pattern '" + settings.config.vmm_module_pattern +
+    notes.push_back("vmm_module_pattern '" + config.vmm_module_pattern +
                     "': " + std::to_string(selected) + " of " + std::to_string(coverable) +
                     " dense BF16/FP16 linear weights mapped at stable addresses; the others keep "
                     "their planned placement");

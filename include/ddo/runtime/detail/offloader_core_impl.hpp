@@ -155,7 +155,13 @@ void offloader_core<T>::release(std::size_t g, int slot, stream_view s) {
     // One release event covers every lease of this occupancy: a release on another stream
     // than the previous one first waits on it, so re-recording loses none of the readers.
     if (st.released && !(st.release_stream == s)) t_.wait(s, st.release);
-    if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ && gr.streamed())
+    // Not inside a capture that is not graph streaming: its graph replays with every group
+    // loaded and loads nothing, so a captured fill would feed the poison to the next replay.
+    bool capturing = false;
+    if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; })
+      capturing = T::capturing(s);
+    if (options_.poison_released_slots && gr.leases == 0 && !compute_only_ && gr.streamed() &&
+        !capturing)
       poison_released(gr, st, s, static_cast<std::size_t>(slot));
     t_.record(st.release, s);
     st.released = true;
