@@ -91,8 +91,8 @@ template <class Transport>
   setup_machine m;
   m.device = transport.device_memory();
   // A budget move plans as a fresh setup would: what the running offloader holds is free then.
-  if (m.device.free_bytes != 0 && options.device_held_bytes != 0) {
-    m.device.free_bytes = saturating_add(m.device.free_bytes, options.device_held_bytes);
+  if (m.device.free_bytes != 0 && in.device_held_bytes != 0) {
+    m.device.free_bytes = saturating_add(m.device.free_bytes, in.device_held_bytes);
     if (m.device.total_bytes != 0)
       m.device.free_bytes = std::min(m.device.free_bytes, m.device.total_bytes);
   }
