@@ -146,6 +146,26 @@ void offloader_core<T>::apply_budget_move() {
   auto next = std::move(pending_move_);  // a failed move is dropped: nothing changed
   const auto start = clock::now();
   budget_move record;
+  bool same = true;
+  for (std::size_t w = 0; w < plan_.decisions.size() && same; ++w)
+    same = plan_.decisions[w].where == next->plan.decisions[w].where;
+  if (same) {
+    // The placement stays: only the budget changes (the ring, its loads and every block stay).
+    record.step = timing_.steps().size();
+    record.deferred = next->deferred;
+    record.budget_before_bytes = options_.device_budget_bytes;
+    record.budget_after_bytes = next->options.device_budget_bytes;
+    record.device_before_bytes = record.device_after_bytes = record.device_peak_bytes =
+        device_bytes();
+    record.slot_bytes_before = record.slot_bytes_after = layout_.slot_bytes;
+    record.slots_before = record.slots_after = slots_.size();
+    record.pieces_kept = resident_.size();
+    options_.device_budget_bytes = next->options.device_budget_bytes;
+    plan_.budgets = std::move(next->plan.budgets);
+    record.move_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    moves_.push_back(record);
+    return;
+  }
   record.step = timing_.steps().size();
   record.deferred = next->deferred;
   record.budget_before_bytes = options_.device_budget_bytes;
