@@ -56,6 +56,39 @@ constexpr int exit_usage = 2;
 /// through ddo's one probe.
 bool have_gpu() { return ddo::probe_cuda_device(0).available; }
 
+/// The text plan's header: the model, the preset, pinning, the machine the plan sees (its RAM and
+/// where that figure came from), the VMM route, the setup's notes and the settings' warnings.
+void print_text_header(const ddo::weight_table& table, const std::string& preset_line,
+                       const ddo::dynamic_offload_settings& settings, const std::string& vram_note,
+                       const auto& setup, const std::vector<std::string>& notes) {
+  std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
+              ddo::format_bytes(table.total_bytes()).c_str());
+  std::printf("%s\n", preset_line.c_str());
+  std::printf("pinning: requested %s, effective %s%s; %s\n",
+              settings.requested_pin_cpu_memory ? "on" : "off",
+              settings.effective_pin_cpu_memory ? "on" : "off",
+              settings.running_on_wsl ? " (WSL)" : "", vram_note.c_str());
+  const auto& m = setup.machine;
+  std::printf("route: %s; machine the plan sees: device %s free of %s - ring %zu x %s - "
+              "engine reserve %s - ddo reserve %s = %s; RAM %s (%s)\n",
+              std::string(ddo::to_string(setup.component.route)).c_str(),
+              ddo::format_bytes(m.device.free_bytes).c_str(),
+              ddo::format_bytes(m.device.total_bytes).c_str(), m.slots,
+              ddo::format_bytes(m.slot_bytes).c_str(),
+              ddo::format_bytes(m.engine_reserve_bytes).c_str(),
+              ddo::format_bytes(m.runtime_reserve_bytes).c_str(),
+              ddo::format_bytes(m.capacity.free_vram_bytes).c_str(),
+              ddo::format_bytes(m.capacity.available_ram_bytes).c_str(),
+              ddo::describe(m.ram).c_str());
+  if (!m.profile_note.empty()) std::printf("%s\n", m.profile_note.c_str());
+  if (const auto vmm = ddo::vmm_route_name(settings.config); !vmm.empty())
+    std::printf("VMM route: %s (%s)\n", std::string(vmm).c_str(),
+                vmm == "vmm_fast_runtime" ? "native: registered windows, retained sources"
+                                          : "legacy: two pinned staging buffers");
+  for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+  for (const auto& w : settings.warnings) std::printf("warning: %s\n", w.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,34 +293,8 @@ int main(int argc, char** argv) {
     const ddo::offload_plan& plan = setup.plan;
     if (format == ddo::plan_format::text && (vram_gb > 0.0 || gpu))
       std::printf("note: %s\n", ddo::runner::emulation_caveat);
-    if (format == ddo::plan_format::text) {
-      std::printf("model: %zu tensors in %zu file(s), %s\n", table.size(), table.files().size(),
-                  ddo::format_bytes(table.total_bytes()).c_str());
-      std::printf("%s\n", preset_line.c_str());
-      std::printf("pinning: requested %s, effective %s%s; %s\n",
-                  settings.requested_pin_cpu_memory ? "on" : "off",
-                  settings.effective_pin_cpu_memory ? "on" : "off",
-                  settings.running_on_wsl ? " (WSL)" : "", vram_note.c_str());
-      const auto& m = setup.machine;
-      std::printf("route: %s; machine the plan sees: device %s free of %s - ring %zu x %s - "
-                  "engine reserve %s - ddo reserve %s = %s; RAM %s (%s)\n",
-                  std::string(ddo::to_string(setup.component.route)).c_str(),
-                  ddo::format_bytes(m.device.free_bytes).c_str(),
-                  ddo::format_bytes(m.device.total_bytes).c_str(), m.slots,
-                  ddo::format_bytes(m.slot_bytes).c_str(),
-                  ddo::format_bytes(m.engine_reserve_bytes).c_str(),
-                  ddo::format_bytes(m.runtime_reserve_bytes).c_str(),
-                  ddo::format_bytes(m.capacity.free_vram_bytes).c_str(),
-                  ddo::format_bytes(m.capacity.available_ram_bytes).c_str(),
-                  ddo::describe(m.ram).c_str());
-      if (!m.profile_note.empty()) std::printf("%s\n", m.profile_note.c_str());
-      if (const auto vmm = ddo::vmm_route_name(settings.config); !vmm.empty())
-        std::printf("VMM route: %s (%s)\n", std::string(vmm).c_str(),
-                    vmm == "vmm_fast_runtime" ? "native: registered windows, retained sources"
-                                              : "legacy: two pinned staging buffers");
-      for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
-      for (const auto& w : settings.warnings) std::printf("warning: %s\n", w.c_str());
-    }
+    if (format == ddo::plan_format::text)
+      print_text_header(table, preset_line, settings, vram_note, setup, notes);
     std::fputs(ddo::format_plan(plan, table, format).c_str(), stdout);
     if (overlap && format == ddo::plan_format::text) {
       if (!overlap->note.empty()) std::printf("%s\n", overlap->note.c_str());

@@ -418,6 +418,7 @@ class device_forward {
         b16_(n_ * std::max({h_ + m_, static_cast<std::size_t>(c.text_dim),
                             static_cast<std::size_t>(c.in_channels), std::size_t{256},
                             static_cast<std::size_t>(c.pooled_dim)})),
+        silu_temb16_(h_),
         latents_(ni_ * static_cast<std::size_t>(c.in_channels)),
         text_(nt_ * static_cast<std::size_t>(c.text_dim)),
         pooled_(static_cast<std::size_t>(c.pooled_dim)),
@@ -450,7 +451,7 @@ class device_forward {
     for (const auto* b :
          {&x_, &out_, &latents_, &text_, &pooled_, &cos_, &sin_, &vec_, &velocity_, &scalars_})
       total += b->bytes();
-    for (const auto* b : {&q_, &k_, &v_, &normed_, &b16_}) total += b->bytes();
+    for (const auto* b : {&q_, &k_, &v_, &normed_, &b16_, &silu_temb16_}) total += b->bytes();
     return total;
   }
 
@@ -513,6 +514,8 @@ class device_forward {
     add(temb, b, 1, h, h);
     DDO_CUDA_TRY(cudaMemcpyAsync(silu_temb, temb, h_ * 4, cudaMemcpyDeviceToDevice, stream_));
     gpu::silu(silu_temb, h, stream_);
+    // Rounded once here, as lin() would round it for each modulation linear.
+    gpu::to_bf16(silu_temb, 1, h, h, silu_temb16_.get(), h, stream_);
   }
 
   void double_block(int block, const weight_lookup& w) {
@@ -522,8 +525,8 @@ class device_forward {
     float* img = x_.get() + nt_ * h_;
     float* mod = vec(4);    // 6 h: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
     float* cmod = vec(10);  // 6 h, the text stream's
-    lin(w, p + "norm1.linear", vec(1), h, 1, h, mod, 6 * h, 6 * h);
-    lin(w, p + "norm1_context.linear", vec(1), h, 1, h, cmod, 6 * h, 6 * h);
+    lin16(w, p + "norm1.linear", silu_temb16_.get(), h, 1, h, mod, 6 * h, 6 * h);
+    lin16(w, p + "norm1_context.linear", silu_temb16_.get(), h, 1, h, cmod, 6 * h, 6 * h);
     const auto chunk = [&](float* m, int i) { return m + static_cast<std::size_t>(i) * h_; };
     std::uint16_t* ntxt = normed_.get();
     std::uint16_t* nimg = normed_.get() + nt_ * h_;
@@ -554,7 +557,7 @@ class device_forward {
     const std::string p = "single_transformer_blocks." + std::to_string(block) + ".";
     const int h = hidden(), m = static_cast<int>(m_), n = static_cast<int>(n_);
     float* mod = vec(4);  // shift, scale, gate
-    lin(w, p + "norm.linear", vec(1), h, 1, h, mod, 3 * h, 3 * h);
+    lin16(w, p + "norm.linear", silu_temb16_.get(), h, 1, h, mod, 3 * h, 3 * h);
     gpu::layer_norm_modulate_bf16(x_.get(), n, h, mod, mod + h_, normed_.get(), h, stream_);
     // proj_out reads [attention | GELU(MLP)] per token, one bf16 row of h + m: the MLP's GEMM
     // writes its part (GELU in place after), attention writes the other.
@@ -576,7 +579,7 @@ class device_forward {
   void head(const weight_lookup& w) {
     const int h = hidden(), ni = static_cast<int>(ni_);
     float* emb = vec(4);  // scale, shift
-    lin(w, "norm_out.linear", vec(1), h, 1, h, emb, 2 * h, 2 * h);
+    lin16(w, "norm_out.linear", silu_temb16_.get(), h, 1, h, emb, 2 * h, 2 * h);
     gpu::layer_norm_modulate_bf16(x_.get() + nt_ * h_, ni, h, emb + h_, emb, b16_.get(), h,
                                   stream_);
     lin16(w, "proj_out", b16_.get(), h, ni, h, velocity_.get(), c_.in_channels, c_.in_channels);
@@ -709,6 +712,8 @@ class device_forward {
   // b16_ the rows the second GEMMs read (attention's output, GELU(MLP)) and the small GEMMs'
   // rounded inputs
   device_buffer<std::uint16_t> q_, k_, v_, normed_, b16_;
+  // silu(temb) rounded to bf16 once a step: every modulation linear's input (57 a step).
+  device_buffer<std::uint16_t> silu_temb16_;
   device_buffer<float> latents_, text_, pooled_, cos_, sin_, vec_, velocity_;
   device_buffer<float> scalars_;  // the step's timestep and the guidance, read by embed's kernels
   pinned_buffer<float> latents_host_, velocity_host_, scalars_host_;

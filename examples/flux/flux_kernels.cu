@@ -9,9 +9,9 @@
 #include <math.h>
 
 #include <cstdlib>
-#include <mutex>
+#include <atomic>
+#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "ddo/core/error.hpp"
 #include "flux/flux_kernels.hpp"
@@ -432,16 +432,15 @@ void launch_attention(const bf16* q, const bf16* k, const bf16* v, Out* out, int
   const char* const name = "attention_mma_kernel";
   {
     // Above the 48 KiB default: raised once per device and instantiation (the attribute stays
-    // set for the device's context), refused with the numbers where the device allows less.
-    static std::mutex mutex;
-    static std::vector<char> raised;  // per device ordinal
+    // set for the device's context), refused with the numbers where the device allows less. A
+    // bit per device ordinal (< 64; beyond, raised at every launch): no lock per launch; two
+    // threads that both see it unset both raise it, which is harmless.
+    static std::atomic<std::uint64_t> raised{0};
     int device = 0;
     if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
       throw_kernel_error(e, name, "cudaGetDevice");
-    std::lock_guard lock(mutex);
-    if (static_cast<std::size_t>(device) >= raised.size())
-      raised.resize(static_cast<std::size_t>(device) + 1, 0);
-    if (!raised[static_cast<std::size_t>(device)]) {
+    const std::uint64_t bit = device < 64 ? std::uint64_t{1} << device : 0;
+    if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
       const cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<D, RT, Out>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if (e != cudaSuccess) {
@@ -451,7 +450,7 @@ void launch_attention(const bf16* q, const bf16* k, const bf16* v, Out* out, int
                                  std::to_string(D) + ", " + std::to_string(RT) + " row tile(s))";
         throw_kernel_error(e, name, call.c_str());
       }
-      raised[static_cast<std::size_t>(device)] = 1;
+      raised.fetch_or(bit, std::memory_order_release);
     }
   }
   const dim3 grid(static_cast<unsigned>((n + mma_rows<RT> - 1) / mma_rows<RT>),
@@ -522,8 +521,12 @@ bool attention_bf16(const std::uint16_t* q, const std::uint16_t* k, const std::u
   if (head_dim != 64 && head_dim != 128) return false;
   if (n <= 0) return true;
   if (row_tiles != 1 && row_tiles != 2) {
-    const char* env = std::getenv("DDO_FLUX_ATTENTION_ROW_TILES");
-    row_tiles = env != nullptr && env[0] == '1' ? 1 : 2;
+    // Read once per process (57 calls a step read it before).
+    static const int from_environment = [] {
+      const char* env = std::getenv("DDO_FLUX_ATTENTION_ROW_TILES");
+      return env != nullptr && env[0] == '1' ? 1 : 2;
+    }();
+    row_tiles = from_environment;
   }
   const auto* qb = reinterpret_cast<const bf16*>(q);
   const auto* kb = reinterpret_cast<const bf16*>(k);

@@ -43,7 +43,8 @@ void gated_add(float* x, int rows, int n, const float* gate, const float* y, int
 /// GEMM reads). head_dim 64 or 128. @p row_tiles: 16-row query tiles per warp, 1 (64 keys per
 /// tile) or 2 (32 keys per tile; each k and v fragment read from shared memory once for 32
 /// rows): each deterministic, the two not bitwise equal to each other (the softmax rescales at
-/// other keys). Any other value takes DDO_FLUX_ATTENTION_ROW_TILES from the environment, else 2.
+/// other keys). Any other value takes DDO_FLUX_ATTENTION_ROW_TILES from the environment (read at
+/// the first such call), else 2.
 /// q, k and v are read 16 bytes at a time (cp.async, ldmatrix): base pointers 16-byte aligned.
 /// @return false for another head size (nothing launched).
 /// @throws ddo::cuda_error naming the kernel when the device refuses the shared memory the tile

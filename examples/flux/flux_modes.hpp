@@ -43,6 +43,12 @@ inline constexpr const char* gpu_only_modes =
     "--profile, --json, --capacity-profile, --calibrate and --smallest-card need the GPU forward "
     "(a GPU, and ddo-flux built with nvcc)";
 
+/// @brief --graph's refusal on the native VMM route (the CPU and the GPU path).
+inline constexpr const char* native_vmm_graph =
+    "--graph: the native VMM route (vmm_fast_runtime) does not stream through a captured graph; "
+    "graph streaming runs on the linear route and the legacy VMM route (--ddo-execution-mode "
+    "vmm_runtime)";
+
 /// @brief Refuses a combination ddo-flux does not run.
 /// @throws ddo::usage_error naming the flags and what is allowed.
 inline void check_run_modes(const run_modes& m) {

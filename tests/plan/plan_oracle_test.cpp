@@ -225,7 +225,7 @@ inline constexpr known_class known_classes[] = {
 };
 
 /// The cases @p key may reach in @p total (0: not a known class). At least 3, so that a rare
-/// class does not flake where fewer cases run (the sanitizer builds run 1,000).
+/// class does not flake where fewer cases run (the sanitizer builds run 600).
 inline std::size_t tolerated_cases(const std::string& key, std::size_t total) {
   for (const auto& k : known_classes)
     if (k.key == key) return std::max<std::size_t>(3, (k.most * total + 9999) / 10000);
@@ -325,8 +325,13 @@ TEST_SUITE("plan") {
                                : drawn                      ? std::random_device{}()
                                : fixed != nullptr           ? std::strtoull(fixed, nullptr, 10)
                                                             : 1000;
-    // Planning is single-threaded: the sanitizer builds (-O0, 10-13x slower) run a tenth.
-    constexpr std::size_t all_cases = DDO_TEST_UNDER_SANITIZER ? 1000 : 10000;
+    // Planning is single-threaded: the sanitizer builds (-O0, 20-25x slower here: 1,000 cases
+    // took 52 s under ASan on a loaded 2-core machine, the plain 10,000 22 s) run 600, the
+    // plain build's first 600 seeds: they check the memory accesses of the planner the plain
+    // build's 10,000 judge (issue 38 allows fewer cases under the sanitizers; each known
+    // class's cap scales with the count: at 300 the first seeds' share of one class, 12 cases,
+    // passed its cap of 11).
+    constexpr std::size_t all_cases = DDO_TEST_UNDER_SANITIZER ? 600 : 10000;
     const std::size_t total = replay != nullptr ? 1 : all_cases;
     const auto start = std::chrono::steady_clock::now();
     std::size_t feasible = 0, streaming = 0, uncertified = 0;

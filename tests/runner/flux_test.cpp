@@ -28,6 +28,7 @@
 #include "flux_reference_data.hpp"
 #include "model/model_test_support.hpp"
 #include "runner/smallest_card.hpp"
+#include "sanitizers.hpp"
 
 #ifndef DDO_FLUX_REFERENCE
 #error "DDO_FLUX_REFERENCE names tests/data/flux_tiny_reference.bin"
@@ -393,6 +394,10 @@ TEST_SUITE("runner") {
       flux::forward high(c, m.in.image_tokens, m.in.text_tokens), low(c, 16, 16);
       ddo::calibration_options o;
       o.sustained_warmup_ms = 0.0;  // host_sim has no power limit to settle
+      // Each timed step repeats the same forward through the same acquires: the sanitizer builds
+      // (-O0, the forward's float loops 10-20x slower) time one step per token count and pass, 8
+      // forwards instead of 16 (ThreadSanitizer: ~52 s -> ~26 s on a loaded 2-core machine).
+      if (DDO_TEST_UNDER_SANITIZER) o.measured_steps = 1;
       const auto profile = flux::calibrate_forward(off, recorder, settings.config, view, stages,
                                                    high, m.in, low, low_in, 1000.f, o);
       CHECK(profile.tokens_low == 16);

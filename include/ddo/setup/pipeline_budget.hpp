@@ -122,11 +122,13 @@ struct pipeline_component_budget {
     const std::uint64_t need = c.stays_resident ? always : always + c.min_device_bytes;
     if (budgets.device_bytes != 0) {
       if (need > budgets.device_bytes) {
-        std::string what = "phase '" + c.name + "' needs " + format_bytes_exact(need) + " of device memory";
+        std::string what =
+            "phase '" + c.name + "' needs " + format_bytes_exact(need) + " of device memory";
         if (!c.stays_resident)
           what += " (its ring and ddo's reserve " + format_bytes_exact(c.min_device_bytes) + ")";
         if (always != 0)
-          what += (c.stays_resident ? " (the route-none components " : ", plus the route-none components ") +
+          what += (c.stays_resident ? " (the route-none components "
+                                    : ", plus the route-none components ") +
                   always_names + " holding " + format_bytes_exact(always) +
                   (c.stays_resident ? ")" : " in every phase");
         throw out_of_memory(memory_tier::device, need, budgets.device_bytes,

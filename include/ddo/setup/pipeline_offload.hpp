@@ -154,9 +154,9 @@ class pipeline_offload {
     refuse_lower("pinned-host", budgets_.pinned_host_bytes, next.pinned_host_bytes);
     if (next == budgets_) return;
     for (auto& [name, c] : components)
-      DDO_EXPECTS(c->live_leases() == 0,
-                  "raise_budgets: component '" + name + "' has " + std::to_string(c->live_leases()) +
-                      " lease(s) alive; drop them before re-planning");
+      DDO_EXPECTS(c->live_leases() == 0, "raise_budgets: component '" + name + "' has " +
+                                             std::to_string(c->live_leases()) +
+                                             " lease(s) alive; drop them before re-planning");
     DDO_EXPECTS(static_cast<bool>(planner_), "raise_budgets: this pipeline was not made by "
                                              "enable_pipeline_offload and cannot re-plan");
     auto plan = planner_;  // the re-planning replaces *this's members, not the function it runs
@@ -195,8 +195,8 @@ class pipeline_offload {
 /// a value from the TOML file, a DDO_* variable or a --ddo-* flag wins over them; a non-zero
 /// setup_options value wins over the default, a preset and resolve_inputs::overrides. Bytes
 /// given in code are taken exactly; GiB settings become bytes by gib_to_bytes.
-[[nodiscard]] inline pipeline_budgets pipeline_budgets_from(const dynamic_offload_settings& settings,
-                                                            const setup_options& options) {
+[[nodiscard]] inline pipeline_budgets pipeline_budgets_from(
+    const dynamic_offload_settings& settings, const setup_options& options) {
   const auto pick = [&](field_id field, double gb, std::uint64_t code_bytes) {
     const bool from_outside_code = settings.provenance.of(field).source >= origin::toml;
     if (code_bytes != 0 && !from_outside_code) return code_bytes;
@@ -217,8 +217,9 @@ std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
                                 const dynamic_offload_settings& settings,
                                 const resolved_component& c, const setup_options& options) {
   if (c.route == component_route::none) return model.total_bytes();
-  const auto groups = options.groups ? *options.groups
-                                     : infer_execution_groups(model, settings.config.resident_module_patterns);
+  const auto groups = options.groups
+                          ? *options.groups
+                          : infer_execution_groups(model, settings.config.resident_module_patterns);
   auto runtime = runtime_options_from(settings.config, options.runtime, options.pinned_cache);
   if (c.route == component_route::diffusers_group_offload)
     runtime = group_offload_runtime_options(group_offload_options_from(c), runtime);
@@ -234,7 +235,8 @@ std::uint64_t least_phase_bytes(Transport& transport, const weight_table& model,
 inline void cap_pinned(dynamic_offload_settings& settings, std::uint64_t share) {
   const double gb = static_cast<double>(share) / static_cast<double>(gib);
   auto& c = settings.config;
-  if (c.max_pin_weight_budget_gb == 0.0 || c.max_pin_weight_budget_gb > gb) c.max_pin_weight_budget_gb = gb;
+  if (c.max_pin_weight_budget_gb == 0.0 || c.max_pin_weight_budget_gb > gb)
+    c.max_pin_weight_budget_gb = gb;
   if (c.pin_weight_budget_gb > gb) c.pin_weight_budget_gb = gb;
   // A share of 0 bytes pins nothing (a cap of 0 would mean "uncapped").
   if (share == 0) settings.effective_pin_cpu_memory = c.pin_cpu_memory = false;
@@ -303,8 +305,8 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
         notes.push_back("pipeline pinned-host budget: this component's share is " +
                         format_bytes(shares[i].pinned_host_bytes));
       }
-      auto enabled = enable_resolved<typename Result::offloader_type>(*pipeline[i].model, std::move(s),
-                                                                      o, transport);
+      auto enabled = enable_resolved<typename Result::offloader_type>(*pipeline[i].model,
+                                                                      std::move(s), o, transport);
       enabled.notes.insert(enabled.notes.end(), notes.begin(), notes.end());
       // Shared device budget: each phase is set up alone, then waits for enter_phase.
       if (budgets.device_bytes != 0 && !needs[i].stays_resident) enabled->release_device();
@@ -338,7 +340,8 @@ template <class... Policies, class Transport>
 enable_pipeline_offload(const std::vector<pipeline_component>& pipeline,
                         std::optional<std::string_view> preset, setup_options options,
                         Transport transport) {
-  using result_type = pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
+  using result_type =
+      pipeline_offload<typename detail::offloader_over<Transport, Policies...>::type>;
   result_type result;
   // The budgets are the pipeline's, not a component's: read from its settings (no component).
   auto inputs = options.inputs;
@@ -366,7 +369,8 @@ enable_pipeline_offload(
   if (preset) inputs.preset = std::string(*preset);
   const auto settings = resolve_settings(inputs);
   auto transport = setup_transport<transport_type>(settings, options);
-  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options), std::move(transport));
+  return enable_pipeline_offload<Policies...>(pipeline, preset, std::move(options),
+                                              std::move(transport));
 }
 
 }  // namespace v0

@@ -114,7 +114,8 @@ inline void append_key_value(std::string& out, const field_value& v) {
   for (const auto& w : table.weights()) {
     key += std::to_string(w.name.size()) + ':' + w.name + '|' + w.module_name + '|' +
            std::string(to_string(w.kind)) + '|' + std::string(to_string(w.type)) + '|' +
-           std::to_string(w.bytes) + '|' + (std::holds_alternative<file_source>(w.source) ? 'f' : 'h');
+           std::to_string(w.bytes) + '|' +
+           (std::holds_alternative<file_source>(w.source) ? 'f' : 'h');
     for (auto d : w.shape) key += ',' + std::to_string(d);
     key += ';';
   }
