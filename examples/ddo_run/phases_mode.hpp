@@ -38,15 +38,17 @@ struct phase_row {
 
 /// The steady median step of @p steps eager steps after @p warmup at @p tokens over @p off.
 template <class Engine, class Offloader>
-double run_phase_steps(const run_context& ctx, Offloader& off, std::int64_t tokens,
+double run_phase_steps(run_context& ctx, Offloader& off, std::int64_t tokens,
                        const model_compute& compute, std::uint64_t& mismatches) {
   Engine engine(off.transport(), tokens, compute.width, compute.type);
   auto view = engine.view();
   auto& t = off.transport();
-  std::optional<lease_verifier> verifier;
-  if (ctx.opt.verify) verifier.emplace(ctx.table);
+  step_verifier verifier(ctx.table, ctx.opt.verify);
+  const int total = ctx.opt.warmup + ctx.steps;
+  progress_bar bar("steps", static_cast<std::uint64_t>(total), "steps",
+                   ddo::runner::progress_style::quiet);
   std::vector<double> ms;
-  for (int step = 0; step < ctx.opt.warmup + ctx.steps; ++step) {
+  for (int step = 0; step < total; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     off.begin_step();  // a pending move applies here
     for (std::size_t g = 0; g < off.group_count(); ++g) {
@@ -58,17 +60,14 @@ double run_phase_steps(const run_context& ctx, Offloader& off, std::int64_t toke
         engine.linear(t, lease.data(i), info.shape[0], info.shape[1], info.type, compute.alpha[w],
                       compute.rows[w]);
       }
-      if (verifier)
-        verifier->check(t, view, ctx, lease, [&](std::size_t w, std::size_t at, std::size_t n) {
-          std::fprintf(stderr, "ddo-run: VERIFY FAILED: %lld tokens, weight '%s': byte %zu of %zu\n",
-                       static_cast<long long>(tokens), ctx.table[w].name.c_str(), at, n);
-        });
+      if (verifier.on) verifier.check(ctx, off, view, lease, g, step, bar);
     }
     t.synchronize(view);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                      .count());
   }
-  if (verifier) mismatches += verifier->mismatches;
+  bar.finish();
+  mismatches += verifier.mismatches;
   return ddo::runner::summarize_steps(ms, ctx.opt.warmup).median_ms;
 }
 
