@@ -12,7 +12,8 @@
 //
 // This file reads the options and dispatches by mode; each mode is a file of examples/ddo_run/:
 // steps_mode.hpp (the plain run, --graph, --calibrate), compare_mode.hpp (--compare and its
-// sweep), devices_mode.hpp (--devices), pipeline_mode.hpp (--pipeline), with report.hpp (what a
+// sweep), devices_mode.hpp (--devices), pipeline_mode.hpp (--pipeline), phases_mode.hpp
+// (--tokens T1,T2,...: the device budget following the activations), with report.hpp (what a
 // run prints beside its steps) and common.hpp (the options and what every mode shares).
 
 #include "ddo_run/arguments.hpp"
@@ -21,6 +22,7 @@
 #include "ddo_run/compare_mode.hpp"
 #include "ddo_run/devices_mode.hpp"
 #include "ddo_run/model_choice.hpp"
+#include "ddo_run/phases_mode.hpp"
 #include "ddo_run/pipeline_mode.hpp"
 #include "ddo_run/report.hpp"
 #include "ddo_run/settings_start.hpp"
@@ -72,7 +74,17 @@ int run_mode(run_context& ctx, bool file_route, std::uint64_t reserve) {
   // The transport `backend` chooses (ddo::with_transport, the one switch of the one call):
   // on a GPU capped at the card, without one host_sim standing in for it on every route.
   return ddo::with_transport(settings, ctx.setup, [&](auto transport) {
-    return run_steps<ddo::runner::engine_for<decltype(transport)>>(ctx, std::move(transport));
+    using engine = ddo::runner::engine_for<decltype(transport)>;
+    if (!ctx.opt.token_phases.empty()) {
+      // Phases move the budget: the linear and host_sim routes (basic_offloader::move_budget).
+      if constexpr (ddo::transport_with_stable_addresses<decltype(transport)> ||
+                    ddo::transport_with_file_staging<decltype(transport)>)
+        return fail("--tokens T1,T2,...: the device budget moves on the linear route only; "
+                    "this run's backend does not", exit_usage);
+      else
+        return run_phases<engine>(ctx, std::move(transport));
+    }
+    return run_steps<engine>(ctx, std::move(transport));
   });
 }
 

@@ -38,8 +38,10 @@ inline void add_run_options(po::options_description& general, run_options& opt) 
       "parallel-setup", po::bool_switch(&opt.parallel_setup),
       "Pack and page-lock the streamed groups beside the residents' upload at setup "
       "(runtime_options::parallel_setup; off by default)")(
-      "tokens", po::value<ddo::runner::tokens_option>()->value_name("T"),
-      "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in)")(
+      "tokens", po::value<std::string>()->value_name("T[,T...]"),
+      "Activation rows per GEMM (default 4096 on a GPU, 8 on the CPU stand-in); several, "
+      "comma-separated, run one phase each over one offloader whose device budget follows the "
+      "activations (set_device_reserve between phases)")(
       "verify", po::bool_switch(&opt.verify),
       "Each step, copy every acquired weight back from the device and compare it with the file")(
       "trace", po::value<std::string>(&opt.trace_path)->value_name("FILE.json"),
@@ -159,6 +161,27 @@ inline std::optional<int> parse_arguments(int argc, char** argv, option_set& o,
   return std::nullopt;
 }
 
+/// --tokens T[,T...]: each count checked as --tokens always was (runner/count_options.hpp:
+/// 1..2^20); several are the phases of one run (phases_mode.hpp).
+inline std::optional<int> read_token_phases(const std::string& text, run_options& opt) {
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    using tokens = ddo::runner::tokens_option;
+    const auto n = ddo::parse_bounded_integer<std::int64_t>(
+        std::string_view(text).substr(at, comma - at), tokens::min, tokens::max);
+    if (!n)
+      return fail("--tokens " + text + ": each count must be an integer in 1.." +
+                      std::to_string(tokens::max),
+                  exit_usage);
+    opt.token_phases.push_back(*n);
+    at = comma + 1;
+  }
+  opt.tokens = opt.token_phases.front();
+  if (opt.token_phases.size() == 1) opt.token_phases.clear();
+  return std::nullopt;
+}
+
 /// The values of @p vm into @p opt, and the combinations ddo-run does not run refused; nullopt
 /// to go on, else the exit status.
 inline std::optional<int> read_options(run_options& opt, const po::variables_map& vm) {
@@ -174,7 +197,13 @@ inline std::optional<int> read_options(run_options& opt, const po::variables_map
   if (vm.count("warmup") && (opt.compare || opt.pipeline))
     return fail("--warmup applies to the plain run (--compare and --pipeline each warm up once "
                 "on their own)", exit_usage);
-  if (vm.count("tokens")) opt.tokens = vm["tokens"].as<ddo::runner::tokens_option>();
+  if (vm.count("tokens"))
+    if (const auto refused = read_token_phases(vm["tokens"].as<std::string>(), opt)) return refused;
+  if (!opt.token_phases.empty() && (opt.compare || opt.pipeline || opt.devices > 1 || opt.graph ||
+                                    opt.calibrate || !opt.trace_path.empty()))
+    return fail("--tokens with several counts runs the phases of one eager run: --compare, "
+                "--pipeline, --devices, --graph, --calibrate and --trace run one size",
+                exit_usage);
   if (vm.count("sim-vram-gb") && vm.count("vram-gb"))
     return fail("give --vram-gb only (--sim-vram-gb is its deprecated spelling)", exit_usage);
   if (vm.count("sim-vram-gb") || vm.count("vram-gb")) {

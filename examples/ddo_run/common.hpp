@@ -116,6 +116,7 @@ struct run_options {
   bool setup_floor = false;   // --setup-floor: measure the setup's floor before the setup
   bool parallel_setup = false;  // --parallel-setup: runtime_options::parallel_setup
   std::int64_t tokens = 0;    // 0: the default for the device
+  std::vector<std::int64_t> token_phases;  // --tokens T1,T2,...: one phase each (phases_mode)
   bool verify = false;
   std::string trace_path;
   std::string config_path;

@@ -145,12 +145,35 @@ class basic_offloader {
   /// @brief Whether release_device() ran and restore_device() has not.
   [[nodiscard]] bool device_released() const noexcept { return core_->device_released(); }
 
+  /// @brief Moves the device budget of a running offloader to @p budget_bytes, running
+  /// @p plan: a fresh plan for that budget over this table and these execution groups
+  /// (setup/device_budget.hpp's set_device_budget makes it with the setup's own plan stage and
+  /// calls this). Only what differs moves: resident groups the new plan streams are freed and
+  /// stream from where it puts them (pinned blocks packed anew, or their files), streamed groups
+  /// it keeps resident are uploaded, the ring follows the largest streamed group; ddo's device
+  /// bytes stay within max(old, new) budget throughout (metrics().budget_moves).
+  /// Applied now when no lease is alive, else at the first step boundary (begin_step, or the
+  /// acquire that starts a step) with none alive — a lease's weights never move under it; a
+  /// later call replaces a pending move. After a move, addresses of moved residents
+  /// (resident_data) and of the ring change: bindings follow, a captured graph must be
+  /// captured again.
+  /// @return whether the move was applied now.
+  /// @throws usage_error while a captured graph streams (graph_mode()), after release_device,
+  /// on the VMM and file routes, native_vmm, pin_in_place and a shared_weight_store, for a plan
+  /// of other groups; out_of_memory when @p plan does not fit @p budget_bytes. Nothing changes
+  /// then. A failure during the move itself puts the old placement back and rethrows.
+  bool move_budget(offload_plan plan, std::uint64_t budget_bytes) {
+    return core_->move_budget(std::move(plan), budget_bytes);
+  }
+  /// @brief Whether a move_budget() waits for a step boundary without leases.
+  [[nodiscard]] bool budget_move_pending() const noexcept { return core_->budget_move_pending(); }
+
   [[nodiscard]] std::size_t group_count() const noexcept { return core_->group_count(); }
   [[nodiscard]] const std::string& group_name(std::size_t g) const { return core_->group_name(g); }
   [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const {
     return core_->find_group(name);
   }
-  /// @brief Device address of a resident weight (valid for the offloader's lifetime).
+  /// @brief Device address of a resident weight (valid until a budget move moves its group).
   [[nodiscard]] std::byte* resident_data(std::size_t weight_index) const {
     return core_->resident_data(weight_index);
   }

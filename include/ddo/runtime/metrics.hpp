@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ddo/core/enum_names.hpp"
+#include "ddo/runtime/budget_move.hpp"
 #include "ddo/runtime/executed_route.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
 #include "ddo/transport/vmm_stats.hpp"
@@ -123,6 +124,8 @@ struct offload_metrics {
   /// The VMM window's driver calls and their host time (both VMM routes; zero elsewhere):
   /// `vmm.host_ms_per_gb(totals.bytes())` is the map/access/unmap host time per loaded GB.
   vmm_window_stats vmm;
+  /// Every device-budget move so far, in order (runtime/budget_move.hpp).
+  std::vector<budget_move> budget_moves;
 };
 
 }  // namespace v0

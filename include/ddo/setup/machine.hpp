@@ -90,6 +90,12 @@ template <class Transport>
                                         bool ring = true, std::span<const char> kept = {}) {
   setup_machine m;
   m.device = transport.device_memory();
+  // A budget move plans as a fresh setup would: what the running offloader holds is free then.
+  if (m.device.free_bytes != 0 && in.device_held_bytes != 0) {
+    m.device.free_bytes = saturating_add(m.device.free_bytes, in.device_held_bytes);
+    if (m.device.total_bytes != 0)
+      m.device.free_bytes = std::min(m.device.free_bytes, m.device.total_bytes);
+  }
   // A device budget (the engine's cap, or a pipeline phase's share of the shared budget) caps
   // the card the plan sees, so ddo's resident weights and ring stay inside it. The balanced
   // rule's VRAM headroom protects the engine's memory on the real card, not inside ddo's budget:

@@ -128,6 +128,7 @@ struct window_provenance {
 struct machine_inputs {
   machine_ram ram;                         ///< resolved once (ram_for)
   std::uint64_t engine_reserve_bytes = 0;  ///< engine_facts::reserve_device_bytes
+  std::uint64_t device_held_bytes = 0;     ///< engine_facts::device_held_bytes (a budget move)
   std::uint64_t max_group_bytes = 0;       ///< engine_facts::max_group_bytes
   std::string zero_resident_reason;        ///< engine_facts::zero_resident_reason
   /// Not empty: max_resident_module_budget_gb came from no source the user controls
@@ -154,6 +155,7 @@ struct machine_inputs {
                    describe(p.of(field_id::available_system_ram_gb)), facts.ram_bytes, paths, table,
                    runtime);
   in.engine_reserve_bytes = facts.reserve_device_bytes;
+  in.device_held_bytes = facts.device_held_bytes;
   in.max_group_bytes = facts.max_group_bytes;
   in.zero_resident_reason = facts.zero_resident_reason;
   // A resident cap no source the user controls set was chosen for some card: it follows this one.

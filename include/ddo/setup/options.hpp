@@ -55,6 +55,9 @@ struct engine_facts {
   plan_cache* plans = nullptr;
   /// Device bytes the engine needs besides ddo's (activations, workspaces): left free by the plan.
   std::uint64_t reserve_device_bytes = 0;
+  /// Device bytes a running offloader of this component holds and frees before it moves to the
+  /// plan (set_device_budget, setup/device_budget.hpp): counted free, as at its setup.
+  std::uint64_t device_held_bytes = 0;
   /// Available RAM the engine states for its machine; wins over detection unless
   /// `available_system_ram_gb` was set explicitly (config, TOML, environment, flag, component).
   std::optional<std::uint64_t> ram_bytes;

@@ -30,6 +30,7 @@
 
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/setup/instantiations.hpp"
+#include "ddo/setup/device_budget.hpp"
 #include "ddo/setup/machine.hpp"
 #include "ddo/setup/machine_inputs.hpp"
 #include "ddo/setup/options.hpp"

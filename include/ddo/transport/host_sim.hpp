@@ -685,6 +685,8 @@ class host_sim_transport {
   [[nodiscard]] const allocation_ledger& ledger() const noexcept { return state_->memory.ledger(); }
   [[nodiscard]] std::uint64_t device_bytes_in_use() const { return state_->memory.ledger().in_use(ledger_kind::device); }
   [[nodiscard]] std::uint64_t peak_device_bytes() const { return state_->memory.ledger().peak(ledger_kind::device); }
+  /// Sets the device peak to the bytes in use now (between phases of a test or a run).
+  void reset_peak_device_bytes() noexcept { state_->memory.reset_peak(ledger_kind::device); }
   /// @brief Pinned host bytes: allocate_pinned plus register_host.
   [[nodiscard]] std::uint64_t pinned_bytes_in_use() const {
     return state_->memory.ledger().in_use(ledger_kind::pinned) + state_->memory.ledger().in_use(ledger_kind::registered);

@@ -86,8 +86,12 @@ struct group_layout {
   std::vector<group_runtime> groups;
   std::vector<std::size_t> by_name;             // the groups sorted by name (find_group)
   std::vector<std::size_t> group_of;            // per weight: its group or no_group
-  std::vector<std::uint64_t> resident_offset;   // per weight: arena offset or not_streamed
-  std::uint64_t resident_bytes = 0;             // arena size (aligned)
+  /// Per weight: its offset in its resident piece, or not_streamed. The residents are kept in
+  /// one device allocation per group (a piece; the ungrouped residents in one more, index
+  /// groups.size()), so that a budget move frees exactly the groups it demotes (docs/design.md).
+  std::vector<std::uint64_t> resident_offset;
+  std::vector<std::uint64_t> resident_piece_bytes;  // per piece (aligned; 0: none)
+  std::uint64_t resident_bytes = 0;             // all pieces (aligned)
   std::uint64_t resident_weight_bytes = 0;      // weight bytes in the arena (unaligned)
   std::uint64_t slot_bytes = 0;                 // the largest streamed group's slot
   std::size_t slot_count = 0;                   // slots of the ring (0: nothing streamed)
@@ -121,6 +125,19 @@ struct group_layout {
     return !(o.pin_in_place && std::holds_alternative<host_source>(table[w].source));
   }
   [[nodiscard]] std::optional<std::size_t> find_group(std::string_view name) const;
+  /// The resident piece weight @p w is kept in when resident: its group's, or the last one.
+  [[nodiscard]] std::size_t resident_piece_of(std::size_t w) const noexcept {
+    return group_of[w] == no_group ? groups.size() : group_of[w];
+  }
+  /// Whether piece @p p holds the same weights at the same offsets in @p other (a budget move
+  /// keeps such a piece where it is).
+  [[nodiscard]] bool same_resident_piece(const group_layout& other, std::size_t p,
+                                         const std::vector<std::size_t>& weights) const noexcept {
+    if (resident_piece_bytes[p] != other.resident_piece_bytes[p]) return false;
+    for (std::size_t w : weights)
+      if (resident_offset[w] != other.resident_offset[w]) return false;
+    return true;
+  }
   /// Weight bytes that setup reads from files (packed pinned weights and residents).
   [[nodiscard]] std::uint64_t pinned_weight_bytes() const noexcept;
   /// The largest piece read from a file (0: none): a staged piece without host bytes, or a

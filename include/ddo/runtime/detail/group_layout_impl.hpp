@@ -169,21 +169,22 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   std::stable_sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
     return l.groups[a].name < l.groups[b].name;
   });
-  // Residents: every gpu_resident weight, grouped or not, in one device arena. Every other
-  // weight streams with its group: each file that holds a weight is read.
+  // Residents: every gpu_resident weight in its group's piece (the ungrouped ones in the last
+  // piece). Every other weight streams with its group: each file that holds a weight is read.
   l.resident_offset.assign(table.size(), not_streamed);
+  l.resident_piece_bytes.assign(l.groups.size() + 1, 0);
   l.file_used.assign(table.files().size(), 0);
-  std::uint64_t cursor = 0;
   for (std::size_t w = 0; w < table.size(); ++w) {
     const auto& info = table[w];
     layout_detail::check_weight(table, plan, l.group_of, w);
     if (const auto* f = std::get_if<file_source>(&info.source)) l.file_used[f->file_index] = 1;
     if (plan.decisions[w].where != placement::gpu_resident) continue;
+    std::uint64_t& cursor = l.resident_piece_bytes[l.resident_piece_of(w)];
     l.resident_offset[w] = cursor;
     l.resident_weight_bytes += info.bytes;
     cursor = round_up(cursor + std::max<std::uint64_t>(info.bytes, 1), align);
+    l.resident_bytes += round_up(std::max<std::uint64_t>(info.bytes, 1), align);
   }
-  l.resident_bytes = cursor;
   const auto covered = [&](std::size_t w) {
     if (!split_uncovered) return true;
     return options.vmm_covered.empty() ? vmm_covered_weight(table[w]) : options.vmm_covered[w] != 0;

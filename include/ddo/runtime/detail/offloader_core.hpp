@@ -28,6 +28,7 @@
 /// instantiate the core once (end of basic_offloader.hpp) and every other TU pays the include only.
 
 #include <chrono>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -46,6 +47,7 @@
 #include "ddo/runtime/detail/slot_ring.hpp"
 #include "ddo/runtime/detail/staging_worker.hpp"
 #include "ddo/runtime/detail/step_timing.hpp"
+#include "ddo/runtime/budget_move.hpp"
 #include "ddo/runtime/lease.hpp"
 #include "ddo/runtime/metrics.hpp"
 #include "ddo/runtime/runtime_options.hpp"
@@ -102,6 +104,16 @@ class offloader_core {
   void restore_device();
   [[nodiscard]] bool device_released() const noexcept { return released_; }
 
+  // --- a device budget that moves (offloader_core_move_impl.hpp) ------------------------------
+  /// Checks @p plan (a fresh plan for @p budget_bytes, over this table and these groups) against
+  /// the budget and moves to it: now when no lease is alive, else at the first step boundary
+  /// (begin_step, or the acquire that starts a step) with none alive; a later call replaces a
+  /// move still pending. @return whether it was applied now. @throws usage_error (the route
+  /// cannot move, a captured graph is live, the device was released, the plan's groups differ),
+  /// out_of_memory (the plan does not fit the budget), leaving everything as it was.
+  bool move_budget(offload_plan plan, std::uint64_t budget_bytes);
+  [[nodiscard]] bool budget_move_pending() const noexcept { return pending_move_ != nullptr; }
+
   // --- bindings -------------------------------------------------------------------------------
   void bind(std::size_t w, void* target, void (*write)(void*, void*), void* original);
   void unbind(std::size_t w);
@@ -126,7 +138,7 @@ class offloader_core {
   /// weights the route does not cover) and the physical handles of the window while this
   /// offloader holds it.
   [[nodiscard]] std::uint64_t device_bytes() const noexcept {
-    return resident_.bytes + ring_.bytes + window_bytes_;
+    return resident_device_bytes_ + ring_.bytes + window_bytes_;
   }
   [[nodiscard]] int live_leases() const noexcept { return live_leases_; }
   [[nodiscard]] T& transport() noexcept { return t_; }
@@ -137,13 +149,31 @@ class offloader_core {
 
   // setup
   void plan_setup_progress();
-  void upload_residents(setup_meter* meter);
+  /// Allocates and uploads the resident pieces (@p only: those marked 1; null: all).
+  void upload_residents(setup_meter* meter, const std::vector<char>* only = nullptr);
+  /// Frees resident piece @p p and forgets its weights' addresses.
+  void free_resident_piece(std::size_t p) noexcept;
   bool pin_beside_upload();
   void allocate_ring(std::size_t max_slots);
   void free_device_side() noexcept;
   [[noreturn]] void throw_released(std::size_t g) const;
   void note_device_peak() noexcept;
   void teardown() noexcept;
+  // budget moves (offloader_core_move_impl.hpp)
+  struct pending_budget_move {
+    offload_plan plan;
+    runtime_options options;
+    group_layout layout;
+    bool deferred = false;
+  };
+  void refuse_budget_move(const offload_plan& plan) const;
+  void apply_budget_move();
+  void apply_pending_move_at_boundary(bool boundary);
+  double quiesce_for_move();
+  std::uint64_t pin_for_move(pending_budget_move& next, group_pinning<T>& pins);
+  void move_device_side(pending_budget_move& next, budget_move& record);
+  void restore_after_failed_move(group_layout& old, const std::vector<char>& kept) noexcept;
+  void fit_staging_for_move(bool for_upload);
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);
@@ -222,7 +252,8 @@ class offloader_core {
   graph_ring<T> graph_;
 
   typename T::stream copy_stream_;
-  device_allocation<T> resident_;
+  std::vector<device_allocation<T>> resident_;  // per resident piece (group_layout)
+  std::uint64_t resident_device_bytes_ = 0;     // the pieces' bytes together
   device_allocation<T> ring_;  // stable-address transports: the slots' side images
   std::vector<std::byte*> resident_ptr_;  // per weight: device address or null
   std::vector<slot_state<T>> slots_;
@@ -235,6 +266,8 @@ class offloader_core {
   int live_leases_ = 0;
   bool released_ = false;  // release_device() ran and restore_device() has not
   bool compute_only_ = false;  // set_compute_only: loads copy nothing
+  std::unique_ptr<pending_budget_move> pending_move_;  // move_budget, waiting for no leases
+  std::vector<budget_move> moves_;                     // every move applied (metrics)
 };
 
 }  // namespace detail

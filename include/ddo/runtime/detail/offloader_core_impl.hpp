@@ -17,6 +17,7 @@
 #include "ddo/runtime/nvtx_range.hpp"
 // Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
 #include "ddo/runtime/detail/offloader_core_graph_impl.hpp"
+#include "ddo/runtime/detail/offloader_core_move_impl.hpp"
 #include "ddo/runtime/detail/offloader_core_setup_impl.hpp"
 
 namespace ddo {
@@ -31,6 +32,13 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
                                              " is out of range; the plan has " +
                                              std::to_string(layout_.groups.size()) + " groups");
   if (released_) throw_released(g);
+  if (pending_move_) {
+    // A move synchronizes: never inside a capture (it waits for the next boundary outside).
+    bool capturing = false;
+    if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; })
+      capturing = T::capturing(s);
+    if (!capturing) apply_pending_move_at_boundary(timing_.starts_step(g));
+  }
   nvtx_range range(options_.nvtx, "ddo acquire");
   staging_.rethrow_error();
   fence_poisoned();
@@ -477,6 +485,7 @@ std::byte* offloader_core<T>::stable_data(std::size_t w) const {
 
 template <class T>
 void offloader_core<T>::begin_step() {
+  if (pending_move_) apply_pending_move_at_boundary(true);
   timing_.begin_step();
 }
 
@@ -508,7 +517,8 @@ offload_metrics offloader_core<T>::metrics(bool wait) {
   m.timing = options_.metrics;
   m.steps = timing_.steps();
   for (const auto& s : m.steps) m.totals += s;
-  m.resident_bytes = resident_.bytes;
+  m.resident_bytes = resident_device_bytes_;
+  m.budget_moves = moves_;
   m.slot_bytes = layout_.slot_bytes;
   m.slot_count = slots_.size();
   m.pinned_bytes = pinning_.pinned_bytes();

@@ -133,32 +133,53 @@ void offloader_core<T>::plan_setup_progress() {
 }
 
 template <class T>
-void offloader_core<T>::upload_residents(setup_meter* meter) {
+void offloader_core<T>::upload_residents(setup_meter* meter, const std::vector<char>* only) {
   if (layout_.resident_bytes == 0) return;
-  resident_ = allocate_device_bytes(t_, layout_.resident_bytes);
-  note_device_peak();
-  std::vector<staged_piece> pieces;
   const auto& table = *table_;
+  const std::size_t pieces = layout_.resident_piece_bytes.size();
+  resident_.resize(pieces);
+  std::vector<std::vector<staged_piece>> staged(pieces);
+  for (std::size_t p = 0; p < pieces; ++p) {
+    if (layout_.resident_piece_bytes[p] == 0 || (only != nullptr && !(*only)[p])) continue;
+    resident_[p] = allocate_device_bytes(t_, layout_.resident_piece_bytes[p]);
+    resident_device_bytes_ += layout_.resident_piece_bytes[p];
+    note_device_peak();
+  }
   for (std::size_t w = 0; w < table.size(); ++w) {
     if (layout_.resident_offset[w] == not_streamed) continue;
-    resident_ptr_[w] = resident_.data + layout_.resident_offset[w];
+    const std::size_t p = layout_.resident_piece_of(w);
+    if (only != nullptr && !(*only)[p]) continue;
+    resident_ptr_[w] = resident_[p].data + layout_.resident_offset[w];
     const auto& info = table[w];
     if (info.bytes == 0) continue;
-    staged_piece p;
-    p.slot_offset = layout_.resident_offset[w];
-    p.bytes = info.bytes;
+    staged_piece piece;
+    piece.slot_offset = layout_.resident_offset[w];
+    piece.bytes = info.bytes;
     if (const auto* h = std::get_if<host_source>(&info.source)) {
-      p.host = h->data;
+      piece.host = h->data;
     } else {
       const auto& f = std::get<file_source>(info.source);
-      p.file = f.file_index;
-      p.file_offset = f.offset;
+      piece.file = f.file_index;
+      piece.file_offset = f.offset;
     }
-    pieces.push_back(p);
+    staged[p].push_back(piece);
   }
   if (meter != nullptr) meter->start(setup_phase::uploading);
   // Through the native route's windows when it is on (staging_worker::stage routes there).
-  staging_.stage(resident_.data, pieces, T::view(copy_stream_), meter);
+  for (std::size_t p = 0; p < pieces; ++p)
+    if (!staged[p].empty())
+      staging_.stage(resident_[p].data, staged[p], T::view(copy_stream_), meter);
+}
+
+template <class T>
+void offloader_core<T>::free_resident_piece(std::size_t p) noexcept {
+  if (p >= resident_.size() || resident_[p].data == nullptr) return;
+  resident_device_bytes_ -= resident_[p].bytes;
+  resident_[p] = device_allocation<T>{};
+  const auto& table = *table_;
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (layout_.resident_offset[w] != not_streamed && layout_.resident_piece_of(w) == p)
+      resident_ptr_[w] = nullptr;
 }
 
 /// runtime_options::parallel_setup: the streamed groups are packed and page-locked on a thread
@@ -237,7 +258,7 @@ void offloader_core<T>::allocate_ring(std::size_t max_slots) {
     // budget: no ring is allocated, and the slot count is what that budget holds.
     stable_address_request r;
     r.slot_bytes = slot;
-    r.resident_bytes = resident_.bytes;
+    r.resident_bytes = resident_device_bytes_;
     r.side_slot_bytes = layout_.side_slot_bytes;
     r.streamed_groups = layout_.streamed_order.size();
     for (const auto& gr : layout_.groups) {
@@ -382,7 +403,8 @@ void offloader_core<T>::free_device_side() noexcept {
   }
   slots_.clear();
   ring_ = device_allocation<T>{};
-  resident_ = device_allocation<T>{};
+  resident_.clear();
+  resident_device_bytes_ = 0;
   std::fill(resident_ptr_.begin(), resident_ptr_.end(), nullptr);
   for (auto& gr : layout_.groups) {
     gr.resident.assign(gr.weights.size(), nullptr);
@@ -428,7 +450,8 @@ void offloader_core<T>::teardown() noexcept {
   slots_.clear();
   timing_.release();
   ring_ = device_allocation<T>{};
-  resident_ = device_allocation<T>{};
+  resident_.clear();
+  resident_device_bytes_ = 0;
   native_.release();
   staging_.release();
   layout_.for_each_part([](group_runtime& gr) { gr.block.reset(); });

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "ddo/memory/weight_registry.hpp"
@@ -64,6 +65,13 @@ class group_pinning {
   /// (after teardown synchronised the streams: no copy reads its pieces any more).
   void release(T& t) noexcept;
 
+  /// Exchanges the state with @p o (a budget move pins its new layout beside the old one).
+  void swap(group_pinning& o) noexcept {
+    registered_.swap(o.registered_);
+    std::swap(pinned_bytes_, o.pinned_bytes_);
+    std::swap(fallback_bytes_, o.fallback_bytes_);
+    std::swap(cached_reused_, o.cached_reused_);
+  }
   [[nodiscard]] std::uint64_t pinned_bytes() const noexcept { return pinned_bytes_; }
   [[nodiscard]] std::uint64_t fallback_bytes() const noexcept { return fallback_bytes_; }
   [[nodiscard]] std::uint64_t cached_blocks_reused() const noexcept { return cached_reused_; }

@@ -54,18 +54,20 @@ struct staging_demand {
   l.for_each_part([&](const group_runtime& gr) {
     d.run_bytes = std::max(d.run_bytes, buffered_span(gr.staged, files_bypass));
   });
-  std::uint64_t begin = 0, end = 0;
-  bool any = false;
+  // Each resident piece is uploaded by a staging run of its own: the widest piece's span.
+  std::vector<std::uint64_t> begin(l.resident_piece_bytes.size(), 0), end(begin.size(), 0);
+  std::vector<char> any(begin.size(), 0);
   for (std::size_t w = 0; w < table.size(); ++w) {
     if (l.resident_offset[w] == not_streamed || table[w].bytes == 0) continue;
     if (files_bypass && std::holds_alternative<file_source>(table[w].source)) continue;
+    const std::size_t p = l.resident_piece_of(w);
     const std::uint64_t at = l.resident_offset[w];
-    if (!any) begin = at;
-    any = true;
-    begin = std::min(begin, at);
-    end = std::max(end, at + table[w].bytes);
+    begin[p] = any[p] ? std::min(begin[p], at) : at;
+    any[p] = 1;
+    end[p] = std::max(end[p], at + table[w].bytes);
   }
-  d.setup_bytes = any ? end - begin : 0;
+  for (std::size_t p = 0; p < begin.size(); ++p)
+    if (any[p]) d.setup_bytes = std::max(d.setup_bytes, end[p] - begin[p]);
   return d;
 }
 

@@ -137,6 +137,10 @@ class staging_worker {
 
   /// Starts the worker thread; @p max_outstanding bounds the jobs queued at once.
   void start(std::size_t max_outstanding);
+  [[nodiscard]] bool running() const noexcept { return thread_.joinable(); }
+  /// Lets @p max_outstanding jobs be queued at once (a budget move grew the ring); only while
+  /// nothing is queued (the caller waited for the queue).
+  void reserve_jobs(std::size_t max_outstanding);
   /// Queues @p j; returns its ticket (tickets grow by one from 1). Never allocates.
   std::uint64_t submit(const job& j);
   /// submit(), first waiting for room in the queue (graph streaming queues a whole step's loads,

@@ -92,6 +92,16 @@ void staging_worker<T>::start(std::size_t max_outstanding) {
 }
 
 template <class T>
+void staging_worker<T>::reserve_jobs(std::size_t max_outstanding) {
+  std::lock_guard lock(mutex_);
+  if (max_outstanding <= ring_.size()) return;
+  DDO_EXPECTS(queued_ == 0, "staging_worker: the job queue grows only while empty (a ddo bug)");
+  ring_.assign(max_outstanding, job{});
+  head_ = 0;
+  if (binding_) bind_errors_.assign(ring_.size(), nullptr);
+}
+
+template <class T>
 std::uint64_t staging_worker<T>::submit(const job& j) {
   std::uint64_t ticket = 0;
   {

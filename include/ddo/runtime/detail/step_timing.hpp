@@ -49,6 +49,10 @@ class step_timing {
   [[nodiscard]] std::size_t step_index() { current(); return steps_.size() - 1; }
   /// The engine acquires group @p g: starts a step when its index is not above the last.
   void note_acquire(std::size_t g);
+  /// Whether an acquire of group @p g would start a step (note_acquire's rule).
+  [[nodiscard]] bool starts_step(std::size_t g) const noexcept {
+    return !explicit_step_ && (steps_.empty() || (acquired_any_ && g <= last_group_));
+  }
   /// Starts a step now; the next acquire does not start another.
   void begin_step();
 

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief Definitions of offloader_core.hpp's budget moves (not API): a running offloader moves
+/// to a fresh plan for another device budget, changing only what differs. Out of the class on
+/// purpose (see offloader_core_impl.hpp).
+///
+/// Order, so that ddo's device bytes never exceed max(before, after) (budget_move.hpp):
+/// 1. wait for ddo's loads and the engine's released work (no lease is alive: a move waits for
+///    a step boundary without leases);
+/// 2. host side: pack and page-lock the new layout's pinned groups, a group whose packed
+///    weights stay taking its block back (a pinned_weight_cache: the engine's, or one made of
+///    the old blocks), so only new blocks read their bytes; nothing on the device moved yet, so
+///    a failure leaves the offloader as it was;
+/// 3. device side, frees first: the ring, then every resident piece (a group's residents) whose
+///    weights change; then allocations: the new pieces (uploaded from their sources) and the
+///    new ring. A failure there frees what was allocated and puts the old pieces and ring back.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+#include "ddo/runtime/detail/budget_check.hpp"
+#include "ddo/runtime/detail/staging_size.hpp"
+// Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+template <class T>
+void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
+  constexpr bool stable = transport_with_stable_addresses<T>;
+  constexpr bool file_route = transport_with_file_staging<T>;
+  if constexpr (stable || file_route)
+    throw usage_error(std::string("move_budget: the ") + (stable ? "VMM" : "file") +
+                      " route cannot move its budget while running (its window or slots are "
+                      "sized at setup); set the offloader up again for the new budget");
+  DDO_EXPECTS(!options_.native_vmm.enabled && !options_.weight_store && !options_.pin_in_place,
+              "move_budget: supported on the linear and host_sim routes with packed pinned "
+              "blocks; native_vmm, a shared_weight_store and pin_in_place keep their setup's "
+              "placement (set the offloader up again for the new budget)");
+  DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
+                          "restore_device first");
+  DDO_EXPECTS(!graph_.active,
+              "move_budget: a captured CUDA graph streams through this offloader's ring, whose "
+              "addresses a move changes; leave graph mode (release_device / restore_device), "
+              "move, then capture the step again");
+  DDO_EXPECTS(plan.groups.size() == layout_.groups.size(),
+              "move_budget: the plan has " + std::to_string(plan.groups.size()) +
+                  " groups, the offloader " + std::to_string(layout_.groups.size()) +
+                  "; plan for the same table and execution groups");
+  for (std::size_t g = 0; g < plan.groups.size(); ++g)
+    DDO_EXPECTS(plan.groups[g].weights == layout_.groups[g].weights,
+                "move_budget: group '" + layout_.groups[g].name +
+                    "' holds other weights in the new plan; plan for the same execution groups");
+}
+
+template <class T>
+bool offloader_core<T>::move_budget(offload_plan plan, std::uint64_t budget_bytes) {
+  refuse_budget_move(plan);
+  auto next = std::make_unique<pending_budget_move>();
+  next->options = options_;
+  next->options.device_budget_bytes = budget_bytes;
+  next->layout = make_group_layout(*table_, plan, next->options, false);
+  // What the transport has free now, plus what this offloader holds and frees first.
+  const std::uint64_t free = t_.device_memory().free_bytes + device_bytes();
+  check_runtime_budgets(next->layout, plan, next->options, free, true);
+  next->plan = std::move(plan);
+  next->deferred = live_leases_ != 0;
+  pending_move_ = std::move(next);
+  if (live_leases_ != 0) return false;
+  apply_budget_move();
+  return true;
+}
+
+template <class T>
+void offloader_core<T>::apply_pending_move_at_boundary(bool boundary) {
+  if (!boundary || live_leases_ != 0 || graph_.active) return;
+  apply_budget_move();
+}
+
+/// Waits for ddo's loads and the engine's work on the slots (released leases' events).
+/// @return the host milliseconds waited.
+template <class T>
+double offloader_core<T>::quiesce_for_move() {
+  const auto start = clock::now();
+  staging_.wait_all();
+  staging_.rethrow_error();
+  for (auto& st : slots_) {
+    t_.synchronize(st.release);
+    t_.synchronize(st.ready);
+  }
+  t_.synchronize(T::view(copy_stream_));
+  if (staging_.has_stream()) t_.synchronize(staging_.stream());
+  return std::chrono::duration<double, std::milli>(clock::now() - start).count();
+}
+
+/// Packs and page-locks @p next's pinned groups into @p pins; a group whose packed weights
+/// stay takes its block back. @return the weight bytes read into new blocks.
+template <class T>
+std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_pinning<T>& pins) {
+  const auto& table = *table_;
+  pinned_weight_cache own;
+  pinned_weight_cache* cache = options_.pinned_cache != nullptr ? options_.pinned_cache : &own;
+  if (cache == &own)
+    layout_.for_each_part([&](const group_runtime& gr) {
+      if (!gr.block || gr.pinned_staged || !gr.block->registered()) return;
+      own.insert(pinning_detail::block_key(gr, table, plan_, options_),
+                 std::make_shared<pinned_block>(gr.block, gr.block_offset, gr.pinned_bytes));
+    });
+  std::uint64_t read = 0;
+  next.layout.for_each_part([&](const group_runtime& gr) {
+    if (gr.pinned_bytes != 0 &&
+        !cache->find(pinning_detail::block_key(gr, table, next.plan, next.options)))
+      read += gr.packed_weight_bytes;
+  });
+  runtime_options o = next.options;
+  o.pinned_cache = cache;
+  setup_meter quiet;
+  pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+  return read;
+}
+
+/// Sizes the staging buffers for the layout now in place as setup does (for_upload: the
+/// residents' upload too; after it, only what groups stage while running).
+template <class T>
+void offloader_core<T>::fit_staging_for_move(bool for_upload) {
+  auto demand = staging_demand_of(layout_, *table_, transport_with_file_reads<T>);
+  if (!for_upload) demand.setup_bytes = 0;
+  const std::uint64_t bytes = staging_buffer_bytes_for(demand, options_.staging_buffer_bytes);
+  if (staging_.has_buffers() && staging_.buffer_bytes() == 2 * bytes) return;
+  staging_.release_buffers();
+  if (bytes != 0) staging_.ensure_buffers(bytes);
+}
+
+template <class T>
+void offloader_core<T>::apply_budget_move() {
+  auto next = std::move(pending_move_);  // a failed move is dropped: nothing changed
+  const auto start = clock::now();
+  budget_move record;
+  bool same = true;
+  for (std::size_t w = 0; w < plan_.decisions.size() && same; ++w)
+    same = plan_.decisions[w].where == next->plan.decisions[w].where;
+  if (same) {
+    // The placement stays: only the budget changes (the ring, its loads and every block stay).
+    record.step = timing_.steps().size();
+    record.deferred = next->deferred;
+    record.budget_before_bytes = options_.device_budget_bytes;
+    record.budget_after_bytes = next->options.device_budget_bytes;
+    record.device_before_bytes = record.device_after_bytes = record.device_peak_bytes =
+        device_bytes();
+    record.slot_bytes_before = record.slot_bytes_after = layout_.slot_bytes;
+    record.slots_before = record.slots_after = slots_.size();
+    record.pieces_kept = resident_.size();
+    options_.device_budget_bytes = next->options.device_budget_bytes;
+    plan_.budgets = std::move(next->plan.budgets);
+    record.move_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    moves_.push_back(record);
+    return;
+  }
+  record.step = timing_.steps().size();
+  record.deferred = next->deferred;
+  record.budget_before_bytes = options_.device_budget_bytes;
+  record.budget_after_bytes = next->options.device_budget_bytes;
+  record.device_before_bytes = device_bytes();
+  record.device_peak_bytes = device_bytes();
+  record.slot_bytes_before = layout_.slot_bytes;
+  record.slots_before = slots_.size();
+  const auto& table = *table_;
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    const bool was = plan_.decisions[w].where == placement::gpu_resident;
+    const bool is = next->plan.decisions[w].where == placement::gpu_resident;
+    if (was == is) continue;
+    (is ? record.weights_promoted : record.weights_demoted) += 1;
+    (is ? record.bytes_promoted : record.bytes_demoted) += table[w].bytes;
+  }
+  record.wait_ms = quiesce_for_move();
+  group_pinning<T> pins;
+  record.bytes_packed = pin_for_move(*next, pins);
+  move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
+  pinning_.swap(pins);              // the old blocks go with `pins` and the old layout
+  plan_ = std::move(next->plan);
+  options_.device_budget_bytes = next->options.device_budget_bytes;
+  record.bytes_read = record.bytes_uploaded + record.bytes_packed;
+  record.device_after_bytes = device_bytes();
+  record.slot_bytes_after = layout_.slot_bytes;
+  record.slots_after = slots_.size();
+  record.move_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  moves_.push_back(record);
+}
+
+/// Frees the ring and the changing pieces, then allocates the new pieces and the ring, and
+/// commits @p next's layout (file comment). On a failure the old layout, pieces and ring come
+/// back and the failure is rethrown.
+template <class T>
+void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move& record) {
+  const auto& table = *table_;
+  const std::size_t pieces = layout_.resident_piece_bytes.size();
+  std::vector<std::vector<std::size_t>> piece_weights(pieces);
+  for (std::size_t w = 0; w < table.size(); ++w)
+    piece_weights[layout_.resident_piece_of(w)].push_back(w);
+  std::vector<char> kept(pieces, 0), fresh(pieces, 0);
+  resident_.resize(pieces);
+  for (std::size_t p = 0; p < pieces; ++p) {
+    kept[p] = resident_[p].data != nullptr &&
+              layout_.same_resident_piece(next.layout, p, piece_weights[p]);
+    fresh[p] = !kept[p] && next.layout.resident_piece_bytes[p] != 0;
+    if (!kept[p] && (resident_[p].data != nullptr || fresh[p])) ++record.pieces_moved;
+    if (kept[p]) ++record.pieces_kept;
+  }
+  slots_.clear();
+  ring_ = device_allocation<T>{};
+  for (std::size_t p = 0; p < pieces; ++p)
+    if (!kept[p]) free_resident_piece(p);
+  group_layout old = std::exchange(layout_, std::move(next.layout));
+  try {
+    fit_staging_for_move(true);
+    upload_residents(nullptr, &fresh);
+    record.device_peak_bytes = std::max(record.device_peak_bytes, device_bytes());
+    allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
+    ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
+                         layout_.prefetch_depth);
+    t_.synchronize(T::view(copy_stream_));
+    if (staging_.has_stream()) t_.synchronize(staging_.stream());
+    fit_staging_for_move(false);
+    const bool staged = layout_.staging_needed;
+    const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * slots_.size() + 1;
+    if (staging_.running()) staging_.reserve_jobs(jobs);
+    else if (staged && !slots_.empty()) staging_.start(jobs);
+  } catch (...) {
+    restore_after_failed_move(old, kept);
+    throw;
+  }
+  record.device_peak_bytes = std::max(record.device_peak_bytes, device_bytes());
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (layout_.resident_offset[w] != not_streamed && fresh[layout_.resident_piece_of(w)])
+      record.bytes_uploaded += table[w].bytes;
+}
+
+/// After a failed move: frees what it allocated and brings the old layout, pieces and ring back
+/// (they fitted before the move; a failure now is printed: the offloader then refuses acquires
+/// of what it lacks, as after a failed restore_device).
+template <class T>
+void offloader_core<T>::restore_after_failed_move(group_layout& old,
+                                                  const std::vector<char>& kept) noexcept {
+  try {
+    t_.synchronize(T::view(copy_stream_));
+    if (staging_.has_stream()) t_.synchronize(staging_.stream());
+    slots_.clear();
+    ring_ = device_allocation<T>{};
+    for (std::size_t p = 0; p < kept.size(); ++p)
+      if (!kept[p]) free_resident_piece(p);
+    layout_ = std::move(old);
+    std::vector<char> back(kept.size(), 0);
+    for (std::size_t p = 0; p < kept.size(); ++p) back[p] = !kept[p];
+    fit_staging_for_move(true);
+    upload_residents(nullptr, &back);
+    allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
+    ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
+                         layout_.prefetch_depth);
+    t_.synchronize(T::view(copy_stream_));
+    if (staging_.has_stream()) t_.synchronize(staging_.stream());
+    fit_staging_for_move(false);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddo: restoring the device side after a failed budget move: %s\n",
+                 e.what());
+  }
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

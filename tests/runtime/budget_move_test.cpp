@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// A device budget that moves (issue 41): set_device_budget on a running offloader over host_sim.
+// Random sequences of budgets between steps, some with a lease held across the call: the bytes
+// every lease sees (the runner's --verify check), ddo's device bytes within every budget at every
+// moment (the transport's ledger, its peak reset before each move and each step), and the plan
+// after each move equal to a fresh plan for that budget. Seeded: DDO_BUDGET_MOVE_SEED=N chooses
+// another seed (printed), "random" a random one.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ddo/setup/setup.hpp"
+#include "ddo/transport/host_sim.hpp"
+#include "lease_check.hpp"
+
+namespace budget_move_test {
+
+/// Blocks of a linear layer each (host memory), a file-backed one and a small norm (kept
+/// resident by the rules), then an embedding: every placement a plan can choose.
+struct move_model {
+  ddo::weight_table table;
+  std::vector<std::vector<std::byte>> expected;
+  std::filesystem::path file;
+  std::vector<ddo::execution_group> groups;
+  move_model(std::uint32_t seed, int blocks) {
+    std::mt19937 rng(seed);
+    file = std::filesystem::temp_directory_path() /
+           ("ddo_budget_move_" + std::to_string(seed) + "_" + std::to_string(::getpid()) + ".bin");
+    std::ofstream out(file, std::ios::binary);
+    const std::size_t f = table.add_file(file.string());
+    std::uint64_t offset = 0;
+    expected.reserve(static_cast<std::size_t>(blocks) * 3 + 1);
+    auto add = [&](const std::string& name, std::int64_t elems, bool from_file) {
+      auto& v = expected.emplace_back(static_cast<std::size_t>(elems * 2));
+      for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
+      ddo::weight_info w;
+      w.name = name;
+      w.kind = name.find("norm") == std::string::npos ? ddo::module_kind::linear
+                                                      : ddo::module_kind::other;
+      w.type = ddo::dtype::bf16;
+      w.shape = {elems};
+      if (from_file) {
+        out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size()));
+        w.source = ddo::file_source{f, offset};
+        offset += v.size();
+      } else {
+        w.source = ddo::host_source{v.data()};
+      }
+      return table.add(w);
+    };
+    for (int b = 0; b < blocks; ++b) {
+      const std::string p = "transformer_blocks." + std::to_string(b) + ".";
+      ddo::execution_group g;
+      g.name = "transformer_blocks." + std::to_string(b);
+      // Unequal blocks, so that the largest streamed group (the ring's slot) changes too.
+      const std::int64_t scale = 1 + b % 3;
+      // MiB-sized: the plan leaves 64 MiB of every budget to the runtime (its reserve).
+      g.weights.push_back(add(p + "attn.to_q.weight", scale * (1500000 + rng() % 1000000), false));
+      g.weights.push_back(add(p + "ff.up.weight", 1000000 + rng() % 1000000, b % 2 == 1));
+      g.weights.push_back(add(p + "norm.weight", 256, false));
+      groups.push_back(std::move(g));
+    }
+    ddo::execution_group embed;
+    embed.name = "embed";
+    embed.weights.push_back(add("embed.weight", 500000, false));
+    groups.push_back(std::move(embed));
+    out.close();
+  }
+  move_model(const move_model&) = delete;
+  move_model& operator=(const move_model&) = delete;
+  ~move_model() {
+    std::error_code ec;
+    std::filesystem::remove(file, ec);
+  }
+};
+
+ddo::setup_options options_for(const move_model& m) {
+  ddo::setup_options o;
+  o.inputs.environment = std::map<std::string, std::string>{};
+  // The balanced budget decides (no full-pin zero-resident rule); about a third pinned, the
+  // rest pageable or in its file: every tier moves.
+  o.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
+                        {ddo::field_id::auto_full_pin_min_model_to_vram_ratio, 0.0},
+                        {ddo::field_id::pin_weight_budget_gb, 0.04},
+                        {ddo::field_id::show_profile, false}};
+  o.ram_bytes = 8 * ddo::gib;
+  o.groups = m.groups;
+  return o;
+}
+
+std::uint32_t seed_from_env() {
+  const char* s = std::getenv("DDO_BUDGET_MOVE_SEED");
+  if (s == nullptr || *s == '\0') return 41;
+  if (std::string(s) == "random") return std::random_device{}();
+  return static_cast<std::uint32_t>(std::strtoul(s, nullptr, 10));
+}
+
+/// The placements of a fresh setup's plan for @p budget, on a transport of its own.
+std::vector<ddo::placement> fresh_placements(const move_model& m,
+                                             const ddo::dynamic_offload_settings& settings,
+                                             const ddo::setup_options& o, std::uint64_t card,
+                                             std::uint64_t budget) {
+  ddo::host_sim_transport fresh({.device_capacity_bytes = card});
+  const auto setup = ddo::plan_for_device_budget(m.table, settings, o, fresh, budget);
+  std::vector<ddo::placement> out;
+  for (const auto& d : setup.plan.decisions) out.push_back(d.where);
+  return out;
+}
+
+std::vector<ddo::placement> move_placements(const ddo::offload_plan& plan) {
+  std::vector<ddo::placement> out;
+  for (const auto& d : plan.decisions) out.push_back(d.where);
+  return out;
+}
+
+using offloader_t = ddo::offloader<ddo::host_sim_transport>;
+
+}  // namespace budget_move_test
+
+TEST_SUITE("runtime") {
+  using budget_move_test::move_model;
+  using budget_move_test::move_placements;
+  using budget_move_test::offloader_t;
+  using budget_move_test::options_for;
+
+  TEST_CASE("set_device_budget: random budgets between steps, leases held across some") {
+    const std::uint32_t seed = budget_move_test::seed_from_env();
+    MESSAGE("budget move seed " << seed << " (DDO_BUDGET_MOVE_SEED=N or =random to choose)");
+    std::mt19937 rng(seed);
+    const move_model m(seed, 8);
+    const auto o = options_for(m);
+    const auto settings = ddo::resolve_settings(o.inputs);
+    // Never the limit (budget + the balanced rule's headroom): the budgets are.
+    const std::uint64_t card = 8 * ddo::gib;
+    ddo::host_sim_transport sim({.device_capacity_bytes = card});
+    std::uint64_t total = 0;
+    for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
+    const auto least =
+        ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+    REQUIRE(least.has_value());
+    std::uniform_int_distribution<std::uint64_t> pick(*least, 2 * total + 64 * ddo::mib);
+    std::uint64_t budget = pick(rng);
+    offloader_t off(m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, budget), sim);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    std::size_t promoted = 0, demoted = 0, deferred = 0, slot_changes = 0;
+    for (int k = 0; k < 24; ++k) {
+      const std::uint64_t next = pick(rng);
+      const bool hold = rng() % 3 == 0;
+      auto s = sim.make_stream();
+      std::optional<offloader_t::lease_type> held;
+      const std::size_t g = rng() % off.group_count();
+      if (hold) held.emplace(off.acquire(g, sim.view(s)));
+      const auto before = move_placements(off.plan());
+      sim.reset_peak_device_bytes();
+      const bool now = ddo::set_device_budget(off, settings, o, next);
+      CHECK(now == !hold);
+      CHECK(off.budget_move_pending() == hold);
+      if (hold) {
+        // The held group is untouched (its bytes right), and the move waits for the boundary.
+        for (std::size_t i = 0; i < held->size(); ++i) {
+          const std::byte* p = held->data(i);
+          const auto& e = m.expected[held->weight_index(i)];
+          sim.synchronize(sim.view(s));
+          CHECK(std::memcmp(p, e.data(), e.size()) == 0);
+        }
+        held.reset();
+        sim.synchronize(sim.view(s));
+        CHECK(off.budget_move_pending());  // not a boundary yet: the next step starts one
+        off.begin_step();
+        ++deferred;
+      }
+      CHECK_FALSE(off.budget_move_pending());
+      const std::uint64_t peak = sim.peak_device_bytes();
+      // Through the move, ddo's device bytes stayed within max(old, new) budget (ledger).
+      CHECK(sim.peak_device_bytes() <= std::max(budget, next));
+      CHECK(sim.device_bytes_in_use() == off.device_bytes());
+      CHECK(off.device_bytes() <= next);
+      CHECK(move_placements(off.plan()) ==
+            budget_move_test::fresh_placements(m, settings, o, card, next));
+      const auto moves = off.metrics().budget_moves;
+      REQUIRE(moves.size() == static_cast<std::size_t>(k) + 1);
+      const auto& mv = moves.back();
+      CHECK(mv.deferred == hold);
+      CHECK(mv.device_peak_bytes <= std::max(budget, next));
+      // Stronger, and what the order of frees and allocations gives: never more than the
+      // larger of ddo's own bytes before and after (the ledger's peak since the reset).
+      CHECK(peak <= std::max(mv.device_before_bytes, mv.device_after_bytes));
+      CHECK(mv.device_peak_bytes == peak);
+      CHECK(mv.budget_after_bytes == next);
+      promoted += mv.weights_promoted;
+      demoted += mv.weights_demoted;
+      slot_changes += mv.slot_bytes_before != mv.slot_bytes_after ? 1 : 0;
+      // Each byte read at most once: only groups whose placement changed read anything.
+      const auto after = move_placements(off.plan());
+      std::uint64_t changed = 0;
+      for (const auto& eg : m.groups) {
+        bool differs = false;
+        for (std::size_t w : eg.weights) differs |= before[w] != after[w];
+        if (differs)
+          for (std::size_t w : eg.weights) changed += m.table[w].bytes;
+      }
+      CHECK(mv.bytes_read <= changed);
+      sim.reset_peak_device_bytes();
+      CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
+      CHECK(sim.peak_device_bytes() <= next);
+      budget = next;
+    }
+    MESSAGE(promoted << " weights promoted, " << demoted << " demoted, " << deferred
+                     << " moves deferred, " << slot_changes << " ring slot changes");
+    CHECK(promoted > 0);
+    CHECK(demoted > 0);
+  }
+
+  TEST_CASE("set_device_budget: the same budget moves nothing; a budget too small is refused") {
+    const move_model m(7, 6);
+    const auto o = options_for(m);
+    const auto settings = ddo::resolve_settings(o.inputs);
+    ddo::host_sim_transport sim({.device_capacity_bytes = 8 * ddo::gib});
+    std::uint64_t total = 0;
+    for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
+    const auto least =
+        ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+    REQUIRE(least.has_value());
+    const std::uint64_t budget = (*least + total) / 2;
+    offloader_t off(m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, budget), sim);
+    CHECK(ddo::set_device_budget(off, settings, o, budget));
+    const auto same = off.metrics().budget_moves.back();
+    CHECK(same.bytes_read == 0);
+    CHECK(same.pieces_moved == 0);
+    CHECK(same.weights_promoted + same.weights_demoted == 0);
+
+    const auto before = move_placements(off.plan());
+    const std::uint64_t device = off.device_bytes();
+    const std::uint64_t pinned = sim.pinned_bytes_in_use();
+    std::uint64_t named = 0;
+    try {
+      (void)ddo::set_device_budget(off, settings, o, 4096);
+      FAIL("a 4 KiB budget was accepted");
+    } catch (const ddo::out_of_memory& e) {
+      CHECK(e.tier() == ddo::memory_tier::device);
+      CHECK(std::string(e.what()).find("smallest device budget") != std::string::npos);
+      named = e.requested_bytes();
+    }
+    // Nothing half-done: the same plan, device and pinned bytes, and the bytes still right.
+    CHECK(move_placements(off.plan()) == before);
+    CHECK(off.device_bytes() == device);
+    CHECK(sim.pinned_bytes_in_use() == pinned);
+    CHECK(off.metrics().budget_moves.size() == 1);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    // The budget the refusal named runs, and one MiB less does not.
+    REQUIRE(named > ddo::mib);
+    CHECK(ddo::set_device_budget(off, settings, o, named));
+    CHECK(off.device_bytes() <= named);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    CHECK_THROWS_AS((void)ddo::set_device_budget(off, settings, o, named - ddo::mib),
+                    ddo::out_of_memory);
+  }
+
+  TEST_CASE("set_device_budget: refused after release_device, applied after restore") {
+    const move_model m(9, 4);
+    const auto o = options_for(m);
+    const auto settings = ddo::resolve_settings(o.inputs);
+    ddo::host_sim_transport sim({.device_capacity_bytes = 8 * ddo::gib});
+    std::uint64_t total = 0;
+    for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
+    const std::uint64_t roomy = 2 * total + 64 * ddo::mib;
+    offloader_t off(m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, roomy), sim);
+    off.release_device();
+    const auto least =
+        ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+    REQUIRE(least.has_value());
+    CHECK_THROWS_AS((void)ddo::set_device_budget(off, settings, o, *least), ddo::usage_error);
+    off.restore_device();
+    CHECK(ddo::set_device_budget(off, settings, o, *least));
+    CHECK(off.device_bytes() <= *least);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
+  }
+}
+
+TEST_SUITE("runtime") {
+  TEST_CASE("set_device_reserve: the plan follows the engine's reserve per workload size") {
+    using budget_move_test::move_placements;
+    const budget_move_test::move_model m(11, 8);
+    auto o = budget_move_test::options_for(m);
+    const auto settings = ddo::resolve_settings(o.inputs);
+    std::uint64_t total = 0;
+    for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
+    // A card the model does not fit beside the largest reserve: the reserve decides.
+    const std::uint64_t card = total + 1536 * ddo::mib + 64 * ddo::mib;
+    const auto fresh = [&](std::uint64_t reserve) {
+      ddo::host_sim_transport other({.device_capacity_bytes = card});
+      auto r = o;
+      r.reserve_device_bytes = reserve;
+      return move_placements(
+          ddo::setup_offload(m.table, settings, ddo::component_for(settings, r.inputs), r, other)
+              .plan);
+    };
+    ddo::host_sim_transport sim({.device_capacity_bytes = card});
+    o.reserve_device_bytes = total / 4;
+    budget_move_test::offloader_t off(
+        m.table, ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, sim),
+        sim);
+    std::size_t changed = 0;
+    for (std::uint64_t reserve : {total, total / 4, 3 * total / 4, std::uint64_t{0}, total / 2}) {
+      const auto before = move_placements(off.plan());
+      sim.reset_peak_device_bytes();
+      CHECK(ddo::set_device_reserve(off, settings, o, reserve));
+      CHECK(move_placements(off.plan()) == fresh(reserve));
+      changed += before != move_placements(off.plan()) ? 1 : 0;
+      const auto mv = off.metrics().budget_moves.back();
+      CHECK(sim.peak_device_bytes() <= std::max(mv.device_before_bytes, mv.device_after_bytes));
+      // ddo and the engine's reserve together within the card, at every moment of the move.
+      CHECK(mv.device_after_bytes + reserve + ddo::runtime_device_reserve_bytes <= card);
+      CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    }
+    CHECK(changed >= 3);
+    CHECK_THROWS_AS((void)ddo::set_device_reserve(off, settings, o, card), ddo::out_of_memory);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+  }
+}
