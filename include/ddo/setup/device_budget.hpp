@@ -3,7 +3,7 @@
 /// @file
 /// @brief A device budget that moves (issue 41): set_device_budget() plans a running
 /// offloader's component afresh for another device budget — the setup's own plan stage
-/// (setup_path::run: the same planner, selection rules, settings and machine facts, the
+/// (detail::fresh_setup: the same planner, selection rules, settings and machine facts, the
 /// offloader's own device bytes counted free as at its setup) — and moves the offloader to that
 /// plan (basic_offloader::move_budget: only what differs moves). plan_for_device_budget() is
 /// the plan alone (what a fresh setup for that budget plans; tests compare the two), and
@@ -28,6 +28,7 @@
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_loop.hpp"
+#include "ddo/setup/planner_choice.hpp"
 #include "ddo/setup/setup_offload.hpp"
 
 namespace ddo {
@@ -64,6 +65,19 @@ struct budget_policies<Offloader> {
   return resident + streamed_ring_bytes(plan, table, runtime);
 }
 
+/// A fresh setup as the one call makes it (prepare_offload): the component's route, the
+/// planner by profile (@p Planner), @p PinSelector, the same settings and machine facts.
+template <class Planner, class PinSelector, class Transport>
+[[nodiscard]] offload_setup fresh_setup(const weight_table& table,
+                                        const dynamic_offload_settings& settings,
+                                        const setup_options& options, Transport& transport) {
+  const auto planner =
+      planner_for<Planner>(table, settings.config, settings.profile_dir, options.tokens,
+                           runtime_options_from(settings.config, options.runtime), transport);
+  return setup_offload(table, settings, component_for(settings, options.inputs), options,
+                       transport, planner, PinSelector{});
+}
+
 }  // namespace detail
 
 /// @brief The plan a fresh setup makes for a device budget of @p budget_bytes (setup_options
@@ -81,8 +95,7 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
                                  "the device bytes ddo may use");
   options.runtime.device_budget_bytes = budget_bytes;
   options.device_held_bytes = held_bytes;
-  auto setup = detail::setup_path<dynamic_offload_settings>::template run<Planner, PinSelector>(
-      table, settings, options, transport);
+  auto setup = detail::fresh_setup<Planner, PinSelector>(table, settings, options, transport);
   const std::uint64_t need = detail::plan_device_bytes(setup.plan, table, setup.runtime);
   if (need > budget_bytes)
     throw out_of_memory(memory_tier::device, need, budget_bytes,
@@ -176,8 +189,7 @@ bool set_device_reserve(Offloader& off, const dynamic_offload_settings& settings
   offload_setup next;
   std::uint64_t budget = 0;
   try {
-    next = detail::setup_path<dynamic_offload_settings>::template run<planner, pins>(
-        off.table(), settings, options, off.transport());
+    next = detail::fresh_setup<planner, pins>(off.table(), settings, options, off.transport());
     const auto& m = next.machine;
     const std::uint64_t reserves = saturating_add(reserve_bytes, m.runtime_reserve_bytes);
     budget = m.device.free_bytes > reserves ? m.device.free_bytes - reserves : 1;
