@@ -169,11 +169,12 @@ class offloader_core {
   void refuse_budget_move(const offload_plan& plan) const;
   void apply_budget_move();
   void apply_pending_move_at_boundary(bool boundary);
-  double quiesce_for_move();
+  double wait_for_slot_users();
   std::uint64_t pin_for_move(pending_budget_move& next, group_pinning<T>& pins);
   void move_device_side(pending_budget_move& next, budget_move& record);
   void restore_after_failed_move(group_layout& old, const std::vector<char>& kept) noexcept;
   void fit_staging_for_move(bool for_upload);
+  void rebuild_pieces_and_ring(const std::vector<char>& fresh);
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);

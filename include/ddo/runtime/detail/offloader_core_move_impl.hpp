@@ -87,10 +87,11 @@ void offloader_core<T>::apply_pending_move_at_boundary(bool boundary) {
   apply_budget_move();
 }
 
-/// Waits for ddo's loads and the engine's work on the slots (released leases' events).
+/// Waits for ddo's loads and the engine's work on the slots (released leases' events):
+/// before a budget move and release_device free device memory.
 /// @return the host milliseconds waited.
 template <class T>
-double offloader_core<T>::quiesce_for_move() {
+double offloader_core<T>::wait_for_slot_users() {
   const auto start = clock::now();
   staging_.wait_all();
   staging_.rethrow_error();
@@ -182,7 +183,7 @@ void offloader_core<T>::apply_budget_move() {
     (is ? record.weights_promoted : record.weights_demoted) += 1;
     (is ? record.bytes_promoted : record.bytes_demoted) += table[w].bytes;
   }
-  record.wait_ms = quiesce_for_move();
+  record.wait_ms = wait_for_slot_users();
   group_pinning<T> pins;
   record.bytes_packed = pin_for_move(*next, pins);
   move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
@@ -222,15 +223,7 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
     if (!kept[p]) free_resident_piece(p);
   group_layout old = std::exchange(layout_, std::move(next.layout));
   try {
-    fit_staging_for_move(true);
-    upload_residents(nullptr, &fresh);
-    record.device_peak_bytes = std::max(record.device_peak_bytes, device_bytes());
-    allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
-    ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
-                         layout_.prefetch_depth);
-    t_.synchronize(T::view(copy_stream_));
-    if (staging_.has_stream()) t_.synchronize(staging_.stream());
-    fit_staging_for_move(false);
+    rebuild_pieces_and_ring(fresh);
     const bool staged = layout_.staging_needed;
     const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * slots_.size() + 1;
     if (staging_.running()) staging_.reserve_jobs(jobs);
@@ -243,6 +236,21 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
   for (std::size_t w = 0; w < table.size(); ++w)
     if (layout_.resident_offset[w] != not_streamed && fresh[layout_.resident_piece_of(w)])
       record.bytes_uploaded += table[w].bytes;
+}
+
+/// The device side of a layout after its old pieces and ring went: the @p fresh pieces uploaded
+/// (the others kept their memory), then the ring (after the pieces: ddo's device bytes only grow
+/// here), its schedule reset, staging sized for the upload and then for the steps.
+template <class T>
+void offloader_core<T>::rebuild_pieces_and_ring(const std::vector<char>& fresh) {
+  fit_staging_for_move(true);
+  upload_residents(nullptr, &fresh);
+  allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
+  ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
+                       layout_.prefetch_depth);
+  t_.synchronize(T::view(copy_stream_));
+  if (staging_.has_stream()) t_.synchronize(staging_.stream());
+  fit_staging_for_move(false);
 }
 
 /// After a failed move: frees what it allocated and brings the old layout, pieces and ring back
@@ -261,14 +269,7 @@ void offloader_core<T>::restore_after_failed_move(group_layout& old,
     layout_ = std::move(old);
     std::vector<char> back(kept.size(), 0);
     for (std::size_t p = 0; p < kept.size(); ++p) back[p] = !kept[p];
-    fit_staging_for_move(true);
-    upload_residents(nullptr, &back);
-    allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
-    ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
-                         layout_.prefetch_depth);
-    t_.synchronize(T::view(copy_stream_));
-    if (staging_.has_stream()) t_.synchronize(staging_.stream());
-    fit_staging_for_move(false);
+    rebuild_pieces_and_ring(back);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddo: restoring the device side after a failed budget move: %s\n",
                  e.what());

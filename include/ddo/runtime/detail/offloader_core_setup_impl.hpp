@@ -340,16 +340,9 @@ void offloader_core<T>::release_device() {
                   "device memory they point into is freed at the phase switch)");
   if (released_) return;
   end_graph_mode();
-  staging_.wait_all();
-  staging_.rethrow_error();
   // The engine's reads of the slots end with their release events, ddo's loads with the copy
   // and staging streams: only then may the memory go.
-  for (auto& st : slots_) {
-    t_.synchronize(st.release);
-    t_.synchronize(st.ready);
-  }
-  t_.synchronize(T::view(copy_stream_));
-  if (staging_.has_stream()) t_.synchronize(staging_.stream());
+  (void)wait_for_slot_users();
   free_device_side();
   // Setup frees staging buffers that only served the residents' upload; every restore uploads
   // them again, so they are made once now and kept (never re-pinned per phase or image).
