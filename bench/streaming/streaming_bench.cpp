@@ -1159,8 +1159,7 @@ int main(int argc, char** argv) {
                        "ddo linear, 50% resident budget (planner picks blocks), rest pinned",
                        ddo_config(opt, m, 0.50, true));
       });
-      // A pair, not structured bindings: clang before 16 cannot capture those in a lambda.
-      for (const auto& variant :
+      for (const auto& variant :  // not structured bindings: clang < 16 cannot capture them
            {std::pair<const char*, double>{"vmm_zero_resident", 0.0}, {"vmm_resident_25", 0.25},
             {"vmm_resident_50", 0.50}})
         attempt(variant.first, 1.03, [&, vmm_name = variant.first, fraction = variant.second] {
