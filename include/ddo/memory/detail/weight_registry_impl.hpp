@@ -23,6 +23,16 @@ namespace ddo {
 inline namespace v0 {
 namespace detail::registry_detail {
 
+/// T named through Tag: the registry's own containers are then dependent types, instantiated
+/// with the registry where it is used, not in every TU that includes it (GCC instantiates what
+/// the non-dependent code of a template names where the template is defined: 8 MB here).
+template <class Tag, class T>
+struct tagged {
+  using type = T;
+};
+template <class Tag, class T>
+using tagged_t = typename tagged<Tag, T>::type;
+
 /// A set of keys: a sorted vector (not std::set: the registry is in the umbrella, whose include
 /// cost CI caps).
 template <class Tag>
@@ -46,7 +56,7 @@ class basic_key_set {
   }
 
  private:
-  std::vector<std::string> keys_;
+  tagged_t<Tag, std::vector<std::string>> keys_;
 };
 
 struct piece_state {
@@ -69,8 +79,8 @@ struct basic_state {
   mutable std::mutex mutex;
   std::mutex load_mutex;  // one admission + load at a time
   std::uint64_t budget = std::numeric_limits<std::uint64_t>::max();
-  std::map<std::string, piece_state> pieces;
-  std::map<std::string, model_state> models;
+  tagged_t<Tag, std::map<std::string, piece_state>> pieces;
+  tagged_t<Tag, std::map<std::string, model_state>> models;
   std::string next;  // hint_next()
   std::uint64_t tick = 0;
   registry_stats stats;
@@ -127,7 +137,7 @@ inline std::uint64_t page_bytes(std::uint64_t bytes) {
 /// hinted next model last.
 template <class Tag>
 std::vector<std::string> eviction_order(const basic_state<Tag>& s, const std::string& model) {
-  std::vector<std::pair<std::uint64_t, std::string>> order;
+  tagged_t<Tag, std::vector<std::pair<std::uint64_t, std::string>>> order;
   for (const auto& [name, m] : s.models)
     if (m.uses == 0 && !m.keep)
       order.emplace_back(name == model    ? 0
@@ -156,7 +166,7 @@ basic_key_set<Tag> protected_keys(const basic_state<Tag>& s, const basic_key_set
 template <class Tag>
 registry_full no_room(const basic_state<Tag>& s, const std::string& model, std::uint64_t need,
                       std::uint64_t stuck) {
-  std::vector<std::pair<std::uint64_t, std::string>> order;
+  tagged_t<Tag, std::vector<std::pair<std::uint64_t, std::string>>> order;
   for (const auto& [name, m] : s.models)
     if (name != model && (m.uses != 0 || m.keep)) order.emplace_back(m.last_used, name);
   std::sort(order.begin(), order.end());
@@ -344,7 +354,7 @@ basic_model_use<Tag> basic_weight_registry<Tag>::acquire(const std::string& mode
   std::erase_if(pieces, [&](const registry_piece& p) { return !wanted.insert(p.key); });
   std::unique_lock one_load(state_->load_mutex);
   std::vector<std::shared_ptr<pinned_block>> dropped;
-  std::vector<registry_piece> missing;
+  detail::registry_detail::tagged_t<Tag, std::vector<registry_piece>> missing;
   std::uint64_t reused = 0;
   {
     std::lock_guard lock(state_->mutex);

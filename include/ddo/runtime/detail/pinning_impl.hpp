@@ -152,10 +152,12 @@ inline std::uint64_t store_bytes_held(const shared_weight_store& store, const we
 }
 
 /// store_bytes_held for a weight_registry: bytes of @p table's weights (with @p plan, those it
-/// pins) that @p registry holds now, each piece once.
-inline std::uint64_t registry_bytes_held(const weight_registry& registry,
-                                         const weight_table& table, const runtime_options& o,
-                                         const offload_plan* plan = nullptr) {
+/// pins) that @p registry holds now, each piece once. Templates (Registry: weight_registry;
+/// Options: runtime_options), so that the umbrella, which includes this header, does not
+/// instantiate the registry's lookup (3 MB of GCC's memory in every TU).
+template <class Registry>
+std::uint64_t registry_bytes_held(const Registry& registry, const weight_table& table,
+                                  const runtime_options& o, const offload_plan* plan = nullptr) {
   const auto keys = store_keys(table, o);
   std::vector<registry_piece> pieces;
   for (std::size_t w = 0; w < table.size(); ++w)
@@ -166,8 +168,9 @@ inline std::uint64_t registry_bytes_held(const weight_registry& registry,
 }
 
 /// Bytes of @p table a store or registry of @p o holds (store_bytes_held, registry_bytes_held).
-inline std::uint64_t shared_bytes_held(const weight_table& table, const runtime_options& o,
-                                       const offload_plan* plan = nullptr) {
+template <class Options>
+std::uint64_t shared_bytes_held(const weight_table& table, const Options& o,
+                                const offload_plan* plan = nullptr) {
   if (o.registry) return registry_bytes_held(*o.registry, table, o, plan);
   if (o.weight_store) return store_bytes_held(*o.weight_store, table, o, plan);
   return 0;
