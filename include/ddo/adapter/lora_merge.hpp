@@ -83,10 +83,37 @@ inline void merge_lora_rows(std::byte* weight, dtype type, std::int64_t cols,
   }
 }
 
+/// @brief The most adapters merged into one weight at once (a merge job carries its terms by
+/// value, so a device kernel takes it as one parameter).
+inline constexpr std::size_t max_lora_terms = 8;
+
+/// @brief One weight's merge as the runtime issues it: the weight's device bytes and every
+/// attached adapter's term on it, in attach order (the factors' addresses are device addresses
+/// on a GPU route; host_sim's device memory is host memory).
+struct lora_merge_job {
+  std::byte* weight = nullptr;
+  dtype type = dtype::bf16;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::size_t term_count = 0;
+  lora_term terms[max_lora_terms] = {};
+};
+
+/// @brief Launches @p job on a device stream (the engine's compiled merge kernel,
+/// adapter/lora_merge_cuda.cuh: the same arithmetic on the device). @p stream is the
+/// transport's native stream (a cudaStream_t on the linear route).
+using lora_merge_launcher = void (*)(const lora_merge_job& job, void* stream);
+
 /// @brief Merges @p terms into the whole weight (rows × cols). See merge_lora_rows.
 inline void merge_lora(std::byte* weight, dtype type, std::int64_t rows, std::int64_t cols,
                        std::span<const lora_term> terms) {
   merge_lora_rows(weight, type, cols, terms, 0, rows);
+}
+
+/// @brief Runs @p job on the host (host_sim's merge). See merge_lora_rows.
+inline void merge_lora(const lora_merge_job& job) {
+  merge_lora_rows(job.weight, job.type, job.cols, std::span(job.terms, job.term_count), 0,
+                  job.rows);
 }
 
 }  // namespace v0
