@@ -51,7 +51,8 @@ __device__ inline std::uint16_t lora_round_f16(float x) {
     if (a < 0x33000000u) return sign;
     const std::uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
     const std::uint32_t q = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    return static_cast<std::uint16_t>(sign | (q + ((rest > half || (rest == half && (q & 1u))) ? 1u : 0u)));
+    const bool up = rest > half || (rest == half && (q & 1u));
+    return static_cast<std::uint16_t>(sign | (q + (up ? 1u : 0u)));
   }
   const std::uint32_t rebased = a - (112u << 23);
   return static_cast<std::uint16_t>(sign | ((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13));
