@@ -140,7 +140,8 @@ std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
 inline int run_cpu(const cpu_run& r) {
   ddo::setup_options options;
   options.inputs = r.inputs;
-  options.reserve_device_bytes = r.activations;
+  // --lora: the factors go to the device after setup, so the plan leaves their bytes free.
+  options.reserve_device_bytes = r.activations + lora_device_bytes(r.loras);
   const ddo::host_sim_options sim{.device_capacity_bytes =
                                       static_cast<std::uint64_t>(r.vram_gib * double(ddo::gib))};
   options.host_sim = sim;

@@ -81,6 +81,13 @@ void attach_loras(Offloader& off, const std::vector<lora_choice>& loras) {
   }
 }
 
+/// @brief The device bytes @p loras take once attached (the engine states them to the plan).
+inline std::uint64_t lora_device_bytes(const std::vector<lora_choice>& loras) {
+  std::uint64_t n = 0;
+  for (const auto& l : loras) n += l.adapter->factor_bytes();
+  return n;
+}
+
 /// @brief (adapter, scale) pairs for flux::host_weights::merge.
 inline std::vector<std::pair<const ddo::lora_adapter*, float>> merge_list(
     const std::vector<lora_choice>& loras) {

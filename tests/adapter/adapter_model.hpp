@@ -91,9 +91,11 @@ inline std::unique_ptr<model> make_model(std::size_t groups, std::uint32_t seed)
   return m;
 }
 
-/// An adapter of @p rank on every weight but those where skip(w) holds.
+/// An adapter of @p rank on every weight but every @p skip_every-th (0: none), its factors kept
+/// in @p factors on the device.
 inline std::shared_ptr<ddo::lora_adapter> make_adapter(const model& m, std::int64_t rank,
-                                                       std::uint32_t seed, std::size_t skip_every) {
+                                                       std::uint32_t seed, std::size_t skip_every,
+                                                       ddo::dtype factors = ddo::dtype::f32) {
   auto a = std::make_shared<ddo::lora_adapter>();
   for (std::size_t w = 0; w < m.table.size(); ++w) {
     if (skip_every != 0 && w % skip_every == 0) continue;
@@ -105,6 +107,10 @@ inline std::shared_ptr<ddo::lora_adapter> make_adapter(const model& m, std::int6
         lora_test_support::random_values(static_cast<std::size_t>(rank * d.cols), seed + 2 * w);
     d.up =
         lora_test_support::random_values(static_cast<std::size_t>(d.rows * rank), seed + 2 * w + 1);
+    d.factor_type = factors;  // the values made exact in that type, as a loaded file's are
+    if (factors == ddo::dtype::f16)
+      for (auto* f : {&d.down, &d.up})
+        for (auto& v : *f) v = ddo::f16_bits_to_float(ddo::float_to_f16_bits(v));
     a->deltas.push_back(std::move(d));
   }
   return a;

@@ -60,7 +60,7 @@ TEST_SUITE("adapter") {
   TEST_CASE(
       "streamed weights with adapters equal all-resident ones with the same merge, bit for bit") {
     auto m = make_model(8, 11);
-    const auto a = make_adapter(*m, 4, 100, 5);
+    const auto a = make_adapter(*m, 4, 100, 5, ddo::dtype::bf16);
     const auto b = make_adapter(*m, 3, 200, 4);
     const auto want = expected(*m, {{a.get(), 0.75f}, {b.get(), -1.25f}});
     CHECK(want != m->base);
@@ -86,7 +86,7 @@ TEST_SUITE("adapter") {
   TEST_CASE("attach, detach and scale sequences return to the base bytes exactly") {
     auto m = make_model(7, 12);
     const auto host_before = m->host;
-    const auto a = make_adapter(*m, 5, 300, 0);
+    const auto a = make_adapter(*m, 5, 300, 0, ddo::dtype::f16);
     const auto b = make_adapter(*m, 2, 400, 3);
     host_sim_transport sim;
     auto compute = sim.make_stream();

@@ -60,8 +60,14 @@ TEST_SUITE("adapter") {
         {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {2, 8}, a, ddo::dtype::bf16},
          {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", {8, 2}, b},
          {"transformer.transformer_blocks.0.attn.to_q.alpha", {}, {8.0f}},
-         {"base_model.model.transformer_blocks.0.attn.to_k.lora_A.weight", {2, 8}, a},
-         {"base_model.model.transformer_blocks.0.attn.to_k.lora_B.weight", {8, 2}, b}});
+         {"base_model.model.transformer_blocks.0.attn.to_k.lora_A.weight",
+          {2, 8},
+          a,
+          ddo::dtype::bf16},
+         {"base_model.model.transformer_blocks.0.attn.to_k.lora_B.weight",
+          {8, 2},
+          b,
+          ddo::dtype::bf16}});
     const auto ad = ddo::load_lora_adapter(path, base);
     REQUIRE(ad.deltas.size() == 2);
     const auto* q = ad.find(*base.find("transformer_blocks.0.attn.to_q.weight"));
@@ -75,7 +81,9 @@ TEST_SUITE("adapter") {
     CHECK(k->alpha_scale == 1.0f);  // no alpha: PEFT's scale is alpha / r with alpha = r
     CHECK(q->down == a);
     CHECK(q->up == b);
-    CHECK(ad.factor_bytes() == 2 * 4 * (16 + 16));
+    CHECK(q->factor_type == ddo::dtype::f32);   // A in bf16, B in f32: kept in f32
+    CHECK(k->factor_type == ddo::dtype::bf16);  // both bf16: kept so on the device
+    CHECK(ad.factor_bytes() == 4 * (16 + 16) + 2 * (16 + 16));
   }
 
   TEST_CASE("kohya FLUX.1 fused projections split by rows onto diffusers' names") {

@@ -101,6 +101,22 @@ TEST_SUITE("adapter") {
     }
   }
 
+  TEST_CASE("factors kept in bf16 or fp16 merge as their float values") {
+    const std::int64_t rows = 4, cols = 7, rank = 3;
+    const auto a = random_values(rank * cols, 11), b = random_values(rows * rank, 12);
+    const auto w = encode(random_values(rows * cols, 13), ddo::dtype::bf16);
+    auto as_float = w;
+    const std::vector<ddo::lora_term> f32 = {{a.data(), b.data(), rank, 0.5f}};
+    ddo::merge_lora(as_float.data(), ddo::dtype::bf16, rows, cols, f32);
+    for (auto type : {ddo::dtype::bf16, ddo::dtype::f16}) {
+      const auto a16 = encode(a, type), b16 = encode(b, type);  // exact: bf16 values, |v| < 1
+      auto merged = w;
+      const std::vector<ddo::lora_term> half = {{a16.data(), b16.data(), rank, 0.5f, type}};
+      ddo::merge_lora(merged.data(), ddo::dtype::bf16, rows, cols, half);
+      CHECK(merged == as_float);
+    }
+  }
+
   TEST_CASE("the merge refuses fp8 and integer weights") {
     std::vector<std::byte> w(4);
     const std::vector<float> a(2, 1.0f), b(2, 1.0f);

@@ -73,16 +73,21 @@ TEST_SUITE("gpu") {
       }
       std::vector<std::unique_ptr<device_buffer>> dev;
       ddo::lora_merge_job job;
+      // The second term's factors kept in bf16 (lora_term::factor_type), the others in f32.
+      std::vector<std::vector<std::byte>> stored;
       for (std::size_t t = 0; t < host_terms.size(); ++t) {
-        host_terms[t].down = factors[2 * t].data();
-        host_terms[t].up = factors[2 * t + 1].data();
-        dev.push_back(
-            std::make_unique<device_buffer>(host_terms[t].down, 4 * factors[2 * t].size()));
-        dev.push_back(
-            std::make_unique<device_buffer>(host_terms[t].up, 4 * factors[2 * t + 1].size()));
+        const auto type = t == 1 ? ddo::dtype::bf16 : ddo::dtype::f32;
+        for (std::size_t f = 0; f < 2; ++f)
+          stored.push_back(lora_test_support::encode(factors[2 * t + f], type));
+        host_terms[t].down = stored[2 * t].data();
+        host_terms[t].up = stored[2 * t + 1].data();
+        host_terms[t].factor_type = type;
+        for (std::size_t f = 0; f < 2; ++f)
+          dev.push_back(std::make_unique<device_buffer>(stored[2 * t + f].data(),
+                                                        stored[2 * t + f].size()));
         job.terms[t] = host_terms[t];
-        job.terms[t].down = static_cast<const float*>(dev[2 * t]->p);
-        job.terms[t].up = static_cast<const float*>(dev[2 * t + 1]->p);
+        job.terms[t].down = dev[2 * t]->p;
+        job.terms[t].up = dev[2 * t + 1]->p;
       }
       device_buffer w(base.data(), base.size());
       job.weight = static_cast<std::byte*>(w.p);

@@ -27,13 +27,17 @@ struct lora_delta {
   float alpha_scale = 1.0f;  ///< alpha / rank (1 where the file has no alpha)
   std::vector<float> down;   ///< A, rank × cols
   std::vector<float> up;     ///< B, rows × rank
-  /// @brief The merge term at the engine's @p scale (scale × alpha / rank, one float product).
+  /// The type the factors are kept in on the device: the file's when both factors had it (BF16,
+  /// F16: every value converts back exactly), else F32.
+  dtype factor_type = dtype::f32;
+  /// @brief The merge term over the host factors at the engine's @p scale (scale × alpha /
+  /// rank, one float product).
   [[nodiscard]] lora_term term(float scale) const {
-    return lora_term{down.data(), up.data(), rank, scale * alpha_scale};
+    return lora_term{down.data(), up.data(), rank, scale * alpha_scale, dtype::f32};
   }
-  /// @brief Bytes of the two factors (fp32).
+  /// @brief Bytes of the two factors on the device (in factor_type).
   [[nodiscard]] std::uint64_t factor_bytes() const noexcept {
-    return 4 * static_cast<std::uint64_t>(down.size() + up.size());
+    return size_of(factor_type) * static_cast<std::uint64_t>(down.size() + up.size());
   }
 };
 
@@ -48,7 +52,7 @@ struct lora_adapter {
       if (d.weight == weight) return &d;
     return nullptr;
   }
-  /// @brief Bytes of every factor (what the adapter takes on the device).
+  /// @brief Bytes of every factor on the device (what the adapter takes there).
   [[nodiscard]] std::uint64_t factor_bytes() const noexcept {
     std::uint64_t n = 0;
     for (const auto& d : deltas) n += d.factor_bytes();

@@ -23,12 +23,14 @@ namespace ddo {
 inline namespace v0 {
 
 /// @brief One adapter's delta on one weight: A (rank × cols, row-major) and B (rows × rank),
-/// both fp32, and its scale s (the engine's scale × alpha / rank, one float product).
+/// both of @p factor_type (F32, BF16 or F16: each element converted exactly to float), and its
+/// scale s (the engine's scale × alpha / rank, one float product).
 struct lora_term {
-  const float* down = nullptr;  ///< A
-  const float* up = nullptr;    ///< B
+  const void* down = nullptr;  ///< A
+  const void* up = nullptr;    ///< B
   std::int64_t rank = 0;
   float scale = 1.0f;
+  dtype factor_type = dtype::f32;
 };
 
 /// @brief Whether the merge takes weights of @p type (bf16, fp16, fp32); fp8 and integer formats
@@ -73,9 +75,15 @@ inline void merge_lora_rows(std::byte* weight, dtype type, std::int64_t cols,
       const auto k = static_cast<std::size_t>(o * cols + c);
       float acc = detail::load_weight_element(weight, type, k);
       for (const auto& t : terms) {
+        const auto* a = static_cast<const std::byte*>(t.down);
+        const auto* b = static_cast<const std::byte*>(t.up);
         float d = 0.0f;
-        const float* b = t.up + o * t.rank;
-        for (std::int64_t r = 0; r < t.rank; ++r) d = std::fma(b[r], t.down[r * cols + c], d);
+        for (std::int64_t r = 0; r < t.rank; ++r)
+          d = std::fma(
+              detail::load_weight_element(b, t.factor_type,
+                                          static_cast<std::size_t>(o * t.rank + r)),
+              detail::load_weight_element(a, t.factor_type, static_cast<std::size_t>(r * cols + c)),
+              d);
         acc = std::fma(t.scale, d, acc);
       }
       detail::store_weight_element(weight, type, k, acc);

@@ -9,7 +9,8 @@
 /// after a slot's copies and before the slot's ready event (docs/adapters.md).
 ///
 /// One thread per weight element: A's row r is read coalesced across a warp's columns and B's
-/// row o is broadcast; a rank-64 merge of a 3072 x 3072 bf16 weight is 0.6 GFMA.
+/// row o is broadcast; a rank-64 merge of a 3072 x 3072 bf16 weight is 0.6 GFMA. The factors are
+/// F32, BF16 or F16 (lora_term::factor_type), each element converted exactly.
 
 #include <cstdint>
 
@@ -86,9 +87,12 @@ __global__ void lora_merge_kernel(lora_merge_job job) {
     float acc = lora_load_element(job.weight, job.type, k);
     for (std::size_t t = 0; t < job.term_count; ++t) {
       const lora_term& term = job.terms[t];
-      const float* b = term.up + o * term.rank;
+      const auto* a = static_cast<const std::byte*>(term.down);
+      const auto* b = static_cast<const std::byte*>(term.up);
       float d = 0.0f;
-      for (std::int64_t r = 0; r < term.rank; ++r) d = fmaf(b[r], term.down[r * job.cols + c], d);
+      for (std::int64_t r = 0; r < term.rank; ++r)
+        d = fmaf(lora_load_element(b, term.factor_type, o * term.rank + r),
+                 lora_load_element(a, term.factor_type, r * job.cols + c), d);
       acc = fmaf(term.scale, d, acc);
     }
     lora_store_element(job.weight, job.type, k, acc);

@@ -232,6 +232,9 @@ inline void lora_loader::add_module(lora_adapter& out, const std::string& stem,
                      up.begin() + static_cast<std::ptrdiff_t>(half));
   }
   const auto down = read_floats(a);
+  // Factors stored in bf16 or fp16 stay so on the device (half the bytes of fp32, exact).
+  const bool half = a.type == b.type && (a.type == dtype::bf16 || a.type == dtype::f16);
+  const dtype kept = half ? a.type : dtype::f32;
   std::int64_t row = 0;
   for (const auto w : targets.weights) {
     lora_delta d{stem,
@@ -242,7 +245,8 @@ inline void lora_loader::add_module(lora_adapter& out, const std::string& stem,
                  cols,
                  alpha / static_cast<float>(rank),
                  down,
-                 {}};
+                 {},
+                 kept};
     d.up.assign(up.begin() + static_cast<std::ptrdiff_t>(row * rank),
                 up.begin() + static_cast<std::ptrdiff_t>((row + d.rows) * rank));
     row += d.rows;

@@ -63,8 +63,8 @@ class adapter_deltas {
     return out;
   }
 
-  /// Uploads @p adapter's factors (through a pinned buffer, synchronizing @p v: attach is not
-  /// the hot path) and adds it last in the merge order.
+  /// Uploads @p adapter's factors in their factor_type (through a pinned buffer, synchronizing @p
+  /// v: attach is not the hot path) and adds it last in the merge order.
   /// @throws usage_error (a name in use, more than max_lora_terms adapters on one weight, an
   /// adapter loaded against another table), out_of_memory.
   void add(T& t, stream_view v, const weight_table& table, std::string name,
@@ -164,10 +164,11 @@ class adapter_deltas {
     auto staging = allocate_pinned_bytes(t, bytes);
     std::byte* p = staging.data;
     for (const auto& d : a.host->deltas) {
-      std::memcpy(p, d.down.data(), 4 * d.down.size());
-      p += 4 * d.down.size();
-      std::memcpy(p, d.up.data(), 4 * d.up.size());
-      p += 4 * d.up.size();
+      for (const auto* factor : {&d.down, &d.up}) {
+        for (std::size_t k = 0; k < factor->size(); ++k)
+          store_weight_element(p, d.factor_type, k, (*factor)[k]);  // exact: see lora_delta
+        p += size_of(d.factor_type) * factor->size();
+      }
     }
     a.factors = allocate_device_bytes(t, bytes);
     t.copy_to_device(a.factors.data, staging.data, bytes, v);
@@ -178,15 +179,16 @@ class adapter_deltas {
   void rebuild(const weight_table& table) {
     jobs_.assign(table.size(), lora_merge_job{});
     for (const auto& a : attached_) {
-      const auto* base = reinterpret_cast<const float*>(a.factors.data);
+      const std::byte* base = a.factors.data;
       for (const auto& d : a.host->deltas) {
         auto& job = jobs_[d.weight];
         job.type = table[d.weight].type;
         job.rows = d.rows;
         job.cols = d.cols;
+        const std::size_t down_bytes = size_of(d.factor_type) * d.down.size();
         job.terms[job.term_count++] =
-            lora_term{base, base + d.down.size(), d.rank, a.scale * d.alpha_scale};
-        base += d.down.size() + d.up.size();
+            lora_term{base, base + down_bytes, d.rank, a.scale * d.alpha_scale, d.factor_type};
+        base += d.factor_bytes();
       }
     }
   }

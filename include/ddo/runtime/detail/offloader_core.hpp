@@ -228,8 +228,9 @@ class offloader_core {
   void check_adapter_change(const std::string& what) const;
   void adapters_changed(const std::vector<std::size_t>& before);
   void launch_merge(const lora_merge_job& job, stream_view v);
-  /// Enqueues on @p v the merge of every streamed weight of g an adapter changes, in slot st.
-  void merge_slot(std::size_t g, slot_state<T>& st, stream_view v);
+  /// Enqueues on the merge stream, after slot st's ready event as recorded now, the merge of
+  /// every streamed weight of g an adapter changes, and records the ready event there again.
+  void merge_slot(std::size_t g, slot_state<T>& st);
   void finish_pending_merge(std::size_t g, slot_state<T>& st);
   // graph streaming (offloader_core_graph_impl.hpp)
   template <class U = Transport>
@@ -295,6 +296,9 @@ class offloader_core {
   bool released_ = false;  // release_device() ran and restore_device() has not
   bool compute_only_ = false;  // set_compute_only: loads copy nothing
   std::unique_ptr<pending_budget_move> pending_move_;  // move_budget, waiting for no leases
+  // The merges of streamed groups: on a stream of their own, after the slot's copies (an event
+  // wait), so that the copies of the next groups proceed while a group merges.
+  typename T::stream merge_stream_;
   adapter_deltas<T> adapters_;                     // attach_adapter; freed before t_ goes
   lora_merge_launcher merge_launcher_ = nullptr;   // a GPU route's merge kernel
   std::vector<budget_move> moves_;                     // every move applied (metrics)

@@ -2,11 +2,12 @@
 #pragma once
 /// @file
 /// @brief offloader_core's adapters (docs/adapters.md): attach, detach and scale changes between
-/// steps, and the merge of a streamed group in its slot. Ordering: a slot's merge is enqueued on
-/// the copy stream after the slot's copies and before its ready event (pinned groups: at the
-/// load itself, so the merge rides under the next copies; groups with staged parts: the staging
-/// stream records ready, and the first acquire enqueues the copy stream's wait on it, the merge
-/// and ready again). The host copy, the files and other offloaders' memory are never written.
+/// steps, and the merge of a streamed group in its slot. Ordering: a slot's merge runs on the
+/// merge stream after a wait on the slot's ready event as the copies recorded it, and records
+/// the ready event again (pinned groups: at the load itself, so the merge of g runs while the
+/// copy stream copies g+1; groups with staged parts: the staging stream records ready, and the
+/// first acquire enqueues the merge). The next copy into the slot waits on that ready event. The
+/// host copy, the files and other offloaders' memory are never written.
 
 #include <algorithm>
 #include <memory>
@@ -50,6 +51,7 @@ template <class T>
 void offloader_core<T>::attach_adapter(std::string name,
                                        std::shared_ptr<const lora_adapter> adapter, float scale) {
   check_adapter_change("attach_adapter('" + name + "')");
+  if (merge_stream_.get() == nullptr) merge_stream_ = t_.make_stream();
   const auto before = adapters_.touched();
   adapters_.add(t_, T::view(copy_stream_), *table_, std::move(name), std::move(adapter), scale);
   adapters_changed(before);
@@ -101,7 +103,9 @@ void offloader_core<T>::launch_merge(const lora_merge_job& job, stream_view v) {
 }
 
 template <class T>
-void offloader_core<T>::merge_slot(std::size_t g, slot_state<T>& st, stream_view v) {
+void offloader_core<T>::merge_slot(std::size_t g, slot_state<T>& st) {
+  const auto v = T::view(merge_stream_);
+  t_.wait(v, st.ready);
   const auto& gr = layout_.groups[g];
   for (std::size_t i = 0; i < gr.weights.size(); ++i) {
     if (gr.slot_offset[i] == not_streamed) continue;  // resident: merged at attach
@@ -111,14 +115,12 @@ void offloader_core<T>::merge_slot(std::size_t g, slot_state<T>& st, stream_view
       launch_merge(j, v);
     }
   }
+  t_.record(st.ready, v);
 }
 
 template <class T>
 void offloader_core<T>::finish_pending_merge(std::size_t g, slot_state<T>& st) {
-  const auto v = T::view(copy_stream_);
-  t_.wait(v, st.ready);
-  merge_slot(g, st, v);
-  t_.record(st.ready, v);
+  merge_slot(g, st);
   st.merge_pending = false;
 }
 

@@ -351,9 +351,9 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
     if (t_start != no_group) t_.record(timing_.at(t_start), v);
     copy_pinned_parts(gr, st.image, v, step);
     if (!gr.has_staged_part()) {
-      if (adapters_.any()) merge_slot(g, st, v);
       if (t_end != no_group) t_.record(timing_.at(t_end), v);
       t_.record(st.ready, v);
+      if (adapters_.any()) merge_slot(g, st);
       if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, 0);
       return;
     }
@@ -554,6 +554,7 @@ void offloader_core<T>::synchronize() {
   staging_.wait_all();
   t_.synchronize(T::view(copy_stream_));
   t_.synchronize(staging_.stream());
+  if (merge_stream_.get() != nullptr) t_.synchronize(T::view(merge_stream_));
 }
 
 template <class T>

@@ -452,6 +452,8 @@ void offloader_core<T>::teardown() noexcept {
   pinning_.release(t_);
   files_.clear();
   copy_stream_ = typename T::stream{};
+  if (merge_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(merge_stream_)); });
+  merge_stream_ = typename T::stream{};
 }
 
 }  // namespace detail
