@@ -8,7 +8,6 @@
 /// weight's dtype (nearest even). Every step is an IEEE fma or an exact conversion, so a device
 /// kernel doing the same steps (fmaf, __float2bfloat16_rn) gives the same bits.
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +39,8 @@ struct lora_term {
 }
 
 namespace detail {
+// __builtin_fmaf, not std::fma: the same IEEE fma without <cmath> in every TU of the runtime
+// (the include-cost check, docs/development.md).
 inline float load_weight_element(const std::byte* w, dtype type, std::size_t k) noexcept {
   if (type == dtype::f32) {
     float v;
@@ -79,12 +80,12 @@ inline void merge_lora_rows(std::byte* weight, dtype type, std::int64_t cols,
         const auto* b = static_cast<const std::byte*>(t.up);
         float d = 0.0f;
         for (std::int64_t r = 0; r < t.rank; ++r)
-          d = std::fma(
+          d = __builtin_fmaf(
               detail::load_weight_element(b, t.factor_type,
                                           static_cast<std::size_t>(o * t.rank + r)),
               detail::load_weight_element(a, t.factor_type, static_cast<std::size_t>(r * cols + c)),
               d);
-        acc = std::fma(t.scale, d, acc);
+        acc = __builtin_fmaf(t.scale, d, acc);
       }
       detail::store_weight_element(weight, type, k, acc);
     }
