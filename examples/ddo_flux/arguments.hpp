@@ -32,6 +32,9 @@ struct arguments {
   using pixels_option = ddo::bounded_integer<int, 16, 16384>;
   using text_tokens_option = ddo::bounded_integer<int, 1, 4096>;
   std::vector<std::string> models;
+  std::vector<std::string> loras;  ///< --lora FILE[:SCALE], in order
+  std::string make_lora;           ///< --make-lora FILE (with --model)
+  ddo::bounded_integer<int, 1, 4096> lora_rank{64};
   std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56";
   std::string output, trace_path, json;
   steps_option steps{28};
@@ -46,9 +49,10 @@ struct arguments {
 /// The usage lines of --help, before the options.
 inline constexpr const char* usage_text =
     "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
-    "                [--trace FILE.json]\n"
+    "                [--lora FILE[:SCALE]...] [--trace FILE.json]\n"
     "       ddo-flux --model PATH... --capacity-profile NAME [--calibrate | --smallest-card]\n"
     "       ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16]\n"
+    "       ddo-flux --model PATH... --make-lora FILE [--lora-rank R]\n"
     "FLUX.1's transformer on ddo (the GPU forward on a GPU, else the CPU float path\n"
     "on host_sim; text encoders and VAE not included: seeded inputs stand in).\n\n";
 
@@ -71,7 +75,11 @@ inline void add_run_options(po::options_description& general, arguments& a) {
       "vram-gb", po::value(&a.vram_gib)->value_name("GiB"),
       "The card ddo plans for (default 12): host_sim's device memory, or on a GPU an emulated "
       "card (ddo's transport capped at it minus the CUDA context)")(
-      "cpu", po::bool_switch(&a.force_cpu), "Run the CPU path on host_sim even where a GPU is");
+      "cpu", po::bool_switch(&a.force_cpu), "Run the CPU path on host_sim even where a GPU is")(
+      "lora", po::value(&a.loras)->multitoken()->value_name("FILE[:SCALE]..."),
+      "LoRA adapters (PEFT/diffusers or kohya safetensors) merged into the weights on ddo's side "
+      "at SCALE (default 1), in the order given (docs/adapters.md); --check merges them into its "
+      "all-resident weights too");
 }
 
 /// What the run measures and checks besides its steps (flux_modes.hpp), and --make-model.
@@ -117,7 +125,12 @@ inline void add_mode_options(po::options_description& general, arguments& a) {
       "config", po::value(&a.config_name)->value_name("dev|tiny"),
       "--make-model: FLUX.1-dev's sizes or the tests' tiny model (default dev)")(
       "dtype", po::value(&a.dtype_name)->value_name("f32|bf16"),
-      "--make-model: weight dtype (default bf16)")("no-environment", "Ignore every DDO_* variable");
+      "--make-model: weight dtype (default bf16)")(
+      "make-lora", po::value(&a.make_lora)->value_name("FILE"),
+      "With --model: write a seeded LoRA (PEFT naming, bf16) over every attention and MLP linear "
+      "of the model to FILE.safetensors and exit")(
+      "lora-rank", po::value(&a.lora_rank)->value_name("R"),
+      "--make-lora: the rank (default 64)")("no-environment", "Ignore every DDO_* variable");
 }
 
 /// --axes A,B,C: three whole numbers.

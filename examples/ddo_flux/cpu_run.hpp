@@ -21,6 +21,7 @@
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo_flux/latents.hpp"
+#include "ddo_flux/lora_option.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_modes.hpp"
 #include "flux/flux_step_time.hpp"
@@ -42,6 +43,7 @@ struct cpu_run {
   std::uint64_t activations = 0;  ///< what the engine states to ddo (reserve_device_bytes)
   flux::run_modes modes;
   std::string output, trace_path;
+  std::vector<lora_choice> loras;  ///< --lora, attached after setup
 };
 
 /// Prints what the plan keeps and streams on the host_sim card, and refuses --graph where the
@@ -87,6 +89,7 @@ std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
   auto enabled = prepared.start();
   if (trace) trace->setup_finished();
   auto& off = *enabled.offloader;
+  attach_loras(off, r.loras);
   auto compute = off.transport().make_stream();
   const auto view = transport_type::view(compute);
   stages = flux::plan_stages(r.table, off.plan());
@@ -137,7 +140,8 @@ std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
 inline int run_cpu(const cpu_run& r) {
   ddo::setup_options options;
   options.inputs = r.inputs;
-  options.reserve_device_bytes = r.activations;
+  // --lora: the factors go to the device after setup, so the plan leaves their bytes free.
+  options.reserve_device_bytes = r.activations + lora_device_bytes(r.loras);
   const ddo::host_sim_options sim{.device_capacity_bytes =
                                       static_cast<std::uint64_t>(r.vram_gib * double(ddo::gib))};
   options.host_sim = sim;
@@ -164,7 +168,8 @@ inline int run_cpu(const cpu_run& r) {
   }
   if (trace) trace->write(r.trace_path);
   if (r.modes.check) {
-    const flux::host_weights host(r.table);
+    flux::host_weights host(r.table);
+    host.merge(merge_list(r.loras), r.table);
     const auto resident_latents = flux::denoise(r.in, r.steps, [&](const flux::inputs& x, float t) {
       flux::forward f(r.c, x.image_tokens, x.text_tokens);
       return flux::resident_forward(host, stages, f, x, t);

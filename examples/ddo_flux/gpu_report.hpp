@@ -148,7 +148,8 @@ inline void begin_gpu_json(ddo::json_writer& o, const gpu_run& r, const std::str
 inline bool gpu_resident_run(const gpu_run& r, gpu_engine& e, const gpu_results& res,
                              const std::vector<float>& latents,
                              const ddo::runner::pinned_rates& rates, ddo::json_writer& o) {
-  const flux::host_weights host(r.table);
+  flux::host_weights host(r.table);
+  host.merge(merge_list(r.loras), r.table);  // --lora: merged by the same arithmetic as ddo's
   const flux::gpu::device_weights weights(host.refs());
   cudaStream_t stream = nullptr;
   DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -23,6 +23,7 @@
 #include "ddo_flux/gpu_report.hpp"
 #include "ddo_flux/gpu_steps.hpp"
 #include "ddo_flux/latents.hpp"
+#include "ddo_flux/lora_option.hpp"
 #include "flux/flux_gpu_runs.hpp"
 #include "flux/flux_trace.hpp"
 #include "runner/compare_run.hpp"
@@ -78,7 +79,8 @@ inline int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   const gpu_card card = measure_card(r, probe, memory, e);
   ddo::setup_options options;
   options.inputs = r.inputs;
-  options.reserve_device_bytes = card.reserve;
+  // --lora: the factors go to the device after setup, so the plan leaves their bytes free.
+  options.reserve_device_bytes = card.reserve + lora_device_bytes(r.loras);
   options.tokens = r.in.image_tokens;  // a stored profile's timings at this run's image tokens
   if (r.modes.smallest_card)
     return flux::smallest_card_run({r.table, r.inputs, options, r.modes, r.in, r.steps, probe.name,

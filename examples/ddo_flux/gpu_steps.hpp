@@ -25,6 +25,7 @@
 #include "flux/flux_gpu_runs.hpp"
 #include "flux/flux_modes.hpp"
 #include "flux/flux_trace.hpp"
+#include "ddo_flux/lora_option.hpp"
 #include "runner/calibration_report.hpp"
 #include "runner/graph_launches.hpp"
 #include "runner/step_timing.hpp"
@@ -46,6 +47,7 @@ struct gpu_run {
   std::size_t rows = 0, cols = 0;  ///< the image in 2x2 latent patches
   std::uint64_t seed = 0;
   std::string trace;  ///< --trace FILE.json ("": none)
+  std::vector<lora_choice> loras;  ///< --lora, attached after setup (merged by ddo's kernel)
 };
 
 /// --calibrate: the smaller image the profile's low token count is timed at (half the rows and
@@ -197,6 +199,10 @@ std::vector<float> gpu_streamed_run(Transport transport, const gpu_streaming& g,
   auto enabled = prepared.start();
   if (g.trace) g.trace->setup_finished();
   auto& off = *enabled.offloader;
+  if (!r.loras.empty()) {
+    off.set_lora_merge_launcher(flux::gpu::lora_merge_launcher());
+    attach_loras(off, r.loras);
+  }
   auto compute = off.transport().make_stream();
   const auto view = Transport::view(compute);
   g.engine.f.bind(view.handle);

@@ -136,11 +136,25 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!a.make_model.empty()) return make_model_mode(a);
+  if (!a.make_lora.empty()) {
+    if (a.models.empty()) return fail("--make-lora needs --model (the base it adapts)", exit_usage);
+    const auto bytes = ddo_flux::write_seeded_lora(ddo::load_safetensors(a.models), a.make_lora,
+                                                   a.lora_rank, a.seed);
+    std::printf("wrote %s: a rank-%d LoRA, %s, seed %llu\n", a.make_lora.c_str(),
+                static_cast<int>(a.lora_rank), ddo::format_bytes(bytes).c_str(),
+                static_cast<unsigned long long>(static_cast<std::uint64_t>(a.seed)));
+    return 0;
+  }
   ddo_flux::check_run_arguments(vm, a);
   const int steps = a.steps, width = a.width, height = a.height;
   const auto axes = ddo_flux::parse_axes(a.axes_text);
   const ddo::weight_table table = ddo::load_safetensors(a.models);
   const flux::config c = flux::config_of(table, axes);
+  if (!a.loras.empty() && (a.modes.graph || a.modes.smallest_card || a.modes.calibrate))
+    throw ddo::usage_error("--lora runs the eager loop only: not with --graph (a captured step "
+                           "does not merge adapters yet), --smallest-card or --calibrate "
+                           "(docs/adapters.md)");
+  const auto loras = ddo_flux::load_loras(a.loras, table);  // bad files refused before any work
   const auto rows = static_cast<std::size_t>(height / 16),
              cols = static_cast<std::size_t>(width / 16);
   const flux::inputs in =
@@ -158,14 +172,14 @@ int run(int argc, char** argv) {
     const auto probe = ddo::probe_cuda_device(0);
     if (probe.available)
       return ddo_flux::run_gpu({table, settings, inputs, c, in, steps, a.vram_gib, a.modes,
-                                a.output, a.json, rows, cols, a.seed, a.trace_path},
+                                a.output, a.json, rows, cols, a.seed, a.trace_path, loras},
                                probe);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
 #endif
   if (a.modes.needs_gpu()) return fail(flux::gpu_only_modes, exit_usage);
   return ddo_flux::run_cpu({table, settings, inputs, c, in, steps, a.vram_gib,
-                            activation_bytes(c, in), a.modes, a.output, a.trace_path});
+                            activation_bytes(c, in), a.modes, a.output, a.trace_path, loras});
 }
 
 }  // namespace

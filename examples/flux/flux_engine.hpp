@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/adapter/lora_delta.hpp"
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
@@ -309,6 +310,25 @@ class host_weights {
                           static_cast<std::size_t>(info.bytes / ddo::size_of(info.type))};
     }
   }
+  /// @brief Merges @p adapters (each with its scale, in attach order) into the weights they
+  /// change with ddo's one merge function, all terms of a weight at once (rounded once), as the
+  /// offloader merges them: --check's all-resident reference with --lora.
+  void merge(const std::vector<std::pair<const ddo::lora_adapter*, float>>& adapters,
+             const ddo::weight_table& table) {
+    for (std::size_t w = 0; w < table.size(); ++w) {
+      std::vector<ddo::lora_term> terms;
+      for (const auto& [a, scale] : adapters)
+        if (const auto* d = a->find(w)) terms.push_back(d->term(scale));
+      if (terms.empty()) continue;
+      const auto& info = table[w];
+      ddo::merge_lora(data_.at(info.name).data(), info.type, info.shape[0],
+                      static_cast<std::int64_t>(info.bytes / ddo::size_of(info.type)) /
+                          info.shape[0],
+                      terms);
+    }
+  }
+  /// @brief Weight @p name's bytes, to write a reference of one's own into (tests).
+  [[nodiscard]] std::vector<std::byte>& bytes(const std::string& name) { return data_.at(name); }
   /// @brief Every weight by name (gpu::device_weights copies them to the device).
   [[nodiscard]] const std::unordered_map<std::string, cpu::tensor_ref>& refs() const noexcept {
     return refs_;

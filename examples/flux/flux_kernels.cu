@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ddo/adapter/lora_merge_cuda.cuh"
+
 #include "ddo/core/error.hpp"
 #include "flux/flux_kernels.hpp"
 
@@ -600,5 +602,7 @@ void gelu_bf16(const std::uint16_t* x, int rows, int n, int x_stride, std::uint1
     check_launch("gelu_bf16_kernel");
   }
 }
+
+ddo::lora_merge_launcher lora_merge_launcher() { return &ddo::launch_lora_merge_cuda; }
 
 }  // namespace flux::gpu

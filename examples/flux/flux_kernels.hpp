@@ -17,6 +17,8 @@
 
 #include <cstdint>
 
+#include "ddo/adapter/lora_merge.hpp"
+
 namespace flux::gpu {
 
 /// @brief For rows [row_begin, row_begin + rows) of bf16 @p x (row stride @p width): RMSNorm
@@ -81,5 +83,9 @@ void add_bias(void* y, bool y_bf16, int rows, int n, int y_stride, const void* b
 /// from device memory when the kernel runs, not passed by value: a captured step (ddo-flux
 /// --graph) replays with the timestep written there before each launch.
 void timestep_projection(const float* value, float* out, cudaStream_t stream);
+
+/// @brief ddo's merge kernel (ddo/adapter/lora_merge_cuda.cuh, compiled here by nvcc) for
+/// basic_offloader::set_lora_merge_launcher: --lora on the GPU forward.
+ddo::lora_merge_launcher lora_merge_launcher();
 
 }  // namespace flux::gpu

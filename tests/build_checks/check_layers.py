@@ -28,7 +28,7 @@ import tempfile
 
 # Ground first: a header in layer N may include layers 0..N.
 LAYERS = ["core", "platform", "memory", "model", "transport", "config", "plan", "profile",
-          "runtime", "setup", "cli"]
+          "adapter", "runtime", "setup", "cli"]
 # Pairs the order allows but the design does not: config/ takes the two vocabulary types it shares
 # with model/ (module_kind, safetensors_backend) from core/, so the settings do not depend on how
 # models are read and represented. (Below config/ only core/ and memory/ are included by it, and

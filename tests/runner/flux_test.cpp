@@ -25,6 +25,8 @@
 #include "flux/flux_engine.hpp"
 #include "flux/flux_init.hpp"
 #include "flux/flux_modes.hpp"
+#include "adapter/lora_test_support.hpp"
+#include "ddo/adapter/lora_adapter.hpp"
 #include "flux_reference_data.hpp"
 #include "model/model_test_support.hpp"
 #include "runner/smallest_card.hpp"
@@ -152,6 +154,155 @@ TEST_SUITE("runner") {
     CHECK(std::memcmp(through_ddo.data(), resident.data(), resident.size() * sizeof(float)) == 0);
     const auto metrics = off.metrics(true);
     CHECK(metrics.totals.bytes() >= 2 * streamed);
+  }
+  TEST_CASE(
+      "flux: a LoRA in kohya and PEFT naming streamed through ddo equals the all-resident merge "
+      "bitwise and the double-precision merge within float error") {
+    tiny_model m;
+    const auto c = flux::config_of(m.table, {8, 28, 28});
+    const auto rows_of = [&](const std::string& name) {
+      return m.table[*m.table.find(name)].shape[0];
+    };
+    const std::int64_t h = rows_of("transformer_blocks.0.attn.to_q.weight");
+    const std::int64_t mlp = rows_of("single_transformer_blocks.1.proj_mlp.weight");
+    const std::int64_t ff = rows_of("transformer_blocks.1.ff.net.0.proj.weight");
+    const std::int64_t r = 4;
+    // The file's modules: kohya (fused qkv, a single block's linear1 with alpha, the final adaLN
+    // whose halves diffusers swaps) and PEFT; the base targets each maps to, written out here as
+    // lora_conversion_utils.py maps them.
+    struct module {
+      std::string down, up, alpha;
+      std::int64_t cols, rows;
+      std::vector<std::pair<std::string, std::int64_t>> targets;  // base weight, first up row
+      bool swap = false;
+      std::vector<float> a, b;
+    };
+    const std::string d0 = "transformer_blocks.0.", s1 = "single_transformer_blocks.1.";
+    std::vector<module> mods = {{"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight",
+                                 "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight",
+                                 "",
+                                 h,
+                                 3 * h,
+                                 {{d0 + "attn.to_q.weight", 0},
+                                  {d0 + "attn.to_k.weight", h},
+                                  {d0 + "attn.to_v.weight", 2 * h}},
+                                 false,
+                                 {},
+                                 {}},
+                                {"lora_unet_single_blocks_1_linear1.lora_down.weight",
+                                 "lora_unet_single_blocks_1_linear1.lora_up.weight",
+                                 "lora_unet_single_blocks_1_linear1.alpha",
+                                 h,
+                                 3 * h + mlp,
+                                 {{s1 + "attn.to_q.weight", 0},
+                                  {s1 + "attn.to_k.weight", h},
+                                  {s1 + "attn.to_v.weight", 2 * h},
+                                  {s1 + "proj_mlp.weight", 3 * h}},
+                                 false,
+                                 {},
+                                 {}},
+                                {"transformer.transformer_blocks.1.ff.net.0.proj.lora_A.weight",
+                                 "transformer.transformer_blocks.1.ff.net.0.proj.lora_B.weight",
+                                 "",
+                                 h,
+                                 ff,
+                                 {{"transformer_blocks.1.ff.net.0.proj.weight", 0}},
+                                 false,
+                                 {},
+                                 {}},
+                                {"lora_unet_final_layer_adaLN_modulation_1.lora_down.weight",
+                                 "lora_unet_final_layer_adaLN_modulation_1.lora_up.weight",
+                                 "",
+                                 h,
+                                 2 * h,
+                                 {{"norm_out.linear.weight", 0}},
+                                 true,
+                                 {},
+                                 {}}};
+    std::vector<lora_test_support::tensor> tensors;
+    std::uint32_t seed = 50;
+    for (auto& md : mods) {
+      md.a = lora_test_support::random_values(static_cast<std::size_t>(r * md.cols), seed++);
+      md.b = lora_test_support::random_values(static_cast<std::size_t>(md.rows * r), seed++);
+      tensors.push_back({md.down, {r, md.cols}, md.a, ddo::dtype::bf16});
+      tensors.push_back({md.up, {md.rows, r}, md.b, ddo::dtype::bf16});
+      if (!md.alpha.empty()) tensors.push_back({md.alpha, {}, {2.0f}});
+    }
+    const std::string lora_path = m.dir.file("lora.safetensors");
+    lora_test_support::write_file(lora_path, tensors);
+    const float scale = 0.05f;
+    const auto adapter =
+        std::make_shared<const ddo::lora_adapter>(ddo::load_lora_adapter(lora_path, m.table));
+    CHECK(adapter->deltas.size() == 9);
+
+    ddo::offload_plan whole;
+    for (const auto& g : ddo::infer_execution_groups(m.table))
+      whole.groups.push_back({g.name, g.weights, {}});
+    const auto stages = flux::plan_stages(m.table, whole);
+    const auto resident_run = [&](const flux::host_weights& host) {
+      return flux::denoise(m.in, 2, [&](const flux::inputs& in, float t) {
+        flux::forward f(c, in.image_tokens, in.text_tokens);
+        return flux::resident_forward(host, stages, f, in, t);
+      });
+    };
+    // The reference: W + scale * alpha / r * B A per element in double, rounded to the f32 weight.
+    flux::host_weights in_double(m.table);
+    for (const auto& md : mods) {
+      const double s = scale * (md.alpha.empty() ? 1.0 : 2.0 / double(r));
+      for (const auto& [name, first] : md.targets) {
+        auto& bytes = in_double.bytes(name);
+        const std::int64_t rows = rows_of(name);
+        for (std::int64_t o = 0; o < rows; ++o) {
+          // The final adaLN's up rows are (shift, scale) in the kohya file, (scale, shift) here.
+          const std::int64_t up_row = md.swap ? (first + o + rows / 2) % rows : first + o;
+          for (std::int64_t col = 0; col < md.cols; ++col) {
+            double d = 0.0;
+            for (std::int64_t k = 0; k < r; ++k)
+              d += double(md.b[up_row * r + k]) * md.a[k * md.cols + col];
+            float w;
+            std::memcpy(&w, bytes.data() + 4 * (o * md.cols + col), 4);
+            w = static_cast<float>(double(w) + s * d);
+            std::memcpy(bytes.data() + 4 * (o * md.cols + col), &w, 4);
+          }
+        }
+      }
+    }
+    const auto reference = resident_run(in_double);
+    flux::host_weights merged(m.table);
+    merged.merge({{adapter.get(), scale}}, m.table);
+    const auto resident = resident_run(merged);
+    const auto base = resident_run(flux::host_weights(m.table));
+    const double err = max_abs_diff(resident, reference), effect = max_abs_diff(base, reference);
+    MESSAGE("max |merged in fp32 - merged in double|: " << err << "; the LoRA's effect " << effect);
+    CHECK(err < 1e-5);
+    CHECK(effect > 1e-3);
+
+    ddo::setup_options options;
+    options.inputs.environment = std::map<std::string, std::string>{};
+    options.inputs.preset = "diffusers_offload_compat";
+    options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}}};
+    options.ram_bytes = 64 * ddo::gib;
+    const auto settings = ddo::resolve_settings(options.inputs);
+    ddo::host_sim_transport sim({.device_capacity_bytes = 72 * ddo::mib});
+    auto setup = ddo::setup_offload(m.table, settings, ddo::component_for(settings, options.inputs),
+                                    options, sim);
+    ddo::offloader<ddo::host_sim_transport> off(m.table, std::move(setup), sim);
+    off.attach_adapter(lora_path, adapter, scale);
+    auto compute = off.transport().make_stream();
+    const auto view = ddo::host_sim_transport::view(compute);
+    const auto streamed_stages = flux::plan_stages(m.table, off.plan());
+    const auto streamed_run = [&] {
+      return flux::denoise(m.in, 2, [&](const flux::inputs& in, float t) {
+        flux::forward f(c, in.image_tokens, in.text_tokens);
+        return flux::streamed_forward(off, view, streamed_stages, f, in, t);
+      });
+    };
+    const auto through_ddo = streamed_run();
+    REQUIRE(through_ddo.size() == resident.size());
+    CHECK(std::memcmp(through_ddo.data(), resident.data(), resident.size() * sizeof(float)) == 0);
+    off.detach_adapter(lora_path);  // and back to the base model, bit for bit
+    const auto detached = streamed_run();
+    CHECK(std::memcmp(detached.data(), base.data(), base.size() * sizeof(float)) == 0);
   }
   TEST_CASE("flux --smallest-card: the bisection finds the smallest card within, in log2 trials") {
     using ddo::gib;

@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "ddo/core/linkage.hpp"
 #include "ddo/runtime/detail/offloader_core.hpp"
@@ -167,6 +168,43 @@ class basic_offloader {
   }
   /// @brief Whether a move_budget() waits for a step boundary without leases.
   [[nodiscard]] bool budget_move_pending() const noexcept { return core_->budget_move_pending(); }
+
+  /// @brief Attaches a LoRA adapter (adapter/lora_adapter.hpp, loaded against this offloader's
+  /// table) under @p name at @p scale, last in the merge order: W + Σ scale_i · B_i · A_i
+  /// (adapter/lora_merge.hpp). Its factors go to the device (adapter_device_bytes, counted in
+  /// device_bytes); resident weights it changes are merged now (their base kept in pinned
+  /// memory for exact detaches), streamed ones in their slot at every load, after the copy and
+  /// before the group is ready. No re-planning, no re-pinning; the host copy and the files are
+  /// never written. Between steps: synchronizes ddo's copy stream (docs/adapters.md).
+  /// @throws usage_error while leases are alive, in graph mode, after release_device, on the
+  /// VMM route, on a GPU route without set_lora_merge_launcher, for a name in use or an adapter
+  /// of another table; out_of_memory.
+  void attach_adapter(std::string name, std::shared_ptr<const lora_adapter> adapter,
+                      float scale = 1.0f) {
+    core_->attach_adapter(std::move(name), std::move(adapter), scale);
+  }
+  /// @brief Detaches adapter @p name: the weights it changed return to their base bytes exactly
+  /// (with the other adapters' deltas merged again). Same conditions as attach_adapter.
+  void detach_adapter(const std::string& name) { core_->detach_adapter(name); }
+  /// @brief Changes adapter @p name's scale (exact: merged again from the base bytes).
+  void set_adapter_scale(const std::string& name, float scale) {
+    core_->set_adapter_scale(name, scale);
+  }
+  /// @brief The merge kernel of a GPU route: ddo::launch_lora_merge_cuda from
+  /// ddo/adapter/lora_merge_cuda.cuh, compiled by the engine's nvcc (host_sim needs none).
+  void set_lora_merge_launcher(lora_merge_launcher launch) noexcept {
+    core_->set_lora_merge_launcher(launch);
+  }
+  /// @brief The attached adapters' names, in merge order.
+  [[nodiscard]] std::vector<std::string> adapter_names() const { return core_->adapter_names(); }
+  /// @brief Device bytes of the attached adapters' factors.
+  [[nodiscard]] std::uint64_t adapter_device_bytes() const noexcept {
+    return core_->adapter_device_bytes();
+  }
+  /// @brief Pinned host bytes keeping the base of merged resident weights.
+  [[nodiscard]] std::uint64_t adapter_kept_base_bytes() const noexcept {
+    return core_->adapter_kept_base_bytes();
+  }
 
   [[nodiscard]] std::size_t group_count() const noexcept { return core_->group_count(); }
   [[nodiscard]] const std::string& group_name(std::size_t g) const { return core_->group_name(g); }

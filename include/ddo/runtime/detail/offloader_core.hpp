@@ -36,8 +36,10 @@
 #include <string_view>
 #include <vector>
 
+#include "ddo/adapter/lora_delta.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/runtime/detail/adapter_deltas.hpp"
 #include "ddo/runtime/detail/graph_ring.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
 #include "ddo/runtime/detail/native_staging.hpp"
@@ -114,6 +116,24 @@ class offloader_core {
   bool move_budget(offload_plan plan, std::uint64_t budget_bytes);
   [[nodiscard]] bool budget_move_pending() const noexcept { return pending_move_ != nullptr; }
 
+  // --- adapters (offloader_core_adapter_impl.hpp; docs/adapters.md) --------------------------
+  /// Between steps (no lease alive): uploads the factors, merges the resident weights the
+  /// adapter changes (their base kept in pinned memory) and reloads the occupied slots; every
+  /// later load merges in its slot. @throws usage_error (a route the merge does not run on yet,
+  /// leases alive, graph mode, a released device, a bad name or table), out_of_memory.
+  void attach_adapter(std::string name, std::shared_ptr<const lora_adapter> adapter, float scale);
+  /// Writes the residents' base back, merges what stays, reloads the occupied slots.
+  void detach_adapter(const std::string& name);
+  void set_adapter_scale(const std::string& name, float scale);
+  void set_lora_merge_launcher(lora_merge_launcher launch) noexcept { merge_launcher_ = launch; }
+  [[nodiscard]] std::vector<std::string> adapter_names() const { return adapters_.names(); }
+  [[nodiscard]] std::uint64_t adapter_device_bytes() const noexcept {
+    return adapters_.device_bytes();
+  }
+  [[nodiscard]] std::uint64_t adapter_kept_base_bytes() const noexcept {
+    return adapters_.kept_base_bytes();
+  }
+
   // --- bindings -------------------------------------------------------------------------------
   void bind(std::size_t w, void* target, void (*write)(void*, void*), void* original);
   void unbind(std::size_t w);
@@ -138,7 +158,7 @@ class offloader_core {
   /// weights the route does not cover) and the physical handles of the window while this
   /// offloader holds it.
   [[nodiscard]] std::uint64_t device_bytes() const noexcept {
-    return resident_device_bytes_ + ring_.bytes + window_bytes_;
+    return resident_device_bytes_ + ring_.bytes + window_bytes_ + adapters_.device_bytes();
   }
   [[nodiscard]] int live_leases() const noexcept { return live_leases_; }
   [[nodiscard]] T& transport() noexcept { return t_; }
@@ -204,6 +224,14 @@ class offloader_core {
   void fence_poisoned();
   [[noreturn]] void throw_ring_full(std::size_t g) const;
   void refuse_unreplayable_capture(std::size_t g) const;
+  // adapters (offloader_core_adapter_impl.hpp)
+  void check_adapter_change(const std::string& what) const;
+  void adapters_changed(const std::vector<std::size_t>& before);
+  void launch_merge(const lora_merge_job& job, stream_view v);
+  /// Enqueues on the merge stream, after slot st's ready event as recorded now, the merge of
+  /// every streamed weight of g an adapter changes, and records the ready event there again.
+  void merge_slot(std::size_t g, slot_state<T>& st);
+  void finish_pending_merge(std::size_t g, slot_state<T>& st);
   // graph streaming (offloader_core_graph_impl.hpp)
   template <class U = Transport>
     requires graph_streaming_transport<U>
@@ -268,6 +296,11 @@ class offloader_core {
   bool released_ = false;  // release_device() ran and restore_device() has not
   bool compute_only_ = false;  // set_compute_only: loads copy nothing
   std::unique_ptr<pending_budget_move> pending_move_;  // move_budget, waiting for no leases
+  // The merges of streamed groups: on a stream of their own, after the slot's copies (an event
+  // wait), so that the copies of the next groups proceed while a group merges.
+  typename T::stream merge_stream_;
+  adapter_deltas<T> adapters_;                     // attach_adapter; freed before t_ goes
+  lora_merge_launcher merge_launcher_ = nullptr;   // a GPU route's merge kernel
   std::vector<budget_move> moves_;                     // every move applied (metrics)
 };
 

@@ -16,6 +16,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/runtime/nvtx_range.hpp"
 // Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
+#include "ddo/runtime/detail/offloader_core_adapter_impl.hpp"
 #include "ddo/runtime/detail/offloader_core_graph_impl.hpp"
 #include "ddo/runtime/detail/offloader_core_move_impl.hpp"
 #include "ddo/runtime/detail/offloader_core_setup_impl.hpp"
@@ -45,6 +46,10 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   auto& gr = layout_.groups[g];
   if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; }) {
     if (T::capturing(s)) {
+      if (adapters_.any())
+        throw usage_error("acquire('" + gr.name + "') on a stream being captured: adapters are "
+                          "merged by eager loads only; a captured step does not merge them yet "
+                          "(docs/adapters.md): detach them, or run this step eagerly");
       // A ring smaller than the streamed groups streams through the graph (graph_ring.hpp).
       if constexpr (graph_streaming_transport<T>)
         if (gr.streamed() && (graph_.active || slots_.size() < layout_.streamed_order.size()))
@@ -73,6 +78,7 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
     }
     auto& st = slots_[static_cast<std::size_t>(slot)];
     wait_staged(st);
+    if (st.merge_pending) finish_pending_merge(g, st);
     if (timing_.timing()) {
       const std::size_t a = timing_.take(), b = timing_.take();
       t_.record(timing_.at(a), s);
@@ -318,6 +324,7 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
   }
   bind_slot_to(st, g);
   st.released = false;
+  st.merge_pending = false;
   if (compute_only_) {
     // Nothing copied: the slot keeps its previous bytes. Its ready event still follows the
     // previous occupant's release, so the engine's wait on it orders nothing new.
@@ -346,6 +353,7 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
     if (!gr.has_staged_part()) {
       if (t_end != no_group) t_.record(timing_.at(t_end), v);
       t_.record(st.ready, v);
+      if (adapters_.any()) merge_slot(g, st);
       if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, 0);
       return;
     }
@@ -361,6 +369,7 @@ void offloader_core<T>::load_unguarded(std::size_t g, std::size_t s) {
   job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
   step.copies += staging_.estimate_copies(gr.staged);
   st.staged_ticket = staging_.submit(job);
+  st.merge_pending = adapters_.any();
   if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, st.staged_ticket);
 }
 
@@ -545,6 +554,7 @@ void offloader_core<T>::synchronize() {
   staging_.wait_all();
   t_.synchronize(T::view(copy_stream_));
   t_.synchronize(staging_.stream());
+  if (merge_stream_.get() != nullptr) t_.synchronize(T::view(merge_stream_));
 }
 
 template <class T>

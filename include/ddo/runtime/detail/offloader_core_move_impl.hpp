@@ -49,6 +49,8 @@ void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
               "placement (set the offloader up again for the new budget)");
   DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
                           "restore_device first");
+  DDO_EXPECTS(!adapters_.any(), "move_budget: adapters are attached; a move re-uploads the "
+                                "residents they changed: detach them, move, attach them again");
   DDO_EXPECTS(!graph_.active,
               "move_budget: a captured CUDA graph streams through this offloader's ring, whose "
               "addresses a move changes; leave graph mode (release_device / restore_device), "

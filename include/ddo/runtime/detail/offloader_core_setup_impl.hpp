@@ -359,6 +359,7 @@ void offloader_core<T>::restore_device() {
   if (!released_) return;
   try {
     upload_residents(nullptr);
+    if (adapters_.any()) adapters_changed({});  // the residents came back as their base
     allocate_ring(layout_.slot_count);
     ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
                          layout_.prefetch_depth);
@@ -451,6 +452,8 @@ void offloader_core<T>::teardown() noexcept {
   pinning_.release(t_);
   files_.clear();
   copy_stream_ = typename T::stream{};
+  if (merge_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(merge_stream_)); });
+  merge_stream_ = typename T::stream{};
 }
 
 }  // namespace detail

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// @file
+/// @brief offloader_core's adapters (docs/adapters.md): attach, detach and scale changes between
+/// steps, and the merge of a streamed group in its slot. Ordering: a slot's merge runs on the
+/// merge stream after a wait on the slot's ready event as the copies recorded it, and records
+/// the ready event again (pinned groups: at the load itself, so the merge of g runs while the
+/// copy stream copies g+1; groups with staged parts: the staging stream records ready, and the
+/// first acquire enqueues the merge). The next copy into the slot waits on that ready event. The
+/// host copy, the files and other offloaders' memory are never written.
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddo/core/error.hpp"
+// Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
+
+namespace ddo {
+inline namespace v0 {
+namespace detail {
+
+template <class T>
+void offloader_core<T>::check_adapter_change(const std::string& what) const {
+  if constexpr (transport_with_stable_addresses<T>)
+    throw usage_error(what +
+                      ": adapters are merged on the linear, file (over linear) and "
+                      "host_sim routes; the VMM route's mapped images are not merged yet "
+                      "(docs/adapters.md): use the linear route, or apply the delta in "
+                      "the engine's own GEMM");
+  if constexpr (!requires(T & t, stream_view v) { t.enqueue(v, [] {}); })
+    DDO_EXPECTS(merge_launcher_ != nullptr,
+                what +
+                    ": this route merges on the device through the merge kernel the engine "
+                    "compiles (ddo/adapter/lora_merge_cuda.cuh, nvcc): pass "
+                    "ddo::launch_lora_merge_cuda to set_lora_merge_launcher first");
+  DDO_EXPECTS(live_leases_ == 0, what + ": " + std::to_string(live_leases_) +
+                                     " lease(s) are alive; change adapters between steps");
+  DDO_EXPECTS(!graph_.active, what +
+                                  ": a captured CUDA graph streams through this offloader; "
+                                  "its loads were fixed at capture (leave graph mode with "
+                                  "release_device / restore_device, then capture again)");
+  DDO_EXPECTS(!released_, what +
+                              ": the device side was released (release_device); "
+                              "restore_device first");
+  DDO_EXPECTS(!pending_move_, what + ": a budget move is pending; begin_step applies it first");
+}
+
+template <class T>
+void offloader_core<T>::attach_adapter(std::string name,
+                                       std::shared_ptr<const lora_adapter> adapter, float scale) {
+  check_adapter_change("attach_adapter('" + name + "')");
+  if (merge_stream_.get() == nullptr) merge_stream_ = t_.make_stream();
+  const auto before = adapters_.touched();
+  adapters_.add(t_, T::view(copy_stream_), *table_, std::move(name), std::move(adapter), scale);
+  adapters_changed(before);
+}
+
+template <class T>
+void offloader_core<T>::detach_adapter(const std::string& name) {
+  check_adapter_change("detach_adapter('" + name + "')");
+  const auto before = adapters_.touched();
+  synchronize();  // loads in flight may still merge with the factors freed below
+  adapters_.remove(name, *table_);
+  adapters_changed(before);
+}
+
+template <class T>
+void offloader_core<T>::set_adapter_scale(const std::string& name, float scale) {
+  check_adapter_change("set_adapter_scale('" + name + "')");
+  const auto before = adapters_.touched();
+  adapters_.set_scale(name, scale, *table_);
+  adapters_changed(before);
+}
+
+/// The residents the old or the new set changes are written back and merged again; the slots'
+/// occupants were merged with the old set: they load again (the next acquires find them).
+template <class T>
+void offloader_core<T>::adapters_changed(const std::vector<std::size_t>& before) {
+  auto weights = adapters_.touched();
+  weights.insert(weights.end(), before.begin(), before.end());
+  std::sort(weights.begin(), weights.end());
+  weights.erase(std::unique(weights.begin(), weights.end()), weights.end());
+  const auto v = T::view(copy_stream_);
+  adapters_.remerge_residents(
+      t_, v, *table_, weights, [&](std::size_t w) { return resident_ptr_[w]; },
+      [&](const lora_merge_job& job, stream_view s) { launch_merge(job, s); });
+  for (std::size_t s = 0; s < slots_.size(); ++s)
+    if (const std::size_t g = ring_schedule_.occupant(s); g != no_group) load(g, s);
+}
+
+template <class T>
+void offloader_core<T>::launch_merge(const lora_merge_job& job, stream_view v) {
+  if constexpr (requires(T & t) { t.enqueue(v, [] {}); }) {
+    t_.enqueue(v, [job] { merge_lora(job); });
+  } else if constexpr (requires { v.handle; }) {
+    merge_launcher_(job, static_cast<void*>(v.handle));
+  } else {
+    throw usage_error("attach_adapter: no merge runs on the " + std::string(t_.name()) +
+                      " transport");
+  }
+}
+
+template <class T>
+void offloader_core<T>::merge_slot(std::size_t g, slot_state<T>& st) {
+  const auto v = T::view(merge_stream_);
+  t_.wait(v, st.ready);
+  const auto& gr = layout_.groups[g];
+  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+    if (gr.slot_offset[i] == not_streamed) continue;  // resident: merged at attach
+    if (const auto* job = adapters_.job_for(gr.weights[i])) {
+      lora_merge_job j = *job;
+      j.weight = st.pointers[i];
+      launch_merge(j, v);
+    }
+  }
+  t_.record(st.ready, v);
+}
+
+template <class T>
+void offloader_core<T>::finish_pending_merge(std::size_t g, slot_state<T>& st) {
+  merge_slot(g, st);
+  st.merge_pending = false;
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace ddo

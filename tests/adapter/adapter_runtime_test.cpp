@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// Adapters on a running offloader (host_sim): streamed weights merged in their slot, residents
+// merged at attach, detach and scale changes exact, the host copy and the file never written.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "adapter/adapter_model.hpp"
+#include "ddo/adapter/lora_adapter.hpp"
+#include "ddo/runtime/basic_offloader.hpp"
+#include "ddo/transport/host_sim.hpp"
+
+namespace adapter_runtime_test {
+
+using adapter_model::expected;
+using adapter_model::make_adapter;
+using adapter_model::make_model;
+using ddo::host_sim_transport;
+using offloader = ddo::basic_offloader<host_sim_transport>;
+
+/// Runs two steps over every group and counts the weights whose lease bytes differ from
+/// @p want, checked on the compute stream when the "kernel" runs.
+inline std::size_t mismatches(offloader& off, host_sim_transport& sim,
+                              host_sim_transport::stream_view cv,
+                              const std::vector<std::vector<std::byte>>& want) {
+  std::atomic<std::size_t> bad{0};
+  for (int step = 0; step < 2; ++step) {
+    off.begin_step();
+    for (std::size_t g = 0; g < off.group_count(); ++g) {
+      auto lease = off.acquire(g, cv);
+      std::vector<std::pair<const std::byte*, std::size_t>> items;
+      for (std::size_t i = 0; i < lease.size(); ++i)
+        items.emplace_back(lease.data(i), lease.weight_index(i));
+      sim.enqueue(cv, [&bad, &want, items = std::move(items)] {
+        for (const auto& [p, w] : items)
+          if (std::memcmp(p, want[w].data(), want[w].size()) != 0) ++bad;
+      });
+    }
+  }
+  sim.synchronize(cv);
+  return bad;
+}
+
+inline ddo::runtime_options options() {
+  ddo::runtime_options o;
+  o.poison_slots = true;
+  o.staging_buffer_bytes = 4096;
+  return o;
+}
+
+TEST_SUITE("adapter") {
+  TEST_CASE(
+      "streamed weights with adapters equal all-resident ones with the same merge, bit for bit") {
+    auto m = make_model(8, 11);
+    const auto a = make_adapter(*m, 4, 100, 5, ddo::dtype::bf16);
+    const auto b = make_adapter(*m, 3, 200, 4);
+    const auto want = expected(*m, {{a.get(), 0.75f}, {b.get(), -1.25f}});
+    CHECK(want != m->base);
+    host_sim_transport sim;
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    for (bool resident : {false, true}) {
+      CAPTURE(resident);
+      offloader off(sim, m->table, resident ? m->all_resident() : m->plan, options());
+      CHECK((off.slot_count() == 0) == resident);
+      const auto before = off.device_bytes();
+      off.attach_adapter("a", a, 0.75f);
+      off.attach_adapter("b", b, -1.25f);
+      CHECK(off.adapter_device_bytes() == a->factor_bytes() + b->factor_bytes());
+      CHECK(off.device_bytes() == before + off.adapter_device_bytes());
+      CHECK(off.adapter_kept_base_bytes() > 0);  // residents keep their base for detaching
+      CHECK(mismatches(off, sim, cv, want) == 0);
+      CHECK(off.adapter_names() == std::vector<std::string>{"a", "b"});
+    }
+    CHECK(sim.pageable_direct_copies() == 0);
+  }
+
+  TEST_CASE("attach, detach and scale sequences return to the base bytes exactly") {
+    auto m = make_model(7, 12);
+    const auto host_before = m->host;
+    const auto a = make_adapter(*m, 5, 300, 0, ddo::dtype::f16);
+    const auto b = make_adapter(*m, 2, 400, 3);
+    host_sim_transport sim;
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    offloader off(sim, m->table, m->plan, options());
+    CHECK(mismatches(off, sim, cv, m->base) == 0);
+    for (int round = 0; round < 3; ++round) {
+      CAPTURE(round);
+      off.attach_adapter("a", a, 1.0f);
+      CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 1.0f}})) == 0);
+      off.attach_adapter("b", b, 0.5f);
+      CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 1.0f}, {b.get(), 0.5f}})) == 0);
+      off.set_adapter_scale("a", -2.0f);
+      CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), -2.0f}, {b.get(), 0.5f}})) == 0);
+      off.detach_adapter("a");
+      CHECK(mismatches(off, sim, cv, expected(*m, {{b.get(), 0.5f}})) == 0);
+      off.detach_adapter("b");
+      CHECK(mismatches(off, sim, cv, m->base) == 0);
+      CHECK(off.adapter_kept_base_bytes() == 0);
+      CHECK(off.adapter_device_bytes() == 0);
+    }
+    CHECK(m->host == host_before);  // the host copy is never written
+    std::ifstream in(m->file, std::ios::binary);
+    std::vector<char> file_bytes((std::istreambuf_iterator<char>(in)), {});
+    std::size_t at = 0;
+    for (std::size_t w = 0; w < m->table.size(); ++w) {
+      if (!std::holds_alternative<ddo::file_source>(m->table[w].source)) continue;
+      CHECK(std::memcmp(file_bytes.data() + at, m->base[w].data(), m->base[w].size()) == 0);
+      at += m->base[w].size();
+    }
+  }
+
+  TEST_CASE(
+      "adapter changes are refused while leases live, by unknown name, or for another table") {
+    auto m = make_model(4, 13);
+    auto other = make_model(5, 14);
+    const auto a = make_adapter(*m, 2, 500, 0);
+    host_sim_transport sim;
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    offloader off(sim, m->table, m->plan, options());
+    {
+      auto lease = off.acquire(0, cv);
+      CHECK_THROWS_WITH_AS(off.attach_adapter("a", a), doctest::Contains("lease(s) are alive"),
+                           ddo::usage_error);
+    }
+    off.attach_adapter("a", a);
+    CHECK_THROWS_WITH_AS(off.attach_adapter("a", a), doctest::Contains("attached already"),
+                         ddo::usage_error);
+    CHECK_THROWS_WITH_AS(off.detach_adapter("z"), doctest::Contains("(attached: 'a')"),
+                         ddo::usage_error);
+    CHECK_THROWS_WITH_AS(off.set_adapter_scale("z", 1.0f),
+                         doctest::Contains("no adapter of that name"), ddo::usage_error);
+    CHECK_THROWS_WITH_AS(off.attach_adapter("o", make_adapter(*other, 2, 600, 0)),
+                         doctest::Contains("does not match this offloader's table"),
+                         ddo::usage_error);
+    CHECK(off.adapter_names() == std::vector<std::string>{"a"});
+    CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 1.0f}})) == 0);
+  }
+}
+
+}  // namespace adapter_runtime_test
