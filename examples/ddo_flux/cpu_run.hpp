@@ -104,7 +104,7 @@ std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
     buffers.emplace(flux::step_buffers{r.in, 0.f, {}});
   }
   flux::transport_capture<transport_type> capture{off.transport()};
-  std::optional<typename transport_type::graph> captured;
+  std::optional<typename transport_type::graph_exec> captured;
   auto out = flux::denoise(
       r.in, r.steps,
       [&](const flux::inputs& x, float t) {

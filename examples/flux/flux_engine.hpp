@@ -171,7 +171,8 @@ void enqueue_stage(Offloader& off, typename Offloader::stream_view view, const s
   } else {
     // The stage's "kernels": a task on the compute stream, after the loads it waits for and
     // before the release events the leases record when they drop at the end of this scope.
-    t.enqueue(view, [&, s, lookup] { run_stage(s, f, lookup, in, timestep, velocity); });
+    ddo::host_sim_device(t).enqueue(
+        view, [&, s, lookup] { run_stage(s, f, lookup, in, timestep, velocity); });
   }
 }
 
@@ -243,13 +244,17 @@ concept step_capture = requires(Capture& c, View v, const typename Capture::grap
 /// @brief host_sim's graph model, through its transport (--graph on the CPU path).
 template <class Transport>
 struct transport_capture {
-  using graph = typename Transport::graph;
+  using graph = typename Transport::graph_exec;
   Transport& transport;
-  void begin(typename Transport::stream_view v) { transport.begin_capture(v); }
-  [[nodiscard]] graph end(typename Transport::stream_view v) { return transport.end_capture(v); }
+  void begin(typename Transport::stream_view v) {
+    ddo::host_sim_device(transport).begin_capture(v);
+  }
+  [[nodiscard]] graph end(typename Transport::stream_view v) {
+    return ddo::host_sim_device(transport).end_capture(v);
+  }
   void abort(typename Transport::stream_view v) noexcept {
     try {
-      (void)transport.end_capture(v);
+      (void)ddo::host_sim_device(transport).end_capture(v);
     } catch (...) {  // the capture's own error is the one being reported
     }
   }

@@ -47,15 +47,15 @@ struct cuda_graph_holder {
   }
 };
 
-/// host_sim's graph where the transport has one (its VMM mode too), else nothing.
+/// host_sim's graph where the transport has one (its adaptors too: graph_exec), else nothing.
 template <class T>
 struct sim_graph_of {
   using type = std::monostate;
 };
 template <class T>
-  requires requires { typename T::graph; }
+  requires requires { typename T::graph_exec; }
 struct sim_graph_of<T> {
-  using type = typename T::graph;
+  using type = typename T::graph_exec;
 };
 
 /// GPU: cuBLAS GEMMs on a non-blocking stream of the linear transport.
@@ -123,14 +123,14 @@ struct cpu_engine_t {
   [[nodiscard]] typename transport_type::stream_view view() { return transport_type::view(stream); }
   void linear(transport_type& t, const std::byte* w, std::int64_t out, std::int64_t in,
               dtype type, float alpha, std::int64_t rows) {
-    t.enqueue(view(), [f = forward, w, out, in, type, alpha, rows] {
+    host_sim_device(t).enqueue(view(), [f = forward, w, out, in, type, alpha, rows] {
       f->linear(w, out, in, type, alpha, rows);
     });
   }
   /// Ends a step (a task on the stream: captured with it); the activation's digest after the
   /// steps, once the stream's work is done.
   void end_step(transport_type& t) {
-    t.enqueue(view(), [f = forward] { f->end_step(); });
+    host_sim_device(t).enqueue(view(), [f = forward] { f->end_step(); });
   }
   [[nodiscard]] std::uint64_t output_digest(transport_type& t) {
     t.synchronize(view());
@@ -140,9 +140,9 @@ struct cpu_engine_t {
   [[nodiscard]] static std::uint64_t device_bytes() { return 0; }
   [[nodiscard]] static const char* compute_name() { return "CPU stand-in"; }
   /// --graph on host_sim: its graph model (values fixed at capture, as CUDA's).
-  void begin_capture(transport_type& t) { t.begin_capture(view()); }
+  void begin_capture(transport_type& t) { host_sim_device(t).begin_capture(view()); }
   [[nodiscard]] std::unique_ptr<graph_holder> end_capture(transport_type& t) {
-    return std::make_unique<graph_holder>(t.end_capture(view()));
+    return std::make_unique<graph_holder>(host_sim_device(t).end_capture(view()));
   }
   [[nodiscard]] static const graph_holder& exec_of(const graph_holder& h) { return h; }
   void launch(transport_type& t, const graph_holder& h) { t.launch_graph(h, view()); }

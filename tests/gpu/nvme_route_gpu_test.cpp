@@ -126,6 +126,6 @@ TEST_SUITE("gpu") {
     }
     CHECK(compared == 3 * model_bytes(m));
     CHECK(t.ledger().in_use(ddo::ledger_kind::pinned) == pinned0);
-    CHECK(t.live_handles() == 0);
+    CHECK(t.upstream().live_handles() == 0);
   }
 }

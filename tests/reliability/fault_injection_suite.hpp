@@ -192,7 +192,7 @@ void expect_fault(const synthetic_model& m, ddo::fault_point point, std::uint64_
   const std::string what_case =
       std::string(ddo::fault_point_name(point)) + " call #" + std::to_string(n);
   INFO(what_case);
-  const auto before = resource_snapshot::take(t.inner());
+  const auto before = resource_snapshot::take(t.upstream());
   faults->fail_nth(point, n, read_fault);
   std::uint64_t mismatches = 0;
   bool thrown = false;
@@ -207,7 +207,7 @@ void expect_fault(const synthetic_model& m, ddo::fault_point point, std::uint64_
   CHECK(faults->fired(point) == 1);
   CHECK_MESSAGE(thrown, "the injected fault did not surface as an error");
   CHECK(mismatches == 0);  // nothing wrong was delivered before the failure
-  check_restored(before, resource_snapshot::take(t.inner()), what_case);
+  check_restored(before, resource_snapshot::take(t.upstream()), what_case);
 }
 
 template <class Traits>
@@ -260,13 +260,14 @@ void fault_injection_suite(std::uint32_t seed) {
     for (std::uint64_t n = 1; n <= calls.one_step[at(fault_point::file_read)]; ++n) {
       auto faults = std::make_shared<ddo::fault_injector>();
       ddo::fault_injection_transport<typename Traits::transport_type> t(Traits::make(), faults);
-      const auto before = resource_snapshot::take(t.inner());
+      const auto before = resource_snapshot::take(t.upstream());
       faults->fail_nth(fault_point::file_read, n, {ddo::file_read_fault::kind::short_count, 0});
       std::uint64_t mismatches = 0;
       run_model(t, *m, fault_options(*faults), 2, mismatches);
       CHECK(faults->fired(fault_point::file_read) == 1);
       CHECK(mismatches == 0);
-      check_restored(before, resource_snapshot::take(t.inner()), "short read #" + std::to_string(n));
+      check_restored(before, resource_snapshot::take(t.upstream()),
+                     "short read #" + std::to_string(n));
     }
   }
 }

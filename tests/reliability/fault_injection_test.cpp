@@ -41,13 +41,13 @@ TEST_SUITE("reliability") {
     auto faults = std::make_shared<ddo::fault_injector>();
     ddo::fault_injection_transport t(ddo::host_sim_transport{}, faults);
     auto* d = t.allocate_device(1000);
-    CHECK(t.inner().device_bytes_in_use() == 1000);
+    CHECK(t.upstream().device_bytes_in_use() == 1000);
     faults->fail_nth(ddo::fault_point::allocate_device, 2);
     CHECK_THROWS_WITH_AS((void)t.allocate_device(10),
                          doctest::Contains("allocate_device call #2"), ddo::out_of_memory);
-    CHECK(t.inner().device_bytes_in_use() == 1000);
+    CHECK(t.upstream().device_bytes_in_use() == 1000);
     t.free_device(d, 1000);
-    CHECK(t.inner().device_bytes_in_use() == 0);
+    CHECK(t.upstream().device_bytes_in_use() == 0);
   }
 }
 

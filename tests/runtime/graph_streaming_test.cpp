@@ -62,7 +62,7 @@ struct checker {
     std::vector<std::pair<const std::byte*, std::size_t>> items;
     for (std::size_t i = 0; i < lease.size(); ++i)
       items.emplace_back(lease.data(i), lease.weight_index(i));
-    sim.enqueue(s, [this, &sim, &m, items = std::move(items)] {
+    ddo::host_sim_device(sim).enqueue(s, [this, &sim, &m, items = std::move(items)] {
       for (const auto& [p, w] : items) {
         const auto& e = m.expected[w];
         if (!may_read(sim, p, e.size())) {
@@ -89,12 +89,12 @@ std::uint64_t model_bytes(const Model& m) {
 template <class Sim, class Offloader, class Model>
 host_sim_transport::graph capture_step(Sim& sim, Offloader& off, typename Sim::stream_view s,
                                        const Model& m, checker& check) {
-  sim.begin_capture(s);
+  ddo::host_sim_device(sim).begin_capture(s);
   for (std::size_t g = 0; g < off.group_count(); ++g) {
     auto lease = off.acquire(g, s);
     check.enqueue(sim, s, m, lease);
   }
-  return sim.end_capture(s);
+  return ddo::host_sim_device(sim).end_capture(s);
 }
 
 /// host_sim for the linear route's cases: copies at @p bandwidth bytes/s (0: instant; slower
@@ -520,11 +520,11 @@ TEST_CASE("graph streaming, VMM: the native route is refused, naming the routes 
   o.native_vmm.segment_bytes = ddo::mib;
   o.native_vmm.staging_total_bytes = 2 * ddo::mib;
   vmm_offloader off(sim, m->table, m->plan, o);
-  sim.begin_capture(s);
+  ddo::host_sim_device(sim).begin_capture(s);
   CHECK_THROWS_WITH_AS((void)off.acquire(std::size_t{0}, s),
                        doctest::Contains("the native VMM route (vmm_fast_runtime"),
                        ddo::usage_error);
-  (void)sim.end_capture(s);
+  (void)ddo::host_sim_device(sim).end_capture(s);
   CHECK_FALSE(off.graph_mode());
 }
 
@@ -645,10 +645,10 @@ void file_route_capture(Inner& inner, const ddo_test::file_model& m, bool stream
       t.synchronize(s);
       CHECK(t.file_stats().bytes_delivered >= 5 * model_bytes(m));
     } else {
-      t.begin_capture(s);
+      ddo::host_sim_device(t).begin_capture(s);
       CHECK_THROWS_WITH_AS((void)off.acquire(std::size_t{0}, s),
                            doctest::Contains("from pinned memory only"), ddo::usage_error);
-      (void)t.end_capture(s);
+      (void)ddo::host_sim_device(t).end_capture(s);
       CHECK_FALSE(off.graph_mode());
     }
   }

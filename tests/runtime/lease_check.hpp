@@ -12,10 +12,11 @@
 
 namespace ddo_test {
 
-/// Runs @p steps steps of every group of @p off on host_sim and returns the weights whose device
+/// Runs @p steps steps of every group of @p off on host_sim (@p sim: host_sim or an adaptor over
+/// it) and returns the weights whose device
 /// bytes differed from @p expected (indexed by weight).
-template <class Offloader>
-std::size_t count_mismatches(Offloader& off, ddo::host_sim_transport& sim,
+template <class Offloader, class Sim>
+std::size_t count_mismatches(Offloader& off, Sim& sim,
                              const std::vector<std::vector<std::byte>>& expected, int steps) {
   auto s = sim.make_stream();
   std::atomic<std::size_t> bad{0};
@@ -25,7 +26,7 @@ std::size_t count_mismatches(Offloader& off, ddo::host_sim_transport& sim,
       for (std::size_t i = 0; i < lease.size(); ++i) {
         const std::byte* p = lease.data(i);
         const auto& e = expected[lease.weight_index(i)];
-        sim.enqueue(sim.view(s), [p, &e, &bad] {
+        ddo::host_sim_device(sim).enqueue(sim.view(s), [p, &e, &bad] {
           if (std::memcmp(p, e.data(), e.size()) != 0) ++bad;
         });
       }

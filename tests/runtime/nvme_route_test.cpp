@@ -109,7 +109,7 @@ std::uint64_t run_and_compare(ddo::basic_offloader<T>& off, T& t, const file_mod
       std::vector<std::pair<const std::byte*, const std::vector<std::byte>*>> items;
       for (std::size_t i = 0; i < lease.size(); ++i)
         items.emplace_back(lease.data(i), &m.expected[lease.weight_index(i)]);
-      t.enqueue(cv, [items = std::move(items), checked, bad] {
+      ddo::host_sim_device(t).enqueue(cv, [items = std::move(items), checked, bad] {
         for (const auto& [p, e] : items) {
           if (std::memcmp(p, e->data(), e->size()) != 0) ++*bad;
           *checked += e->size();

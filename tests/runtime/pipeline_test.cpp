@@ -327,7 +327,7 @@ TEST_CASE("components on the VMM route (host_sim's VMM mode) release and restore
       for (std::size_t i = 0; i < lease.size(); ++i) {
         const std::byte* p = lease.data(i);
         const auto& e = m.vae.bytes[lease.weight_index(i)];
-        sim.enqueue(sim.view(stream), [p, &e, &bad] {
+        ddo::host_sim_device(sim).enqueue(sim.view(stream), [p, &e, &bad] {
           if (std::memcmp(p, e.data(), e.size()) != 0) ++bad;
         });
       }

@@ -24,7 +24,8 @@ struct host_sim_vmm_traits {
     return transport_type(o);
   }
   static void delay(transport_type& t, transport_type::stream_view s, int microseconds) {
-    t.enqueue(s, [microseconds] { std::this_thread::sleep_for(std::chrono::microseconds(microseconds)); });
+    t.upstream().enqueue(
+        s, [us = microseconds] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });
   }
   static std::size_t cycles() { return 2000; }
   static std::uint64_t device_used(transport_type& t) { return t.ledger().in_use(ddo::ledger_kind::device); }

@@ -27,7 +27,8 @@ struct transport_backend {};
 
 namespace detail {
 // ddo's transports by type; overload resolution picks the most derived base, so a class derived
-// from one (a test's recording host_sim, nvme_transport over its Inner) serves what it serves.
+// from one (a test's recording host_sim) serves what it serves. The adaptors (VMM, file route)
+// hold their upstream rather than derive from it: each has its own overload.
 constexpr std::optional<offload_backend> backend_of(const void*) noexcept { return std::nullopt; }
 constexpr std::optional<offload_backend> backend_of(const linear_transport*) noexcept {
   return offload_backend::linear;

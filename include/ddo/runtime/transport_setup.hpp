@@ -143,7 +143,7 @@ template <class Transport>
                                        std::uint64_t device_limit_bytes = 0) {
   static_assert(detail::check_transport<Transport>());
   if constexpr (detail::is_nvme_transport<Transport>) {
-    return Transport(make_transport<typename Transport::inner_type>(s, sim, device_limit_bytes),
+    return Transport(make_transport<typename Transport::upstream_type>(s, sim, device_limit_bytes),
                      detail::nvme_options_from(s));
   } else if constexpr (std::same_as<Transport, host_sim_transport>) {
     (void)parse_execution_device(s);  // checked even where the simulation ignores it

@@ -270,7 +270,8 @@ concept transport_with_graph_streaming =
     };
 
 /// @brief A transport whose device is simulated (`static constexpr bool simulated_device =
-/// true`): host_sim, and what derives from it (its VMM mode, the file route over it). A simulated
+/// true`): host_sim, and every adaptor over it (its VMM mode, the file route, fault injection:
+/// detail::transport_adaptor passes the flag up). A simulated
 /// device stands in for any device, so setup checks no device name against it (a capacity
 /// profile's) and names its device "host_sim", whatever the transport's own name.
 template <class T>

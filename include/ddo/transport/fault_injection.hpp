@@ -41,6 +41,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/model/file_fault_hook.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/detail/transport_adaptor.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -144,28 +145,22 @@ class fault_injector : public file_fault_hook {
   std::array<point_state, fault_point_count> slots_{};
 };
 
-/// @brief Wraps a transport: every call is forwarded to @p Inner, and the calls named by
-/// fault_point fail when the shared fault_injector says so. Models ddo::transport, and the
-/// optional slot/thread binding capabilities exactly when @p Inner does.
+/// @brief Wraps a transport: every call is forwarded to @p Inner (detail::transport_adaptor),
+/// and the calls named by fault_point fail when the shared fault_injector says so. Models
+/// ddo::transport and every optional capability @p Inner models.
 /// @tparam Inner any ddo::transport (host_sim_transport, linear_transport, ...).
 template <class Inner>
-class fault_injection_transport {
-  static_assert(detail::check_transport<Inner>());
+class fault_injection_transport : public detail::transport_adaptor<Inner> {
+  using adaptor = detail::transport_adaptor<Inner>;
 
  public:
-  using transport_category = transport_tag;
-  using stream = typename Inner::stream;
-  using stream_view = typename Inner::stream_view;
-  using event = typename Inner::event;
+  using typename adaptor::stream_view;
 
   /// @brief Wraps @p inner; faults come from @p faults (a fresh injector when null).
   explicit fault_injection_transport(Inner inner, std::shared_ptr<fault_injector> faults = nullptr)
-      : inner_(std::move(inner)),
+      : adaptor(std::move(inner)),
         faults_(faults ? std::move(faults) : std::make_shared<fault_injector>()) {}
 
-  /// @brief The wrapped transport (its own accounting, its extra members).
-  [[nodiscard]] Inner& inner() noexcept { return inner_; }
-  [[nodiscard]] const Inner& inner() const noexcept { return inner_; }
   /// @brief The injector shared by every copy of this wrapper.
   [[nodiscard]] fault_injector& faults() const noexcept { return *faults_; }
   [[nodiscard]] const std::shared_ptr<fault_injector>& faults_ptr() const noexcept {
@@ -173,67 +168,31 @@ class fault_injection_transport {
   }
 
   [[nodiscard]] std::string_view name() const noexcept { return "fault_injection"; }
-  [[nodiscard]] stream make_stream() { return inner_.make_stream(); }
-  [[nodiscard]] static stream_view view(stream& s) noexcept { return Inner::view(s); }
-  [[nodiscard]] event make_event(bool timing) { return inner_.make_event(timing); }
-  void record(event& e, stream_view s) { inner_.record(e, s); }
-  void wait(stream_view s, const event& e) { inner_.wait(s, e); }
-  [[nodiscard]] bool ready(const event& e) { return inner_.ready(e); }
-  void synchronize(const event& e) { inner_.synchronize(e); }
-  void synchronize(stream_view s) { inner_.synchronize(s); }
-  [[nodiscard]] double elapsed_ms(const event& a, const event& b) { return inner_.elapsed_ms(a, b); }
 
   [[nodiscard]] std::byte* allocate_device(std::size_t bytes) {
     if (const auto n = faults_->hit(fault_point::allocate_device))
       throw out_of_memory(memory_tier::device, bytes, 0,
                           injected(fault_point::allocate_device, n) + " (device allocation of " +
                               std::to_string(bytes) + " bytes)");
-    return inner_.allocate_device(bytes);
+    return this->upstream().allocate_device(bytes);
   }
-  void free_device(std::byte* p, std::size_t bytes) { inner_.free_device(p, bytes); }
-
   [[nodiscard]] std::byte* allocate_pinned(std::size_t bytes) {
     if (const auto n = faults_->hit(fault_point::allocate_pinned))
       throw out_of_memory(memory_tier::pinned_host, bytes, 0,
                           injected(fault_point::allocate_pinned, n) +
                               " (pinned host allocation of " + std::to_string(bytes) + " bytes)");
-    return inner_.allocate_pinned(bytes);
+    return this->upstream().allocate_pinned(bytes);
   }
-  void free_pinned(std::byte* p, std::size_t bytes) { inner_.free_pinned(p, bytes); }
-
   [[nodiscard]] bool register_host(void* p, std::size_t bytes) {
     if (faults_->hit(fault_point::register_host) != 0) return false;
-    return inner_.register_host(p, bytes);
+    return this->upstream().register_host(p, bytes);
   }
-  void unregister_host(void* p) { inner_.unregister_host(p); }
-
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
     if (const auto n = faults_->hit(fault_point::copy_to_device))
       throw cuda_error(999, "cudaErrorUnknown", "copy_to_device", __FILE__, __LINE__,
                        injected(fault_point::copy_to_device, n) + " (copy of " +
                            std::to_string(bytes) + " bytes to the device)");
-    inner_.copy_to_device(dst, src, bytes, s);
-  }
-  void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    inner_.copy_to_host(dst, src, bytes, s);
-  }
-  void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
-    inner_.fill_device(dst, value, bytes, s);
-  }
-  [[nodiscard]] device_memory_info device_memory() { return inner_.device_memory(); }
-
-  /// @brief Forwarded when @p Inner binds slots (VMM).
-  std::byte* bind_slot(std::byte* base, std::uint64_t bytes, std::size_t group,
-                       const event& release)
-    requires transport_with_slot_binding<Inner>
-  {
-    return inner_.bind_slot(base, bytes, group, release);
-  }
-  /// @brief Forwarded when @p Inner binds the runtime's threads (linear).
-  void bind_thread()
-    requires transport_with_thread_binding<Inner>
-  {
-    inner_.bind_thread();
+    this->upstream().copy_to_device(dst, src, bytes, s);
   }
 
  private:
@@ -242,7 +201,6 @@ class fault_injection_transport {
            " failed";
   }
 
-  Inner inner_;
   std::shared_ptr<fault_injector> faults_;
 };
 

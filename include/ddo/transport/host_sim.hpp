@@ -55,6 +55,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -756,6 +757,19 @@ class host_sim_transport {
 static_assert(transport<host_sim_transport>);
 static_assert(transport_with_ledger<host_sim_transport>);
 static_assert(transport_with_graph_streaming<host_sim_transport>);
+
+/// @brief The host_sim_transport under @p t: @p t itself (or what derives from it), or the one
+/// at the bottom of its adaptors (host_sim_vmm_transport, nvme_transport<...>,
+/// fault_injection_transport<...>: each holds its upstream). A stand-in engine issues its own
+/// work and captures there (enqueue, begin_capture, end_capture), as an engine on a GPU uses the
+/// CUDA stream API.
+template <class T>
+[[nodiscard]] host_sim_transport& host_sim_device(T& t) noexcept {
+  if constexpr (std::is_base_of_v<host_sim_transport, T>)
+    return t;
+  else
+    return host_sim_device(t.upstream());
+}
 
 }  // namespace v0
 }  // namespace ddo

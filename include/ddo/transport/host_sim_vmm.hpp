@@ -40,6 +40,7 @@
 #include "ddo/core/units.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/detail/stable_addresses.hpp"
+#include "ddo/transport/detail/transport_adaptor.hpp"
 #include "ddo/transport/detail/vmm_window.hpp"
 #include "ddo/transport/host_sim.hpp"
 
@@ -246,17 +247,30 @@ class host_sim_vmm_driver {
 
 }  // namespace detail
 
-/// @brief host_sim with stable addresses through simulated VMM (see the file comment).
-class host_sim_vmm_transport : public host_sim_transport,
-                               public detail::stable_addresses<detail::host_sim_vmm_driver> {
+/// @brief host_sim with stable addresses through simulated VMM (see the file comment): an adaptor
+/// over the host_sim_transport it holds (detail::transport_adaptor), with the stable-address
+/// window over the simulated driver.
+class host_sim_vmm_transport
+    : public detail::transport_adaptor<host_sim_transport>,
+      public detail::stable_addresses<detail::host_sim_vmm_driver> {
+  using adaptor = detail::transport_adaptor<host_sim_transport>;
+  using window = detail::stable_addresses<detail::host_sim_vmm_driver>;
+
  public:
   /// @throws usage_error when the simulated device has no VMM support.
   explicit host_sim_vmm_transport(host_sim_vmm_options options = {})
-      : host_sim_transport(options.device),
-        stable_addresses(checked(options).window, static_cast<host_sim_transport&>(*this),
-                         options.granularity) {}
+      : adaptor(host_sim_transport(checked(options).device)),
+        window(options.window, upstream(), options.granularity) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return "host_sim_vmm"; }
+
+  // Both bases declare the window's operations (the adaptor forwards them where its upstream
+  // has them): the window's.
+  using window::bind_stable;
+  using window::prepare_stable_addresses;
+  using window::release_stable_addresses;
+  using window::size_window;
+  using window::stable_address;
 
   [[nodiscard]] std::size_t live_mappings() const { return vmm_driver().live_mappings(); }
   [[nodiscard]] std::size_t live_reservations() const { return vmm_driver().live_reservations(); }
@@ -275,17 +289,17 @@ class host_sim_vmm_transport : public host_sim_transport,
   // not mapped then), and a range mapped then may hold another group at a replay. Graph streaming
   // therefore loads stable ranges on ddo's staging stream and captures no fill of them.
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    if (!reserved(dst, bytes)) return host_sim_transport::copy_to_device(dst, src, bytes, s);
+    if (!reserved(dst, bytes)) return upstream().copy_to_device(dst, src, bytes, s);
     checked_task(s, dst, bytes, "copy_to_device",
                  [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    if (!reserved(src, bytes)) return host_sim_transport::copy_to_host(dst, src, bytes, s);
+    if (!reserved(src, bytes)) return upstream().copy_to_host(dst, src, bytes, s);
     checked_task(s, src, bytes, "copy_to_host",
                  [dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
-    if (!reserved(dst, bytes)) return host_sim_transport::fill_device(dst, value, bytes, s);
+    if (!reserved(dst, bytes)) return upstream().fill_device(dst, value, bytes, s);
     checked_task(s, dst, bytes, "fill_device",
                  [dst, value, bytes] { std::memset(dst, value, bytes); });
   }
@@ -310,14 +324,14 @@ class host_sim_vmm_transport : public host_sim_transport,
   /// (see above).
   template <class F>
   void checked_task(stream_view s, const std::byte* p, std::size_t n, const char* what, F task) {
-    if (capturing(s))
+    if (host_sim_transport::capturing(s))
       throw usage_error(std::string("host_sim_vmm_transport::") + what + ": " + std::to_string(n) +
                         " bytes of the VMM reservation in a stream being captured; CUDA refuses "
                         "a copy or fill node on a range not mapped at capture or instantiation, "
                         "and the range may hold another group at a replay: read stable "
                         "addresses from kernels only");
     require_mapped(vmm_driver(), p, n, what);
-    enqueue(s, std::move(task));
+    upstream().enqueue(s, std::move(task));
   }
 };
 

@@ -5,7 +5,8 @@
 /// files straight into two pinned staging slots (page-locked once, at setup) by a pool of reader
 /// threads, many reads in flight, and each slot's host→device copy overlaps the next reads; a
 /// slot is refilled only after its copy's event completed. Everything else (streams, events,
-/// device memory, the ring or VMM's stable addresses) is @p Inner's: nvme_transport<linear_transport>
+/// device memory, the ring or VMM's stable addresses) is @p Inner's, which it holds and forwards to
+/// (detail::transport_adaptor): nvme_transport<linear_transport>
 /// feeds the linear ring, nvme_transport<vmm_transport> the VMM route (nvme_baseline: the legacy
 /// VMM route fed from files), and the host_sim variants do the same without a GPU.
 ///
@@ -46,6 +47,7 @@
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/parallel_reader.hpp"
 #include "ddo/transport/concepts.hpp"
+#include "ddo/transport/detail/transport_adaptor.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -130,17 +132,16 @@ struct nvme_state {
 /// capability @p Inner models, and transport_with_file_staging.
 /// @tparam Inner linear_transport, vmm_transport, host_sim_transport or host_sim_vmm_transport.
 template <class Inner>
-class nvme_transport : public Inner {
-  static_assert(detail::check_transport<Inner>());
+class nvme_transport : public detail::transport_adaptor<Inner> {
+  using adaptor = detail::transport_adaptor<Inner>;
 
  public:
-  using inner_type = Inner;
-  using typename Inner::stream_view;
-  using typename Inner::event;
+  using typename adaptor::stream_view;
+  using typename adaptor::event;
 
   /// @throws usage_error for options out of range (named, with the allowed values).
   explicit nvme_transport(Inner inner = Inner{}, nvme_options options = {})
-      : Inner(std::move(inner)), nvme_(std::make_shared<detail::nvme_state<Inner>>(options)) {
+      : adaptor(std::move(inner)), nvme_(std::make_shared<detail::nvme_state<Inner>>(options)) {
     DDO_EXPECTS(options.staging_slot_bytes >= 2 * direct_io_alignment,
                 "nvme_options::staging_slot_bytes (vmm_staging_buffer_gb) must be at least " +
                     std::to_string(2 * direct_io_alignment) + " bytes, got " +
@@ -153,8 +154,6 @@ class nvme_transport : public Inner {
   }
 
   [[nodiscard]] std::string_view name() const noexcept { return "nvme"; }
-  [[nodiscard]] Inner& inner() noexcept { return *this; }
-  [[nodiscard]] const Inner& inner() const noexcept { return *this; }
   [[nodiscard]] const nvme_options& nvme_settings() const noexcept { return nvme_->options; }
 
   /// @brief One staging slot's bytes: the most one execution group may stream (the plan is
@@ -177,7 +176,7 @@ class nvme_transport : public Inner {
     // setting: it follows the slot, or a plan the slot holds would be refused at the window.
     // First, so that a refusal there (window already prepared) leaves the slot as it was.
     if constexpr (requires(Inner& i) { i.grow_staging_buffer(bytes); })
-      Inner::grow_staging_buffer(grown);
+      this->upstream().grow_staging_buffer(grown);
     nvme_->options.staging_slot_bytes = grown;
   }
 
@@ -386,7 +385,7 @@ class nvme_transport : public Inner {
     // copies that leave them none (the previous batch's, a copy behind the engine's compute)
     // do not count.
     for (std::size_t k = 0; k < std::min<std::size_t>(n, 2); ++k)
-      Inner::synchronize(st.slot_free[b.fills[k].slot]);  // the previous batch's copies
+      this->upstream().synchronize(st.slot_free[b.fills[k].slot]);  // the previous batch's copies
     const auto start = clock::now();
     clock::duration idle{};
     pool.start_gated(b.tasks, n);
@@ -397,15 +396,16 @@ class nvme_transport : public Inner {
         if (!pool.wait_batch(k)) break;  // a reader failed: finish() throws it
         for (std::size_t c = f.first_copy; c < f.end_copy; ++c) {
           const detail::nvme_fill_copy& cp = b.copies[c];
-          Inner::copy_to_device(cp.dst, st.slot[f.slot] + cp.slot_offset, cp.bytes, s);
+          this->upstream().copy_to_device(cp.dst, st.slot[f.slot] + cp.slot_offset, cp.bytes, s);
           st.stats.bytes_delivered += cp.bytes;
         }
-        Inner::record(st.slot_free[f.slot], s);
+        this->upstream().record(st.slot_free[f.slot], s);
         st.stats.bytes_read += f.read_bytes;
         ++st.stats.slot_fills;
         if (k + 2 < n) {
           const auto wait = clock::now();
-          Inner::synchronize(st.slot_free[f.slot]);  // the next fill's reads run meanwhile
+          // The next fill's reads run meanwhile.
+          this->upstream().synchronize(st.slot_free[f.slot]);
           if (pool.batch_filled(k + 1)) idle += clock::now() - wait;
           pool.open_through(k + 2);
         }
@@ -429,18 +429,18 @@ class nvme_transport : public Inner {
   /// larger and used from its first aligned byte. The event first, so that release_locked never
   /// waits on an event that was not made.
   void allocate_slot(detail::nvme_state<Inner>& st, std::size_t s) {
-    st.slot_free[s] = Inner::make_event(false);
+    st.slot_free[s] = this->upstream().make_event(false);
     // Bytes from p to its first 4096-aligned byte.
     const auto to_aligned = [](const std::byte* p) {
       const auto at = reinterpret_cast<std::uintptr_t>(p);
       return round_up(at, direct_io_alignment) - at;
     };
     std::uint64_t bytes = st.slot_alloc_bytes;
-    std::byte* p = Inner::allocate_pinned(bytes);
+    std::byte* p = this->upstream().allocate_pinned(bytes);
     if (to_aligned(p) != 0) {
-      Inner::free_pinned(p, bytes);
+      this->upstream().free_pinned(p, bytes);
       bytes += direct_io_alignment;
-      p = Inner::allocate_pinned(bytes);
+      p = this->upstream().allocate_pinned(bytes);
     }
     st.slot_allocation[s] = p;
     st.slot_allocation_bytes[s] = bytes;
@@ -452,8 +452,8 @@ class nvme_transport : public Inner {
     for (std::size_t s = 0; s < 2; ++s) {
       try {
         if (st.slot_allocation[s] != nullptr) {
-          Inner::synchronize(st.slot_free[s]);
-          Inner::free_pinned(st.slot_allocation[s], st.slot_allocation_bytes[s]);
+          this->upstream().synchronize(st.slot_free[s]);
+          this->upstream().free_pinned(st.slot_allocation[s], st.slot_allocation_bytes[s]);
         }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddo: nvme transport teardown: %s\n", e.what());

@@ -31,6 +31,7 @@
 #include "ddo/transport/allocation_ledger.hpp"
 #include "ddo/transport/concepts.hpp"
 #include "ddo/transport/detail/stable_addresses.hpp"
+#include "ddo/transport/detail/transport_adaptor.hpp"
 #include "ddo/transport/detail/vmm_window.hpp"
 #include "ddo/transport/linear.hpp"
 
@@ -132,70 +133,38 @@ class cuda_vmm_driver {
 
 }  // namespace detail
 
-/// @brief The CUDA VMM transport (see the file comment): a linear_transport it owns for streams,
-/// events, copies and residents, and the stable-address window over the CUDA driver.
-class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
- public:
-  using transport_category = transport_tag;
-  using stream = linear_transport::stream;
-  using stream_view = linear_transport::stream_view;
-  using event = linear_transport::event;
+/// @brief The CUDA VMM transport (see the file comment): an adaptor over a linear_transport it
+/// holds (streams, events, copies and residents; detail::transport_adaptor), with the
+/// stable-address window over the CUDA driver.
+class vmm_transport : public detail::transport_adaptor<linear_transport>,
+                      public detail::stable_addresses<detail::cuda_vmm_driver> {
+  using adaptor = detail::transport_adaptor<linear_transport>;
+  using window = detail::stable_addresses<detail::cuda_vmm_driver>;
 
+ public:
   /// @throws cuda_error (no device, driver entry points missing), usage_error (no VMM support).
   explicit vmm_transport(vmm_options options = {})
-      : stable_addresses(options.window, current_device(options.device.device)),
-        linear_(options.device) {}
+      : adaptor(linear_transport(options.device)),
+        window(options.window, current_device(options.device.device)) {}
 
   [[nodiscard]] std::string_view name() const noexcept { return "vmm"; }
-  /// @brief The linear transport under the window (residents, streams, events).
-  [[nodiscard]] linear_transport& linear() noexcept { return linear_; }
 
-  // --- the linear transport's operations ----------------------------------------------------------
-  void bind_thread() { linear_.bind_thread(); }
-  [[nodiscard]] int device() const noexcept { return linear_.device(); }
-  [[nodiscard]] stream make_stream() { return linear_.make_stream(); }
-  [[nodiscard]] static stream_view view(stream& s) noexcept { return linear_transport::view(s); }
-  [[nodiscard]] event make_event(bool timing) { return linear_.make_event(timing); }
-  [[nodiscard]] static bool capturing(stream_view s) { return linear_transport::capturing(s); }
-  [[nodiscard]] static std::uint64_t capture_id(stream_view s) {
-    return linear_transport::capture_id(s);
-  }
-  void record(event& e, stream_view s) { linear_.record(e, s); }
-  void wait(stream_view s, const event& e) { linear_.wait(s, e); }
-  [[nodiscard]] bool ready(const event& e) { return linear_.ready(e); }
-  void synchronize(const event& e) { linear_.synchronize(e); }
-  void synchronize(stream_view s) { linear_.synchronize(s); }
-  [[nodiscard]] double elapsed_ms(const event& a, const event& b) { return linear_.elapsed_ms(a, b); }
-  [[nodiscard]] std::byte* allocate_device(std::size_t n) { return linear_.allocate_device(n); }
-  void free_device(std::byte* p, std::size_t n) { linear_.free_device(p, n); }
-  [[nodiscard]] std::byte* allocate_pinned(std::size_t n) { return linear_.allocate_pinned(n); }
-  void free_pinned(std::byte* p, std::size_t n) { linear_.free_pinned(p, n); }
-  [[nodiscard]] bool register_host(void* p, std::size_t n) { return linear_.register_host(p, n); }
-  void unregister_host(void* p) { linear_.unregister_host(p); }
-  [[nodiscard]] device_memory_info device_memory() const { return linear_.device_memory(); }
-  [[nodiscard]] const allocation_ledger& ledger() const noexcept { return linear_.ledger(); }
-  [[nodiscard]] std::uint64_t peak_device_bytes() const { return linear_.peak_device_bytes(); }
-  [[nodiscard]] std::uint64_t pinned_bytes_in_use() const { return linear_.pinned_bytes_in_use(); }
-  [[nodiscard]] std::uint64_t registered_bytes_in_use() const {
-    return linear_.registered_bytes_in_use();
-  }
+  // Both bases declare the window's operations (the adaptor forwards them where its upstream
+  // has them): the window's.
+  using window::bind_stable;
+  using window::prepare_stable_addresses;
+  using window::release_stable_addresses;
+  using window::size_window;
+  using window::stable_address;
 
-  // --- graph streaming (docs/cuda-graphs.md, the VMM legacy route): the linear transport's ------
-  // Used only once an engine captures a step over a window smaller than the streamed groups;
-  // the eager path calls none of them.
-  using graph_exec = linear_transport::graph_exec;
-  void launch_graph(const graph_exec& g, stream_view s) { linear_.launch_graph(g, s); }
-  [[nodiscard]] static detail::relaxed_capture_mode relaxed_capture() {
-    return linear_transport::relaxed_capture();
-  }
-  void record_edge(event& e, stream_view s) { linear_.record_edge(e, s); }
-  void wait_edge(stream_view s, const event& e) { linear_.wait_edge(s, e); }
   /// @brief The linear transport's check, and: this route's loads are issued after the launch
   /// whose memory waits consume them, so the graph and ddo's staging stream must not share a
   /// hardware queue; with CUDA_DEVICE_MAX_CONNECTIONS=1 they do and the first wait would block
-  /// the load behind it forever (measured: the H200's one-connection run deadlocked).
+  /// the load behind it forever (measured: the H200's one-connection run deadlocked). Graph
+  /// streaming is used only once an engine captures a step over a window smaller than the
+  /// streamed groups (docs/cuda-graphs.md, the VMM legacy route).
   void check_graph_streaming() {
-    linear_.check_graph_streaming();
+    upstream().check_graph_streaming();
     if (const char* c = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"); c != nullptr && std::string_view(c) == "1")
       throw usage_error(
           "graph streaming on the legacy VMM route needs two or more hardware queues: "
@@ -204,33 +173,25 @@ class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
           "2..32), or run the linear route (execution_mode = linear_runtime), whose replays "
           "load inside the graph");
   }
-  [[nodiscard]] std::uint32_t* allocate_flags(std::size_t n) { return linear_.allocate_flags(n); }
-  void free_flags(std::uint32_t* flags, std::size_t n) { linear_.free_flags(flags, n); }
-  void wait_value(stream_view s, std::uint32_t* flag, std::uint32_t v) {
-    linear_.wait_value(s, flag, v);
-  }
-  void write_value(stream_view s, std::uint32_t* flag, std::uint32_t v) {
-    linear_.write_value(s, flag, v);
-  }
 
   // --- the window -----------------------------------------------------------------------------
   [[nodiscard]] std::uint64_t vmm_granularity() const noexcept { return vmm_driver().granularity(); }
   /// @brief ddo's device bytes: cudaMalloc'd (residents) plus physical handles.
   [[nodiscard]] std::uint64_t device_bytes_in_use() const {
-    return linear_.device_bytes_in_use() + vmm_driver().ledger().in_use(ledger_kind::device);
+    return upstream().device_bytes_in_use() + vmm_driver().ledger().in_use(ledger_kind::device);
   }
 
   // --- copies: the reservation is device memory while mapped (the runtime orders that) ---------
   void copy_to_device(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    if (!reserved(dst, bytes)) return linear_.copy_to_device(dst, src, bytes, s);
+    if (!reserved(dst, bytes)) return upstream().copy_to_device(dst, src, bytes, s);
     DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.handle));
   }
   void copy_to_host(std::byte* dst, const std::byte* src, std::size_t bytes, stream_view s) {
-    if (!reserved(src, bytes)) return linear_.copy_to_host(dst, src, bytes, s);
+    if (!reserved(src, bytes)) return upstream().copy_to_host(dst, src, bytes, s);
     DDO_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s.handle));
   }
   void fill_device(std::byte* dst, int value, std::size_t bytes, stream_view s) {
-    if (!reserved(dst, bytes)) return linear_.fill_device(dst, value, bytes, s);
+    if (!reserved(dst, bytes)) return upstream().fill_device(dst, value, bytes, s);
     DDO_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, s.handle));
   }
 
@@ -240,7 +201,6 @@ class vmm_transport : public detail::stable_addresses<detail::cuda_vmm_driver> {
     DDO_CUDA_TRY(cudaSetDevice(ordinal));
     return ordinal;
   }
-  linear_transport linear_;
 };
 
 static_assert(transport<vmm_transport>);

@@ -53,11 +53,15 @@ offloader_core<T>::offloader_core(T transport, const weight_table& table, offloa
     }
     files_ = open_source_files(table, layout_, options_.file_faults, options_.file_backend);
     if constexpr (transport_with_file_staging<T>) {
-      // The file route reads through the transport's own readers and pinned slots.
-      t_.prepare_file_reads({.paths = &table.files(),
-                             .used = layout_.file_used,
-                             .faults = options_.file_faults,
-                             .largest_piece_bytes = layout_.largest_file_piece(table)});
+      // The file route reads through the transport's own readers and pinned slots. Members set
+      // one by one: nvcc with clang++ as its host compiler reads designators here as GNU's
+      // old-style ones (-Wgnu-designator).
+      file_staging_request request;
+      request.paths = &table.files();
+      request.used = layout_.file_used;
+      request.faults = options_.file_faults;
+      request.largest_piece_bytes = layout_.largest_file_piece(table);
+      t_.prepare_file_reads(request);
     }
     copy_stream_ = t_.make_stream();
     staging_.prepare(t_, options_.staging_buffer_bytes, options_.staging_threads, files_);
