@@ -225,10 +225,12 @@ inline std::optional<int> read_switch_options(run_options& opt, const po::variab
   if (experts && vm.count("switch-every"))
     return fail("--switch-every applies to --models (--experts switches twice a generation)",
                 exit_usage);
-  if (vm.count("switch-every")) opt.switch_every = vm["switch-every"].as<ddo::runner::images_option>();
+  using count = ddo::runner::images_option;  // 1..100,000, refused by the parser otherwise
+  if (vm.count("switch-every")) opt.switch_every = vm["switch-every"].as<count>();
   const int models_n = static_cast<int>(opt.switch_models.size());
-  opt.generations = vm.count("generations") ? int(vm["generations"].as<ddo::runner::images_option>())
-                                            : experts ? 2 : 2 * models_n * opt.switch_every;
+  opt.generations = vm.count("generations") ? int(vm["generations"].as<count>())
+                    : experts                ? 2
+                                             : 2 * models_n * opt.switch_every;
   if (experts && opt.steps == 1)
     return fail("--experts needs --steps 2 or more (half for each expert)", exit_usage);
   if (!opt.models.empty() || opt.compare || opt.pipeline || opt.devices > 1 || opt.graph ||

@@ -56,7 +56,7 @@ struct switch_row {
   switch_segment segment;
   std::string from;  // empty: the first load
   double switch_s = 0.0, floor_s = 0.0;
-  std::uint64_t rchar = 0, read_bytes = 0;  // the process's reads during the switch
+  std::uint64_t rchar = 0, read_bytes = 0;            // the process's reads during the switch
   std::uint64_t loaded = 0, reused = 0, evicted = 0;  // the registry's, during the switch
   std::uint64_t resident = 0;  // the new model's resident bytes (read from its files)
   std::uint64_t pinned_now = 0, budget = 0;
@@ -93,11 +93,12 @@ inline std::vector<switch_segment> switch_schedule(const run_options& opt, int s
 inline std::optional<int> switch_model_paths(const std::string& spec, run_options opt, bool gpu,
                                              ddo::runner::interrupt_cleanup& interrupts,
                                              std::vector<std::string>& paths) {
-  if (spec.rfind("synthetic", 0) != 0 ||
-      (spec.size() > 9 && spec[9] != ':')) {
+  if (spec.rfind("synthetic", 0) != 0 || (spec.size() > 9 && spec[9] != ':')) {
     if (!std::filesystem::is_regular_file(spec))
-      return fail("--models/--experts: '" + spec + "' is neither a model file nor "
-                  "synthetic[:seed=S][:blocks=N][:single-blocks=M][:hidden=H]", exit_usage);
+      return fail("--models/--experts: '" + spec +
+                      "' is neither a model file nor "
+                      "synthetic[:seed=S][:blocks=N][:single-blocks=M][:hidden=H]",
+                  exit_usage);
     paths.push_back(spec);
     return std::nullopt;
   }
@@ -111,13 +112,19 @@ inline std::optional<int> switch_model_paths(const std::string& spec, run_option
                        ? std::nullopt
                        : ddo::parse_bounded_integer<std::int64_t>(item.substr(eq + 1), 1, 1 << 20);
     auto& s = opt.synthetic;
-    if (n && key == "seed") s.seed = static_cast<std::uint64_t>(*n);
-    else if (n && key == "blocks") s.blocks = static_cast<int>(*n);
-    else if (n && key == "single-blocks") s.single_blocks = static_cast<int>(*n);
-    else if (n && key == "hidden") s.hidden = static_cast<int>(*n);
+    if (n && key == "seed")
+      s.seed = static_cast<std::uint64_t>(*n);
+    else if (n && key == "blocks")
+      s.blocks = static_cast<int>(*n);
+    else if (n && key == "single-blocks")
+      s.single_blocks = static_cast<int>(*n);
+    else if (n && key == "hidden")
+      s.hidden = static_cast<int>(*n);
     else
-      return fail("--models/--experts: '" + spec + "': '" + item + "': expected seed=S, "
-                  "blocks=N, single-blocks=M or hidden=H (integers 1..1048576)", exit_usage);
+      return fail("--models/--experts: '" + spec + "': '" + item +
+                      "': expected seed=S, "
+                      "blocks=N, single-blocks=M or hidden=H (integers 1..1048576)",
+                  exit_usage);
     opt.synthetic_given = true;
     at = end;
   }
@@ -129,8 +136,11 @@ template <class Engine>
 double switch_compute_ms(const run_options& opt, switch_model_slot& m, std::int64_t tokens,
                          bool gpu, typename Engine::transport_type& transport) {
   if (!opt.bound) return 0.0;
-  run_context at{opt, m.settings, m.table, m.files, m.compute, tokens, 0, gpu,
-                 ddo::component_route::dynamic_offload, m.setup, {}, false, {}, {}, {}};
+  run_context at{opt,     m.settings, m.table,
+                 m.files, m.compute,  tokens,
+                 0,       gpu,        ddo::component_route::dynamic_offload,
+                 m.setup, {},         false,
+                 {},      {},         {}};
   at.steps = 3;
   return measure_bound<Engine>(at, transport).compute_ms;
 }
@@ -162,8 +172,9 @@ inline void print_switch_row(const switch_row& r, const std::string& to) {
       r.io_known ? std::to_string(r.rchar).c_str() : "unknown",
       r.io_known ? std::to_string(r.read_bytes).c_str() : "unknown",
       std::to_string(r.loaded).c_str(), std::to_string(r.reused).c_str(),
-      std::to_string(r.evicted).c_str(), std::to_string(r.resident).c_str(), gb(r.pinned_now).c_str(),
-      gb(r.budget).c_str(), gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms,
+      std::to_string(r.evicted).c_str(), std::to_string(r.resident).c_str(),
+      gb(r.pinned_now).c_str(), gb(r.budget).c_str(), gb(r.peak_rss).c_str(),
+      gb(r.mem_available).c_str(), r.step_ms,
       r.bound_ms > 0 ? (", bound " + std::to_string(r.bound_ms).substr(0, 6) + " ms").c_str() : "");
   std::fflush(stdout);
 }
@@ -244,8 +255,21 @@ void run_switch_steps(const run_options& opt, switch_model_slot& m, bool gpu, st
                       Offloader& off, switch_row& row, const switch_rates& rates) {
   run_options once = opt;
   once.warmup = 0;  // each segment's steps are all reported: a switch's first step included
-  run_context at{once, m.settings, m.table, m.files, m.compute, tokens, row.segment.steps, gpu,
-                 ddo::component_route::dynamic_offload, m.setup, {}, false, {}, {}, {}};
+  run_context at{once,
+                 m.settings,
+                 m.table,
+                 m.files,
+                 m.compute,
+                 tokens,
+                 row.segment.steps,
+                 gpu,
+                 ddo::component_route::dynamic_offload,
+                 m.setup,
+                 {},
+                 false,
+                 {},
+                 {},
+                 {}};
   row.step_ms = run_phase_steps<Engine>(at, off, tokens, m.compute, row.mismatches);
   row.resident = off.plan().total_bytes(ddo::placement::gpu_resident);
   if (m.compute_ms > 0)
@@ -260,31 +284,34 @@ void run_switch_steps(const run_options& opt, switch_model_slot& m, bool gpu, st
 inline int report_switches(const run_options& opt, const std::vector<switch_row>& rows,
                            const std::vector<std::unique_ptr<switch_model_slot>>& models,
                            const ddo::weight_registry& registry) {
-  std::printf("\nswitches (one process, the registry's budget %s):\n"
-              "| # | model | from | switch s | floor s | x floor | read (rchar) | disk read | "
-              "registry read | reused | evicted | pinned | peak RSS | MemAvailable | step ms | "
-              "bound ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-              gb(registry.budget()).c_str());
+  std::printf(
+      "\nswitches (one process, the registry's budget %s):\n"
+      "| # | model | from | switch s | floor s | x floor | read (rchar) | disk read | "
+      "registry read | reused | evicted | pinned | peak RSS | MemAvailable | step ms | "
+      "bound ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      gb(registry.budget()).c_str());
   std::uint64_t mismatches = 0;
   bool over = false;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     mismatches += r.mismatches;
     over = over || r.pinned_now > r.budget;
-    std::printf("| %zu | %s | %s | %.3f | %.3f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | "
-                "%.1f | %.1f |\n",
-                i, models[r.segment.model]->name.c_str(), r.from.empty() ? "-" : r.from.c_str(),
-                r.switch_s, r.floor_s, r.floor_s > 0 ? r.switch_s / r.floor_s : 0.0,
-                gb(r.rchar).c_str(), gb(r.read_bytes).c_str(), gb(r.loaded).c_str(),
-                gb(r.reused).c_str(), gb(r.evicted).c_str(), gb(r.pinned_now).c_str(),
-                gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms, r.bound_ms);
+    std::printf(
+        "| %zu | %s | %s | %.3f | %.3f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | "
+        "%.1f | %.1f |\n",
+        i, models[r.segment.model]->name.c_str(), r.from.empty() ? "-" : r.from.c_str(), r.switch_s,
+        r.floor_s, r.floor_s > 0 ? r.switch_s / r.floor_s : 0.0, gb(r.rchar).c_str(),
+        gb(r.read_bytes).c_str(), gb(r.loaded).c_str(), gb(r.reused).c_str(), gb(r.evicted).c_str(),
+        gb(r.pinned_now).c_str(), gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms,
+        r.bound_ms);
   }
   const auto st = registry.stats();
-  std::printf("  registry at the end: %s pinned (peak %s) of %s, %zu model(s); read %s, reused "
-              "%s, evicted %s in all\n",
-              gb(st.pinned_bytes).c_str(), gb(st.peak_pinned_bytes).c_str(), gb(st.budget_bytes).c_str(),
-              st.models, gb(st.loaded_bytes).c_str(), gb(st.reused_bytes).c_str(),
-              gb(st.evicted_bytes).c_str());
+  std::printf(
+      "  registry at the end: %s pinned (peak %s) of %s, %zu model(s); read %s, reused "
+      "%s, evicted %s in all\n",
+      gb(st.pinned_bytes).c_str(), gb(st.peak_pinned_bytes).c_str(), gb(st.budget_bytes).c_str(),
+      st.models, gb(st.loaded_bytes).c_str(), gb(st.reused_bytes).c_str(),
+      gb(st.evicted_bytes).c_str());
   if (opt.verify)
     std::printf("  verify: %llu mismatch(es)\n", static_cast<unsigned long long>(mismatches));
   if (!opt.json_path.empty()) write_switch_json(opt.json_path, rows, models);
@@ -310,8 +337,9 @@ int run_switches(const run_options& opt, std::vector<std::unique_ptr<switch_mode
   rates.register_gbps = floor.register_gbps();
   for (auto& m : models) m->compute_ms = switch_compute_ms<Engine>(opt, *m, tokens, gpu, transport);
   if (opt.bound)
-    rates.h2d_gbps = ddo::runner::measure_pinned_rates(transport, gpu ? 256 * ddo::mib : 16 * ddo::mib)
-                         .best_gbps();
+    rates.h2d_gbps =
+        ddo::runner::measure_pinned_rates(transport, gpu ? 256 * ddo::mib : 16 * ddo::mib)
+            .best_gbps();
   std::printf("switch floor rates (measured now): read %.2f GB/s, page-lock %.2f GB/s\n",
               rates.read_gbps, rates.register_gbps);
   const auto& registry = ddo::process_weight_registry();
@@ -396,18 +424,22 @@ inline int run_switch_mode(run_options& opt, const po::variables_map& vm, run_in
   const int steps = opt.steps ? opt.steps : 3;
   std::uint64_t reserve = 0;
   for (const auto& m : models) reserve = std::max(reserve, m->setup.reserve_device_bytes);
-  run_context ctx{opt, big.settings, big.table, big.files, big.compute, tokens, steps, gpu,
-                  ddo::component_route::dynamic_offload, big.setup, {}, false, {}, {}, {}};
+  run_context ctx{opt,       big.settings, big.table,
+                  big.files, big.compute,  tokens,
+                  steps,     gpu,          ddo::component_route::dynamic_offload,
+                  big.setup, {},           false,
+                  {},        {},           {}};
   set_cards(ctx, device.probe, device.context_bytes, reserve);
-  const std::uint64_t ram = opt.ram_gb > 0.0 ? ddo::gib_to_bytes(opt.ram_gb)
-                                             : ddo::available_ram_bytes().value_or(0);
+  const std::uint64_t ram =
+      opt.ram_gb > 0.0 ? ddo::gib_to_bytes(opt.ram_gb) : ddo::available_ram_bytes().value_or(0);
   const std::uint64_t budget = ddo::registry_budget_bytes(big.settings.config, ram);
   ddo::process_weight_registry()->set_budget(budget);
   std::uint64_t sum = 0;
   for (const auto& m : models) sum += m->table.total_bytes();
-  std::printf("switching: %zu model(s), %s in all; the registry's budget %s (RAM %s less "
-              "system_ram_headroom_gb)\n",
-              models.size(), gb(sum).c_str(), gb(budget).c_str(), gb(ram).c_str());
+  std::printf(
+      "switching: %zu model(s), %s in all; the registry's budget %s (RAM %s less "
+      "system_ram_headroom_gb)\n",
+      models.size(), gb(sum).c_str(), gb(budget).c_str(), gb(ram).c_str());
   for (auto& m : models) {
     m->setup.simulate_device = !gpu;
     m->setup.host_sim.device_capacity_bytes =

@@ -58,8 +58,7 @@ struct process_io {
 }
 
 /// @brief This process's counters now; nullopt where /proc/self/io cannot be read.
-[[nodiscard]] inline std::optional<process_io> read_process_io(
-    const char* path = "/proc/self/io") {
+[[nodiscard]] inline std::optional<process_io> read_process_io(const char* path = "/proc/self/io") {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   std::ostringstream text;

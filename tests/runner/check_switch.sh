@@ -62,7 +62,8 @@ check_json "$work/tight.json" \
   'all(read_ok(r) for r in rows)' \
   'all(r["registry_evicted_bytes"] > 0 for r in rows[1:])' \
   'rows[2]["registry_loaded_bytes"] > 0' \
-  'rows[2]["registry_loaded_bytes"] + rows[2]["registry_reused_bytes"] == rows[0]["registry_loaded_bytes"]' \
+  '(rows[2]["registry_loaded_bytes"] + rows[2]["registry_reused_bytes"]
+    == rows[0]["registry_loaded_bytes"])' \
   'all(r["pinned_bytes"] <= r["budget_bytes"] for r in rows)'
 
 # 3. Two experts, two generations: A B | A B, the second generation reusing both.
@@ -79,7 +80,9 @@ check_json "$work/experts.json" \
 # 4. Bad input, each refused with the option named.
 refused() {  # $1: what the error must say; the rest: the arguments
   local want="$1"; shift
-  if err="$("$run" "${common[@]}" --ram-gb 0.2 "$@" 2>&1)"; then out="$err"; fail "'$*' was accepted"; fi
+  if err="$("$run" "${common[@]}" --ram-gb 0.2 "$@" 2>&1)"; then
+    out="$err"; fail "'$*' was accepted"
+  fi
   grep -qF -- "$want" <<<"$err" || { out="$err"; fail "unclear error for '$*'"; }
 }
 refused 'at least two models' --models synthetic:seed=1
