@@ -4,7 +4,7 @@
 /// @brief ddo-run --models A,B[,C] --switch-every N, and --experts A,B (examples/ddo_run.cpp):
 /// several models in one process under one pinned-RAM budget (issue 42). Every model's host
 /// copies come from the process's weight registry (ddo::process_weight_registry, its budget
-/// from the settings: ddo::registry_budget_bytes); each switch is one ddo::switch_model call
+/// set by every setup from the settings: ddo::registry_budget_bytes); each switch is one ddo::switch_model call
 /// (the old model's device side released before the new one is planned). --models runs
 /// generations of --steps steps, changing model every N generations; --experts mirrors Wan 2.2
 /// A14B: expert A for the first half of each generation's steps, expert B for the rest.
@@ -103,28 +103,35 @@ inline std::optional<int> switch_model_paths(const std::string& spec, run_option
     return std::nullopt;
   }
   std::size_t at = 9;
+  auto& s = opt.synthetic;
+  const bool flux = s.single_blocks > 0;
+  bool single_given = false;
   while (at < spec.size()) {
     const std::size_t end = std::min(spec.find(':', at + 1), spec.size());
     const std::string item = spec.substr(at + 1, end - at - 1);
     const auto eq = item.find('=');
     const std::string key = item.substr(0, eq);
-    const auto n = eq == std::string::npos
-                       ? std::nullopt
-                       : ddo::parse_bounded_integer<std::int64_t>(item.substr(eq + 1), 1, 1 << 20);
-    auto& s = opt.synthetic;
-    if (n && key == "seed")
-      s.seed = static_cast<std::uint64_t>(*n);
-    else if (n && key == "blocks")
-      s.blocks = static_cast<int>(*n);
-    else if (n && key == "single-blocks")
-      s.single_blocks = static_cast<int>(*n);
-    else if (n && key == "hidden")
-      s.hidden = static_cast<int>(*n);
-    else
-      return fail("--models/--experts: '" + spec + "': '" + item +
-                      "': expected seed=S, "
-                      "blocks=N, single-blocks=M or hidden=H (integers 1..1048576)",
+    const auto n = eq == std::string::npos ? std::nullopt
+                                           : ddo::parse_bounded_integer<std::uint32_t>(
+                                                 item.substr(eq + 1), key == "seed" ? 0 : 1,
+                                                 1u << 20);
+    if (n && key == "seed") {
+      s.seed = *n;
+    } else if (n && key == "blocks") {
+      s.blocks = *n;
+      if (flux && !single_given) s.single_blocks = 2 * *n;  // as --blocks does
+    } else if (n && key == "single-blocks" && flux) {
+      s.single_blocks = *n;
+      single_given = true;
+    } else if (n && key == "hidden") {
+      s.hidden = *n;
+    } else {
+      return fail("--models/--experts: '" + spec + "': '" + item + "': expected seed=S (0.." +
+                      "1048576), blocks=N, hidden=H" + (flux ? ", single-blocks=M" : "") +
+                      " (1..1048576)" + (key == "single-blocks" ? "; single-blocks needs "
+                                                                  "--shape flux" : ""),
                   exit_usage);
+    }
     opt.synthetic_given = true;
     at = end;
   }
@@ -362,8 +369,10 @@ int run_switches(const run_options& opt, std::vector<std::unique_ptr<switch_mode
         return;
       }
       row.from = models[current_model]->name;
-      *current = ddo::switch_model(*current, m.table, m.settings, options,
-                                   ddo::setup_transport<T>(m.settings, options));
+      // A copy of the running transport: the same device (and cap), which the old model's
+      // device side leaves before the new one is planned on it.
+      T same_device = (*current)->transport();
+      *current = ddo::switch_model(*current, m.table, m.settings, options, std::move(same_device));
     });
     current_model = seg.model;
     run_switch_steps<Engine>(opt, m, gpu, tokens, **current, row, rates);
@@ -432,14 +441,16 @@ inline int run_switch_mode(run_options& opt, const po::variables_map& vm, run_in
   set_cards(ctx, device.probe, device.context_bytes, reserve);
   const std::uint64_t ram =
       opt.ram_gb > 0.0 ? ddo::gib_to_bytes(opt.ram_gb) : ddo::available_ram_bytes().value_or(0);
+  // Each setup sets the registry's budget from its settings (ddo::registry_budget_bytes): what
+  // the first will set, said now.
   const std::uint64_t budget = ddo::registry_budget_bytes(big.settings.config, ram);
-  ddo::process_weight_registry()->set_budget(budget);
   std::uint64_t sum = 0;
   for (const auto& m : models) sum += m->table.total_bytes();
-  std::printf(
-      "switching: %zu model(s), %s in all; the registry's budget %s (RAM %s less "
-      "system_ram_headroom_gb)\n",
-      models.size(), gb(sum).c_str(), gb(budget).c_str(), gb(ram).c_str());
+  std::printf("switching: %zu model(s), %s in all; the registry's budget %s (%s)\n",
+              models.size(), gb(sum).c_str(), gb(budget).c_str(),
+              big.settings.config.pinned_weight_cache_budget_gb > 0
+                  ? "pinned_weight_cache_budget_gb"
+                  : ("RAM " + gb(ram) + " less system_ram_headroom_gb").c_str());
   for (auto& m : models) {
     m->setup.simulate_device = !gpu;
     m->setup.host_sim.device_capacity_bytes =

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -259,5 +260,57 @@ TEST_SUITE("runtime") {
           switch_to(none, b, ob, sim);
         }(),
         ddo::usage_error);
+  }
+}
+
+TEST_SUITE("runtime") {
+  TEST_CASE("setup sets the process registry's budget from the settings") {
+    using switch_model_test::card;
+    using switch_model_test::file_model;
+    using switch_model_test::options_for;
+    using switch_model_test::start;
+    // The process's registry is every test's: its budget goes back to unlimited at the end.
+    const auto& reg = ddo::process_weight_registry();
+    const std::string name = "switch_model_test: process budget";
+    file_model a(4237, 4);
+    // Three offloaders of the same model at once: a card each.
+    ddo::host_sim_transport sim({.device_capacity_bytes = card}),
+        sim2({.device_capacity_bytes = card}), sim3({.device_capacity_bytes = card});
+    auto o = options_for(a, reg, name);
+    o.ram_bytes = 10 * ddo::gib;
+    o.inputs.overrides.emplace_back(ddo::field_id::system_ram_headroom_gb, 2.0);
+    auto has_note = [](const auto& e, const std::string& text) {
+      return std::any_of(e.notes.begin(), e.notes.end(),
+                         [&](const std::string& n) { return n.find(text) != std::string::npos; });
+    };
+    {
+      // The engine's RAM less system_ram_headroom_gb.
+      auto e = start(a, o, sim);
+      CHECK(reg->budget() == 8 * ddo::gib);
+      CHECK(has_note(e, "weight registry budget 8.00 GiB (available RAM 10.00 GiB less "
+                        "system_ram_headroom_gb)"));
+      // pinned_weight_cache_budget_gb states it.
+      auto stated = o;
+      stated.inputs.overrides.emplace_back(ddo::field_id::pinned_weight_cache_budget_gb, 1.0);
+      auto e2 = start(a, stated, sim2);
+      CHECK(reg->budget() == ddo::gib);
+      CHECK(has_note(e2, "(pinned_weight_cache_budget_gb)"));
+      // Below what the model in use holds: the budget stays, the note names the model.
+      const auto held = reg->pinned_bytes();
+      REQUIRE(held > 64 * 1024);
+      auto tiny = o;
+      tiny.inputs.overrides.emplace_back(ddo::field_id::pinned_weight_cache_budget_gb,
+                                         1.0 / 16384);  // 64 KiB
+      auto e3 = start(a, tiny, sim3);
+      CHECK(reg->budget() == ddo::gib);
+      CHECK(has_note(e3, "weight registry budget kept at 1.00 GiB"));
+      CHECK(has_note(e3, "release " + name));
+      CHECK(ddo_test::count_mismatches(*e3, sim3, a.expected, 1) == 0);
+    }
+    reg->release(name);
+    reg->set_budget(std::numeric_limits<std::uint64_t>::max());
+    CHECK(sim.registered_bytes_in_use() + sim2.registered_bytes_in_use() +
+              sim3.registered_bytes_in_use() ==
+          0);
   }
 }
