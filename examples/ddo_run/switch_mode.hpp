@@ -4,8 +4,9 @@
 /// @brief ddo-run --models A,B[,C] --switch-every N, and --experts A,B (examples/ddo_run.cpp):
 /// several models in one process under one pinned-RAM budget (issue 42). Every model's host
 /// copies come from the process's weight registry (ddo::process_weight_registry, its budget
-/// set by every setup from the settings: ddo::registry_budget_bytes); each switch is one ddo::switch_model call
-/// (the old model's device side released before the new one is planned). --models runs
+/// set by every setup from the settings: ddo::registry_budget_bytes); each switch is one
+/// ddo::switch_model call (the old model's device side released before the new one is planned,
+/// on the same device). --models runs
 /// generations of --steps steps, changing model every N generations; --experts mirrors Wan 2.2
 /// A14B: expert A for the first half of each generation's steps, expert B for the rest.
 ///
@@ -252,7 +253,6 @@ inline ddo::setup_options switch_setup(const switch_model_slot& m,
   o.runtime.registry = registry;
   o.runtime.registry_model = m.name;
   o.runtime.metrics = true;
-  if (m.settings.config.show_profile) o.runtime.metrics = true;
   return o;
 }
 
