@@ -26,6 +26,7 @@
 #include "ddo/config/resolve.hpp"
 #include "ddo/core/pattern.hpp"
 #include "ddo/memory/system_probe.hpp"
+#include "ddo/memory/weight_registry.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/file_reader.hpp"
 #include "ddo/model/safetensors.hpp"
@@ -47,6 +48,7 @@
 #include "ddo/config/detail/resolve_impl.hpp"
 #include "ddo/core/detail/pattern_impl.hpp"
 #include "ddo/memory/detail/system_probe_impl.hpp"
+#include "ddo/memory/detail/weight_registry_impl.hpp"
 #include "ddo/model/detail/execution_groups_impl.hpp"
 #include "ddo/model/detail/file_reader_impl.hpp"
 #include "ddo/model/detail/safetensors_impl.hpp"
@@ -60,6 +62,12 @@ inline namespace v0 {
 /// What every compiled-once TU refers to (core/linkage.hpp): defined here (external linkage, as
 /// declared there), so a program that forgets this TU is told so by the linker.
 const int detail::compiled_once_needs_one_tu_including_ddo_instantiate_hpp = 1;
+
+// The weight registry's one instantiation (memory/weight_registry.hpp declares it extern).
+template class basic_model_use<void>;
+template class basic_piece_use<void>;
+template class basic_weight_registry<void>;
+template const std::shared_ptr<weight_registry>& process_weight_registry<void>();
 
 DDO_RUNTIME_INSTANTIATIONS(, host_sim_transport)
 DDO_RUNTIME_INSTANTIATIONS(, linear_transport)

@@ -35,19 +35,23 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ddo/core/error.hpp"
-#include "ddo/core/format_bytes.hpp"
-#include "ddo/core/units.hpp"
-#include "ddo/memory/host_buffer.hpp"
+#include "ddo/core/linkage.hpp"
 #include "ddo/memory/pinned_weight_cache.hpp"
+#include "ddo/memory/weight_registry_fwd.hpp"
+
+// The registry's classes are templates of one instantiation (weight_registry_fwd.hpp) with their
+// state and bodies in detail/weight_registry_impl.hpp: this header is in the umbrella (the runtime
+// takes its host bytes from a registry), and a TU that does not use the registry then compiles
+// none of its code (as plain classes, their bodies cost every TU including ddo 27 MB of GCC's
+// memory, 10% of the umbrella). Compiled once (core/linkage.hpp), the one instantiation of each is
+// declared extern below and defined in the TU including ddo/instantiate.hpp.
 
 namespace ddo {
 inline namespace v0 {
@@ -88,122 +92,30 @@ struct registry_stats {
 };
 
 namespace detail::registry_detail {
-
-/// A set of keys: a sorted vector (not std::set: this header is in the umbrella, whose include
-/// cost CI caps).
-class key_set {
- public:
-  /// Adds @p key; false when it was there.
-  bool insert(const std::string& key) {
-    const auto it = std::lower_bound(keys_.begin(), keys_.end(), key);
-    if (it != keys_.end() && *it == key) return false;
-    keys_.insert(it, key);
-    return true;
-  }
-  template <class It>
-  void insert(It first, It last) {
-    keys_.insert(keys_.end(), first, last);
-    std::sort(keys_.begin(), keys_.end());
-    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
-  }
-  [[nodiscard]] bool contains(const std::string& key) const {
-    return std::binary_search(keys_.begin(), keys_.end(), key);
-  }
-
- private:
-  std::vector<std::string> keys_;
-};
-
-struct piece_state {
-  std::shared_ptr<pinned_block> block;
-  std::uint64_t charged = 0;  // bytes against the budget (the block's)
-  std::size_t uses = 0;
-};
-
-struct model_state {
-  std::vector<std::string> keys;  // its pieces, each once
-  std::size_t uses = 0;           // live model_use objects
-  std::uint64_t last_used = 0;    // LRU tick
-  bool keep = false;
-  bool released = false;  // forget once unused
-};
-
-/// The shared state: model_use and piece_use objects keep it alive past the registry object.
-struct state {
-  mutable std::mutex mutex;
-  std::mutex load_mutex;  // one admission + load at a time
-  std::uint64_t budget = std::numeric_limits<std::uint64_t>::max();
-  std::map<std::string, piece_state> pieces;
-  std::map<std::string, model_state> models;
-  std::string next;  // hint_next()
-  std::uint64_t tick = 0;
-  registry_stats stats;
-
-  /// Bytes of pieces held now.
-  std::uint64_t held() const { return stats.pinned_bytes; }
-
-  /// Drops pieces at use 0 that no model (but a released one) lists. Caller holds mutex; the
-  /// blocks are moved to @p out so they unmap after the lock is let go.
-  void collect(std::vector<std::shared_ptr<pinned_block>>& out) {
-    std::vector<std::string> all;
-    for (auto it = models.begin(); it != models.end();) {
-      if (it->second.released && it->second.uses == 0) {
-        it = models.erase(it);
-        continue;
-      }
-      all.insert(all.end(), it->second.keys.begin(), it->second.keys.end());
-      ++it;
-    }
-    key_set listed;
-    listed.insert(all.begin(), all.end());
-    for (auto it = pieces.begin(); it != pieces.end();) {
-      if (it->second.uses == 0 && !listed.contains(it->first)) {
-        stats.pinned_bytes -= it->second.charged;
-        out.push_back(std::move(it->second.block));
-        it = pieces.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    stats.pieces = pieces.size();
-    stats.models = models.size();
-  }
-
-  /// Takes (+1) or gives back (-1) one use of each of @p keys and of model @p name.
-  void count_uses(const std::string& name, const std::vector<std::string>& keys, int delta) {
-    for (const auto& k : keys) {
-      auto& p = pieces.at(k);
-      p.uses = delta > 0 ? p.uses + 1 : p.uses - 1;
-    }
-    auto& m = models.at(name);
-    m.uses = delta > 0 ? m.uses + 1 : m.uses - 1;
-    m.last_used = ++tick;
-  }
-};
-
-/// Rounds @p bytes up to whole pages: what a block of its own maps.
-inline std::uint64_t page_bytes(std::uint64_t bytes) {
-  return round_up(bytes, host_page_size());
-}
-
+template <class Tag>
+class basic_key_set;
+template <class Tag>
+struct basic_state;
+struct model_state;
 }  // namespace detail::registry_detail
 
 /// @brief A model in use: one use of each of its pieces (see the file comment). Move-only; the
 /// uses are given back when it goes.
-class model_use {
+template <class Tag>
+class basic_model_use {
  public:
-  model_use() = default;
-  model_use(const model_use&) = delete;
-  model_use& operator=(const model_use&) = delete;
-  model_use(model_use&& o) noexcept { swap(o); }
-  model_use& operator=(model_use&& o) noexcept {
+  basic_model_use() = default;
+  basic_model_use(const basic_model_use&) = delete;
+  basic_model_use& operator=(const basic_model_use&) = delete;
+  basic_model_use(basic_model_use&& o) noexcept { swap(o); }
+  basic_model_use& operator=(basic_model_use&& o) noexcept {
     if (this != &o) {
       reset();
       swap(o);
     }
     return *this;
   }
-  ~model_use() { reset(); }
+  ~basic_model_use() { reset(); }
 
   /// The model's name.
   [[nodiscard]] const std::string& model() const noexcept { return model_; }
@@ -224,21 +136,11 @@ class model_use {
   [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
 
   /// Gives the uses back now (as the destructor does).
-  void reset() noexcept {
-    if (!state_) return;
-    std::vector<std::shared_ptr<pinned_block>> dropped;
-    {
-      std::lock_guard lock(state_->mutex);
-      state_->count_uses(model_, keys_, -1);
-      state_->collect(dropped);
-    }
-    blocks_.clear();
-    state_.reset();
-  }
+  void reset() noexcept;
 
  private:
-  friend class weight_registry;
-  void swap(model_use& o) noexcept {
+  friend class basic_weight_registry<Tag>;
+  void swap(basic_model_use& o) noexcept {
     std::swap(state_, o.state_);
     std::swap(model_, o.model_);
     std::swap(keys_, o.keys_);
@@ -246,7 +148,7 @@ class model_use {
     std::swap(loaded_, o.loaded_);
     std::swap(reused_, o.reused_);
   }
-  std::shared_ptr<detail::registry_detail::state> state_;
+  std::shared_ptr<detail::registry_detail::basic_state<Tag>> state_;
   std::string model_;
   std::vector<std::string> keys_;
   std::vector<std::shared_ptr<pinned_block>> blocks_;
@@ -255,14 +157,15 @@ class model_use {
 
 /// @brief One use of one piece, for one copy: taken when the copy is enqueued, given back
 /// (release() or destruction) once its event completed. Move-only.
-class piece_use {
+template <class Tag>
+class basic_piece_use {
  public:
-  piece_use() = default;
-  piece_use(const piece_use&) = delete;
-  piece_use& operator=(const piece_use&) = delete;
-  piece_use(piece_use&& o) noexcept
+  basic_piece_use() = default;
+  basic_piece_use(const basic_piece_use&) = delete;
+  basic_piece_use& operator=(const basic_piece_use&) = delete;
+  basic_piece_use(basic_piece_use&& o) noexcept
       : state_(std::move(o.state_)), key_(std::move(o.key_)), block_(std::move(o.block_)) {}
-  piece_use& operator=(piece_use&& o) noexcept {
+  basic_piece_use& operator=(basic_piece_use&& o) noexcept {
     if (this != &o) {
       release();
       state_ = std::move(o.state_);
@@ -271,31 +174,22 @@ class piece_use {
     }
     return *this;
   }
-  ~piece_use() { release(); }
+  ~basic_piece_use() { release(); }
   [[nodiscard]] const std::byte* data() const noexcept { return block_ ? block_->data() : nullptr; }
   [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
   /// Gives the use back (after the copy's event completed).
-  void release() noexcept {
-    if (!state_) return;
-    std::vector<std::shared_ptr<pinned_block>> dropped;
-    {
-      std::lock_guard lock(state_->mutex);
-      --state_->pieces.at(key_).uses;
-      state_->collect(dropped);
-    }
-    block_.reset();
-    state_.reset();
-  }
+  void release() noexcept;
 
  private:
-  friend class weight_registry;
-  std::shared_ptr<detail::registry_detail::state> state_;
+  friend class basic_weight_registry<Tag>;
+  std::shared_ptr<detail::registry_detail::basic_state<Tag>> state_;
   std::string key_;
   std::shared_ptr<pinned_block> block_;
 };
 
 /// @brief Host copies of several models under one pinned-RAM budget (see the file comment).
-class weight_registry {
+template <class Tag>
+class basic_weight_registry {
  public:
   /// Reads and page-locks the given pieces, returning one block per piece (in order), each at
   /// least the piece's bytes. Blocks of their own are charged their size, ranges their bytes.
@@ -303,117 +197,76 @@ class weight_registry {
       std::function<std::vector<std::shared_ptr<pinned_block>>(std::span<const registry_piece>)>;
 
   /// @brief A registry of @p budget_bytes page-locked bytes (default: unlimited).
-  explicit weight_registry(std::uint64_t budget_bytes = std::numeric_limits<std::uint64_t>::max())
-      : state_(std::make_shared<detail::registry_detail::state>()) {
-    state_->budget = budget_bytes;
-    state_->stats.budget_bytes = budget_bytes;
-  }
-  weight_registry(const weight_registry&) = delete;
-  weight_registry& operator=(const weight_registry&) = delete;
+  explicit basic_weight_registry(
+      std::uint64_t budget_bytes = std::numeric_limits<std::uint64_t>::max());
+  basic_weight_registry(const basic_weight_registry&) = delete;
+  basic_weight_registry& operator=(const basic_weight_registry&) = delete;
 
   /// @brief Uses model @p model with @p pieces (its whole list: a piece it listed before and not
   /// now is no longer its own), loading those not held through @p load within the budget.
   /// @throws registry_full (nothing loaded, nothing evicted) when the pieces lacking do not fit
   /// beside the models in use and kept; what @p load throws (nothing of the call kept).
-  [[nodiscard]] model_use acquire(const std::string& model, std::vector<registry_piece> pieces,
-                                  const loader& load);
+  [[nodiscard]] basic_model_use<Tag> acquire(const std::string& model,
+                                             std::vector<registry_piece> pieces,
+                                             const loader& load);
 
   /// @brief One use of the held piece @p key for one copy; an empty piece_use when not held.
-  [[nodiscard]] piece_use use_piece(const std::string& key) {
-    std::lock_guard lock(state_->mutex);
-    piece_use u;
-    const auto it = state_->pieces.find(key);
-    if (it == state_->pieces.end()) return u;
-    ++it->second.uses;
-    u.state_ = state_;
-    u.key_ = key;
-    u.block_ = it->second.block;
-    return u;
-  }
+  [[nodiscard]] basic_piece_use<Tag> use_piece(const std::string& key);
 
   /// @brief Pins model @p model (@p on) — its pieces are not evicted for another — or lets it
   /// be evicted again. @throws usage_error for a model never acquired.
-  void keep(const std::string& model, bool on = true) {
-    std::lock_guard lock(state_->mutex);
-    model_or_throw(model, "keep").keep = on;
-  }
+  void keep(const std::string& model, bool on = true);
   /// @brief The model the engine runs next: evicted last, after every other candidate.
-  void hint_next(const std::string& model) {
-    std::lock_guard lock(state_->mutex);
-    state_->next = model;
-  }
+  void hint_next(const std::string& model);
   /// @brief Forgets model @p model: its pieces no other model lists are unpinned now, or when
   /// its last use goes. A released model acquired again loads what is not held.
-  void release(const std::string& model) {
-    std::vector<std::shared_ptr<pinned_block>> dropped;
-    std::lock_guard lock(state_->mutex);
-    auto& m = model_or_throw(model, "release");
-    m.released = true;
-    m.keep = false;
-    state_->collect(dropped);
-  }
+  void release(const std::string& model);
   /// @brief Sets the budget, evicting unused models' pieces (least recently used first) to fit.
   /// @throws registry_full (budget unchanged, nothing evicted) when what is in use or kept does
   /// not fit it.
   void set_budget(std::uint64_t budget_bytes);
 
-  [[nodiscard]] registry_stats stats() const {
-    std::lock_guard lock(state_->mutex);
-    return state_->stats;
-  }
+  [[nodiscard]] registry_stats stats() const;
   [[nodiscard]] std::uint64_t pinned_bytes() const { return stats().pinned_bytes; }
   [[nodiscard]] std::uint64_t budget() const { return stats().budget_bytes; }
   /// @brief Whether model @p model is known: acquired, and not released since.
-  [[nodiscard]] bool holds_model(const std::string& model) const {
-    std::lock_guard lock(state_->mutex);
-    const auto it = state_->models.find(model);
-    return it != state_->models.end() && !it->second.released;
-  }
+  [[nodiscard]] bool holds_model(const std::string& model) const;
   /// @brief The models known (acquired, not released), by name.
-  [[nodiscard]] std::vector<std::string> models() const {
-    std::lock_guard lock(state_->mutex);
-    std::vector<std::string> names;
-    for (const auto& [name, m] : state_->models)
-      if (!m.released) names.push_back(name);
-    return names;
-  }
+  [[nodiscard]] std::vector<std::string> models() const;
   /// @brief Bytes of @p pieces held now (each key once): what an acquire of them would reuse.
-  [[nodiscard]] std::uint64_t held_bytes(std::span<const registry_piece> pieces) const {
-    std::lock_guard lock(state_->mutex);
-    detail::registry_detail::key_set seen;
-    std::uint64_t bytes = 0;
-    for (const auto& p : pieces)
-      if (seen.insert(p.key) && state_->pieces.contains(p.key)) bytes += p.bytes;
-    return bytes;
-  }
+  [[nodiscard]] std::uint64_t held_bytes(std::span<const registry_piece> pieces) const;
 
  private:
-  detail::registry_detail::model_state& model_or_throw(const std::string& model, const char* what) {
-    const auto it = state_->models.find(model);
-    DDO_EXPECTS(
-        it != state_->models.end() && !it->second.released,
-        std::string("weight_registry::") + what + ": no model '" + model + "' (acquire it first)");
-    return it->second;
-  }
+  using state = detail::registry_detail::basic_state<Tag>;
+  using key_set = detail::registry_detail::basic_key_set<Tag>;
+  detail::registry_detail::model_state& model_or_throw(const std::string& model, const char* what);
   /// Frees room for @p need more bytes (the pieces of @p wanted kept), or throws registry_full.
-  void make_room(std::uint64_t need, const std::string& model,
-                 const detail::registry_detail::key_set& wanted,
+  void make_room(std::uint64_t need, const std::string& model, const key_set& wanted,
                  std::vector<std::shared_ptr<pinned_block>>& dropped);
   /// Stores the loaded pieces and takes the uses (acquire's last step).
-  model_use commit(const std::string& model, const std::vector<registry_piece>& pieces,
-                   const std::vector<registry_piece>& missing,
-                   std::vector<std::shared_ptr<pinned_block>>& blocks, std::uint64_t reused);
+  basic_model_use<Tag> commit(const std::string& model, const std::vector<registry_piece>& pieces,
+                              const std::vector<registry_piece>& missing,
+                              std::vector<std::shared_ptr<pinned_block>>& blocks,
+                              std::uint64_t reused);
 
-  std::shared_ptr<detail::registry_detail::state> state_;
+  std::shared_ptr<state> state_;
 };
 
-/// @brief The process's registry (see the file comment): unlimited until set_budget().
-[[nodiscard]] inline const std::shared_ptr<weight_registry>& process_weight_registry() {
-  static const auto registry = std::make_shared<weight_registry>();
-  return registry;
-}
+/// @brief The process's registry (see the file comment): unlimited until set_budget(). (A
+/// template of one instantiation, as the registry is: called as process_weight_registry().)
+template <class Tag = void>
+[[nodiscard]] const std::shared_ptr<basic_weight_registry<Tag>>& process_weight_registry();
+
+#if !DDO_HEADER_ONLY
+extern template class basic_model_use<void>;
+extern template class basic_piece_use<void>;
+extern template class basic_weight_registry<void>;
+extern template const std::shared_ptr<weight_registry>& process_weight_registry<void>();
+#endif
 
 }  // namespace v0
 }  // namespace ddo
 
+#if DDO_HEADER_ONLY
 #include "ddo/memory/detail/weight_registry_impl.hpp"
+#endif

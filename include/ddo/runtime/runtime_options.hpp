@@ -18,6 +18,7 @@
 #include "ddo/core/log_sink.hpp"
 #include "ddo/core/thread_limits.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/memory/weight_registry_fwd.hpp"
 #include "ddo/model/file_fault_hook.hpp"
 #include "ddo/runtime/executed_route.hpp"
 #include "ddo/runtime/native_vmm_options.hpp"
@@ -35,7 +36,6 @@ inline namespace v0 {
 
 class pinned_weight_cache;
 class shared_weight_store;
-class weight_registry;
 class trace_sink;
 
 /// @brief Settings of one offloader's runtime. The defaults are the fast path.

@@ -1,24 +1,132 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// @brief weight_registry's admission and eviction (not API; memory/weight_registry.hpp).
+/// @brief weight_registry's state, admission and eviction (not API; memory/weight_registry.hpp).
+/// Header-only, memory/weight_registry.hpp includes it; compiled once (core/linkage.hpp),
+/// ddo/instantiate.hpp does, and instantiates the registry's one instantiation there.
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
-// Part of ddo/memory/weight_registry.hpp, which includes it (not back: no include cycles).
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/core/units.hpp"
+#include "ddo/memory/host_buffer.hpp"
+
+// Part of ddo/memory/weight_registry.hpp (not included back: no include cycles).
 
 namespace ddo {
 inline namespace v0 {
 namespace detail::registry_detail {
 
+/// A set of keys: a sorted vector (not std::set: the registry is in the umbrella, whose include
+/// cost CI caps).
+template <class Tag>
+class basic_key_set {
+ public:
+  /// Adds @p key; false when it was there.
+  bool insert(const std::string& key) {
+    const auto it = std::lower_bound(keys_.begin(), keys_.end(), key);
+    if (it != keys_.end() && *it == key) return false;
+    keys_.insert(it, key);
+    return true;
+  }
+  template <class It>
+  void insert(It first, It last) {
+    keys_.insert(keys_.end(), first, last);
+    std::sort(keys_.begin(), keys_.end());
+    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
+  }
+  [[nodiscard]] bool contains(const std::string& key) const {
+    return std::binary_search(keys_.begin(), keys_.end(), key);
+  }
+
+ private:
+  std::vector<std::string> keys_;
+};
+
+struct piece_state {
+  std::shared_ptr<pinned_block> block;
+  std::uint64_t charged = 0;  // bytes against the budget (the block's)
+  std::size_t uses = 0;
+};
+
+struct model_state {
+  std::vector<std::string> keys;  // its pieces, each once
+  std::size_t uses = 0;           // live model_use objects
+  std::uint64_t last_used = 0;    // LRU tick
+  bool keep = false;
+  bool released = false;  // forget once unused
+};
+
+/// The shared state: model_use and piece_use objects keep it alive past the registry object.
+template <class Tag>
+struct basic_state {
+  mutable std::mutex mutex;
+  std::mutex load_mutex;  // one admission + load at a time
+  std::uint64_t budget = std::numeric_limits<std::uint64_t>::max();
+  std::map<std::string, piece_state> pieces;
+  std::map<std::string, model_state> models;
+  std::string next;  // hint_next()
+  std::uint64_t tick = 0;
+  registry_stats stats;
+
+  /// Bytes of pieces held now.
+  std::uint64_t held() const { return stats.pinned_bytes; }
+
+  /// Drops pieces at use 0 that no model (but a released one) lists. Caller holds mutex; the
+  /// blocks are moved to @p out so they unmap after the lock is let go.
+  void collect(std::vector<std::shared_ptr<pinned_block>>& out) {
+    std::vector<std::string> all;
+    for (auto it = models.begin(); it != models.end();) {
+      if (it->second.released && it->second.uses == 0) {
+        it = models.erase(it);
+        continue;
+      }
+      all.insert(all.end(), it->second.keys.begin(), it->second.keys.end());
+      ++it;
+    }
+    basic_key_set<Tag> listed;
+    listed.insert(all.begin(), all.end());
+    for (auto it = pieces.begin(); it != pieces.end();) {
+      if (it->second.uses == 0 && !listed.contains(it->first)) {
+        stats.pinned_bytes -= it->second.charged;
+        out.push_back(std::move(it->second.block));
+        it = pieces.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    stats.pieces = pieces.size();
+    stats.models = models.size();
+  }
+
+  /// Takes (+1) or gives back (-1) one use of each of @p keys and of model @p name.
+  void count_uses(const std::string& name, const std::vector<std::string>& keys, int delta) {
+    for (const auto& k : keys) {
+      auto& p = pieces.at(k);
+      p.uses = delta > 0 ? p.uses + 1 : p.uses - 1;
+    }
+    auto& m = models.at(name);
+    m.uses = delta > 0 ? m.uses + 1 : m.uses - 1;
+    m.last_used = ++tick;
+  }
+};
+
+/// Rounds @p bytes up to whole pages: what a block of its own maps.
+inline std::uint64_t page_bytes(std::uint64_t bytes) {
+  return round_up(bytes, host_page_size());
+}
+
 /// Models that may lose their pieces: unused, not kept; @p model first (what it lists and no
 /// longer asks for is stale: a file replaced on disk), then least recently used first, the
 /// hinted next model last.
-inline std::vector<std::string> eviction_order(const state& s, const std::string& model) {
+template <class Tag>
+std::vector<std::string> eviction_order(const basic_state<Tag>& s, const std::string& model) {
   std::vector<std::pair<std::uint64_t, std::string>> order;
   for (const auto& [name, m] : s.models)
     if (m.uses == 0 && !m.keep)
@@ -33,8 +141,9 @@ inline std::vector<std::string> eviction_order(const state& s, const std::string
 }
 
 /// Keys no eviction may touch: of models in use or kept, and @p wanted.
-inline key_set protected_keys(const state& s, const key_set& wanted) {
-  key_set keys = wanted;
+template <class Tag>
+basic_key_set<Tag> protected_keys(const basic_state<Tag>& s, const basic_key_set<Tag>& wanted) {
+  basic_key_set<Tag> keys = wanted;
   std::vector<std::string> used;
   for (const auto& [name, m] : s.models)
     if (m.uses != 0 || m.keep) used.insert(used.end(), m.keys.begin(), m.keys.end());
@@ -44,8 +153,9 @@ inline key_set protected_keys(const state& s, const key_set& wanted) {
 
 /// The registry_full of a load of @p need bytes for @p model that does not fit (@p stuck: bytes
 /// no eviction frees).
-inline registry_full no_room(const state& s, const std::string& model, std::uint64_t need,
-                             std::uint64_t stuck) {
+template <class Tag>
+registry_full no_room(const basic_state<Tag>& s, const std::string& model, std::uint64_t need,
+                      std::uint64_t stuck) {
   std::vector<std::pair<std::uint64_t, std::string>> order;
   for (const auto& [name, m] : s.models)
     if (name != model && (m.uses != 0 || m.keep)) order.emplace_back(m.last_used, name);
@@ -77,8 +187,9 @@ inline registry_full no_room(const state& s, const std::string& model, std::uint
 
 /// Unpins the unused, unprotected pieces of @p victim; stops once @p need fits. Caller holds
 /// the mutex.
-inline void evict_model(state& s, const std::string& victim, const key_set& keep,
-                        std::uint64_t need, std::vector<std::shared_ptr<pinned_block>>& dropped) {
+template <class Tag>
+void evict_model(basic_state<Tag>& s, const std::string& victim, const basic_key_set<Tag>& keep,
+                 std::uint64_t need, std::vector<std::shared_ptr<pinned_block>>& dropped) {
   for (const auto& key : s.models.at(victim).keys) {
     if (s.held() + need <= s.budget) return;
     const auto it = s.pieces.find(key);
@@ -93,9 +204,120 @@ inline void evict_model(state& s, const std::string& victim, const key_set& keep
 
 }  // namespace detail::registry_detail
 
-inline void weight_registry::make_room(std::uint64_t need, const std::string& model,
-                                       const detail::registry_detail::key_set& wanted,
-                                       std::vector<std::shared_ptr<pinned_block>>& dropped) {
+template <class Tag>
+void basic_model_use<Tag>::reset() noexcept {
+  if (!state_) return;
+  std::vector<std::shared_ptr<pinned_block>> dropped;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->count_uses(model_, keys_, -1);
+    state_->collect(dropped);
+  }
+  blocks_.clear();
+  state_.reset();
+}
+
+template <class Tag>
+void basic_piece_use<Tag>::release() noexcept {
+  if (!state_) return;
+  std::vector<std::shared_ptr<pinned_block>> dropped;
+  {
+    std::lock_guard lock(state_->mutex);
+    --state_->pieces.at(key_).uses;
+    state_->collect(dropped);
+  }
+  block_.reset();
+  state_.reset();
+}
+
+template <class Tag>
+basic_weight_registry<Tag>::basic_weight_registry(std::uint64_t budget_bytes)
+    : state_(std::make_shared<state>()) {
+  state_->budget = budget_bytes;
+  state_->stats.budget_bytes = budget_bytes;
+}
+
+template <class Tag>
+basic_piece_use<Tag> basic_weight_registry<Tag>::use_piece(const std::string& key) {
+  std::lock_guard lock(state_->mutex);
+  basic_piece_use<Tag> u;
+  const auto it = state_->pieces.find(key);
+  if (it == state_->pieces.end()) return u;
+  ++it->second.uses;
+  u.state_ = state_;
+  u.key_ = key;
+  u.block_ = it->second.block;
+  return u;
+}
+
+template <class Tag>
+void basic_weight_registry<Tag>::keep(const std::string& model, bool on) {
+  std::lock_guard lock(state_->mutex);
+  model_or_throw(model, "keep").keep = on;
+}
+
+template <class Tag>
+void basic_weight_registry<Tag>::hint_next(const std::string& model) {
+  std::lock_guard lock(state_->mutex);
+  state_->next = model;
+}
+
+template <class Tag>
+void basic_weight_registry<Tag>::release(const std::string& model) {
+  std::vector<std::shared_ptr<pinned_block>> dropped;
+  std::lock_guard lock(state_->mutex);
+  auto& m = model_or_throw(model, "release");
+  m.released = true;
+  m.keep = false;
+  state_->collect(dropped);
+}
+
+template <class Tag>
+registry_stats basic_weight_registry<Tag>::stats() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+template <class Tag>
+bool basic_weight_registry<Tag>::holds_model(const std::string& model) const {
+  std::lock_guard lock(state_->mutex);
+  const auto it = state_->models.find(model);
+  return it != state_->models.end() && !it->second.released;
+}
+
+template <class Tag>
+std::vector<std::string> basic_weight_registry<Tag>::models() const {
+  std::lock_guard lock(state_->mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, m] : state_->models)
+    if (!m.released) names.push_back(name);
+  return names;
+}
+
+template <class Tag>
+std::uint64_t basic_weight_registry<Tag>::held_bytes(std::span<const registry_piece> pieces) const {
+  std::lock_guard lock(state_->mutex);
+  key_set seen;
+  std::uint64_t bytes = 0;
+  for (const auto& p : pieces)
+    if (seen.insert(p.key) && state_->pieces.contains(p.key)) bytes += p.bytes;
+  return bytes;
+}
+
+template <class Tag>
+detail::registry_detail::model_state& basic_weight_registry<Tag>::model_or_throw(
+    const std::string& model, const char* what) {
+  const auto it = state_->models.find(model);
+  DDO_EXPECTS(
+      it != state_->models.end() && !it->second.released,
+      std::string("weight_registry::") + what + ": no model '" + model + "' (acquire it first)");
+  return it->second;
+}
+
+template <class Tag>
+void basic_weight_registry<Tag>::make_room(std::uint64_t need, const std::string& model,
+                                           const key_set& wanted,
+                                           std::vector<std::shared_ptr<pinned_block>>& dropped) {
   namespace rd = detail::registry_detail;
   auto& s = *state_;
   if (s.held() + need <= s.budget) return;
@@ -113,10 +335,12 @@ inline void weight_registry::make_room(std::uint64_t need, const std::string& mo
   DDO_EXPECTS(s.held() + need <= s.budget, "weight_registry: eviction did not free the room");
 }
 
-inline model_use weight_registry::acquire(const std::string& model,
-                                          std::vector<registry_piece> pieces, const loader& load) {
+template <class Tag>
+basic_model_use<Tag> basic_weight_registry<Tag>::acquire(const std::string& model,
+                                                         std::vector<registry_piece> pieces,
+                                                         const loader& load) {
   DDO_EXPECTS(!model.empty(), "weight_registry::acquire: the model needs a name");
-  detail::registry_detail::key_set wanted;
+  key_set wanted;
   std::erase_if(pieces, [&](const registry_piece& p) { return !wanted.insert(p.key); });
   std::unique_lock one_load(state_->load_mutex);
   std::vector<std::shared_ptr<pinned_block>> dropped;
@@ -152,13 +376,13 @@ inline model_use weight_registry::acquire(const std::string& model,
   return commit(model, pieces, missing, blocks, reused);
 }
 
-inline model_use weight_registry::commit(const std::string& model,
-                                         const std::vector<registry_piece>& pieces,
-                                         const std::vector<registry_piece>& missing,
-                                         std::vector<std::shared_ptr<pinned_block>>& blocks,
-                                         std::uint64_t reused) {
+template <class Tag>
+basic_model_use<Tag> basic_weight_registry<Tag>::commit(
+    const std::string& model, const std::vector<registry_piece>& pieces,
+    const std::vector<registry_piece>& missing, std::vector<std::shared_ptr<pinned_block>>& blocks,
+    std::uint64_t reused) {
   std::vector<std::shared_ptr<pinned_block>> dropped;
-  model_use use;
+  basic_model_use<Tag> use;
   std::lock_guard lock(state_->mutex);
   auto& s = *state_;
   std::uint64_t loaded = 0;
@@ -187,7 +411,8 @@ inline model_use weight_registry::commit(const std::string& model,
   return use;
 }
 
-inline void weight_registry::set_budget(std::uint64_t budget_bytes) {
+template <class Tag>
+void basic_weight_registry<Tag>::set_budget(std::uint64_t budget_bytes) {
   std::unique_lock one_load(state_->load_mutex);
   std::vector<std::shared_ptr<pinned_block>> dropped;
   std::lock_guard lock(state_->mutex);
@@ -200,6 +425,12 @@ inline void weight_registry::set_budget(std::uint64_t budget_bytes) {
     throw;
   }
   state_->stats.budget_bytes = budget_bytes;
+}
+
+template <class Tag>
+const std::shared_ptr<basic_weight_registry<Tag>>& process_weight_registry() {
+  static const auto registry = std::make_shared<basic_weight_registry<Tag>>();
+  return registry;
 }
 
 }  // namespace v0
