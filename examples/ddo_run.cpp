@@ -27,6 +27,7 @@
 #include "ddo_run/report.hpp"
 #include "ddo_run/settings_start.hpp"
 #include "ddo_run/steps_mode.hpp"
+#include "ddo_run/switch_mode.hpp"
 
 namespace ddo_run {
 
@@ -110,6 +111,7 @@ int run(int argc, char** argv) {
   const std::uint64_t context_bytes = device.context_bytes;
 
   if (opt.pipeline) return run_pipeline(opt, vm, std::move(inputs), gpu);
+  if (!opt.switch_models.empty()) return run_switch_mode(opt, vm, start, device, interrupts);
 
   if (const auto refused = choose_synthetic(opt, vm, gpu)) return *refused;
   std::vector<std::string> paths = opt.models;

@@ -97,6 +97,20 @@ inline void add_mode_options(po::options_description& general, run_options& opt)
       "than the streamed groups (graph streaming: the linear route with streamed groups pinned, "
       "or the legacy VMM route, execution_mode vmm_runtime; not the native VMM route), directly "
       "when every group stays loaded")(
+      "models", po::value<std::string>()->value_name("A,B[,...]"),
+      "Several models in one process under one pinned-RAM budget (the process's weight "
+      "registry): each a model file or synthetic[:seed=S][:blocks=N][:single-blocks=M]"
+      "[:hidden=H] (the synthetic flags' model with those changed); generations of --steps "
+      "steps, changing model every --switch-every generations; per switch the process's reads, "
+      "bytes pinned, reused and evicted, the time against its floor, peak RSS and MemAvailable")(
+      "experts", po::value<std::string>()->value_name("A,B"),
+      "Two experts as Wan 2.2 A14B runs them: A for the first half of every generation's "
+      "--steps, B for the rest (models as --models)")(
+      "switch-every", po::value<ddo::runner::images_option>()->value_name("N"),
+      "--models: generations per model before the next (default 1)")(
+      "generations", po::value<ddo::runner::images_option>()->value_name("G"),
+      "--models / --experts: generations to run (default: --models every model twice, "
+      "--experts 2)")(
       "shard", po::value<std::string>()->value_name("none|layers"),
       "With --devices: none (default) runs the whole model on each device (data parallel); "
       "layers gives each device its consecutive range of the execution groups (pipeline "
@@ -182,6 +196,52 @@ inline std::optional<int> read_token_phases(const std::string& text, run_options
   return std::nullopt;
 }
 
+/// --models A,B,... / --experts A,B with --switch-every and --generations into @p opt, and the
+/// combinations a switching run does not run refused; nullopt to go on, else the exit status.
+inline std::optional<int> read_switch_options(run_options& opt, const po::variables_map& vm) {
+  const bool models = vm.count("models") != 0, experts = vm.count("experts") != 0;
+  if (!models && !experts) {
+    for (const char* flag : {"switch-every", "generations"})
+      if (vm.count(flag))
+        return fail(std::string("--") + flag + " needs --models or --experts", exit_usage);
+    return std::nullopt;
+  }
+  if (models && experts) return fail("give --models or --experts, not both", exit_usage);
+  const std::string list = vm[models ? "models" : "experts"].as<std::string>();
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    opt.switch_models.push_back(list.substr(at, comma - at));
+    if (opt.switch_models.back().empty())
+      return fail(std::string(models ? "--models " : "--experts ") + list +
+                      ": an empty model name", exit_usage);
+    at = comma + 1;
+  }
+  opt.experts = experts;
+  if (experts && opt.switch_models.size() != 2)
+    return fail("--experts " + list + ": exactly two models (A for the first half of the "
+                "steps, B for the rest)", exit_usage);
+  if (models && opt.switch_models.size() < 2)
+    return fail("--models " + list + ": at least two models to switch between", exit_usage);
+  if (experts && vm.count("switch-every"))
+    return fail("--switch-every applies to --models (--experts switches twice a generation)",
+                exit_usage);
+  using count = ddo::runner::images_option;  // 1..100,000, refused by the parser otherwise
+  if (vm.count("switch-every")) opt.switch_every = vm["switch-every"].as<count>();
+  const int models_n = static_cast<int>(opt.switch_models.size());
+  opt.generations = vm.count("generations") ? int(vm["generations"].as<count>())
+                    : experts                ? 2
+                                             : 2 * models_n * opt.switch_every;
+  if (experts && opt.steps == 1)
+    return fail("--experts needs --steps 2 or more (half for each expert)", exit_usage);
+  if (!opt.models.empty() || opt.compare || opt.pipeline || opt.devices > 1 || opt.graph ||
+      opt.calibrate || !opt.trace_path.empty() || !opt.token_phases.empty() ||
+      !opt.profile_name.empty() || opt.vram_gib.size() > 1)
+    return fail("--models / --experts run eager steps of several models: --model, --compare, "
+                "--pipeline, --devices, --graph, --calibrate, --profile, --trace, several "
+                "--tokens and a --vram-gb sweep run one model", exit_usage);
+  return std::nullopt;
+}
+
 /// The values of @p vm into @p opt, and the combinations ddo-run does not run refused; nullopt
 /// to go on, else the exit status.
 inline std::optional<int> read_options(run_options& opt, const po::variables_map& vm) {
@@ -227,8 +287,9 @@ inline std::optional<int> read_options(run_options& opt, const po::variables_map
     opt.ram_gb = ddo::runner::parse_size_gib(vm["ram-gb"].as<std::string>(), "--ram-gb");
   if (opt.compare && !opt.trace_path.empty())
     return fail("--compare does not write a trace (--trace runs one plan)", exit_usage);
-  if (!opt.json_path.empty() && !opt.compare)
-    return fail("--json writes the --compare table; give --compare too", exit_usage);
+  if (!opt.json_path.empty() && !opt.compare && !vm.count("models") && !vm.count("experts"))
+    return fail("--json writes the --compare table or the --models / --experts switches; give "
+                "one of them too", exit_usage);
   if (!opt.json_path.empty()) ddo::check_output_path(opt.json_path, "--json file");
   if (vm.count("shard")) {
     const auto shard = vm["shard"].as<std::string>();
@@ -241,6 +302,7 @@ inline std::optional<int> read_options(run_options& opt, const po::variables_map
                 "run one device",
                 exit_usage);
 
+  if (const auto refused = read_switch_options(opt, vm)) return refused;
   if (opt.graph && (opt.verify || opt.compare || opt.pipeline || opt.calibrate || opt.devices > 1 ||
                     !opt.trace_path.empty()))
     return fail("--graph replays one captured step: --verify (host reads inside the step), "

@@ -139,6 +139,10 @@ struct run_options {
   int devices = 1;               // --devices: offloaders sharing one weight store
   bool shard_layers = false;     // --shard layers: each device its range of the groups
   bool graph = false;            // --graph: capture the first step, replay it for the rest
+  std::vector<std::string> switch_models;  // --models / --experts: the models switched between
+  bool experts = false;          // --experts: A the first half of each generation, B the rest
+  int switch_every = 1;          // --switch-every: generations per model before switching
+  int generations = 0;           // --generations (0: the default for the mode)
 };
 
 // Short names for ddo's byte formatter (core/format_bytes.hpp), used on nearly every line printed.

@@ -27,9 +27,9 @@ TEST_SUITE("config") {
       CHECK(info.has_flag == (!info.env.empty() || component_flag));
       CHECK(!info.meaning.empty());
     }
-    // The reference's 49 fields, backend, the two pipeline budgets, the stated disk rate and
-    // the debug poisoning.
-    CHECK(names.size() == 54);
+    // The reference's 49 fields, backend, the two pipeline budgets, the stated disk rate, the
+    // debug poisoning and the weight registry's budget.
+    CHECK(names.size() == 55);
   }
 
   TEST_CASE("every field default is the reference's dataclass default") {
@@ -50,6 +50,7 @@ TEST_SUITE("config") {
         {"cache_plan", "true"},
         {"cache_pinned_weights", "false"},
         {"pinned_weight_cache_namespace", "\"\""},
+        {"pinned_weight_cache_budget_gb", "0.0"},
         {"auto_budget_policy", "\"off\""},
         {"max_resident_module_budget_gb", "6.0"},
         {"auto_vram_headroom_gb", "0.0"},
@@ -114,6 +115,9 @@ TEST_SUITE("config") {
     CHECK(ddo::field("pipeline_device_budget_gb").flag() == "--ddo-pipeline-device-budget-gb");
     CHECK(ddo::field("pipeline_pinned_budget_gb").env == "DDO_PIPELINE_PINNED_BUDGET_GB");
     CHECK(ddo::field("pipeline_pinned_budget_gb").flag() == "--ddo-pipeline-pinned-budget-gb");
+    CHECK(ddo::field("pinned_weight_cache_budget_gb").env == "DDO_PINNED_WEIGHT_CACHE_BUDGET_GB");
+    CHECK(ddo::field("pinned_weight_cache_budget_gb").flag() ==
+          "--ddo-pinned-weight-cache-budget-gb");
     CHECK(ddo::field("disk_read_gb_per_s").env == "DDO_DISK_READ_GB_PER_S");
     CHECK(ddo::field("disk_read_gb_per_s").flag() == "--ddo-disk-read-gb-per-s");
     CHECK_THROWS_AS((void)ddo::field("no_such_field"), std::out_of_range);

@@ -55,6 +55,7 @@ struct dynamic_offload_config {
   bool cache_plan = true;
   bool cache_pinned_weights = false;
   std::string pinned_weight_cache_namespace = "";
+  double pinned_weight_cache_budget_gb = 0.0;  // the process's weight registry (ddo addition)
   budget_policy auto_budget_policy = budget_policy::off;
   double max_resident_module_budget_gb = 6.0;
   double auto_vram_headroom_gb = 0.0;

@@ -25,8 +25,9 @@
 /// Why a process-wide instance now exists (pinned_weight_cache has none): the budget is a
 /// property of the process — one RAM, one MemAvailable — and two engine-owned caches cannot see
 /// each other's bytes, which is how a 64 GB machine ran out of RAM "after 2-3 model switches".
-/// process_weight_registry() is that instance (unlimited until set_budget()); an engine can
-/// still make its own (std::make_shared<weight_registry>(budget)) and pass it instead.
+/// process_weight_registry() is that instance (every setup that uses it sets its budget from
+/// its settings: setup/registry_budget.hpp); an engine can still make its own
+/// (std::make_shared<weight_registry>(budget)) and pass it instead.
 /// Thread-safe: loads run one at a time (one admission decision at a time), lookups and releases
 /// beside them.
 
@@ -252,7 +253,8 @@ class basic_weight_registry {
   std::shared_ptr<state> state_;
 };
 
-/// @brief The process's registry (see the file comment): unlimited until set_budget(). (A
+/// @brief The process's registry (see the file comment): unlimited until a setup or
+/// set_budget() sets its budget. (A
 /// template of one instantiation, as the registry is: called as process_weight_registry().)
 template <class Tag = void>
 [[nodiscard]] const std::shared_ptr<basic_weight_registry<Tag>>& process_weight_registry();

@@ -37,6 +37,7 @@
 #include "ddo/setup/options.hpp"
 #include "ddo/setup/plan_loop.hpp"
 #include "ddo/setup/planner_choice.hpp"
+#include "ddo/setup/registry_budget.hpp"
 #include "ddo/setup/stable_address_route.hpp"
 #include "ddo/setup/start.hpp"
 #include "ddo/transport/concepts.hpp"
@@ -149,7 +150,9 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
               "setup_offload: the component's route must be resolved (component_for)");
   detail::check_transport_settings(settings, transport, r.notes);
   const dynamic_offload_config& config = settings.config;
-  auto groups = options.groups ? *options.groups
+  // Engine-given groups are checked before any stage indexes the table by them (the machine
+  // stage marks each group's weights: an index past the table wrote past its vectors).
+  auto groups = options.groups ? validate_execution_groups(table, *options.groups)
                                : infer_execution_groups(table, config.resident_module_patterns);
   r.runtime = runtime_options_from(config, options.runtime, options.pinned_cache);
   plan_cache* const plans = detail::use_caches(config, options, table, r.runtime, r.notes);
@@ -162,6 +165,8 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   // The machine stage's inputs, the RAM among them, once for every machine this setup tries.
   const machine_inputs in =
       machine_inputs_for(settings, options, options.inputs.paths, table, r.runtime);
+  if (r.runtime.registry && r.runtime.registry == process_weight_registry())
+    detail::apply_registry_budget(config, in.ram, *r.runtime.registry, r.notes);
   switch (component.route) {
     case component_route::none: {
       r.runtime.route = executed_route::none;

@@ -61,6 +61,10 @@
   X(pinned_weight_cache_namespace, text, "DDO_PINNED_WEIGHT_CACHE_NAMESPACE", 1.0, true, "", \
     no_choices, active, "", \
     "Separates pinned-weight caches between model/config groups.") \
+  X(pinned_weight_cache_budget_gb, real, "DDO_PINNED_WEIGHT_CACHE_BUDGET_GB", 1.0, true, "GiB", \
+    no_choices, active, "", \
+    "Page-locked bytes of the process's weight registry, every model together; 0: the " \
+    "available RAM less system_ram_headroom_gb (ddo addition).") \
   X(auto_budget_policy, choice, "DDO_AUTO_BUDGET_POLICY", 1.0, true, "", \
     enum_values<budget_policy>(), active, "", \
     "off uses budgets as given; balanced derives the resident budget from free VRAM.") \
