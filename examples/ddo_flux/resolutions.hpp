@@ -43,6 +43,7 @@ struct resolution_row {
   std::optional<ddo::budget_move> move;  // none for the first phase (the setup)
   std::vector<float> latents;            // the streamed phase's output
   bool equal = false;                    // bitwise equal to the all-resident run's
+  bool within = true;                    // GPU: context + reserve + ddo's peak within the card
   double step_ms = 0.0, compute_ms = 0.0, bound_ms = 0.0, resetup_s = 0.0;
 };
 
@@ -126,7 +127,9 @@ inline void measure_resident_steps(const cpu_run& r, const resolution_phases& p,
   }
 }
 
-inline void print_resolution_table(const std::vector<resolution_row>& rows) {
+/// The phase table; @p bound_note says what C and B were on this path.
+inline void print_resolution_table(const std::vector<resolution_row>& rows,
+                                   const char* bound_note) {
   std::printf("\nphases (one offloader; the budget follows the activations):\n"
               "| image | reserve | promoted | demoted | read | move ms | resident | step ms | "
               "bound ms | x bound | cached re-setup ms |\n"
@@ -151,8 +154,20 @@ inline void print_resolution_table(const std::vector<resolution_row>& rows) {
                 row.resetup_s * 1e3);
   }
   std::printf("  bound: max(C = the all-resident step without ddo, W / B = the streamed bytes "
-              "at host_sim's pinned copy rate); re-setup: the offloader torn down and set up "
-              "again at that size with the plan cache and the pinned-weight cache\n");
+              "at %s); re-setup: the offloader torn down and set up again at that size with the "
+              "plan cache and the pinned-weight cache\n",
+              bound_note);
+}
+
+/// Each phase's latents against the all-resident run's, printed; whether all are equal.
+inline bool print_phase_checks(const std::vector<resolution_row>& rows) {
+  bool all_equal = true;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::printf("check: phase %zu streamed through ddo vs all-resident without ddo: %s\n", i,
+                rows[i].equal ? "bitwise equal" : "DIFFERENT");
+    all_equal = all_equal && rows[i].equal;
+  }
+  return all_equal;
 }
 
 /// The CPU path's --resolutions run (see the file comment): exit status.
@@ -193,14 +208,8 @@ inline int run_cpu_resolutions(const cpu_run& r, const resolution_phases& p) {
         ddo::routes_of<ddo::simulated_routes::only>{});
     row.resetup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  print_resolution_table(rows);
-  bool all_equal = true;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    std::printf("check: phase %zu streamed through ddo vs all-resident without ddo: %s\n", i,
-                rows[i].equal ? "bitwise equal" : "DIFFERENT");
-    all_equal = all_equal && rows[i].equal;
-  }
-  return all_equal ? 0 : ddo::runner::exit_failure;
+  print_resolution_table(rows, "host_sim's pinned copy rate");
+  return print_phase_checks(rows) ? 0 : ddo::runner::exit_failure;
 }
 
 }  // namespace ddo_flux

@@ -64,6 +64,7 @@
 #include "runner/program_main.hpp"
 #if defined(DDO_FLUX_GPU)
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo_flux/gpu_resolutions.hpp"
 #include "ddo_flux/gpu_run.hpp"
 #endif
 
@@ -135,17 +136,21 @@ ddo_flux::resolution_phases phases_of(const ddo_flux::arguments& a, const flux::
 int resolutions_mode(const ddo_flux::arguments& a, const ddo::weight_table& table,
                      const flux::config& c, const ddo::resolve_inputs& inputs,
                      const ddo::dynamic_offload_settings& settings) {
-#if defined(DDO_FLUX_GPU)
-  if (!a.force_cpu && settings.config.backend != ddo::offload_backend::host_sim &&
-      ddo::probe_cuda_device(0).available)
-    return fail("--resolutions runs the CPU path on host_sim (give --cpu): its GPU phases are "
-                "not built yet (docs/engine-walkthrough.md, \"A device budget that moves\")",
-                exit_usage);
-#endif
   const auto phases = phases_of(a, c);
   std::printf("model: %d double + %d single blocks, %s of weights; %zu phases of %d steps\n",
               c.double_blocks, c.single_blocks, ddo::format_bytes(table.total_bytes()).c_str(),
               phases.sizes.size(), static_cast<int>(a.steps));
+#if defined(DDO_FLUX_GPU)
+  if (!a.force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
+    const auto probe = ddo::probe_cuda_device(0);
+    if (probe.available)
+      return ddo_flux::run_gpu_resolutions({table, settings, inputs, c, phases.inputs.front(),
+                                            a.steps, a.vram_gib, a.modes, a.output, a.json, 0,
+                                            0, a.seed, a.trace_path},
+                                           probe, phases);
+    std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
+  }
+#endif
   return ddo_flux::run_cpu_resolutions({table, settings, inputs, c, phases.inputs.front(),
                                         a.steps, a.vram_gib, phases.activations.front(),
                                         a.modes, a.output, a.trace_path},
