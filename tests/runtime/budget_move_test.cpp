@@ -375,3 +375,42 @@ TEST_SUITE("runtime") {
     CHECK(off.metrics().budget_moves.size() == moves);
   }
 }
+
+TEST_SUITE("runtime") {
+  TEST_CASE("set_device_budget with cache_pinned_weights: host copies from the weight registry") {
+    const budget_move_test::move_model m(13, 8);
+    auto o = budget_move_test::options_for(m);
+    // cache_pinned_weights without a pinned_cache: a weight registry is the source of the host
+    // copies (setup_offload's use_caches: the process's when the engine gives none, as engines
+    // get by default; here the test's own, shared with no other test's model).
+    o.inputs.overrides.emplace_back(ddo::field_id::cache_pinned_weights, true);
+    o.runtime.registry = std::make_shared<ddo::weight_registry>();
+    const auto settings = ddo::resolve_settings(o.inputs);
+    const std::uint64_t total = m.table.total_bytes();
+    ddo::host_sim_transport sim({.device_capacity_bytes = 8 * ddo::gib});
+    const auto least =
+        ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+    REQUIRE(least.has_value());
+    budget_move_test::offloader_t off(
+        m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, 2 * total), sim);
+    REQUIRE(off.options().registry != nullptr);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    std::uint64_t demoted_read = 0;
+    for (const std::uint64_t budget : {*least, 2 * total, *least + (2 * total - *least) / 2,
+                                       *least}) {
+      const auto loaded = o.runtime.registry->stats().loaded_bytes;
+      CHECK(ddo::set_device_budget(off, settings, o, budget));
+      CHECK(off.device_bytes() <= budget);
+      const auto mv = off.metrics().budget_moves.back();
+      const auto read_by_registry = o.runtime.registry->stats().loaded_bytes - loaded;
+      // The registry's reads for the demoted groups are the move's (its pinned pieces, nothing
+      // else packed with shared host copies): counted in bytes_packed and bytes_read.
+      CHECK(mv.bytes_packed == read_by_registry);
+      CHECK(mv.bytes_read == mv.bytes_uploaded + mv.bytes_packed);
+      demoted_read += mv.bytes_demoted != 0 ? read_by_registry : 0;
+      CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    }
+    // Everything resident released the registry's pieces: a demotion after it read them again.
+    CHECK(demoted_read > 0);
+  }
+}
