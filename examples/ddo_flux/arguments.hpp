@@ -7,10 +7,12 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddo/cli/bounded_integer.hpp"
@@ -37,6 +39,7 @@ struct arguments {
   ddo::bounded_integer<int, 1, 4096> lora_rank{64};
   std::string make_model, config_name = "dev", dtype_name = "bf16", axes_text = "16,56,56";
   std::string output, trace_path, json;
+  std::string resolutions;  // --resolutions WxH,...: phases over one offloader (resolutions.hpp)
   steps_option steps{28};
   pixels_option width{1024}, height{1024};
   text_tokens_option text_tokens{512};
@@ -50,6 +53,7 @@ struct arguments {
 inline constexpr const char* usage_text =
     "Usage: ddo-flux --model PATH... [--steps N] [--width PX --height PX] [--check]\n"
     "                [--lora FILE[:SCALE]...] [--trace FILE.json]\n"
+    "       ddo-flux --model PATH... --resolutions WxH,WxH,... [--steps N]\n"
     "       ddo-flux --model PATH... --capacity-profile NAME [--calibrate | --smallest-card]\n"
     "       ddo-flux --make-model FILE [--config dev|tiny] [--dtype f32|bf16]\n"
     "       ddo-flux --model PATH... --make-lora FILE [--lora-rank R]\n"
@@ -79,7 +83,13 @@ inline void add_run_options(po::options_description& general, arguments& a) {
       "lora", po::value(&a.loras)->multitoken()->value_name("FILE[:SCALE]..."),
       "LoRA adapters (PEFT/diffusers or kohya safetensors) merged into the weights on ddo's side "
       "at SCALE (default 1), in the order given (docs/adapters.md); --check merges them into its "
-      "all-resident weights too");
+      "all-resident weights too")(
+      "resolutions", po::value(&a.resolutions)->value_name("WxH,..."),
+      "Phases of --steps steps each at these image sizes over one offloader, the device budget "
+      "following the activations (set_device_reserve between phases): each move, each phase's "
+      "step against its bound, a cached re-setup's time beside it. Not with --width/--height "
+      "or the modes (--check, --graph, --output, --trace, --profile, --capacity-profile, "
+      "--lora)");
 }
 
 /// What the run measures and checks besides its steps (flux_modes.hpp), and --make-model.
@@ -163,6 +173,65 @@ inline flux::config named_config(const std::string& name) {
   throw ddo::usage_error("--config '" + name + "' is not one of dev, tiny");
 }
 
+/// One --resolutions entry.
+struct resolution {
+  int width = 0, height = 0;
+};
+
+/// --resolutions 1024x1024,2048x2048,...: each side a multiple of 16 in 16..16384.
+/// @throws ddo::usage_error naming the option, the entry and what is allowed.
+inline std::vector<resolution> parse_resolutions(const std::string& text) {
+  std::vector<resolution> out;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string part = text.substr(begin, end - begin);
+    const auto bad = [&](const std::string& why) {
+      return ddo::usage_error("--resolutions " + text + ": \"" + part + "\" " + why +
+                              "; give WIDTHxHEIGHT pairs, each side a multiple of 16 in "
+                              "16..16384 (e.g. 1024x1024,2048x2048,1024x1024)");
+    };
+    const std::size_t x = part.find('x');
+    if (x == std::string::npos) throw bad("is not WIDTHxHEIGHT");
+    int sides[2] = {0, 0};
+    const std::string texts[2] = {part.substr(0, x), part.substr(x + 1)};
+    for (int i = 0; i < 2; ++i) {
+      const auto& s = texts[i];
+      if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos)
+        throw bad("is not WIDTHxHEIGHT in whole pixels");
+      sides[i] = std::stoi(s);
+      if (sides[i] < 16 || sides[i] > 16384 || sides[i] % 16 != 0)
+        throw bad("has a side outside the allowed ones");
+    }
+    out.push_back({sides[0], sides[1]});
+    begin = end + 1;
+  }
+  return out;
+}
+
+/// --resolutions runs the eager streamed loop per phase and prints its table: no other image
+/// size and none of the modes. @throws ddo::usage_error naming the option given with it.
+inline void check_resolutions_alone(const po::variables_map& vm, const arguments& a) {
+  if (a.resolutions.empty()) return;
+  (void)parse_resolutions(a.resolutions);
+  const flux::run_modes& m = a.modes;
+  const std::pair<bool, const char*> others[] = {
+      {vm.count("width") != 0, "--width"},
+      {vm.count("height") != 0, "--height"},
+      {m.check, "--check"},
+      {m.graph, "--graph"},
+      {m.output, "--output"},
+      {m.trace, "--trace"},
+      {m.profile, "--profile"},
+      {m.json, "--json"},
+      {!m.capacity_profile.empty(), "--capacity-profile"}};
+  for (const auto& [given, name] : others)
+    if (given)
+      throw ddo::usage_error(std::string("--resolutions runs its phases' eager streamed loop "
+                                         "and prints their table; not with ") +
+                             name + " (each phase's size is --resolutions')");
+}
+
 /// A run's arguments checked before any work (after --help and --make-model, which need none of
 /// these): the modes' combinations (flux/flux_modes.hpp), an unwritable trace path, the image's
 /// sides and the card.
@@ -184,6 +253,7 @@ inline void check_run_arguments(const po::variables_map& vm, arguments& a) {
     if (v % 16 != 0)
       throw ddo::usage_error(std::string(name) + " must be a multiple of 16 in 16..16384, got " +
                              std::to_string(v));
+  check_resolutions_alone(vm, a);
   if (!(a.vram_gib > 0.0) || a.vram_gib > 65536.0)
     throw ddo::usage_error("--vram-gb must be greater than 0 and at most 65536");
 }

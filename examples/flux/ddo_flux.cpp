@@ -58,11 +58,13 @@
 #include "ddo/model/safetensors.hpp"
 #include "ddo_flux/arguments.hpp"
 #include "ddo_flux/cpu_run.hpp"
+#include "ddo_flux/resolutions.hpp"
 #include "flux/flux_init.hpp"
 #include "flux/flux_modes.hpp"
 #include "runner/program_main.hpp"
 #if defined(DDO_FLUX_GPU)
 #include "ddo/platform/cuda_device.hpp"
+#include "ddo_flux/gpu_resolutions.hpp"
 #include "ddo_flux/gpu_run.hpp"
 #endif
 
@@ -115,6 +117,46 @@ std::uint64_t activation_bytes(const flux::config& c, const flux::inputs& in) {
   return 4ull * (n * h * 6 + n * (h + static_cast<std::size_t>(c.mlp())) + 12 * h);
 }
 
+/// --resolutions: each phase's inputs, seeded as a single run's at that size, and the
+/// activations the engine states there (its reserve per image size).
+ddo_flux::resolution_phases phases_of(const ddo_flux::arguments& a, const flux::config& c) {
+  ddo_flux::resolution_phases p;
+  p.sizes = ddo_flux::parse_resolutions(a.resolutions);
+  for (const auto& s : p.sizes) {
+    p.inputs.push_back(flux::seeded_inputs(
+        c, static_cast<std::size_t>(s.height / 16), static_cast<std::size_t>(s.width / 16),
+        static_cast<std::size_t>(static_cast<int>(a.text_tokens)), static_cast<float>(a.guidance),
+        a.seed));
+    p.activations.push_back(activation_bytes(c, p.inputs.back()));
+  }
+  return p;
+}
+
+/// --resolutions (ddo_flux/resolutions.hpp): the CPU path's phases on host_sim.
+int resolutions_mode(const ddo_flux::arguments& a, const ddo::weight_table& table,
+                     const flux::config& c, const ddo::resolve_inputs& inputs,
+                     const ddo::dynamic_offload_settings& settings) {
+  const auto phases = phases_of(a, c);
+  std::printf("model: %d double + %d single blocks, %s of weights; %zu phases of %d steps\n",
+              c.double_blocks, c.single_blocks, ddo::format_bytes(table.total_bytes()).c_str(),
+              phases.sizes.size(), static_cast<int>(a.steps));
+#if defined(DDO_FLUX_GPU)
+  if (!a.force_cpu && settings.config.backend != ddo::offload_backend::host_sim) {
+    const auto probe = ddo::probe_cuda_device(0);
+    if (probe.available)
+      return ddo_flux::run_gpu_resolutions({table, settings, inputs, c, phases.inputs.front(),
+                                            a.steps, a.vram_gib, a.modes, a.output, a.json, 0,
+                                            0, a.seed, a.trace_path},
+                                           probe, phases);
+    std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
+  }
+#endif
+  return ddo_flux::run_cpu_resolutions({table, settings, inputs, c, phases.inputs.front(),
+                                        a.steps, a.vram_gib, phases.activations.front(),
+                                        a.modes, a.output, a.trace_path},
+                                       phases);
+}
+
 int run(int argc, char** argv) {
   ddo_flux::arguments a;
   po::options_description general("ddo-flux options");
@@ -150,10 +192,15 @@ int run(int argc, char** argv) {
   const auto axes = ddo_flux::parse_axes(a.axes_text);
   const ddo::weight_table table = ddo::load_safetensors(a.models);
   const flux::config c = flux::config_of(table, axes);
-  if (!a.loras.empty() && (a.modes.graph || a.modes.smallest_card || a.modes.calibrate))
+  if (!a.loras.empty() &&
+      (a.modes.graph || a.modes.smallest_card || a.modes.calibrate || !a.resolutions.empty()))
     throw ddo::usage_error("--lora runs the eager loop only: not with --graph (a captured step "
-                           "does not merge adapters yet), --smallest-card or --calibrate "
-                           "(docs/adapters.md)");
+                           "does not merge adapters yet), --smallest-card, --calibrate or "
+                           "--resolutions (docs/adapters.md)");
+  if (!a.resolutions.empty()) {
+    const ddo::resolve_inputs inputs = settings_inputs(vm, a, table.total_bytes());
+    return resolutions_mode(a, table, c, inputs, ddo::resolve_settings(inputs));
+  }
   const auto loras = ddo_flux::load_loras(a.loras, table);  // bad files refused before any work
   const auto rows = static_cast<std::size_t>(height / 16),
              cols = static_cast<std::size_t>(width / 16);

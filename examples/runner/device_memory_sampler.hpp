@@ -13,14 +13,18 @@
 #include <thread>
 
 #include "ddo/core/error.hpp"
+#include "ddo/runtime/device_peak_probe.hpp"
 
 namespace ddo {
 inline namespace v0 {
 namespace runner {
 
 /// @brief Peak device bytes in use above the level at construction, sampled every @p period.
+/// Also a ddo::device_peak_probe (start(), peak_bytes()): the engine's reserve per workload
+/// size measured on the GPU (ddo::measure_workload_reserve).
 class device_memory_sampler {
  public:
+  using probe_category = device_peak_probe_tag;
   /// @brief Starts sampling device @p device. @throws cuda_error when cudaMemGetInfo fails.
   explicit device_memory_sampler(int device = 0,
                                  std::chrono::microseconds period = std::chrono::milliseconds(2))
@@ -29,6 +33,7 @@ class device_memory_sampler {
     std::size_t free = 0, total = 0;
     DDO_CUDA_TRY(cudaMemGetInfo(&free, &total));
     baseline_used_ = total - free;
+    span_baseline_ = baseline_used_;
     peak_used_ = baseline_used_;
     thread_ = std::thread([this, period] {
       (void)cudaSetDevice(device_);
@@ -75,6 +80,21 @@ class device_memory_sampler {
     peak_used_.store(total - free);
   }
 
+  /// @brief device_peak_probe: a span of work starts: its peak is counted from what is in use
+  /// now (reset_peak, with that level as the span's baseline).
+  void start() {
+    reset_peak();
+    span_baseline_ = peak_used_.load();
+  }
+
+  /// @brief device_peak_probe: the peak since start() above what was in use then (one sample
+  /// taken now, so work that ends holding its memory is counted without waiting a period).
+  [[nodiscard]] std::uint64_t peak_bytes() {
+    sample();
+    const std::uint64_t peak = peak_used_.load();
+    return peak > span_baseline_ ? peak - span_baseline_ : 0;
+  }
+
   /// @brief Peak bytes in use on the device (by every allocation of every process).
   [[nodiscard]] std::uint64_t peak_used() const { return peak_used_.load(); }
 
@@ -87,6 +107,7 @@ class device_memory_sampler {
  private:
   int device_;
   std::uint64_t baseline_used_ = 0;
+  std::uint64_t span_baseline_ = 0;
   std::atomic<std::uint64_t> peak_used_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;

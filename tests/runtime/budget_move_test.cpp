@@ -327,3 +327,90 @@ TEST_SUITE("runtime") {
     CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
   }
 }
+
+TEST_SUITE("runtime") {
+  TEST_CASE("set_device_reserve at a workload size: the engine's measured reserve decides") {
+    using budget_move_test::move_placements;
+    const budget_move_test::move_model m(12, 8);
+    auto o = budget_move_test::options_for(m);
+    const auto settings = ddo::resolve_settings(o.inputs);
+    const std::uint64_t total = m.table.total_bytes();
+    const std::uint64_t card = total + 1536 * ddo::mib + 64 * ddo::mib;
+    ddo::host_sim_transport sim({.device_capacity_bytes = card});
+    // The engine's forward at a size holds total/4096 bytes a unit (activations) while it runs:
+    // measured on the simulated device before the setup, as an engine measures on its card.
+    ddo::ledger_peak_probe probe(sim);
+    const auto unit = total / 4096;
+    const auto reserve = ddo::measure_workload_reserve(
+        "tokens", std::vector<std::int64_t>{1024, 4096}, probe, [&](std::int64_t size) {
+          const auto n = static_cast<std::size_t>(unit * static_cast<std::uint64_t>(size));
+          sim.free_device(sim.allocate_device(n), n);
+        });
+    CHECK(reserve.bytes_at(4096) == unit * 4096);
+    const auto fresh = [&](std::uint64_t bytes) {
+      ddo::host_sim_transport other({.device_capacity_bytes = card});
+      auto r = o;
+      r.reserve_device_bytes = bytes;
+      return move_placements(
+          ddo::setup_offload(m.table, settings, ddo::component_for(settings, r.inputs), r, other)
+              .plan);
+    };
+    o.reserve_device_bytes = reserve.bytes_at(1024);
+    const auto component = ddo::component_for(settings, o.inputs);
+    budget_move_test::offloader_t off(
+        m.table, ddo::setup_offload(m.table, settings, component, o, sim), sim);
+    for (const std::int64_t size : {4096, 1024, 2560, 4096}) {
+      CHECK(ddo::set_device_reserve(off, settings, o, reserve, size));
+      CHECK(move_placements(off.plan()) == fresh(reserve.bytes_at(size)));
+      CHECK(off.device_bytes() + reserve.bytes_at(size) + ddo::runtime_device_reserve_bytes <=
+            card);
+      CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    }
+    // Outside the measured sizes: refused before anything moves.
+    const auto before = move_placements(off.plan());
+    const auto moves = off.metrics().budget_moves.size();
+    CHECK_THROWS_AS((void)ddo::set_device_reserve(off, settings, o, reserve, 8192),
+                    ddo::config_error);
+    CHECK(move_placements(off.plan()) == before);
+    CHECK(off.metrics().budget_moves.size() == moves);
+  }
+}
+
+TEST_SUITE("runtime") {
+  TEST_CASE("set_device_budget with cache_pinned_weights: host copies from the weight registry") {
+    const budget_move_test::move_model m(13, 8);
+    auto o = budget_move_test::options_for(m);
+    // cache_pinned_weights without a pinned_cache: a weight registry is the source of the host
+    // copies (setup_offload's use_caches: the process's when the engine gives none, as engines
+    // get by default; here the test's own, shared with no other test's model).
+    o.inputs.overrides.emplace_back(ddo::field_id::cache_pinned_weights, true);
+    o.runtime.registry = std::make_shared<ddo::weight_registry>();
+    const auto settings = ddo::resolve_settings(o.inputs);
+    const std::uint64_t total = m.table.total_bytes();
+    ddo::host_sim_transport sim({.device_capacity_bytes = 8 * ddo::gib});
+    const auto least =
+        ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+    REQUIRE(least.has_value());
+    budget_move_test::offloader_t off(
+        m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, 2 * total), sim);
+    REQUIRE(off.options().registry != nullptr);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    std::uint64_t demoted_read = 0;
+    for (const std::uint64_t budget : {*least, 2 * total, *least + (2 * total - *least) / 2,
+                                       *least}) {
+      const auto loaded = o.runtime.registry->stats().loaded_bytes;
+      CHECK(ddo::set_device_budget(off, settings, o, budget));
+      CHECK(off.device_bytes() <= budget);
+      const auto mv = off.metrics().budget_moves.back();
+      const auto read_by_registry = o.runtime.registry->stats().loaded_bytes - loaded;
+      // The registry's reads for the demoted groups are the move's (its pinned pieces, nothing
+      // else packed with shared host copies): counted in bytes_packed and bytes_read.
+      CHECK(mv.bytes_packed == read_by_registry);
+      CHECK(mv.bytes_read == mv.bytes_uploaded + mv.bytes_packed);
+      demoted_read += mv.bytes_demoted != 0 ? read_by_registry : 0;
+      CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+    }
+    // Everything resident released the registry's pieces: a demotion after it read them again.
+    CHECK(demoted_read > 0);
+  }
+}

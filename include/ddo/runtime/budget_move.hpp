@@ -32,7 +32,9 @@ struct budget_move {
   /// pieces uploaded and the pinned blocks packed anew; each at most once.
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_uploaded = 0;  ///< of bytes_read, copied to the device (resident pieces)
-  std::uint64_t bytes_packed = 0;    ///< of bytes_read, packed into new pinned blocks
+  /// Of bytes_read, packed into new pinned blocks: the offloader's own, or with a weight
+  /// registry (cache_pinned_weights' default source) the pieces the registry read for the move.
+  std::uint64_t bytes_packed = 0;
   std::size_t pieces_kept = 0;       ///< resident pieces left where they were
   std::size_t pieces_moved = 0;      ///< resident pieces freed or allocated anew
   std::uint64_t slot_bytes_before = 0;  ///< one ring slot (the largest streamed group)

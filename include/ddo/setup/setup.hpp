@@ -24,6 +24,10 @@
 ///   (setup/plan_cache.hpp) and its re-plan loop;
 /// - setup/setup_offload.hpp: setup_offload(), the route dispatch, its checks and the verbose
 ///   print;
+/// - setup/device_budget.hpp: set_device_budget() / set_device_reserve(), a running offloader
+///   moved to another device budget or engine reserve (issue 41);
+/// - setup/workload_reserve.hpp: the engine's reserve per workload size (workload_reserve,
+///   measure_workload_reserve) and set_device_reserve at a size;
 /// - setup/start.hpp: setup_transport(), the transport ddo makes with every device option
 ///   (make_transport, runtime/transport_setup.hpp: the settings' execution_device and VMM window);
 /// - setup/instantiations.hpp: the instantiations compiled once (DDO_SHIPPED_INSTANTIATIONS).
@@ -31,6 +35,7 @@
 #include "ddo/runtime/transport_setup.hpp"
 #include "ddo/setup/instantiations.hpp"
 #include "ddo/setup/device_budget.hpp"
+#include "ddo/setup/workload_reserve.hpp"
 #include "ddo/setup/machine.hpp"
 #include "ddo/setup/machine_inputs.hpp"
 #include "ddo/setup/options.hpp"

@@ -128,7 +128,12 @@ std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_p
   runtime_options o = next.options;
   o.pinned_cache = cache;
   setup_meter quiet;
+  // With a weight registry (cache_pinned_weights' default source) the demoted groups' host
+  // copies are the registry's pieces: what it reads for them is the move's read too (a registry
+  // shared with another offloader loading at this moment counts that one's loads as well).
+  const std::uint64_t loaded = o.registry ? o.registry->stats().loaded_bytes : 0;
   pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+  if (o.registry) read += o.registry->stats().loaded_bytes - loaded;
   return read;
 }
 
