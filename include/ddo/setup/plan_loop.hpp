@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <span>
@@ -22,6 +23,8 @@
 
 #include "ddo/config/component_policy.hpp"
 #include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/core/memory_tier.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/format_bytes.hpp"
@@ -183,15 +186,78 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
   }
 }
 
-/// @p make's plan; an empty one where it is refused but another plan stands by (@p fallback).
-template <class Make>
-offload_plan plan_unless_refused(Make make, bool fallback) {
-  try {
-    return make();
-  } catch (const out_of_memory&) {
-    if (!fallback) throw;
+/// Reserves the ring again for what @p r's plan streams while that differs from the ring it was
+/// planned with (demoted weights stream too; the budget kept the largest groups). A smaller ring
+/// is taken only when the plan made with it still fits it; a larger one always, and again while
+/// the plan made with it streams more still (the larger ring leaves less room, so more is
+/// demoted: seed 3328 of the oracle's property test kept a 3.81 GiB head out of a ring of
+/// 3.46 GiB slots, and the ring it needed passed the card). A plan left streaming more than its
+/// ring, or refused on the grown one, is dropped (the plan empty): setup tries the smaller rings
+/// next, and @p refused holds why. @p replan(plan) gives the machine reserved for @p plan's
+/// streamed weights and the plan made on it (throws out_of_memory when refused).
+template <class Replan>
+void fit_ring_to_plan(offload_setup& r, const weight_table& table, Replan replan,
+                      std::exception_ptr& refused) {
+  // Each larger ring shrinks the resident set, so the slot grows to the largest group within
+  // as many rounds as there are group sizes; a few are what has been seen.
+  for (int round = 0; round < 4 && !r.plan.decisions.empty(); ++round) {
+    const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
+    if (streamed == 0 || streamed == r.machine.slot_bytes) break;
+    try {
+      auto [m, plan] = replan(r.plan);
+      const bool fits = streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes;
+      if (!fits && streamed < r.machine.slot_bytes) break;  // the larger ring stands
+      r.machine = std::move(m);
+      r.plan = std::move(plan);
+      if (fits) break;
+    } catch (const out_of_memory&) {  // the ring it needs leaves no room
+      if (streamed < r.machine.slot_bytes) break;
+      refused = std::current_exception();
+      r.plan = {};
+    }
   }
-  return {};
+  if (r.plan.decisions.empty()) return;
+  const std::uint64_t ring = streamed_ring_bytes(r.plan, table, r.runtime);
+  if (ring <= r.machine.ring_bytes) return;
+  refused = std::make_exception_ptr(out_of_memory(
+      memory_tier::device, ring, r.machine.ring_bytes,
+      "the plan streams groups of up to " +
+          format_bytes(streamed_slot_bytes(r.plan, table, r.runtime.alignment)) +
+          " a slot: their ring of " + format_bytes(ring) + " passes the " +
+          format_bytes(r.machine.ring_bytes) + " the card leaves for it beside the resident " +
+          "weights and the reserves (" + r.machine.capacity.free_vram_detail + ")"));
+  r.plan = {};
+}
+
+/// The plan of a model the card does not hold whole (plan_streaming): planned on @p r's machine
+/// (the ring of the largest group the rules leave streaming), the ring reserved again for what
+/// it streams (fit_ring_to_plan), the outsized groups kept first where that keeps more resident,
+/// then the smaller rings. Throws the refusal met when none of them plans.
+template <class Planner, class PinSelector, class Machine, class ReserveFor>
+void plan_ring_and_residency(offload_setup& r, const weight_table& table,
+                             const std::vector<execution_group>& groups,
+                             const dynamic_offload_config& config,
+                             const std::vector<char>& rule_kept, const Planner& planner,
+                             const PinSelector& pins, Machine& machine, ReserveFor reserve_for) {
+  auto first = plan_outsized_first(r, table, groups, config, rule_kept, planner, pins, machine);
+  std::exception_ptr refused;
+  try {
+    r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+  } catch (const out_of_memory&) {
+    refused = std::current_exception();
+    r.plan = {};
+  }
+  fit_ring_to_plan(
+      r, table,
+      [&](const offload_plan& plan) {
+        auto m = reserve_for(plan);
+        auto next = make_plan(table, groups, config, m.capacity, planner, pins);
+        return std::pair{std::move(m), std::move(next)};
+      },
+      refused);
+  take_if_more_resident(r, first);
+  plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
+  if (r.plan.decisions.empty()) std::rethrow_exception(refused);
 }
 
 /// Whether a cached plan is reused on @p machine: while its resident bytes fit what is free now,
@@ -283,22 +349,8 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     }
     kept = rule_kept;
   }
-  auto first = plan_outsized_first(r, table, groups, config, rule_kept, planner, pins, machine);
-  r.plan = plan_unless_refused(
-      [&] { return make_plan(table, groups, config, r.machine.capacity, planner, pins); },
-      first.has_value());
-  const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
-  if (streamed != r.machine.slot_bytes && streamed != 0) {
-    auto m = reserve_for(r.plan);
-    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
-    if (streamed > r.machine.slot_bytes ||
-        streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
-      r.machine = std::move(m);
-      r.plan = std::move(plan);
-    }
-  }
-  take_if_more_resident(r, first);
-  plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
+  plan_ring_and_residency(r, table, groups, config, rule_kept, planner, pins, machine,
+                          reserve_for);
 }
 
 /// The dynamic_offload route's machine and plan (setup_offload) with the machine stage's inputs
