@@ -194,7 +194,14 @@ struct case_outcome {
 ///   best is further down (many distinct sizes) ddo keeps the larger ring and less resident.
 ///   Trying the sizes smallest first instead raised the nested classes (the smallest that
 ///   passes an estimate of the card's room is often refused by the planner's headroom), so the
-///   search needs the planner's own budget to pick its candidates: not done.
+///   search needs the planner's own budget to pick its candidates. Setup now plans every
+///   distinct group size as the slot, smallest first, pruned by two bounds (plan_loop.hpp):
+///   694 -> ~671 cases at base 1000. The rest is not the slot: seed 3957 (4 blocks of 2.80 GiB,
+///   a budget of 2.75 GiB beside the rules' embeddings and head) keeps whole groups only, so it
+///   keeps nothing of a block, where the oracle's fill keeps each block's largest weights
+///   (4.45 GiB resident, 1.72 GiB slots): the largest classes need the planner to fill what the
+///   group selection leaves with single weights of the streamed groups (which also shrinks the
+///   slot).
 /// - "refused where the oracle plans": the first machine reserves a ring for the largest group
 ///   before the rules' resident weights are placed; when that ring and the reserves pass the
 ///   card, setup refuses before any smaller ring is tried, where the oracle's small slot fits.
