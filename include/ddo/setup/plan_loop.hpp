@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <span>
@@ -22,6 +23,8 @@
 
 #include "ddo/config/component_policy.hpp"
 #include "ddo/config/dynamic_offload_settings.hpp"
+#include "ddo/core/error.hpp"
+#include "ddo/core/memory_tier.hpp"
 #include "ddo/model/execution_groups.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/format_bytes.hpp"
@@ -142,30 +145,54 @@ inline void take_if_more_resident(offload_setup& r,
   r.plan = std::move(first->second);
 }
 
+/// The smallest ring a slot of @p level bytes makes: @p slot_count slots, fewer when fewer of
+/// the groups' streamable sizes (@p bytes) are at most @p level (the groups above it stay
+/// resident). A lower bound: the runtime's slot is the aligned size.
+inline std::uint64_t ring_at_level(std::span<const std::uint64_t> bytes, std::uint64_t level,
+                                   std::size_t slot_count) {
+  const auto streaming = static_cast<std::size_t>(std::count_if(
+      bytes.begin(), bytes.end(), [&](std::uint64_t b) { return b != 0 && b <= level; }));
+  return ring_bytes_for(level, std::min(slot_count, streaming));
+}
+
 /// Smaller rings than the largest streamed group needs (issue 38): blocks of unequal sizes (a
-/// flat model's double blocks six times its single blocks, a UNet's stages of unequal widths)
-/// size every slot by the largest, where keeping the groups above a smaller slot resident frees
-/// the ring's other slots for the budget. Tries up to three slot sizes below @p r's, each a
-/// group size at most 0.8x the last, the groups above it kept out of the ring and resident
-/// first (machine_capacity::ring_slot_bytes); takes each plan that fits its ring and keeps more
-/// resident. Also after the plan for a card about the model's size (all resident but for what
-/// the activations and headroom leave out): what that plan streams sizes its ring too.
+/// flat model's double blocks six times its single blocks, a UNet's stages of unequal widths,
+/// mixed dtypes) size every slot by the largest, where keeping the groups above a smaller slot
+/// resident frees the ring's other slots for the budget. The candidates are the groups' distinct
+/// streamable sizes, as the oracle's slot sizes are: for each, the groups above it are kept out
+/// of the ring and resident first (machine_capacity::ring_slot_bytes), and the planner's plan is
+/// taken when it fits its ring and keeps more resident than the best so far (or @p r's plan is
+/// empty: refused on the largest ring). Judged by the planner (its headroom refuses some sizes an
+/// estimate admits), but planned only where two bounds allow, so that setup's planning stays a
+/// few planner calls: a size whose kept groups and ring alone pass the card beside the reserves
+/// cannot plan (skipped), and smallest first, the search ends at the first size whose ring
+/// leaves no more of the card than the best plan keeps resident (a larger ring leaves less).
+/// Also after the plan for a card about the model's size (all resident but for what the
+/// activations and headroom leave out): what that plan streams sizes its ring too.
 template <class Planner, class PinSelector, class Machine>
 void plan_smaller_rings(offload_setup& r, const weight_table& table,
                         const std::vector<execution_group>& groups,
                         const dynamic_offload_config& config, const std::vector<char>& rule_kept,
                         const Planner& planner, const PinSelector& pins, Machine& machine) {
+  const std::uint64_t free = r.machine.device.free_bytes;
+  const std::uint64_t reserves = r.machine.engine_reserve_bytes + runtime_device_reserve_bytes;
+  if (free <= reserves) return;  // an unknown card (0: no ring is too large), or a full one
+  const std::uint64_t card = free - reserves;
   const auto bytes = streamable_group_bytes(make_plan_context(
       table, config, r.machine.capacity, std::span<const execution_group>(groups)));
   std::vector<std::uint64_t> levels(bytes.begin(), bytes.end());
-  std::sort(levels.begin(), levels.end(), std::greater<>());
-  std::uint64_t last = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
-  std::size_t tries = 0;
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
   for (std::uint64_t level : levels) {
-    if (level == 0 || tries == 3 || r.plan.decisions.empty()) break;
-    if (level * 5 > last * 4) continue;
-    ++tries;
-    last = level;
+    if (level == 0) continue;
+    const std::uint64_t ring = ring_at_level(bytes, level, r.runtime.slot_count);
+    const std::uint64_t best = r.plan.decisions.empty()
+                                   ? 0
+                                   : r.plan.total_bytes(placement::gpu_resident);
+    if (ring >= card || (!r.plan.decisions.empty() && card - ring <= best)) break;
+    std::uint64_t above = 0;
+    for (std::uint64_t b : bytes) above += b > level ? b : 0;
+    if (above > card - ring) continue;  // the groups above it cannot stay resident
     std::vector<char> kept = rule_kept;
     for (std::size_t g = 0; g < groups.size(); ++g)
       if (bytes[g] > level)
@@ -183,15 +210,78 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
   }
 }
 
-/// @p make's plan; an empty one where it is refused but another plan stands by (@p fallback).
-template <class Make>
-offload_plan plan_unless_refused(Make make, bool fallback) {
-  try {
-    return make();
-  } catch (const out_of_memory&) {
-    if (!fallback) throw;
+/// Reserves the ring again for what @p r's plan streams while that differs from the ring it was
+/// planned with (demoted weights stream too; the budget kept the largest groups). A smaller ring
+/// is taken only when the plan made with it still fits it; a larger one always, and again while
+/// the plan made with it streams more still (the larger ring leaves less room, so more is
+/// demoted: seed 3328 of the oracle's property test kept a 3.81 GiB head out of a ring of
+/// 3.46 GiB slots, and the ring it needed passed the card). A plan left streaming more than its
+/// ring, or refused on the grown one, is dropped (the plan empty): setup tries the smaller rings
+/// next, and @p refused holds why. @p replan(plan) gives the machine reserved for @p plan's
+/// streamed weights and the plan made on it (throws out_of_memory when refused).
+template <class Replan>
+void fit_ring_to_plan(offload_setup& r, const weight_table& table, Replan replan,
+                      std::exception_ptr& refused) {
+  // Each larger ring shrinks the resident set, so the slot grows to the largest group within
+  // as many rounds as there are group sizes; a few are what has been seen.
+  for (int round = 0; round < 4 && !r.plan.decisions.empty(); ++round) {
+    const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
+    if (streamed == 0 || streamed == r.machine.slot_bytes) break;
+    try {
+      auto [m, plan] = replan(r.plan);
+      const bool fits = streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes;
+      if (!fits && streamed < r.machine.slot_bytes) break;  // the larger ring stands
+      r.machine = std::move(m);
+      r.plan = std::move(plan);
+      if (fits) break;
+    } catch (const out_of_memory&) {  // the ring it needs leaves no room
+      if (streamed < r.machine.slot_bytes) break;
+      refused = std::current_exception();
+      r.plan = {};
+    }
   }
-  return {};
+  if (r.plan.decisions.empty()) return;
+  const std::uint64_t ring = streamed_ring_bytes(r.plan, table, r.runtime);
+  if (ring <= r.machine.ring_bytes) return;
+  refused = std::make_exception_ptr(out_of_memory(
+      memory_tier::device, ring, r.machine.ring_bytes,
+      "the plan streams groups of up to " +
+          format_bytes(streamed_slot_bytes(r.plan, table, r.runtime.alignment)) +
+          " a slot: their ring of " + format_bytes(ring) + " passes the " +
+          format_bytes(r.machine.ring_bytes) + " the card leaves for it beside the resident " +
+          "weights and the reserves (" + r.machine.capacity.free_vram_detail + ")"));
+  r.plan = {};
+}
+
+/// The plan of a model the card does not hold whole (plan_streaming): planned on @p r's machine
+/// (the ring of the largest group the rules leave streaming), the ring reserved again for what
+/// it streams (fit_ring_to_plan), the outsized groups kept first where that keeps more resident,
+/// then the smaller rings. Throws the refusal met when none of them plans.
+template <class Planner, class PinSelector, class Machine, class ReserveFor>
+void plan_ring_and_residency(offload_setup& r, const weight_table& table,
+                             const std::vector<execution_group>& groups,
+                             const dynamic_offload_config& config,
+                             const std::vector<char>& rule_kept, const Planner& planner,
+                             const PinSelector& pins, Machine& machine, ReserveFor reserve_for) {
+  auto first = plan_outsized_first(r, table, groups, config, rule_kept, planner, pins, machine);
+  std::exception_ptr refused;
+  try {
+    r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+  } catch (const out_of_memory&) {
+    refused = std::current_exception();
+    r.plan = {};
+  }
+  fit_ring_to_plan(
+      r, table,
+      [&](const offload_plan& plan) {
+        auto m = reserve_for(plan);
+        auto next = make_plan(table, groups, config, m.capacity, planner, pins);
+        return std::pair{std::move(m), std::move(next)};
+      },
+      refused);
+  take_if_more_resident(r, first);
+  plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
+  if (r.plan.decisions.empty()) std::rethrow_exception(refused);
 }
 
 /// Whether a cached plan is reused on @p machine: while its resident bytes fit what is free now,
@@ -283,22 +373,8 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     }
     kept = rule_kept;
   }
-  auto first = plan_outsized_first(r, table, groups, config, rule_kept, planner, pins, machine);
-  r.plan = plan_unless_refused(
-      [&] { return make_plan(table, groups, config, r.machine.capacity, planner, pins); },
-      first.has_value());
-  const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
-  if (streamed != r.machine.slot_bytes && streamed != 0) {
-    auto m = reserve_for(r.plan);
-    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
-    if (streamed > r.machine.slot_bytes ||
-        streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
-      r.machine = std::move(m);
-      r.plan = std::move(plan);
-    }
-  }
-  take_if_more_resident(r, first);
-  plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
+  plan_ring_and_residency(r, table, groups, config, rule_kept, planner, pins, machine,
+                          reserve_for);
 }
 
 /// The dynamic_offload route's machine and plan (setup_offload) with the machine stage's inputs
