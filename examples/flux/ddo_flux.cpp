@@ -146,14 +146,14 @@ int resolutions_mode(const ddo_flux::arguments& a, const ddo::weight_table& tabl
     if (probe.available)
       return ddo_flux::run_gpu_resolutions({table, settings, inputs, c, phases.inputs.front(),
                                             a.steps, a.vram_gib, a.modes, a.output, a.json, 0,
-                                            0, a.seed, a.trace_path},
+                                            0, a.seed, a.trace_path, {}},  // no --lora here
                                            probe, phases);
     std::printf("no GPU (%s): the CPU path on host_sim\n", probe.reason.c_str());
   }
 #endif
   return ddo_flux::run_cpu_resolutions({table, settings, inputs, c, phases.inputs.front(),
                                         a.steps, a.vram_gib, phases.activations.front(),
-                                        a.modes, a.output, a.trace_path},
+                                        a.modes, a.output, a.trace_path, {}},  // no --lora
                                        phases);
 }
 
