@@ -26,4 +26,4 @@ inline namespace v0 {
 }  // namespace v0
 }  // namespace ddo
 
-#include "ddo/adapter/detail/lora_load.hpp"
+#include "ddo/adapter/detail/lora_load_impl.hpp"
