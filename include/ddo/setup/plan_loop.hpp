@@ -226,7 +226,11 @@ void fit_ring_to_plan(offload_setup& r, const weight_table& table, Replan replan
   // as many rounds as there are group sizes; a few are what has been seen.
   for (int round = 0; round < 4 && !r.plan.decisions.empty(); ++round) {
     const std::uint64_t streamed = streamed_slot_bytes(r.plan, table, r.runtime.alignment);
-    if (streamed == 0 || streamed == r.machine.slot_bytes) break;
+    // The slot alone does not say the ring fits: a plan that streams a group the rules kept
+    // needs more slots of the same size than the machine reserved.
+    if (streamed == 0 || (streamed == r.machine.slot_bytes &&
+                          streamed_ring_bytes(r.plan, table, r.runtime) <= r.machine.ring_bytes))
+      break;
     try {
       auto [m, plan] = replan(r.plan);
       const bool fits = streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes;
