@@ -21,42 +21,15 @@
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "lease_check.hpp"
+#include "seeded_file_model.hpp"
 
 namespace budget_move_test {
 
 /// Blocks of a linear layer each (host memory), a file-backed one and a small norm (kept
 /// resident by the rules), then an embedding: every placement a plan can choose.
-struct move_model {
-  ddo::weight_table table;
-  std::vector<std::vector<std::byte>> expected;
-  std::filesystem::path file;
-  std::vector<ddo::execution_group> groups;
-  move_model(std::uint32_t seed, int blocks) {
-    std::mt19937 rng(seed);
-    file = std::filesystem::temp_directory_path() /
-           ("ddo_budget_move_" + std::to_string(seed) + "_" + std::to_string(::getpid()) + ".bin");
-    std::ofstream out(file, std::ios::binary);
-    const std::size_t f = table.add_file(file.string());
-    std::uint64_t offset = 0;
-    expected.reserve(static_cast<std::size_t>(blocks) * 3 + 1);
-    auto add = [&](const std::string& name, std::int64_t elems, bool from_file) {
-      auto& v = expected.emplace_back(static_cast<std::size_t>(elems * 2));
-      for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
-      ddo::weight_info w;
-      w.name = name;
-      w.kind = name.find("norm") == std::string::npos ? ddo::module_kind::linear
-                                                      : ddo::module_kind::other;
-      w.type = ddo::dtype::bf16;
-      w.shape = {elems};
-      if (from_file) {
-        out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size()));
-        w.source = ddo::file_source{f, offset};
-        offset += v.size();
-      } else {
-        w.source = ddo::host_source{v.data()};
-      }
-      return table.add(w);
-    };
+struct move_model : ddo_test::seeded_file_model {
+  move_model(std::uint32_t seed, int blocks)
+      : seeded_file_model("ddo_budget_move_", seed, static_cast<std::size_t>(blocks) * 3 + 1) {
     for (int b = 0; b < blocks; ++b) {
       const std::string p = "transformer_blocks." + std::to_string(b) + ".";
       ddo::execution_group g;
@@ -73,13 +46,7 @@ struct move_model {
     embed.name = "embed";
     embed.weights.push_back(add("embed.weight", 500000, false));
     groups.push_back(std::move(embed));
-    out.close();
-  }
-  move_model(const move_model&) = delete;
-  move_model& operator=(const move_model&) = delete;
-  ~move_model() {
-    std::error_code ec;
-    std::filesystem::remove(file, ec);
+    finish();
   }
 };
 

@@ -27,38 +27,15 @@
 #include "ddo/setup/switch_model.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "lease_check.hpp"
+#include "seeded_file_model.hpp"
 
 namespace switch_model_test {
 
 /// Blocks of two linear weights and a norm, every byte in one file of its own (the registry
 /// keys pieces by file identity): seeded, so two seeds are two different models.
-struct file_model {
-  ddo::weight_table table;
-  std::vector<std::vector<std::byte>> expected;
-  std::filesystem::path file;
-  std::vector<ddo::execution_group> groups;
-  file_model(std::uint32_t seed, int blocks) {
-    std::mt19937 rng(seed);
-    file = std::filesystem::temp_directory_path() /
-           ("ddo_switch_model_" + std::to_string(seed) + "_" + std::to_string(::getpid()) + ".bin");
-    std::ofstream out(file, std::ios::binary);
-    const std::size_t f = table.add_file(file.string());
-    std::uint64_t offset = 0;
-    expected.reserve(static_cast<std::size_t>(blocks) * 3);
-    auto add = [&](const std::string& name, std::int64_t elems) {
-      auto& v = expected.emplace_back(static_cast<std::size_t>(elems * 2));
-      for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
-      ddo::weight_info w;
-      w.name = name;
-      w.kind = name.find("norm") == std::string::npos ? ddo::module_kind::linear
-                                                      : ddo::module_kind::other;
-      w.type = ddo::dtype::bf16;
-      w.shape = {elems};
-      out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size()));
-      w.source = ddo::file_source{f, offset};
-      offset += v.size();
-      return table.add(w);
-    };
+struct file_model : ddo_test::seeded_file_model {
+  file_model(std::uint32_t seed, int blocks)
+      : seeded_file_model("ddo_switch_model_", seed, static_cast<std::size_t>(blocks) * 3) {
     for (int b = 0; b < blocks; ++b) {
       const std::string p = "transformer_blocks." + std::to_string(b) + ".";
       ddo::execution_group g;
@@ -68,13 +45,7 @@ struct file_model {
       g.weights.push_back(add(p + "norm.weight", 256));
       groups.push_back(std::move(g));
     }
-    out.close();
-  }
-  file_model(const file_model&) = delete;
-  file_model& operator=(const file_model&) = delete;
-  ~file_model() {
-    std::error_code ec;
-    std::filesystem::remove(file, ec);
+    finish();
   }
 };
 
