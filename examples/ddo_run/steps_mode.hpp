@@ -126,6 +126,8 @@ auto start_offloader(Prepared& prepared, const run_context& ctx, chrome_trace& t
   // ddo-run prints its own summary below (the same totals, with the route and host memory):
   // the library's show_profile summary would repeat it.
   setup.runtime.profile_summary = nullptr;
+  // start() moves the plan into the offloader: the file tier is read from it before.
+  file_reads.file_tier_bytes = setup.plan.total_bytes(ddo::placement::file);
   auto enabled = prepared.start();
   auto& offloader = *enabled.offloader;
   progress.finish();
@@ -136,7 +138,6 @@ auto start_offloader(Prepared& prepared, const run_context& ctx, chrome_trace& t
               offloader.slot_count(), gb(offloader.slot_bytes()).c_str(),
               gb(offloader.device_bytes()).c_str());
   if (floor) print_setup_floor(*floor, setup_s);
-  file_reads.file_tier_bytes = setup.plan.total_bytes(ddo::placement::file);
   file_reads.after_setup(offloader.transport());
   return enabled;
 }

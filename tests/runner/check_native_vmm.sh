@@ -4,7 +4,9 @@
 # selects vmm_fast_runtime, which ddo-run executes with --verify (every acquired byte compared)
 # and reports as executed with its window's map/access/unmap host time; ddo-config and ddo-plan
 # name the route; `--ddo-execution-mode vmm_runtime` alone runs with the CLI helper's VMM budget;
-# --graph streams on the legacy route and is refused on the native one.
+# --graph streams on the legacy route and is refused on the native one. Beside them, the file
+# route of auto's three tiers (RAM stated below the model): a steady step reads the plan's file
+# tier (the report once read it from the plan start() had moved into the offloader: 0 B).
 # The runs check routes and budgets, not speed: --no-bound and one token each (the CPU stand-in's
 # steps are most of this script's time under the sanitizers: 34 s under ASan with the bound and 8
 # tokens).
@@ -58,4 +60,10 @@ if out="$("$run" --cpu --graph --steps 1 --blocks 2 --tokens 1 --no-bound --no-e
 fi
 grep -q 'the native VMM route (vmm_fast_runtime) does not stream through a captured graph; graph streaming runs on the linear route and the legacy VMM route' <<<"$out" ||
   fail "the native route's --graph refusal does not name the routes that stream"
+out="$("$run" --cpu --steps 3 --blocks 2 --tokens 1 --no-bound --no-environment --cache-dir "$cache" \
+        --ram-gb 0.05 --ddo-system-ram-headroom-gb 0 --vram-gb 0.15 2>&1)" ||
+  fail "ddo-run --ram-gb 0.05 --vram-gb 0.15 (three tiers) failed"
+grep -Eq 'tiers: resident .* \| pinned .* \| file [1-9]' <<<"$out" || fail "auto did not plan a file tier"
+grep -Eq "file route, a steady step: .* \(the plan's file tier 0\.0[1-9] GB, [+-]0\.[0-9]+%\)" <<<"$out" ||
+  fail "a steady step's file reads are not beside the plan's file tier"
 echo "check_native_vmm: ok"
