@@ -119,6 +119,33 @@ TEST_SUITE("adapter") {
     }
   }
 
+  TEST_CASE("an attach or a scale change synchronizes a fixed number of times, not per resident") {
+    // The residents' bases are copied to the host and merged in stream order, one sync at the
+    // end: upload (1) + merge (1) at attach, 1 at a scale change, whatever the resident count.
+    for (std::size_t groups : {2u, 9u}) {
+      CAPTURE(groups);
+      auto m = make_model(groups, 15);
+      const auto a = make_adapter(*m, 3, 700, 0, ddo::dtype::bf16);
+      host_sim_transport sim;
+      auto compute = sim.make_stream();
+      const auto cv = sim.view(compute);
+      offloader off(sim, m->table, m->all_resident(), options());
+      auto syncs = sim.synchronizations();
+      off.attach_adapter("a", a, 0.5f);
+      CHECK(sim.synchronizations() - syncs == 2);
+      std::uint64_t all_bytes = 0;
+      for (const auto& b : m->base) all_bytes += b.size();
+      CHECK(off.adapter_kept_base_bytes() == all_bytes);
+      CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 0.5f}})) == 0);
+      syncs = sim.synchronizations();
+      off.set_adapter_scale("a", -1.5f);
+      CHECK(sim.synchronizations() - syncs == 1);
+      CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), -1.5f}})) == 0);
+      off.detach_adapter("a");
+      CHECK(mismatches(off, sim, cv, m->base) == 0);
+    }
+  }
+
   TEST_CASE(
       "adapter changes are refused while leases live, by unknown name, or for another table") {
     auto m = make_model(4, 13);
