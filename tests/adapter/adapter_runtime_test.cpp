@@ -17,6 +17,7 @@
 #include "ddo/adapter/lora_adapter.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/host_sim_vmm.hpp"
 
 namespace adapter_runtime_test {
 
@@ -25,12 +26,14 @@ using adapter_model::make_adapter;
 using adapter_model::make_model;
 using ddo::host_sim_transport;
 using offloader = ddo::basic_offloader<host_sim_transport>;
+using vmm_sim = ddo::host_sim_vmm_transport;
+using vmm_offloader = ddo::basic_offloader<vmm_sim>;
 
 /// Runs two steps over every group and counts the weights whose lease bytes differ from
 /// @p want, checked on the compute stream when the "kernel" runs.
-inline std::size_t mismatches(offloader& off, host_sim_transport& sim,
-                              host_sim_transport::stream_view cv,
-                              const std::vector<std::vector<std::byte>>& want) {
+template <class Offloader, class Sim>
+std::size_t mismatches(Offloader& off, Sim& sim, typename Sim::stream_view cv,
+                       const std::vector<std::vector<std::byte>>& want) {
   std::atomic<std::size_t> bad{0};
   for (int step = 0; step < 2; ++step) {
     off.begin_step();
@@ -39,7 +42,7 @@ inline std::size_t mismatches(offloader& off, host_sim_transport& sim,
       std::vector<std::pair<const std::byte*, std::size_t>> items;
       for (std::size_t i = 0; i < lease.size(); ++i)
         items.emplace_back(lease.data(i), lease.weight_index(i));
-      sim.enqueue(cv, [&bad, &want, items = std::move(items)] {
+      ddo::host_sim_device(sim).enqueue(cv, [&bad, &want, items = std::move(items)] {
         for (const auto& [p, w] : items)
           if (std::memcmp(p, want[w].data(), want[w].size()) != 0) ++bad;
       });
@@ -54,6 +57,48 @@ inline ddo::runtime_options options() {
   o.poison_slots = true;
   o.staging_buffer_bytes = 4096;
   return o;
+}
+
+/// @p m's plan with every streamed weight pinned (a captured step loads from pinned memory only)
+/// and the file weights resident.
+inline ddo::offload_plan pinned_plan(const adapter_model::model& m) {
+  auto p = m.plan;
+  for (auto& g : p.groups) g.bytes_by_placement = {};
+  for (std::size_t w = 0; w < p.decisions.size(); ++w) {
+    auto& d = p.decisions[w];
+    if (d.where == ddo::placement::pageable_host) d.where = ddo::placement::pinned_host;
+    if (d.where == ddo::placement::file) d.where = ddo::placement::gpu_resident;
+    p.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
+  }
+  return p;
+}
+
+/// Captures one step on @p cv (acquire every group in order, check its bytes against @p want
+/// when the "kernel" runs, drop) and replays it @p replays times through the offloader.
+template <class Offloader, class Sim>
+std::size_t graph_mismatches(Offloader& off, Sim& sim, typename Sim::stream_view cv,
+                             const std::vector<std::vector<std::byte>>& want, int replays) {
+  std::atomic<std::size_t> bad{0}, checked{0};
+  auto& dev = ddo::host_sim_device(sim);
+  dev.begin_capture(cv);
+  for (std::size_t g = 0; g < off.group_count(); ++g) {
+    auto lease = off.acquire(g, cv);
+    std::vector<std::pair<const std::byte*, std::size_t>> items;
+    for (std::size_t i = 0; i < lease.size(); ++i)
+      items.emplace_back(lease.data(i), lease.weight_index(i));
+    dev.enqueue(cv, [&bad, &checked, &want, items = std::move(items)] {
+      for (const auto& [p, w] : items) {
+        ++checked;
+        if (std::memcmp(p, want[w].data(), want[w].size()) != 0) ++bad;
+      }
+    });
+  }
+  const auto graph = dev.end_capture(cv);
+  REQUIRE(off.graph_mode());
+  for (int r = 0; r < replays; ++r) off.launch_graph(graph, cv);
+  sim.synchronize(cv);
+  CHECK(checked == static_cast<std::size_t>(replays) * want.size());
+  return bad;
 }
 
 TEST_SUITE("adapter") {
@@ -144,6 +189,102 @@ TEST_SUITE("adapter") {
       off.detach_adapter("a");
       CHECK(mismatches(off, sim, cv, m->base) == 0);
     }
+  }
+
+  TEST_CASE("a captured step merges adapters after its slots' copies: replays bit for bit") {
+    // Graph streaming (a ring of 3 slots under 8 streamed groups): the first slots' loads merge on
+    // ddo's merge stream before each launch, the others inside the graph, on a branch forked
+    // after their copies. Timed copies and poisoned slots: a merge before its copy, or a read
+    // before its merge, shows as wrong bytes.
+    auto m = make_model(8, 16);
+    const auto a = make_adapter(*m, 4, 800, 5, ddo::dtype::bf16);
+    const auto b = make_adapter(*m, 3, 900, 4);
+    ddo::host_sim_options so;
+    so.bandwidth_bytes_per_second = 2e8;
+    so.wait_value_timeout_ms = 5000;
+    host_sim_transport sim(so);
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    auto o = options();
+    o.slot_count = 3;
+    o.poison_released_slots = true;
+    offloader off(sim, m->table, pinned_plan(*m), o);
+    REQUIRE(off.slot_count() == 3);
+    off.attach_adapter("a", a, 0.75f);
+    off.attach_adapter("b", b, -1.25f);
+    const auto want = expected(*m, {{a.get(), 0.75f}, {b.get(), -1.25f}});
+    CHECK(mismatches(off, sim, cv, want) == 0);  // eager steps first
+    CHECK(graph_mismatches(off, sim, cv, want, 12) == 0);
+    CHECK_THROWS_WITH_AS(off.set_adapter_scale("a", 1.0f),
+                         doctest::Contains("its loads and merges were fixed at capture"),
+                         ddo::usage_error);
+    // Changing adapters between captures: leave graph mode, change, capture again.
+    off.release_device();
+    off.restore_device();
+    off.set_adapter_scale("a", 2.0f);
+    off.detach_adapter("b");
+    const auto want2 = expected(*m, {{a.get(), 2.0f}});
+    CHECK(graph_mismatches(off, sim, cv, want2, 5) == 0);
+    off.release_device();
+    off.restore_device();
+    off.detach_adapter("a");
+    CHECK(graph_mismatches(off, sim, cv, m->base, 3) == 0);
+    off.release_device();
+    off.restore_device();
+    CHECK(mismatches(off, sim, cv, m->base) == 0);
+  }
+
+  TEST_CASE("the legacy VMM route merges in its mapped ranges and side images: bit for bit") {
+    // host_sim's VMM mode: the BF16/FP16 linear weights stream in stable ranges the binder maps
+    // on the slots' handles, the others in the slots' side images; every placement (pinned,
+    // pageable, file: staged by the VMM loads) and resident. Eager steps through attach, scale
+    // and detach sequences back to the base, then a captured step (merge nodes after the loads'
+    // flags) replayed, then eager again. An unmapped read or one before the merge shows.
+    auto m = make_model(8, 17, true);
+    const auto host_before = m->host;
+    const auto a = make_adapter(*m, 4, 1000, 5, ddo::dtype::bf16);
+    const auto b = make_adapter(*m, 3, 1100, 0, ddo::dtype::f16);
+    std::uint64_t total = 0;
+    for (const auto& w : m->base) total += w.size();
+    ddo::host_sim_vmm_options vo;
+    vo.device.wait_value_timeout_ms = 5000;
+    vo.window.budget_bytes = total + 32 * ddo::mib;
+    for (bool resident : {false, true}) {
+      CAPTURE(resident);
+      vmm_sim sim(vo);
+      auto compute = sim.make_stream();
+      const auto cv = vmm_sim::view(compute);
+      auto o = options();
+      o.slot_count = 3;
+      o.poison_released_slots = true;
+      vmm_offloader off(sim, m->table, resident ? m->all_resident() : m->plan, o);
+      CHECK((off.slot_count() == 0) == resident);
+      for (int round = 0; round < 2; ++round) {
+        CAPTURE(round);
+        off.attach_adapter("a", a, 0.75f);
+        off.attach_adapter("b", b, -1.25f);
+        CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 0.75f}, {b.get(), -1.25f}})) == 0);
+        off.set_adapter_scale("b", 0.5f);
+        CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 0.75f}, {b.get(), 0.5f}})) == 0);
+        off.detach_adapter("a");
+        CHECK(mismatches(off, sim, cv, expected(*m, {{b.get(), 0.5f}})) == 0);
+        off.detach_adapter("b");
+        CHECK(mismatches(off, sim, cv, m->base) == 0);
+        CHECK(off.adapter_kept_base_bytes() == 0);
+      }
+      if (!resident) {
+        off.attach_adapter("a", a, -0.5f);
+        const auto want = expected(*m, {{a.get(), -0.5f}});
+        CHECK(graph_mismatches(off, sim, cv, want, 6) == 0);
+        off.release_device();
+        off.restore_device();
+        CHECK(mismatches(off, sim, cv, want) == 0);
+        off.detach_adapter("a");
+        CHECK(mismatches(off, sim, cv, m->base) == 0);
+      }
+      CHECK(sim.live_mappings() <= off.slot_count());
+    }
+    CHECK(m->host == host_before);
   }
 
   TEST_CASE(
