@@ -101,6 +101,24 @@ std::size_t graph_mismatches(Offloader& off, Sim& sim, typename Sim::stream_view
   return bad;
 }
 
+/// A random plan over @p m's groups: host weights resident, pinned or pageable, file weights
+/// resident or in their file (what a budget move may choose between).
+template <class Rng>
+ddo::offload_plan random_plan(const adapter_model::model& m, Rng& rng) {
+  auto p = m.plan;
+  for (auto& g : p.groups) g.bytes_by_placement = {};
+  for (std::size_t w = 0; w < p.decisions.size(); ++w) {
+    auto& d = p.decisions[w];
+    const bool file = std::holds_alternative<ddo::file_source>(m.table[w].source);
+    const ddo::placement host[] = {ddo::placement::gpu_resident, ddo::placement::pinned_host,
+                                   ddo::placement::pageable_host};
+    d.where = file ? (rng() % 2 == 0 ? ddo::placement::gpu_resident : ddo::placement::file)
+                   : host[rng() % 3];
+    p.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
+  }
+  return p;
+}
+
 TEST_SUITE("adapter") {
   TEST_CASE(
       "streamed weights with adapters equal all-resident ones with the same merge, bit for bit") {
@@ -285,6 +303,53 @@ TEST_SUITE("adapter") {
       CHECK(sim.live_mappings() <= off.slot_count());
     }
     CHECK(m->host == host_before);
+  }
+
+  TEST_CASE("budget moves with adapters attached: bytes and accounting as a fresh offloader's") {
+    // Random plans (weights promoted, demoted, moved between pinned, pageable and file) with two
+    // adapters attached, a scale change now and then: after every move each lease's bytes equal
+    // the reference merge, and the kept bases and device bytes are a fresh offloader's with the
+    // same plan and adapters (demoted weights keep no base, promoted ones keep theirs).
+    auto m = make_model(8, 18);
+    const auto a = make_adapter(*m, 4, 1200, 5, ddo::dtype::bf16);
+    const auto b = make_adapter(*m, 3, 1300, 4);
+    std::mt19937 rng(43);
+    host_sim_transport sim;
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    offloader off(sim, m->table, random_plan(*m, rng), options());
+    float scale = 0.75f;
+    off.attach_adapter("a", a, scale);
+    off.attach_adapter("b", b, -1.25f);
+    for (int k = 0; k < 12; ++k) {
+      CAPTURE(k);
+      const auto plan = random_plan(*m, rng);
+      CHECK(off.move_budget(plan, 0));
+      if (k % 4 == 3) off.set_adapter_scale("a", scale = -scale * 1.5f);
+      const auto want = expected(*m, {{a.get(), scale}, {b.get(), -1.25f}});
+      CHECK(mismatches(off, sim, cv, want) == 0);
+      offloader fresh(sim, m->table, plan, options());
+      fresh.attach_adapter("a", a, scale);
+      fresh.attach_adapter("b", b, -1.25f);
+      CHECK(off.adapter_kept_base_bytes() == fresh.adapter_kept_base_bytes());
+      CHECK(off.device_bytes() == fresh.device_bytes());
+      CHECK(mismatches(fresh, sim, cv, want) == 0);
+    }
+    // The factors count in a move's budget: the plan's bytes alone are refused, with the
+    // factors' bytes named; the plan's bytes and the factors fit.
+    const auto plan = random_plan(*m, rng);
+    CHECK(off.move_budget(plan, 0));
+    const std::uint64_t layout_bytes = off.device_bytes() - off.adapter_device_bytes();
+    CHECK(off.adapter_device_bytes() == a->factor_bytes() + b->factor_bytes());
+    CHECK_THROWS_WITH_AS(off.move_budget(plan, layout_bytes),
+                         doctest::Contains("and the attached adapters' factors"),
+                         ddo::out_of_memory);
+    CHECK(off.move_budget(plan, layout_bytes + off.adapter_device_bytes()));
+    CHECK(sim.device_bytes_in_use() == off.device_bytes());
+    off.detach_adapter("a");
+    off.detach_adapter("b");
+    CHECK(mismatches(off, sim, cv, m->base) == 0);
+    CHECK(off.adapter_kept_base_bytes() == 0);
   }
 
   TEST_CASE(

@@ -136,8 +136,12 @@ class adapter_deltas {
       }
     }
     t.synchronize(v);  // the copies above read the kept bases: they stay until done
+    // Kept bases no adapter needs, or of weights no longer resident (a budget move demoted them:
+    // their slot loads copy the base from its source).
     for (auto it = resident_base_.begin(); it != resident_base_.end();)
-      it = job_for(it->first) == nullptr ? resident_base_.erase(it) : std::next(it);
+      it = job_for(it->first) == nullptr || resident(it->first) == nullptr
+               ? resident_base_.erase(it)
+               : std::next(it);
   }
 
  private:

@@ -228,6 +228,8 @@ class offloader_core {
   void check_adapter_change(const std::string& what) const;
   void adapters_changed(const std::vector<std::size_t>& before);
   void launch_merge(const lora_merge_job& job, stream_view v);
+  void check_adapter_budget(const group_layout& layout, std::uint64_t budget_bytes) const;
+  void remerge_after_move();
   /// Enqueues on the merge stream, after slot st's ready event as recorded now, the merge of
   /// every streamed weight of g an adapter changes, and records the ready event there again.
   void merge_slot(std::size_t g, slot_state<T>& st);

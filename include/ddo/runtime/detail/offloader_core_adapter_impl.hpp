@@ -10,6 +10,7 @@
 /// host copy, the files and other offloaders' memory are never written.
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "ddo/core/error.hpp"
+#include "ddo/core/format_bytes.hpp"
+#include "ddo/runtime/detail/budget_check.hpp"
 // Part of ddo/runtime/detail/offloader_core.hpp, which includes it (not back: no include cycles).
 
 namespace ddo {
@@ -108,6 +111,43 @@ void offloader_core<T>::adapters_changed(const std::vector<std::size_t>& before)
       [&](const lora_merge_job& job, stream_view s) { launch_merge(job, s); });
   for (std::size_t s = 0; s < slots_.size(); ++s)
     if (const std::size_t g = ring_schedule_.occupant(s); g != no_group) load(g, s);
+}
+
+/// A budget move with adapters attached: the new layout and the factors, which the move keeps,
+/// within the budget (the plan's bytes are the layout's; the factors are ddo's device bytes too).
+template <class T>
+void offloader_core<T>::check_adapter_budget(const group_layout& layout,
+                                             std::uint64_t budget_bytes) const {
+  const std::uint64_t adapters = adapters_.device_bytes();
+  if (adapters == 0 || budget_bytes == 0) return;
+  const std::uint64_t need = runtime_device_bytes(layout, true) + adapters;
+  if (need > budget_bytes)
+    throw out_of_memory(memory_tier::device, need, budget_bytes,
+                        "move_budget refused, nothing moved: the plan's resident weights and "
+                        "ring (" + format_bytes_exact(need - adapters) + ") and the attached "
+                        "adapters' factors (" + format_bytes_exact(adapters) + ") exceed the "
+                        "device budget of " + format_bytes_exact(budget_bytes) +
+                        "; plan for the budget less adapter_device_bytes(), or detach adapters");
+}
+
+/// After a budget move (or a failed one that put the old layout back): every resident piece
+/// uploaded again holds its weights' base, and kept pieces hold merged bytes. Each adapted
+/// resident is written back from its kept base (or has its base kept now) and merged again;
+/// kept bases of weights the move demoted are dropped (their slot loads merge). The ring was
+/// rebuilt empty: nothing to reload.
+template <class T>
+void offloader_core<T>::remerge_after_move() {
+  if (!adapters_.any()) return;
+  try {
+    adapters_changed({});
+  } catch (const std::exception& e) {
+    // Not silent: residents may hold their base now; every later acquire rethrows this.
+    staging_.fail(std::make_exception_ptr(usage_error(
+        std::string("move_budget: merging the attached adapters into the moved residents "
+                    "failed (") +
+        e.what() + "); their bytes may be the base: set the offloader up again")));
+    throw;
+  }
 }
 
 template <class T>
