@@ -18,6 +18,7 @@
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "ddo/transport/host_sim_vmm.hpp"
+#include "ddo/transport/nvme.hpp"
 
 namespace adapter_runtime_test {
 
@@ -117,6 +118,37 @@ ddo::offload_plan random_plan(const adapter_model::model& m, Rng& rng) {
     p.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
   }
   return p;
+}
+
+/// Adapters on the file route over @p inner (host_sim, or its VMM mode): the file weights
+/// read by the route's reader threads into staging, every other placement too; attach, scale
+/// and detach sequences bitwise equal to the reference merge, back to the base.
+template <class Inner>
+void file_route_sequence(Inner& inner, const adapter_model::model& m) {
+  using route = ddo::nvme_transport<Inner>;
+  ddo::nvme_options no;
+  no.staging_slot_bytes = 64 * 1024;
+  no.read_threads = 2;
+  route t(inner, no);
+  auto compute = t.make_stream();
+  const auto cv = route::view(compute);
+  const auto a = make_adapter(m, 4, 1400, 5, ddo::dtype::bf16);
+  const auto b = make_adapter(m, 2, 1500, 0);
+  auto o = options();
+  o.slot_count = 2;
+  ddo::basic_offloader<route> off(t, m.table, m.plan, o);
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    off.attach_adapter("a", a, 1.5f);
+    off.attach_adapter("b", b, -0.5f);
+    CHECK(mismatches(off, t, cv, expected(m, {{a.get(), 1.5f}, {b.get(), -0.5f}})) == 0);
+    off.set_adapter_scale("a", 0.25f);
+    off.detach_adapter("b");
+    CHECK(mismatches(off, t, cv, expected(m, {{a.get(), 0.25f}})) == 0);
+    off.detach_adapter("a");
+    CHECK(mismatches(off, t, cv, m.base) == 0);
+  }
+  CHECK(t.file_stats().bytes_delivered > 0);
 }
 
 TEST_SUITE("adapter") {
@@ -350,6 +382,61 @@ TEST_SUITE("adapter") {
     off.detach_adapter("b");
     CHECK(mismatches(off, sim, cv, m->base) == 0);
     CHECK(off.adapter_kept_base_bytes() == 0);
+  }
+
+  TEST_CASE("the file route merges: over host_sim and over its VMM mode, bit for bit") {
+    auto m = make_model(6, 19, true);
+    {
+      host_sim_transport sim;
+      file_route_sequence(sim, *m);
+    }
+    std::uint64_t total = 0;
+    for (const auto& w : m->base) total += w.size();
+    ddo::host_sim_vmm_options vo;
+    vo.device.wait_value_timeout_ms = 5000;
+    vo.window.budget_bytes = total + 32 * ddo::mib;
+    vmm_sim vmm(vo);
+    file_route_sequence(vmm, *m);
+  }
+
+  TEST_CASE("switching adapters between steps: no re-plan, no re-pin, only the changes copied") {
+    // A switch (detach one adapter, attach another over the same weights) copies the new
+    // factors, writes the adapted residents' kept bases back and reloads the occupied slots;
+    // the plan, the pinned blocks and the ring stay, and the next step loads what any step does.
+    auto m = make_model(8, 20);
+    const auto a = make_adapter(*m, 4, 1600, 0, ddo::dtype::bf16);
+    const auto b = make_adapter(*m, 8, 1700, 0, ddo::dtype::bf16);
+    host_sim_transport sim;
+    auto compute = sim.make_stream();
+    const auto cv = sim.view(compute);
+    auto o = options();
+    o.slot_count = 3;
+    offloader off(sim, m->table, m->plan, o);
+    off.attach_adapter("a", a, 1.0f);
+    CHECK(mismatches(off, sim, cv, expected(*m, {{a.get(), 1.0f}})) == 0);
+    const auto plan_before = off.plan().decisions;
+    const auto registered = sim.registered_bytes_in_use();
+    const auto pinned = sim.pinned_bytes_in_use();
+    const auto slots = off.slot_bytes();
+    const auto kept = off.adapter_kept_base_bytes();
+    const auto loads = off.metrics().totals.group_loads;
+    const auto copied = sim.bytes_to_device();
+    off.detach_adapter("a");
+    off.attach_adapter("b", b, 1.0f);
+    const auto switch_bytes = sim.bytes_to_device() - copied;
+    // Two write-backs of the kept bases (detach, attach), b's factors, two reloads of at most
+    // the ring's slots.
+    CHECK(switch_bytes <= 2 * kept + b->factor_bytes() + 2 * 3 * slots);
+    CHECK(switch_bytes >= kept + b->factor_bytes());
+    CHECK(off.metrics().totals.group_loads - loads <= 2 * 3);
+    CHECK(off.plan().decisions.size() == plan_before.size());
+    for (std::size_t w = 0; w < plan_before.size(); ++w)
+      CHECK(off.plan().decisions[w].where == plan_before[w].where);
+    CHECK(sim.registered_bytes_in_use() == registered);
+    CHECK(sim.pinned_bytes_in_use() == pinned);  // the same residents keep a base
+    CHECK(off.adapter_kept_base_bytes() == kept);
+    CHECK(off.slot_bytes() == slots);
+    CHECK(mismatches(off, sim, cv, expected(*m, {{b.get(), 1.0f}})) == 0);
   }
 
   TEST_CASE(
