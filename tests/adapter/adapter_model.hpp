@@ -96,6 +96,20 @@ inline std::unique_ptr<model> make_model(std::size_t groups, std::uint32_t seed,
   return m;
 }
 
+/// @p m's plan with every streamed weight pinned (a captured step on the linear route loads from
+/// pinned memory only) and the file weights resident.
+inline ddo::offload_plan pinned_plan(const model& m) {
+  auto p = m.plan;
+  for (auto& g : p.groups) g.bytes_by_placement = {};
+  for (std::size_t w = 0; w < p.decisions.size(); ++w) {
+    auto& d = p.decisions[w];
+    if (d.where == ddo::placement::pageable_host) d.where = ddo::placement::pinned_host;
+    if (d.where == ddo::placement::file) d.where = ddo::placement::gpu_resident;
+    p.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
+  }
+  return p;
+}
+
 /// An adapter of @p rank on every weight but every @p skip_every-th (0: none), its factors kept
 /// in @p factors on the device.
 inline std::shared_ptr<ddo::lora_adapter> make_adapter(const model& m, std::int64_t rank,

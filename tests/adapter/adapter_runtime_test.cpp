@@ -23,6 +23,7 @@
 namespace adapter_runtime_test {
 
 using adapter_model::expected;
+using adapter_model::pinned_plan;
 using adapter_model::make_adapter;
 using adapter_model::make_model;
 using ddo::host_sim_transport;
@@ -58,20 +59,6 @@ inline ddo::runtime_options options() {
   o.poison_slots = true;
   o.staging_buffer_bytes = 4096;
   return o;
-}
-
-/// @p m's plan with every streamed weight pinned (a captured step loads from pinned memory only)
-/// and the file weights resident.
-inline ddo::offload_plan pinned_plan(const adapter_model::model& m) {
-  auto p = m.plan;
-  for (auto& g : p.groups) g.bytes_by_placement = {};
-  for (std::size_t w = 0; w < p.decisions.size(); ++w) {
-    auto& d = p.decisions[w];
-    if (d.where == ddo::placement::pageable_host) d.where = ddo::placement::pinned_host;
-    if (d.where == ddo::placement::file) d.where = ddo::placement::gpu_resident;
-    p.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
-  }
-  return p;
 }
 
 /// Captures one step on @p cv (acquire every group in order, check its bytes against @p want
