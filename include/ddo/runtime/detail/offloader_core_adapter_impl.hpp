@@ -225,7 +225,10 @@ void offloader_core<T>::merge_graph_load(std::size_t p, typename T::event& loade
     const std::size_t g = layout_.streamed_order[p];
     auto& st = slots_[graph_.slot_of(p)];
     if (compute_only_ || !group_merges(g)) {
-      in_graph ? t_.record_edge(loaded, v) : t_.record(loaded, v);
+      if (in_graph)
+        t_.record_edge(loaded, v);
+      else
+        t_.record(loaded, v);
       return;
     }
     if (in_graph) {
