@@ -192,11 +192,10 @@ int run(int argc, char** argv) {
   const auto axes = ddo_flux::parse_axes(a.axes_text);
   const ddo::weight_table table = ddo::load_safetensors(a.models);
   const flux::config c = flux::config_of(table, axes);
-  if (!a.loras.empty() &&
-      (a.modes.graph || a.modes.smallest_card || a.modes.calibrate || !a.resolutions.empty()))
-    throw ddo::usage_error("--lora runs the eager loop only: not with --graph (a captured step "
-                           "does not merge adapters yet), --smallest-card, --calibrate or "
-                           "--resolutions (docs/adapters.md)");
+  if (!a.loras.empty() && (a.modes.smallest_card || a.modes.calibrate || !a.resolutions.empty()))
+    throw ddo::usage_error("--lora runs the eager loop and --graph only: not with --smallest-card, "
+                           "--calibrate or --resolutions (each sets up offloaders of its own; "
+                           "docs/adapters.md)");
   if (!a.resolutions.empty()) {
     const ddo::resolve_inputs inputs = settings_inputs(vm, a, table.total_bytes());
     return resolutions_mode(a, table, c, inputs, ddo::resolve_settings(inputs));

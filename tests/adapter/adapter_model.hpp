@@ -47,7 +47,11 @@ struct model {
   }
 };
 
-inline std::unique_ptr<model> make_model(std::size_t groups, std::uint32_t seed) {
+/// @p linear_kinds: every weight but each group's second a linear layer's (module_kind::linear),
+/// which a VMM route maps in its stable ranges where it is BF16 or FP16 (the others go to the
+/// slots' side images).
+inline std::unique_ptr<model> make_model(std::size_t groups, std::uint32_t seed,
+                                         bool linear_kinds = false) {
   auto m = std::make_unique<model>();
   std::mt19937 rng(seed);
   m->file =
@@ -66,6 +70,7 @@ inline std::unique_ptr<model> make_model(std::size_t groups, std::uint32_t seed)
       ddo::weight_info info;
       info.name = "blocks." + std::to_string(g) + ".w" + std::to_string(i) + ".weight";
       info.type = types[(g + i) % 3];
+      if (linear_kinds && i != 1) info.kind = ddo::module_kind::linear;
       info.shape = {static_cast<std::int64_t>(6 + 2 * i), static_cast<std::int64_t>(10 + g)};
       const auto where = places[(g * 3 + i) % 4];
       const auto n = static_cast<std::size_t>(info.shape[0] * info.shape[1]);
@@ -89,6 +94,20 @@ inline std::unique_ptr<model> make_model(std::size_t groups, std::uint32_t seed)
     }
   }
   return m;
+}
+
+/// @p m's plan with every streamed weight pinned (a captured step on the linear route loads from
+/// pinned memory only) and the file weights resident.
+inline ddo::offload_plan pinned_plan(const model& m) {
+  auto p = m.plan;
+  for (auto& g : p.groups) g.bytes_by_placement = {};
+  for (std::size_t w = 0; w < p.decisions.size(); ++w) {
+    auto& d = p.decisions[w];
+    if (d.where == ddo::placement::pageable_host) d.where = ddo::placement::pinned_host;
+    if (d.where == ddo::placement::file) d.where = ddo::placement::gpu_resident;
+    p.groups[d.group].bytes_by_placement[static_cast<std::size_t>(d.where)] += m.table[w].bytes;
+  }
+  return p;
 }
 
 /// An adapter of @p rank on every weight but every @p skip_every-th (0: none), its factors kept

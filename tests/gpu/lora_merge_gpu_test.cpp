@@ -133,6 +133,69 @@ TEST_SUITE("gpu") {
     }
     DDO_CUDA_TRY(cudaStreamDestroy(s));
   }
+
+  TEST_CASE("linear: a captured step merges in its slots (graph streaming), bit for bit") {
+    // 8 streamed groups over 3 slots: the first 3 positions merge on ddo's merge stream before
+    // each launch, the others as kernel nodes on the graph's merge branch. Each replay's leases
+    // are copied (device to device, captured) to a buffer read back after the replay.
+    DDO_SKIP_WITHOUT_GPU();
+    auto m = adapter_model::make_model(8, 22);
+    const auto a = adapter_model::make_adapter(*m, 64, 900, 5, ddo::dtype::bf16);
+    const auto b = adapter_model::make_adapter(*m, 16, 1000, 4);
+    const auto want = adapter_model::expected(*m, {{a.get(), 0.75f}, {b.get(), -1.5f}});
+    std::size_t total = 0;
+    for (const auto& w : want) total += w.size();
+    cudaStream_t s = nullptr;
+    DDO_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::byte* out = nullptr;
+    DDO_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&out), total));
+    std::size_t bad = 0;
+    {
+      ddo::runtime_options o;
+      o.slot_count = 3;
+      o.poison_slots = true;
+      o.poison_released_slots = true;
+      offloader off(ddo::linear_transport{}, m->table, adapter_model::pinned_plan(*m), o);
+      REQUIRE(off.slot_count() == 3);
+      off.set_lora_merge_launcher(ddo_test::lora_merge_launcher());
+      off.attach_adapter("a", a, 0.75f);
+      off.attach_adapter("b", b, -1.5f);
+      CHECK(mismatches(off, s, want) == 0);  // eager steps first
+      std::vector<std::pair<std::size_t, std::size_t>> items;  // (offset in out, weight)
+      DDO_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      std::size_t used = 0;
+      for (std::size_t g = 0; g < off.group_count(); ++g) {
+        auto lease = off.acquire(g, s);
+        for (std::size_t i = 0; i < lease.size(); ++i) {
+          const auto w = lease.weight_index(i);
+          DDO_CUDA_TRY(cudaMemcpyAsync(out + used, lease.data(i), want[w].size(),
+                                       cudaMemcpyDeviceToDevice, s));
+          items.emplace_back(used, w);
+          used += want[w].size();
+        }
+      }
+      cudaGraph_t graph = nullptr;
+      DDO_CUDA_TRY(cudaStreamEndCapture(s, &graph));
+      REQUIRE(off.graph_mode());
+      cudaGraphExec_t exec = nullptr;
+      DDO_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+      std::vector<std::byte> host(total);
+      for (int r = 0; r < 5; ++r) {
+        DDO_CUDA_TRY(cudaMemsetAsync(out, 0x5A, total, s));  // a replay that skips a copy fails
+        off.launch_graph(exec, s);
+        DDO_CUDA_TRY(cudaStreamSynchronize(s));
+        DDO_CUDA_TRY(cudaMemcpy(host.data(), out, total, cudaMemcpyDeviceToHost));
+        for (const auto& [at, w] : items)
+          bad += std::memcmp(host.data() + at, want[w].data(), want[w].size()) != 0 ? 1 : 0;
+      }
+      off.release_device();  // leaves graph mode: ddo's graph-side work ends first
+      DDO_CUDA_TRY(cudaGraphExecDestroy(exec));
+      DDO_CUDA_TRY(cudaGraphDestroy(graph));
+    }
+    CHECK(bad == 0);
+    DDO_CUDA_TRY(cudaFree(out));
+    DDO_CUDA_TRY(cudaStreamDestroy(s));
+  }
 }
 
 }  // namespace lora_merge_gpu_test

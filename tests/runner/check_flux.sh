@@ -8,7 +8,8 @@
 # offloader.launch_graph) bitwise equal to the eager run on the linear and file routes, refused on
 # the native VMM route and for file bytes on the linear route; --capacity-profile's modes refused
 # on the CPU path and in combinations ddo-flux does not run; --trace's Chrome trace of a streamed
-# run (each group's loads and compute, a step span per step) and its refusals. Then one step on a ddo-make-model flux model
+# run (each group's loads and compute, a step span per step) and its refusals; --lora eager and
+# with --graph on the linear and file (legacy VMM) routes, bitwise, refused on the native VMM route. Then one step on a ddo-make-model flux model
 # in diffusers' published layout (shards + index, names sorted within each file).
 #   check_flux.sh DDO_FLUX DDO_MAKE_MODEL
 set -eu
@@ -167,10 +168,40 @@ grep -q "^lora: $tmp/lora.safetensors at scale 0.5: 34 weights" "$tmp/lora.out" 
   grep -q "^check: streamed through ddo vs all-resident without ddo: bitwise equal$" "$tmp/lora.out" ||
   { cat "$tmp/lora.out"; fail "--lora: no adapter line or no bitwise check"; }
 cmp -s "$tmp/latents.bin" "$tmp/lora_latents.bin" && fail "--lora changed no latent"
+# --lora --graph: the captured step merges in its slots (the first slots' loads before each launch,
+# the others inside the graph): bitwise equal to the all-resident run and to the eager one.
+# shellcheck disable=SC2086
+"$flux" $common --steps 2 --vram-gb 0.07 --ddo-preset diffusers_offload_compat --check --graph \
+  --lora "$tmp/lora.safetensors:0.5" --output "$tmp/lora_graph.bin" >"$tmp/lora_graph.out" 2>&1 ||
+  { cat "$tmp/lora_graph.out"; fail "ddo-flux --lora --graph --check failed"; }
+grep -q "^graph: .* through offloader.launch_graph (graph streaming: 2 slots, 6 groups)$" \
+  "$tmp/lora_graph.out" && grep -q "^check: .*: bitwise equal$" "$tmp/lora_graph.out" ||
+  { cat "$tmp/lora_graph.out"; fail "--lora --graph: no graph streaming or no bitwise check"; }
+cmp -s "$tmp/lora_latents.bin" "$tmp/lora_graph.bin" || fail "--lora --graph's latents differ from the eager run's"
+# --lora on the file route (nvme_baseline: over host_sim's VMM mode, the legacy VMM route): merged
+# in the mapped ranges and side images, eager and captured; bitwise equal to the all-resident run.
+# The native VMM route refuses the attach, naming the routes that merge.
+for mode in "" "--graph"; do
+  # shellcheck disable=SC2086
+  "$flux" $common --steps 2 --vram-gb 0.07 --check $mode --ddo-preset nvme_baseline \
+    --ddo-resident-module-budget-gb 0 $small --lora "$tmp/lora.safetensors:0.5" \
+    --output "$tmp/lora_vmm.bin" >"$tmp/lora_vmm.out" 2>&1 ||
+    { cat "$tmp/lora_vmm.out"; fail "ddo-flux --lora $mode on the file route failed"; }
+  grep -q "^ddo: .*, nvme transport, route vmm_runtime: " "$tmp/lora_vmm.out" &&
+    grep -q "^check: .*: bitwise equal$" "$tmp/lora_vmm.out" ||
+    { cat "$tmp/lora_vmm.out"; fail "--lora $mode on the file route: not that route or no bitwise check"; }
+  cmp -s "$tmp/lora_latents.bin" "$tmp/lora_vmm.bin" ||
+    fail "--lora $mode on the file route: latents differ from the linear route's"
+done
+# shellcheck disable=SC2086
+expect_usage "the native VMM route (vmm_fast_runtime: registered staging windows" "$flux" $common \
+  --steps 1 --vram-gb 0.07 --ddo-backend vmm --ddo-preset auto \
+  --ddo-vmm-resident-weight-budget-gb 0.003 $small --lora "$tmp/lora.safetensors"
 # shellcheck disable=SC2086
 {
   expect_usage "is no LoRA factor" "$flux" $common --lora "$tmp/tiny.safetensors"
   expect_usage "--lora ':2': FILE[:SCALE] names no file" "$flux" $common --lora :2
-  expect_usage "--lora runs the eager loop only" "$flux" $common --graph --lora "$tmp/lora.safetensors"
+  expect_usage "--lora runs the eager loop and --graph only" "$flux" --model "$tmp/tiny.safetensors" \
+    --axes 8,28,28 --text-tokens 16 --no-environment --resolutions 64x64 --lora "$tmp/lora.safetensors"
 }
 echo "ddo-flux: streamed bitwise equal to all-resident, latents written, trace, argument errors: ok"

@@ -176,9 +176,11 @@ class basic_offloader {
   /// memory for exact detaches), streamed ones in their slot at every load, after the copy and
   /// before the group is ready. No re-planning, no re-pinning; the host copy and the files are
   /// never written. Between steps: synchronizes ddo's copy stream (docs/adapters.md).
+  /// A captured step merges too (a step captured after the attach); budget moves keep the
+  /// merges (docs/adapters.md).
   /// @throws usage_error while leases are alive, in graph mode, after release_device, on the
-  /// VMM route, on a GPU route without set_lora_merge_launcher, for a name in use or an adapter
-  /// of another table; out_of_memory.
+  /// native VMM route, on a GPU route without set_lora_merge_launcher, for a name in use or an
+  /// adapter of another table; out_of_memory.
   void attach_adapter(std::string name, std::shared_ptr<const lora_adapter> adapter,
                       float scale = 1.0f) {
     core_->attach_adapter(std::move(name), std::move(adapter), scale);

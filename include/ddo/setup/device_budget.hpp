@@ -132,6 +132,17 @@ template <class Planner = default_offload_planner, class PinSelector = default_p
   return hi * mib;
 }
 
+namespace detail {
+/// The device bytes of @p off's attached adapters (0 for an offloader without adapters).
+template <class Offloader>
+[[nodiscard]] std::uint64_t adapter_bytes_of(const Offloader& off) noexcept {
+  if constexpr (requires { off.adapter_device_bytes(); })
+    return off.adapter_device_bytes();
+  else
+    return 0;
+}
+}  // namespace detail
+
 /// @brief Moves running offloader @p off (set up from @p settings and @p options) to a device
 /// budget of @p budget_bytes: plans it afresh with the setup's plan stage and calls
 /// off.move_budget (applied now when no lease is alive, else at the next step boundary without
@@ -146,17 +157,26 @@ bool set_device_budget(Offloader& off, const dynamic_offload_settings& settings,
   using policies = detail::budget_policies<Offloader>;
   using planner = typename policies::planner;
   using pins = typename policies::pins;
-  const std::uint64_t held = off.device_bytes();
+  // The attached adapters' factors stay through the move and count in its budget: the plan gets
+  // the rest, and only the bytes the move can free count free.
+  const std::uint64_t adapters = detail::adapter_bytes_of(off);
+  if (adapters != 0 && budget_bytes <= adapters)
+    throw out_of_memory(memory_tier::device, adapters, budget_bytes,
+                        "set_device_budget(" + format_bytes_exact(budget_bytes) +
+                            ") refused, nothing moved: the attached adapters' factors alone "
+                            "take " + format_bytes_exact(adapters));
+  const std::uint64_t held = off.device_bytes() - adapters;
   offload_setup next;
   try {
     next = plan_for_device_budget<planner, pins>(off.table(), settings, options, off.transport(),
-                                                 budget_bytes, held);
+                                                 budget_bytes - adapters, held);
   } catch (const out_of_memory& e) {
     if (e.tier() != memory_tier::device) throw;
     const std::uint64_t card = off.transport().device_memory().total_bytes;
-    const auto least = smallest_device_budget<planner, pins>(
-        off.table(), settings, options, off.transport(), held, budget_bytes,
+    auto least = smallest_device_budget<planner, pins>(
+        off.table(), settings, options, off.transport(), held, budget_bytes - adapters,
         std::max({card, held, saturating_add(budget_bytes, budget_bytes)}));
+    if (least) *least += adapters;
     throw out_of_memory(
         memory_tier::device, least.value_or(e.requested_bytes()), budget_bytes,
         "set_device_budget(" + format_bytes_exact(budget_bytes) + ") refused, nothing moved: " +
@@ -185,7 +205,9 @@ bool set_device_reserve(Offloader& off, const dynamic_offload_settings& settings
   using planner = typename policies::planner;
   using pins = typename policies::pins;
   options.reserve_device_bytes = reserve_bytes;
-  options.device_held_bytes = off.device_bytes();
+  // The adapters' factors stay: not counted free for the plan, added to ddo's budget after it.
+  const std::uint64_t adapters = detail::adapter_bytes_of(off);
+  options.device_held_bytes = off.device_bytes() - adapters;
   offload_setup next;
   std::uint64_t budget = 0;
   try {
@@ -207,7 +229,7 @@ bool set_device_reserve(Offloader& off, const dynamic_offload_settings& settings
                             ") refused, nothing moved: the engine's reserve leaves ddo " +
                             format_bytes_exact(e.available_bytes()) + ": " + e.what());
   }
-  return off.move_budget(std::move(next.plan), budget);
+  return off.move_budget(std::move(next.plan), budget + adapters);
 }
 
 }  // namespace v0

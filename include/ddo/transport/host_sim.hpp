@@ -257,6 +257,7 @@ struct host_sim_state {
   std::atomic<std::uint64_t> pageable_direct_copies{0};
   std::atomic<std::uint64_t> copies{0};
   std::atomic<std::uint64_t> bytes_to_device{0};
+  std::atomic<std::uint64_t> synchronizations{0};
   std::mutex captures_mutex;
   std::vector<std::weak_ptr<host_sim_capture>> open_captures;  // begun, not ended
 };
@@ -533,6 +534,7 @@ class host_sim_transport {
   void synchronize(const event& e) {
     require(e);
     refuse_in_capture("synchronize(event) (cudaEventSynchronize)");
+    ++state_->synchronizations;
     std::uint64_t target = 0;
     {
       std::lock_guard lock(e.state_->mutex);
@@ -546,6 +548,7 @@ class host_sim_transport {
     DDO_EXPECTS(s.state->active_capture() == nullptr,
                 "host_sim_transport::synchronize: the stream is being captured");
     refuse_in_capture("synchronize(stream) (cudaStreamSynchronize)");
+    ++state_->synchronizations;
     s.state->synchronize();
   }
 
@@ -697,6 +700,9 @@ class host_sim_transport {
   [[nodiscard]] std::uint64_t pageable_direct_copies() const { return state_->pageable_direct_copies.load(); }
   [[nodiscard]] std::uint64_t copies_issued() const { return state_->copies.load(); }
   [[nodiscard]] std::uint64_t bytes_to_device() const { return state_->bytes_to_device.load(); }
+  /// @brief Host waits issued: synchronize(stream) and synchronize(event) calls (each a
+  /// cudaStreamSynchronize / cudaEventSynchronize on a GPU route).
+  [[nodiscard]] std::uint64_t synchronizations() const { return state_->synchronizations.load(); }
   /// @brief Resets the peak to the current use (between phases of a test).
   void reset_peak() { state_->memory.reset_peak(ledger_kind::device); }
 

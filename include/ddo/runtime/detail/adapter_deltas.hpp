@@ -104,35 +104,44 @@ class adapter_deltas {
 
   /// Writes the base of every resident weight in @p weights back (keeping it first: one copy to
   /// the host, the first time) and merges the weight's current terms, in order on @p v; then
-  /// synchronizes @p v and drops the kept bases no adapter needs any more. @p resident gives a
-  /// weight's device address (null: not resident). @p launch issues a merge job on @p v.
+  /// synchronizes @p v once and drops the kept bases no adapter needs any more. @p resident gives
+  /// a weight's device address (null: not resident). @p launch issues a merge job on @p v.
+  /// Batched: the pinned buffers of the bases kept now are allocated first (an out_of_memory
+  /// leaves every resident as it was), their copies to the host and then the merges go on @p v
+  /// in stream order (a merge runs after the copy of its base on the same stream), and one
+  /// synchronize ends it: an attach costs one synchronization, not one per resident weight.
   template <class Resident, class Launch>
   void remerge_residents(T& t, stream_view v, const weight_table& table,
                          const std::vector<std::size_t>& weights, Resident&& resident,
                          Launch&& launch) {
+    std::vector<std::pair<std::size_t, pinned_allocation<T>>> fresh;  // bases kept now
+    for (const std::size_t w : weights)
+      if (resident(w) != nullptr && !resident_base_.contains(w) && job_for(w) != nullptr)
+        fresh.emplace_back(w, allocate_pinned_bytes(t, table[w].bytes));
+    std::vector<bool> kept_now(table.size());
+    for (auto& [w, base] : fresh) {
+      t.copy_to_host(base.data, resident(w), table[w].bytes, v);
+      resident_base_.emplace(w, std::move(base));
+      kept_now[w] = true;
+    }
     for (const std::size_t w : weights) {
       std::byte* dev = resident(w);
-      if (dev == nullptr) continue;
-      const auto n = table[w].bytes;
-      auto it = resident_base_.find(w);
-      if (it == resident_base_.end() && job_for(w) == nullptr) continue;  // never merged
-      if (it == resident_base_.end()) {
-        auto base = allocate_pinned_bytes(t, n);
-        t.copy_to_host(base.data, dev, n, v);
-        t.synchronize(v);  // the base must be safe before the merge overwrites it
-        it = resident_base_.emplace(w, std::move(base)).first;
-      } else {
-        t.copy_to_device(dev, it->second.data, n, v);
-      }
+      const auto it = dev == nullptr ? resident_base_.end() : resident_base_.find(w);
+      if (it == resident_base_.end()) continue;  // not resident, or never merged
+      if (!kept_now[w]) t.copy_to_device(dev, it->second.data, table[w].bytes, v);
       if (const auto* job = job_for(w)) {
         lora_merge_job j = *job;
         j.weight = dev;
         launch(j, v);
       }
     }
-    t.synchronize(v);
+    t.synchronize(v);  // the copies above read the kept bases: they stay until done
+    // Kept bases no adapter needs, or of weights no longer resident (a budget move demoted them:
+    // their slot loads copy the base from its source).
     for (auto it = resident_base_.begin(); it != resident_base_.end();)
-      it = job_for(it->first) == nullptr ? resident_base_.erase(it) : std::next(it);
+      it = job_for(it->first) == nullptr || resident(it->first) == nullptr
+               ? resident_base_.erase(it)
+               : std::next(it);
   }
 
  private:

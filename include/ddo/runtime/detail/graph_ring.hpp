@@ -48,6 +48,10 @@ struct graph_ring {
   std::vector<typename T::event> loaded;
   typename T::event fork;  // record_edge on the capturing stream where a load forks off
   typename T::stream side;  // the capture's load branch (its nodes run inside every launch)
+  // With adapters attached: the capture's merge branch, forked off `side` at `copied` after a
+  // load's copies, so that the merges of position p run while `side` copies p + 1.
+  typename T::stream merge_side;
+  typename T::event copied;
   typename T::event done;                  // recorded on the engine's stream after each launch
   std::vector<int> held;                   // per slot: captured leases alive
   std::size_t captured = 0;                // positions captured so far in the step being captured

@@ -228,9 +228,20 @@ class offloader_core {
   void check_adapter_change(const std::string& what) const;
   void adapters_changed(const std::vector<std::size_t>& before);
   void launch_merge(const lora_merge_job& job, stream_view v);
+  void check_adapter_budget(const group_layout& layout, std::uint64_t budget_bytes) const;
+  void remerge_after_move();
   /// Enqueues on the merge stream, after slot st's ready event as recorded now, the merge of
   /// every streamed weight of g an adapter changes, and records the ready event there again.
   void merge_slot(std::size_t g, slot_state<T>& st);
+  void merge_slot_pointers(std::size_t g, slot_state<T>& st, stream_view v);
+  /// Whether an attached adapter changes a streamed weight of g.
+  [[nodiscard]] bool group_merges(std::size_t g) const;
+  /// Enqueues on @p v the merge of every streamed weight of g an adapter changes, in @p image
+  /// (a slot's image holding g).
+  void merge_group(std::size_t g, std::byte* image, stream_view v);
+  /// A graph-mode load's merges (linear route): on ddo's merge stream, or inside the capture on
+  /// the graph's merge branch, after @p loaded as recorded on @p v, which it records again.
+  void merge_graph_load(std::size_t p, typename T::event& loaded, stream_view v, bool in_graph);
   void finish_pending_merge(std::size_t g, slot_state<T>& st);
   // graph streaming (offloader_core_graph_impl.hpp)
   template <class U = Transport>

@@ -88,6 +88,9 @@ auto offloader_core<T>::acquire_captured(std::size_t g, stream_view s) -> lease_
   if constexpr (transport_with_stable_addresses<T>) {
     t_.wait_value(s, graph_.ready + p, 1);
     t_.write_value(s, graph_.ready + p, 0);
+    // Adapters: merge nodes in the mapped range after the load's flag (the binder maps g at
+    // this stable address on every launch, so the node's address holds); before the kernels.
+    if (adapters_.any() && !compute_only_) merge_slot_pointers(g, st, s);
   } else if (p < graph_.slots) {
     t_.wait(s, graph_.loaded[p]);  // an event wait node: the load launch_graph made before it
   } else {
@@ -165,6 +168,11 @@ void offloader_core<T>::enter_graph_mode(const std::string& what) {
     for (std::size_t p = 0; p < n; ++p) graph_.loaded.push_back(t_.make_event(false));
     graph_.fork = t_.make_event(false);
     graph_.side = t_.make_stream();
+    if (adapters_.any()) {  // attach is refused in graph mode: no later adapter needs them
+      graph_.merge_side = t_.make_stream();
+      graph_.copied = t_.make_event(false);
+      if (merge_stream_.get() == nullptr) merge_stream_ = t_.make_stream();
+    }
   }
   graph_.done = t_.make_event(false);
   if constexpr (transport_with_stable_addresses<T>) {
@@ -234,7 +242,7 @@ void offloader_core<T>::load_in_graph(std::size_t p, stream_view s) {
       step_metrics counted_per_launch;  // launch_graph counts the bytes of every replay
       copy_pinned_parts(gr, st.base, side, counted_per_launch);
     }
-    t_.record_edge(graph_.loaded[p], side);
+    merge_graph_load(p, graph_.loaded[p], side, true);
   } else {
     (void)p, (void)s;
   }
@@ -319,7 +327,7 @@ void offloader_core<T>::load_position(std::size_t p, step_metrics& step) {
       copy_pinned_parts(gr, st.base, v, step);
       count_load(gr, nullptr, step);
     }
-    t_.record(graph_.loaded[p], v);
+    merge_graph_load(p, graph_.loaded[p], v, false);
   }
 }
 
@@ -443,6 +451,7 @@ void offloader_core<T>::end_graph_mode() noexcept {
     // release it, written until it ended (a flag the replay consumed meanwhile is written again).
     settle_graph_loads();
     if (copy_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(copy_stream_)); });
+    if (merge_stream_.get() != nullptr) quiet([&] { t_.synchronize(T::view(merge_stream_)); });
     if (staging_.has_stream()) quiet([&] { t_.synchronize(staging_.stream()); });
     quiet([&] {
       while (!t_.ready(graph_.done)) {
@@ -458,6 +467,8 @@ void offloader_core<T>::end_graph_mode() noexcept {
     graph_.loaded.clear();
     graph_.fork = typename T::event{};
     graph_.side = typename T::stream{};  // its work lives only in the captured graphs
+    graph_.merge_side = typename T::stream{};
+    graph_.copied = typename T::event{};
     graph_.done = typename T::event{};
     graph_.active = false;
   }

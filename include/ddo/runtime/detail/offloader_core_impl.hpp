@@ -46,10 +46,6 @@ auto offloader_core<T>::acquire(std::size_t g, stream_view s) -> lease_type {
   auto& gr = layout_.groups[g];
   if constexpr (requires { { T::capturing(s) } -> std::same_as<bool>; }) {
     if (T::capturing(s)) {
-      if (adapters_.any())
-        throw usage_error("acquire('" + gr.name + "') on a stream being captured: adapters are "
-                          "merged by eager loads only; a captured step does not merge them yet "
-                          "(docs/adapters.md): detach them, or run this step eagerly");
       // A ring smaller than the streamed groups streams through the graph (graph_ring.hpp).
       if constexpr (graph_streaming_transport<T>)
         if (gr.streamed() && (graph_.active || slots_.size() < layout_.streamed_order.size()))
@@ -394,6 +390,7 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     job.bind_slot = s;
     job.bind_group = g;
     st.staged_ticket = staging_.submit(job);
+    st.merge_pending = false;
     return;
   }
   auto& step = timing_.current();
@@ -417,6 +414,10 @@ void offloader_core<T>::load_stable(std::size_t g, std::size_t s) {
     side_job.timing_end = t_end == no_group ? nullptr : &timing_.at(t_end);
     st.staged_ticket = staging_.submit(side_job);
   }
+  // As a staged group on the linear route: the first acquire merges in the mapped range (and
+  // the side image) on the merge stream after the ready event the staging job records; the
+  // binder's unmap of the range waits on the ready event the merge records again.
+  st.merge_pending = adapters_.any();
   if (t_start != no_group) timing_.add_pending(span_kind::copy, g, bytes, t_start, t_end, st.staged_ticket);
 }
 

@@ -49,8 +49,6 @@ void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
               "placement (set the offloader up again for the new budget)");
   DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
                           "restore_device first");
-  DDO_EXPECTS(!adapters_.any(), "move_budget: adapters are attached; a move re-uploads the "
-                                "residents they changed: detach them, move, attach them again");
   DDO_EXPECTS(!graph_.active,
               "move_budget: a captured CUDA graph streams through this offloader's ring, whose "
               "addresses a move changes; leave graph mode (release_device / restore_device), "
@@ -72,9 +70,12 @@ bool offloader_core<T>::move_budget(offload_plan plan, std::uint64_t budget_byte
   next->options = options_;
   next->options.device_budget_bytes = budget_bytes;
   next->layout = make_group_layout(*table_, plan, next->options, false);
-  // What the transport has free now, plus what this offloader holds and frees first.
-  const std::uint64_t free = t_.device_memory().free_bytes + device_bytes();
+  // What the transport has free now, plus what this offloader holds and frees first (not the
+  // adapters' factors: they stay, and count in the new budget too).
+  const std::uint64_t free =
+      t_.device_memory().free_bytes + device_bytes() - adapters_.device_bytes();
   check_runtime_budgets(next->layout, plan, next->options, free, true);
+  check_adapter_budget(next->layout, budget_bytes);
   next->plan = std::move(plan);
   next->deferred = live_leases_ != 0;
   pending_move_ = std::move(next);
@@ -193,7 +194,13 @@ void offloader_core<T>::apply_budget_move() {
   record.wait_ms = wait_for_slot_users();
   group_pinning<T> pins;
   record.bytes_packed = pin_for_move(*next, pins);
-  move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
+  try {
+    move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
+  } catch (...) {
+    remerge_after_move();  // the old pieces came back as their base
+    throw;
+  }
+  remerge_after_move();  // the pieces uploaded came as their base; the ring is empty
   pinning_.swap(pins);              // the old blocks go with `pins` and the old layout
   plan_ = std::move(next->plan);
   options_.device_budget_bytes = next->options.device_budget_bytes;
