@@ -3,8 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddo/config/operational_defaults.hpp"
@@ -455,5 +457,84 @@ TEST_SUITE("plan") {
             CHECK(b.resident_budget_bytes == free - headroom - rules);
           if (source == 2) CHECK(plan.total_bytes(ddo::placement::gpu_resident) <= free / 2);
         }
+  }
+}
+
+TEST_SUITE("plan") {
+  TEST_CASE(
+      "what the whole blocks leave of the balanced budget keeps single weights, largest "
+      "first") {
+    // Four blocks of 7 MiB (4 + 2 + 1 MiB): a budget of 19 MiB keeps two blocks whole, and the
+    // 5 MiB they leave keep the third block's two largest weights that fit (issue 38: whole
+    // groups only kept nothing of a block the budget could not hold whole).
+    std::vector<std::pair<std::string, std::int64_t>> weights;
+    for (int b = 0; b < 4; ++b) {
+      const std::string p = "transformer_blocks." + std::to_string(b);
+      weights.insert(weights.end(), {{p + ".attn.to_q.weight", 512},
+                                     {p + ".ff.net.0.proj.weight", 2048},
+                                     {p + ".ff.net.2.weight", 1024}});
+    }
+    const auto t = table_of(weights);
+    auto c = balanced_config();
+    c.auto_vram_headroom_gb = 0.0;
+    ddo::machine_capacity m = big_machine();
+    m.free_vram_bytes = 19 * ddo::mib;
+    const auto plan = ddo::make_plan(t, c, m);
+    REQUIRE(plan.budgets.resident_source == ddo::resident_budget_source::balanced);
+    REQUIRE(plan.budgets.resident_budget_bytes == 19 * ddo::mib);
+    CHECK(plan.total_bytes(ddo::placement::gpu_resident) == 19 * ddo::mib);
+    CHECK(ddo_test::resident_blocks(plan).size() == 2);
+    const std::string filled = "resident_budget: a weight of a streamed group";
+    std::size_t partly = 0;
+    for (const auto& g : plan.groups) {
+      std::uint64_t kept = 0;
+      for (std::size_t w : g.weights)
+        if (plan.decisions[w].where == ddo::placement::gpu_resident) {
+          kept += t[w].bytes;
+          if (plan.decisions[w].reason.starts_with(filled)) CHECK(g.streamed_bytes() != 0);
+        }
+      partly += kept != 0 && g.streamed_bytes() != 0;
+    }
+    CHECK(partly == 1);
+    // Largest first: the 4 MiB weight of the first streamed block (the selection's spread
+    // decides which blocks stay whole), then the 1 MiB one.
+    std::string first;
+    for (const auto& g : plan.groups)
+      if (first.empty() && g.name.starts_with("transformer_blocks.") && g.streamed_bytes() != 0)
+        first = g.name;
+    REQUIRE(!first.empty());
+    const auto& ff = decision(plan, t, first + ".ff.net.0.proj.weight");
+    CHECK(ff.where == ddo::placement::gpu_resident);
+    CHECK(ff.reason.starts_with(filled));
+    CHECK(decision(plan, t, first + ".attn.to_q.weight").where == ddo::placement::gpu_resident);
+    CHECK(decision(plan, t, first + ".ff.net.2.weight").where != ddo::placement::gpu_resident);
+  }
+
+  TEST_CASE("the balanced budget is filled until no streamed weight fits what it leaves") {
+    // Random blocks of random weights and random budgets: whatever the selection kept whole,
+    // the budget left is smaller than every managed weight still streaming.
+    std::mt19937_64 rng(38);
+    for (int round = 0; round < 40; ++round) {
+      std::vector<std::pair<std::string, std::int64_t>> weights;
+      const int blocks = 2 + static_cast<int>(rng() % 6);
+      for (int b = 0; b < blocks; ++b)
+        for (int w = 0; w < 1 + static_cast<int>(rng() % 4); ++w)
+          weights.emplace_back(
+              "transformer_blocks." + std::to_string(b) + ".lin" + std::to_string(w) + ".weight",
+              64 * static_cast<std::int64_t>(1 + rng() % 32));
+      const auto t = table_of(weights);
+      auto c = balanced_config();
+      c.auto_vram_headroom_gb = 0.0;
+      ddo::machine_capacity m = big_machine();
+      m.free_vram_bytes = 1 + rng() % t.total_bytes();
+      CAPTURE(round);
+      const auto plan = ddo::make_plan(t, c, m);
+      REQUIRE(plan.budgets.resident_source == ddo::resident_budget_source::balanced);
+      const std::uint64_t kept = plan.total_bytes(ddo::placement::gpu_resident);
+      REQUIRE(kept <= plan.budgets.resident_budget_bytes);
+      for (std::size_t w = 0; w < t.size(); ++w)
+        if (plan.decisions[w].where != ddo::placement::gpu_resident)
+          CHECK(t[w].bytes > plan.budgets.resident_budget_bytes - kept);
+    }
   }
 }

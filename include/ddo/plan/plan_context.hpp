@@ -107,6 +107,9 @@ struct residency_result {
   std::string rule_resident_detail;       ///< see plan_budgets::rule_resident_detail
   /// Budget bytes spent on groups outside the blocks larger than any block (kept first).
   std::uint64_t outsized_bytes = 0;
+  /// Budget bytes spent on single weights of streamed groups, after the whole groups
+  /// (residency_planner.hpp, fill_with_weights).
+  std::uint64_t filled_bytes = 0;
   /// Pin every streamed weight (full pin): set with full_pin_zero_resident, and for capacity
   /// profiles (calibration and stored recommendations), which keep full CPU pinning.
   bool pin_all_streamed = false;
