@@ -48,7 +48,8 @@ namespace layout_detail {
 
 /// Weight @p w's source and placement: a host source has bytes, a 'file' placement a file, and a
 /// weight that is not resident a group (@p group_of) to stream with.
-DDO_INLINE void check_weight(const weight_table& table, const offload_plan& plan,
+template <class = void>
+void check_weight(const weight_table& table, const offload_plan& plan,
                              const std::vector<std::size_t>& group_of, std::size_t w) {
   const auto& info = table[w];
   const auto where = plan.decisions[w].where;
@@ -65,7 +66,8 @@ DDO_INLINE void check_weight(const weight_table& table, const offload_plan& plan
 }
 
 /// The plan, and the options' sizes, the layout is made from.
-DDO_INLINE void check_inputs(const weight_table& table, const offload_plan& plan,
+template <class = void>
+void check_inputs(const weight_table& table, const offload_plan& plan,
                              const runtime_options& options) {
   DDO_EXPECTS(plan.decisions.size() == table.size(),
               "offloader: the plan has " + std::to_string(plan.decisions.size()) +
@@ -139,7 +141,8 @@ void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_pl
 
 }  // namespace layout_detail
 
-DDO_INLINE group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
+template <class>
+group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
                                           runtime_options& options, bool split_uncovered) {
   layout_detail::check_inputs(table, plan, options);
   const std::uint64_t align = options.alignment;
@@ -223,7 +226,8 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   return l;
 }
 
-DDO_INLINE source_files open_source_files(const weight_table& table, const group_layout& layout,
+template <class>
+source_files open_source_files(const weight_table& table, const group_layout& layout,
                                           file_fault_hook* faults, safetensors_backend backend) {
   // "" (library_default) is pread here: ddo's measured default (docs/benchmarks.md).
   const bool mapped = backend == safetensors_backend::mmap;
@@ -235,6 +239,15 @@ DDO_INLINE source_files open_source_files(const weight_table& table, const group
           file_reader_options{.direct_io = false, .faults = faults, .drop_mapped_pages = mapped});
   return files;
 }
+
+#if !DDO_HEADER_ONLY
+// Compiled once: the instantiating TU (ddo/instantiate.hpp includes this header) holds their one
+// copy; group_layout.hpp declares them extern.
+template group_layout make_group_layout<>(const weight_table&, const offload_plan&,
+                                          runtime_options&, bool);
+template source_files open_source_files<>(const weight_table&, const group_layout&,
+                                          file_fault_hook*, safetensors_backend);
+#endif
 
 }  // namespace detail
 }  // namespace v0
