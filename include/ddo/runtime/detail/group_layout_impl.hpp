@@ -165,14 +165,11 @@ group_layout make_group_layout(const weight_table& table, const offload_plan& pl
     }
   }
   // By name: 8 bytes a group (a hash map of the names cost about 70; issue 30 counts 200,000
-  // groups). Stable, so the first of two groups with one name is found, as before.
-  // A sort by (name, index), not std::stable_sort: the same order without instantiating the
-  // merge sort and its buffer in every header-only TU (docs/development.md, include cost).
+  // groups). By (name, index), so the first of two groups with one name is found, as before.
   l.by_name.resize(l.groups.size());
   for (std::size_t g = 0; g < l.by_name.size(); ++g) l.by_name[g] = g;
   std::sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
-    const int c = l.groups[a].name.compare(l.groups[b].name);
-    return c != 0 ? c < 0 : a < b;
+    return l.groups[a].name != l.groups[b].name ? l.groups[a].name < l.groups[b].name : a < b;
   });
   // Residents: every gpu_resident weight in its group's piece (the ungrouped ones in the last
   // piece). Every other weight streams with its group: each file that holds a weight is read.
