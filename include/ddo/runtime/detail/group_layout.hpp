@@ -148,6 +148,11 @@ struct group_layout {
 /// Validates @p plan against @p table and lays it out. Normalises @p options in place (the
 /// chunk floor of max_copy_bytes). @p split_uncovered: a stable-address route that does not own
 /// the whole component (file comment). @throws usage_error naming the weight, group or option.
+/// This and open_source_files are templates of no use but their own: a non-template inline
+/// function is analysed, and the library templates it calls instantiated, in every header-only
+/// TU that includes the runtime (11 MB of GCC's memory in one including <ddo/ddo.hpp>;
+/// docs/development.md); compiled once, the instantiating TU holds their one copy (extern below).
+template <class = void>
 [[nodiscard]] group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
                                              runtime_options& options, bool split_uncovered = false);
 
@@ -160,9 +165,17 @@ struct group_layout {
 /// pages to the process's RSS on top of that copy (2.13x the weights measured on the pinned
 /// route). The page cache keeps the file either way, so a second run reads memory, not the disk.
 using source_files = std::vector<std::unique_ptr<file_reader>>;
+template <class = void>
 [[nodiscard]] source_files open_source_files(
     const weight_table& table, const group_layout& layout, file_fault_hook* faults = nullptr,
     safetensors_backend backend = safetensors_backend::pread);
+
+#if !DDO_HEADER_ONLY
+extern template group_layout make_group_layout<>(const weight_table&, const offload_plan&,
+                                                 runtime_options&, bool);
+extern template source_files open_source_files<>(const weight_table&, const group_layout&,
+                                                 file_fault_hook*, safetensors_backend);
+#endif
 
 }  // namespace detail
 }  // namespace v0

@@ -4,7 +4,6 @@
 /// @brief Definitions of group_layout.hpp (not API).
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 #include <variant>
 
@@ -49,7 +48,8 @@ namespace layout_detail {
 
 /// Weight @p w's source and placement: a host source has bytes, a 'file' placement a file, and a
 /// weight that is not resident a group (@p group_of) to stream with.
-DDO_INLINE void check_weight(const weight_table& table, const offload_plan& plan,
+template <class = void>
+void check_weight(const weight_table& table, const offload_plan& plan,
                              const std::vector<std::size_t>& group_of, std::size_t w) {
   const auto& info = table[w];
   const auto where = plan.decisions[w].where;
@@ -66,7 +66,8 @@ DDO_INLINE void check_weight(const weight_table& table, const offload_plan& plan
 }
 
 /// The plan, and the options' sizes, the layout is made from.
-DDO_INLINE void check_inputs(const weight_table& table, const offload_plan& plan,
+template <class = void>
+void check_inputs(const weight_table& table, const offload_plan& plan,
                              const runtime_options& options) {
   DDO_EXPECTS(plan.decisions.size() == table.size(),
               "offloader: the plan has " + std::to_string(plan.decisions.size()) +
@@ -140,7 +141,8 @@ void lay_out_slot(group_runtime& gr, const weight_table& table, const offload_pl
 
 }  // namespace layout_detail
 
-DDO_INLINE group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
+template <class>
+group_layout make_group_layout(const weight_table& table, const offload_plan& plan,
                                           runtime_options& options, bool split_uncovered) {
   layout_detail::check_inputs(table, plan, options);
   const std::uint64_t align = options.alignment;
@@ -163,11 +165,11 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
     }
   }
   // By name: 8 bytes a group (a hash map of the names cost about 70; issue 30 counts 200,000
-  // groups). Stable, so the first of two groups with one name is found, as before.
+  // groups). By (name, index), so the first of two groups with one name is found, as before.
   l.by_name.resize(l.groups.size());
-  std::iota(l.by_name.begin(), l.by_name.end(), std::size_t{0});
-  std::stable_sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
-    return l.groups[a].name < l.groups[b].name;
+  for (std::size_t g = 0; g < l.by_name.size(); ++g) l.by_name[g] = g;
+  std::sort(l.by_name.begin(), l.by_name.end(), [&](std::size_t a, std::size_t b) {
+    return l.groups[a].name != l.groups[b].name ? l.groups[a].name < l.groups[b].name : a < b;
   });
   // Residents: every gpu_resident weight in its group's piece (the ungrouped ones in the last
   // piece). Every other weight streams with its group: each file that holds a weight is read.
@@ -221,7 +223,8 @@ DDO_INLINE group_layout make_group_layout(const weight_table& table, const offlo
   return l;
 }
 
-DDO_INLINE source_files open_source_files(const weight_table& table, const group_layout& layout,
+template <class>
+source_files open_source_files(const weight_table& table, const group_layout& layout,
                                           file_fault_hook* faults, safetensors_backend backend) {
   // "" (library_default) is pread here: ddo's measured default (docs/benchmarks.md).
   const bool mapped = backend == safetensors_backend::mmap;
@@ -233,6 +236,15 @@ DDO_INLINE source_files open_source_files(const weight_table& table, const group
           file_reader_options{.direct_io = false, .faults = faults, .drop_mapped_pages = mapped});
   return files;
 }
+
+#if !DDO_HEADER_ONLY
+// Compiled once: the instantiating TU (ddo/instantiate.hpp includes this header) holds their one
+// copy; group_layout.hpp declares them extern.
+template group_layout make_group_layout<>(const weight_table&, const offload_plan&,
+                                          runtime_options&, bool);
+template source_files open_source_files<>(const weight_table&, const group_layout&,
+                                          file_fault_hook*, safetensors_backend);
+#endif
 
 }  // namespace detail
 }  // namespace v0

@@ -40,7 +40,9 @@ struct host_page_range {
 };
 
 /// Whole-page ranges under @p layout's in-place pieces, sorted, overlapping and adjacent ones
-/// merged. @p page must be a power of two.
+/// merged. @p page must be a power of two. A template of no use but its own (pinning_impl.hpp
+/// says why).
+template <class = void>
 [[nodiscard]] std::vector<host_page_range> in_place_page_ranges(const group_layout& layout,
                                                                 std::uintptr_t page);
 

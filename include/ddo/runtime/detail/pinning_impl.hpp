@@ -32,7 +32,12 @@ namespace ddo {
 inline namespace v0 {
 namespace detail {
 
-inline std::vector<host_page_range> in_place_page_ranges(const group_layout& layout,
+// The helpers below are function templates of a defaulted parameter they never use: a
+// non-template inline function is analysed, and the library templates it calls instantiated,
+// in every TU that includes the runtime, while these are compiled only where group_pinning<T>
+// is (7 MB of GCC's memory in a TU including <ddo/ddo.hpp>; docs/development.md).
+template <class>
+std::vector<host_page_range> in_place_page_ranges(const group_layout& layout,
                                                          std::uintptr_t page) {
   std::vector<host_page_range> ranges;
   layout.for_each_part([&](const group_runtime& gr) {
@@ -57,13 +62,15 @@ namespace pinning_detail {
 
 /// Whether the weight at position @p i of @p gr is pinned and streamed by this part (a split
 /// layout's image and side part share the weights list; each lays out only its own).
-inline bool pinned_here(const group_runtime& gr, std::size_t i, const offload_plan& plan) {
+template <class = void>
+bool pinned_here(const group_runtime& gr, std::size_t i, const offload_plan& plan) {
   return gr.slot_offset[i] != not_streamed &&
          plan.decisions[gr.weights[i]].where == placement::pinned_host;
 }
 
 /// Whether the weight at position @p i of @p gr is packed into this part's block.
-inline bool packed_here(const group_runtime& gr, std::size_t i, const weight_table& table,
+template <class = void>
+bool packed_here(const group_runtime& gr, std::size_t i, const weight_table& table,
                         const offload_plan& plan, const runtime_options& o) {
   return pinned_here(gr, i, plan) && group_layout::packed(table, o, gr.weights[i]);
 }
@@ -72,7 +79,8 @@ inline bool packed_here(const group_runtime& gr, std::size_t i, const weight_tab
 /// shared_weight_store or pinned_weight_cache that outlives a file replaced or rewritten in place
 /// reads it again.
 /// "unreadable" when stat fails (the read then fails and names the file).
-inline std::string file_identity(const std::string& path) {
+template <class = void>
+std::string file_identity(const std::string& path) {
   struct ::stat st {};
   if (::stat(path.c_str(), &st) != 0) return "unreadable";
   return std::to_string(st.st_dev) + ':' + std::to_string(st.st_ino) + ':' +
@@ -81,7 +89,8 @@ inline std::string file_identity(const std::string& path) {
 }
 
 /// The cache key of a group's packed block: namespace, then each packed weight's identity.
-inline std::string block_key(const group_runtime& gr, const weight_table& table,
+template <class = void>
+std::string block_key(const group_runtime& gr, const weight_table& table,
                              const offload_plan& plan, const runtime_options& o) {
   std::string key = o.cache_namespace;
   key += '\x1f';
@@ -112,7 +121,8 @@ inline std::string block_key(const group_runtime& gr, const weight_table& table,
 /// size (not its name: a shard's table names the same bytes as the whole table's). A host source
 /// is its address and the table's host generation (a reload's new weight at a freed weight's
 /// address is another weight); a file source its path, the file's identity and the offset.
-inline std::vector<std::string> store_keys(const weight_table& table, const runtime_options& o) {
+template <class = void>
+std::vector<std::string> store_keys(const weight_table& table, const runtime_options& o) {
   std::vector<std::string> identity;  // per file, stat'ed once
   identity.reserve(table.files().size());
   for (const auto& path : table.files()) identity.push_back(file_identity(path));
@@ -138,7 +148,8 @@ inline std::vector<std::string> store_keys(const weight_table& table, const runt
 /// Bytes of @p table's weights @p store holds already: a plan reuses them, so setup adds them
 /// to the RAM it probes (they are out of MemAvailable already; counted once). With @p plan,
 /// only those it pins (what it takes from the store).
-inline std::uint64_t store_bytes_held(const shared_weight_store& store, const weight_table& table,
+template <class = void>
+std::uint64_t store_bytes_held(const shared_weight_store& store, const weight_table& table,
                                       const runtime_options& o,
                                       const offload_plan* plan = nullptr) {
   const auto keys = store_keys(table, o);
@@ -178,7 +189,8 @@ std::uint64_t shared_bytes_held(const weight_table& table, const Options& o,
 
 /// The name of @p table's model in runtime_options::registry: registry_model, or the namespace
 /// and the table's files (a table without files: its host generation, one per loaded table).
-inline std::string registry_model_name(const weight_table& table, const runtime_options& o) {
+template <class = void>
+std::string registry_model_name(const weight_table& table, const runtime_options& o) {
   if (!o.registry_model.empty()) return o.registry_model;
   std::string name = o.cache_namespace;
   for (const auto& path : table.files()) name += (name.empty() ? "" : ";") + path;
@@ -201,7 +213,8 @@ void register_block(T& t, pinned_block& block, setup_meter& meter) {
 /// Threads that read @p tasks: no more than there is work for — one per weight, or per smallest
 /// grain of the bytes where that is more (50 tiny weights with --ddo-pin-cpu-workers 100000
 /// started 100,000 threads) — within the bound.
-inline std::size_t reader_threads(const std::vector<read_task>& tasks, const runtime_options& o) {
+template <class = void>
+std::size_t reader_threads(const std::vector<read_task>& tasks, const runtime_options& o) {
   std::uint64_t task_bytes = 0;
   for (const auto& task : tasks) task_bytes += task.bytes;
   const std::uint64_t work =
@@ -211,7 +224,8 @@ inline std::size_t reader_threads(const std::vector<read_task>& tasks, const run
 }
 
 /// Fills @p task's source from weight @p w's (host memory or its file).
-inline void set_task_source(read_task& task, const weight_info& info, const source_files& files) {
+template <class = void>
+void set_task_source(read_task& task, const weight_info& info, const source_files& files) {
   if (const auto* h = std::get_if<host_source>(&info.source)) {
     task.src = h->data;
   } else {
@@ -222,7 +236,8 @@ inline void set_task_source(read_task& task, const weight_info& info, const sour
 }
 
 /// Every part that copies: the groups and, on a split layout, their side parts.
-inline std::vector<group_runtime*> parts_of(group_layout& layout) {
+template <class = void>
+std::vector<group_runtime*> parts_of(group_layout& layout) {
   std::vector<group_runtime*> parts;
   layout.for_each_part([&](group_runtime& gr) { parts.push_back(&gr); });
   return parts;
@@ -250,7 +265,8 @@ struct store_piece {
 };
 
 /// @p gr's packed pinned weights (with bytes), at their slot offsets.
-inline part_reads packed_reads(const group_runtime& gr, const weight_table& table,
+template <class = void>
+part_reads packed_reads(const group_runtime& gr, const weight_table& table,
                                const offload_plan& plan, const runtime_options& o) {
   part_reads r{gr.pinned_bytes, {}};
   for (std::size_t i = 0; i < gr.weights.size(); ++i)
@@ -260,7 +276,8 @@ inline part_reads packed_reads(const group_runtime& gr, const weight_table& tabl
 }
 
 /// Plans the reading of @p info in @p meter: from its file, or packed from host memory.
-inline void plan_read(setup_meter& meter, const weight_info& info) {
+template <class = void>
+void plan_read(setup_meter& meter, const weight_info& info) {
   meter.plan(std::holds_alternative<file_source>(info.source) ? setup_phase::reading
                                                               : setup_phase::packing,
              info.bytes);
@@ -268,7 +285,8 @@ inline void plan_read(setup_meter& meter, const weight_info& info) {
 
 /// Throws out_of_memory for a refused page-locking of @p what (@p bytes) unless the options
 /// allow the pageable fallback.
-inline void check_pin_fallback(const runtime_options& o, std::uint64_t bytes,
+template <class = void>
+void check_pin_fallback(const runtime_options& o, std::uint64_t bytes,
                                const std::string& what) {
   if (!o.allow_pin_fallback)
     throw out_of_memory(memory_tier::pinned_host, bytes, 0,
@@ -281,7 +299,8 @@ inline void check_pin_fallback(const runtime_options& o, std::uint64_t bytes,
 /// its @p weight_bytes move from the pinned source to the staged one (reported in metrics,
 /// counted in @p fallback_bytes). The staged pieces stay in slot order, and the layout then
 /// needs a staging buffer.
-inline void move_to_staged(group_layout& layout, group_runtime& gr, staged_piece piece,
+template <class = void>
+void move_to_staged(group_layout& layout, group_runtime& gr, staged_piece piece,
                            std::uint64_t weight_bytes, std::uint64_t& fallback_bytes) {
   fallback_bytes += weight_bytes;
   gr.bytes_by_source[static_cast<std::size_t>(transfer_source::pinned)] -= weight_bytes;
@@ -296,7 +315,8 @@ inline void move_to_staged(group_layout& layout, group_runtime& gr, staged_piece
 
 /// move_to_staged for an in-place piece (@p what: its memory), refused unless the options allow
 /// the fallback.
-inline void stage_unpinned(const runtime_options& o, group_layout& layout, group_runtime& gr,
+template <class = void>
+void stage_unpinned(const runtime_options& o, group_layout& layout, group_runtime& gr,
                            const staged_piece& piece, const std::string& what,
                            std::uint64_t& fallback_bytes) {
   check_pin_fallback(o, piece.bytes, what);
@@ -319,7 +339,8 @@ inline constexpr std::uint64_t shared_block_bytes = 2 * mib;
 
 /// Lays out the blocks of @p todo (indices into @p parts, which have bytes): small parts packed
 /// back to back at @p align boundaries into shared blocks, in order; the others alone.
-inline std::vector<block_plan> share_blocks(const std::vector<part_reads>& parts,
+template <class = void>
+std::vector<block_plan> share_blocks(const std::vector<part_reads>& parts,
                                             const std::vector<std::size_t>& todo,
                                             std::uint64_t align, bool share) {
   std::vector<block_plan> blocks;

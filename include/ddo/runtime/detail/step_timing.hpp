@@ -6,13 +6,14 @@
 /// spans handed to a trace_sink. Steps start at begin_step() or when the engine acquires a group
 /// whose index is not above the previous one.
 ///
-/// Timing events live in a std::deque so that references handed to the staging worker stay
-/// valid when the pool grows.
+/// Timing events live each in a block of its own (the pool holds their pointers) so that
+/// references handed to the staging worker stay valid when the pool grows (not a std::deque:
+/// <deque> is 14k tokens in every TU including the runtime; docs/development.md).
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,7 @@ class step_timing {
 
   /// A free timing event's index (harvests or grows the pool when none is free).
   std::size_t take();
-  [[nodiscard]] event& at(std::size_t i) noexcept { return pool_[i]; }
+  [[nodiscard]] event& at(std::size_t i) noexcept { return *pool_[i]; }
   /// Times [start, end) as a @p kind span of group @p g; @p ticket: the staging job that records
   /// the events (0: recorded on the engine's thread).
   void add_pending(span_kind kind, std::size_t g, std::uint64_t bytes, std::size_t start,
@@ -101,10 +102,10 @@ class step_timing {
   const std::vector<group_runtime>* groups_ = nullptr;
   staging_worker<T>* worker_ = nullptr;
   std::vector<step_metrics> steps_;
-  std::deque<event> pool_;
+  std::vector<std::unique_ptr<event>> pool_;
   std::vector<std::size_t> free_;
-  std::deque<pending_timing> pending_;
-  std::deque<pending_timing> keep_;  // harvest scratch
+  std::vector<pending_timing> pending_;
+  std::vector<pending_timing> keep_;  // harvest scratch
   event epoch_event_;
   clock::time_point epoch_{};
   clock::time_point step_start_{};

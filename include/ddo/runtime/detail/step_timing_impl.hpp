@@ -26,7 +26,7 @@ void step_timing<T>::setup(T& t, bool metrics, trace_sink* trace,
   const std::size_t n = std::min<std::size_t>(64 + 8 * groups.size(), 4096);
   free_.reserve(2 * n);  // room for a pool that grows under load, without reallocating
   for (std::size_t i = 0; i < n; ++i) {
-    pool_.push_back(t.make_event(true));
+    pool_.push_back(std::make_unique<event>(t.make_event(true)));
     free_.push_back(pool_.size() - 1);
   }
 }
@@ -91,7 +91,7 @@ std::size_t step_timing<T>::take() {
   if (free_.empty()) {
     harvest(false);
     if (free_.empty()) {
-      pool_.push_back(t_->make_event(true));
+      pool_.push_back(std::make_unique<event>(t_->make_event(true)));
       return pool_.size() - 1;
     }
   }
@@ -124,11 +124,11 @@ void step_timing<T>::harvest(bool wait) {
       }
       recorded = worker_->recorded();
     }
-    if (!wait && !t_->ready(pool_[p.end])) {
+    if (!wait && !t_->ready(*pool_[p.end])) {
       keep_.push_back(p);
       continue;
     }
-    const double ms = t_->elapsed_ms(pool_[p.start], pool_[p.end]);
+    const double ms = t_->elapsed_ms(*pool_[p.start], *pool_[p.end]);
     auto& step = steps_[p.step];
     if (p.kind == span_kind::copy) {
       step.copy_ms += ms;
@@ -139,7 +139,7 @@ void step_timing<T>::harvest(bool wait) {
       step.stall_ms += ms;
     }
     if (tracing()) {
-      const double a = t_->elapsed_ms(epoch_event_, pool_[p.start]) * 1000.0;
+      const double a = t_->elapsed_ms(epoch_event_, *pool_[p.start]) * 1000.0;
       trace_span span{p.kind, (*groups_)[p.group].name, p.group, p.bytes, a, a + ms * 1000.0, true};
       trace_->on_span(span);
     }
