@@ -10,8 +10,12 @@
 ///    a step boundary without leases);
 /// 2. host side: pack and page-lock the new layout's pinned groups, a group whose packed
 ///    weights stay taking its block back (a pinned_weight_cache: the engine's, or one made of
-///    the old blocks), so only new blocks read their bytes; nothing on the device moved yet, so
-///    a failure leaves the offloader as it was;
+///    the old blocks), so only new blocks read their bytes; with a weight registry or a
+///    shared_weight_store the pinned weights are their pieces (those held reused, the rest read
+///    once into them); with pin_in_place the old layout's engine pages are unregistered first
+///    (nothing reads them after 1.; CUDA refuses a second registration of a page) and the new
+///    layout's registered. Nothing on the device moved yet, so a failure leaves the offloader
+///    as it was (the old pages registered again);
 /// 3. device side, frees first: the ring, then every resident piece (a group's residents) whose
 ///    weights change; then allocations: the new pieces (uploaded from their sources) and the
 ///    new ring. A failure there frees what was allocated and puts the old pieces and ring back.
@@ -43,10 +47,9 @@ void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
     throw usage_error(std::string("move_budget: the ") + (stable ? "VMM" : "file") +
                       " route cannot move its budget while running (its window or slots are "
                       "sized at setup); set the offloader up again for the new budget");
-  DDO_EXPECTS(!options_.native_vmm.enabled && !options_.weight_store && !options_.pin_in_place,
-              "move_budget: supported on the linear and host_sim routes with packed pinned "
-              "blocks; native_vmm, a shared_weight_store and pin_in_place keep their setup's "
-              "placement (set the offloader up again for the new budget)");
+  DDO_EXPECTS(!options_.native_vmm.enabled,
+              "move_budget: native_vmm maps the streamed weights into windows sized at setup; "
+              "set the offloader up again for the new budget (or run without native_vmm)");
   DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
                           "restore_device first");
   DDO_EXPECTS(!adapters_.any(), "move_budget: adapters are attached; a move re-uploads the "
@@ -128,12 +131,26 @@ std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_p
   runtime_options o = next.options;
   o.pinned_cache = cache;
   setup_meter quiet;
-  // With a weight registry (cache_pinned_weights' default source) the demoted groups' host
-  // copies are the registry's pieces: what it reads for them is the move's read too (a registry
-  // shared with another offloader loading at this moment counts that one's loads as well).
+  // With a weight registry (cache_pinned_weights' default source) or a shared_weight_store the
+  // demoted groups' host copies are their pieces: what they read for them is the move's read
+  // too, each weight once (a registry or store shared with another offloader loading at this
+  // moment counts that one's loads as well).
   const std::uint64_t loaded = o.registry ? o.registry->stats().loaded_bytes : 0;
-  pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+  const std::uint64_t held =
+      o.weight_store ? pinning_detail::store_bytes_held(*o.weight_store, table, o, &next.plan) : 0;
+  // pin_in_place: the old layout's engine pages are let go first (file comment), and registered
+  // again when the new layout's pinning fails.
+  pinning_.release_in_place(t_);
+  try {
+    pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+  } catch (...) {
+    pins.release(t_);
+    pinning_.register_in_place(t_, layout_, options_);
+    throw;
+  }
   if (o.registry) read += o.registry->stats().loaded_bytes - loaded;
+  if (o.weight_store)
+    read += pinning_detail::store_bytes_held(*o.weight_store, table, o, &next.plan) - held;
   return read;
 }
 
@@ -193,8 +210,15 @@ void offloader_core<T>::apply_budget_move() {
   record.wait_ms = wait_for_slot_users();
   group_pinning<T> pins;
   record.bytes_packed = pin_for_move(*next, pins);
-  move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
-  pinning_.swap(pins);              // the old blocks go with `pins` and the old layout
+  try {
+    move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
+  } catch (...) {
+    pins.release(t_);  // the new layout's engine pages and registry use, then the old pages
+    pinning_.register_in_place(t_, layout_, options_);
+    throw;
+  }
+  pinning_.swap(pins);  // the old blocks, registry use and pages go with `pins`
+  pins.release(t_);     // (the old pages were unregistered before the pinning)
   plan_ = std::move(next->plan);
   options_.device_budget_bytes = next->options.device_budget_bytes;
   record.bytes_read = record.bytes_uploaded + record.bytes_packed;
