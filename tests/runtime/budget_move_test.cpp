@@ -23,6 +23,7 @@
 
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/nvme.hpp"
 #include "lease_check.hpp"
 #include "seeded_file_model.hpp"
 
@@ -63,6 +64,10 @@ ddo::setup_options options_for(const move_model& m) {
                         {ddo::field_id::pin_weight_budget_gb, 0.04},
                         {ddo::field_id::show_profile, false}};
   o.ram_bytes = 8 * ddo::gib;
+  // The preset named: auto decides on this machine's MemAvailable (one_shot_fast from 16 GiB,
+  // else low_ram_safe), which a loaded machine lowers: the reserve case then once saw no move
+  // change the placement.
+  o.inputs.preset = "one_shot_fast";
   o.groups = m.groups;
   return o;
 }
@@ -74,12 +79,32 @@ std::uint32_t seed_from_env() {
   return static_cast<std::uint32_t>(std::strtoul(s, nullptr, 10));
 }
 
-/// The placements of a fresh setup's plan for @p budget, on a transport of its own.
+/// The route a random sequence runs on: host_sim itself (a handle sharing its state).
+struct sim_route {
+  ddo::host_sim_transport operator()(const ddo::host_sim_transport& sim) const { return sim; }
+};
+
+/// The file route over host_sim (nvme_transport: its own pinned staging slots, sized for the
+/// plan's largest file piece): the weights a plan leaves in the file read from it.
+struct file_route {
+  ddo::nvme_transport<ddo::host_sim_transport> operator()(
+      const ddo::host_sim_transport& sim) const {
+    ddo::nvme_options o;
+    o.staging_slot_bytes = 64 * ddo::mib;
+    o.read_threads = 2;
+    o.request_bytes = 256 * 1024;
+    return ddo::nvme_transport<ddo::host_sim_transport>(sim, o);
+  }
+};
+
+/// The placements of a fresh setup's plan for @p budget, on a transport of its own (@p route
+/// over a fresh host_sim).
+template <class Route = sim_route>
 std::vector<ddo::placement> fresh_placements(const move_model& m,
                                              const ddo::dynamic_offload_settings& settings,
                                              const ddo::setup_options& o, std::uint64_t card,
-                                             std::uint64_t budget) {
-  ddo::host_sim_transport fresh({.device_capacity_bytes = card});
+                                             std::uint64_t budget, Route route = {}) {
+  auto fresh = route(ddo::host_sim_transport({.device_capacity_bytes = card}));
   const auto setup = ddo::plan_for_device_budget(m.table, settings, o, fresh, budget);
   std::vector<ddo::placement> out;
   for (const auto& d : setup.plan.decisions) out.push_back(d.where);
@@ -138,8 +163,8 @@ struct move_totals {
 /// setup and each move @p after_move (the offloader, the transport, the move: null after the
 /// setup) checks what the configuration adds.
 /// Checks the bytes, the ledger within every budget, and the plan equal to a fresh plan.
-template <class Tweak, class AfterMove>
-move_totals random_moves(std::uint32_t seed, Tweak tweak, AfterMove after_move) {
+template <class Tweak, class AfterMove, class Route = sim_route>
+move_totals random_moves(std::uint32_t seed, Tweak tweak, AfterMove after_move, Route route = {}) {
   std::mt19937 rng(seed);
   const move_model m(seed, 8);
   auto o = options_for(m);
@@ -148,14 +173,17 @@ move_totals random_moves(std::uint32_t seed, Tweak tweak, AfterMove after_move) 
   // Never the limit (budget + the balanced rule's headroom): the budgets are.
   const std::uint64_t card = 8 * ddo::gib;
   ddo::host_sim_transport sim({.device_capacity_bytes = card});
+  auto transport = route(sim);  // the offloader's: sim's ledger counts its device bytes
   std::uint64_t total = 0;
   for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
   const auto least =
-      ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+      ddo::smallest_device_budget(m.table, settings, o, transport, 0, 0, 2 * total + 64 * ddo::mib);
   REQUIRE(least.has_value());
   std::uniform_int_distribution<std::uint64_t> pick(*least, 2 * total + 64 * ddo::mib);
   std::uint64_t budget = pick(rng);
-  offloader_t off(m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, budget), sim);
+  using route_offloader = ddo::offloader<decltype(transport)>;
+  route_offloader off(m.table, ddo::plan_for_device_budget(m.table, settings, o, transport, budget),
+                      transport);
   CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
   after_move(off, sim, static_cast<const ddo::budget_move*>(nullptr));
   move_totals t;
@@ -163,7 +191,7 @@ move_totals random_moves(std::uint32_t seed, Tweak tweak, AfterMove after_move) 
     const std::uint64_t next = pick(rng);
     const bool hold = rng() % 3 == 0;
     auto s = sim.make_stream();
-    std::optional<offloader_t::lease_type> held;
+    std::optional<typename route_offloader::lease_type> held;
     const std::size_t g = rng() % off.group_count();
     if (hold) held.emplace(off.acquire(g, sim.view(s)));
     const auto before = move_placements(off.plan());
@@ -191,7 +219,14 @@ move_totals random_moves(std::uint32_t seed, Tweak tweak, AfterMove after_move) 
     CHECK(sim.peak_device_bytes() <= std::max(budget, next));
     CHECK(sim.device_bytes_in_use() == off.device_bytes());
     CHECK(off.device_bytes() <= next);
-    CHECK(move_placements(off.plan()) == fresh_placements(m, settings, o, card, next));
+    CHECK(move_placements(off.plan()) == fresh_placements(m, settings, o, card, next, route));
+    if constexpr (requires { off.transport().file_io_description(); }) {
+      // The file route's staging slots are what a fresh setup for this budget page-locks.
+      auto other = route(ddo::host_sim_transport({.device_capacity_bytes = card}));
+      route_offloader fresh(m.table, ddo::plan_for_device_budget(m.table, settings, o, other, next),
+                            other);
+      CHECK(off.transport().file_io_description() == fresh.transport().file_io_description());
+    }
     const auto moves = off.metrics().budget_moves;
     REQUIRE(moves.size() == static_cast<std::size_t>(k) + 1);
     const auto& mv = moves.back();
@@ -242,7 +277,7 @@ TEST_SUITE("runtime") {
     MESSAGE("budget move seed " << seed << " (DDO_BUDGET_MOVE_SEED=N or =random to choose)");
     (void)budget_move_test::random_moves(
         seed, [](ddo::setup_options&) {},
-        [](offloader_t&, ddo::host_sim_transport&, const ddo::budget_move*) {});
+        [](auto&, ddo::host_sim_transport&, const ddo::budget_move*) {});
   }
 
   TEST_CASE("set_device_budget, random moves: host copies from a weight registry") {
@@ -255,7 +290,7 @@ TEST_SUITE("runtime") {
           o.inputs.overrides.emplace_back(ddo::field_id::cache_pinned_weights, true);
           o.runtime.registry = registry = std::make_shared<ddo::weight_registry>();
         },
-        [&](offloader_t& off, ddo::host_sim_transport&, const ddo::budget_move* mv) {
+        [&](auto& off, ddo::host_sim_transport&, const ddo::budget_move* mv) {
           // The registry's reads for the move are the move's packed bytes (each piece once).
           const auto now = registry->stats().loaded_bytes;
           if (mv != nullptr) CHECK(mv->bytes_packed == now - loaded);
@@ -280,7 +315,7 @@ TEST_SUITE("runtime") {
         [&](ddo::setup_options& o) {
           o.runtime.weight_store = store = std::make_shared<ddo::shared_weight_store>();
         },
-        [&](offloader_t& off, ddo::host_sim_transport&, const ddo::budget_move* mv) {
+        [&](auto& off, ddo::host_sim_transport&, const ddo::budget_move* mv) {
           // The store keeps every copy: what it gained is what the move read into it, each
           // weight at most once over the whole sequence (demoted again, it finds its copy).
           const auto now =
@@ -298,7 +333,7 @@ TEST_SUITE("runtime") {
     std::size_t with_pages = 0;
     (void)budget_move_test::random_moves(
         seed, [](ddo::setup_options& o) { o.runtime.pin_in_place = true; },
-        [&](offloader_t& off, ddo::host_sim_transport& sim, const ddo::budget_move*) {
+        [&](auto& off, ddo::host_sim_transport& sim, const ddo::budget_move*) {
           // The plan's pinned host weights registered where they are, whole pages, none staged;
           // the pages only the old plan pinned let go (a page it shares with the new plan is
           // registered again: CUDA refuses a second registration of a page).
@@ -308,6 +343,32 @@ TEST_SUITE("runtime") {
           with_pages += checked != 0 ? 1 : 0;
         });
     CHECK(with_pages > 0);
+  }
+
+  TEST_CASE("set_device_budget, random moves: the file route") {
+    const std::uint32_t seed = budget_move_test::seed_from_env() + 4;
+    std::size_t from_file = 0, resized = 0;
+    std::string slots;
+    (void)budget_move_test::random_moves(
+        seed,
+        [](ddo::setup_options& o) {
+          // backend nvme: what the plan does not pin stays in its file (placement file).
+          o.inputs.overrides.emplace_back(ddo::field_id::backend, std::string("nvme"));
+        },
+        [&](auto& off, ddo::host_sim_transport&, const ddo::budget_move*) {
+          // Weights the plan leaves in their file stream from it (random_moves checks the bytes
+          // and that the staging slots are what a fresh setup page-locks).
+          const auto& plan = off.plan();
+          for (std::size_t w = 0; w < plan.decisions.size(); ++w)
+            from_file += plan.decisions[w].where == ddo::placement::file ? 1 : 0;
+          const auto io = off.transport().file_io_description();
+          resized += !slots.empty() && io != slots ? 1 : 0;
+          slots = io;
+        },
+        budget_move_test::file_route{});
+    MESSAGE(from_file << " file placements over the sequence, " << resized
+                      << " staging slot resizes");
+    CHECK(from_file > 0);
   }
 
   TEST_CASE("set_device_budget: the same budget moves nothing; a budget too small is refused") {
@@ -377,6 +438,36 @@ TEST_SUITE("runtime") {
 }
 
 TEST_SUITE("runtime") {
+  TEST_CASE("budget_move_test's settings do not depend on this machine's available RAM") {
+    // The flake of the reserve case below: options_for left the auto preset to this machine's
+    // MemAvailable, which a loaded machine lowers. Two machines, 1 GiB and 256 GiB available:
+    // the same preset, config and plan.
+    const budget_move_test::move_model m(11, 8);
+    const auto dir = std::filesystem::temp_directory_path();
+    std::vector<ddo::placement> plans[2];
+    std::string presets[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto path =
+          dir / ("ddo_budget_move_meminfo_" + std::to_string(::getpid()) + "_" + std::to_string(i));
+      std::ofstream(path) << "MemTotal: 268435456 kB\nMemAvailable: "
+                          << (i == 0 ? 1048576 : 268435456) << " kB\n";
+      auto o = budget_move_test::options_for(m);
+      o.inputs.paths.meminfo = path.string();
+      const auto settings = ddo::resolve_settings(o.inputs);
+      presets[i] = settings.effective_preset;
+      ddo::host_sim_transport sim({.device_capacity_bytes = 8 * ddo::gib});
+      const std::uint64_t total = m.table.total_bytes();
+      const auto least =
+          ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+      REQUIRE(least.has_value());
+      plans[i] = budget_move_test::move_placements(
+          ddo::plan_for_device_budget(m.table, settings, o, sim, *least + total / 2).plan);
+      std::filesystem::remove(path);
+    }
+    CHECK(presets[0] == presets[1]);
+    CHECK(plans[0] == plans[1]);
+  }
+
   TEST_CASE("set_device_reserve: the plan follows the engine's reserve per workload size") {
     using budget_move_test::move_placements;
     const budget_move_test::move_model m(11, 8);

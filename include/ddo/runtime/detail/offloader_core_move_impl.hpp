@@ -41,15 +41,22 @@ namespace detail {
 
 template <class T>
 void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
-  constexpr bool stable = transport_with_stable_addresses<T>;
-  constexpr bool file_route = transport_with_file_staging<T>;
-  if constexpr (stable || file_route)
-    throw usage_error(std::string("move_budget: the ") + (stable ? "VMM" : "file") +
-                      " route cannot move its budget while running (its window or slots are "
-                      "sized at setup); set the offloader up again for the new budget");
+  // Why not the VMM routes: their contract is one device address per streamed group for the
+  // whole run (stable_address; engines bind it once), and the mapped ranges, physical slots and
+  // windows are sized for the setup's plan; a move changes which weights stream, so the ranges
+  // would move under the engine's pointers (docs/engine-walkthrough.md).
+  if constexpr (transport_with_stable_addresses<T>)
+    throw usage_error(
+        "move_budget: the VMM route (vmm_runtime) gives each streamed group one device address "
+        "for the whole run and sizes its mapped window for the setup's plan; a budget move "
+        "would change which weights those addresses hold. Set the offloader up again for the "
+        "new budget (with cache_pinned_weights, a pinned_cache or a shared_weight_store nothing "
+        "is read again), or run the linear route (execution_mode linear_runtime), whose budget "
+        "moves");
   DDO_EXPECTS(!options_.native_vmm.enabled,
-              "move_budget: native_vmm maps the streamed weights into windows sized at setup; "
-              "set the offloader up again for the new budget (or run without native_vmm)");
+              "move_budget: native_vmm (vmm_native_transport) maps the streamed weights into "
+              "windows sized for the setup's plan at stable addresses; set the offloader up "
+              "again for the new budget, or run the linear route, whose budget moves");
   DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
                           "restore_device first");
   DDO_EXPECTS(!adapters_.any(), "move_budget: adapters are attached; a move re-uploads the "
@@ -269,11 +276,15 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
       record.bytes_uploaded += table[w].bytes;
 }
 
-/// The device side of a layout after its old pieces and ring went: the @p fresh pieces uploaded
-/// (the others kept their memory), then the ring (after the pieces: ddo's device bytes only grow
+/// The device side of a layout after its old pieces and ring went: the file route's staging
+/// slots resized, the @p fresh pieces uploaded (the others kept their memory), then the ring (after the pieces: ddo's device bytes only grow
 /// here), its schedule reset, staging sized for the upload and then for the steps.
 template <class T>
 void offloader_core<T>::rebuild_pieces_and_ring(const std::vector<char>& fresh) {
+  // The file route's two staging slots sized for the layout's largest file piece, as
+  // prepare_file_reads sizes them at setup (before the upload: promoted weights read through them).
+  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
+    (void)t_.resize_file_staging(layout_.largest_file_piece(*table_));
   fit_staging_for_move(true);
   upload_residents(nullptr, &fresh);
   allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
