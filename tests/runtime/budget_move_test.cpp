@@ -416,7 +416,7 @@ TEST_SUITE("runtime") {
                     ddo::out_of_memory);
   }
 
-  TEST_CASE("set_device_budget: refused after release_device, applied after restore") {
+  TEST_CASE("set_device_budget after release_device: the plan moves, restore_device brings it up") {
     const move_model m(9, 4);
     const auto o = options_for(m);
     const auto settings = ddo::resolve_settings(o.inputs);
@@ -429,10 +429,24 @@ TEST_SUITE("runtime") {
     const auto least =
         ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
     REQUIRE(least.has_value());
-    CHECK_THROWS_AS((void)ddo::set_device_budget(off, settings, o, *least), ddo::usage_error);
-    off.restore_device();
+    // A pipeline component outside its phase: the plan and the host side move, the device
+    // stays empty until restore_device, which brings up the new plan.
     CHECK(ddo::set_device_budget(off, settings, o, *least));
+    CHECK(off.device_released());
+    CHECK(sim.device_bytes_in_use() == 0);
+    CHECK(move_placements(off.plan()) ==
+          budget_move_test::fresh_placements(m, settings, o, 8 * ddo::gib, *least));
+    sim.reset_peak_device_bytes();
+    off.restore_device();
     CHECK(off.device_bytes() <= *least);
+    CHECK(sim.peak_device_bytes() <= *least);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
+    // And back up while released again.
+    off.release_device();
+    CHECK(ddo::set_device_budget(off, settings, o, roomy));
+    off.restore_device();
+    CHECK(move_placements(off.plan()) ==
+          budget_move_test::fresh_placements(m, settings, o, 8 * ddo::gib, roomy));
     CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
   }
 }

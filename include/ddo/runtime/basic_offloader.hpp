@@ -161,10 +161,13 @@ class basic_offloader {
   /// (resident_data) and of the ring change: bindings follow, a captured graph must be
   /// captured again.
   /// @return whether the move was applied now.
-  /// @throws usage_error while a captured graph streams (graph_mode()), after release_device,
-  /// on the VMM routes (vmm_runtime, native_vmm: their addresses are stable for the run), with
-  /// adapters attached, for a plan of other groups; out_of_memory when @p plan does not fit @p budget_bytes. Nothing changes
-  /// then. A failure during the move itself puts the old placement back and rethrows.
+  /// On a released offloader (release_device: a pipeline component outside its phase) only
+  /// the plan and the host side move; restore_device() then brings the new plan up.
+  /// @throws usage_error while a captured graph streams (graph_mode()), on the VMM routes
+  /// (vmm_runtime, native_vmm: their addresses are stable for the run), with adapters
+  /// attached, for a plan of other groups; out_of_memory when @p plan does not fit
+  /// @p budget_bytes. Nothing changes then. A failure during the move itself puts the old
+  /// placement back and rethrows.
   bool move_budget(offload_plan plan, std::uint64_t budget_bytes) {
     return core_->move_budget(std::move(plan), budget_bytes);
   }

@@ -57,8 +57,6 @@ void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
               "move_budget: native_vmm (vmm_native_transport) maps the streamed weights into "
               "windows sized for the setup's plan at stable addresses; set the offloader up "
               "again for the new budget, or run the linear route, whose budget moves");
-  DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
-                          "restore_device first");
   DDO_EXPECTS(!adapters_.any(), "move_budget: adapters are attached; a move re-uploads the "
                                 "residents they changed: detach them, move, attach them again");
   DDO_EXPECTS(!graph_.active,
@@ -218,7 +216,10 @@ void offloader_core<T>::apply_budget_move() {
   group_pinning<T> pins;
   record.bytes_packed = pin_for_move(*next, pins);
   try {
-    move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
+    // Released (a pipeline component outside its phase): only the host side and the layout
+    // change; restore_device brings the new layout up.
+    if (released_) commit_released_move(*next);
+    else move_device_side(*next, record);  // commits the layout, or puts the old one back
   } catch (...) {
     pins.release(t_);  // the new layout's engine pages and registry use, then the old pages
     pinning_.register_in_place(t_, layout_, options_);
@@ -274,6 +275,27 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
   for (std::size_t w = 0; w < table.size(); ++w)
     if (layout_.resident_offset[w] != not_streamed && fresh[layout_.resident_piece_of(w)])
       record.bytes_uploaded += table[w].bytes;
+}
+
+/// A move while the device side is released: the new layout in place with no device memory,
+/// as release_device leaves one (staging buffers for restore_device's upload, the staging
+/// worker's jobs for its ring, the file route's slots for its largest piece).
+template <class T>
+void offloader_core<T>::commit_released_move(pending_budget_move& next) {
+  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
+    (void)t_.resize_file_staging(next.layout.largest_file_piece(*table_));
+  group_layout old = std::exchange(layout_, std::move(next.layout));
+  try {
+    free_device_side();  // nothing to free: the new layout's addresses forgotten, as released
+    fit_staging_for_move(true);
+    const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * layout_.slot_count + 1;
+    if (staging_.running()) staging_.reserve_jobs(jobs);
+    else if (layout_.staging_needed && layout_.slot_count != 0) staging_.start(jobs);
+  } catch (...) {
+    layout_ = std::move(old);
+    free_device_side();
+    throw;
+  }
 }
 
 /// The device side of a layout after its old pieces and ring went: the file route's staging
