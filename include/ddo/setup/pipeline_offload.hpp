@@ -175,10 +175,6 @@ class pipeline_offload {
                                           "' (not set up by enable_pipeline_offload)");
     return it->second;
   }
-  /// @brief Records the options component @p name was set up with (enable_pipeline_offload).
-  void set_component_options(const std::string& name, setup_options o) {
-    options_.insert_or_assign(name, std::move(o));
-  }
 
   /// @brief Raises the shared budgets: equal budgets change nothing; a larger one re-plans
   /// every component (and pins again, once); no phase is current afterwards.
@@ -206,6 +202,12 @@ class pipeline_offload {
   }
 
   // --- for enable_pipeline_offload ----------------------------------------------------------
+  /// @brief Adds component @p name, last in setup order, set up with @p o.
+  void add_component(const std::string& name, enabled_offload<Offloader> c, setup_options o) {
+    components.emplace(name, std::move(c));
+    order.push_back(name);
+    options_.insert_or_assign(name, std::move(o));
+  }
   /// @brief Records the budgets and shares the components were set up with.
   void set_planned(pipeline_budgets budgets, std::vector<pipeline_component_budget> shares,
                    planner p) {
@@ -398,9 +400,7 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
       enabled.notes.insert(enabled.notes.end(), notes.begin(), notes.end());
       // Shared device budget: each phase is set up alone, then waits for enter_phase.
       if (budgets.device_bytes != 0 && !needs[i].stays_resident) enabled->release_device();
-      result.components.emplace(pipeline[i].name, std::move(enabled));
-      result.order.push_back(pipeline[i].name);
-      result.set_component_options(pipeline[i].name, o);
+      result.add_component(pipeline[i].name, std::move(enabled), o);
     }
   } catch (...) {
     result.components.clear();

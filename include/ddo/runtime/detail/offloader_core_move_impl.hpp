@@ -299,8 +299,9 @@ void offloader_core<T>::commit_released_move(pending_budget_move& next) {
 }
 
 /// The device side of a layout after its old pieces and ring went: the file route's staging
-/// slots resized, the @p fresh pieces uploaded (the others kept their memory), then the ring (after the pieces: ddo's device bytes only grow
-/// here), its schedule reset, staging sized for the upload and then for the steps.
+/// slots resized, the @p fresh pieces uploaded (the others kept their memory), then the ring
+/// (after the pieces: ddo's device bytes only grow here), its schedule reset, staging sized for
+/// the upload and then for the steps.
 template <class T>
 void offloader_core<T>::rebuild_pieces_and_ring(const std::vector<char>& fresh) {
   // The file route's two staging slots sized for the layout's largest file piece, as
