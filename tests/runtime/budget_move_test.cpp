@@ -6,6 +6,7 @@
 // after each move equal to a fresh plan for that budget. Seeded: DDO_BUDGET_MOVE_SEED=N chooses
 // another seed (printed), "random" a random one.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -16,10 +17,13 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "ddo/setup/setup.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "ddo/transport/nvme.hpp"
 #include "lease_check.hpp"
 #include "seeded_file_model.hpp"
 
@@ -60,6 +64,10 @@ ddo::setup_options options_for(const move_model& m) {
                         {ddo::field_id::pin_weight_budget_gb, 0.04},
                         {ddo::field_id::show_profile, false}};
   o.ram_bytes = 8 * ddo::gib;
+  // The preset named: auto decides on this machine's MemAvailable (one_shot_fast from 16 GiB,
+  // else low_ram_safe), which a loaded machine lowers: the reserve case then once saw no move
+  // change the placement.
+  o.inputs.preset = "one_shot_fast";
   o.groups = m.groups;
   return o;
 }
@@ -71,12 +79,32 @@ std::uint32_t seed_from_env() {
   return static_cast<std::uint32_t>(std::strtoul(s, nullptr, 10));
 }
 
-/// The placements of a fresh setup's plan for @p budget, on a transport of its own.
+/// The route a random sequence runs on: host_sim itself (a handle sharing its state).
+struct sim_route {
+  ddo::host_sim_transport operator()(const ddo::host_sim_transport& sim) const { return sim; }
+};
+
+/// The file route over host_sim (nvme_transport: its own pinned staging slots, sized for the
+/// plan's largest file piece): the weights a plan leaves in the file read from it.
+struct file_route {
+  ddo::nvme_transport<ddo::host_sim_transport> operator()(
+      const ddo::host_sim_transport& sim) const {
+    ddo::nvme_options o;
+    o.staging_slot_bytes = 64 * ddo::mib;
+    o.read_threads = 2;
+    o.request_bytes = 256 * 1024;
+    return ddo::nvme_transport<ddo::host_sim_transport>(sim, o);
+  }
+};
+
+/// The placements of a fresh setup's plan for @p budget, on a transport of its own (@p route
+/// over a fresh host_sim).
+template <class Route = sim_route>
 std::vector<ddo::placement> fresh_placements(const move_model& m,
                                              const ddo::dynamic_offload_settings& settings,
                                              const ddo::setup_options& o, std::uint64_t card,
-                                             std::uint64_t budget) {
-  ddo::host_sim_transport fresh({.device_capacity_bytes = card});
+                                             std::uint64_t budget, Route route = {}) {
+  auto fresh = route(ddo::host_sim_transport({.device_capacity_bytes = card}));
   const auto setup = ddo::plan_for_device_budget(m.table, settings, o, fresh, budget);
   std::vector<ddo::placement> out;
   for (const auto& d : setup.plan.decisions) out.push_back(d.where);
@@ -91,6 +119,151 @@ std::vector<ddo::placement> move_placements(const ddo::offload_plan& plan) {
 
 using offloader_t = ddo::offloader<ddo::host_sim_transport>;
 
+/// With pin_in_place: checks that @p plan's pinned host weights are registered where they are
+/// and that a host weight it does not pin is not (its middle page shares no page with a pinned
+/// one: the pages an earlier plan registered were let go). @return the weights checked.
+std::size_t check_in_place_pages(const ddo::weight_table& table, const ddo::offload_plan& plan,
+                                 const ddo::host_sim_transport& sim) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto registered = [&](const void* p, std::uint64_t bytes) {
+    return sim.ledger().contains(ddo::ledger_kind::registered, p, bytes);
+  };
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> pinned;  // page ranges
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    const auto* h = std::get_if<ddo::host_source>(&table[w].source);
+    if (h == nullptr || plan.decisions[w].where != ddo::placement::pinned_host) continue;
+    const auto a = reinterpret_cast<std::uintptr_t>(h->data);
+    pinned.emplace_back(a / page * page, (a + table[w].bytes + page - 1) / page * page);
+    CHECK(registered(h->data, table[w].bytes));
+  }
+  std::size_t checked = pinned.size();
+  for (std::size_t w = 0; w < table.size(); ++w) {
+    const auto* h = std::get_if<ddo::host_source>(&table[w].source);
+    if (h == nullptr || plan.decisions[w].where == ddo::placement::pinned_host) continue;
+    const auto mid = reinterpret_cast<std::uintptr_t>(h->data) + table[w].bytes / 2;
+    const bool shared = std::any_of(pinned.begin(), pinned.end(), [&](const auto& r) {
+      return mid / page * page >= r.first && mid / page * page < r.second;
+    });
+    if (shared) continue;
+    CHECK_FALSE(registered(h->data + table[w].bytes / 2, 1));
+    ++checked;
+  }
+  return checked;
+}
+
+/// What a random sequence of moves saw (random_moves).
+struct move_totals {
+  std::size_t promoted = 0, demoted = 0, deferred = 0, slot_changes = 0;
+  std::uint64_t read = 0;  ///< bytes_read over every move
+};
+
+/// A random sequence of 24 budgets between steps on an offloader of move_model(@p seed, 8) set
+/// up with options_for's options as @p tweak changes them (the host copies' source: packed
+/// blocks, a registry, a store, in place), a lease held across about a third of the moves; after
+/// setup and each move @p after_move (the offloader, the transport, the move: null after the
+/// setup) checks what the configuration adds.
+/// Checks the bytes, the ledger within every budget, and the plan equal to a fresh plan.
+template <class Tweak, class AfterMove, class Route = sim_route>
+move_totals random_moves(std::uint32_t seed, Tweak tweak, AfterMove after_move, Route route = {}) {
+  std::mt19937 rng(seed);
+  const move_model m(seed, 8);
+  auto o = options_for(m);
+  tweak(o);
+  const auto settings = ddo::resolve_settings(o.inputs);
+  // Never the limit (budget + the balanced rule's headroom): the budgets are.
+  const std::uint64_t card = 8 * ddo::gib;
+  ddo::host_sim_transport sim({.device_capacity_bytes = card});
+  auto transport = route(sim);  // the offloader's: sim's ledger counts its device bytes
+  std::uint64_t total = 0;
+  for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
+  const auto least =
+      ddo::smallest_device_budget(m.table, settings, o, transport, 0, 0, 2 * total + 64 * ddo::mib);
+  REQUIRE(least.has_value());
+  std::uniform_int_distribution<std::uint64_t> pick(*least, 2 * total + 64 * ddo::mib);
+  std::uint64_t budget = pick(rng);
+  using route_offloader = ddo::offloader<decltype(transport)>;
+  route_offloader off(m.table, ddo::plan_for_device_budget(m.table, settings, o, transport, budget),
+                      transport);
+  CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+  after_move(off, sim, static_cast<const ddo::budget_move*>(nullptr));
+  move_totals t;
+  for (int k = 0; k < 24; ++k) {
+    const std::uint64_t next = pick(rng);
+    const bool hold = rng() % 3 == 0;
+    auto s = sim.make_stream();
+    std::optional<typename route_offloader::lease_type> held;
+    const std::size_t g = rng() % off.group_count();
+    if (hold) held.emplace(off.acquire(g, sim.view(s)));
+    const auto before = move_placements(off.plan());
+    sim.reset_peak_device_bytes();
+    const bool now = ddo::set_device_budget(off, settings, o, next);
+    CHECK(now == !hold);
+    CHECK(off.budget_move_pending() == hold);
+    if (hold) {
+      // The held group is untouched (its bytes right), and the move waits for the boundary.
+      for (std::size_t i = 0; i < held->size(); ++i) {
+        const std::byte* p = held->data(i);
+        const auto& e = m.expected[held->weight_index(i)];
+        sim.synchronize(sim.view(s));
+        CHECK(std::memcmp(p, e.data(), e.size()) == 0);
+      }
+      held.reset();
+      sim.synchronize(sim.view(s));
+      CHECK(off.budget_move_pending());  // not a boundary yet: the next step starts one
+      off.begin_step();
+      ++t.deferred;
+    }
+    CHECK_FALSE(off.budget_move_pending());
+    const std::uint64_t peak = sim.peak_device_bytes();
+    // Through the move, ddo's device bytes stayed within max(old, new) budget (ledger).
+    CHECK(sim.peak_device_bytes() <= std::max(budget, next));
+    CHECK(sim.device_bytes_in_use() == off.device_bytes());
+    CHECK(off.device_bytes() <= next);
+    CHECK(move_placements(off.plan()) == fresh_placements(m, settings, o, card, next, route));
+    if constexpr (requires { off.transport().file_io_description(); }) {
+      // The file route's staging slots are what a fresh setup for this budget page-locks.
+      auto other = route(ddo::host_sim_transport({.device_capacity_bytes = card}));
+      route_offloader fresh(m.table, ddo::plan_for_device_budget(m.table, settings, o, other, next),
+                            other);
+      CHECK(off.transport().file_io_description() == fresh.transport().file_io_description());
+    }
+    const auto moves = off.metrics().budget_moves;
+    REQUIRE(moves.size() == static_cast<std::size_t>(k) + 1);
+    const auto& mv = moves.back();
+    CHECK(mv.deferred == hold);
+    CHECK(mv.device_peak_bytes <= std::max(budget, next));
+    // Stronger, and what the order of frees and allocations gives: never more than the
+    // larger of ddo's own bytes before and after (the ledger's peak since the reset).
+    CHECK(peak <= std::max(mv.device_before_bytes, mv.device_after_bytes));
+    CHECK(mv.device_peak_bytes == peak);
+    CHECK(mv.budget_after_bytes == next);
+    t.promoted += mv.weights_promoted;
+    t.demoted += mv.weights_demoted;
+    t.read += mv.bytes_read;
+    t.slot_changes += mv.slot_bytes_before != mv.slot_bytes_after ? 1 : 0;
+    // Each byte read at most once: only groups whose placement changed read anything.
+    const auto after = move_placements(off.plan());
+    std::uint64_t changed = 0;
+    for (const auto& eg : m.groups) {
+      bool differs = false;
+      for (std::size_t w : eg.weights) differs |= before[w] != after[w];
+      if (differs)
+        for (std::size_t w : eg.weights) changed += m.table[w].bytes;
+    }
+    CHECK(mv.bytes_read <= changed);
+    sim.reset_peak_device_bytes();
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
+    CHECK(sim.peak_device_bytes() <= next);
+    after_move(off, sim, &mv);
+    budget = next;
+  }
+  MESSAGE(t.promoted << " weights promoted, " << t.demoted << " demoted, " << t.deferred
+                     << " moves deferred, " << t.slot_changes << " ring slot changes");
+  CHECK(t.promoted > 0);
+  CHECK(t.demoted > 0);
+  return t;
+}
+
 }  // namespace budget_move_test
 
 TEST_SUITE("runtime") {
@@ -102,89 +275,100 @@ TEST_SUITE("runtime") {
   TEST_CASE("set_device_budget: random budgets between steps, leases held across some") {
     const std::uint32_t seed = budget_move_test::seed_from_env();
     MESSAGE("budget move seed " << seed << " (DDO_BUDGET_MOVE_SEED=N or =random to choose)");
-    std::mt19937 rng(seed);
-    const move_model m(seed, 8);
-    const auto o = options_for(m);
-    const auto settings = ddo::resolve_settings(o.inputs);
-    // Never the limit (budget + the balanced rule's headroom): the budgets are.
-    const std::uint64_t card = 8 * ddo::gib;
-    ddo::host_sim_transport sim({.device_capacity_bytes = card});
-    std::uint64_t total = 0;
-    for (std::size_t w = 0; w < m.table.size(); ++w) total += m.table[w].bytes;
-    const auto least =
-        ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
-    REQUIRE(least.has_value());
-    std::uniform_int_distribution<std::uint64_t> pick(*least, 2 * total + 64 * ddo::mib);
-    std::uint64_t budget = pick(rng);
-    offloader_t off(m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, budget), sim);
-    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
-    std::size_t promoted = 0, demoted = 0, deferred = 0, slot_changes = 0;
-    for (int k = 0; k < 24; ++k) {
-      const std::uint64_t next = pick(rng);
-      const bool hold = rng() % 3 == 0;
-      auto s = sim.make_stream();
-      std::optional<offloader_t::lease_type> held;
-      const std::size_t g = rng() % off.group_count();
-      if (hold) held.emplace(off.acquire(g, sim.view(s)));
-      const auto before = move_placements(off.plan());
-      sim.reset_peak_device_bytes();
-      const bool now = ddo::set_device_budget(off, settings, o, next);
-      CHECK(now == !hold);
-      CHECK(off.budget_move_pending() == hold);
-      if (hold) {
-        // The held group is untouched (its bytes right), and the move waits for the boundary.
-        for (std::size_t i = 0; i < held->size(); ++i) {
-          const std::byte* p = held->data(i);
-          const auto& e = m.expected[held->weight_index(i)];
-          sim.synchronize(sim.view(s));
-          CHECK(std::memcmp(p, e.data(), e.size()) == 0);
-        }
-        held.reset();
-        sim.synchronize(sim.view(s));
-        CHECK(off.budget_move_pending());  // not a boundary yet: the next step starts one
-        off.begin_step();
-        ++deferred;
-      }
-      CHECK_FALSE(off.budget_move_pending());
-      const std::uint64_t peak = sim.peak_device_bytes();
-      // Through the move, ddo's device bytes stayed within max(old, new) budget (ledger).
-      CHECK(sim.peak_device_bytes() <= std::max(budget, next));
-      CHECK(sim.device_bytes_in_use() == off.device_bytes());
-      CHECK(off.device_bytes() <= next);
-      CHECK(move_placements(off.plan()) ==
-            budget_move_test::fresh_placements(m, settings, o, card, next));
-      const auto moves = off.metrics().budget_moves;
-      REQUIRE(moves.size() == static_cast<std::size_t>(k) + 1);
-      const auto& mv = moves.back();
-      CHECK(mv.deferred == hold);
-      CHECK(mv.device_peak_bytes <= std::max(budget, next));
-      // Stronger, and what the order of frees and allocations gives: never more than the
-      // larger of ddo's own bytes before and after (the ledger's peak since the reset).
-      CHECK(peak <= std::max(mv.device_before_bytes, mv.device_after_bytes));
-      CHECK(mv.device_peak_bytes == peak);
-      CHECK(mv.budget_after_bytes == next);
-      promoted += mv.weights_promoted;
-      demoted += mv.weights_demoted;
-      slot_changes += mv.slot_bytes_before != mv.slot_bytes_after ? 1 : 0;
-      // Each byte read at most once: only groups whose placement changed read anything.
-      const auto after = move_placements(off.plan());
-      std::uint64_t changed = 0;
-      for (const auto& eg : m.groups) {
-        bool differs = false;
-        for (std::size_t w : eg.weights) differs |= before[w] != after[w];
-        if (differs)
-          for (std::size_t w : eg.weights) changed += m.table[w].bytes;
-      }
-      CHECK(mv.bytes_read <= changed);
-      sim.reset_peak_device_bytes();
-      CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
-      CHECK(sim.peak_device_bytes() <= next);
-      budget = next;
-    }
-    MESSAGE(promoted << " weights promoted, " << demoted << " demoted, " << deferred
-                     << " moves deferred, " << slot_changes << " ring slot changes");
-    CHECK(promoted > 0);
-    CHECK(demoted > 0);
+    (void)budget_move_test::random_moves(
+        seed, [](ddo::setup_options&) {},
+        [](auto&, ddo::host_sim_transport&, const ddo::budget_move*) {});
+  }
+
+  TEST_CASE("set_device_budget, random moves: host copies from a weight registry") {
+    const std::uint32_t seed = budget_move_test::seed_from_env() + 1;
+    std::shared_ptr<ddo::weight_registry> registry;
+    std::uint64_t loaded = 0;
+    (void)budget_move_test::random_moves(
+        seed,
+        [&](ddo::setup_options& o) {
+          o.inputs.overrides.emplace_back(ddo::field_id::cache_pinned_weights, true);
+          o.runtime.registry = registry = std::make_shared<ddo::weight_registry>();
+        },
+        [&](auto& off, ddo::host_sim_transport&, const ddo::budget_move* mv) {
+          // The registry's reads for the move are the move's packed bytes (each piece once).
+          const auto now = registry->stats().loaded_bytes;
+          if (mv != nullptr) CHECK(mv->bytes_packed == now - loaded);
+          loaded = now;
+          CHECK(off.metrics().pin_fallback_bytes == 0);
+          // What the plan pins is held in use (a budget of 1 byte evicts none of it: the
+          // offloader copies from it); what only earlier plans pinned is let go.
+          if (off.plan().total_bytes(ddo::placement::pinned_host) == 0)
+            CHECK(registry->pinned_bytes() == 0);
+          else
+            CHECK_THROWS_AS(registry->set_budget(1), ddo::registry_full);
+        });
+  }
+
+  TEST_CASE("set_device_budget, random moves: host copies from a shared_weight_store") {
+    const std::uint32_t seed = budget_move_test::seed_from_env() + 2;
+    std::shared_ptr<ddo::shared_weight_store> store;
+    std::uint64_t held = 0;
+    std::size_t pinned_plans = 0;
+    (void)budget_move_test::random_moves(
+        seed,
+        [&](ddo::setup_options& o) {
+          o.runtime.weight_store = store = std::make_shared<ddo::shared_weight_store>();
+        },
+        [&](auto& off, ddo::host_sim_transport&, const ddo::budget_move* mv) {
+          // The store keeps every copy: what it gained is what the move read into it, each
+          // weight at most once over the whole sequence (demoted again, it finds its copy).
+          const auto now =
+              ddo::detail::pinning_detail::store_bytes_held(*store, off.table(), off.options());
+          if (mv != nullptr) CHECK(mv->bytes_packed == now - held);
+          held = now;
+          CHECK(off.metrics().pin_fallback_bytes == 0);
+          pinned_plans += off.plan().total_bytes(ddo::placement::pinned_host) != 0 ? 1 : 0;
+        });
+    CHECK(pinned_plans > 0);
+  }
+
+  TEST_CASE("set_device_budget, random moves: pin_in_place registers the engine's pages") {
+    const std::uint32_t seed = budget_move_test::seed_from_env() + 3;
+    std::size_t with_pages = 0;
+    (void)budget_move_test::random_moves(
+        seed, [](ddo::setup_options& o) { o.runtime.pin_in_place = true; },
+        [&](auto& off, ddo::host_sim_transport& sim, const ddo::budget_move*) {
+          // The plan's pinned host weights registered where they are, whole pages, none staged;
+          // the pages only the old plan pinned let go (a page it shares with the new plan is
+          // registered again: CUDA refuses a second registration of a page).
+          CHECK(off.metrics().pin_fallback_bytes == 0);
+          const std::size_t checked =
+              budget_move_test::check_in_place_pages(off.table(), off.plan(), sim);
+          with_pages += checked != 0 ? 1 : 0;
+        });
+    CHECK(with_pages > 0);
+  }
+
+  TEST_CASE("set_device_budget, random moves: the file route") {
+    const std::uint32_t seed = budget_move_test::seed_from_env() + 4;
+    std::size_t from_file = 0, resized = 0;
+    std::string slots;
+    (void)budget_move_test::random_moves(
+        seed,
+        [](ddo::setup_options& o) {
+          // backend nvme: what the plan does not pin stays in its file (placement file).
+          o.inputs.overrides.emplace_back(ddo::field_id::backend, std::string("nvme"));
+        },
+        [&](auto& off, ddo::host_sim_transport&, const ddo::budget_move*) {
+          // Weights the plan leaves in their file stream from it (random_moves checks the bytes
+          // and that the staging slots are what a fresh setup page-locks).
+          const auto& plan = off.plan();
+          for (std::size_t w = 0; w < plan.decisions.size(); ++w)
+            from_file += plan.decisions[w].where == ddo::placement::file ? 1 : 0;
+          const auto io = off.transport().file_io_description();
+          resized += !slots.empty() && io != slots ? 1 : 0;
+          slots = io;
+        },
+        budget_move_test::file_route{});
+    MESSAGE(from_file << " file placements over the sequence, " << resized
+                      << " staging slot resizes");
+    CHECK(from_file > 0);
   }
 
   TEST_CASE("set_device_budget: the same budget moves nothing; a budget too small is refused") {
@@ -232,7 +416,7 @@ TEST_SUITE("runtime") {
                     ddo::out_of_memory);
   }
 
-  TEST_CASE("set_device_budget: refused after release_device, applied after restore") {
+  TEST_CASE("set_device_budget after release_device: the plan moves, restore_device brings it up") {
     const move_model m(9, 4);
     const auto o = options_for(m);
     const auto settings = ddo::resolve_settings(o.inputs);
@@ -245,15 +429,59 @@ TEST_SUITE("runtime") {
     const auto least =
         ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
     REQUIRE(least.has_value());
-    CHECK_THROWS_AS((void)ddo::set_device_budget(off, settings, o, *least), ddo::usage_error);
-    off.restore_device();
+    // A pipeline component outside its phase: the plan and the host side move, the device
+    // stays empty until restore_device, which brings up the new plan.
     CHECK(ddo::set_device_budget(off, settings, o, *least));
+    CHECK(off.device_released());
+    CHECK(sim.device_bytes_in_use() == 0);
+    CHECK(move_placements(off.plan()) ==
+          budget_move_test::fresh_placements(m, settings, o, 8 * ddo::gib, *least));
+    sim.reset_peak_device_bytes();
+    off.restore_device();
     CHECK(off.device_bytes() <= *least);
+    CHECK(sim.peak_device_bytes() <= *least);
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
+    // And back up while released again.
+    off.release_device();
+    CHECK(ddo::set_device_budget(off, settings, o, roomy));
+    off.restore_device();
+    CHECK(move_placements(off.plan()) ==
+          budget_move_test::fresh_placements(m, settings, o, 8 * ddo::gib, roomy));
     CHECK(ddo_test::count_mismatches(off, sim, m.expected, 2) == 0);
   }
 }
 
 TEST_SUITE("runtime") {
+  TEST_CASE("budget_move_test's settings do not depend on this machine's available RAM") {
+    // The flake of the reserve case below: options_for left the auto preset to this machine's
+    // MemAvailable, which a loaded machine lowers. Two machines, 1 GiB and 256 GiB available:
+    // the same preset, config and plan.
+    const budget_move_test::move_model m(11, 8);
+    const auto dir = std::filesystem::temp_directory_path();
+    std::vector<ddo::placement> plans[2];
+    std::string presets[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto path =
+          dir / ("ddo_budget_move_meminfo_" + std::to_string(::getpid()) + "_" + std::to_string(i));
+      std::ofstream(path) << "MemTotal: 268435456 kB\nMemAvailable: "
+                          << (i == 0 ? 1048576 : 268435456) << " kB\n";
+      auto o = budget_move_test::options_for(m);
+      o.inputs.paths.meminfo = path.string();
+      const auto settings = ddo::resolve_settings(o.inputs);
+      presets[i] = settings.effective_preset;
+      ddo::host_sim_transport sim({.device_capacity_bytes = 8 * ddo::gib});
+      const std::uint64_t total = m.table.total_bytes();
+      const auto least =
+          ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+      REQUIRE(least.has_value());
+      plans[i] = budget_move_test::move_placements(
+          ddo::plan_for_device_budget(m.table, settings, o, sim, *least + total / 2).plan);
+      std::filesystem::remove(path);
+    }
+    CHECK(presets[0] == presets[1]);
+    CHECK(plans[0] == plans[1]);
+  }
+
   TEST_CASE("set_device_reserve: the plan follows the engine's reserve per workload size") {
     using budget_move_test::move_placements;
     const budget_move_test::move_model m(11, 8);
@@ -274,8 +502,8 @@ TEST_SUITE("runtime") {
     ddo::host_sim_transport sim({.device_capacity_bytes = card});
     o.reserve_device_bytes = total / 4;
     budget_move_test::offloader_t off(
-        m.table, ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, sim),
-        sim);
+        m.table,
+        ddo::setup_offload(m.table, settings, ddo::component_for(settings, o.inputs), o, sim), sim);
     std::size_t changed = 0;
     for (std::uint64_t reserve : {total, total / 4, 3 * total / 4, std::uint64_t{0}, total / 2}) {
       const auto before = move_placements(off.plan());
@@ -363,8 +591,8 @@ TEST_SUITE("runtime") {
     REQUIRE(off.options().registry != nullptr);
     CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
     std::uint64_t demoted_read = 0;
-    for (const std::uint64_t budget : {*least, 2 * total, *least + (2 * total - *least) / 2,
-                                       *least}) {
+    for (const std::uint64_t budget :
+         {*least, 2 * total, *least + (2 * total - *least) / 2, *least}) {
       const auto loaded = o.runtime.registry->stats().loaded_bytes;
       CHECK(ddo::set_device_budget(off, settings, o, budget));
       CHECK(off.device_bytes() <= budget);
@@ -375,6 +603,16 @@ TEST_SUITE("runtime") {
       CHECK(mv.bytes_packed == read_by_registry);
       CHECK(mv.bytes_read == mv.bytes_uploaded + mv.bytes_packed);
       demoted_read += mv.bytes_demoted != 0 ? read_by_registry : 0;
+      // The registry holds what the new plan pins, in use (the offloader copies from it): a
+      // budget of 1 byte evicts none of it; and nothing the old plan alone pinned stays held.
+      auto& registry = *o.runtime.registry;
+      if (off.plan().total_bytes(ddo::placement::pinned_host) != 0) {
+        const auto kept = registry.budget();
+        CHECK_THROWS_AS(registry.set_budget(1), ddo::registry_full);
+        CHECK(registry.budget() == kept);
+      } else {
+        CHECK(registry.pinned_bytes() == 0);
+      }
       CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
     }
     // Everything resident released the registry's pieces: a demotion after it read them again.

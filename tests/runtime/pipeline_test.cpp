@@ -171,6 +171,71 @@ TEST_CASE("a shared device budget holds every phase of several images; pinned bl
   check_nothing_live(ledger);
 }
 
+TEST_CASE("co-scheduled components share the device budget; budgets move between phases without setup") {
+  const three_components m;
+  host_sim_transport sim;
+  const auto& ledger = sim.ledger();
+  auto options = quiet_options();
+  const std::uint64_t budget = 2 * ddo::runtime_device_reserve_bytes + 12 * ddo::mib;
+  options.pipeline_device_budget_bytes = budget;
+  {
+    auto pipe = ddo::enable_pipeline_offload(m.pipeline(), "auto", options, sim);
+    const auto least = [&](const std::string& name) {
+      auto& c = pipe[name];
+      const auto b = ddo::smallest_device_budget(c->table(), c.settings,
+                                                 pipe.component_options(name), sim, 0, 0, budget);
+      REQUIRE(b.has_value());
+      return *b;
+    };
+    const std::uint64_t least_t = least("transformer"), least_v = least("vae");
+    REQUIRE(least_t + least_v <= budget);
+    pipe.enter_phase("text_encoder");
+    // The transformer and the VAE together (a ControlNet beside a transformer is the same):
+    // the text encoder leaves, the two share the budget, each moved — no setup.
+    std::mt19937 rng(41);
+    std::uint64_t t_budget = budget - least_v, v_budget = least_v;
+    for (int k = 0; k < 8; ++k) {
+      sim.reset_peak_device_bytes();
+      if (k == 0)
+        pipe.move_budgets({{"text_encoder", 0}, {"transformer", t_budget}, {"vae", v_budget}});
+      else
+        pipe.move_budgets({{"transformer", t_budget}, {"vae", v_budget}});
+      // The ledger's peak: every moment of the moves, frees and allocations of both.
+      CHECK(ledger.peak(ledger_kind::device) <= budget);
+      CHECK(ledger.in_use(ledger_kind::device) == pipe.device_bytes());
+      CHECK(pipe["text_encoder"]->device_released());
+      CHECK(pipe["transformer"]->device_bytes() <= t_budget);
+      CHECK(pipe["vae"]->device_bytes() <= v_budget);
+      for (const auto& [name, bytes] :
+           {std::pair<std::string, std::uint64_t>{"transformer", t_budget}, {"vae", v_budget}}) {
+        // The placement a fresh plan for that budget makes; the bytes right.
+        host_sim_transport other;
+        const auto fresh = ddo::plan_for_device_budget(m.model(name).table, pipe[name].settings,
+                                                       pipe.component_options(name), other, bytes);
+        for (std::size_t w = 0; w < fresh.plan.decisions.size(); ++w)
+          CHECK(pipe[name]->plan().decisions[w].where == fresh.plan.decisions[w].where);
+        CHECK(ddo_test::count_mismatches(*pipe[name], sim, m.model(name).bytes, 2) == 0);
+      }
+      t_budget = least_t + rng() % (budget - least_t - least_v + 1);
+      v_budget = budget - t_budget;
+    }
+    CHECK(pipe["transformer"]->metrics().budget_moves.size() == 8);
+    // Over the budget with the components not named: refused, nothing moved.
+    const auto moves = pipe["vae"]->metrics().budget_moves.size();
+    CHECK_THROWS_AS(pipe.move_budgets({{"vae", budget}}), ddo::out_of_memory);
+    CHECK(pipe["vae"]->metrics().budget_moves.size() == moves);
+    CHECK_THROWS_AS(pipe.move_budgets({{"vae", least_v}, {"vae", least_v}}), ddo::usage_error);
+    // The VAE's phase alone afterwards, the whole budget again.
+    pipe.move_budgets({{"transformer", 0}, {"vae", budget}});
+    CHECK(pipe["transformer"]->device_released());
+    CHECK(ddo_test::count_mismatches(*pipe["vae"], sim, m.vae.bytes, 1) == 0);
+    pipe.enter_phase("text_encoder");
+    CHECK(ddo_test::count_mismatches(*pipe["text_encoder"], sim, m.text_encoder.bytes, 1) == 0);
+    CHECK(ledger.peak(ledger_kind::device) <= budget);
+  }
+  check_nothing_live(ledger);
+}
+
 TEST_CASE("the pinned-host budget is split once between the streaming components by weight bytes") {
   const three_components m;
   host_sim_transport sim;

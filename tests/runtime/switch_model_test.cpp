@@ -66,6 +66,9 @@ ddo::setup_options options_for(const file_model& m, std::shared_ptr<ddo::weight_
                         // would hide what the planner saw).
                         {ddo::field_id::cache_plan, false}};
   o.ram_bytes = 8 * ddo::gib;
+  // The preset named: auto decides on this machine's MemAvailable (low_ram_safe below 16 GiB,
+  // which pins nothing here), and a loaded machine fell below it (budget_move_test's flake).
+  o.inputs.preset = "one_shot_fast";
   o.groups = m.groups;
   o.runtime.registry = std::move(reg);
   o.runtime.registry_model = std::move(name);

@@ -150,8 +150,10 @@ class basic_offloader {
   /// @p plan: a fresh plan for that budget over this table and these execution groups
   /// (setup/device_budget.hpp's set_device_budget makes it with the setup's own plan stage and
   /// calls this). Only what differs moves: resident groups the new plan streams are freed and
-  /// stream from where it puts them (pinned blocks packed anew, or their files), streamed groups
-  /// it keeps resident are uploaded, the ring follows the largest streamed group; ddo's device
+  /// stream from where it puts them (pinned blocks packed anew, the weight registry's or the
+  /// shared_weight_store's pieces, the engine's pages registered in place, or their files; the
+  /// file route's staging slots sized for the largest file piece), streamed groups it keeps
+  /// resident are uploaded, the ring follows the largest streamed group; ddo's device
   /// bytes stay within max(old, new) budget throughout (metrics().budget_moves).
   /// Applied now when no lease is alive, else at the first step boundary (begin_step, or the
   /// acquire that starts a step) with none alive — a lease's weights never move under it; a
@@ -159,10 +161,13 @@ class basic_offloader {
   /// (resident_data) and of the ring change: bindings follow, a captured graph must be
   /// captured again.
   /// @return whether the move was applied now.
-  /// @throws usage_error while a captured graph streams (graph_mode()), after release_device,
-  /// on the VMM and file routes, native_vmm, pin_in_place and a shared_weight_store, for a plan
-  /// of other groups; out_of_memory when @p plan does not fit @p budget_bytes. Nothing changes
-  /// then. A failure during the move itself puts the old placement back and rethrows.
+  /// On a released offloader (release_device: a pipeline component outside its phase) only
+  /// the plan and the host side move; restore_device() then brings the new plan up.
+  /// @throws usage_error while a captured graph streams (graph_mode()), on the VMM routes
+  /// (vmm_runtime, native_vmm: their addresses are stable for the run), with adapters
+  /// attached, for a plan of other groups; out_of_memory when @p plan does not fit
+  /// @p budget_bytes. Nothing changes then. A failure during the move itself puts the old
+  /// placement back and rethrows.
   bool move_budget(offload_plan plan, std::uint64_t budget_bytes) {
     return core_->move_budget(std::move(plan), budget_bytes);
   }

@@ -41,6 +41,7 @@
 #include "ddo/core/error.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"
+#include "ddo/setup/device_budget.hpp"
 #include "ddo/setup/enable_offload.hpp"
 #include "ddo/setup/resolve_stage.hpp"
 #include "ddo/setup/pipeline_budget.hpp"
@@ -139,6 +140,42 @@ class pipeline_offload {
   }
   [[nodiscard]] const pipeline_phase_counts& phase_counts() const noexcept { return counts_; }
 
+  /// @brief Co-scheduled components (issue 41 item 3): moves each named component's device
+  /// budget at a phase boundary without setup (set_device_budget on its offloader, with the
+  /// settings and options it was set up with): several components stay up at once, each within
+  /// its budget. Components whose budget falls move first, then those whose budget rises (a
+  /// released one is moved while released and then restored), so ddo's device bytes of all
+  /// components never exceed the larger of the sums before and after — within the pipeline's
+  /// device budget when it has one. A budget of 0 releases the component's device side.
+  /// Components not named keep theirs. No single phase is current afterwards.
+  /// @note Synchronizes with ddo's streams (a phase boundary).
+  /// @throws usage_error for an unknown or route-none component, one named twice, or a lease
+  /// alive in a named one; out_of_memory when the budgets and the components not named exceed
+  /// the pipeline's device budget, or (naming the smallest budget) when a component's budget
+  /// holds none of its plans — nothing changed then; what a move throws (the components moved
+  /// before it keep their new budgets).
+  void move_budgets(const std::vector<std::pair<std::string, std::uint64_t>>& budgets) {
+    check_budget_moves(budgets);
+    phase_.clear();
+    std::vector<char> falls;  // decided before any move: a moved component is within its budget
+    for (const auto& b : budgets) falls.push_back(b.second < (*this)[b.first]->device_bytes());
+    for (std::size_t i = 0; i < budgets.size(); ++i)  // those leaving or shrinking first
+      if (budgets[i].second == 0) (*this)[budgets[i].first]->release_device();
+      else if (falls[i]) move_component(budgets[i].first, budgets[i].second);
+    for (std::size_t i = 0; i < budgets.size(); ++i)
+      if (budgets[i].second != 0 && !falls[i]) move_component(budgets[i].first, budgets[i].second);
+    counts_.peak_device_bytes = std::max(counts_.peak_device_bytes, device_bytes());
+  }
+
+  /// @brief The setup options component @p name was set up with (its share of the budgets in
+  /// runtime.device_budget_bytes); move_budgets plans with them.
+  [[nodiscard]] const setup_options& component_options(const std::string& name) const {
+    const auto it = options_.find(name);
+    DDO_EXPECTS(it != options_.end(), "pipeline_offload: no options for component '" + name +
+                                          "' (not set up by enable_pipeline_offload)");
+    return it->second;
+  }
+
   /// @brief Raises the shared budgets: equal budgets change nothing; a larger one re-plans
   /// every component (and pins again, once); no phase is current afterwards.
   /// @throws usage_error for a budget lower than the current one (budgets only ratchet up
@@ -165,6 +202,12 @@ class pipeline_offload {
   }
 
   // --- for enable_pipeline_offload ----------------------------------------------------------
+  /// @brief Adds component @p name, last in setup order, set up with @p o.
+  void add_component(const std::string& name, enabled_offload<Offloader> c, setup_options o) {
+    components.emplace(name, std::move(c));
+    order.push_back(name);
+    options_.insert_or_assign(name, std::move(o));
+  }
   /// @brief Records the budgets and shares the components were set up with.
   void set_planned(pipeline_budgets budgets, std::vector<pipeline_component_budget> shares,
                    planner p) {
@@ -175,6 +218,39 @@ class pipeline_offload {
   }
 
  private:
+  void check_budget_moves(const std::vector<std::pair<std::string, std::uint64_t>>& budgets) {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < budgets.size(); ++i) {
+      const auto& [name, bytes] = budgets[i];
+      auto& c = (*this)[name];
+      DDO_EXPECTS(c.component.route != component_route::none,
+                  "move_budgets: component '" + name + "' is on route none (always resident)");
+      for (std::size_t j = 0; j < i; ++j)
+        DDO_EXPECTS(budgets[j].first != name, "move_budgets: component '" + name + "' named twice");
+      DDO_EXPECTS(c->live_leases() == 0, "move_budgets: component '" + name + "' has " +
+                                             std::to_string(c->live_leases()) +
+                                             " lease(s) alive; drop them before the boundary");
+      total += bytes;
+    }
+    for (const auto& entry : components) {
+      const auto named = [&](const auto& b) { return b.first == entry.first; };
+      if (std::none_of(budgets.begin(), budgets.end(), named))
+        total += entry.second->device_bytes();
+    }
+    if (budgets_.device_bytes != 0 && total > budgets_.device_bytes)
+      throw out_of_memory(memory_tier::device, total, budgets_.device_bytes,
+                          "move_budgets: the budgets and the components not named need " +
+                              format_bytes_exact(total) + ", the pipeline's device budget is " +
+                              format_bytes_exact(budgets_.device_bytes) + "; nothing moved");
+  }
+
+  /// Moves component @p name to @p bytes (a released one moves while released, then comes up).
+  void move_component(const std::string& name, std::uint64_t bytes) {
+    auto& c = (*this)[name];
+    (void)set_device_budget(*c, c.settings, component_options(name), bytes);
+    if (c->device_released()) c->restore_device();
+  }
+
   [[nodiscard]] std::string names() const {
     std::string s;
     for (const auto& n : order) s += (s.empty() ? "'" : ", '") + n + "'";
@@ -186,6 +262,7 @@ class pipeline_offload {
   std::vector<pipeline_component_budget> shares_;
   pipeline_phase_counts counts_;
   planner planner_;
+  std::map<std::string, setup_options> options_;  // each component's, as set up
 };
 
 /// @brief The budgets a pipeline shares: `pipeline_device_budget_gb` / `pipeline_pinned_budget_gb`
@@ -323,8 +400,7 @@ void setup_pipeline(Result& result, const std::vector<pipeline_component>& pipel
       enabled.notes.insert(enabled.notes.end(), notes.begin(), notes.end());
       // Shared device budget: each phase is set up alone, then waits for enter_phase.
       if (budgets.device_bytes != 0 && !needs[i].stays_resident) enabled->release_device();
-      result.components.emplace(pipeline[i].name, std::move(enabled));
-      result.order.push_back(pipeline[i].name);
+      result.add_component(pipeline[i].name, std::move(enabled), o);
     }
   } catch (...) {
     result.components.clear();

@@ -120,7 +120,8 @@ struct nvme_state {
   std::uint64_t slot_alloc_bytes = 0;
   unsigned next = 0;
   std::unique_ptr<parallel_reader> reader;
-  std::string description;
+  std::string description;     // io_description and the slots
+  std::string io_description;  // how the files are read (prepare_file_reads)
   bool direct = false;
   nvme_stats stats;
   nvme_batch batch;  // the batch being read
@@ -241,31 +242,58 @@ class nvme_transport : public detail::transport_adaptor<Inner> {
           if (f.reader && f.reader->direct_io_active())
             f.reader = std::make_unique<file_reader>(f.path, safetensors_backend::pread,
                                                      file_reader_options{.direct_io = false, .faults = r.faults});
-      // No more than the largest piece needs (its O_DIRECT widening included): a small model
-      // does not page-lock the whole configured staging.
-      st.slot_alloc_bytes = round_up(o.staging_slot_bytes, direct_io_alignment);
-      if (r.largest_piece_bytes != 0)
-        st.slot_alloc_bytes = std::min(st.slot_alloc_bytes,
-                                       round_up(r.largest_piece_bytes, direct_io_alignment) + 2 * direct_io_alignment);
+      st.slot_alloc_bytes = slot_bytes_for(o, r.largest_piece_bytes);
       for (std::size_t s = 0; s < 2; ++s) allocate_slot(st, s);
       // ddo's one read pool (model/parallel_reader.hpp), its requests at most request_bytes.
       // In a gated run the caller issues copies while the helpers read: read_threads helpers.
       st.reader = std::make_unique<parallel_reader>(o.read_threads + 1, o.request_bytes);
       st.next = 0;
       st.stats = {};
-      st.description =
+      st.io_description =
           std::string(st.direct ? "O_DIRECT reads" : "buffered reads") +
           (st.direct || o.io == file_io_mode::buffered
                ? std::string()
                : " (O_DIRECT refused by the file system of '" + refused + "')") +
           ", " + std::to_string(o.read_threads) + " reader thread(s), " +
-          format_bytes(o.request_bytes) + " requests, 2 x " + format_bytes(st.slot_alloc_bytes) +
-          " pinned staging";
+          format_bytes(o.request_bytes) + " requests";
+      describe(st);
       st.prepared = true;
     } catch (...) {
       release_locked();
       throw;
     }
+  }
+
+  /// @brief A budget move (issue 41): sizes the two staging slots for @p largest_piece_bytes, the
+  /// largest file piece the new plan reads, as prepare_file_reads sizes them for a fresh setup;
+  /// the files, readers and statistics stay. Waits for the slots' copies first (the caller has
+  /// no read in flight). When the new slots cannot be page-locked the old ones come back and
+  /// the failure is rethrown. @return whether the slots changed size.
+  /// @throws usage_error when not prepared; out_of_memory/cuda_error (the slots as before).
+  bool resize_file_staging(std::uint64_t largest_piece_bytes) {
+    auto& st = *nvme_;
+    std::lock_guard lock(st.mutex);
+    DDO_EXPECTS(st.prepared, "nvme_transport::resize_file_staging before prepare_file_reads");
+    const std::uint64_t old = st.slot_alloc_bytes;
+    const std::uint64_t bytes = slot_bytes_for(st.options, largest_piece_bytes);
+    if (bytes == old) return false;
+    free_slots(st);
+    try {
+      st.slot_alloc_bytes = bytes;
+      for (std::size_t s = 0; s < 2; ++s) allocate_slot(st, s);
+    } catch (...) {
+      free_slots(st);
+      st.slot_alloc_bytes = old;
+      try {
+        for (std::size_t s = 0; s < 2; ++s) allocate_slot(st, s);  // freed just now: they fit
+      } catch (...) {
+        release_locked();  // reads are then refused (not prepared), never given a null slot
+      }
+      throw;
+    }
+    st.next = 0;
+    describe(st);
+    return true;
   }
 
   /// @brief Reads [offset, offset + bytes) of @p path into the device at @p dst, ordered on
@@ -447,8 +475,23 @@ class nvme_transport : public detail::transport_adaptor<Inner> {
     st.slot[s] = p + to_aligned(p);
   }
 
-  void release_locked() noexcept {
-    auto& st = *nvme_;
+  /// The slots' size for a plan whose largest file piece is @p largest_piece_bytes: no more
+  /// than it needs (its O_DIRECT widening included), so a small model does not page-lock the
+  /// whole configured staging; the configured size when unknown (0).
+  static std::uint64_t slot_bytes_for(const nvme_options& o, std::uint64_t largest_piece_bytes) {
+    const std::uint64_t configured = round_up(o.staging_slot_bytes, direct_io_alignment);
+    if (largest_piece_bytes == 0) return configured;
+    return std::min(configured,
+                    round_up(largest_piece_bytes, direct_io_alignment) + 2 * direct_io_alignment);
+  }
+
+  static void describe(detail::nvme_state<Inner>& st) {
+    st.description =
+        st.io_description + ", 2 x " + format_bytes(st.slot_alloc_bytes) + " pinned staging";
+  }
+
+  /// Waits for each slot's copies and frees it (teardown, a resize). Never throws.
+  void free_slots(detail::nvme_state<Inner>& st) noexcept {
     for (std::size_t s = 0; s < 2; ++s) {
       try {
         if (st.slot_allocation[s] != nullptr) {
@@ -462,11 +505,15 @@ class nvme_transport : public detail::transport_adaptor<Inner> {
       st.slot_allocation[s] = nullptr;
       st.slot_free[s] = event{};
     }
+  }
+
+  void release_locked() noexcept {
+    auto& st = *nvme_;
+    free_slots(st);
     st.reader.reset();
     st.files.clear();
     st.prepared = false;
   }
-
   std::shared_ptr<detail::nvme_state<Inner>> nvme_;
 };
 

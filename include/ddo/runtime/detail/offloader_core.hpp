@@ -194,6 +194,7 @@ class offloader_core {
   void move_device_side(pending_budget_move& next, budget_move& record);
   void restore_after_failed_move(group_layout& old, const std::vector<char>& kept) noexcept;
   void fit_staging_for_move(bool for_upload);
+  void commit_released_move(pending_budget_move& next);
   void rebuild_pieces_and_ring(const std::vector<char>& fresh);
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);

@@ -10,8 +10,12 @@
 ///    a step boundary without leases);
 /// 2. host side: pack and page-lock the new layout's pinned groups, a group whose packed
 ///    weights stay taking its block back (a pinned_weight_cache: the engine's, or one made of
-///    the old blocks), so only new blocks read their bytes; nothing on the device moved yet, so
-///    a failure leaves the offloader as it was;
+///    the old blocks), so only new blocks read their bytes; with a weight registry or a
+///    shared_weight_store the pinned weights are their pieces (those held reused, the rest read
+///    once into them); with pin_in_place the old layout's engine pages are unregistered first
+///    (nothing reads them after 1.; CUDA refuses a second registration of a page) and the new
+///    layout's registered. Nothing on the device moved yet, so a failure leaves the offloader
+///    as it was (the old pages registered again);
 /// 3. device side, frees first: the ring, then every resident piece (a group's residents) whose
 ///    weights change; then allocations: the new pieces (uploaded from their sources) and the
 ///    new ring. A failure there frees what was allocated and puts the old pieces and ring back.
@@ -37,18 +41,22 @@ namespace detail {
 
 template <class T>
 void offloader_core<T>::refuse_budget_move(const offload_plan& plan) const {
-  constexpr bool stable = transport_with_stable_addresses<T>;
-  constexpr bool file_route = transport_with_file_staging<T>;
-  if constexpr (stable || file_route)
-    throw usage_error(std::string("move_budget: the ") + (stable ? "VMM" : "file") +
-                      " route cannot move its budget while running (its window or slots are "
-                      "sized at setup); set the offloader up again for the new budget");
-  DDO_EXPECTS(!options_.native_vmm.enabled && !options_.weight_store && !options_.pin_in_place,
-              "move_budget: supported on the linear and host_sim routes with packed pinned "
-              "blocks; native_vmm, a shared_weight_store and pin_in_place keep their setup's "
-              "placement (set the offloader up again for the new budget)");
-  DDO_EXPECTS(!released_, "move_budget: the device side was released (release_device); "
-                          "restore_device first");
+  // Why not the VMM routes: their contract is one device address per streamed group for the
+  // whole run (stable_address; engines bind it once), and the mapped ranges, physical slots and
+  // windows are sized for the setup's plan; a move changes which weights stream, so the ranges
+  // would move under the engine's pointers (docs/engine-walkthrough.md).
+  if constexpr (transport_with_stable_addresses<T>)
+    throw usage_error(
+        "move_budget: the VMM route (vmm_runtime) gives each streamed group one device address "
+        "for the whole run and sizes its mapped window for the setup's plan; a budget move "
+        "would change which weights those addresses hold. Set the offloader up again for the "
+        "new budget (with cache_pinned_weights, a pinned_cache or a shared_weight_store nothing "
+        "is read again), or run the linear route (execution_mode linear_runtime), whose budget "
+        "moves");
+  DDO_EXPECTS(!options_.native_vmm.enabled,
+              "move_budget: native_vmm (vmm_native_transport) maps the streamed weights into "
+              "windows sized for the setup's plan at stable addresses; set the offloader up "
+              "again for the new budget, or run the linear route, whose budget moves");
   DDO_EXPECTS(!graph_.active,
               "move_budget: a captured CUDA graph streams through this offloader's ring, whose "
               "addresses a move changes; leave graph mode (release_device / restore_device), "
@@ -129,12 +137,26 @@ std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_p
   runtime_options o = next.options;
   o.pinned_cache = cache;
   setup_meter quiet;
-  // With a weight registry (cache_pinned_weights' default source) the demoted groups' host
-  // copies are the registry's pieces: what it reads for them is the move's read too (a registry
-  // shared with another offloader loading at this moment counts that one's loads as well).
+  // With a weight registry (cache_pinned_weights' default source) or a shared_weight_store the
+  // demoted groups' host copies are their pieces: what they read for them is the move's read
+  // too, each weight once (a registry or store shared with another offloader loading at this
+  // moment counts that one's loads as well).
   const std::uint64_t loaded = o.registry ? o.registry->stats().loaded_bytes : 0;
-  pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+  const std::uint64_t held =
+      o.weight_store ? pinning_detail::store_bytes_held(*o.weight_store, table, o, &next.plan) : 0;
+  // pin_in_place: the old layout's engine pages are let go first (file comment), and registered
+  // again when the new layout's pinning fails.
+  pinning_.release_in_place(t_);
+  try {
+    pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+  } catch (...) {
+    pins.release(t_);
+    pinning_.register_in_place(t_, layout_, options_);
+    throw;
+  }
   if (o.registry) read += o.registry->stats().loaded_bytes - loaded;
+  if (o.weight_store)
+    read += pinning_detail::store_bytes_held(*o.weight_store, table, o, &next.plan) - held;
   return read;
 }
 
@@ -195,13 +217,19 @@ void offloader_core<T>::apply_budget_move() {
   group_pinning<T> pins;
   record.bytes_packed = pin_for_move(*next, pins);
   try {
-    move_device_side(*next, record);  // commits the layout, or puts the old one back and throws
+    // Released (a pipeline component outside its phase): only the host side and the layout
+    // change; restore_device brings the new layout up (and merges the adapters into it).
+    if (released_) commit_released_move(*next);
+    else move_device_side(*next, record);  // commits the layout, or puts the old one back
   } catch (...) {
-    remerge_after_move();  // the old pieces came back as their base
+    pins.release(t_);  // the new layout's engine pages and registry use, then the old pages
+    pinning_.register_in_place(t_, layout_, options_);
+    if (!released_) remerge_after_move();  // the old pieces came back as their base
     throw;
   }
-  remerge_after_move();  // the pieces uploaded came as their base; the ring is empty
-  pinning_.swap(pins);              // the old blocks go with `pins` and the old layout
+  if (!released_) remerge_after_move();  // the pieces uploaded came as their base
+  pinning_.swap(pins);  // the old blocks, registry use and pages go with `pins`
+  pins.release(t_);     // (the old pages were unregistered before the pinning)
   plan_ = std::move(next->plan);
   options_.device_budget_bytes = next->options.device_budget_bytes;
   record.bytes_read = record.bytes_uploaded + record.bytes_packed;
@@ -252,11 +280,37 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
       record.bytes_uploaded += table[w].bytes;
 }
 
-/// The device side of a layout after its old pieces and ring went: the @p fresh pieces uploaded
-/// (the others kept their memory), then the ring (after the pieces: ddo's device bytes only grow
-/// here), its schedule reset, staging sized for the upload and then for the steps.
+/// A move while the device side is released: the new layout in place with no device memory,
+/// as release_device leaves one (staging buffers for restore_device's upload, the staging
+/// worker's jobs for its ring, the file route's slots for its largest piece).
+template <class T>
+void offloader_core<T>::commit_released_move(pending_budget_move& next) {
+  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
+    (void)t_.resize_file_staging(next.layout.largest_file_piece(*table_));
+  group_layout old = std::exchange(layout_, std::move(next.layout));
+  try {
+    free_device_side();  // nothing to free: the new layout's addresses forgotten, as released
+    fit_staging_for_move(true);
+    const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * layout_.slot_count + 1;
+    if (staging_.running()) staging_.reserve_jobs(jobs);
+    else if (layout_.staging_needed && layout_.slot_count != 0) staging_.start(jobs);
+  } catch (...) {
+    layout_ = std::move(old);
+    free_device_side();
+    throw;
+  }
+}
+
+/// The device side of a layout after its old pieces and ring went: the file route's staging
+/// slots resized, the @p fresh pieces uploaded (the others kept their memory), then the ring
+/// (after the pieces: ddo's device bytes only grow here), its schedule reset, staging sized for
+/// the upload and then for the steps.
 template <class T>
 void offloader_core<T>::rebuild_pieces_and_ring(const std::vector<char>& fresh) {
+  // The file route's two staging slots sized for the layout's largest file piece, as
+  // prepare_file_reads sizes them at setup (before the upload: promoted weights read through them).
+  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
+    (void)t_.resize_file_staging(layout_.largest_file_piece(*table_));
   fit_staging_for_move(true);
   upload_residents(nullptr, &fresh);
   allocate_ring(std::min(options_.slot_count, layout_.groups.size()));

@@ -67,10 +67,23 @@ class group_pinning {
   /// (after teardown synchronised the streams: no copy reads its pieces any more).
   void release(T& t) noexcept;
 
-  /// Exchanges the state with @p o (a budget move pins its new layout beside the old one).
+  /// A budget move with pin_in_place: unregisters the engine pages registered in place (the
+  /// move waited for every copy: nothing reads them), so that the new layout's ranges, which may
+  /// overlap them, register whole.
+  void release_in_place(T& t) noexcept;
+  /// Registers @p layout's in-place pieces again after release_in_place (a move that failed):
+  /// pieces the driver now refuses are staged, as at setup.
+  void register_in_place(T& t, group_layout& layout, const runtime_options& options);
+
+  /// Exchanges the state with @p o (a budget move pins its new layout beside the old one). The
+  /// registry's model use goes with it: the pieces the new layout copies from are held in use
+  /// for the offloader's life, and the old use (pieces only the old layout read) goes with the
+  /// old state.
   void swap(group_pinning& o) noexcept {
+    std::swap(registry_use_, o.registry_use_);
     registered_.swap(o.registered_);
     std::swap(pinned_bytes_, o.pinned_bytes_);
+    std::swap(in_place_bytes_, o.in_place_bytes_);
     std::swap(fallback_bytes_, o.fallback_bytes_);
     std::swap(cached_reused_, o.cached_reused_);
   }
@@ -108,6 +121,7 @@ class group_pinning {
   model_use registry_use_;  // the registry's model, in use while this offloader lives
   std::vector<void*> registered_;  // engine pages registered in place
   std::uint64_t pinned_bytes_ = 0;
+  std::uint64_t in_place_bytes_ = 0;  // of pinned_bytes_, the engine pages registered in place
   std::uint64_t fallback_bytes_ = 0;
   std::uint64_t cached_reused_ = 0;
 };

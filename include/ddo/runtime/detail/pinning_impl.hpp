@@ -499,6 +499,7 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
     if (r.ok) {
       registered_.push_back(p);
       pinned_bytes_ += r.end - r.begin;
+      in_place_bytes_ += r.end - r.begin;
     }
     meter.advance(setup_phase::pinning, r.end - r.begin);
   }
@@ -658,6 +659,29 @@ void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weigh
   for (std::size_t g = 0; g < parts.size(); ++g)
     for (auto& h : held_of[g]) h.entry = {registry_use_.block(piece_of_key.at(keys[h.weight])), 0};
   use_held(layout, parts, held_of, table, options);
+}
+
+template <class T>
+void group_pinning<T>::release_in_place(T& t) noexcept {
+  for (void* p : registered_) {
+    try {
+      t.unregister_host(p);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddo: budget move: unregistering the engine's pages: %s\n", e.what());
+    }
+  }
+  registered_.clear();
+  pinned_bytes_ -= in_place_bytes_;
+  in_place_bytes_ = 0;
+}
+
+template <class T>
+void group_pinning<T>::register_in_place(T& t, group_layout& layout,
+                                         const runtime_options& options) {
+  if (!options.pin_in_place || options.shared_host_copies()) return;
+  setup_meter quiet;
+  pin_in_place(t, layout, options,
+               in_place_page_ranges(layout, static_cast<std::uintptr_t>(host_page_size())), quiet);
 }
 
 template <class T>

@@ -188,6 +188,11 @@ class transport_adaptor : public adaptor_graph_types<Upstream> {
   {
     return upstream_.staging_slot_bytes();
   }
+  bool resize_file_staging(std::uint64_t largest_piece_bytes)
+    requires requires(Upstream& u) { u.resize_file_staging(largest_piece_bytes); }
+  {
+    return upstream_.resize_file_staging(largest_piece_bytes);
+  }
 
   // --- graph streaming (transport_with_graph_streaming) ----------------------------------------
   [[nodiscard]] static bool capturing(stream_view s)
