@@ -149,8 +149,10 @@ inline bool gpu_resident_run(const gpu_run& r, gpu_engine& e, const gpu_results&
                              const std::vector<float>& latents,
                              const ddo::runner::pinned_rates& rates, ddo::json_writer& o) {
   flux::host_weights host(r.table);
-  host.merge(merge_list(r.loras), r.table);  // --lora: merged by the same arithmetic as ddo's
-  const flux::gpu::device_weights weights(host.refs());
+  flux::gpu::device_weights weights(host.refs());
+  // --lora: merged on the device by ddo's kernel, the one the streamed slots get.
+  if (!r.loras.empty())
+    weights.merge(merge_list(r.loras), r.table, flux::gpu::lora_merge_launcher());
   cudaStream_t stream = nullptr;
   DDO_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   e.f.bind(stream);

@@ -30,6 +30,60 @@ struct device_buffer {
   device_buffer& operator=(const device_buffer&) = delete;
 };
 
+/// One weight, its terms' factors (host and device) and the host reference's merged bytes.
+struct merge_case {
+  std::int64_t rows = 0, cols = 0;
+  ddo::dtype type = ddo::dtype::bf16;
+  std::vector<std::byte> base, want;
+  std::vector<std::vector<std::byte>> stored;
+  std::vector<std::unique_ptr<device_buffer>> dev;
+  ddo::lora_merge_job job;
+
+  merge_case(std::int64_t r, std::int64_t c, ddo::dtype t, const std::vector<std::int64_t>& ranks,
+             const std::vector<ddo::dtype>& factor_types, std::uint32_t seed)
+      : rows(r), cols(c), type(t) {
+    base = lora_test_support::encode(
+        lora_test_support::random_values(static_cast<std::size_t>(rows * cols), seed), type);
+    std::vector<ddo::lora_term> host_terms;
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      const std::int64_t rank = ranks[k];
+      stored.push_back(lora_test_support::encode(
+          lora_test_support::random_values(static_cast<std::size_t>(rank * cols), seed + 7),
+          factor_types[k]));
+      stored.push_back(lora_test_support::encode(
+          lora_test_support::random_values(static_cast<std::size_t>(rows * rank), seed + 9),
+          factor_types[k]));
+      const float scale = (k % 2 == 0 ? 0.37f : -0.61f) * static_cast<float>(rank % 5 + 1);
+      host_terms.push_back(
+          {stored[2 * k].data(), stored[2 * k + 1].data(), rank, scale, factor_types[k]});
+    }
+    for (const auto& bytes : stored)
+      dev.push_back(std::make_unique<device_buffer>(bytes.data(), bytes.size()));
+    for (std::size_t k = 0; k < host_terms.size(); ++k) {
+      job.terms[k] = host_terms[k];
+      job.terms[k].down = dev[2 * k]->p;
+      job.terms[k].up = dev[2 * k + 1]->p;
+    }
+    job.type = type;
+    job.rows = rows;
+    job.cols = cols;
+    job.term_count = host_terms.size();
+    want = base;
+    ddo::merge_lora(want.data(), type, rows, cols, host_terms);
+  }
+
+  /// The weight merged on the device by @p launch (on the legacy stream).
+  [[nodiscard]] std::vector<std::byte> run(ddo::lora_merge_launcher launch) const {
+    device_buffer w(base.data(), base.size());
+    auto j = job;
+    j.weight = static_cast<std::byte*>(w.p);
+    launch(j, nullptr);
+    std::vector<std::byte> got(base.size());
+    DDO_CUDA_TRY(cudaMemcpy(got.data(), w.p, got.size(), cudaMemcpyDeviceToHost));
+    return got;
+  }
+};
+
 /// Reads every lease of two steps back to the host on the compute stream and counts the weights
 /// that differ from @p want.
 inline std::size_t mismatches(offloader& off, cudaStream_t s,
@@ -55,54 +109,35 @@ inline std::size_t mismatches(offloader& off, cudaStream_t s,
 }
 
 TEST_SUITE("gpu") {
-  TEST_CASE("the merge kernel gives the host reference's bits") {
+  TEST_CASE("the merge kernels give the host reference's bits at the tiles' edges") {
+    // Shapes around the tiled kernel's 128 x 128 tile and 16-rank chunks (rows and columns not
+    // multiples, a single row or column), ranks 1, 3, 16, 17, 64, 128, one to three terms,
+    // every weight type and factor type, a negative scale; both kernels.
     DDO_SKIP_WITHOUT_GPU();
-    const std::int64_t rows = 37, cols = 300;
-    for (auto type : {ddo::dtype::bf16, ddo::dtype::f16, ddo::dtype::f32}) {
-      CAPTURE(ddo::to_string(type));
-      const auto base = lora_test_support::encode(
-          lora_test_support::random_values(static_cast<std::size_t>(rows * cols), 1), type);
-      std::vector<std::vector<float>> factors;
-      std::vector<ddo::lora_term> host_terms;
-      for (std::int64_t rank : {64, 3, 128}) {
-        factors.push_back(
-            lora_test_support::random_values(static_cast<std::size_t>(rank * cols), 7));
-        factors.push_back(
-            lora_test_support::random_values(static_cast<std::size_t>(rows * rank), 9));
-        host_terms.push_back({nullptr, nullptr, rank, 0.37f * static_cast<float>(rank % 5 + 1)});
-      }
-      std::vector<std::unique_ptr<device_buffer>> dev;
-      ddo::lora_merge_job job;
-      // The second term's factors kept in bf16 (lora_term::factor_type), the others in f32.
-      std::vector<std::vector<std::byte>> stored;
-      for (std::size_t t = 0; t < host_terms.size(); ++t) {
-        const auto type = t == 1 ? ddo::dtype::bf16 : ddo::dtype::f32;
-        for (std::size_t f = 0; f < 2; ++f)
-          stored.push_back(lora_test_support::encode(factors[2 * t + f], type));
-        host_terms[t].down = stored[2 * t].data();
-        host_terms[t].up = stored[2 * t + 1].data();
-        host_terms[t].factor_type = type;
-        for (std::size_t f = 0; f < 2; ++f)
-          dev.push_back(std::make_unique<device_buffer>(stored[2 * t + f].data(),
-                                                        stored[2 * t + f].size()));
-        job.terms[t] = host_terms[t];
-        job.terms[t].down = dev[2 * t]->p;
-        job.terms[t].up = dev[2 * t + 1]->p;
-      }
-      device_buffer w(base.data(), base.size());
-      job.weight = static_cast<std::byte*>(w.p);
-      job.type = type;
-      job.rows = rows;
-      job.cols = cols;
-      job.term_count = host_terms.size();
-      ddo_test::lora_merge_launcher()(job, nullptr);
-      std::vector<std::byte> got(base.size());
-      DDO_CUDA_TRY(cudaMemcpy(got.data(), w.p, got.size(), cudaMemcpyDeviceToHost));
-      auto want = base;
-      ddo::merge_lora(want.data(), type, rows, cols, host_terms);
-      CHECK(got == want);
-      CHECK(got != base);
-    }
+    struct shape {
+      std::int64_t rows, cols;
+      std::vector<std::int64_t> ranks;
+    };
+    const std::vector<shape> shapes = {
+        {37, 300, {64, 3, 128}}, {128, 128, {16}},         {129, 257, {17, 1}}, {1, 130, {3}},
+        {200, 1, {64}},          {256, 384, {128, 64, 1}}, {5, 7, {1}}};
+    const ddo::dtype types[] = {ddo::dtype::bf16, ddo::dtype::f16, ddo::dtype::f32};
+    std::uint32_t seed = 1;
+    for (const auto& sh : shapes)
+      for (auto type : types)
+        for (std::size_t f = 0; f < 3; ++f) {
+          CAPTURE(sh.rows);
+          CAPTURE(sh.cols);
+          CAPTURE(ddo::to_string(type));
+          // The factor types rotate over the terms (f32, bf16, f16 in turn).
+          std::vector<ddo::dtype> factor_types;
+          for (std::size_t t = 0; t < sh.ranks.size(); ++t)
+            factor_types.push_back(types[(f + 2 + t) % 3]);
+          const auto c = merge_case(sh.rows, sh.cols, type, sh.ranks, factor_types, ++seed);
+          CHECK(c.run(ddo_test::lora_merge_launcher()) == c.want);
+          CHECK(c.run(ddo_test::lora_merge_elementwise_launcher()) == c.want);
+          CHECK(c.want != c.base);
+        }
   }
 
   TEST_CASE("linear: streamed and resident weights with adapters equal the reference merge") {

@@ -9,4 +9,7 @@ namespace ddo_test {
 /// ddo::launch_lora_merge_cuda.
 ddo::lora_merge_launcher lora_merge_launcher();
 
+/// The one-thread-per-element kernel launch_lora_merge_cuda falls back to (more than 8M rows).
+ddo::lora_merge_launcher lora_merge_elementwise_launcher();
+
 }  // namespace ddo_test

@@ -5,12 +5,19 @@
 /// adapter/lora_merge.hpp step by step — the base element converted exactly to float, per term
 /// d = fmaf(B[o,r], A[r,c], d) over r = 0..rank-1 then acc = fmaf(s, d, acc), rounded once to
 /// nearest even — so it gives the host reference's bits. Pass ddo::launch_lora_merge_cuda to
-/// basic_offloader::set_lora_merge_launcher: the runtime then launches it on its copy stream
-/// after a slot's copies and before the slot's ready event (docs/adapters.md).
+/// basic_offloader::set_lora_merge_launcher: the runtime launches it on its merge stream after a
+/// slot's copies (an event wait), and the slot's ready event is recorded again after it, so the
+/// copy stream goes on to the next slot meanwhile (docs/adapters.md).
 ///
-/// One thread per weight element: A's row r is read coalesced across a warp's columns and B's
-/// row o is broadcast; a rank-64 merge of a 3072 x 3072 bf16 weight is 0.6 GFMA. The factors are
-/// F32, BF16 or F16 (lora_term::factor_type), each element converted exactly.
+/// The tiled kernel: a block of 256 threads owns 128 x 128 outputs, each thread an 8 x 8 register
+/// micro-tile; B's rows and A's columns pass through shared memory in chunks of 16 ranks,
+/// converted to float once there. Only data reuse changes: every output still runs its own
+/// fmaf chain over r in order (no tensor cores, no split over the rank, no reassociation), so
+/// the bits stay the reference's; a chunk shorter than 16 ranks runs only its ranks (a padded
+/// fmaf(0, 0, -0.0f) would give +0). ~0.25 shared loads per FMA: near the fp32 FMA peak, where
+/// the one-thread-per-element kernel (kept for grids the tiled one does not cover) reads two
+/// global values per FMA. The factors are F32, BF16 or F16 (lora_term::factor_type), each
+/// element converted exactly.
 
 #include <cstdint>
 
@@ -99,6 +106,129 @@ __global__ void lora_merge_kernel(lora_merge_job job) {
   }
 }
 
+/// The tiled kernel's shape (see the file comment).
+struct lora_tile {
+  static constexpr int rows = 128, cols = 128, ranks = 16, threads = 256;
+  static constexpr int pad = 4;  // B's transposed rows padded: fewer bank conflicts on the fill
+};
+
+struct alignas(16) lora_tile_smem {
+  float a[lora_tile::ranks][lora_tile::cols];                   // A[r0 + k, col0 + n]
+  float b[lora_tile::ranks][lora_tile::rows + lora_tile::pad];  // B[row0 + m, r0 + k]
+};
+
+// Thread (tx, ty)'s i-th row (column) of the tile: 4 at ty*4 and 4 at 64 + ty*4, so that a
+// warp's float4 reads of shared memory are conflict-free and its stores span whole rows.
+__device__ inline int lora_tile_offset(int t, int i) {
+  return t * 4 + (i < 4 ? i : 60 + i);
+}
+
+/// Fills the shared tile with ranks [r0, r0 + kc) of @p term; out of range reads as 0 (those
+/// outputs are never stored, and ranks past kc are never multiplied).
+__device__ inline void lora_tile_fill(lora_tile_smem& s, const lora_term& term, std::int64_t rows,
+                                      std::int64_t cols, std::int64_t row0, std::int64_t col0,
+                                      std::int64_t r0, int kc) {
+  const auto* a = static_cast<const std::byte*>(term.down);
+  const auto* b = static_cast<const std::byte*>(term.up);
+  for (int i = static_cast<int>(threadIdx.x); i < lora_tile::ranks * lora_tile::cols;
+       i += lora_tile::threads) {
+    const int k = i / lora_tile::cols, n = i % lora_tile::cols;
+    s.a[k][n] = k < kc && col0 + n < cols
+                    ? lora_load_element(a, term.factor_type, (r0 + k) * cols + col0 + n)
+                    : 0.0f;
+  }
+  for (int i = static_cast<int>(threadIdx.x); i < lora_tile::ranks * lora_tile::rows;
+       i += lora_tile::threads) {
+    const int m = i / lora_tile::ranks, k = i % lora_tile::ranks;
+    s.b[k][m] = k < kc && row0 + m < rows
+                    ? lora_load_element(b, term.factor_type, (row0 + m) * term.rank + r0 + k)
+                    : 0.0f;
+  }
+}
+
+/// d[i][j] = fmaf(B[o_i, r], A[r, c_j], d[i][j]) for the chunk's kc ranks, in order.
+__device__ inline void lora_tile_chunk(const lora_tile_smem& s, int tx, int ty, int kc,
+                                       float (&d)[8][8]) {
+  for (int k = 0; k < kc; ++k) {
+    float bv[8], av[8];
+    *reinterpret_cast<float4*>(bv) = *reinterpret_cast<const float4*>(&s.b[k][ty * 4]);
+    *reinterpret_cast<float4*>(bv + 4) = *reinterpret_cast<const float4*>(&s.b[k][64 + ty * 4]);
+    *reinterpret_cast<float4*>(av) = *reinterpret_cast<const float4*>(&s.a[k][tx * 4]);
+    *reinterpret_cast<float4*>(av + 4) = *reinterpret_cast<const float4*>(&s.a[k][64 + tx * 4]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) d[i][j] = fmaf(bv[i], av[j], d[i][j]);
+  }
+}
+
+/// One term over the thread's micro-tile: d over the whole rank, then acc = fmaf(scale, d, acc).
+__device__ inline void lora_tile_term(lora_tile_smem& s, const lora_term& term, std::int64_t rows,
+                                      std::int64_t cols, std::int64_t row0, std::int64_t col0,
+                                      float (&acc)[8][8]) {
+  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+  float d[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) d[i][j] = 0.0f;
+  for (std::int64_t r0 = 0; r0 < term.rank; r0 += lora_tile::ranks) {
+    const int kc = static_cast<int>(
+        term.rank - r0 < lora_tile::ranks ? term.rank - r0 : std::int64_t{lora_tile::ranks});
+    __syncthreads();  // the previous chunk's reads are done
+    lora_tile_fill(s, term, rows, cols, row0, col0, r0, kc);
+    __syncthreads();
+    lora_tile_chunk(s, tx, ty, kc, d);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(term.scale, d[i][j], acc[i][j]);
+}
+
+/// Loads (store == false) or stores the thread's micro-tile of the weight.
+__device__ inline void lora_tile_weight(const lora_merge_job& job, std::int64_t row0,
+                                        std::int64_t col0, float (&acc)[8][8], bool store) {
+  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t o = row0 + lora_tile_offset(ty, i);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const std::int64_t c = col0 + lora_tile_offset(tx, j);
+      if (o >= job.rows || c >= job.cols) continue;
+      if (store)
+        lora_store_element(job.weight, job.type, o * job.cols + c, acc[i][j]);
+      else
+        acc[i][j] = lora_load_element(job.weight, job.type, o * job.cols + c);
+    }
+  }
+}
+
+template <int = 0>
+__global__ void __launch_bounds__(lora_tile::threads) lora_merge_tiled_kernel(lora_merge_job job) {
+  __shared__ lora_tile_smem s;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.y) * lora_tile::rows;
+  const std::int64_t col0 = static_cast<std::int64_t>(blockIdx.x) * lora_tile::cols;
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+  lora_tile_weight(job, row0, col0, acc, false);
+  for (std::size_t t = 0; t < job.term_count; ++t)
+    lora_tile_term(s, job.terms[t], job.rows, job.cols, row0, col0, acc);
+  lora_tile_weight(job, row0, col0, acc, true);
+}
+
+/// The one-thread-per-element kernel (the tiled one's fallback; the GPU test runs both).
+inline void launch_lora_merge_elementwise(const lora_merge_job& job, cudaStream_t s) {
+  constexpr unsigned threads = 256;
+  const std::int64_t wanted = (job.rows * job.cols + threads - 1) / threads;
+  const auto blocks = static_cast<unsigned>(wanted < 65535 ? wanted : 65535);
+  lora_merge_kernel<><<<blocks, threads, 0, s>>>(job);
+}
+
 }  // namespace detail
 
 /// @brief Launches @p job's merge on @p stream (a cudaStream_t); a lora_merge_launcher.
@@ -108,10 +238,15 @@ inline void launch_lora_merge_cuda(const lora_merge_job& job, void* stream) {
                                         "or F32 weights only");
   const std::int64_t n = job.rows * job.cols;
   if (n == 0 || job.term_count == 0) return;
-  constexpr unsigned threads = 256;
-  const std::int64_t wanted = (n + threads - 1) / threads;
-  const auto blocks = static_cast<unsigned>(wanted < 65535 ? wanted : 65535);
-  detail::lora_merge_kernel<><<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(job);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::int64_t row_tiles = (job.rows + detail::lora_tile::rows - 1) / detail::lora_tile::rows;
+  const std::int64_t col_tiles = (job.cols + detail::lora_tile::cols - 1) / detail::lora_tile::cols;
+  if (row_tiles <= 65535 && col_tiles <= 0x7fffffff) {
+    const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
+    detail::lora_merge_tiled_kernel<><<<grid, detail::lora_tile::threads, 0, s>>>(job);
+  } else {  // more than 8M rows: the grid-stride kernel, same bits
+    detail::launch_lora_merge_elementwise(job, s);
+  }
   DDO_CUDA_TRY(cudaGetLastError());
 }
 

@@ -30,7 +30,7 @@ struct slot_state {
   typename T::stream_view release_stream{};  // the stream of that drop
   std::uint64_t staged_ticket = 0;   // latest staging job into this slot
   // Adapters: the staging job that loaded the occupant recorded `ready` without the merge, which
-  // the first acquire then enqueues on the copy stream (offloader_core::finish_pending_merge).
+  // the first acquire then enqueues on the merge stream (offloader_core::finish_pending_merge).
   bool merge_pending = false;
   typename T::event ready;           // recorded after the last copy into the slot
   typename T::event release;         // recorded when a lease on the slot is dropped
