@@ -160,11 +160,12 @@ inline std::uint64_t ring_at_level(std::span<const std::uint64_t> bytes, std::ui
 /// mixed dtypes) size every slot by the largest, where keeping the groups above a smaller slot
 /// resident frees the ring's other slots for the budget. The candidates are the groups' distinct
 /// streamable sizes, as the oracle's slot sizes are: for each, the groups above it are kept out
-/// of the ring and resident first (machine_capacity::ring_slot_bytes), and the planner's plan is
+/// of the ring and what streams above the slot resident first (machine_capacity::ring_slot_bytes,
+/// keep_outsized_first), and the planner's plan is
 /// taken when it fits its ring and keeps more resident than the best so far (or @p r's plan is
 /// empty: refused on the largest ring). Judged by the planner (its headroom refuses some sizes an
 /// estimate admits), but planned only where two bounds allow, so that setup's planning stays a
-/// few planner calls: a size whose kept groups and ring alone pass the card beside the reserves
+/// few planner calls: a size whose groups' excess and ring alone pass the card beside the reserves
 /// cannot plan (skipped), and smallest first, the search ends at the first size whose ring
 /// leaves no more of the card than the best plan keeps resident (a larger ring leaves less).
 /// Also after the plan for a card about the model's size (all resident but for what the
@@ -190,8 +191,8 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
                                    ? 0
                                    : r.plan.total_bytes(placement::gpu_resident);
     if (ring >= card || (!r.plan.decisions.empty() && card - ring <= best)) break;
-    std::uint64_t above = 0;
-    for (std::uint64_t b : bytes) above += b > level ? b : 0;
+    std::uint64_t above = 0;  // what the groups above it keep (the planner keeps their excess)
+    for (std::uint64_t b : bytes) above += b > level ? b - level : 0;
     if (above > card - ring) continue;  // the groups above it cannot stay resident
     std::vector<char> kept = rule_kept;
     for (std::size_t g = 0; g < groups.size(); ++g)
