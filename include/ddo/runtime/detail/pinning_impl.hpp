@@ -661,16 +661,23 @@ void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weigh
   use_held(layout, parts, held_of, table, options);
 }
 
+/// Unregisters the engine's pages registered in place and forgets them; a failure is printed
+/// (@p when says during what), never thrown: both callers run where nothing may throw.
 template <class T>
-void group_pinning<T>::release_in_place(T& t) noexcept {
-  for (void* p : registered_) {
+void unregister_engine_pages(T& t, std::vector<void*>& pages, const char* when) noexcept {
+  for (void* p : pages) {
     try {
       t.unregister_host(p);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "ddo: budget move: unregistering the engine's pages: %s\n", e.what());
+      std::fprintf(stderr, "ddo: %s: %s\n", when, e.what());
     }
   }
-  registered_.clear();
+  pages.clear();
+}
+
+template <class T>
+void group_pinning<T>::release_in_place(T& t) noexcept {
+  unregister_engine_pages(t, registered_, "budget move: unregistering the engine's pages");
   pinned_bytes_ -= in_place_bytes_;
   in_place_bytes_ = 0;
 }
@@ -686,14 +693,7 @@ void group_pinning<T>::register_in_place(T& t, group_layout& layout,
 
 template <class T>
 void group_pinning<T>::release(T& t) noexcept {
-  for (void* p : registered_) {
-    try {
-      t.unregister_host(p);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "ddo: during offloader teardown: %s\n", e.what());
-    }
-  }
-  registered_.clear();
+  unregister_engine_pages(t, registered_, "during offloader teardown");
   registry_use_.reset();
 }
 
