@@ -195,6 +195,8 @@ class offloader_core {
   void restore_after_failed_move(group_layout& old, const std::vector<char>& kept) noexcept;
   void fit_staging_for_move(bool for_upload);
   void commit_released_move(pending_budget_move& next);
+  void resize_file_slots();
+  void size_staging_jobs(std::size_t slots);
   void rebuild_pieces_and_ring(const std::vector<char>& fresh);
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
@@ -235,6 +237,8 @@ class offloader_core {
   /// every streamed weight of g an adapter changes, and records the ready event there again.
   void merge_slot(std::size_t g, slot_state<T>& st);
   void merge_slot_pointers(std::size_t g, slot_state<T>& st, stream_view v);
+  template <class Where>
+  void merge_weights(std::size_t g, stream_view v, Where where);
   /// Whether an attached adapter changes a streamed weight of g.
   [[nodiscard]] bool group_merges(std::size_t g) const;
   /// Enqueues on @p v the merge of every streamed weight of g an adapter changes, in @p image

@@ -177,13 +177,25 @@ template <class T>
 void offloader_core<T>::merge_slot_pointers(std::size_t g, slot_state<T>& st, stream_view v) {
   const auto& gr = layout_.groups[g];
   const group_runtime* side = gr.side == no_group ? nullptr : &layout_.side_parts[gr.side];
-  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+  merge_weights(g, v, [&](std::size_t i) -> std::byte* {
     const bool in_slot = gr.slot_offset[i] != not_streamed ||
                          (side != nullptr && side->slot_offset[i] != not_streamed);
-    if (!in_slot) continue;  // resident: merged at attach
+    return in_slot ? st.pointers[i] : nullptr;
+  });
+}
+
+/// Launches on @p v the merge of each weight of g an adapter changes, at @p where(i) (the i-th
+/// weight's device bytes; nullptr: resident, merged at attach).
+template <class T>
+template <class Where>
+void offloader_core<T>::merge_weights(std::size_t g, stream_view v, Where where) {
+  const auto& gr = layout_.groups[g];
+  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+    std::byte* at = where(i);
+    if (at == nullptr) continue;
     if (const auto* job = adapters_.job_for(gr.weights[i])) {
       lora_merge_job j = *job;
-      j.weight = st.pointers[i];
+      j.weight = at;
       launch_merge(j, v);
     }
   }
@@ -201,14 +213,9 @@ bool offloader_core<T>::group_merges(std::size_t g) const {
 template <class T>
 void offloader_core<T>::merge_group(std::size_t g, std::byte* image, stream_view v) {
   const auto& gr = layout_.groups[g];
-  for (std::size_t i = 0; i < gr.weights.size(); ++i) {
-    if (gr.slot_offset[i] == not_streamed) continue;  // resident: merged at attach
-    if (const auto* job = adapters_.job_for(gr.weights[i])) {
-      lora_merge_job j = *job;
-      j.weight = image + gr.slot_offset[i];
-      launch_merge(j, v);
-    }
-  }
+  merge_weights(g, v, [&](std::size_t i) -> std::byte* {
+    return gr.slot_offset[i] == not_streamed ? nullptr : image + gr.slot_offset[i];
+  });
 }
 
 /// Graph mode (linear route): position p's merges follow its copies the way an eager load's do,

@@ -266,10 +266,7 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
   group_layout old = std::exchange(layout_, std::move(next.layout));
   try {
     rebuild_pieces_and_ring(fresh);
-    const bool staged = layout_.staging_needed;
-    const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * slots_.size() + 1;
-    if (staging_.running()) staging_.reserve_jobs(jobs);
-    else if (staged && !slots_.empty()) staging_.start(jobs);
+    size_staging_jobs(slots_.size());
   } catch (...) {
     restore_after_failed_move(old, kept);
     throw;
@@ -280,20 +277,34 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
       record.bytes_uploaded += table[w].bytes;
 }
 
+/// The file route's two staging slots sized for the layout's largest file piece, as
+/// prepare_file_reads sizes them at setup; no-op on the other routes.
+template <class T>
+void offloader_core<T>::resize_file_slots() {
+  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
+    (void)t_.resize_file_staging(layout_.largest_file_piece(*table_));
+}
+
+/// The staging worker's queue for a ring of @p slots: one job per load (two on a split layout:
+/// the mapped image, then the side image) and the upload's; started where the layout stages.
+template <class T>
+void offloader_core<T>::size_staging_jobs(std::size_t slots) {
+  const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * slots + 1;
+  if (staging_.running()) staging_.reserve_jobs(jobs);
+  else if (layout_.staging_needed && slots != 0) staging_.start(jobs);
+}
+
 /// A move while the device side is released: the new layout in place with no device memory,
 /// as release_device leaves one (staging buffers for restore_device's upload, the staging
 /// worker's jobs for its ring, the file route's slots for its largest piece).
 template <class T>
 void offloader_core<T>::commit_released_move(pending_budget_move& next) {
-  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
-    (void)t_.resize_file_staging(next.layout.largest_file_piece(*table_));
   group_layout old = std::exchange(layout_, std::move(next.layout));
   try {
+    resize_file_slots();
     free_device_side();  // nothing to free: the new layout's addresses forgotten, as released
     fit_staging_for_move(true);
-    const std::size_t jobs = (layout_.side_parts.empty() ? 1 : 2) * layout_.slot_count + 1;
-    if (staging_.running()) staging_.reserve_jobs(jobs);
-    else if (layout_.staging_needed && layout_.slot_count != 0) staging_.start(jobs);
+    size_staging_jobs(layout_.slot_count);
   } catch (...) {
     layout_ = std::move(old);
     free_device_side();
@@ -307,10 +318,7 @@ void offloader_core<T>::commit_released_move(pending_budget_move& next) {
 /// the upload and then for the steps.
 template <class T>
 void offloader_core<T>::rebuild_pieces_and_ring(const std::vector<char>& fresh) {
-  // The file route's two staging slots sized for the layout's largest file piece, as
-  // prepare_file_reads sizes them at setup (before the upload: promoted weights read through them).
-  if constexpr (requires(std::uint64_t n) { t_.resize_file_staging(n); })
-    (void)t_.resize_file_staging(layout_.largest_file_piece(*table_));
+  resize_file_slots();  // before the upload: promoted weights read through them
   fit_staging_for_move(true);
   upload_residents(nullptr, &fresh);
   allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
