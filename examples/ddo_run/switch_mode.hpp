@@ -59,6 +59,11 @@ struct switch_row {
   double switch_s = 0.0, floor_s = 0.0;
   std::uint64_t rchar = 0, read_bytes = 0;            // the process's reads during the switch
   std::uint64_t loaded = 0, reused = 0, evicted = 0;  // the registry's, during the switch
+  // Of evicted, the pages handed to the new model's pieces (page-locked still: read in place,
+  // neither unpinned nor pinned again); the registry's seconds waiting for the other evicted
+  // pages to be unpinned, and in its loads (reads, and page-locking the new pages).
+  std::uint64_t recycled = 0;
+  double unpin_wait_s = 0.0, load_s = 0.0;
   std::uint64_t resident = 0;  // the new model's resident bytes (read from its files)
   std::uint64_t pinned_now = 0, budget = 0;
   std::uint64_t peak_rss = 0, mem_available = 0;
@@ -172,17 +177,18 @@ inline double switch_floor_s(const switch_row& r, const switch_rates& rates) {
 inline void print_switch_row(const switch_row& r, const std::string& to) {
   std::printf(
       "%s %s -> %s (generation %d, %d steps): %.3f s, floor %.3f s (%.2fx); read %s (rchar; disk "
-      "read_bytes %s), registry read+pinned %s, reused %s, evicted %s, residents %s; pinned %s "
-      "of budget %s; peak RSS %s, MemAvailable %s; step %.1f ms%s\n",
+      "read_bytes %s), registry read+pinned %s, reused %s, evicted %s (recycled %s), residents "
+      "%s; registry unpin wait %.3f s, load %.3f s; pinned %s of budget %s; peak RSS %s, "
+      "MemAvailable %s; step %.1f ms%s\n",
       r.from.empty() ? "load" : "switch", r.from.empty() ? "-" : r.from.c_str(), to.c_str(),
       r.segment.generation, r.segment.steps, r.switch_s, r.floor_s,
       r.floor_s > 0 ? r.switch_s / r.floor_s : 0.0,
       r.io_known ? std::to_string(r.rchar).c_str() : "unknown",
       r.io_known ? std::to_string(r.read_bytes).c_str() : "unknown",
       std::to_string(r.loaded).c_str(), std::to_string(r.reused).c_str(),
-      std::to_string(r.evicted).c_str(), std::to_string(r.resident).c_str(),
-      gb(r.pinned_now).c_str(), gb(r.budget).c_str(), gb(r.peak_rss).c_str(),
-      gb(r.mem_available).c_str(), r.step_ms,
+      std::to_string(r.evicted).c_str(), std::to_string(r.recycled).c_str(),
+      std::to_string(r.resident).c_str(), r.unpin_wait_s, r.load_s, gb(r.pinned_now).c_str(),
+      gb(r.budget).c_str(), gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms,
       r.bound_ms > 0 ? (", bound " + std::to_string(r.bound_ms).substr(0, 6) + " ms").c_str() : "");
   std::fflush(stdout);
 }
@@ -205,6 +211,9 @@ inline void write_switch_json(const std::string& path, const std::vector<switch_
         .member("registry_loaded_bytes", r.loaded)
         .member("registry_reused_bytes", r.reused)
         .member("registry_evicted_bytes", r.evicted)
+        .member("registry_recycled_bytes", r.recycled)
+        .member("registry_unpin_wait_s", r.unpin_wait_s)
+        .member("registry_load_s", r.load_s)
         .member("resident_bytes", r.resident)
         .member("pinned_bytes", r.pinned_now)
         .member("budget_bytes", r.budget)
@@ -241,6 +250,9 @@ void measure_switch(switch_row& row, ddo::weight_registry& registry, const switc
   row.loaded = stats1.loaded_bytes - stats0.loaded_bytes;
   row.reused = stats1.reused_bytes - stats0.reused_bytes;
   row.evicted = stats1.evicted_bytes - stats0.evicted_bytes;
+  row.recycled = stats1.recycled_bytes - stats0.recycled_bytes;
+  row.unpin_wait_s = stats1.unpin_wait_seconds - stats0.unpin_wait_seconds;
+  row.load_s = stats1.load_seconds - stats0.load_seconds;
   row.pinned_now = stats1.pinned_bytes;
   row.budget = stats1.budget_bytes;
   row.floor_s = switch_floor_s(row, rates);
@@ -294,8 +306,9 @@ inline int report_switches(const run_options& opt, const std::vector<switch_row>
   std::printf(
       "\nswitches (one process, the registry's budget %s):\n"
       "| # | model | from | switch s | floor s | x floor | read (rchar) | disk read | "
-      "registry read | reused | evicted | pinned | peak RSS | MemAvailable | step ms | "
-      "bound ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "registry read | reused | evicted | recycled | unpin wait s | load s | pinned | peak RSS | "
+      "MemAvailable | step ms | bound ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       gb(registry.budget()).c_str());
   std::uint64_t mismatches = 0;
   bool over = false;
@@ -304,21 +317,21 @@ inline int report_switches(const run_options& opt, const std::vector<switch_row>
     mismatches += r.mismatches;
     over = over || r.pinned_now > r.budget;
     std::printf(
-        "| %zu | %s | %s | %.3f | %.3f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | "
-        "%.1f | %.1f |\n",
+        "| %zu | %s | %s | %.3f | %.3f | %.2f | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %s | "
+        "%s | %s | %.1f | %.1f |\n",
         i, models[r.segment.model]->name.c_str(), r.from.empty() ? "-" : r.from.c_str(), r.switch_s,
         r.floor_s, r.floor_s > 0 ? r.switch_s / r.floor_s : 0.0, gb(r.rchar).c_str(),
         gb(r.read_bytes).c_str(), gb(r.loaded).c_str(), gb(r.reused).c_str(), gb(r.evicted).c_str(),
-        gb(r.pinned_now).c_str(), gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms,
-        r.bound_ms);
+        gb(r.recycled).c_str(), r.unpin_wait_s, r.load_s, gb(r.pinned_now).c_str(),
+        gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms, r.bound_ms);
   }
   const auto st = registry.stats();
   std::printf(
       "  registry at the end: %s pinned (peak %s) of %s, %zu model(s); read %s, reused "
-      "%s, evicted %s in all\n",
+      "%s, evicted %s (recycled %s) in all\n",
       gb(st.pinned_bytes).c_str(), gb(st.peak_pinned_bytes).c_str(), gb(st.budget_bytes).c_str(),
       st.models, gb(st.loaded_bytes).c_str(), gb(st.reused_bytes).c_str(),
-      gb(st.evicted_bytes).c_str());
+      gb(st.evicted_bytes).c_str(), gb(st.recycled_bytes).c_str());
   if (opt.verify)
     std::printf("  verify: %llu mismatch(es)\n", static_cast<unsigned long long>(mismatches));
   if (!opt.json_path.empty()) write_switch_json(opt.json_path, rows, models);

@@ -6,8 +6,9 @@
 # reads (the process's own rchar, /proc/self/io) are the bytes the registry read and pinned plus
 # the residents read from their files (and a few bytes of the host_sim machinery, at most 4 KiB);
 # a switch back to a model the registry still holds reads none of its pinned bytes; a budget
-# below the two models' sum evicts, and the switch back reads what was evicted; the registry
-# never holds more than its budget. Bad input refused.
+# below the two models' sum evicts, and the switch back reads what was evicted, into the evicted
+# model's pages (recycled: the two models have one shape); the registry never holds more than
+# its budget. Bad input refused.
 # Usage: check_switch.sh DDO_RUN CACHE_DIR
 set -euo pipefail
 run="$1"
@@ -64,7 +65,9 @@ check_json "$work/tight.json" \
   'rows[2]["registry_loaded_bytes"] > 0' \
   '(rows[2]["registry_loaded_bytes"] + rows[2]["registry_reused_bytes"]
     == rows[0]["registry_loaded_bytes"])' \
-  'all(r["pinned_bytes"] <= r["budget_bytes"] for r in rows)'
+  'all(r["pinned_bytes"] <= r["budget_bytes"] for r in rows)' \
+  'all(0 < r["registry_recycled_bytes"] <= r["registry_evicted_bytes"] for r in rows[1:])' \
+  'all(r["registry_unpin_wait_s"] >= 0 and r["registry_load_s"] >= 0 for r in rows)'
 
 # 3. Two experts, two generations: A B | A B, the second generation reusing both.
 out="$("$run" "${common[@]}" --steps 3 --experts synthetic:seed=1,synthetic:seed=2 --generations 2 \

@@ -87,23 +87,49 @@ key_parts parse(const std::string& key) {
   return k;
 }
 
-/// A loader reading each piece from its file into a block of its own; counts its calls.
+/// Page-locking as a loader sees it, simulated: bytes locked now and at most, and how often
+/// blocks were locked and unlocked (a block's unregister runs when it goes).
+struct lock_counts {
+  std::atomic<std::uint64_t> now{0}, peak{0};
+  std::atomic<int> locks{0}, unlocks{0};
+  void reset_peak() { peak = now.load(); }
+  void lock(ddo::pinned_block& block, const std::shared_ptr<lock_counts>& self) {
+    const std::uint64_t bytes = block.size();
+    const std::uint64_t held = now += bytes;
+    std::uint64_t seen = peak.load();
+    while (seen < held && !peak.compare_exchange_weak(seen, held)) {
+    }
+    ++locks;
+    block.set_registered([self, bytes] {
+      self->now -= bytes;
+      ++self->unlocks;
+    });
+  }
+};
+
+/// A recycling loader reading each piece from its file into a block of its own, or into the
+/// evicted block the registry gives for it, "page-locking" the blocks not locked yet
+/// (lock_counts); counts its calls.
 struct file_loader {
   std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<std::uint64_t>> bytes =
       std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<lock_counts> locked = std::make_shared<lock_counts>();
   std::vector<std::shared_ptr<ddo::pinned_block>> operator()(
-      std::span<const registry_piece> pieces) const {
+      std::span<const registry_piece> pieces,
+      std::span<const std::shared_ptr<ddo::pinned_block>> recycled) const {
     ++*calls;
     std::vector<std::shared_ptr<ddo::pinned_block>> out;
-    for (const auto& p : pieces) {
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const auto& p = pieces[i];
       const auto k = parse(p.key);
-      auto block = std::make_shared<ddo::pinned_block>(p.bytes);
+      auto block = recycled[i] ? recycled[i] : std::make_shared<ddo::pinned_block>(p.bytes);
       const int fd = ::open(k.path.c_str(), O_RDONLY | O_CLOEXEC);
       REQUIRE(fd >= 0);
       const auto n = ::pread(fd, block->data(), k.bytes, static_cast<off_t>(k.offset));
       ::close(fd);
       REQUIRE(n == static_cast<ssize_t>(k.bytes));
+      if (!block->registered()) locked->lock(*block, locked);
       *bytes += p.bytes;
       out.push_back(std::move(block));
     }
@@ -301,6 +327,123 @@ TEST_CASE("weight_registry: a copy in flight pins its piece; a failed load keeps
   CHECK(reg.pinned_bytes() == 0);
 }
 
+TEST_CASE("weight_registry: a switch reads into the evicted model's page-locked blocks") {
+  // Budget for one model of four pages. B of A's shape takes A's evicted blocks (locked once,
+  // never unlocked); a block someone still holds is not handed on; pieces of another size get
+  // new blocks, locked only after the evicted ones were unlocked (never above the budget).
+  disk d("ddo-registry-recycle");
+  for (const char* f : {"a", "b", "c", "e"}) d.write(f, 4 * page);
+  weight_registry reg(4 * page);
+  file_loader load;
+  auto& locked = *load.locked;
+  std::set<const std::byte*> a_pages;
+  {
+    auto a = reg.acquire("A", pieces_of(d, "a", 4), load);
+    for (std::size_t i = 0; i < 4; ++i) a_pages.insert(a.block(i)->data());
+  }
+  CHECK(locked.locks == 4);
+  {
+    auto b = reg.acquire("B", pieces_of(d, "b", 4), load);
+    CHECK(b.loaded_bytes() == 4 * page);
+    CHECK(b.recycled_bytes() == 4 * page);
+    CHECK(fresh(b, d));  // B's bytes, not A's, in A's pages
+    for (std::size_t i = 0; i < 4; ++i) CHECK(a_pages.contains(b.block(i)->data()));
+  }
+  CHECK(locked.locks == 4);
+  CHECK(locked.unlocks == 0);
+  CHECK(locked.peak.load() == 4 * page);
+  CHECK(reg.stats().evicted_bytes == 4 * page);
+  CHECK(reg.stats().recycled_bytes == 4 * page);
+  {
+    auto a = reg.acquire("A", pieces_of(d, "a", 4), load);  // B's blocks back to A
+    CHECK(a.recycled_bytes() == 4 * page);
+    auto held = a.block(0);  // held past the use (as a copy in flight would be)
+    a.reset();
+    auto b = reg.acquire("B", pieces_of(d, "b", 4), load);
+    CHECK(b.recycled_bytes() == 3 * page);
+    CHECK(b.block(0)->data() != held->data());
+    CHECK(fresh(b, d));
+    CHECK(held->data()[7] == disk::byte_of("a", 1, 7));  // still A's bytes: never overwritten
+  }
+  CHECK(locked.locks == 5);
+  CHECK(locked.unlocks == 1);
+  locked.reset_peak();  // (the held block was locked beside the budget, outside the registry)
+  // Pieces of two pages: no one-page block holds one; B's four are unlocked first.
+  std::vector<registry_piece> c{{d.key("c", 0, 2 * page), 2 * page},
+                                {d.key("c", 2 * page, 2 * page), 2 * page}};
+  {
+    auto cu = reg.acquire("C", c, load);
+    CHECK(cu.recycled_bytes() == 0);
+  }
+  CHECK(locked.locks == 7);
+  CHECK(locked.unlocks == 5);
+  // One two-page piece and two of one page over C's blocks: one recycled, the other unlocked
+  // (beside the recycled read) before the one-page pieces are locked.
+  std::vector<registry_piece> e{{d.key("e", 0, 2 * page), 2 * page},
+                                {d.key("e", 2 * page, page), page},
+                                {d.key("e", 3 * page, page), page}};
+  {
+    auto eu = reg.acquire("E", e, load);
+    CHECK(eu.recycled_bytes() == 2 * page);
+    CHECK(fresh(eu, d));
+  }
+  CHECK(locked.locks == 9);
+  CHECK(locked.unlocks == 6);
+  CHECK(locked.peak.load() == 4 * page);
+  for (const char* m : {"A", "B", "C", "E"}) reg.release(m);
+  CHECK(reg.pinned_bytes() == 0);
+  CHECK(locked.now.load() == 0);
+}
+
+TEST_CASE("weight_registry: offloaders of one shape switch without unpinning or pinning") {
+  // Two models of one shape, different bytes (an engine's two checkpoints), under a budget for
+  // one and a half: B's setup reads into A's evicted pages, page-locked still, where the old
+  // registry unregistered them and registered new ones; every streamed byte is B's.
+  ddo_test::model_spec spec;
+  spec.groups = 4;
+  spec.min_bytes = 8 * 1024;
+  spec.max_bytes = 64 * 1024;
+  spec.seed = 4221;
+  auto a = ddo_test::make_model(spec);
+  auto b = ddo_test::make_model(spec);
+  b->table = ddo_test::reload_in_place(*b, 4222);  // the same shapes, other bytes
+  const std::uint64_t budget = pinned_pages(*a) * 3 / 2;
+  auto reg = std::make_shared<weight_registry>(budget);
+  ddo::host_sim_options ho;
+  ho.device_capacity_bytes = 8 * ddo::mib;
+  ddo::host_sim_transport sim(ho);
+  using offloader = ddo::basic_offloader<ddo::host_sim_transport>;
+  const auto registered = [&] { return sim.ledger().counts(ddo::ledger_kind::registered); };
+  auto off = std::make_unique<offloader>(sim, a->table, a->plan, registry_options(reg, "A"));
+  CHECK(stream_and_check(*off, sim, *a) == 0);
+  for (int i = 0; i < 3; ++i) {  // A -> B -> A -> B
+    const auto& to = i % 2 == 0 ? *b : *a;
+    off.reset();
+    const auto before = registered();
+    const auto stats0 = reg->stats();
+    off = std::make_unique<offloader>(sim, to.table, to.plan,
+                                      registry_options(reg, i % 2 == 0 ? "B" : "A"));
+    const auto after = registered();
+    const auto stats1 = reg->stats();
+    const auto evicted = stats1.evicted_bytes - stats0.evicted_bytes;
+    CHECK(evicted > 0);
+    CHECK(stats1.recycled_bytes - stats0.recycled_bytes == evicted);
+    CHECK(after.frees == before.frees);  // nothing unregistered ...
+    // ... and registered only what no evicted page held
+    CHECK(after.bytes_allocated - before.bytes_allocated ==
+          stats1.pinned_bytes - stats0.pinned_bytes);
+    CHECK(stream_and_check(*off, sim, to) == 0);
+    CHECK(sim.pageable_direct_copies() == 0);
+  }
+  CHECK(sim.ledger().peak(ddo::ledger_kind::registered) <= budget);
+  CHECK(reg->stats().peak_pinned_bytes <= budget);
+  off.reset();
+  reg->release("A");
+  reg->release("B");
+  CHECK(reg->pinned_bytes() == 0);
+  CHECK(sim.registered_bytes_in_use() == 0);
+}
+
 TEST_CASE("weight_registry: a file replaced on disk is read again, never served stale") {
   disk d("ddo-registry-stale");
   d.write("m", 3 * page);
@@ -435,13 +578,18 @@ TEST_CASE("weight_registry: property: random loads, switches, keeps and releases
     for (const auto& [i, use] : live) REQUIRE(fresh(use, d));
   }
   MESSAGE("refused " << refused << " of the loads; loaded " << reg.stats().loaded_bytes
-                     << " bytes, reused " << reg.stats().reused_bytes);
+                     << " bytes, reused " << reg.stats().reused_bytes << ", recycled "
+                     << reg.stats().recycled_bytes);
   CHECK(reg.stats().peak_pinned_bytes <= budget);
+  // Page-locked bytes, not only the ledger: recycled blocks stay locked, the others are unlocked
+  // before new pages are locked.
+  CHECK(load.locked->peak.load() <= budget);
   live.clear();
   for (const auto& m : models)
     if (reg.holds_model(m.name)) reg.release(m.name);
   CHECK(reg.pinned_bytes() == 0);
   CHECK(reg.stats().pieces == 0);
+  CHECK(load.locked->now.load() == 0);
 }
 
 TEST_CASE("weight_registry: concurrent offloaders ask for the budget at once") {

@@ -22,6 +22,15 @@
 /// nothing. A failed load leaves nothing of the call behind. Released models (release()) and
 /// pieces no model lists are dropped once unused; after the last release nothing is pinned.
 ///
+/// Recycling (a switch between models of one shape). With a recycling_loader, an evicted block
+/// that holds a piece the acquire lacks (at least its bytes, in its whole pages, no other
+/// holder) is given to the loader for that piece: read again in place, it is neither unpinned
+/// nor page-locked anew (on a GPU, cudaHostUnregister and cudaHostRegister of the evicted bytes
+/// were a switch's cost beyond its reads). The other evicted blocks are unpinned on a thread of
+/// their own while the loader reads the recycled pieces; the pieces that need new pages are
+/// loaded after that, so the page-locked bytes never exceed the budget, at any moment, not only
+/// in the ledger. A plain loader gets no block: the evicted ones are unpinned before it runs.
+///
 /// Why a process-wide instance now exists (pinned_weight_cache has none): the budget is a
 /// property of the process — one RAM, one MemAvailable — and two engine-owned caches cannot see
 /// each other's bytes, which is how a 64 GB machine ran out of RAM "after 2-3 model switches".
@@ -87,7 +96,14 @@ struct registry_stats {
   std::uint64_t peak_pinned_bytes = 0;
   std::uint64_t loaded_bytes = 0;   ///< read and pinned so far
   std::uint64_t reused_bytes = 0;   ///< given to an acquire from what was held
-  std::uint64_t evicted_bytes = 0;  ///< unpinned to make room
+  std::uint64_t evicted_bytes = 0;  ///< taken from models to make room (unpinned or recycled)
+  /// Of the evicted bytes, those given to incoming pieces (a recycling_loader): their
+  /// pages stayed page-locked, read again in place; evicted - recycled were unpinned.
+  std::uint64_t recycled_bytes = 0;
+  /// Seconds acquires waited for evicted pages to be unpinned (what no load overlapped), and
+  /// spent in their loaders (reading, and page-locking what was not recycled).
+  double unpin_wait_seconds = 0.0;
+  double load_seconds = 0.0;
   std::size_t pieces = 0;
   std::size_t models = 0;
 };
@@ -134,6 +150,9 @@ class basic_model_use {
   /// earlier run's).
   [[nodiscard]] std::uint64_t loaded_bytes() const noexcept { return loaded_; }
   [[nodiscard]] std::uint64_t reused_bytes() const noexcept { return reused_; }
+  /// Of loaded_bytes(), the bytes read into an evicted model's pages, page-locked already
+  /// (recycling_loader).
+  [[nodiscard]] std::uint64_t recycled_bytes() const noexcept { return recycled_; }
   [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
 
   /// Gives the uses back now (as the destructor does).
@@ -148,12 +167,13 @@ class basic_model_use {
     std::swap(blocks_, o.blocks_);
     std::swap(loaded_, o.loaded_);
     std::swap(reused_, o.reused_);
+    std::swap(recycled_, o.recycled_);
   }
   std::shared_ptr<detail::registry_detail::basic_state<Tag>> state_;
   std::string model_;
   std::vector<std::string> keys_;
   std::vector<std::shared_ptr<pinned_block>> blocks_;
-  std::uint64_t loaded_ = 0, reused_ = 0;
+  std::uint64_t loaded_ = 0, reused_ = 0, recycled_ = 0;
 };
 
 /// @brief One use of one piece, for one copy: taken when the copy is enqueued, given back
@@ -196,6 +216,11 @@ class basic_weight_registry {
   /// least the piece's bytes. Blocks of their own are charged their size, ranges their bytes.
   using loader =
       std::function<std::vector<std::shared_ptr<pinned_block>>(std::span<const registry_piece>)>;
+  /// A loader that is also given, per piece, an evicted block to read it into (null: none),
+  /// page-locked already where it was (see the file comment): it returns that block for the
+  /// piece, or one of its own (the given one is then freed before any other load).
+  using recycling_loader = std::function<std::vector<std::shared_ptr<pinned_block>>(
+      std::span<const registry_piece>, std::span<const std::shared_ptr<pinned_block>>)>;
 
   /// @brief A registry of @p budget_bytes page-locked bytes (default: unlimited).
   explicit basic_weight_registry(
@@ -210,6 +235,10 @@ class basic_weight_registry {
   [[nodiscard]] basic_model_use<Tag> acquire(const std::string& model,
                                              std::vector<registry_piece> pieces,
                                              const loader& load);
+  /// @brief acquire() with a loader given the evicted blocks to recycle (see the file comment).
+  [[nodiscard]] basic_model_use<Tag> acquire(const std::string& model,
+                                             std::vector<registry_piece> pieces,
+                                             const recycling_loader& load);
 
   /// @brief One use of the held piece @p key for one copy; an empty piece_use when not held.
   [[nodiscard]] basic_piece_use<Tag> use_piece(const std::string& key);
@@ -244,11 +273,22 @@ class basic_weight_registry {
   /// Frees room for @p need more bytes (the pieces of @p wanted kept), or throws registry_full.
   void make_room(std::uint64_t need, const std::string& model, const key_set& wanted,
                  std::vector<std::shared_ptr<pinned_block>>& dropped);
+  /// Both acquire()s: @p recycle false gives the loader no block (the evicted ones unpinned
+  /// first).
+  basic_model_use<Tag> acquire_with(const std::string& model, std::vector<registry_piece> pieces,
+                                    const recycling_loader& load, bool recycle);
+  /// Loads @p missing through @p load: those @p given a block first, while the other @p dropped
+  /// blocks are unpinned, then the rest (see the file comment). One block a piece, in order;
+  /// @p recycled: the bytes of the given blocks the loader kept.
+  std::vector<std::shared_ptr<pinned_block>> load_missing(
+      const std::vector<registry_piece>& missing, std::vector<std::shared_ptr<pinned_block>> given,
+      std::vector<std::shared_ptr<pinned_block>> dropped, const recycling_loader& load,
+      std::uint64_t& recycled);
   /// Stores the loaded pieces and takes the uses (acquire's last step).
   basic_model_use<Tag> commit(const std::string& model, const std::vector<registry_piece>& pieces,
                               const std::vector<registry_piece>& missing,
                               std::vector<std::shared_ptr<pinned_block>>& blocks,
-                              std::uint64_t reused);
+                              std::uint64_t reused, std::uint64_t recycled);
 
   std::shared_ptr<state> state_;
 };

@@ -6,11 +6,13 @@
 /// ddo/instantiate.hpp does, and instantiates the registry's one instantiation there.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddo/core/format_bytes.hpp"
@@ -212,6 +214,50 @@ void evict_model(basic_state<Tag>& s, const std::string& victim, const basic_key
   s.stats.pieces = s.pieces.size();
 }
 
+/// Gives blocks of @p dropped to the @p missing pieces they hold (@p given, a block or null per
+/// piece): for each piece the smallest block of at least its bytes and at most its whole pages,
+/// of no other holder (a block someone still holds may still be read). Those given leave
+/// @p dropped.
+template <class Tag>
+std::vector<std::shared_ptr<pinned_block>> recycle(
+    const std::vector<registry_piece>& missing,
+    std::vector<std::shared_ptr<pinned_block>>& dropped) {
+  std::vector<std::shared_ptr<pinned_block>> given(missing.size());
+  tagged_t<Tag, std::vector<std::pair<std::uint64_t, std::size_t>>> free;  // (size, index)
+  for (std::size_t i = 0; i < dropped.size(); ++i)
+    if (dropped[i] && dropped[i].use_count() == 1) free.emplace_back(dropped[i]->size(), i);
+  if (free.empty()) return given;
+  std::sort(free.begin(), free.end());
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    const std::uint64_t bytes = missing[i].bytes;
+    const auto it =
+        std::lower_bound(free.begin(), free.end(), std::make_pair(bytes, std::size_t{0}));
+    if (it == free.end() || it->first > page_bytes(bytes)) continue;
+    given[i] = std::move(dropped[it->second]);
+    free.erase(it);
+  }
+  std::erase(dropped, nullptr);
+  return given;
+}
+
+/// Checks the loader's @p blocks for @p pieces: one each, holding its bytes in whole pages.
+inline void check_loaded(std::span<const registry_piece> pieces,
+                         const std::vector<std::shared_ptr<pinned_block>>& blocks) {
+  DDO_EXPECTS(blocks.size() == pieces.size(), "weight_registry::acquire: the loader returned " +
+                                                  std::to_string(blocks.size()) + " blocks for " +
+                                                  std::to_string(pieces.size()) + " pieces");
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    DDO_EXPECTS(blocks[i] && blocks[i]->size() >= pieces[i].bytes &&
+                    blocks[i]->size() <= page_bytes(pieces[i].bytes),
+                "weight_registry::acquire: the loader's block for '" + pieces[i].key +
+                    "' does not hold its " + std::to_string(pieces[i].bytes) + " bytes in " +
+                    "whole pages");
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace detail::registry_detail
 
 template <class Tag>
@@ -349,6 +395,26 @@ template <class Tag>
 basic_model_use<Tag> basic_weight_registry<Tag>::acquire(const std::string& model,
                                                          std::vector<registry_piece> pieces,
                                                          const loader& load) {
+  return acquire_with(
+      model, std::move(pieces),
+      [&](std::span<const registry_piece> p, std::span<const std::shared_ptr<pinned_block>>) {
+        return load(p);
+      },
+      false);
+}
+
+template <class Tag>
+basic_model_use<Tag> basic_weight_registry<Tag>::acquire(const std::string& model,
+                                                         std::vector<registry_piece> pieces,
+                                                         const recycling_loader& load) {
+  return acquire_with(model, std::move(pieces), load, true);
+}
+
+template <class Tag>
+basic_model_use<Tag> basic_weight_registry<Tag>::acquire_with(const std::string& model,
+                                                              std::vector<registry_piece> pieces,
+                                                              const recycling_loader& load,
+                                                              bool recycle) {
   DDO_EXPECTS(!model.empty(), "weight_registry::acquire: the model needs a name");
   key_set wanted;
   std::erase_if(pieces, [&](const registry_piece& p) { return !wanted.insert(p.key); });
@@ -369,28 +435,71 @@ basic_model_use<Tag> basic_weight_registry<Tag>::acquire(const std::string& mode
     }
     make_room(need, model, wanted, dropped);
   }
-  dropped.clear();  // unmapped outside the lock
+  auto given = recycle ? detail::registry_detail::recycle<Tag>(missing, dropped)
+                       : std::vector<std::shared_ptr<pinned_block>>(missing.size());
   // Read and pinned outside the lock (lookups and releases go on); only releases change what is
   // held meanwhile, and they lower it: the room made stays.
-  std::vector<std::shared_ptr<pinned_block>> blocks;
-  if (!missing.empty()) blocks = load(missing);
-  DDO_EXPECTS(blocks.size() == missing.size(), "weight_registry::acquire: the loader returned " +
-                                                   std::to_string(blocks.size()) + " blocks for " +
-                                                   std::to_string(missing.size()) + " pieces");
-  for (std::size_t i = 0; i < missing.size(); ++i)
-    DDO_EXPECTS(blocks[i] && blocks[i]->size() >= missing[i].bytes &&
-                    blocks[i]->size() <= detail::registry_detail::page_bytes(missing[i].bytes),
-                "weight_registry::acquire: the loader's block for '" + missing[i].key +
-                    "' does not hold its " + std::to_string(missing[i].bytes) + " bytes in " +
-                    "whole pages");
-  return commit(model, pieces, missing, blocks, reused);
+  std::uint64_t recycled = 0;
+  auto blocks = load_missing(missing, std::move(given), std::move(dropped), load, recycled);
+  return commit(model, pieces, missing, blocks, reused, recycled);
+}
+
+template <class Tag>
+std::vector<std::shared_ptr<pinned_block>> basic_weight_registry<Tag>::load_missing(
+    const std::vector<registry_piece>& missing, std::vector<std::shared_ptr<pinned_block>> given,
+    std::vector<std::shared_ptr<pinned_block>> dropped, const recycling_loader& load,
+    std::uint64_t& recycled) {
+  namespace rd = detail::registry_detail;
+  std::vector<std::shared_ptr<pinned_block>> blocks(missing.size());
+  std::vector<std::size_t> again, fresh;  // pieces given a block, and the others
+  for (std::size_t i = 0; i < missing.size(); ++i) (given[i] ? again : fresh).push_back(i);
+  const auto load_some = [&](const std::vector<std::size_t>& which) {
+    if (which.empty()) return;
+    std::vector<registry_piece> some;
+    std::vector<std::shared_ptr<pinned_block>> into;
+    for (const std::size_t i : which) {
+      some.push_back(missing[i]);
+      into.push_back(given[i]);
+    }
+    auto got = load(some, into);
+    rd::check_loaded(some, got);
+    for (std::size_t k = 0; k < which.size(); ++k) blocks[which[k]] = std::move(got[k]);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  double waited = 0.0;
+  std::uint64_t recycled_pages = 0;
+  {
+    // The evicted blocks no piece took are unpinned beside the recycled pieces' reads (joined
+    // as this scope ends, a throwing load included); new pages are locked after them.
+    std::jthread unpin;
+    if (!again.empty() && !dropped.empty())
+      unpin = std::jthread([d = std::move(dropped)]() mutable { d.clear(); });
+    load_some(again);
+    for (const std::size_t i : again) {
+      if (blocks[i] == given[i]) {
+        recycled += missing[i].bytes;
+        recycled_pages += blocks[i]->size();
+      }
+      given[i].reset();  // one the loader did not keep: freed before new pages are locked
+    }
+    const auto w0 = std::chrono::steady_clock::now();
+    if (unpin.joinable()) unpin.join();
+    dropped.clear();  // none recycled: unpinned here
+    waited = rd::seconds_since(w0);
+  }
+  load_some(fresh);
+  std::lock_guard lock(state_->mutex);
+  state_->stats.recycled_bytes += recycled_pages;
+  state_->stats.unpin_wait_seconds += waited;
+  state_->stats.load_seconds += rd::seconds_since(t0) - waited;
+  return blocks;
 }
 
 template <class Tag>
 basic_model_use<Tag> basic_weight_registry<Tag>::commit(
     const std::string& model, const std::vector<registry_piece>& pieces,
     const std::vector<registry_piece>& missing, std::vector<std::shared_ptr<pinned_block>>& blocks,
-    std::uint64_t reused) {
+    std::uint64_t reused, std::uint64_t recycled) {
   std::vector<std::shared_ptr<pinned_block>> dropped;
   basic_model_use<Tag> use;
   std::lock_guard lock(state_->mutex);
@@ -417,6 +526,7 @@ basic_model_use<Tag> basic_weight_registry<Tag>::commit(
   for (const auto& k : m.keys) use.blocks_.push_back(s.pieces.at(k).block);
   use.loaded_ = loaded;
   use.reused_ = reused;
+  use.recycled_ = recycled;
   s.collect(dropped);  // the model's pieces it no longer lists (a file replaced on disk)
   return use;
 }

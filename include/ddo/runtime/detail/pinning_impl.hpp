@@ -374,24 +374,31 @@ std::vector<block_plan> share_blocks(const std::vector<part_reads>& parts,
 /// block page-locks it while the others read on. File bytes are read with positional reads
 /// straight into the block, never through a mapping: the file's pages stay in the page cache and
 /// are not counted in the process twice (docs/transports.md). @p share false: a block per part
-/// (a weight_registry frees each piece on its own, and charges what it maps).
+/// (a weight_registry frees each piece on its own, and charges what it maps); then @p given
+/// (when not empty) holds a block per part of @p todo, or null: a block given is read into
+/// in place, and page-locked only where it is not yet (a weight_registry's recycled block).
 template <class T, class Placed>
 std::vector<std::shared_ptr<pinned_block>> pin_parts(
     T& t, const std::vector<part_reads>& parts, const std::vector<std::size_t>& todo,
     const weight_table& table, const source_files& files, const runtime_options& options,
-    setup_meter& meter, const std::function<void()>& planned, Placed&& placed, bool share = true) {
+    setup_meter& meter, const std::function<void()>& planned, Placed&& placed, bool share = true,
+    const std::vector<std::shared_ptr<pinned_block>>& given = {}) {
   const auto blocks = share_blocks(parts, todo, options.alignment, share);
+  DDO_EXPECTS(given.empty() || (!share && given.size() == blocks.size()),
+              "pin_parts: blocks given for a shared layout, or not one a part");
+  const auto given_of = [&](std::size_t b) { return given.empty() ? nullptr : given[b]; };
   // Totals first: reports never see a total grow.
   for (std::size_t g : todo)
     for (const auto& r : parts[g].reads) plan_read(meter, table[r.weight]);
-  for (const auto& b : blocks)
-    meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
+  for (std::size_t b = 0; b < blocks.size(); ++b)
+    if (!given_of(b) || !given_of(b)->registered())
+      meter.plan(setup_phase::pinning, round_up(blocks[b].bytes, host_page_size()));
   if (planned) planned();
   std::vector<read_task> tasks;
   std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
   std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
-    mapped[b] = std::make_shared<pinned_block>(blocks[b].bytes);
+    mapped[b] = given_of(b) ? given_of(b) : std::make_shared<pinned_block>(blocks[b].bytes);
     for (const auto& [g, part_offset] : blocks[b].groups) {
       placed(g, mapped[b], part_offset, blocks[b].groups.size() == 1);
       for (const auto& r : parts[g].reads) {
@@ -409,7 +416,9 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
   pool.run(tasks, blocks.size(), [&](std::size_t b) {
     if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
     if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
-    register_block(t, *mapped[b], meter);
+    // A given block page-locked already stays so (a range is locked through its mapping).
+    if (!mapped[b]->registered() && &mapped[b]->mapping() == mapped[b].get())
+      register_block(t, *mapped[b], meter);
   });
   return mapped;
 }
@@ -639,10 +648,13 @@ void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weigh
                     std::to_string(held_of[g].size()) + " pinned weights");
   }
   // What the registry lacks: each piece read into a block of its own by the pool, page-locked
-  // as it completes (as pin() does).
-  auto load = [&](std::span<const registry_piece> missing) {
+  // as it completes (as pin() does), or into the evicted block the registry recycled for it
+  // (page-locked already: neither unpinned nor locked again).
+  auto load = [&](std::span<const registry_piece> missing,
+                  std::span<const std::shared_ptr<pinned_block>> recycled) {
     std::vector<pinning_detail::part_reads> reads(missing.size());
     std::vector<std::size_t> todo(missing.size());
+    const std::vector<std::shared_ptr<pinned_block>> given(recycled.begin(), recycled.end());
     for (std::size_t i = 0; i < missing.size(); ++i) {
       const std::size_t w = weight_of_piece[piece_of_key.at(missing[i].key)];
       reads[i] = {table[w].bytes, {{w, 0, 0}}};
@@ -651,7 +663,8 @@ void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weigh
     std::vector<std::shared_ptr<pinned_block>> blocks(missing.size());
     pinning_detail::pin_parts(
         t, reads, todo, table, files, options, meter, {},
-        [&](std::size_t i, const auto& block, std::uint64_t, bool) { blocks[i] = block; }, false);
+        [&](std::size_t i, const auto& block, std::uint64_t, bool) { blocks[i] = block; }, false,
+        given);
     return blocks;
   };
   registry_use_ =
