@@ -11,7 +11,9 @@
 /// A14B: expert A for the first half of each generation's steps, expert B for the rest.
 ///
 /// Per switch: the process's own reads (/proc/self/io rchar and read_bytes, not inferred), the
-/// bytes the registry read and pinned, reused and evicted, the switch's time against its floor
+/// bytes the registry read and pinned, reused, evicted and recycled (the evicted pages read
+/// again in place), the transport's page-locked and unlocked bytes, the registry's wait for
+/// unpinning and its loads, the switch's time against its floor
 /// (the bytes not already held over the read and page-lock rates measured in the same run), the
 /// peak RSS and MemAvailable against the registry's budget, the steady step after the switch,
 /// and --verify's count. Example code (docs/runner.md, docs/several-models.md).
@@ -26,6 +28,8 @@
 #include "ddo/memory/weight_registry.hpp"
 #include "ddo/setup/registry_budget.hpp"
 #include "ddo/setup/switch_model.hpp"
+#include "ddo/transport/allocation_ledger.hpp"
+#include "ddo/transport/concepts.hpp"
 #include "ddo_run/model_choice.hpp"
 #include "ddo_run/phases_mode.hpp"
 #include "ddo_run/report.hpp"
@@ -64,6 +68,9 @@ struct switch_row {
   // pages to be unpinned, and in its loads (reads, and page-locking the new pages).
   std::uint64_t recycled = 0;
   double unpin_wait_s = 0.0, load_s = 0.0;
+  // The transport's own count of host bytes page-locked (cudaHostRegister) and unlocked
+  // (cudaHostUnregister) during the switch: what recycling saves, counted where it happens.
+  std::uint64_t registered = 0, unregistered = 0;
   std::uint64_t resident = 0;  // the new model's resident bytes (read from its files)
   std::uint64_t pinned_now = 0, budget = 0;
   std::uint64_t peak_rss = 0, mem_available = 0;
@@ -178,8 +185,8 @@ inline void print_switch_row(const switch_row& r, const std::string& to) {
   std::printf(
       "%s %s -> %s (generation %d, %d steps): %.3f s, floor %.3f s (%.2fx); read %s (rchar; disk "
       "read_bytes %s), registry read+pinned %s, reused %s, evicted %s (recycled %s), residents "
-      "%s; registry unpin wait %.3f s, load %.3f s; pinned %s of budget %s; peak RSS %s, "
-      "MemAvailable %s; step %.1f ms%s\n",
+      "%s; page-locked %s, unlocked %s; registry unpin wait %.3f s, load %.3f s; pinned %s of "
+      "budget %s; peak RSS %s, MemAvailable %s; step %.1f ms%s\n",
       r.from.empty() ? "load" : "switch", r.from.empty() ? "-" : r.from.c_str(), to.c_str(),
       r.segment.generation, r.segment.steps, r.switch_s, r.floor_s,
       r.floor_s > 0 ? r.switch_s / r.floor_s : 0.0,
@@ -187,7 +194,8 @@ inline void print_switch_row(const switch_row& r, const std::string& to) {
       r.io_known ? std::to_string(r.read_bytes).c_str() : "unknown",
       std::to_string(r.loaded).c_str(), std::to_string(r.reused).c_str(),
       std::to_string(r.evicted).c_str(), std::to_string(r.recycled).c_str(),
-      std::to_string(r.resident).c_str(), r.unpin_wait_s, r.load_s, gb(r.pinned_now).c_str(),
+      std::to_string(r.resident).c_str(), std::to_string(r.registered).c_str(),
+      std::to_string(r.unregistered).c_str(), r.unpin_wait_s, r.load_s, gb(r.pinned_now).c_str(),
       gb(r.budget).c_str(), gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms,
       r.bound_ms > 0 ? (", bound " + std::to_string(r.bound_ms).substr(0, 6) + " ms").c_str() : "");
   std::fflush(stdout);
@@ -214,6 +222,8 @@ inline void write_switch_json(const std::string& path, const std::vector<switch_
         .member("registry_recycled_bytes", r.recycled)
         .member("registry_unpin_wait_s", r.unpin_wait_s)
         .member("registry_load_s", r.load_s)
+        .member("registered_bytes", r.registered)
+        .member("unregistered_bytes", r.unregistered)
         .member("resident_bytes", r.resident)
         .member("pinned_bytes", r.pinned_now)
         .member("budget_bytes", r.budget)
@@ -229,11 +239,16 @@ inline void write_switch_json(const std::string& path, const std::vector<switch_
 }
 
 /// Measures the switch into @p row around @p act (the switch itself): the process's reads, the
-/// registry's counters, the time; the floor from @p rates.
+/// registry's counters, @p ledger's page-locking (the transport's: null, none), the time; the
+/// floor from @p rates.
 template <class Act>
-void measure_switch(switch_row& row, ddo::weight_registry& registry, const switch_rates& rates,
-                    Act&& act) {
+void measure_switch(switch_row& row, ddo::weight_registry& registry,
+                    const ddo::allocation_ledger* ledger, const switch_rates& rates, Act&& act) {
   (void)ddo::runner::reset_peak_rss();
+  const auto locked = [&] {
+    return ledger ? ledger->counts(ddo::ledger_kind::registered) : ddo::ledger_counts{};
+  };
+  const auto locked0 = locked();
   const auto stats0 = registry.stats();
   const auto io0 = ddo::runner::read_process_io();
   const auto t0 = std::chrono::steady_clock::now();
@@ -241,6 +256,9 @@ void measure_switch(switch_row& row, ddo::weight_registry& registry, const switc
   row.switch_s = seconds_since(t0);
   const auto io1 = ddo::runner::read_process_io();
   const auto stats1 = registry.stats();
+  const auto locked1 = locked();
+  row.registered = locked1.bytes_allocated - locked0.bytes_allocated;
+  row.unregistered = locked1.bytes_freed - locked0.bytes_freed;
   row.io_known = io0 && io1;
   if (row.io_known) {
     const auto d = io1->since(*io0);
@@ -306,9 +324,9 @@ inline int report_switches(const run_options& opt, const std::vector<switch_row>
   std::printf(
       "\nswitches (one process, the registry's budget %s):\n"
       "| # | model | from | switch s | floor s | x floor | read (rchar) | disk read | "
-      "registry read | reused | evicted | recycled | unpin wait s | load s | pinned | peak RSS | "
-      "MemAvailable | step ms | bound ms |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "registry read | reused | evicted | recycled | page-locked | unlocked | unpin wait s | "
+      "load s | pinned | peak RSS | MemAvailable | step ms | bound ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       gb(registry.budget()).c_str());
   std::uint64_t mismatches = 0;
   bool over = false;
@@ -317,12 +335,13 @@ inline int report_switches(const run_options& opt, const std::vector<switch_row>
     mismatches += r.mismatches;
     over = over || r.pinned_now > r.budget;
     std::printf(
-        "| %zu | %s | %s | %.3f | %.3f | %.2f | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %s | "
-        "%s | %s | %.1f | %.1f |\n",
+        "| %zu | %s | %s | %.3f | %.3f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | "
+        "%.3f | %s | %s | %s | %.1f | %.1f |\n",
         i, models[r.segment.model]->name.c_str(), r.from.empty() ? "-" : r.from.c_str(), r.switch_s,
         r.floor_s, r.floor_s > 0 ? r.switch_s / r.floor_s : 0.0, gb(r.rchar).c_str(),
         gb(r.read_bytes).c_str(), gb(r.loaded).c_str(), gb(r.reused).c_str(), gb(r.evicted).c_str(),
-        gb(r.recycled).c_str(), r.unpin_wait_s, r.load_s, gb(r.pinned_now).c_str(),
+        gb(r.recycled).c_str(), gb(r.registered).c_str(), gb(r.unregistered).c_str(),
+        r.unpin_wait_s, r.load_s, gb(r.pinned_now).c_str(),
         gb(r.peak_rss).c_str(), gb(r.mem_available).c_str(), r.step_ms, r.bound_ms);
   }
   const auto st = registry.stats();
@@ -363,6 +382,11 @@ int run_switches(const run_options& opt, std::vector<std::unique_ptr<switch_mode
   std::printf("switch floor rates (measured now): read %.2f GB/s, page-lock %.2f GB/s\n",
               rates.read_gbps, rates.register_gbps);
   const auto& registry = ddo::process_weight_registry();
+  // A copy shares the transport's state (its ledger): every model's setup page-locks through a
+  // copy of it.
+  const T counted = transport;
+  const ddo::allocation_ledger* ledger = nullptr;
+  if constexpr (ddo::transport_with_ledger<T>) ledger = &counted.ledger();
   std::vector<switch_row> rows;
   std::optional<decltype(ddo::prepare_offload<>(models[0]->table, models[0]->settings,
                                                 models[0]->setup, std::move(transport))
@@ -374,7 +398,7 @@ int run_switches(const run_options& opt, std::vector<std::unique_ptr<switch_mode
     switch_row row;
     row.segment = seg;
     const auto options = switch_setup(m, registry);
-    measure_switch(row, *registry, rates, [&] {
+    measure_switch(row, *registry, ledger, rates, [&] {
       if (!current) {
         auto prepared = ddo::prepare_offload<>(m.table, m.settings, options, std::move(transport));
         prepared.setup.runtime.profile_summary = nullptr;

@@ -67,6 +67,9 @@ check_json "$work/tight.json" \
     == rows[0]["registry_loaded_bytes"])' \
   'all(r["pinned_bytes"] <= r["budget_bytes"] for r in rows)' \
   'all(0 < r["registry_recycled_bytes"] <= r["registry_evicted_bytes"] for r in rows[1:])' \
+  '(all(r["unregistered_bytes"] == r["registry_evicted_bytes"] - r["registry_recycled_bytes"]
+        for r in rows))' \
+  'all(r["registered_bytes"] < r["registry_loaded_bytes"] for r in rows[1:])' \
   'all(r["registry_unpin_wait_s"] >= 0 and r["registry_load_s"] >= 0 for r in rows)'
 
 # 3. Two experts, two generations: A B | A B, the second generation reusing both.
