@@ -240,8 +240,10 @@ std::vector<std::shared_ptr<pinned_block>> recycle(
   return given;
 }
 
-/// Checks the loader's @p blocks for @p pieces: one each, holding its bytes in whole pages.
-inline void check_loaded(std::span<const registry_piece> pieces,
+/// Checks the loader's @p blocks for @p pieces: one each, holding its bytes in whole pages. (A
+/// template of no use but its own, as the registry's classes are: compiled only where used.)
+template <class = void>
+void check_loaded(std::span<const registry_piece> pieces,
                          const std::vector<std::shared_ptr<pinned_block>>& blocks) {
   DDO_EXPECTS(blocks.size() == pieces.size(), "weight_registry::acquire: the loader returned " +
                                                   std::to_string(blocks.size()) + " blocks for " +
@@ -254,7 +256,8 @@ inline void check_loaded(std::span<const registry_piece> pieces,
                     "whole pages");
 }
 
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+template <class = void>
+double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
