@@ -398,7 +398,10 @@ TEST_SUITE("plan") {
     // reach now (1.18x: 139 MiB slots where 38 MiB keep 0.3 GiB more resident; 2.78x: 2.80 GiB
     // slots where the oracle trims every block to 294 MiB).
     const std::pair<std::uint64_t, double> cases[] = {{3066, 1.18}, {3957, 2.78}, {3328, 1.05}};
-    for (const auto& [seed, most] : cases) {
+    for (const auto& c : cases) {
+      // Not a structured binding: INFO captures it in a lambda (clang's C++20 refuses).
+      const std::uint64_t seed = c.first;
+      const double most = c.second;
       std::size_t feasible = 0, streaming = 0, uncertified = 0;
       const auto o = run_case(seed, feasible, streaming, uncertified);
       INFO("seed " << seed << ": ratio " << o.ratio << "; " << o.detail);
