@@ -22,47 +22,56 @@
 // (fewer when fewer groups stream) of the largest group's streamed weights, each weight aligned
 // (ddo::slot_bytes_for, ddo::ring_bytes_for).
 //
-// The oracle (plan_oracle::solve) searches, for a model's execution units (the ring's groups:
-// the finest repeated units in execution order, given by the test, not by ddo's inference) and
-// the weights that cannot stream (residency rules 1-3: skip patterns, kinds outside
-// target_module_classes, small tensors), the plans in which every unit larger than the ring's
-// slot stays resident whole. For each slot size s among the units' streamed sizes (aligned), the
-// units larger than s are resident, the rest of the card (less the ring, slot_count x s, and the
-// VRAM headroom) is filled with the largest remaining weights first, the RAM (less its headroom)
-// with the largest streamed weights first, and the rest comes from the file; the best s wins.
+// The oracle (plan_oracle::solve) searches every plan of the model's execution units (the ring's
+// groups: the finest repeated units in execution order, given by the test, not by ddo's
+// inference) and the weights that cannot stream (residency rules 1-3: skip patterns, kinds
+// outside target_module_classes, small tensors). A unit may stream whole, in part (the rest of
+// it resident: a unit larger than the slot is trimmed to it, as setup's smaller-ring search
+// does) or not at all. The ring's slot σ is some unit's streamed subset (its aligned sum): for
+// each unit shape (the units with the same streamable weights) the oracle lists every subset
+// sum (detail::subset_sums), and for each σ among them the least bytes the units must keep
+// resident to stream at most σ each, forced(σ) (detail::trim_points, one sweep). A slot is
+// allowed when the fixed weights, forced(σ) and slot_count x σ fit the card's room. Plans are
+// made for the allowed slots, smallest first (each unit streams its largest subset within σ,
+// the rest of the card is filled with the largest streamed weights, the RAM with the next, the
+// rest comes from the file), and for the whole-unit slots of the first search (every unit above
+// s resident whole); the best plan wins.
 //
 // Why this is the optimum (within 1%, certified per case): the bound is non-increasing in the
-// resident bytes R and the host bytes P (for fixed R, the best P is min(RAM room, S - R); the
+// resident bytes R and the host bytes P (for fixed R, the best P is min(RAM room, S - R): the
 // disk term is then max(0, S - R - RAM room)), so a plan is as good as its R. In a feasible plan
 // that streams anything on a card that cannot hold every streamable byte S, at least slot_count
 // units stream (with j < slot_count streaming units the ring is j x slot and the streamed bytes
 // at most j x slot, so resident + ring >= S: it would not stream); so the ring is slot_count x
-// the slot. Let s be the largest unit size not above the plan's slot: the units above s are
-// resident whole (the search space), the ring is at least slot_count x s, so
-// R <= min(S, D - slot_count x s) with D the card's room for streamable weights — the fractional
-// fill. The least such bound over every s (lower_bound_s) is below every plan of the space; the
-// oracle's plan is a real placement scored by the evaluator (plan_s), and certified() says
-// whether plan_s <= 1.01 x lower_bound_s: then the oracle is within 1% of the optimum of its
-// space, proven for that case. The fill's only loss is granularity (largest-first leaves less
-// than the smallest weight that did not fit unused); where it passes 1%, a second pass tightens
-// each slot size's bound to the exact subset sums (in units of the sizes' greatest common
-// divisor) of the card's room and of both rooms together, and fills exactly: over the pairs of
-// (card, RAM) sums where they are few enough (a few large weights, the case that needs it), else
-// by single-room subset sums. The brute-force test checks bound and plan on small models; the
-// property test counts the cases left uncertified (0.5-0.8% of its random layouts: a few large
-// weights with too many pairs of sums for the exact pass, where the bound, not necessarily the
-// plan, is loose: up to 2.2x seen) and fails above 2% of them.
-//
-// Outside the space, and not searched: trimming units larger than the slot (keeping part of every
-// block resident so that the slot shrinks). docs/planning.md ("The plan oracle") says so.
+// its slot σ, a subset sum of some unit. Its units keep at least forced(σ) resident, so σ is an
+// allowed slot, at least the smallest one σ*; and R <= room - fixed - slot_count x σ <= room -
+// fixed - slot_count x σ* — the fractional fill, below every plan (lower_bound_s). The oracle's
+// plan is a real placement scored by the evaluator (plan_s), and certified() says whether
+// plan_s <= 1.01 x lower_bound_s: then the oracle is within 1% of the optimum of every plan of
+// these units, proven for that case. The fill's only loss is granularity (largest-first leaves
+// less than the smallest weight that did not fit unused); where it passes 1%, a second pass
+// tightens the bound to the exact subset sums (in units of the sizes' greatest common divisor)
+// of the streamable weights within the card's room at σ* and within both rooms together (no plan
+// keeps more resident, or more off the disk), and fills exactly: over the pairs of (card, RAM)
+// sums where they are few enough (a few large weights, the case that needs it), else by
+// single-room subset sums. A shape with more than 2^16 subset sums keeps only its largest-first
+// prefixes: its forced(σ) is then not a lower bound, and the bound falls back to σ = 0 (the card
+// less the fixed weights). The brute-force test checks bound and plan against every placement of
+// small models; the property test counts the cases left uncertified (the bound ignores that a
+// unit's resident part must be a subset of that unit: with a few large weights per unit it is
+// loose, not necessarily the plan) and fails above its limit.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ddo/core/units.hpp"
@@ -357,51 +366,216 @@ bool fill_two_rooms(const ddo::weight_table& table, std::span<const std::size_t>
   return true;
 }
 
+/// One subset sum of a unit shape's streamable weights (aligned bytes): the item that first
+/// reached it and the sum it was reached from, so that a plan can take that subset.
+struct subset_sum {
+  std::uint64_t sum = 0;
+  std::size_t item = 0;
+  std::uint64_t prev = 0;
+};
+
+/// Units of one shape: the same streamable weights (aligned sizes, largest first; raw bytes).
+struct unit_shape {
+  std::vector<std::uint64_t> sizes;
+  std::uint64_t raw = 0;
+  std::size_t count = 0;
+  /// Every distinct subset sum, ascending; where they pass max_subset_sums, only the sums of
+  /// the largest-first prefixes (and the shape is not exact).
+  std::vector<subset_sum> sums;
+  bool exact = true;
+};
+
+inline constexpr std::size_t max_subset_sums = std::size_t{1} << 16;
+
+/// The subset sums of @p sizes (see unit_shape::sums); false in the pair when cut to prefixes.
+[[nodiscard]] inline std::pair<std::vector<subset_sum>, bool> subset_sums(
+    std::span<const std::uint64_t> sizes) {
+  std::vector<subset_sum> sums{subset_sum{}}, next;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    next.clear();
+    std::size_t a = 0, b = 0;
+    while (a < sums.size() || b < sums.size()) {
+      const std::uint64_t shifted = b < sums.size() ? sums[b].sum + sizes[i] : UINT64_MAX;
+      if (a < sums.size() && sums[a].sum <= shifted) {
+        b += sums[a].sum == shifted;  // reached before: keep the earlier items' way
+        next.push_back(sums[a++]);
+      } else {
+        next.push_back({shifted, i, sums[b++].sum});
+      }
+    }
+    if (next.size() > max_subset_sums) {
+      std::vector<subset_sum> prefixes{subset_sum{}};
+      for (std::size_t j = 0; j < sizes.size(); ++j)
+        prefixes.push_back({prefixes.back().sum + sizes[j], j, prefixes.back().sum});
+      return {std::move(prefixes), false};
+    }
+    sums.swap(next);
+  }
+  return {std::move(sums), true};
+}
+
+/// The units' streamable weights by shape.
+struct shapes {
+  std::vector<unit_shape> of;
+  std::vector<std::size_t> shape_of;            ///< per unit; npos: nothing streamable
+  std::vector<std::vector<std::size_t>> items;  ///< per unit, as its shape's sizes
+  bool exact = true;                            ///< every shape's sums are all its sums
+};
+
+[[nodiscard]] inline shapes unit_shapes(const model& mo, std::uint64_t alignment) {
+  const ddo::weight_table& table = *mo.table;
+  shapes s;
+  std::map<std::vector<std::uint64_t>, std::size_t> index;
+  for (const auto& u : mo.units) {
+    std::vector<std::size_t> items;
+    for (std::size_t w : u)
+      if (!mo.fixed[w]) items.push_back(w);
+    std::stable_sort(items.begin(), items.end(),
+                     [&](std::size_t a, std::size_t b) { return table[a].bytes > table[b].bytes; });
+    std::vector<std::uint64_t> key;
+    std::uint64_t raw = 0;
+    for (std::size_t w : items) {
+      key.push_back(ddo::round_up(table[w].bytes, alignment));
+      raw += table[w].bytes;
+    }
+    s.items.push_back(std::move(items));
+    if (key.empty()) {
+      s.shape_of.push_back(static_cast<std::size_t>(-1));
+      continue;
+    }
+    key.push_back(raw);
+    const auto [at, added] = index.try_emplace(key, s.of.size());
+    if (added) {
+      unit_shape z;
+      z.sizes.assign(key.begin(), key.end() - 1);
+      z.raw = raw;
+      std::tie(z.sums, z.exact) = subset_sums(z.sizes);
+      s.exact = s.exact && z.exact;
+      s.of.push_back(std::move(z));
+    }
+    ++s.of[at->second].count;
+    s.shape_of.push_back(at->second);
+  }
+  return s;
+}
+
+/// A slot size σ (a subset sum of some unit) and what it forces: the streamable bytes the units
+/// must keep resident to stream at most σ each (raw bytes less the largest aligned subset sum
+/// within σ: a lower bound, exact where the weights' sizes are aligned), and the units that
+/// stream something.
+struct trim_point {
+  std::uint64_t slot = 0;
+  std::uint64_t forced = 0;
+  std::size_t streaming = 0;
+};
+
+/// Every slot size of @p s ascending, by one sweep over the shapes' sums.
+[[nodiscard]] inline std::vector<trim_point> trim_points(const shapes& s) {
+  std::vector<std::pair<std::uint64_t, std::size_t>> events;
+  std::uint64_t forced = 0;
+  for (std::size_t i = 0; i < s.of.size(); ++i) {
+    forced += s.of[i].count * s.of[i].raw;
+    for (const auto& e : s.of[i].sums)
+      if (e.sum != 0) events.emplace_back(e.sum, i);
+  }
+  std::sort(events.begin(), events.end());
+  std::vector<std::uint64_t> fit(s.of.size(), 0);
+  const auto kept = [&](std::size_t i, std::uint64_t f) {
+    return s.of[i].count * (s.of[i].raw - std::min(s.of[i].raw, f));
+  };
+  std::vector<trim_point> points;
+  std::size_t streaming = 0;
+  for (std::size_t k = 0; k < events.size();) {
+    const std::uint64_t v = events[k].first;
+    for (; k < events.size() && events[k].first == v; ++k) {
+      const std::size_t i = events[k].second;
+      forced = forced - kept(i, fit[i]) + kept(i, v);
+      if (fit[i] == 0) streaming += s.of[i].count;
+      fit[i] = v;
+    }
+    points.push_back({v, forced, streaming});
+  }
+  return points;
+}
+
+/// The start of a plan of slot @p slot: each unit streams its largest subset within the slot
+/// (from its shape's sums), the rest of it and every fixed weight resident, nothing else placed
+/// (file). Returns the streamable bytes it keeps resident.
+inline std::uint64_t start_trimmed(const model& mo, const shapes& s, std::uint64_t slot,
+                                   std::vector<ddo::placement>& where) {
+  const ddo::weight_table& table = *mo.table;
+  where.assign(table.size(), ddo::placement::file);
+  for (std::size_t w = 0; w < table.size(); ++w)
+    if (mo.fixed[w]) where[w] = ddo::placement::gpu_resident;
+  std::uint64_t forced = 0;
+  for (std::size_t u = 0; u < mo.units.size(); ++u) {
+    if (s.shape_of[u] == static_cast<std::size_t>(-1)) continue;
+    const auto& sums = s.of[s.shape_of[u]].sums;
+    const auto& items = s.items[u];
+    std::vector<char> streams(items.size(), 0);
+    const auto by_sum = [](const subset_sum& e, std::uint64_t v) { return e.sum < v; };
+    auto at = std::upper_bound(sums.begin(), sums.end(), slot,
+                               [](std::uint64_t v, const subset_sum& e) { return v < e.sum; });
+    for (std::uint64_t sum = std::prev(at)->sum; sum != 0;) {
+      const auto& e = *std::lower_bound(sums.begin(), sums.end(), sum, by_sum);
+      streams[e.item] = 1;
+      sum = e.prev;
+    }
+    for (std::size_t j = 0; j < items.size(); ++j)
+      if (!streams[j]) {
+        where[items[j]] = ddo::placement::gpu_resident;
+        forced += table[items[j]].bytes;
+      }
+  }
+  return forced;
+}
+
 }  // namespace detail
 
-/// The least step bound of the search space (see the file comment), its plan and its lower
-/// bound.
+/// The least step bound over every plan of the model's units (see the file comment), its plan
+/// and its lower bound.
 [[nodiscard]] inline result solve(const model& mo, const machine& m) {
+  using enum ddo::placement;
   const ddo::weight_table& table = *mo.table;
   result r;
   std::uint64_t fixed_bytes = 0, streamable = 0;
   for (std::size_t w = 0; w < table.size(); ++w)
     (mo.fixed[w] ? fixed_bytes : streamable) += table[w].bytes;
   const auto sizes = detail::unit_sizes(mo, m.alignment);
+  const auto shapes = detail::unit_shapes(mo, m.alignment);
   const std::uint64_t room = m.device_room();
   const std::uint64_t reserves = m.card_bytes - m.device_limit() + m.vram_headroom_bytes;
+  const std::uint64_t ram = m.host_room();
+  const std::uint64_t k = m.slot_count;
   // Everything resident: no ring.
   std::uint64_t smallest = reserves + fixed_bytes + streamable;
   if (fixed_bytes + streamable <= room) {
     r.feasible = true;
-    r.where.assign(table.size(), ddo::placement::gpu_resident);
+    r.where.assign(table.size(), gpu_resident);
     r.plan = evaluate(table, mo.units, r.where, m);
     r.lower_bound_s = m.compute_s;
   }
+  const bool all_resident = r.feasible;
   std::vector<std::size_t> order(table.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return table[a].bytes > table[b].bytes; });
-  std::vector<std::uint64_t> slots;
-  for (const auto& z : sizes)
-    if (z.slot != 0) slots.push_back(z.slot);
-  std::sort(slots.begin(), slots.end());
-  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-  const std::uint64_t ram = m.host_room();
-  const std::uint64_t k = m.slot_count;
-  std::vector<std::size_t> unit_of(table.size());
-  for (std::size_t u = 0; u < mo.units.size(); ++u)
-    for (std::size_t w : mo.units[u]) unit_of[w] = u;
-  const bool all_resident = r.feasible;  // the loop then only sizes the smallest card
-  if (!all_resident) r.lower_bound_s = 1e300;
-  // The plan of slot size s: forced units resident, the rest of the card and then the RAM
-  // filled largest first (exact: by subset sum, for the certificate's second pass).
-  // mode 0: largest first; 1: exact, the card then the RAM; 2: exact, both rooms as one
-  // knapsack first (the least disk bytes), then the card's share of it.
-  auto plan_for = [&](std::uint64_t s, std::uint64_t left, int mode) {
-    std::vector<ddo::placement> where(table.size(), ddo::placement::file);
-    for (std::size_t w = 0; w < table.size(); ++w)
-      if (mo.fixed[w] || sizes[unit_of[w]].slot > s) where[w] = ddo::placement::gpu_resident;
+  // The relaxation at slot σ: the card beside the fixed weights and k slots filled to the byte
+  // with streamable weights, the RAM with the rest.
+  const auto room_at = [&](std::uint64_t slot) {
+    const std::uint64_t taken = fixed_bytes + k * slot;
+    return room > taken ? room - taken : 0;
+  };
+  const auto relaxed = [&](std::uint64_t slot) {
+    const std::uint64_t bus = streamable - std::min(streamable, room_at(slot));
+    return m.step_s(bus, bus - std::min(bus, ram));
+  };
+  // A plan from a start (resident: the fixed weights and @p forced streamable bytes): the rest
+  // of the card (@p left) and then the RAM filled. mode 0: largest first; 1: exact, the card
+  // then the RAM; 2: exact, both rooms as one knapsack first (the least disk bytes), then the
+  // card's share of it; 3: exact over the pairs of sums of both rooms (empty when too many).
+  const auto fill = [&](std::vector<ddo::placement> where, std::uint64_t forced,
+                        std::uint64_t left, int mode) {
     auto exact = [&](ddo::placement from, ddo::placement to, std::uint64_t bytes) {
       std::vector<std::size_t> candidates;
       for (std::size_t w : order)
@@ -414,7 +588,6 @@ bool fill_two_rooms(const ddo::weight_table& table, std::span<const std::size_t>
         q = std::max<std::uint64_t>(64 * ddo::kib, bytes / 65536 + 1);
       detail::fill_exact(table, std::move(candidates), bytes, q, where, to);
     };
-    using enum ddo::placement;
     if (mode == 0) {
       const auto free = [&](std::size_t w) { return where[w] == file; };
       (void)detail::fill(table, order, left, where, gpu_resident, free);
@@ -423,9 +596,6 @@ bool fill_two_rooms(const ddo::weight_table& table, std::span<const std::size_t>
       std::vector<std::size_t> candidates;
       for (std::size_t w : order)
         if (where[w] == file) candidates.push_back(w);
-      std::uint64_t forced = 0;
-      for (std::size_t w = 0; w < table.size(); ++w)
-        if (!mo.fixed[w] && where[w] == gpu_resident) forced += table[w].bytes;
       const auto step = [&](std::uint64_t card, std::uint64_t host) {
         const std::uint64_t bus = streamable - forced - card;
         return m.step_s(bus, bus - host);
@@ -446,7 +616,7 @@ bool fill_two_rooms(const ddo::weight_table& table, std::span<const std::size_t>
     }
     return where;
   };
-  auto take = [&](std::uint64_t s, std::vector<ddo::placement> where) {
+  const auto take = [&](std::uint64_t s, std::vector<ddo::placement> where) {
     if (where.empty()) return false;
     score sc = evaluate(table, mo.units, where, m);
     if (sc.feasible && (!r.feasible || sc.step_s < r.plan.step_s)) {
@@ -457,79 +627,83 @@ bool fill_two_rooms(const ddo::weight_table& table, std::span<const std::size_t>
     }
     return true;
   };
-  struct candidate {
-    double lower_bound_s;
-    std::uint64_t slot, left;
+  // The start of slot σ with every unit trimmed to its largest subset within σ; false when
+  // it does not fit beside k slots.
+  const auto trimmed = [&](std::uint64_t slot, std::vector<ddo::placement>& where,
+                           std::uint64_t& left, std::uint64_t& forced) {
+    forced = detail::start_trimmed(mo, shapes, slot, where);
+    if (fixed_bytes + forced + k * slot > room) return false;
+    left = room - fixed_bytes - forced - k * slot;
+    return true;
   };
-  std::vector<candidate> candidates;
-  for (std::uint64_t s : slots) {
-    std::uint64_t forced = 0;
-    std::size_t small = 0;
-    for (const auto& z : sizes)
-      if (z.slot > s) forced += z.bytes;
-      else if (z.slot != 0) ++small;
-    if (small < k) continue;  // fewer units than slots stream: nothing gained by streaming
-    const std::uint64_t need = fixed_bytes + forced + k * s;
-    smallest = std::min(smallest, reserves + need);
-    if (need > room || all_resident) continue;
-    const std::uint64_t left = room - need;
-    // The relaxation: the rest of the card filled to the byte.
-    const std::uint64_t resident_lb = forced + std::min(left, streamable - forced);
-    const std::uint64_t bus_lb = streamable - resident_lb;
-    const double bound = m.step_s(bus_lb, bus_lb - std::min(bus_lb, ram));
-    r.lower_bound_s = std::min(r.lower_bound_s, bound);
-    candidates.push_back({bound, s, left});
-    (void)take(s, plan_for(s, left, 0));
-  }
-  // Second pass where largest-first left more than 1% on the table. The relaxation's bound of
-  // each slot size is tightened to the exact subset sum of the weights that may fill the card
-  // (no plan of that slot size keeps more), and exact fills are tried for the slot sizes whose
-  // bound could still beat the plan found, most promising first.
-  if (!r.certified()) {
-    r.lower_bound_s = 1e300;
-    for (auto& c : candidates) {
-      std::uint64_t forced = 0;
-      std::vector<std::uint64_t> fill_sizes;
-      for (std::size_t w = 0; w < table.size(); ++w) {
-        if (mo.fixed[w]) continue;
-        if (sizes[unit_of[w]].slot > c.slot)
-          forced += table[w].bytes;
-        else
-          fill_sizes.push_back(table[w].bytes);
-      }
-      // The card's fill alone bounds the bus bytes; the card's and the RAM's together (one
-      // knapsack of both rooms: any plan's two fills are a subset of it) the disk bytes.
-      const auto best = detail::max_subset_sum(fill_sizes, c.left);
-      const auto both = detail::max_subset_sum(fill_sizes, c.left + ram);
-      if (best && both) {
-        const std::uint64_t bus = streamable - forced - *best;
-        const std::uint64_t disk = streamable - forced - *both;
-        c.lower_bound_s = std::max(c.lower_bound_s, m.step_s(bus, disk));
-      }
-      r.lower_bound_s = std::min(r.lower_bound_s, c.lower_bound_s);
-    }
-    std::sort(candidates.begin(), candidates.end(), [](const candidate& a, const candidate& b) {
-      return a.lower_bound_s < b.lower_bound_s;
-    });
-    for (auto& c : candidates) {
-      if (r.certified() || c.lower_bound_s * 1.01 >= r.plan.step_s) break;
-      // Exact for this slot size where the pairs of sums are few (large weights, where the
-      // largest-first fill loses most): its plan is then the slot size's optimum, and so its
-      // bound.
-      auto where = plan_for(c.slot, c.left, 3);
-      if (!where.empty()) {
-        const double step = evaluate(table, mo.units, where, m).step_s;
-        (void)take(c.slot, std::move(where));
-        c.lower_bound_s = std::max(c.lower_bound_s, step);
-        r.lower_bound_s = 1e300;
-        for (const auto& d : candidates) r.lower_bound_s = std::min(r.lower_bound_s, d.lower_bound_s);
-        continue;
-      }
-      (void)take(c.slot, plan_for(c.slot, c.left, 1));
-      (void)take(c.slot, plan_for(c.slot, c.left, 2));
-    }
+  // The slot sizes the card allows (fixed + forced + k x σ within the room), ascending, and
+  // the smallest card of all: min over σ of the reserves, the fixed and forced bytes and the
+  // ring (fewer slots where fewer units stream).
+  std::vector<std::uint64_t> allowed;
+  for (const auto& p : detail::trim_points(shapes)) {
+    const std::uint64_t ring = std::min<std::uint64_t>(k, p.streaming) * p.slot;
+    smallest = std::min(smallest, reserves + fixed_bytes + p.forced + ring);
+    if (!all_resident && fixed_bytes + p.forced + k * p.slot <= room) allowed.push_back(p.slot);
   }
   r.smallest_card_bytes = smallest;
+  if (!all_resident) {
+    // No plan has a slot below the first allowed one (the shapes' sums are exact), and none
+    // keeps more resident than room_at(its slot); without exact sums, room_at(0) bounds all.
+    r.lower_bound_s = !shapes.exact ? relaxed(0) : allowed.empty() ? 1e300 : relaxed(allowed[0]);
+    // Whole units (each unit above s resident whole, the rest of the card largest first): the
+    // search this oracle had first, kept as candidates.
+    std::vector<std::uint64_t> slots;
+    for (const auto& z : sizes)
+      if (z.slot != 0) slots.push_back(z.slot);
+    std::sort(slots.begin(), slots.end());
+    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+    for (std::uint64_t s : slots) {
+      std::vector<ddo::placement> where(table.size(), file);
+      std::uint64_t forced = 0;
+      for (std::size_t u = 0; u < mo.units.size(); ++u)
+        for (std::size_t w : mo.units[u])
+          if (mo.fixed[w] || sizes[u].slot > s) {
+            where[w] = gpu_resident;
+            forced += mo.fixed[w] ? 0 : table[w].bytes;
+          }
+      if (fixed_bytes + forced + k * s > room) continue;
+      (void)take(s, fill(std::move(where), forced, room - fixed_bytes - forced - k * s, 0));
+    }
+    // Trimmed units, the smallest slots first, while a slot could still beat the best plan.
+    std::size_t tried = 0;
+    for (std::uint64_t slot : allowed) {
+      if (r.feasible && (r.certified() || relaxed(slot) >= r.plan.step_s)) break;
+      if (++tried > 24) break;
+      std::vector<ddo::placement> where;
+      std::uint64_t left = 0, forced = 0;
+      if (trimmed(slot, where, left, forced)) (void)take(slot, fill(std::move(where), forced, left, 0));
+    }
+  }
+  // Second pass where largest-first left more than 1%: the bound tightened to the exact subset
+  // sums of the streamable weights within the card's room (no plan keeps more resident) and
+  // within both rooms (no plan keeps more off the disk), and exact fills tried.
+  if (!all_resident && r.feasible && !r.certified()) {
+    const std::uint64_t first = shapes.exact && !allowed.empty() ? allowed[0] : 0;
+    std::vector<std::uint64_t> all_sizes;
+    for (std::size_t w = 0; w < table.size(); ++w)
+      if (!mo.fixed[w]) all_sizes.push_back(table[w].bytes);
+    const auto best = detail::max_subset_sum(all_sizes, room_at(first));
+    const auto both = detail::max_subset_sum(all_sizes, room_at(first) + ram);
+    if (best && both) {
+      const std::uint64_t bus = streamable - *best, disk = streamable - *both;
+      r.lower_bound_s = std::max(r.lower_bound_s, m.step_s(bus, disk));
+    }
+    std::size_t tried = 0;
+    for (std::uint64_t slot : allowed) {
+      if (r.certified() || relaxed(slot) >= r.plan.step_s || ++tried > 8) break;
+      std::vector<ddo::placement> where;
+      std::uint64_t left = 0, forced = 0;
+      if (!trimmed(slot, where, left, forced)) continue;
+      if (take(slot, fill(where, forced, left, 3))) continue;
+      (void)take(slot, fill(where, forced, left, 1));
+      (void)take(slot, fill(std::move(where), forced, left, 2));
+    }
+  }
   if (!r.feasible) {
     r.lower_bound_s = 0.0;
     r.why = "no slot size leaves room: the card holds " + std::to_string(room) +

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "plan/oracle_harness.hpp"
@@ -54,27 +55,10 @@ inline tiny make_tiny(std::mt19937_64& rng, std::size_t n) {
   return t;
 }
 
-/// Whether @p where lies in the oracle's search space: every unit whose streamable weights
-/// together exceed the plan's slot is resident whole.
-inline bool in_space(const tiny& t, const std::vector<ddo::placement>& where, const machine& m,
-                     std::uint64_t slot) {
-  for (const auto& u : t.mo.units) {
-    std::vector<std::size_t> streamable;
-    bool streams = false;
-    for (std::size_t w : u)
-      if (!t.mo.fixed[w]) {
-        streamable.push_back(w);
-        streams = streams || where[w] != ddo::placement::gpu_resident;
-      }
-    if (streams && ddo::slot_bytes_for(t.table, streamable, m.alignment) > slot) return false;
-  }
-  return true;
-}
-
 }  // namespace plan_oracle_test
 
 TEST_SUITE("plan") {
-  TEST_CASE("plan oracle: its bound is below every plan of its space, its plan is real (brute force)") {
+  TEST_CASE("plan oracle: its bound is below every plan, its plan is real (brute force)") {
     using namespace plan_oracle_test;
     std::mt19937_64 rng(38);
     const std::size_t cases = DDO_TEST_UNDER_SANITIZER ? 60 : 400;
@@ -95,7 +79,7 @@ TEST_SUITE("plan") {
       const auto r = ddo_test::plan_oracle::solve(t.mo, m);
       CAPTURE(c);
       // Every placement: resident, pinned or file (fixed weights resident).
-      double best_all = 1e300, best_space = 1e300;
+      double best_all = 1e300;
       std::vector<ddo::placement> where(n);
       std::size_t combos = 1;
       for (std::size_t w = 0; w < n; ++w) combos *= 3;
@@ -112,9 +96,8 @@ TEST_SUITE("plan") {
         // The oracle plans inside the headroom: so is the brute force.
         if (!s.feasible || s.device_bytes() > m.device_room()) continue;
         best_all = std::min(best_all, s.step_s);
-        if (in_space(t, where, m, s.slot_bytes)) best_space = std::min(best_space, s.step_s);
       }
-      CHECK(r.feasible == (best_space < 1e300));
+      CHECK(r.feasible == (best_all < 1e300));
       if (!r.feasible) continue;
       streamed += r.plan.ring_bytes != 0;
       // The oracle's plan is a plan: the evaluator's score of it, within the headroom.
@@ -122,8 +105,8 @@ TEST_SUITE("plan") {
       CHECK(again.step_s == r.plan.step_s);
       CHECK(again.device_bytes() <= m.device_room());
       CHECK(r.plan.step_s >= best_all * (1 - 1e-12));
-      // Its lower bound holds for every plan of its space.
-      CHECK(r.lower_bound_s <= best_space * (1 + 1e-12));
+      // Its lower bound holds for every plan: units trimmed to any slot included.
+      CHECK(r.lower_bound_s <= best_all * (1 + 1e-12));
     }
     CHECK(streamed > cases / 10);
   }
@@ -184,73 +167,57 @@ struct case_outcome {
 
 /// The classes of the property test the planner still misses (issue 38), each with the most
 /// cases of 10,000 it may reach (scaled to the cases run, rounded up): a class above its count,
-/// or a class not listed, fails. The counts are about 1.5x what 10,000 cases showed over several
-/// seed bases (the cases are random per run), so a regression shows; the list only shrinks.
-/// Why each kind of entry remains:
-/// - "above the allowed ratio": blocks of unequal sizes (a flat model's double blocks 6x its
-///   single blocks, mixed dtypes, a UNet's stages of different widths). Setup tries three
-///   smaller ring slots, each at most 0.8x the last, largest first (setup/plan_loop.hpp,
-///   plan_smaller_rings); the oracle enumerates every group size as the slot, and where its
-///   best is further down (many distinct sizes) ddo keeps the larger ring and less resident.
-///   Trying the sizes smallest first instead raised the nested classes (the smallest that
-///   passes an estimate of the card's room is often refused by the planner's headroom), so the
-///   search needs the planner's own budget to pick its candidates. Setup now plans every
-///   distinct group size as the slot, smallest first, pruned by two bounds (plan_loop.hpp):
-///   694 -> ~671 cases at base 1000. Most of the rest was not the slot: seed 3957 (4 blocks of
-///   2.80 GiB, a budget of 2.75 GiB beside the rules' embeddings and head) kept whole groups
-///   only, so nothing of a block, where the oracle's fill keeps each block's largest weights.
-///   The residency planner now fills what the whole groups leave of the balanced budget with
-///   single weights of the streamed groups, largest first (plan/residency_planner.hpp,
-///   fill_with_weights): 3957 at 1.00x, ~671 -> 128 cases at base 1000. Seed 3066 (a UNet of
-///   16.63 GiB on a 16.75 GiB card, 23.5x): the search did try the oracle's slot, but the planner
-///   kept each group above it whole, those added up to 0.3 GiB more than the budget, and the
-///   572 MiB group left streaming sized the ring again, so the plan was dropped for a 517 MiB
-///   slot and 1.08 GiB read from the file. keep_outsized_first (residency_planner.hpp) now
-///   keeps of each group above the slot only what streams above it: 3066 at 1.01x, 126 -> 90
-///   cases at base 1000 (nested one_shot_fast 20 -> 4). What remains above the ratio is mostly
-///   flat nvme_baseline (seed 3245: 1.90x, resident and pinned as the oracle's within 0.4 GiB,
-///   but 0.77 GiB from the file where the oracle reads 0.31).
-/// - "refused where the oracle plans": the first machine reserves a ring for the largest group
-///   before the rules' resident weights are placed. Where the largest group is a built-in
-///   always-resident head the headroom cannot hold beside the rest, demotion streamed it and it
-///   sized the ring again under the smaller slots (seeds 3328, 1664): demotion now streams first
-///   the weights whose group still fits the slot (demote_in_order), 8 -> 6 cases at base 1000.
-///   Left (not analysed yet): seeds 9136 and 4521, models over 67 GiB under nvme_baseline.
+/// or a class not listed, fails; the list only shrinks.
+/// Since the oracle searches units trimmed below the slot (plan_oracle.hpp: part of each unit
+/// resident, the rest streamed through a smaller slot), it is an upper bound on ddo's plans, and
+/// these counts are against it: ~1,500 of 10,000 cases at first, where the oracle of whole units
+/// left ~90. What it shows:
+/// - "above the allowed ratio": setup's smaller-ring search (setup/plan_loop.hpp,
+///   plan_smaller_rings) tried the groups' distinct streamable sizes as the slot, never a slot
+///   below them with every group trimmed to it (seed 4028: a flat model of 11.31 GiB, 2.24 GiB
+///   blocks, on 12.25 GiB: ddo kept 3.33 GiB resident beside 2.24 GiB slots and read 3.14 GiB
+///   from the file, 26x; the oracle trims each block to 557 MiB and keeps 8.59 GiB resident).
+///   It now tries trimmed levels too (trimmed_levels): 4028 at 1.00x, ~1,500 -> ~1,090 cases at
+///   base 1000. Left, not analysed one by one: levels the ladder of trimmed_levels misses
+///   (weights_above_slot keeps a group's largest weights, so a trimmed group may stream less than
+///   the slot or the plan pass its ring and be dropped), and one_shot_fast's resident cap
+///   (seed 5047: 5.92 GiB resident, the preset's 6 GiB cap, where the card holds 9.35 GiB).
+/// - "above the allowed ratio", the rest (the classes the earlier oracle showed): flat
+///   nvme_baseline reading more from the file than the oracle (seed 3245: 1.90x), blocks of
+///   unequal sizes where the smaller-ring search keeps a larger ring.
+/// - "refused where the oracle plans": models over 67 GiB under nvme_baseline (seeds 9136,
+///   4521), and cases only a trimmed ring fits (seeds 6376, 2324: the oracle plans with every
+///   group trimmed to a slot below the smallest, which setup does not try).
 /// "ddo's plan passes a budget" is no class (a plan the oracle's evaluator finds over the card or
-/// the RAM fails): seed 3328 (3 x 3.81 GiB slots on a 12 GiB card) was ddo's own accounting.
-/// The ring was reserved for the 3.46 GiB blocks, the plan made on it demoted the 3.81 GiB head
-/// (the built-in pattern keeps it only beside the headroom), and setup took the larger ring it
-/// needed without checking that the plan made on that ring fit it: the runtime's ring would
-/// have passed the card. Setup now reserves again until the plan fits its ring, or drops it
-/// (setup/plan_loop.hpp, fit_ring_to_plan).
+/// the RAM fails): setup reserves again until the plan fits its ring, or drops it
+/// (setup/plan_loop.hpp, fit_ring_to_plan; seed 3328).
 struct known_class {
   std::string_view key;
   std::size_t most;  ///< of 10,000 cases
 };
 // Seen (the comment): the most of 10,000 cases over three seed bases (DDO_PROPERTY_BASE 1000,
-// 777777, 31337) after the planner kept only what streams above a smaller ring's slot of each
-// group above it (90, 80 and 84 cases over every key; 126, 119 and 118 before, about 670 before
-// the residency planner filled what the whole groups leave with single weights). The most
-// allowed is 1.5x that plus 3, never above the cap it had. Classes at 0 on all three bases
-// were removed (nested+bundled low_ram_safe above the ratio; low_ram_safe, nested nvme_baseline
-// and nested one_shot_fast refusals).
+// 777777, 31337) against the oracle of trimmed units, with setup's trimmed levels; the most
+// allowed is 1.2x that plus 3.
 inline constexpr known_class known_classes[] = {
-    {"flat, nvme_baseline: above the allowed ratio", 82},                  // 53
-    {"flat, one_shot_fast: above the allowed ratio", 25},                  // 15
-    {"flat+bundled, nvme_baseline: above the allowed ratio", 24},          // 14
-    {"flat, nvme_baseline: refused where the oracle plans", 12},           // 6
-    {"nested, one_shot_fast: above the allowed ratio", 12},                // 6
-    {"flat, one_shot_fast: refused where the oracle plans", 9},            // 4
-    {"flat+bundled, low_ram_safe: above the allowed ratio", 7},            // 3
-    {"flat+bundled, one_shot_fast: above the allowed ratio", 7},           // 3
-    {"nested, nvme_baseline: above the allowed ratio", 7},                 // 3
-    {"flat+bundled, nvme_baseline: refused where the oracle plans", 6},    // 2
-    {"flat+bundled, one_shot_fast: refused where the oracle plans", 6},    // 2
-    {"flat, low_ram_safe: above the allowed ratio", 4},                    // 1
-    {"nested+bundled, nvme_baseline: above the allowed ratio", 4},         // 1
-    {"nested+bundled, one_shot_fast: above the allowed ratio", 4},         // 1
-    {"nested+bundled, one_shot_fast: refused where the oracle plans", 4},  // 1
-    {"nested, low_ram_safe: above the allowed ratio", 4},                  // 1
+    {"flat, one_shot_fast: above the allowed ratio", 561},                  // 465
+    {"flat, nvme_baseline: above the allowed ratio", 354},                  // 292
+    {"flat+bundled, one_shot_fast: above the allowed ratio", 147},          // 120
+    {"nested, one_shot_fast: above the allowed ratio", 103},                // 83
+    {"flat+bundled, nvme_baseline: above the allowed ratio", 97},           // 78
+    {"flat, low_ram_safe: above the allowed ratio", 56},                    // 44
+    {"nested+bundled, one_shot_fast: above the allowed ratio", 35},         // 26
+    {"nested, nvme_baseline: above the allowed ratio", 33},                 // 25
+    {"flat+bundled, low_ram_safe: above the allowed ratio", 24},            // 17
+    {"nested+bundled, nvme_baseline: above the allowed ratio", 14},         // 9
+    {"flat, nvme_baseline: refused where the oracle plans", 12},            // 7
+    {"flat, one_shot_fast: refused where the oracle plans", 11},            // 6
+    {"nested, low_ram_safe: above the allowed ratio", 9},                   // 5
+    {"nested+bundled, low_ram_safe: above the allowed ratio", 6},           // 2
+    {"flat+bundled, nvme_baseline: refused where the oracle plans", 6},     // 2
+    {"flat+bundled, one_shot_fast: refused where the oracle plans", 6},     // 2
+    {"nested+bundled, nvme_baseline: refused where the oracle plans", 5},   // 1
+    {"nested+bundled, one_shot_fast: refused where the oracle plans", 5},   // 1
+    {"nested, one_shot_fast: refused where the oracle plans", 5},           // 1
 };
 
 /// The cases @p key may reach in @p total (0: not a known class): its share of the 10,000, plus,
@@ -372,7 +339,9 @@ TEST_SUITE("plan") {
     // (fill_two_rooms, fill_exact): the residency rules' pattern::find 25% (the rules are
     // matched again by every planner call of setup's smaller-ring search and by
     // rule_kept_weights, outsized_group_weights and streamable_group_bytes), malloc/free ~20%.
-    // Matching each weight's patterns once per setup is the cut still to make.
+    // Matching each weight's patterns once per setup is the cut still to make. With the oracle
+    // of trimmed units and setup's trimmed levels (more planner calls per case) the 10,000 took
+    // 30.5-32.4 s of CPU on this loaded 2-core machine (25.4 s with the oracle's change alone).
     constexpr std::size_t all_cases = DDO_TEST_UNDER_SANITIZER ? 600 : 10000;
     const std::size_t total = replay != nullptr ? 1 : all_cases;
     const auto start = std::chrono::steady_clock::now();
@@ -410,29 +379,43 @@ TEST_SUITE("plan") {
                      << " at seed " << f.worst_seed << " (DDO_PROPERTY_SEED=" << f.worst_seed
                      << " replays it): " << f.example);
     }
-    // The certificate (plan_oracle.hpp): within 1% on at least 98% of the cases (0.5-0.8% seen
-    // uncertified over random seeds; 2% keeps the check from flaking).
-    CHECK(uncertified * 50 <= total);
+    // The certificate (plan_oracle.hpp): within 1% on at least 95% of the cases (3.1-3.4%
+    // uncertified over three seed bases since the oracle searches trimmed units, whose bound
+    // ignores that a unit's resident part is a subset of that unit; 0.5-0.8% before).
+    CHECK(uncertified * 20 <= total);
     if (replay == nullptr) {
       CHECK(feasible > total / 2);
       CHECK(streaming > total / 4);
     }
   }
 
-  TEST_CASE("property replays: the cases fixed by name stay within the allowed ratio") {
+  TEST_CASE("property replays: the cases fixed by name stay within what their fixes reached") {
     using namespace plan_oracle_test;
     // 3066: a UNet of 16.63 GiB on a 16.75 GiB card (nvme_baseline, 8 GiB of RAM) at 23.5x the
-    // oracle, where the groups above the smaller slots added up to more than the budget and the
-    // one left streaming sized the ring again (keep_outsized_first now keeps only what streams
-    // above the slot); 3957: four blocks above the budget kept nothing of a block
-    // (fill_with_weights); 3328: a head demoted past the smaller slot (demote_in_order).
-    for (const std::uint64_t seed : {3066u, 3957u, 3328u}) {
+    // oracle of whole units, where the groups above the smaller slots added up to more than the
+    // budget and the one left streaming sized the ring again (keep_outsized_first now keeps only
+    // what streams above the slot); 3957: four blocks above the budget kept nothing of a block
+    // (fill_with_weights); 3328: a head demoted past the smaller slot (demote_in_order). Each
+    // reached 1.05x the oracle of whole units; against the oracle of trimmed units 3066 and 3957
+    // are the class of a slot below the smallest group (known_classes), capped at what they
+    // reach now (1.18x: 139 MiB slots where 38 MiB keep 0.3 GiB more resident; 2.78x: 2.80 GiB
+    // slots where the oracle trims every block to 294 MiB). 4028: 2.24 GiB blocks of an
+    // 11.31 GiB model on a 12.25 GiB card streamed whole (3.33 GiB resident, 3.14 GiB from the
+    // file: 26x the oracle of trimmed units) until setup tried slots below the smallest group
+    // (plan_loop.hpp, trimmed_levels): 557 MiB slots, 8.59 GiB resident, 1.00x.
+    const std::pair<std::uint64_t, double> cases[] = {
+        {3066, 1.18}, {3957, 2.78}, {3328, 1.05}, {4028, 1.05}};
+    for (const auto& c : cases) {
+      // Not a structured binding: INFO captures it in a lambda (clang's C++20 refuses).
+      const std::uint64_t seed = c.first;
+      const double most = c.second;
       std::size_t feasible = 0, streaming = 0, uncertified = 0;
       const auto o = run_case(seed, feasible, streaming, uncertified);
       INFO("seed " << seed << ": ratio " << o.ratio << "; " << o.detail);
       CHECK(feasible == 1);
-      CHECK(o.key.empty());
-      CHECK(o.ratio <= 1.05);
+      CHECK(o.key.find("refused") == std::string::npos);
+      CHECK(o.key.find("passes a budget") == std::string::npos);
+      CHECK(o.ratio <= most);
     }
   }
 }

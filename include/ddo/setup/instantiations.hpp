@@ -41,7 +41,7 @@ inline namespace v0 {
   PREFIX template setup_machine machine_for<TRANSPORT>(                                        \
       TRANSPORT&, const weight_table&, std::span<const execution_group>,                       \
       const dynamic_offload_config&, const machine_inputs&, const runtime_options&, bool,      \
-      std::span<const char>);                                                                  \
+      std::span<const char>, ring_floor);                                                      \
   PREFIX template TRANSPORT make_transport<TRANSPORT>(const dynamic_offload_settings&,         \
                                                       const host_sim_options&, std::uint64_t);
 

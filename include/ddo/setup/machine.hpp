@@ -72,6 +72,15 @@ inline void subtract_reserves(setup_machine& m) {
 }
 }  // namespace detail
 
+/// @brief A ring slot set from outside: setup's trimmed rings (issue 38), where every group
+/// streams at most the slot (those above it in part, the rest of them resident), so the ring
+/// has slots of that size for @p streaming_groups groups, not only for the groups kept out of
+/// it whole.
+struct ring_floor {
+  std::uint64_t slot_bytes = 0;       ///< 0: the ring follows what streams (kept)
+  std::size_t streaming_groups = 0;  ///< the groups that stream any bytes
+};
+
 /// @brief The machine the plan sees (see the file comment).
 /// @param groups the execution groups (any may stream: the ring is sized for the largest).
 /// @param config the config the plan is made with (window sizing's rules, the capacity profile).
@@ -82,12 +91,14 @@ inline void subtract_reserves(setup_machine& m) {
 /// @param kept per weight, 1 for a weight that never streams (the residency rules keep it, or
 /// the plan did): the ring holds only what streams, as the runtime's slots do. Empty: every
 /// weight may stream.
+/// @param floor a slot set from outside (ring_floor), at least what @p kept streams.
 template <class Transport>
 [[nodiscard]] setup_machine machine_for(Transport& transport, const weight_table& table,
                                         std::span<const execution_group> groups,
                                         const dynamic_offload_config& config,
                                         const machine_inputs& in, const runtime_options& runtime,
-                                        bool ring = true, std::span<const char> kept = {}) {
+                                        bool ring = true, std::span<const char> kept = {},
+                                        ring_floor floor = {}) {
   setup_machine m;
   m.device = transport.device_memory();
   // A budget move plans as a fresh setup would: what the running offloader holds is free then.
@@ -111,10 +122,11 @@ template <class Transport>
   }
   const auto streamed = streamed_per_group(table, groups, runtime.alignment,
                                            [&](std::size_t w) { return kept.empty() || !kept[w]; });
-  m.slot_bytes = streamed.slot_bytes;
-  m.slots =
-      ring ? std::min(runtime.slot_count, kept.empty() ? groups.size() : streamed.streaming_groups)
-           : 0;
+  m.slot_bytes = std::max(streamed.slot_bytes, round_up(floor.slot_bytes, runtime.alignment));
+  const std::size_t streaming = floor.slot_bytes != 0 ? floor.streaming_groups
+                                : kept.empty()        ? groups.size()
+                                                      : streamed.streaming_groups;
+  m.slots = ring ? std::min(runtime.slot_count, streaming) : 0;
   m.ring_bytes = ring_bytes_for(m.slot_bytes, m.slots);
   m.engine_reserve_bytes = in.engine_reserve_bytes;
   machine_capacity& c = m.capacity;

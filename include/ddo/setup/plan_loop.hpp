@@ -155,21 +155,89 @@ inline std::uint64_t ring_at_level(std::span<const std::uint64_t> bytes, std::ui
   return ring_bytes_for(level, std::min(slot_count, streaming));
 }
 
+/// Slots below the groups' sizes (issue 38): every group trimmed to the slot, the part above
+/// it resident. The least slot at which the groups' excess above it and @p slot_count slots of
+/// it fit @p card: below the (slot_count+1)-th largest group the excess falls faster than the
+/// ring grows, so a binary search finds it; then a few sizes above it, since the planner's
+/// headroom and the residency rules take room this estimate does not count (the oracle's
+/// property test, seed 4028: 2.24 GiB blocks on a 12.25 GiB card streamed whole, 26x the plan
+/// that trims each to 557 MiB). None where at most slot_count groups stream.
+inline std::vector<std::uint64_t> trimmed_levels(std::span<const std::uint64_t> bytes,
+                                                 std::size_t slot_count, std::uint64_t card) {
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t b : bytes)
+    if (b != 0) sizes.push_back(b);
+  if (sizes.size() <= slot_count) return {};
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  const auto need = [&](std::uint64_t level) {
+    std::uint64_t excess = 0;
+    for (std::uint64_t b : sizes) excess += b > level ? b - level : 0;
+    return excess + ring_bytes_for(level, slot_count);
+  };
+  std::uint64_t lo = 1, hi = sizes[slot_count];
+  if (need(hi) > card) return {};
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (need(mid) <= card)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  std::vector<std::uint64_t> levels;
+  for (const std::uint64_t percent : {100u, 115u, 135u, 160u, 200u})
+    if (const std::uint64_t level = lo / 100 * percent; level < sizes[slot_count])
+      levels.push_back(level);
+  return levels;
+}
+
+/// One smaller ring of plan_smaller_rings: the groups above @p level kept out of the ring, what
+/// streams above its slot resident first; @p trimmed: a level below some group's size that is
+/// no group's, where every group streams (ring_floor), each at most the slot less the
+/// alignment its weights may add. Empty when refused or when the plan passes its ring.
+template <class Planner, class PinSelector, class Machine>
+std::optional<std::pair<setup_machine, offload_plan>> plan_smaller_ring(
+    const offload_setup& r, const weight_table& table, const std::vector<execution_group>& groups,
+    const dynamic_offload_config& config, const std::vector<char>& rule_kept,
+    std::span<const std::uint64_t> bytes, std::uint64_t level, bool trimmed,
+    const Planner& planner, const PinSelector& pins, Machine& machine) {
+  std::vector<char> kept = rule_kept;
+  std::size_t streaming = 0, most_weights = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    streaming += bytes[g] != 0;
+    most_weights = std::max(most_weights, groups[g].weights.size());
+    if (bytes[g] > level)
+      for (std::size_t w : groups[g].weights) kept[w] = 1;
+  }
+  try {
+    auto m = machine(kept, trimmed ? ring_floor{level, streaming} : ring_floor{});
+    const std::uint64_t pad = r.runtime.alignment * most_weights;
+    m.capacity.ring_slot_bytes =
+        trimmed ? m.slot_bytes - std::min(m.slot_bytes / 2, pad) : m.slot_bytes;
+    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
+      return std::pair{std::move(m), std::move(plan)};
+  } catch (const out_of_memory&) {  // that ring leaves no room for what it keeps out
+  }
+  return std::nullopt;
+}
+
 /// Smaller rings than the largest streamed group needs (issue 38): blocks of unequal sizes (a
 /// flat model's double blocks six times its single blocks, a UNet's stages of unequal widths,
 /// mixed dtypes) size every slot by the largest, where keeping the groups above a smaller slot
-/// resident frees the ring's other slots for the budget. The candidates are the groups' distinct
-/// streamable sizes, as the oracle's slot sizes are: for each, the groups above it are kept out
-/// of the ring and what streams above the slot resident first (machine_capacity::ring_slot_bytes,
-/// keep_outsized_first), and the planner's plan is
-/// taken when it fits its ring and keeps more resident than the best so far (or @p r's plan is
-/// empty: refused on the largest ring). Judged by the planner (its headroom refuses some sizes an
-/// estimate admits), but planned only where two bounds allow, so that setup's planning stays a
-/// few planner calls: a size whose groups' excess and ring alone pass the card beside the reserves
-/// cannot plan (skipped), and smallest first, the search ends at the first size whose ring
-/// leaves no more of the card than the best plan keeps resident (a larger ring leaves less).
-/// Also after the plan for a card about the model's size (all resident but for what the
-/// activations and headroom leave out): what that plan streams sizes its ring too.
+/// resident frees the ring's other slots for the budget; and blocks larger than the card's share
+/// of them stream whole where trimming every one to a smaller slot keeps more resident. The
+/// candidates are the groups' distinct streamable sizes, as the oracle's whole-unit slots are,
+/// and the trimmed levels below them (trimmed_levels): for each, the groups above it are kept
+/// out of the ring and what streams above the slot resident first (plan_smaller_ring,
+/// keep_outsized_first), and the planner's plan is taken when it fits its ring and keeps more
+/// resident than the best so far (or @p r's plan is empty: refused on the largest ring). Judged
+/// by the planner (its headroom refuses some sizes an estimate admits), but planned only where
+/// two bounds allow, so that setup's planning stays a few planner calls: a size whose groups'
+/// excess and ring alone pass the card beside the reserves cannot plan (skipped), and smallest
+/// first, the search ends at the first size whose ring leaves no more of the card than the best
+/// plan keeps resident (a larger ring leaves less). Also after the plan for a card about the
+/// model's size (all resident but for what the activations and headroom leave out): what that
+/// plan streams sizes its ring too.
 template <class Planner, class PinSelector, class Machine>
 void plan_smaller_rings(offload_setup& r, const weight_table& table,
                         const std::vector<execution_group>& groups,
@@ -181,12 +249,26 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
   const std::uint64_t card = free - reserves;
   const auto bytes = streamable_group_bytes(make_plan_context(
       table, config, r.machine.capacity, std::span<const execution_group>(groups)));
-  std::vector<std::uint64_t> levels(bytes.begin(), bytes.end());
+  const std::size_t k = r.runtime.slot_count;
+  std::vector<std::pair<std::uint64_t, bool>> levels;  // (level, trimmed)
+  for (std::uint64_t b : bytes)
+    if (b != 0) levels.emplace_back(b, false);
+  // The trimmed levels fill what the plan in hand could keep with no ring (its budget and its
+  // ring: the balanced rule's headroom and the rules' weights are out of it), not the card.
+  const std::uint64_t room =
+      r.plan.decisions.empty()
+          ? card
+          : std::min(card, r.plan.budgets.resident_budget_bytes + r.machine.ring_bytes);
+  for (std::uint64_t level : trimmed_levels(bytes, k, room)) levels.emplace_back(level, true);
   std::sort(levels.begin(), levels.end());
-  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
-  for (std::uint64_t level : levels) {
-    if (level == 0) continue;
-    const std::uint64_t ring = ring_at_level(bytes, level, r.runtime.slot_count);
+  levels.erase(std::unique(levels.begin(), levels.end(),
+                           [](const auto& a, const auto& b) { return a.first == b.first; }),
+               levels.end());
+  const std::size_t streaming =
+      static_cast<std::size_t>(std::count_if(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b != 0; }));
+  for (const auto& [level, trimmed] : levels) {
+    const std::uint64_t ring = trimmed ? ring_bytes_for(level, std::min(k, streaming))
+                                       : ring_at_level(bytes, level, k);
     const std::uint64_t best = r.plan.decisions.empty()
                                    ? 0
                                    : r.plan.total_bytes(placement::gpu_resident);
@@ -194,19 +276,8 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
     std::uint64_t above = 0;  // what the groups above it keep (the planner keeps their excess)
     for (std::uint64_t b : bytes) above += b > level ? b - level : 0;
     if (above > card - ring) continue;  // the groups above it cannot stay resident
-    std::vector<char> kept = rule_kept;
-    for (std::size_t g = 0; g < groups.size(); ++g)
-      if (bytes[g] > level)
-        for (std::size_t w : groups[g].weights) kept[w] = 1;
-    std::optional<std::pair<setup_machine, offload_plan>> smaller;
-    try {
-      auto m = machine(kept);
-      m.capacity.ring_slot_bytes = m.slot_bytes;
-      auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
-      if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
-        smaller.emplace(std::move(m), std::move(plan));
-    } catch (const out_of_memory&) {  // that ring leaves no room for what it keeps out
-    }
+    auto smaller = plan_smaller_ring(r, table, groups, config, rule_kept, bytes, level, trimmed,
+                                     planner, pins, machine);
     take_if_more_resident(r, smaller);
   }
 }
@@ -402,8 +473,8 @@ void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_t
   r.runtime.route = executed_route::dynamic_offload;
   if (!config.cache_plan) plans = nullptr;
   std::string key;
-  auto machine = [&](std::span<const char> kept) {
-    return machine_for(transport, table, groups, config, in, r.runtime, true, kept);
+  auto machine = [&](std::span<const char> kept, ring_floor floor = {}) {
+    return machine_for(transport, table, groups, config, in, r.runtime, true, kept, floor);
   };
   for (int round = 0;; ++round) {
     r.plan_from_cache = false;
