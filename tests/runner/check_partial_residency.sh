@@ -5,9 +5,9 @@
 # the default's bytes, which the CPU stand-in and --verify cost under the sanitizers; the default
 # model does the same on cards of 0.14-0.17 GB, ddo's 64 MiB reserve included), and what the
 # whole blocks leave keeps single weights of the streamed blocks (reason "resident_budget: a
-# weight of a streamed group"); ddo-run then streams the rest of each such group through the ring, every
-# acquired weight copied back and compared with its file (--verify), on host_sim. Fails on the
-# code before the fill (no card plans a group partly resident).
+# weight of a streamed group"); ddo-run then streams the rest of each such group through the
+# ring, every acquired weight copied back and compared with its file (--verify), on host_sim.
+# Fails on the code before the fill (no card plans a group partly resident).
 # Usage: check_partial_residency.sh DDO_RUN CACHE_DIR
 set -euo pipefail
 run="$1"
