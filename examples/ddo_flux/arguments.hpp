@@ -130,6 +130,11 @@ inline void add_mode_options(po::options_description& general, arguments& a) {
       "streamed groups, else directly. On the GPU after the eager loop, on the same offloader: "
       "prints both step times and fails unless the latents are bitwise equal. Not on the native "
       "VMM route (vmm_fast_runtime)")(
+      "lora-switch", po::bool_switch(&modes.lora_switch),
+      "With --lora: after the eager loop, switch the adapters between steps (each detached and "
+      "attached again, each scale changed; 4 of each, the last back to the loop's), each timed "
+      "against the loop's median step, then run the loop again and fail unless its latents are "
+      "bitwise equal to the first loop's")(
       "make-model", po::value(&a.make_model)->value_name("FILE"),
       "Write seeded weights (the tests' generator) to FILE.safetensors and exit")(
       "config", po::value(&a.config_name)->value_name("dev|tiny"),

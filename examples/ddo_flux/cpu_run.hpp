@@ -22,6 +22,7 @@
 #include "ddo/transport/host_sim.hpp"
 #include "ddo_flux/latents.hpp"
 #include "ddo_flux/lora_option.hpp"
+#include "ddo_flux/lora_switch.hpp"
 #include "flux/flux_engine.hpp"
 #include "flux/flux_modes.hpp"
 #include "flux/flux_step_time.hpp"
@@ -77,11 +78,12 @@ void print_cpu_plan(const Prepared& prepared, const cpu_run& r, std::uint64_t ca
 
 /// The denoising loop streamed through the offloader @p prepared starts: eager (a forward per
 /// step) or, with --graph, the first step captured and replayed. @p stages: the plan's stages,
-/// for --check's resident loop.
+/// for --check's resident loop. With --lora-switch, the switches and the loop again after the
+/// loop (@p switch_differs: whether that loop's latents differ).
 template <class Prepared>
 std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
                                       std::uint64_t card_bytes, flux::run_trace* trace,
-                                      std::vector<flux::stage>& stages) {
+                                      std::vector<flux::stage>& stages, bool& switch_differs) {
   using transport_type = typename Prepared::transport_type;
   print_cpu_plan(prepared, r, card_bytes);
   const bool graph = r.modes.graph;
@@ -105,9 +107,7 @@ std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
   }
   flux::transport_capture<transport_type> capture{off.transport()};
   std::optional<typename transport_type::graph_exec> captured;
-  auto out = flux::denoise(
-      r.in, r.steps,
-      [&](const flux::inputs& x, float t) {
+  const auto step = [&](const flux::inputs& x, float t) {
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<float> v;
         if constexpr (ddo::graph_streaming_transport<transport_type>) {
@@ -122,15 +122,23 @@ std::vector<float> cpu_streamed_steps(Prepared& prepared, const cpu_run& r,
           v = flux::streamed_forward(off, view, stages, f, x, t, phases);
         }
         step_ms.push_back(flux::ms_since(t0));
-        std::printf("  step %zu: sigma %.4f, %.1f ms\n", step_ms.size() - 1,
-                    static_cast<double>(s[step_ms.size() - 1]), step_ms.back());
+        const std::size_t k = (step_ms.size() - 1) % static_cast<std::size_t>(r.steps);
+        std::printf("  step %zu: sigma %.4f, %.1f ms\n", k, static_cast<double>(s[k]),
+                    step_ms.back());
         return v;
-      },
-      nullptr, phases);
+      };
+  auto out = flux::denoise(r.in, r.steps, step, nullptr, phases);
   const auto metrics = off.metrics(true);
   std::printf("ddo: %s moved over %d steps\n", ddo::format_bytes(metrics.totals.bytes()).c_str(),
               r.steps);
   if (graph) ddo::runner::print_graph_launches(off);
+  if (r.modes.lora_switch) {
+    const double step_median = flux::steady_median(step_ms);
+    // host_sim's copies and merges run on its stream threads: a switch ends when they are done.
+    auto switched = time_lora_switches(off, r.loras, [&] { off.transport().synchronize(view); });
+    switched.loop_again_equal = same_bits(flux::denoise(r.in, r.steps, step, nullptr, phases), out);
+    switch_differs = print_lora_switches(switched, r.loras, step_median);
+  }
   return out;
 }
 
@@ -155,9 +163,10 @@ inline int run_cpu(const cpu_run& r) {
   // vmm_runtime), backend vmm host_sim's VMM mode (the legacy or native VMM route by
   // execution_mode), else the linear route.
   std::vector<flux::stage> stages;
+  bool switch_differs = false;
   const auto run_on = [&](auto& prepared) {
     return cpu_streamed_steps(prepared, r, sim.device_capacity_bytes, trace ? &*trace : nullptr,
-                              stages);
+                              stages, switch_differs);
   };
   const std::vector<float> latents = ddo::with_prepared_offload<>(
       r.table, r.settings, options, run_on, ddo::routes_of<ddo::simulated_routes::only>{});
@@ -167,6 +176,7 @@ inline int run_cpu(const cpu_run& r) {
                 r.c.in_channels);
   }
   if (trace) trace->write(r.trace_path);
+  if (switch_differs) return ddo::runner::exit_failure;
   if (r.modes.check) {
     flux::host_weights host(r.table);
     host.merge(merge_list(r.loras), r.table);

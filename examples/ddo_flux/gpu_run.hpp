@@ -114,6 +114,9 @@ inline int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
   }
   if (trace) trace->write(r.trace);
   const bool graph_differs = print_gpu_summary(r, latents, res);
+  const bool switch_differs =
+      res.lora_switch &&
+      print_lora_switches(*res.lora_switch, r.loras, flux::steady_median(res.streamed_ms));
   ddo::json_writer o;  // --json: the figures of whatever ran
   begin_gpu_json(o, r, probe.name, res, graph_differs);
   const bool resident_differs = (r.modes.check || r.modes.profile) &&
@@ -122,7 +125,7 @@ inline int run_gpu(const gpu_run& r, const ddo::cuda_device_probe& probe) {
     o.member("steps", r.steps).end_object();
     ddo::write_file_atomically(r.json, o.take() + "\n");
   }
-  return resident_differs || graph_differs ? ddo::runner::exit_failure : 0;
+  return resident_differs || graph_differs || switch_differs ? ddo::runner::exit_failure : 0;
 }
 
 }  // namespace ddo_flux

@@ -26,6 +26,7 @@
 #include "flux/flux_modes.hpp"
 #include "flux/flux_trace.hpp"
 #include "ddo_flux/lora_option.hpp"
+#include "ddo_flux/lora_switch.hpp"
 #include "runner/calibration_report.hpp"
 #include "runner/graph_launches.hpp"
 #include "runner/step_timing.hpp"
@@ -82,6 +83,7 @@ struct gpu_results {
   std::optional<double> predicted_ms;          // --capacity-profile: the plan's predicted step
   std::optional<ddo::capacity_profile> saved;  // --calibrate: the profile saved
   std::optional<ddo::runner::profile_step> saved_step;
+  std::optional<lora_switch_result> lora_switch;  // --lora-switch
 };
 
 /// What a streamed run is given besides the transport.
@@ -209,6 +211,16 @@ std::vector<float> gpu_streamed_run(Transport transport, const gpu_streaming& g,
   out.stages = flux::plan_stages(r.table, off.plan());
   auto latents = flux::timed_denoise(off, view, out.stages, g.engine.f, r.in, r.steps,
                                      out.streamed_ms, true, g.trace, &out.streamed_spans);
+  if (r.modes.lora_switch) {
+    // A switch ends when the device work it queued (copies, merges, reloads) is done.
+    auto switched =
+        time_lora_switches(off, r.loras, [] { DDO_CUDA_TRY(cudaDeviceSynchronize()); });
+    std::vector<double> again_ms;
+    switched.loop_again_equal = same_bits(
+        flux::timed_denoise(off, view, out.stages, g.engine.f, r.in, r.steps, again_ms, false),
+        latents);
+    out.lora_switch = std::move(switched);
+  }
   if (r.modes.graph) gpu_graph_loop(off, view, r, g.engine.f, out);
   if (r.modes.calibrate) gpu_calibrate(off, view, g, free_before, out);
   const auto metrics = off.metrics(true);

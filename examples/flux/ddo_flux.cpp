@@ -196,6 +196,9 @@ int run(int argc, char** argv) {
     throw ddo::usage_error("--lora runs the eager loop and --graph only: not with --smallest-card, "
                            "--calibrate or --resolutions (each sets up offloaders of its own; "
                            "docs/adapters.md)");
+  if (a.modes.lora_switch && (a.loras.empty() || a.modes.graph))
+    throw ddo::usage_error("--lora-switch needs --lora FILE[:SCALE]... (the adapters it switches) "
+                           "and runs on the eager loop: not with --graph");
   if (!a.resolutions.empty()) {
     const ddo::resolve_inputs inputs = settings_inputs(vm, a, table.total_bytes());
     return resolutions_mode(a, table, c, inputs, ddo::resolve_settings(inputs));

@@ -28,6 +28,7 @@ struct run_modes {
   bool profile = false;        ///< --profile (the timing switch)
   bool check = false;          ///< --check
   bool graph = false;          ///< --graph
+  bool lora_switch = false;    ///< --lora-switch (with --lora)
   bool output = false;         ///< --output FILE given
   bool json = false;           ///< --json FILE given
   bool trace = false;          ///< --trace FILE given

@@ -158,15 +158,25 @@ grep -q "^model: 1 double + 1 single blocks, 2 heads x 128" "$tmp/published.out"
   { cat "$tmp/published.out"; fail "the published layout's configuration was not read back"; }
 # --lora: a seeded LoRA (--make-lora) merged by ddo in the slots, --check merging the same into its
 # all-resident weights: bitwise equal, and the latents differ from the run without it.
+# --lora-switch: then 8 switches (detach/attach, scale changes) and the loop again, bitwise equal
+# to the loop before them (no drift).
 "$flux" --model "$tmp/tiny.safetensors" --make-lora "$tmp/lora.safetensors" --lora-rank 8 \
   >"$tmp/make_lora.out" 2>&1 || { cat "$tmp/make_lora.out"; fail "--make-lora failed"; }
 # shellcheck disable=SC2086
 "$flux" $common --steps 2 --vram-gb 0.07 --ddo-preset diffusers_offload_compat --check \
-  --lora "$tmp/lora.safetensors:0.5" --output "$tmp/lora_latents.bin" >"$tmp/lora.out" 2>&1 ||
-  { cat "$tmp/lora.out"; fail "ddo-flux --lora --check failed"; }
+  --lora "$tmp/lora.safetensors:0.5" --lora-switch --output "$tmp/lora_latents.bin" \
+  >"$tmp/lora.out" 2>&1 || { cat "$tmp/lora.out"; fail "ddo-flux --lora --lora-switch --check failed"; }
 grep -q "^lora: $tmp/lora.safetensors at scale 0.5: 34 weights" "$tmp/lora.out" &&
   grep -q "^check: streamed through ddo vs all-resident without ddo: bitwise equal$" "$tmp/lora.out" ||
   { cat "$tmp/lora.out"; fail "--lora: no adapter line or no bitwise check"; }
+grep -q "^lora switch: 1 adapter(s), .* of a step (goal: below one step)$" "$tmp/lora.out" &&
+  grep -q "^check: the loop again after 8 switches vs the loop before them: bitwise equal$" \
+    "$tmp/lora.out" || { cat "$tmp/lora.out"; fail "--lora-switch: no switch line or no bitwise check"; }
+# shellcheck disable=SC2086
+expect_usage "--lora-switch needs --lora" "$flux" $common --steps 1 --lora-switch
+# shellcheck disable=SC2086
+expect_usage "not with --graph" "$flux" $common --steps 1 --graph --lora-switch \
+  --lora "$tmp/lora.safetensors"
 cmp -s "$tmp/latents.bin" "$tmp/lora_latents.bin" && fail "--lora changed no latent"
 # --lora --graph: the captured step merges in its slots (the first slots' loads before each launch,
 # the others inside the graph): bitwise equal to the all-resident run and to the eager one.
