@@ -60,9 +60,11 @@ namespace internal {
                    what);
 }
 
-/// bf16 → float: the upper 16 bits of an IEEE float.
-[[nodiscard]] inline float bf16_to_float(std::uint16_t bits) noexcept {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+/// bf16 → float: the upper 16 bits of an IEEE float. Always inlined, through the builtin that
+/// std::bit_cast wraps: the sanitizer builds run the CPU stand-in unoptimised, where the two calls
+/// per weight element were 19% of a ddo-run script's CPU under ASan (row_as_float).
+[[nodiscard, gnu::always_inline]] inline float bf16_to_float(std::uint16_t bits) noexcept {
+  return __builtin_bit_cast(float, static_cast<std::uint32_t>(bits) << 16);
 }
 
 /// float → bf16, round to nearest even (NaN stays NaN).
@@ -155,8 +157,9 @@ inline void row_as_float(const std::byte* data, dtype type, std::size_t first, s
       // a memcpy call per element: the sanitizers intercept each one.
       constexpr int low = std::endian::native == std::endian::little ? 0 : 1;
       for (std::size_t i = 0; i < count; ++i) {
-        const auto bits = static_cast<std::uint16_t>(std::to_integer<unsigned>(p[2 * i + low]) |
-                                                     std::to_integer<unsigned>(p[2 * i + 1 - low]) << 8);
+        // static_cast, not std::to_integer: no call per byte at -O0.
+        const auto bits = static_cast<std::uint16_t>(
+            static_cast<unsigned>(p[2 * i + low]) | static_cast<unsigned>(p[2 * i + 1 - low]) << 8);
         out[i] = brain ? internal::bf16_to_float(bits) : internal::f16_to_float(bits);
       }
       return;

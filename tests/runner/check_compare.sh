@@ -13,7 +13,9 @@ cache=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-common="--cpu --no-environment --steps 1 --blocks 2 --tokens 2 --cache-dir $cache"
+# A 0.02 GB model (--hidden 512): the CPU stand-in and the copies cost what the weights weigh,
+# most of this script's time under the sanitizers (each variant of the sweep runs the steps).
+common="--cpu --no-environment --steps 1 --blocks 2 --hidden 512 --tokens 2 --cache-dir $cache"
 
 # A sweep of two cards, with the verification pass: the table has every variant (one ddo row per
 # card), each ddo row is within its card and verified, the JSON and a PNG plot of step time
@@ -86,7 +88,7 @@ expect_usage "ddo-plan plans one card" "$plan" "$model" --vram-gb 4,8
 expect_usage "--ram-gb = \"x\": \"x\" is not a number" "$plan" "$model" --ram-gb x
 # Counts through one checked conversion (issue 37 item 5): --steps 2147483647 wrapped the step
 # loop's warm-up + steps, ran no step and exited 0; now it is refused by the parser, by name.
-base="--cpu --no-environment --blocks 2 --tokens 2 --cache-dir $cache"
+base="--cpu --no-environment --blocks 2 --hidden 512 --tokens 2 --cache-dir $cache"
 # shellcheck disable=SC2086
 {
   expect_usage "the argument '2147483647' for option '--steps' is invalid: expected an integer from 1 to 1000000" \
@@ -109,8 +111,8 @@ if touch "$tmp/ro-cache/probe" 2>/dev/null; then
 fi
 rc=0
 # shellcheck disable=SC2086
-"$run" --cpu --no-environment --blocks 2 --tokens 2 --steps 1 --no-bound --vram-gb 0.2 \
-  --cache-dir "$tmp/ro-cache" >"$tmp/ro.out" 2>"$tmp/ro.err" || rc=$?
+"$run" --cpu --no-environment --blocks 2 --hidden 512 --tokens 2 --steps 1 --no-bound \
+  --vram-gb 0.2 --cache-dir "$tmp/ro-cache" >"$tmp/ro.out" 2>"$tmp/ro.err" || rc=$?
 chmod -R u+w "$tmp/ro-cache"
 [ "$rc" -eq 0 ] || { cat "$tmp/ro.err"; fail "a read-only cache holding the model was refused"; }
 grep -q "^model: synthetic $key, cached at $tmp/ro-cache/" "$tmp/ro.out" ||

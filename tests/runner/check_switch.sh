@@ -16,7 +16,7 @@ cache="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # One token, no bound: bytes and the report, not speed (cheap under the sanitizers).
-common=(--cpu --verify --blocks 2 --tokens 1 --no-bound --no-environment
+common=(--cpu --verify --blocks 2 --hidden 512 --tokens 1 --no-bound --no-environment
         --ddo-system-ram-headroom-gb 0 --cache-dir "$cache")
 models=(--steps 2 --models synthetic:seed=1,synthetic:seed=2)
 fail() { echo "$out"; echo "check_switch: $1" >&2; exit 1; }
@@ -36,8 +36,10 @@ for check in sys.argv[2:]:
 PY
 }
 
-# 1. Room for both (0.2 GiB > 2 x 0.066 GB): the switch back reads none of the held bytes.
-out="$("$run" "${common[@]}" "${models[@]}" --ram-gb 0.2 --json "$work/roomy.json" 2>&1)" \
+# Models of 0.02 GB (--hidden 512: 12 MiB of block weights the registry pins, 6 MiB resident;
+# a quarter of the default's bytes, which the CPU stand-in and --verify cost under the sanitizers).
+# 1. Room for both (0.06 GiB > 2 x 12 MiB): the switch back reads none of the held bytes.
+out="$("$run" "${common[@]}" "${models[@]}" --ram-gb 0.06 --json "$work/roomy.json" 2>&1)" \
   || fail "ddo-run --models with room for both failed"
 grep -q '^  verify: 0 mismatch(es)$' <<<"$out" || fail "verify did not pass"
 grep -q '^| # | model | from | switch s | floor s | x floor | read (rchar) |' <<<"$out" \
@@ -53,9 +55,9 @@ check_json "$work/roomy.json" \
   'all(r["pinned_bytes"] <= r["budget_bytes"] for r in rows)' \
   'all(r["verify_mismatches"] == 0 for r in rows)'
 
-# 2. A budget below the sum (0.08 GiB): each switch evicts the other model, and the switch back
-#    reads again exactly what was evicted of it.
-out="$("$run" "${common[@]}" "${models[@]}" --ram-gb 0.08 --json "$work/tight.json" 2>&1)" \
+# 2. A budget below the sum (0.018 GiB: one model's 12 MiB, not two): each switch evicts the
+#    other model, and the switch back reads again exactly what was evicted of it.
+out="$("$run" "${common[@]}" "${models[@]}" --ram-gb 0.018 --json "$work/tight.json" 2>&1)" \
   || fail "ddo-run --models under a tight budget failed"
 grep -q '^  verify: 0 mismatch(es)$' <<<"$out" || fail "verify did not pass (tight)"
 check_json "$work/tight.json" \
@@ -74,7 +76,7 @@ check_json "$work/tight.json" \
 
 # 3. Two experts, two generations: A B | A B, the second generation reusing both.
 out="$("$run" "${common[@]}" --steps 3 --experts synthetic:seed=1,synthetic:seed=2 --generations 2 \
-       --ram-gb 0.2 --json "$work/experts.json" 2>&1)" || fail "ddo-run --experts failed"
+       --ram-gb 0.06 --json "$work/experts.json" 2>&1)" || fail "ddo-run --experts failed"
 grep -q '^  verify: 0 mismatch(es)$' <<<"$out" || fail "verify did not pass (experts)"
 check_json "$work/experts.json" \
   'len(rows) == 4' \
@@ -86,7 +88,7 @@ check_json "$work/experts.json" \
 # 4. Bad input, each refused with the option named.
 refused() {  # $1: what the error must say; the rest: the arguments
   local want="$1"; shift
-  if err="$("$run" "${common[@]}" --ram-gb 0.2 "$@" 2>&1)"; then
+  if err="$("$run" "${common[@]}" --ram-gb 0.06 "$@" 2>&1)"; then
     out="$err"; fail "'$*' was accepted"
   fi
   grep -qF -- "$want" <<<"$err" || { out="$err"; fail "unclear error for '$*'"; }
