@@ -379,15 +379,20 @@ template <class T, class Placed>
 std::vector<std::shared_ptr<pinned_block>> pin_parts(
     T& t, const std::vector<part_reads>& parts, const std::vector<std::size_t>& todo,
     const weight_table& table, const source_files& files, const runtime_options& options,
-    setup_meter& meter, const std::function<void()>& planned, Placed&& placed, bool share = true) {
+    setup_meter& meter, const std::function<void()>& planned, Placed&& placed, bool share = true,
+    move_sources* from_device = nullptr) {
   const auto blocks = share_blocks(parts, todo, options.alignment, share);
+  const auto on_device = [&](std::size_t w) -> const std::byte* {
+    return from_device != nullptr ? from_device->address(w) : nullptr;
+  };
   // Totals first: reports never see a total grow.
   for (std::size_t g : todo)
-    for (const auto& r : parts[g].reads) plan_read(meter, table[r.weight]);
+    for (const auto& r : parts[g].reads)
+      if (on_device(r.weight) == nullptr) plan_read(meter, table[r.weight]);
   for (const auto& b : blocks)
     meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   if (planned) planned();
-  std::vector<read_task> tasks;
+  std::vector<read_task> tasks, copies;  // copies: src is the weight's device address
   std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
   std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
@@ -399,6 +404,16 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
         task.dst = mapped[b]->data() + part_offset + r.offset;
         task.bytes = table[r.weight].bytes;
         task.batch = b;
+        if ((task.src = on_device(r.weight)) != nullptr) {
+          copies.push_back(task);
+          continue;
+        }
+        if (from_device != nullptr && (task.src = from_device->pinned(r.weight)) != nullptr) {
+          from_device->repacked_bytes += task.bytes;
+          host_bytes[b] += task.bytes;
+          tasks.push_back(task);
+          continue;
+        }
         set_task_source(task, table[r.weight], files);
         (task.file != nullptr ? file_bytes : host_bytes)[b] += task.bytes;
         tasks.push_back(task);
@@ -411,6 +426,19 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
     if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
     register_block(t, *mapped[b], meter);
   });
+  // Into the page-locked blocks (a device-to-host copy at the link's rate), all queued, then
+  // one wait: no synchronisation per weight.
+  if (copies.empty()) return mapped;
+  try {
+    for (const auto& c : copies) {
+      from_device->copy(c.dst, c.src, c.bytes);
+      from_device->copied_bytes += c.bytes;
+    }
+  } catch (...) {
+    from_device->wait();  // the blocks go with the failure: nothing may still write them
+    throw;
+  }
+  from_device->wait();
   return mapped;
 }
 
@@ -420,13 +448,15 @@ template <class T>
 void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table,
                            const offload_plan& plan, const runtime_options& options,
                            const source_files& files, setup_meter& meter,
-                           const std::function<void()>& planned) {
+                           const std::function<void()>& planned, move_sources* from_device) {
   DDO_EXPECTS(!(options.weight_store && options.registry),
               "offloader setup: runtime_options has both a weight_store and a registry; give one "
               "(the registry holds several models' copies, the store one model's)");
   // (planned is not called on these paths: a parallel setup's upload starts when they return)
-  if (options.registry) return pin_from_registry(t, layout, table, plan, options, files, meter);
-  if (options.weight_store) return pin_from_store(t, layout, table, plan, options, files, meter);
+  if (options.registry)
+    return pin_from_registry(t, layout, table, plan, options, files, meter, from_device);
+  if (options.weight_store)
+    return pin_from_store(t, layout, table, plan, options, files, meter, from_device);
   using pinning_detail::block_key;
   const auto groups = pinning_detail::parts_of(layout);
   // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
@@ -456,7 +486,8 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
         groups[g]->block = block;
         groups[g]->block_offset = offset;
         mapped_here[g] = alone ? own_block : shared_block;
-      });
+      },
+      true, from_device);
   // Page-locked bytes: each block mapped here once, and what the cache gave.
   for (const auto& block : mapped)
     if (block->registered()) pinned_bytes_ += block->size();
@@ -528,7 +559,8 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
 template <class T>
 void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_table& table,
                                       const offload_plan& plan, const runtime_options& options,
-                                      const source_files& files, setup_meter& meter) {
+                                      const source_files& files, setup_meter& meter,
+                                      move_sources* from_device) {
   auto& store = *options.weight_store;
   const auto one_setup = store.setup_lock();  // a weight two devices lack is read once
   const auto keys = pinning_detail::store_keys(table, options);
@@ -564,7 +596,8 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
                             [&](std::size_t g, const auto& block, std::uint64_t offset, bool) {
                               for (const auto& r : missing[g].reads)
                                 held_of[g][r.piece].entry = {block, offset + r.offset};
-                            });
+                            },
+                            true, from_device);
   // Stored only once every block is read: a failed read leaves the store as it was.
   for (std::size_t g : todo)
     for (const auto& r : missing[g].reads) store.insert(keys[r.weight], held_of[g][r.piece].entry);
@@ -613,7 +646,8 @@ void group_pinning<T>::use_held(
 template <class T>
 void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weight_table& table,
                                          const offload_plan& plan, const runtime_options& options,
-                                         const source_files& files, setup_meter& meter) {
+                                         const source_files& files, setup_meter& meter,
+                                         move_sources* from_device) {
   const auto keys = pinning_detail::store_keys(table, options);
   const auto parts = pinning_detail::parts_of(layout);
   // Per part: the weight of each in-place piece (the layout's order); each weight once a piece.
@@ -651,7 +685,8 @@ void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weigh
     std::vector<std::shared_ptr<pinned_block>> blocks(missing.size());
     pinning_detail::pin_parts(
         t, reads, todo, table, files, options, meter, {},
-        [&](std::size_t i, const auto& block, std::uint64_t, bool) { blocks[i] = block; }, false);
+        [&](std::size_t i, const auto& block, std::uint64_t, bool) { blocks[i] = block; }, false,
+        from_device);
     return blocks;
   };
   registry_use_ =
