@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ddo/model/weight_table.hpp"
+#include "random_bytes.hpp"
 
 namespace ddo_test {
 
@@ -25,7 +26,7 @@ struct blocks_model {
         const std::int64_t elems =
             min_elems + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(min_elems));
         auto& v = bytes.emplace_back(static_cast<std::size_t>(elems * 2));
-        for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
+        fill_random_bytes(v, rng);
         ddo::weight_info w;
         w.name = "transformer_blocks." + std::to_string(b) + "." + m + ".weight";
         w.kind = ddo::module_kind::linear;

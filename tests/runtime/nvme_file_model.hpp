@@ -17,6 +17,7 @@
 
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "random_bytes.hpp"
 
 #ifndef DDO_TEST_BUILD_DIR
 #error "DDO_TEST_BUILD_DIR must name a directory in the build tree (set by the test's meson.build)"
@@ -60,7 +61,7 @@ struct file_model {
       for (std::size_t i = 0; i < per_group; ++i) {
         const std::size_t s = (g + i) % shards;
         std::vector<std::byte> bytes(size(rng) | 1);  // odd: never a whole block
-        for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
+        fill_random_bytes(bytes, rng);
         out[s].write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
         ddo::weight_info info;
         info.name = "blocks." + std::to_string(g) + ".w" + std::to_string(i) + ".weight";

@@ -14,6 +14,7 @@
 #include "ddo/runtime/transport_backend.hpp"
 #include "ddo/transport/fault_injection.hpp"
 #include "ddo/transport/host_sim.hpp"
+#include "random_bytes.hpp"
 
 namespace policies_test {
 /// A host_sim under another name: names must not decide the backend.
@@ -53,7 +54,7 @@ struct model {
         const std::int64_t step = (b * 5 + (m[0] == 'f' ? 3 : 0)) % 8 + b / 3;
         const std::int64_t elems = 4096 * (1 + step);
         auto& v = bytes.emplace_back(static_cast<std::size_t>(elems * 2));
-        for (auto& x : v) x = static_cast<std::byte>(rng() & 0xff);
+        ddo_test::fill_random_bytes(v, rng);
         ddo::weight_info w;
         w.name = "blocks." + std::to_string(b) + "." + m + ".weight";
         w.module_name = "blocks." + std::to_string(b) + "." + m;

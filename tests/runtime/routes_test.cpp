@@ -11,6 +11,7 @@
 #include "ddo/runtime/routes.hpp"
 #include "ddo/transport/host_sim.hpp"
 #include "lease_check.hpp"
+#include "random_bytes.hpp"
 
 using ddo::host_sim_transport;
 
@@ -25,7 +26,7 @@ struct block_model {
     bytes.reserve(blocks * 4 + 1);
     auto add = [&](const std::string& name, ddo::module_kind kind, std::int64_t elems) {
       std::vector<std::byte> b(static_cast<std::size_t>(elems) * 2);
-      for (auto& x : b) x = static_cast<std::byte>(rng() & 0xff);
+      ddo_test::fill_random_bytes(b, rng);
       bytes.push_back(std::move(b));
       ddo::weight_info w;
       w.name = name;

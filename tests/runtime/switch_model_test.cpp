@@ -246,7 +246,9 @@ TEST_SUITE("runtime") {
     // The process's registry is every test's: its budget goes back to unlimited at the end.
     const auto& reg = ddo::process_weight_registry();
     const std::string name = "switch_model_test: process budget";
-    file_model a(4237, 4);
+    // Six blocks: at least 6 MB, above resident_module_budget_gb's 5.12 MB whatever the seed
+    // draws, so that the plan pins part of the model (four blocks drew 4-7.2 MB).
+    file_model a(4237, 6);
     // Three offloaders of the same model at once: a card each.
     ddo::host_sim_transport sim({.device_capacity_bytes = card}),
         sim2({.device_capacity_bytes = card}), sim3({.device_capacity_bytes = card});
@@ -258,6 +260,16 @@ TEST_SUITE("runtime") {
                          [&](const std::string& n) { return n.find(text) != std::string::npos; });
     };
     {
+      // Released and the budget reset however the block ends, after its offloaders: a failed
+      // REQUIRE once left the budget at 1 GiB for the next test.
+      struct restore_registry {
+        const std::shared_ptr<ddo::weight_registry>& reg;
+        const std::string& name;
+        ~restore_registry() {
+          if (reg->holds_model(name)) reg->release(name);
+          reg->set_budget(std::numeric_limits<std::uint64_t>::max());
+        }
+      } restore{reg, name};
       // The engine's RAM less system_ram_headroom_gb.
       auto e = start(a, o, sim);
       CHECK(reg->budget() == 8 * ddo::gib);
@@ -281,8 +293,6 @@ TEST_SUITE("runtime") {
       CHECK(has_note(e3, "release " + name));
       CHECK(ddo_test::count_mismatches(*e3, sim3, a.expected, 1) == 0);
     }
-    reg->release(name);
-    reg->set_budget(std::numeric_limits<std::uint64_t>::max());
     CHECK(sim.registered_bytes_in_use() + sim2.registered_bytes_in_use() +
               sim3.registered_bytes_in_use() ==
           0);
