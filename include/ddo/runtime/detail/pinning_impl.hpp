@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -392,7 +393,8 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
   for (const auto& b : blocks)
     meter.plan(setup_phase::pinning, round_up(b.bytes, host_page_size()));
   if (planned) planned();
-  std::vector<read_task> tasks, copies;  // copies: src is the weight's device address
+  std::vector<read_task> tasks;
+  std::vector<std::vector<read_task>> copies(blocks.size());  // per block, src on the device
   std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
   std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
@@ -405,7 +407,7 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
         task.bytes = table[r.weight].bytes;
         task.batch = b;
         if ((task.src = on_device(r.weight)) != nullptr) {
-          copies.push_back(task);
+          copies[b].push_back(task);
           continue;
         }
         if (from_device != nullptr && (task.src = from_device->pinned(r.weight)) != nullptr) {
@@ -420,25 +422,29 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
       }
     }
   }
+  // A block's copies from the device are queued as soon as it is page-locked (a block of
+  // copies only: before any read), so they run beside the other blocks' reads and page-locking;
+  // one wait at the end, no synchronisation per weight. Queued under a lock: any pool thread
+  // may complete a block.
+  std::mutex queue;
   parallel_reader pool(reader_threads(tasks, options));
-  pool.run(tasks, blocks.size(), [&](std::size_t b) {
-    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
-    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
-    register_block(t, *mapped[b], meter);
-  });
-  // Into the page-locked blocks (a device-to-host copy at the link's rate), all queued, then
-  // one wait: no synchronisation per weight.
-  if (copies.empty()) return mapped;
   try {
-    for (const auto& c : copies) {
-      from_device->copy(c.dst, c.src, c.bytes);
-      from_device->copied_bytes += c.bytes;
-    }
+    pool.run(tasks, blocks.size(), [&](std::size_t b) {
+      if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
+      if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
+      register_block(t, *mapped[b], meter);
+      if (copies[b].empty()) return;
+      std::lock_guard lock(queue);
+      for (const auto& c : copies[b]) {
+        from_device->copy(c.dst, c.src, c.bytes);
+        from_device->copied_bytes += c.bytes;
+      }
+    });
   } catch (...) {
-    from_device->wait();  // the blocks go with the failure: nothing may still write them
+    if (from_device != nullptr) from_device->wait();  // nothing may write the blocks after
     throw;
   }
-  from_device->wait();
+  if (from_device != nullptr) from_device->wait();
   return mapped;
 }
 
