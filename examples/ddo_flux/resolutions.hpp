@@ -131,9 +131,9 @@ inline void measure_resident_steps(const cpu_run& r, const resolution_phases& p,
 inline void print_resolution_table(const std::vector<resolution_row>& rows,
                                    const char* bound_note) {
   std::printf("\nphases (one offloader; the budget follows the activations):\n"
-              "| image | reserve | promoted | demoted | read | move ms | resident | step ms | "
-              "bound ms | x bound | cached re-setup ms |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "| image | reserve | promoted | demoted | read | D2H | move ms | resident | "
+              "step ms | bound ms | x bound | cached re-setup ms |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const auto mb = [](std::uint64_t b) { return ddo::format_bytes(b); };
   const auto fixed1 = [](double v) {
     char buf[32];
@@ -146,16 +146,18 @@ inline void print_resolution_table(const std::vector<resolution_row>& rows,
         m ? mb(m->bytes_promoted) + " (" + std::to_string(m->weights_promoted) + ")" : "setup";
     const std::string demoted =
         m ? mb(m->bytes_demoted) + " (" + std::to_string(m->weights_demoted) + ")" : "-";
-    std::printf("| %dx%d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.3f | %.1f |\n",
+    std::printf("| %dx%d | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.3f | %.1f |\n",
                 row.size.width, row.size.height, mb(row.reserve).c_str(), promoted.c_str(),
                 demoted.c_str(), m ? mb(m->bytes_read).c_str() : "-",
+                m ? mb(m->bytes_copied_to_host).c_str() : "-",
                 m ? fixed1(m->move_ms).c_str() : "-", mb(row.resident).c_str(),
                 row.step_ms, row.bound_ms, row.bound_ms > 0 ? row.step_ms / row.bound_ms : 0.0,
                 row.resetup_s * 1e3);
   }
   std::printf("  bound: max(C = the all-resident step without ddo, W / B = the streamed bytes "
               "at %s); re-setup: the offloader torn down and set up again at that size with the "
-              "plan cache and the pinned-weight cache\n",
+              "plan cache and the pinned-weight cache; read: bytes read from the weights' "
+              "sources for the move, D2H: demoted bytes copied back from the device instead\n",
               bound_note);
 }
 

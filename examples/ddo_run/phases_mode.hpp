@@ -157,21 +157,23 @@ double time_cached_resetup(const run_context& ctx, ddo::setup_options options,
 
 inline void print_phase_table(const std::vector<phase_row>& rows, bool pinned_cache) {
   std::printf("\nphases (one offloader; the budget follows the activations):\n"
-              "| tokens | reserve | promoted | demoted | read | move ms | peak device | "
+              "| tokens | reserve | promoted | demoted | read | D2H | move ms | peak device | "
               "resident | step ms | bound ms | x bound | cached re-setup s |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : rows) {
     const auto* m = r.move ? &*r.move : nullptr;
-    std::printf("| %lld | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.3f | %.2f |\n",
+    std::printf("| %lld | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.3f | %.2f |\n",
                 static_cast<long long>(r.tokens), gb(r.reserve).c_str(),
                 m ? (gb(m->bytes_promoted) + " (" + std::to_string(m->weights_promoted) + ")").c_str() : "setup",
                 m ? (gb(m->bytes_demoted) + " (" + std::to_string(m->weights_demoted) + ")").c_str() : "-",
                 m ? gb(m->bytes_read).c_str() : "-",
+                m ? gb(m->bytes_copied_to_host).c_str() : "-",
                 m ? std::to_string(static_cast<long long>(m->move_ms)).c_str() : "-",
                 m ? gb(m->device_peak_bytes).c_str() : "-", gb(r.resident).c_str(), r.step_ms,
                 r.bound_ms, r.bound_ms > 0 ? r.step_ms / r.bound_ms : 0.0, r.resetup_s);
   }
   std::printf("  move: ddo's device bytes never above max(before, after) (metrics' sampled peak);"
+              " read: from the weights' sources, D2H: demoted bytes copied back from the device;"
               " re-setup: torn down and set up again with the plan cache%s\n",
               pinned_cache ? " and the pinned-weight cache"
                            : " (pinned weights packed again: --ddo-cache-pinned-weights true "

@@ -26,7 +26,7 @@ for p in 0 1 2; do
   grep -q "^check: phase $p streamed through ddo vs all-resident without ddo: bitwise equal$" \
     "$tmp/run.out" || { echo "$out"; fail "phase $p is not bitwise equal to all-resident"; }
 done
-grep -q '^| image | reserve | promoted | demoted | read | move ms | resident | step ms |' \
+grep -q '^| image | reserve | promoted | demoted | read | D2H | move ms | resident | step ms |' \
   "$tmp/run.out" || { echo "$out"; fail "no phase table"; }
 grep -q '^| 128x128 | .* | setup | - |' "$tmp/run.out" || { echo "$out"; fail "no setup row"; }
 # The large image demotes weights (a count above 0), the small one after it promotes them back.

@@ -17,7 +17,7 @@ out="$("$run" "${common[@]}" --tokens 1,16,1 2>&1)" || fail "ddo-run --tokens 1,
 for p in 0 1 2; do
   grep -q "^phase $p: " <<<"$out" || fail "no line for phase $p"
 done
-grep -q '^| tokens | reserve | promoted | demoted | read | move ms | peak device |' <<<"$out" \
+grep -q '^| tokens | reserve | promoted | demoted | read | D2H | move ms | peak device |' <<<"$out" \
   || fail "no phase table"
 [ "$(grep -c '^| 1 | \|^| 16 | ' <<<"$out")" -eq 3 ] || fail "not three phase rows"
 grep -q '^| 1 | .* | setup | - |' <<<"$out" || fail "the first phase is not the setup"

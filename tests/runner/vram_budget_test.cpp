@@ -119,6 +119,7 @@ TEST_SUITE("runner") {
                             {ddo::field_id::max_resident_module_budget_gb, 0.0}};
         inputs.component = ddo::runner::run_component;
         inputs.model_bytes = model_bytes;
+        inputs.detected_ram_gb = 64.0;  // auto's preset: not this machine's MemAvailable
         const auto settings = ddo::resolve_settings(inputs);
         // A card of a fraction of the model besides the reserves and the ring the plan needs.
         const std::uint64_t vram =

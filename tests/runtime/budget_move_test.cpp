@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <utility>
@@ -32,8 +33,9 @@ namespace budget_move_test {
 
 /// Blocks of a linear layer each (host memory), a file-backed one and a small norm (kept
 /// resident by the rules), then an embedding: every placement a plan can choose.
+/// @p all_from_file: every weight in the file (a test that attributes the file's reads).
 struct move_model : ddo_test::seeded_file_model {
-  move_model(std::uint32_t seed, int blocks)
+  move_model(std::uint32_t seed, int blocks, bool all_from_file = false)
       : seeded_file_model("ddo_budget_move_", seed, static_cast<std::size_t>(blocks) * 3 + 1) {
     for (int b = 0; b < blocks; ++b) {
       const std::string p = "transformer_blocks." + std::to_string(b) + ".";
@@ -42,14 +44,16 @@ struct move_model : ddo_test::seeded_file_model {
       // Unequal blocks, so that the largest streamed group (the ring's slot) changes too.
       const std::int64_t scale = 1 + b % 3;
       // MiB-sized: the plan leaves 64 MiB of every budget to the runtime (its reserve).
-      g.weights.push_back(add(p + "attn.to_q.weight", scale * (1500000 + rng() % 1000000), false));
-      g.weights.push_back(add(p + "ff.up.weight", 1000000 + rng() % 1000000, b % 2 == 1));
-      g.weights.push_back(add(p + "norm.weight", 256, false));
+      g.weights.push_back(
+          add(p + "attn.to_q.weight", scale * (1500000 + rng() % 1000000), all_from_file));
+      g.weights.push_back(add(p + "ff.up.weight", 1000000 + rng() % 1000000,
+                              all_from_file || b % 2 == 1));
+      g.weights.push_back(add(p + "norm.weight", 256, all_from_file));
       groups.push_back(std::move(g));
     }
     ddo::execution_group embed;
     embed.name = "embed";
-    embed.weights.push_back(add("embed.weight", 500000, false));
+    embed.weights.push_back(add("embed.weight", 500000, all_from_file));
     groups.push_back(std::move(embed));
     finish();
   }
@@ -150,6 +154,118 @@ std::size_t check_in_place_pages(const ddo::weight_table& table, const ddo::offl
     ++checked;
   }
   return checked;
+}
+
+/// The model file's reads, by range (runtime_options::file_faults sees every read ddo makes,
+/// from any thread; it fails none).
+struct read_log final : ddo::file_fault_hook {
+  std::mutex mutex;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> reads;  // [offset, end)
+  std::uint64_t total = 0;  ///< every byte of the reads take() saw, as read
+  ddo::file_read_fault before_read(const std::string&, std::uint64_t offset,
+                                   std::uint64_t length) override {
+    std::lock_guard lock(mutex);
+    reads.emplace_back(offset, offset + length);
+    return {};
+  }
+  /// Per weight of @p table (all in the one file), the bytes of its range read since the last
+  /// call (at most its size). A direct read is widened to the disk's alignment, so a weight
+  /// next to one read may see a few KiB of its range read: read_slack.
+  std::vector<std::uint64_t> take(const ddo::weight_table& table) {
+    std::lock_guard lock(mutex);
+    std::vector<std::uint64_t> of(table.size(), 0);
+    total = 0;
+    for (const auto& [b, e] : reads) total += e - b;
+    for (std::size_t w = 0; w < table.size(); ++w) {
+      const auto begin = std::get<ddo::file_source>(table[w].source).offset;
+      const auto end = begin + table[w].bytes;
+      for (const auto& [b, e] : reads)
+        if (b < end && e > begin) of[w] += std::min(e, end) - std::max(b, begin);
+      of[w] = std::min<std::uint64_t>(of[w], table[w].bytes);
+    }
+    reads.clear();
+    return of;
+  }
+};
+
+/// A direct read's widening at both ends of a weight (read_log::take).
+constexpr std::uint64_t read_slack = 2 * 4096;
+
+/// Whether @p p holds a weight's bytes (the device or a page-locked host copy).
+bool held(ddo::placement p) {
+  return p == ddo::placement::gpu_resident || p == ddo::placement::pinned_host;
+}
+
+/// Random budgets on a model held wholly in its file, the host copies as @p tweak makes them
+/// (a fresh registry or store per call): every move reads no weight whose bytes the offloader
+/// held (on the device or in a page-locked copy) and holds after it — a demoted weight is copied
+/// back from the device, a promoted one uploaded from its pinned copy — save those of a resident
+/// piece allocated anew; and it reads no more of the file than a fresh setup for the new budget.
+template <class Tweak>
+void moves_read_what_they_lack(std::uint32_t seed, Tweak tweak) {
+  std::mt19937 rng(seed);
+  const move_model m(seed, 8, true);
+  auto o = options_for(m);
+  tweak(o);
+  read_log log;
+  o.runtime.file_faults = &log;
+  const auto settings = ddo::resolve_settings(o.inputs);
+  const std::uint64_t card = 8 * ddo::gib, total = m.table.total_bytes();
+  ddo::host_sim_transport sim({.device_capacity_bytes = card});
+  const auto least =
+      ddo::smallest_device_budget(m.table, settings, o, sim, 0, 0, 2 * total + 64 * ddo::mib);
+  REQUIRE(least.has_value());
+  // Low and high budgets in turn, so that every move demotes or promotes (both, over two).
+  const std::uint64_t most = 2 * total + 64 * ddo::mib, middle = *least + (most - *least) / 2;
+  std::uniform_int_distribution<std::uint64_t> low(*least, middle), high(middle, most);
+  offloader_t off(m.table, ddo::plan_for_device_budget(m.table, settings, o, sim, high(rng)), sim);
+  CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+  std::uint64_t copied_back = 0, from_pinned = 0, reread = 0;
+  // Each move sets up a fresh offloader beside it: fewer under the sanitizers (TSan's time).
+  for (int k = 0; k < (DDO_TEST_UNDER_SANITIZER ? 6 : 16); ++k) {
+    const std::uint64_t budget = k % 2 == 0 ? low(rng) : high(rng);
+    const auto before = move_placements(off.plan());
+    (void)log.take(m.table);
+    REQUIRE(ddo::set_device_budget(off, settings, o, budget));
+    const auto read = log.take(m.table);  // (log.total: the move's reads as made)
+    const auto after = move_placements(off.plan());
+    const auto mv = off.metrics().budget_moves.back();
+    std::uint64_t moved_read = 0, slack = 0;
+    for (std::size_t w = 0; w < m.table.size(); ++w) {
+      if (!held(after[w])) continue;  // (a streamed weight's loads are not the move's)
+      moved_read += read[w];
+      slack += read[w] != 0 ? read_slack : 0;
+      const bool stays_resident = before[w] == ddo::placement::gpu_resident &&
+                                  after[w] == ddo::placement::gpu_resident;
+      if (held(before[w]) && !stays_resident &&
+          read[w] > std::min(read_slack, m.table[w].bytes / 2)) {
+        MESSAGE("move " << k << ": '" << m.table[w].name << "' read " << read[w] << " bytes");
+        reread += read[w];
+      }
+    }
+    // A fresh setup for this budget (its own host copies) reads at least as much.
+    auto fo = options_for(m);
+    tweak(fo);
+    read_log fresh_log;
+    fo.runtime.file_faults = &fresh_log;
+    ddo::host_sim_transport fresh_sim({.device_capacity_bytes = card});
+    const offloader_t fresh(
+        m.table, ddo::plan_for_device_budget(m.table, settings, fo, fresh_sim, budget), fresh_sim);
+    const std::uint64_t move_total = log.total;
+    (void)fresh_log.take(m.table);
+    CHECK(move_total <= fresh_log.total);
+    // Every source is the file here: what the move counts is what it read.
+    CHECK(mv.bytes_read <= moved_read);
+    CHECK(moved_read <= mv.bytes_read + slack);
+    copied_back += mv.bytes_copied_to_host;
+    from_pinned += mv.bytes_uploaded_from_pinned;
+    CHECK(ddo_test::count_mismatches(off, sim, m.expected, 1) == 0);
+  }
+  CHECK(reread == 0);
+  MESSAGE(copied_back << " bytes copied back from the device, " << from_pinned
+                      << " uploaded from pinned copies");
+  CHECK(copied_back > 0);
+  CHECK(from_pinned > 0);
 }
 
 /// What a random sequence of moves saw (random_moves).
@@ -375,6 +491,26 @@ TEST_SUITE("runtime") {
     MESSAGE(from_file << " file placements over the sequence, " << resized
                       << " staging slot resizes");
     CHECK(from_file > 0);
+  }
+
+  TEST_CASE("set_device_budget reads only what the offloader lacks: packed host copies") {
+    budget_move_test::moves_read_what_they_lack(budget_move_test::seed_from_env() + 5,
+                                                [](ddo::setup_options&) {});
+  }
+
+  TEST_CASE("set_device_budget reads only what the offloader lacks: a weight registry") {
+    budget_move_test::moves_read_what_they_lack(
+        budget_move_test::seed_from_env() + 6, [](ddo::setup_options& o) {
+          o.inputs.overrides.emplace_back(ddo::field_id::cache_pinned_weights, true);
+          o.runtime.registry = std::make_shared<ddo::weight_registry>();
+        });
+  }
+
+  TEST_CASE("set_device_budget reads only what the offloader lacks: a shared_weight_store") {
+    budget_move_test::moves_read_what_they_lack(
+        budget_move_test::seed_from_env() + 7, [](ddo::setup_options& o) {
+          o.runtime.weight_store = std::make_shared<ddo::shared_weight_store>();
+        });
   }
 
   TEST_CASE("set_device_budget: the same budget moves nothing; a budget too small is refused") {
@@ -607,7 +743,8 @@ TEST_SUITE("runtime") {
       // The registry's reads for the demoted groups are the move's (its pinned pieces, nothing
       // else packed with shared host copies): counted in bytes_packed and bytes_read.
       CHECK(mv.bytes_packed == read_by_registry);
-      CHECK(mv.bytes_read == mv.bytes_uploaded + mv.bytes_packed);
+      CHECK(mv.bytes_read == mv.bytes_uploaded - mv.bytes_uploaded_from_pinned + mv.bytes_packed -
+                                 mv.bytes_copied_to_host - mv.bytes_repacked);
       demoted_read += mv.bytes_demoted != 0 ? read_by_registry : 0;
       // The registry holds what the new plan pins, in use (the offloader copies from it): a
       // budget of 1 byte evicts none of it; and nothing the old plan alone pinned stays held.

@@ -72,6 +72,7 @@ struct calibration_setup {
                                 {ddo::field_id::build_profile, true},
                                 {ddo::field_id::profile_name, profile_name},
                                 {ddo::field_id::pin_cpu_memory, true}};
+    options.inputs.detected_ram_gb = 64.0;  // auto's preset: not this machine's MemAvailable
     options.ram_bytes = 64 * ddo::gib;  // above system_ram_headroom_gb: room to pin everything
     options.runtime = recorder.runtime_options(options.runtime);
     settings = ddo::resolve_settings(options.inputs);
@@ -201,6 +202,7 @@ TEST_SUITE("runtime") {
     options.inputs.environment = std::map<std::string, std::string>{};
     options.inputs.overrides = {{ddo::field_id::small_tensor_threshold_bytes, std::int64_t{1024}},
                                 {ddo::field_id::resident_module_budget_gb, 0.0001}};
+    options.inputs.detected_ram_gb = 64.0;  // auto's preset: not this machine's MemAvailable
     options.ram_bytes = 4 * ddo::gib;
     options.runtime = ro;
     const auto settings = ddo::resolve_settings(options.inputs);

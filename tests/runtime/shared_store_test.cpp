@@ -304,6 +304,7 @@ TEST_CASE("setup counts the store once: its bytes of this table go back to the p
   host_sim_transport sim;
   ddo::setup_options options;  // RAM probed, not stated: only probed RAM holds the store
   options.inputs.environment = std::map<std::string, std::string>{};
+  options.inputs.preset = "one_shot_fast";  // the plan probes RAM; the preset does not follow it
   const auto settings = ddo::resolve_settings(options.inputs);
   const auto groups = groups_of(*m);
   auto runtime = ddo::runtime_options_from(settings.config);

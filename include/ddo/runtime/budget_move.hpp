@@ -28,13 +28,26 @@ struct budget_move {
   std::size_t weights_demoted = 0;   ///< resident before, streamed after
   std::uint64_t bytes_promoted = 0;
   std::uint64_t bytes_demoted = 0;
-  /// Weight bytes read from their sources (host memory or file) for the move: the resident
-  /// pieces uploaded and the pinned blocks packed anew; each at most once.
+  /// Weight bytes read from their sources (the engine's host memory or the files) for the
+  /// move: of bytes_uploaded, what no page-locked host copy held; of bytes_packed, what neither
+  /// the device nor an old host copy held. Each byte at most once, and never more than a fresh setup for the new
+  /// budget reads.
   std::uint64_t bytes_read = 0;
-  std::uint64_t bytes_uploaded = 0;  ///< of bytes_read, copied to the device (resident pieces)
-  /// Of bytes_read, packed into new pinned blocks: the offloader's own, or with a weight
-  /// registry (cache_pinned_weights' default source) the pieces the registry read for the move.
+  /// Copied to the device into the resident pieces allocated anew (promoted weights, and those
+  /// of a piece whose weights changed).
+  std::uint64_t bytes_uploaded = 0;
+  /// Of bytes_uploaded, copied straight from the old plan's page-locked host copies (promoted
+  /// weights that were pinned): no read.
+  std::uint64_t bytes_uploaded_from_pinned = 0;
+  /// Packed into new host copies: the offloader's own pinned blocks, or with a weight registry
+  /// (cache_pinned_weights' default source) or a shared_weight_store the pieces it lacked.
   std::uint64_t bytes_packed = 0;
+  /// Of bytes_packed, copied back from the device (demoted weights: their bytes were resident,
+  /// so the move does not read their sources again).
+  std::uint64_t bytes_copied_to_host = 0;
+  /// Of bytes_packed, copied from the old plan's page-locked host copies (a group whose packed
+  /// weights changed gets a new block; those it pinned before come from the old one).
+  std::uint64_t bytes_repacked = 0;
   std::size_t pieces_kept = 0;       ///< resident pieces left where they were
   std::size_t pieces_moved = 0;      ///< resident pieces freed or allocated anew
   std::uint64_t slot_bytes_before = 0;  ///< one ring slot (the largest streamed group)

@@ -169,8 +169,11 @@ class offloader_core {
 
   // setup
   void plan_setup_progress();
-  /// Allocates and uploads the resident pieces (@p only: those marked 1; null: all).
-  void upload_residents(setup_meter* meter, const std::vector<char>* only = nullptr);
+  /// Allocates and uploads the resident pieces (@p only: those marked 1; null: all). A budget
+  /// move passes @p pinned_copies (per weight: a page-locked host copy, or null), which are
+  /// copied to the device straight, not read from their sources. @return the bytes so copied.
+  std::uint64_t upload_residents(setup_meter* meter, const std::vector<char>* only = nullptr,
+                                 const std::vector<const std::byte*>* pinned_copies = nullptr);
   /// Frees resident piece @p p and forgets its weights' addresses.
   void free_resident_piece(std::size_t p) noexcept;
   bool pin_beside_upload();
@@ -190,14 +193,17 @@ class offloader_core {
   void apply_budget_move();
   void apply_pending_move_at_boundary(bool boundary);
   double wait_for_slot_users();
-  std::uint64_t pin_for_move(pending_budget_move& next, group_pinning<T>& pins);
+  void pin_for_move(pending_budget_move& next, group_pinning<T>& pins, budget_move& record);
+  [[nodiscard]] std::vector<const std::byte*> pinned_host_copies() const;
   void move_device_side(pending_budget_move& next, budget_move& record);
   void restore_after_failed_move(group_layout& old, const std::vector<char>& kept) noexcept;
   void fit_staging_for_move(bool for_upload);
   void commit_released_move(pending_budget_move& next);
   void resize_file_slots();
   void size_staging_jobs(std::size_t slots);
-  void rebuild_pieces_and_ring(const std::vector<char>& fresh);
+  std::uint64_t rebuild_pieces_and_ring(
+      const std::vector<char>& fresh,
+      const std::vector<const std::byte*>* pinned_copies = nullptr);
   // loading
   void bind_slot_to(slot_state<T>& st, std::size_t g);
   void wait_staged(slot_state<T>& st);

@@ -116,9 +116,11 @@ double offloader_core<T>::wait_for_slot_users() {
 }
 
 /// Packs and page-locks @p next's pinned groups into @p pins; a group whose packed weights
-/// stay takes its block back. @return the weight bytes read into new blocks.
+/// stay takes its block back, and a demoted weight's new copy is copied from the device (where
+/// its bytes are), not read again. Sets @p record's bytes_packed and bytes_copied_to_host.
 template <class T>
-std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_pinning<T>& pins) {
+void offloader_core<T>::pin_for_move(pending_budget_move& next, group_pinning<T>& pins,
+                                     budget_move& record) {
   const auto& table = *table_;
   pinned_weight_cache own;
   pinned_weight_cache* cache = options_.pinned_cache != nullptr ? options_.pinned_cache : &own;
@@ -147,8 +149,19 @@ std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_p
   // pin_in_place: the old layout's engine pages are let go first (file comment), and registered
   // again when the new layout's pinning fails.
   pinning_.release_in_place(t_);
+  // A weight an adapter changes holds merged bytes on the device, not its base: read it.
+  const auto pinned = pinned_host_copies();
+  move_sources from_device{
+      [&](std::size_t w) -> const std::byte* {
+        return released_ || adapters_.job_for(w) != nullptr ? nullptr : resident_ptr_[w];
+      },
+      [&](std::size_t w) { return pinned[w]; },
+      [&](std::byte* dst, const std::byte* src, std::uint64_t bytes) {
+        t_.copy_to_host(dst, src, static_cast<std::size_t>(bytes), T::view(copy_stream_));
+      },
+      [&] { t_.synchronize(T::view(copy_stream_)); }};
   try {
-    pins.pin(t_, next.layout, table, next.plan, o, files_, quiet);
+    pins.pin(t_, next.layout, table, next.plan, o, files_, quiet, {}, &from_device);
   } catch (...) {
     pins.release(t_);
     pinning_.register_in_place(t_, layout_, options_);
@@ -157,7 +170,36 @@ std::uint64_t offloader_core<T>::pin_for_move(pending_budget_move& next, group_p
   if (o.registry) read += o.registry->stats().loaded_bytes - loaded;
   if (o.weight_store)
     read += pinning_detail::store_bytes_held(*o.weight_store, table, o, &next.plan) - held;
-  return read;
+  record.bytes_packed = read;
+  record.bytes_copied_to_host = from_device.copied_bytes;
+  record.bytes_repacked = from_device.repacked_bytes;
+}
+
+/// Per weight, the page-locked host copy the plan in place streams it from (a packed block, or
+/// a registry's or store's piece), or null: a budget move uploads a promoted weight from it
+/// instead of reading its source. Not the engine's pages registered in place (pin_for_move let
+/// them go), nor copies whose page-locking fell back (staged).
+template <class T>
+std::vector<const std::byte*> offloader_core<T>::pinned_host_copies() const {
+  const auto& table = *table_;
+  std::vector<const std::byte*> at(table.size(), nullptr);
+  layout_.for_each_part([&](const group_runtime& gr) {
+    for (std::size_t i = 0; i < gr.weights.size(); ++i) {
+      const std::size_t w = gr.weights[i];
+      const std::uint64_t off = gr.slot_offset[i];
+      if (off == not_streamed || plan_.decisions[w].where != placement::pinned_host) continue;
+      if (group_layout::packed(table, options_, w)) {
+        if (gr.block && gr.block->registered() && !gr.pinned_staged)
+          at[w] = gr.block_data() + off;
+        continue;
+      }
+      if (!options_.shared_host_copies()) continue;
+      for (const auto& p : gr.in_place)  // registered: those refused were staged
+        if (p.slot_offset <= off && off < p.slot_offset + p.bytes)
+          at[w] = p.host + (off - p.slot_offset);
+    }
+  });
+  return at;
 }
 
 /// Sizes the staging buffers for the layout now in place as setup does (for_upload: the
@@ -215,7 +257,7 @@ void offloader_core<T>::apply_budget_move() {
   }
   record.wait_ms = wait_for_slot_users();
   group_pinning<T> pins;
-  record.bytes_packed = pin_for_move(*next, pins);
+  pin_for_move(*next, pins, record);
   try {
     // Released (a pipeline component outside its phase): only the host side and the layout
     // change; restore_device brings the new layout up (and merges the adapters into it).
@@ -232,7 +274,8 @@ void offloader_core<T>::apply_budget_move() {
   pins.release(t_);     // (the old pages were unregistered before the pinning)
   plan_ = std::move(next->plan);
   options_.device_budget_bytes = next->options.device_budget_bytes;
-  record.bytes_read = record.bytes_uploaded + record.bytes_packed;
+  record.bytes_read = record.bytes_uploaded - record.bytes_uploaded_from_pinned +
+                      record.bytes_packed - record.bytes_copied_to_host - record.bytes_repacked;
   record.device_after_bytes = device_bytes();
   record.slot_bytes_after = layout_.slot_bytes;
   record.slots_after = slots_.size();
@@ -259,13 +302,16 @@ void offloader_core<T>::move_device_side(pending_budget_move& next, budget_move&
     if (!kept[p] && (resident_[p].data != nullptr || fresh[p])) ++record.pieces_moved;
     if (kept[p]) ++record.pieces_kept;
   }
+  // The old layout's host copies stay alive (its blocks, the old pinning's registry use) until
+  // the move committed, after the uploads from them completed.
+  const auto pinned_copies = pinned_host_copies();
   slots_.clear();
   ring_ = device_allocation<T>{};
   for (std::size_t p = 0; p < pieces; ++p)
     if (!kept[p]) free_resident_piece(p);
   group_layout old = std::exchange(layout_, std::move(next.layout));
   try {
-    rebuild_pieces_and_ring(fresh);
+    record.bytes_uploaded_from_pinned = rebuild_pieces_and_ring(fresh, &pinned_copies);
     size_staging_jobs(slots_.size());
   } catch (...) {
     restore_after_failed_move(old, kept);
@@ -317,16 +363,18 @@ void offloader_core<T>::commit_released_move(pending_budget_move& next) {
 /// (after the pieces: ddo's device bytes only grow here), its schedule reset, staging sized for
 /// the upload and then for the steps.
 template <class T>
-void offloader_core<T>::rebuild_pieces_and_ring(const std::vector<char>& fresh) {
+std::uint64_t offloader_core<T>::rebuild_pieces_and_ring(
+    const std::vector<char>& fresh, const std::vector<const std::byte*>* pinned_copies) {
   resize_file_slots();  // before the upload: promoted weights read through them
   fit_staging_for_move(true);
-  upload_residents(nullptr, &fresh);
+  const std::uint64_t from_copies = upload_residents(nullptr, &fresh, pinned_copies);
   allocate_ring(std::min(options_.slot_count, layout_.groups.size()));
   ring_schedule_.reset(layout_.groups.size(), layout_.slot_count, layout_.streamed_order,
                        layout_.prefetch_depth);
   t_.synchronize(T::view(copy_stream_));
   if (staging_.has_stream()) t_.synchronize(staging_.stream());
   fit_staging_for_move(false);
+  return from_copies;
 }
 
 /// After a failed move: frees what it allocated and brings the old layout, pieces and ring back

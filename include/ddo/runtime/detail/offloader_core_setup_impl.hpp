@@ -137,12 +137,15 @@ void offloader_core<T>::plan_setup_progress() {
 }
 
 template <class T>
-void offloader_core<T>::upload_residents(setup_meter* meter, const std::vector<char>* only) {
-  if (layout_.resident_bytes == 0) return;
+std::uint64_t offloader_core<T>::upload_residents(
+    setup_meter* meter, const std::vector<char>* only,
+    const std::vector<const std::byte*>* pinned_copies) {
+  if (layout_.resident_bytes == 0) return 0;
   const auto& table = *table_;
   const std::size_t pieces = layout_.resident_piece_bytes.size();
   resident_.resize(pieces);
   std::vector<std::vector<staged_piece>> staged(pieces);
+  std::vector<std::size_t> from_pinned;
   for (std::size_t p = 0; p < pieces; ++p) {
     if (layout_.resident_piece_bytes[p] == 0 || (only != nullptr && !(*only)[p])) continue;
     resident_[p] = allocate_device_bytes(t_, layout_.resident_piece_bytes[p]);
@@ -156,6 +159,10 @@ void offloader_core<T>::upload_residents(setup_meter* meter, const std::vector<c
     resident_ptr_[w] = resident_[p].data + layout_.resident_offset[w];
     const auto& info = table[w];
     if (info.bytes == 0) continue;
+    if (pinned_copies != nullptr && (*pinned_copies)[w] != nullptr) {
+      from_pinned.push_back(w);
+      continue;
+    }
     staged_piece piece;
     piece.slot_offset = layout_.resident_offset[w];
     piece.bytes = info.bytes;
@@ -173,6 +180,14 @@ void offloader_core<T>::upload_residents(setup_meter* meter, const std::vector<c
   for (std::size_t p = 0; p < pieces; ++p)
     if (!staged[p].empty())
       staging_.stage(resident_[p].data, staged[p], T::view(copy_stream_), meter);
+  // After the staged copies on the same stream: a staged copy spans the gaps between its
+  // pieces, which these weights may lie in.
+  std::uint64_t from_copies = 0;
+  for (const std::size_t w : from_pinned) {
+    t_.copy_to_device(resident_ptr_[w], (*pinned_copies)[w], table[w].bytes, T::view(copy_stream_));
+    from_copies += table[w].bytes;
+  }
+  return from_copies;
 }
 
 template <class T>

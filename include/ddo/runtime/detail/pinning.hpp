@@ -33,6 +33,24 @@ namespace pinning_detail {
 struct store_piece;
 }  // namespace pinning_detail
 
+/// Where a budget move's new host copies find bytes the offloader holds already, so a move
+/// reads no source twice: a demoted weight's bytes are on the device still (copied back, device
+/// to host), a weight pinned before and now packed into another block is in its old block
+/// (copied host to host). Not used at setup (nothing is held yet).
+struct move_sources {
+  /// Weight @p w's bytes on the device, or null where it has none to copy (not resident, or an
+  /// adapter merged into it: its device bytes are not its base).
+  std::function<const std::byte*(std::size_t w)> address;
+  /// Weight @p w's page-locked host copy of the plan in place, or null.
+  std::function<const std::byte*(std::size_t w)> pinned;
+  /// Queues a copy of @p bytes from the device's @p src to the host's @p dst.
+  std::function<void(std::byte* dst, const std::byte* src, std::uint64_t bytes)> copy;
+  /// Waits for every queued copy.
+  std::function<void()> wait;
+  std::uint64_t copied_bytes = 0;    ///< weight bytes copied from the device (out)
+  std::uint64_t repacked_bytes = 0;  ///< weight bytes copied from old host copies (out)
+};
+
 /// A page range of the engine's memory registered in place.
 struct host_page_range {
   std::uintptr_t begin = 0, end = 0;
@@ -57,11 +75,12 @@ class group_pinning {
   /// Packs and page-locks every group of @p layout (see the file comment); falls back by adding
   /// staged pieces to the group. Reports reading, packing and pinning to @p meter, and calls
   /// @p planned (when given) once every total is planned, before any work: a setup that uploads
-  /// beside the pinning starts its reports then, so no report sees a total grow.
+  /// beside the pinning starts its reports then, so no report sees a total grow. A budget move
+  /// passes @p from_device: the weights it holds already are copied from there (move_sources).
   /// @throws out_of_memory(memory_tier::pinned_host, ...) when page-locking fails without fallback.
   void pin(T& t, group_layout& layout, const weight_table& table, const offload_plan& plan,
            const runtime_options& options, const source_files& files, setup_meter& meter,
-           const std::function<void()>& planned = {});
+           const std::function<void()>& planned = {}, move_sources* from_device = nullptr);
   /// Unregisters the engine pages registered in place (blocks unregister themselves when the
   /// last holder — the layout or the cache — lets go) and gives the registry's model use back
   /// (after teardown synchronised the streams: no copy reads its pieces any more).
@@ -106,12 +125,13 @@ class group_pinning {
   /// the weights it lacks added to it first (memory/shared_weight_store.hpp).
   void pin_from_store(T& t, group_layout& layout, const weight_table& table,
                       const offload_plan& plan, const runtime_options& options,
-                      const source_files& files, setup_meter& meter);
+                      const source_files& files, setup_meter& meter, move_sources* from_device);
   /// pin()'s path with runtime_options::registry: the in-place pieces point into the model's
   /// pieces, held in use (registry_use_) until release().
   void pin_from_registry(T& t, group_layout& layout, const weight_table& table,
                          const offload_plan& plan, const runtime_options& options,
-                         const source_files& files, setup_meter& meter);
+                         const source_files& files, setup_meter& meter,
+                         move_sources* from_device);
   /// The last step of both: each in-place piece at its held copy's address, adjacent pieces of
   /// one block merged, unregistered copies staged (or refused without fallback).
   void use_held(group_layout& layout, const std::vector<group_runtime*>& parts,

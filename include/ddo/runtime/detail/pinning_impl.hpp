@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -382,19 +383,25 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
     T& t, const std::vector<part_reads>& parts, const std::vector<std::size_t>& todo,
     const weight_table& table, const source_files& files, const runtime_options& options,
     setup_meter& meter, const std::function<void()>& planned, Placed&& placed, bool share = true,
-    const std::vector<std::shared_ptr<pinned_block>>& given = {}) {
+    const std::vector<std::shared_ptr<pinned_block>>& given = {},
+    move_sources* from_device = nullptr) {
   const auto blocks = share_blocks(parts, todo, options.alignment, share);
   DDO_EXPECTS(given.empty() || (!share && given.size() == blocks.size()),
               "pin_parts: blocks given for a shared layout, or not one a part");
   const auto given_of = [&](std::size_t b) { return given.empty() ? nullptr : given[b]; };
+  const auto on_device = [&](std::size_t w) -> const std::byte* {
+    return from_device != nullptr ? from_device->address(w) : nullptr;
+  };
   // Totals first: reports never see a total grow.
   for (std::size_t g : todo)
-    for (const auto& r : parts[g].reads) plan_read(meter, table[r.weight]);
+    for (const auto& r : parts[g].reads)
+      if (on_device(r.weight) == nullptr) plan_read(meter, table[r.weight]);
   for (std::size_t b = 0; b < blocks.size(); ++b)
     if (!given_of(b) || !given_of(b)->registered())
       meter.plan(setup_phase::pinning, round_up(blocks[b].bytes, host_page_size()));
   if (planned) planned();
   std::vector<read_task> tasks;
+  std::vector<std::vector<read_task>> copies(blocks.size());  // per block, src on the device
   std::vector<std::shared_ptr<pinned_block>> mapped(blocks.size());
   std::vector<std::uint64_t> file_bytes(blocks.size(), 0), host_bytes(blocks.size(), 0);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
@@ -406,20 +413,47 @@ std::vector<std::shared_ptr<pinned_block>> pin_parts(
         task.dst = mapped[b]->data() + part_offset + r.offset;
         task.bytes = table[r.weight].bytes;
         task.batch = b;
+        if ((task.src = on_device(r.weight)) != nullptr) {
+          copies[b].push_back(task);
+          continue;
+        }
+        if (from_device != nullptr && (task.src = from_device->pinned(r.weight)) != nullptr) {
+          from_device->repacked_bytes += task.bytes;
+          host_bytes[b] += task.bytes;
+          tasks.push_back(task);
+          continue;
+        }
         set_task_source(task, table[r.weight], files);
         (task.file != nullptr ? file_bytes : host_bytes)[b] += task.bytes;
         tasks.push_back(task);
       }
     }
   }
+  // A block's copies from the device are queued as soon as it is page-locked (a block of
+  // copies only: before any read), so they run beside the other blocks' reads and page-locking;
+  // one wait at the end, no synchronisation per weight. Queued under a lock: any pool thread
+  // may complete a block.
+  std::mutex queue;
   parallel_reader pool(reader_threads(tasks, options));
-  pool.run(tasks, blocks.size(), [&](std::size_t b) {
-    if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
-    if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
-    // A given block page-locked already stays so (a range is locked through its mapping).
-    if (!mapped[b]->registered() && &mapped[b]->mapping() == mapped[b].get())
-      register_block(t, *mapped[b], meter);
-  });
+  try {
+    pool.run(tasks, blocks.size(), [&](std::size_t b) {
+      if (file_bytes[b] != 0) meter.advance(setup_phase::reading, file_bytes[b]);
+      if (host_bytes[b] != 0) meter.advance(setup_phase::packing, host_bytes[b]);
+      // A given block page-locked already stays so (a range is locked through its mapping).
+      if (!mapped[b]->registered() && &mapped[b]->mapping() == mapped[b].get())
+        register_block(t, *mapped[b], meter);
+      if (copies[b].empty()) return;
+      std::lock_guard lock(queue);
+      for (const auto& c : copies[b]) {
+        from_device->copy(c.dst, c.src, c.bytes);
+        from_device->copied_bytes += c.bytes;
+      }
+    });
+  } catch (...) {
+    if (from_device != nullptr) from_device->wait();  // nothing may write the blocks after
+    throw;
+  }
+  if (from_device != nullptr) from_device->wait();
   return mapped;
 }
 
@@ -429,13 +463,15 @@ template <class T>
 void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table,
                            const offload_plan& plan, const runtime_options& options,
                            const source_files& files, setup_meter& meter,
-                           const std::function<void()>& planned) {
+                           const std::function<void()>& planned, move_sources* from_device) {
   DDO_EXPECTS(!(options.weight_store && options.registry),
               "offloader setup: runtime_options has both a weight_store and a registry; give one "
               "(the registry holds several models' copies, the store one model's)");
   // (planned is not called on these paths: a parallel setup's upload starts when they return)
-  if (options.registry) return pin_from_registry(t, layout, table, plan, options, files, meter);
-  if (options.weight_store) return pin_from_store(t, layout, table, plan, options, files, meter);
+  if (options.registry)
+    return pin_from_registry(t, layout, table, plan, options, files, meter, from_device);
+  if (options.weight_store)
+    return pin_from_store(t, layout, table, plan, options, files, meter, from_device);
   using pinning_detail::block_key;
   const auto groups = pinning_detail::parts_of(layout);
   // A tiny group holds the shared block and its offset in it (no object of its own: 8 bytes).
@@ -465,7 +501,8 @@ void group_pinning<T>::pin(T& t, group_layout& layout, const weight_table& table
         groups[g]->block = block;
         groups[g]->block_offset = offset;
         mapped_here[g] = alone ? own_block : shared_block;
-      });
+      },
+      true, {}, from_device);
   // Page-locked bytes: each block mapped here once, and what the cache gave.
   for (const auto& block : mapped)
     if (block->registered()) pinned_bytes_ += block->size();
@@ -537,7 +574,8 @@ void group_pinning<T>::pin_in_place(T& t, group_layout& layout, const runtime_op
 template <class T>
 void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_table& table,
                                       const offload_plan& plan, const runtime_options& options,
-                                      const source_files& files, setup_meter& meter) {
+                                      const source_files& files, setup_meter& meter,
+                                      move_sources* from_device) {
   auto& store = *options.weight_store;
   const auto one_setup = store.setup_lock();  // a weight two devices lack is read once
   const auto keys = pinning_detail::store_keys(table, options);
@@ -573,7 +611,8 @@ void group_pinning<T>::pin_from_store(T& t, group_layout& layout, const weight_t
                             [&](std::size_t g, const auto& block, std::uint64_t offset, bool) {
                               for (const auto& r : missing[g].reads)
                                 held_of[g][r.piece].entry = {block, offset + r.offset};
-                            });
+                            },
+                            true, {}, from_device);
   // Stored only once every block is read: a failed read leaves the store as it was.
   for (std::size_t g : todo)
     for (const auto& r : missing[g].reads) store.insert(keys[r.weight], held_of[g][r.piece].entry);
@@ -622,7 +661,8 @@ void group_pinning<T>::use_held(
 template <class T>
 void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weight_table& table,
                                          const offload_plan& plan, const runtime_options& options,
-                                         const source_files& files, setup_meter& meter) {
+                                         const source_files& files, setup_meter& meter,
+                                         move_sources* from_device) {
   const auto keys = pinning_detail::store_keys(table, options);
   const auto parts = pinning_detail::parts_of(layout);
   // Per part: the weight of each in-place piece (the layout's order); each weight once a piece.
@@ -664,7 +704,7 @@ void group_pinning<T>::pin_from_registry(T& t, group_layout& layout, const weigh
     pinning_detail::pin_parts(
         t, reads, todo, table, files, options, meter, {},
         [&](std::size_t i, const auto& block, std::uint64_t, bool) { blocks[i] = block; }, false,
-        given);
+        given, from_device);
     return blocks;
   };
   registry_use_ =
