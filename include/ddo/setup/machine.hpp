@@ -46,6 +46,11 @@ struct setup_machine {
   std::uint64_t slot_bytes = 0;  ///< one ring slot: the largest group, aligned
   std::size_t slots = 0;         ///< slots the plan leaves room for
   std::uint64_t ring_bytes = 0;  ///< ring_bytes_for(slot_bytes, slots)
+  /// The transport maps each slot in whole 2 MiB pages (stable addresses: the VMM routes'
+  /// window, stable_address_route.hpp), more than a slot below the groups' sizes counts: setup
+  /// tries no trimmed rings there (a 509 KB trimmed slot took a 2 MiB page past a pipeline
+  /// phase's share).
+  bool whole_page_slots = false;
   std::uint64_t engine_reserve_bytes = 0;   ///< setup_options::reserve_device_bytes
   std::uint64_t runtime_reserve_bytes = 0;  ///< runtime_device_reserve_bytes (0 when unknown)
   /// The RAM the plan counts on (capacity.available_ram_bytes) and its source (ram_source; the
@@ -128,6 +133,7 @@ template <class Transport>
                                                       : streamed.streaming_groups;
   m.slots = ring ? std::min(runtime.slot_count, streaming) : 0;
   m.ring_bytes = ring_bytes_for(m.slot_bytes, m.slots);
+  m.whole_page_slots = transport_with_stable_addresses<Transport>;
   m.engine_reserve_bytes = in.engine_reserve_bytes;
   machine_capacity& c = m.capacity;
   c.total_vram_bytes = m.device.total_bytes;

@@ -259,7 +259,8 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
       r.plan.decisions.empty()
           ? card
           : std::min(card, r.plan.budgets.resident_budget_bytes + r.machine.ring_bytes);
-  for (std::uint64_t level : trimmed_levels(bytes, k, room)) levels.emplace_back(level, true);
+  if (!r.machine.whole_page_slots)
+    for (std::uint64_t level : trimmed_levels(bytes, k, room)) levels.emplace_back(level, true);
   std::sort(levels.begin(), levels.end());
   levels.erase(std::unique(levels.begin(), levels.end(),
                            [](const auto& a, const auto& b) { return a.first == b.first; }),
