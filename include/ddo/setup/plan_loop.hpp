@@ -183,10 +183,16 @@ inline std::vector<std::uint64_t> trimmed_levels(std::span<const std::uint64_t> 
     else
       lo = mid + 1;
   }
+  // Rounded up: the least level is exactly what fits, one below it does not. Up to the largest
+  // group, not only to the (slot_count+1)-th: above it the excess falls no more, but the room
+  // the estimate does not count is there (seed 9136: 2.12 GiB fitted by 156 B beside 135 MiB
+  // the rules keep, and every larger level kept the two largest groups whole and passed the
+  // card, where the oracle trims them to a 3.77 GiB slot).
   std::vector<std::uint64_t> levels;
   for (const std::uint64_t percent : {100u, 115u, 135u, 160u, 200u})
-    if (const std::uint64_t level = lo / 100 * percent; level < sizes[slot_count])
+    if (const std::uint64_t level = (lo * percent + 99) / 100; level < sizes.front())
       levels.push_back(level);
+  if (sizes[slot_count] > lo) levels.push_back(sizes[slot_count]);  // need's least there
   return levels;
 }
 
@@ -259,9 +265,30 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
       r.plan.decisions.empty()
           ? card
           : std::min(card, r.plan.budgets.resident_budget_bytes + r.machine.ring_bytes);
-  if (!r.machine.whole_page_slots)
+  const bool trim = !r.machine.whole_page_slots;  // not on the VMM routes (setup_machine)
+  if (trim)
     for (std::uint64_t level : trimmed_levels(bytes, k, room)) levels.emplace_back(level, true);
-  std::sort(levels.begin(), levels.end());
+  // The largest weight of the groups that may stream (a built-in pattern's too: it may be
+  // demoted): no slot below it streams it, so a level there is where every group's other weights
+  // are trimmed to it (seed 9136: a 3.77 GiB weight in groups of 4.96 and 4.16 GiB beside
+  // 2.2-2.4 GiB blocks, the oracle's slot).
+  // The slot it plans with is the level less the alignment the group's weights may add
+  // (plan_smaller_ring): that much above the weight.
+  std::uint64_t largest_weight = 0, most_weights = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    if (bytes[g] != 0) {
+      most_weights = std::max<std::uint64_t>(most_weights, groups[g].weights.size());
+      for (std::size_t w : groups[g].weights)
+        largest_weight = std::max(largest_weight, table[w].bytes);
+    }
+  if (const std::uint64_t level = largest_weight + r.runtime.alignment * most_weights;
+      trim && level < *std::max_element(bytes.begin(), bytes.end()))
+    levels.emplace_back(level, true);
+  // A trimmed level equal to a group's size first: it may keep what the whole groups above it
+  // would pass the card with (trimmed_levels), and the level is tried once.
+  std::sort(levels.begin(), levels.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  });
   levels.erase(std::unique(levels.begin(), levels.end(),
                            [](const auto& a, const auto& b) { return a.first == b.first; }),
                levels.end());
