@@ -274,16 +274,18 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
   // 2.2-2.4 GiB blocks, the oracle's slot).
   // The slot it plans with is the level less the alignment the group's weights may add
   // (plan_smaller_ring): that much above the weight.
-  std::uint64_t largest_weight = 0, most_weights = 0;
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    if (bytes[g] != 0) {
-      most_weights = std::max<std::uint64_t>(most_weights, groups[g].weights.size());
-      for (std::size_t w : groups[g].weights)
-        largest_weight = std::max(largest_weight, table[w].bytes);
-    }
-  if (const std::uint64_t level = largest_weight + r.runtime.alignment * most_weights;
-      trim && level < *std::max_element(bytes.begin(), bytes.end()))
-    levels.emplace_back(level, true);
+  if (trim) {
+    std::uint64_t largest_weight = 0, most_weights = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      if (bytes[g] != 0) {
+        most_weights = std::max<std::uint64_t>(most_weights, groups[g].weights.size());
+        for (std::size_t w : groups[g].weights)
+          largest_weight = std::max(largest_weight, table[w].bytes);
+      }
+    if (const std::uint64_t level = largest_weight + r.runtime.alignment * most_weights;
+        level < *std::max_element(bytes.begin(), bytes.end()))
+      levels.emplace_back(level, true);
+  }
   // A trimmed level equal to a group's size first: it may keep what the whole groups above it
   // would pass the card with (trimmed_levels), and the level is tried once.
   std::sort(levels.begin(), levels.end(), [](const auto& a, const auto& b) {
@@ -292,8 +294,8 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
   levels.erase(std::unique(levels.begin(), levels.end(),
                            [](const auto& a, const auto& b) { return a.first == b.first; }),
                levels.end());
-  const std::size_t streaming =
-      static_cast<std::size_t>(std::count_if(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b != 0; }));
+  const auto streaming = static_cast<std::size_t>(
+      std::count_if(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b != 0; }));
   for (const auto& [level, trimmed] : levels) {
     const std::uint64_t ring = trimmed ? ring_bytes_for(level, std::min(k, streaming))
                                        : ring_at_level(bytes, level, k);
