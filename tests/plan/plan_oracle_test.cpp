@@ -182,7 +182,11 @@ struct case_outcome {
 ///   rounded up (the least level fitted by bytes and was skipped), weights_above_slot keeping the
 ///   fewest bytes (the largest weight alone passed the budget, the group streamed whole and the
 ///   plan passed its ring), an outsized group trimmed where it cannot stay whole: ~1,090 -> ~600
-///   (seed 7176: 5.00x -> 2.06x). one_shot_fast's resident cap (seed 5047) follows the card
+///   (seed 7176: 5.00x -> 2.06x). Then (tiers38g) each trimmed level lowered to the slot its
+///   groups stream at it (snapped_level: coarse weights stream less than the level, whose ring
+///   took the budget the groups' excess needed) and the built-in patterns' weights demoted for
+///   that excess (demote_for_slot): one_shot_fast and low_ram_safe ~350 -> ~200 at base 1000
+///   (seed 5183: 2.69x -> 1.00x). one_shot_fast's resident cap (seed 5047) follows the card
 ///   (residency_planner.hpp, size_budget): 1.00x. Left, not analysed one by one: trimmed levels
 ///   the ladder still misses; seed 9136 is refused under nvme_baseline's balanced headroom with
 ///   a 3.77 GiB weight in a 4.96 GiB group (the oracle's slot), its refusal naming 17.18 GiB.
@@ -203,19 +207,19 @@ struct known_class {
 // 777777, 31337) against the oracle of trimmed units, with setup's trimmed levels; the most
 // allowed is 1.2x that plus 3.
 inline constexpr known_class known_classes[] = {
-    {"flat, one_shot_fast: above the allowed ratio", 284},                  // 234
+    {"flat, one_shot_fast: above the allowed ratio", 152},                  // 124
     {"flat, nvme_baseline: above the allowed ratio", 218},                  // 179
-    {"flat+bundled, one_shot_fast: above the allowed ratio", 80},           // 64
+    {"flat+bundled, one_shot_fast: above the allowed ratio", 47},           // 36
     {"flat+bundled, nvme_baseline: above the allowed ratio", 72},           // 57
-    {"nested, one_shot_fast: above the allowed ratio", 68},                 // 54
-    {"flat, low_ram_safe: above the allowed ratio", 35},                    // 26
+    {"nested, one_shot_fast: above the allowed ratio", 48},                 // 37
+    {"flat, low_ram_safe: above the allowed ratio", 24},                    // 17
     {"nested, nvme_baseline: above the allowed ratio", 24},                 // 17
-    {"nested+bundled, one_shot_fast: above the allowed ratio", 24},         // 17
+    {"nested+bundled, one_shot_fast: above the allowed ratio", 17},         // 11
     {"flat, nvme_baseline: refused where the oracle plans", 12},            // 7
-    {"flat+bundled, low_ram_safe: above the allowed ratio", 12},            // 7
+    {"flat+bundled, low_ram_safe: above the allowed ratio", 9},             // 5
     {"nested+bundled, nvme_baseline: above the allowed ratio", 11},         // 6
     {"flat, one_shot_fast: refused where the oracle plans", 9},             // 5
-    {"nested, low_ram_safe: above the allowed ratio", 7},                   // 3
+    {"nested, low_ram_safe: above the allowed ratio", 6},                   // 2
     {"flat+bundled, one_shot_fast: refused where the oracle plans", 6},     // 2
     {"flat+bundled, nvme_baseline: refused where the oracle plans", 6},     // 2
     {"nested, one_shot_fast: refused where the oracle plans", 5},           // 1
@@ -408,9 +412,14 @@ TEST_SUITE("plan") {
     // file: 26x the oracle of trimmed units) until setup tried slots below the smallest group
     // (plan_loop.hpp, trimmed_levels): 557 MiB slots, 8.59 GiB resident, 1.00x. 7176: a flat
     // bundled 17.03 GiB model on 18.25 GiB at 5.00x, trimmed levels stopping below the 4th largest
-    // group and a group's largest weights kept first; 2.06x with both fixed (tiers38f).
-    const std::pair<std::uint64_t, double> cases[] = {
-        {3066, 1.18}, {3957, 2.78}, {3328, 1.05}, {4028, 1.05}, {7176, 2.10}};
+    // group and a group's largest weights kept first; 2.06x with both fixed (tiers38f). 5183: a
+    // flat 21.14 GiB model of three 5.88 GiB blocks (3.92, 1.31, 0.65 GiB weights) on 22.5 GiB
+    // at 2.69x, each trimmed level's ring sized by the level where its blocks stream less, and
+    // two 1.74 GiB groups the built-in patterns kept crowding out the blocks' excess: 1.00x
+    // with the levels lowered to what streams (snapped_level) and those demoted for the excess
+    // (demote_for_slot).
+    const std::pair<std::uint64_t, double> cases[] = {{3066, 1.18}, {3957, 2.78}, {3328, 1.05},
+                                                      {4028, 1.05}, {7176, 2.10}, {5183, 1.05}};
     for (const auto& c : cases) {
       // Not a structured binding: INFO captures it in a lambda (clang's C++20 refuses).
       const std::uint64_t seed = c.first;

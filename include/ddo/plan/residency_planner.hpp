@@ -44,7 +44,9 @@
 ///  **Demotion**: with free VRAM known, the room for rule-resident weights is free VRAM (less the
 ///  headroom under the balanced rule), and no more than machine_capacity::resident_limit_bytes.
 ///  When the rules keep more than the room, the weights the built-in patterns keep are streamed
-///  instead, largest first, until the rest fits; the plan reports how many and how many bytes
+///  instead, largest first, until the rest fits (under setup's smaller ring slot, also until
+///  the rules and what the managed weights stream above the slot fit: demote_for_slot); the
+///  plan reports how many and how many bytes
 ///  (plan_budgets::demoted_bytes) and each one's reason says so. Weights rules 1–3 keep, or a
 ///  user's pattern, are not demoted: more of them than free VRAM is refused (out_of_memory,
 ///  tier device) naming the rule or pattern and the bytes. Every budget is then limited to
@@ -273,8 +275,9 @@ inline void choose_budget_source(const plan_context& c, const rule_residency& ru
 /// slot would need the larger ring the search is avoiding (the oracle's property test, seed
 /// 3328: a 3.46 GiB head demoted beside 1.91 GiB slots, where demoting the 355 MiB of other
 /// built-in weights of its group kept it resident and the plan fitting).
+/// @p within_slot only: none that would grow its group past the slot (demote_for_slot).
 inline void demote_in_order(const plan_context& c, rule_residency& rules, std::uint64_t room,
-                            const std::vector<std::size_t>& order) {
+                            const std::vector<std::size_t>& order, bool within_slot = false) {
   const std::uint64_t slot = c.machine.ring_slot_bytes;
   std::vector<std::size_t> group_of(c.table.size(), c.groups.size());
   std::vector<std::uint64_t> streams(c.groups.size() + 1, 0);
@@ -283,7 +286,7 @@ inline void demote_in_order(const plan_context& c, rule_residency& rules, std::u
       group_of[i] = g;
       if (!rules.kept(i)) streams[g] += c.table[i].bytes;
     }
-  for (int pass = slot != 0 ? 0 : 1; pass < 2; ++pass)
+  for (int pass = slot != 0 ? 0 : 1; pass < (within_slot ? 1 : 2); ++pass)
     for (std::size_t i : order) {
       if (rules.kept_bytes() <= room) return;
       const std::uint64_t bytes = c.table[i].bytes;
@@ -296,21 +299,46 @@ inline void demote_in_order(const plan_context& c, rule_residency& rules, std::u
     }
 }
 
+/// The weights the built-in patterns keep, largest first, then in execution order.
+inline std::vector<std::size_t> builtin_kept_in_order(const plan_context& c,
+                                                      const rule_residency& rules) {
+  std::vector<std::size_t> order;
+  for (std::size_t i : c.execution_order)
+    if (rules.rule[i] == residency_rule::builtin_pattern) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return c.table[a].bytes != c.table[b].bytes ? c.table[a].bytes > c.table[b].bytes
+                                                : c.position[a] < c.position[b];
+  });
+  return order;
+}
+
+/// With setup's smaller ring slot set (machine_capacity::ring_slot_bytes), what the managed
+/// weights stream above it must stay resident (keep_outsized_first), or a group streams past
+/// the slot and the plan passes its ring: the built-in patterns' weights, a preference, are
+/// demoted for it where their group still fits the slot once they stream (the oracle's
+/// property test, seed 5183: two 1.74 GiB groups the patterns kept left the budget 1 GiB short
+/// of trimming three 5.88 GiB blocks to 1.96 GiB slots, and the plan streamed them whole beside
+/// 2.40 GiB resident, 2.69x the oracle's). @p room: what the rules and the budget share.
+inline void demote_for_slot(const plan_context& c, rule_residency& rules, std::uint64_t room) {
+  const std::uint64_t slot = c.machine.ring_slot_bytes;
+  if (slot == 0) return;
+  std::uint64_t above = 0;
+  for (const auto& g : c.groups) {
+    std::uint64_t streams = 0;
+    for (std::size_t i : g.weights)
+      if (rules.rule[i] == residency_rule::managed) streams += c.table[i].bytes;
+    above += streams > slot ? streams - slot : 0;
+  }
+  if (above == 0 || saturating_add(rules.kept_bytes(), above) <= room) return;
+  demote_in_order(c, rules, room > above ? room - above : 0, builtin_kept_in_order(c, rules), true);
+}
+
 /// Demotes what the built-in patterns keep until the rules' bytes fit @p room (largest first,
 /// then execution order; see demote_in_order); refuses when what cannot be demoted exceeds free
 /// VRAM.
 inline void demote_to_fit(const plan_context& c, rule_residency& rules, std::uint64_t room) {
   const weight_table& table = c.table;
-  if (rules.kept_bytes() > room) {
-    std::vector<std::size_t> order;
-    for (std::size_t i : c.execution_order)
-      if (rules.rule[i] == residency_rule::builtin_pattern) order.push_back(i);
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return table[a].bytes != table[b].bytes ? table[a].bytes > table[b].bytes
-                                              : c.position[a] < c.position[b];
-    });
-    demote_in_order(c, rules, room, order);
-  }
+  if (rules.kept_bytes() > room) demote_in_order(c, rules, room, builtin_kept_in_order(c, rules));
   const std::uint64_t free = c.machine.free_vram_bytes;
   const std::uint64_t hard = rules.kept_bytes();
   if (free == 0 || hard <= free) return;
@@ -400,6 +428,7 @@ inline void size_budget(const plan_context& c, rule_residency& rules, residency_
                                                                 : free);
   if (c.machine.resident_limit_bytes) room = std::min(room, *c.machine.resident_limit_bytes);
   demote_to_fit(c, rules, room);
+  if (balanced) demote_for_slot(c, rules, room);
   const std::uint64_t kept = rules.kept_bytes();
   if (balanced) {
     const std::uint64_t cap = gib_to_bytes(config.max_resident_module_budget_gb);
