@@ -196,6 +196,79 @@ inline std::vector<std::uint64_t> trimmed_levels(std::span<const std::uint64_t> 
   return levels;
 }
 
+/// The groups' streamable weights as whole weights (issue 38): a weight does not split, so a
+/// group trimmed to a slot keeps whole weights resident, as the planner picks them
+/// (weights_above_slot: the smallest weight that covers what streams above the slot, else the
+/// largest and on), and a byte-wise level may fit none of a group's weights' sums (seed 6975 of
+/// the oracle's property test: f32 blocks of 2.95 GiB, each with a 1.97 GiB weight, where the
+/// byte-wise levels were 150-300 MB: every plan there demoted a whole 1.97 GiB weight past the
+/// slot and was dropped, and 1.97 GiB slots kept 10.34 GiB resident where the oracle keeps each
+/// block's largest weight and streams the rest through 1008 MiB slots, 14.28 GiB).
+struct whole_weights {
+  std::vector<std::vector<std::uint64_t>> shapes;  ///< per streaming group, largest first
+  std::uint64_t pad = 0;  ///< what plan_smaller_ring takes off a level for the alignment
+  std::size_t slots = 0;  ///< the ring's slots where every group streams
+  std::uint64_t alignment = 0;
+
+  /// @p kept: the weights the rules keep (out of every group).
+  whole_weights(const weight_table& table, std::span<const execution_group> groups,
+                std::span<const char> kept, std::uint64_t alignment, std::size_t slot_count) {
+    std::size_t most_weights = 0;
+    for (const auto& g : groups) {
+      std::vector<std::uint64_t> sizes;
+      for (std::size_t w : g.weights)
+        if (kept.empty() || !kept[w]) sizes.push_back(table[w].bytes);
+      most_weights = std::max(most_weights, g.weights.size());
+      if (sizes.empty()) continue;
+      std::sort(sizes.begin(), sizes.end(), std::greater<>());
+      shapes.push_back(std::move(sizes));
+    }
+    pad = alignment * most_weights;
+    slots = std::min(slot_count, shapes.size());
+    this->alignment = alignment;
+  }
+
+  /// What the groups keep resident, and the ring, at a trimmed slot of @p level.
+  [[nodiscard]] std::uint64_t need(std::uint64_t level) const {
+    const std::uint64_t aligned = round_up(level, alignment);  // the machine's slot
+    const std::uint64_t slot = aligned - std::min(aligned / 2, pad);
+    std::uint64_t resident = 0;
+    for (const auto& sizes : shapes) {
+      std::uint64_t streams = 0;
+      for (std::uint64_t b : sizes) streams += b;
+      for (std::size_t next = 0; next < sizes.size() && streams > slot;) {
+        std::size_t covers = sizes.size();
+        for (std::size_t k = next; k < sizes.size() && sizes[k] >= streams - slot; ++k) covers = k;
+        if (covers != sizes.size()) {
+          resident += sizes[covers];
+          break;
+        }
+        resident += sizes[next];
+        streams -= sizes[next++];
+      }
+    }
+    return resident + ring_bytes_for(level, slots);
+  }
+
+  /// The levels at which a group streams all but its one to three largest weights, the two
+  /// least whose need fits @p room.
+  [[nodiscard]] std::vector<std::uint64_t> levels(std::uint64_t room) const {
+    std::vector<std::uint64_t> all;
+    for (const auto& sizes : shapes) {
+      std::uint64_t rest = 0;
+      for (std::uint64_t b : sizes) rest += b;
+      for (std::size_t j = 0; j < std::min<std::size_t>(3, sizes.size() - 1); ++j)
+        all.push_back((rest -= sizes[j]) + pad);
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    std::vector<std::uint64_t> fit;
+    for (std::uint64_t level : all)
+      if (fit.size() < 2 && need(level) <= room) fit.push_back(level);
+    return fit;
+  }
+};
+
 /// One smaller ring of plan_smaller_rings: the groups above @p level kept out of the ring, what
 /// streams above its slot resident first; @p trimmed: a level below some group's size that is
 /// no group's, where every group streams (ring_floor), each at most the slot less the
@@ -310,6 +383,7 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
           ? card
           : std::min(card, r.plan.budgets.resident_budget_bytes + r.machine.ring_bytes);
   const bool trim = !r.machine.whole_page_slots;  // not on the VMM routes (setup_machine)
+  const whole_weights weights(table, groups, rule_kept, r.runtime.alignment, k);
   if (trim)
     for (std::uint64_t level : trimmed_levels(bytes, k, room))
       if (const std::uint64_t at = snapped_level(table, groups, rule_kept, level, r.runtime);
@@ -329,9 +403,13 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
         for (std::size_t w : groups[g].weights)
           largest_weight = std::max(largest_weight, table[w].bytes);
       }
+    const std::uint64_t most = *std::max_element(bytes.begin(), bytes.end());
     if (const std::uint64_t level = largest_weight + r.runtime.alignment * most_weights;
-        level < *std::max_element(bytes.begin(), bytes.end()))
+        level < most)
       levels.emplace_back(level, true);
+    // And the levels whole weights make.
+    for (std::uint64_t level : weights.levels(room))
+      if (level < most) levels.emplace_back(level, true);
   }
   // A trimmed level equal to a group's size first: it may keep what the whole groups above it
   // would pass the card with (trimmed_levels), and the level is tried once.
@@ -353,6 +431,8 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
     std::uint64_t above = 0;  // what the groups above it keep (the planner keeps their excess)
     for (std::uint64_t b : bytes) above += b > level ? b - level : 0;
     if (above > card - ring) continue;  // the groups above it cannot stay resident
+    // Nor where the whole weights the planner keeps above a trimmed slot do not fit beside it.
+    if (trimmed && weights.need(level) > room) continue;
     auto smaller = plan_smaller_ring(r, table, groups, config, rule_kept, bytes, level, trimmed,
                                      planner, pins, machine);
     take_if_more_resident(r, smaller);
