@@ -346,14 +346,14 @@ TEST_SUITE("plan") {
     // build's 10,000 judge (issue 38 allows fewer cases under the sanitizers; each known
     // class's cap scales with the count: at 300 the first seeds' share of one class, 12 cases,
     // passed its cap of 11). Where the plain build's time goes (perf, tools/test's step-2
-    // build, after the fill of issue 38): 22.9-24.2 s of CPU for the 10,000 (64-89 s wall at a
-    // load of ~10 on 2 cores); ddo's setup is nearly all of it, the oracle ~3%
-    // (fill_two_rooms, fill_exact): the residency rules' pattern::find 25% (the rules are
-    // matched again by every planner call of setup's smaller-ring search and by
-    // rule_kept_weights, outsized_group_weights and streamable_group_bytes), malloc/free ~20%.
-    // Matching each weight's patterns once per setup is the cut still to make. With the oracle
-    // of trimmed units and setup's trimmed levels (more planner calls per case) the 10,000 took
-    // 30.5-32.4 s of CPU on this loaded 2-core machine (25.4 s with the oracle's change alone).
+    // build): with the oracle of trimmed units and setup's trimmed levels the 10,000 took
+    // 27.7 s of CPU, the residency rules' pattern::find ~30% of it (every planner call of
+    // setup searched the module names again); setup now searches them once
+    // (match_rule_patterns) and builds plan_cache_key in place: 17.5 s (min of 3, the same
+    // loaded 2-core machine, 40-75 s wall at a load of 5-10; every plan bitwise the same). Left:
+    // setup ~55% (make_plan ~28%: the rules' and pins' reason strings, the groups copied per
+    // call; group inference ~10%), the random layouts ~17% (weight_table::add,
+    // infer_module_kinds), the oracle ~10% (fill_two_rooms, fill_exact), malloc/free throughout.
     constexpr std::size_t all_cases = DDO_TEST_UNDER_SANITIZER ? 600 : 10000;
     const std::size_t total = replay != nullptr ? 1 : all_cases;
     const auto start = std::chrono::steady_clock::now();

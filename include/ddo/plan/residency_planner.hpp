@@ -142,6 +142,15 @@ struct rule_residency {
 /// @throws config_error for an invalid pattern.
 [[nodiscard]] inline rule_residency residency_rules(const plan_context& context);
 
+/// @brief Searches, once, what the residency rules search for @p context's weights (each
+/// weight's first match of the lists its rules reach) into @p patterns (plan_patterns::matches),
+/// so that every later planning context of the same table reads them: setup plans one table
+/// many times (the rings fitted to each plan, the smaller rings, each machine's window sizing).
+/// @p patterns must be @p context.config's (compile_plan_patterns); @p context.table must
+/// outlive their use with it, unchanged. A list a weight's rules did not reach (another config
+/// or grouping may) is searched when asked.
+inline void match_rule_patterns(plan_patterns& patterns, const plan_context& context);
+
 /// @brief Per weight, 1 for the weights that may stream (managed, or kept only by a built-in
 /// pattern) of the groups outside the blocks that stream more than any block (a Llama's 1 GiB
 /// embedding and head beside 416 MiB layers; Wan's fp32 time_projection beside fp8 blocks).
@@ -158,29 +167,19 @@ struct rule_residency {
 
 namespace detail {
 
-[[nodiscard]] inline const pattern* first_match(const std::vector<const pattern*>& ps,
-                                                const std::string& module) {
-  for (const pattern* p : ps)
-    if (p->search(module)) return p;
-  return nullptr;
-}
-
 [[nodiscard]] inline bool pinning_possible(const plan_context& c) noexcept {
   return c.config.pin_cpu_memory && !(c.machine.running_on_wsl && c.machine.disable_pin_on_wsl);
 }
 
-[[nodiscard]] inline rule_residency apply_residency_rules(const plan_context& c,
-                                                          const plan_patterns& patterns) {
+/// Rules 1-5 for every weight; @p first(i, list) is the first pattern of @p list matching weight
+/// i's module name, or nullptr. The lists are searched lazily, in the rules' order: a rule that
+/// decides leaves the later lists unsearched (most weights are small tensors or in a block, and
+/// the built-in patterns are the costly ones to search).
+template <class First>
+[[nodiscard]] rule_residency apply_rules_with(const plan_context& c, First first) {
   const weight_table& table = c.table;
   const auto& config = c.config;
   const std::size_t n = table.size();
-  const auto builtin = builtin_always_resident_patterns();
-  std::vector<const pattern*> skip, builtin_always, user_always;
-  for (const auto& p : patterns.skip_modules) skip.push_back(&p);
-  for (const auto& p : patterns.always_resident_modules)
-    (std::find(builtin.begin(), builtin.end(), p.text()) != builtin.end() ? builtin_always
-                                                                          : user_always)
-        .push_back(&p);
   rule_residency r;
   r.rule.assign(n, residency_rule::managed);
   r.matched.assign(n, nullptr);
@@ -191,16 +190,16 @@ namespace detail {
   for (std::size_t i = 0; i < n; ++i) {
     const weight_info& w = table[i];
     residency_rule rule = residency_rule::managed;
-    if ((r.matched[i] = first_match(skip, w.module_name)) != nullptr)
+    if ((r.matched[i] = first(i, rule_patterns::skip)) != nullptr)
       rule = residency_rule::skip_pattern;
     else if (std::find(config.target_module_classes.begin(), config.target_module_classes.end(),
                        w.kind) == config.target_module_classes.end())
       rule = residency_rule::kind;
     else if (w.bytes <= config.small_tensor_threshold_bytes)
       rule = residency_rule::small_tensor;
-    else if ((r.matched[i] = first_match(user_always, w.module_name)) != nullptr)
+    else if ((r.matched[i] = first(i, rule_patterns::user_always)) != nullptr)
       rule = residency_rule::user_pattern;
-    else if (!r.in_block[i] && (r.matched[i] = first_match(builtin_always, w.module_name)))
+    else if (!r.in_block[i] && (r.matched[i] = first(i, rule_patterns::builtin_always)))
       rule = residency_rule::builtin_pattern;
     if (rule != residency_rule::skip_pattern && rule != residency_rule::kind &&
         rule != residency_rule::small_tensor)
@@ -209,6 +208,19 @@ namespace detail {
     r.bytes[static_cast<std::size_t>(rule)] += w.bytes;
   }
   return r;
+}
+
+/// The rules with @p patterns: each weight's matches read where match_rule_patterns searched
+/// them for this table, searched otherwise (the same first match either way).
+[[nodiscard]] inline rule_residency apply_residency_rules(const plan_context& c,
+                                                          const plan_patterns& patterns) {
+  const weight_pattern_matches* matched = matches_of(patterns, c.table);
+  return apply_rules_with(c, [&](std::size_t i, rule_patterns list) {
+    std::int32_t k = matched != nullptr ? matched[i].of(list) : weight_pattern_matches::unsearched;
+    if (k == weight_pattern_matches::unsearched)
+      k = first_matching_pattern(patterns, list, c.table[i].module_name);
+    return pattern_at(patterns, list, k);
+  });
 }
 
 /// The full-pin zero-resident rule: fires, and why (see the header's description).
@@ -625,6 +637,23 @@ inline rule_residency residency_rules(const plan_context& c) {
   std::optional<plan_patterns> own;
   if (c.patterns == nullptr) own = compile_plan_patterns(c.config);
   return detail::apply_residency_rules(c, c.patterns != nullptr ? *c.patterns : *own);
+}
+
+inline void match_rule_patterns(plan_patterns& patterns, const plan_context& c) {
+  const weight_table& table = c.table;
+  patterns.matches.assign(table.size(), weight_pattern_matches{});
+  patterns.matched_table = nullptr;  // filled first: the rules below search
+  (void)detail::apply_rules_with(c, [&](std::size_t i, rule_patterns list) {
+    // A module's weights (weight, bias) are adjacent in most tables: its name searched once.
+    std::int32_t k = i > 0 && table[i - 1].module_name == table[i].module_name
+                         ? patterns.matches[i - 1].of(list)
+                         : weight_pattern_matches::unsearched;
+    if (k == weight_pattern_matches::unsearched)
+      k = first_matching_pattern(patterns, list, table[i].module_name);
+    patterns.matches[i].set(list, k);
+    return pattern_at(patterns, list, k);
+  });
+  patterns.matched_table = &table;
 }
 
 inline std::vector<char> outsized_group_weights(const plan_context& c) {

@@ -148,7 +148,7 @@ template <class Transport>
   // The file route's slots and the VMM window (transport_with_window_sizing).
   if constexpr (transport_with_window_sizing<Transport>)
     detail::size_window(transport, c, table, groups, config, in.window, ring, kept, m.slot_bytes,
-                        m.slots);
+                        m.slots, in.patterns);
   c.running_on_wsl = in.running_on_wsl;
   c.disable_pin_on_wsl = in.disable_pin_on_wsl;
   // A simulated device (ddo-plan --vram-gb plans for a GPU on host_sim) stands in for any

@@ -31,6 +31,8 @@
 namespace ddo {
 inline namespace v0 {
 
+struct plan_patterns;  // plan/plan_patterns.hpp: only a pointer here (machine_inputs::patterns)
+
 /// @brief Where the RAM a plan counts on came from, in the order that decides it: an
 /// `available_system_ram_gb` a source the user controls set (> 0), the engine's statement
 /// (engine_facts::ram_bytes), or a probe of this host at setup.
@@ -138,6 +140,10 @@ struct machine_inputs {
   bool disable_pin_on_wsl = true;
   window_provenance window;
   std::string profile_dir;  ///< where the capacity profiles are stored
+  /// The config's patterns with this table's matches (match_weights), set by the setup that
+  /// plans with them so that window sizing reads the residency rules' matches instead of
+  /// searching again; nullptr: compiled and searched per machine.
+  const plan_patterns* patterns = nullptr;
 };
 
 /// @brief The machine stage's inputs for a setup of @p table under @p settings with @p facts:

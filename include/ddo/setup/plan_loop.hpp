@@ -31,6 +31,7 @@
 #include "ddo/plan/make_plan_context.hpp"
 #include "ddo/plan/plan.hpp"
 #include "ddo/plan/plan_context.hpp"
+#include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/plan/residency_planner.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
@@ -72,15 +73,25 @@ std::string policy_names(const Planner& planner, const std::type_info& pins) {
 }  // namespace detail
 
 /// @brief Per weight, 1 when the residency rules keep it resident whatever the budget (before
-/// demotion): what setup leaves out of the ring it reserves.
+/// demotion): what setup leaves out of the ring it reserves. @p patterns: @p config's, compiled
+/// (and matched, match_weights) once for the setup.
 [[nodiscard]] inline std::vector<char> rule_kept_weights(const weight_table& table,
                                                          std::span<const execution_group> groups,
-                                                         const dynamic_offload_config& config) {
+                                                         const dynamic_offload_config& config,
+                                                         const plan_patterns& patterns) {
   const machine_capacity unknown;
-  const rule_residency rules = residency_rules(make_plan_context(table, config, unknown, groups));
+  const rule_residency rules =
+      residency_rules(make_plan_context(table, config, unknown, groups, &patterns));
   std::vector<char> kept(table.size(), 0);
   for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rules.kept(w) ? 1 : 0;
   return kept;
+}
+
+/// @brief rule_kept_weights with @p config's patterns compiled for this call.
+[[nodiscard]] inline std::vector<char> rule_kept_weights(const weight_table& table,
+                                                         std::span<const execution_group> groups,
+                                                         const dynamic_offload_config& config) {
+  return rule_kept_weights(table, groups, config, compile_plan_patterns(config));
 }
 
 /// @brief What @p plan streams per group (streamed_per_group over its streamed weights).
@@ -117,16 +128,17 @@ namespace detail {
 template <class Planner, class PinSelector, class Machine>
 std::optional<std::pair<setup_machine, offload_plan>> plan_outsized_first(
     const offload_setup& r, const weight_table& table, const std::vector<execution_group>& groups,
-    const dynamic_offload_config& config, const std::vector<char>& rule_kept,
-    const Planner& planner, const PinSelector& pins, Machine& machine) {
+    const dynamic_offload_config& config, const plan_patterns& patterns,
+    const std::vector<char>& rule_kept, const Planner& planner, const PinSelector& pins,
+    Machine& machine) {
   const auto outsized = outsized_group_weights(make_plan_context(
-      table, config, r.machine.capacity, std::span<const execution_group>(groups)));
+      table, config, r.machine.capacity, std::span<const execution_group>(groups), &patterns));
   if (std::find(outsized.begin(), outsized.end(), 1) == outsized.end()) return std::nullopt;
   std::vector<char> kept(table.size(), 0);
   for (std::size_t w = 0; w < table.size(); ++w) kept[w] = rule_kept[w] | outsized[w];
   try {
     auto m = machine(kept);
-    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    auto plan = make_plan_compiled(table, groups, config, m.capacity, patterns, planner, pins);
     if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
       return std::pair{std::move(m), std::move(plan)};
   } catch (const out_of_memory&) {  // the smaller ring leaves no room for them
@@ -276,9 +288,9 @@ struct whole_weights {
 template <class Planner, class PinSelector, class Machine>
 std::optional<std::pair<setup_machine, offload_plan>> plan_smaller_ring(
     const offload_setup& r, const weight_table& table, const std::vector<execution_group>& groups,
-    const dynamic_offload_config& config, const std::vector<char>& rule_kept,
-    std::span<const std::uint64_t> bytes, std::uint64_t level, bool trimmed,
-    const Planner& planner, const PinSelector& pins, Machine& machine) {
+    const dynamic_offload_config& config, const plan_patterns& patterns,
+    const std::vector<char>& rule_kept, std::span<const std::uint64_t> bytes, std::uint64_t level,
+    bool trimmed, const Planner& planner, const PinSelector& pins, Machine& machine) {
   std::vector<char> kept = rule_kept;
   std::size_t streaming = 0, most_weights = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -292,7 +304,7 @@ std::optional<std::pair<setup_machine, offload_plan>> plan_smaller_ring(
     const std::uint64_t pad = r.runtime.alignment * most_weights;
     m.capacity.ring_slot_bytes =
         trimmed ? m.slot_bytes - std::min(m.slot_bytes / 2, pad) : m.slot_bytes;
-    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    auto plan = make_plan_compiled(table, groups, config, m.capacity, patterns, planner, pins);
     if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
       return std::pair{std::move(m), std::move(plan)};
   } catch (const out_of_memory&) {  // that ring leaves no room for what it keeps out
@@ -364,14 +376,15 @@ inline std::uint64_t snapped_level(const weight_table& table,
 template <class Planner, class PinSelector, class Machine>
 void plan_smaller_rings(offload_setup& r, const weight_table& table,
                         const std::vector<execution_group>& groups,
-                        const dynamic_offload_config& config, const std::vector<char>& rule_kept,
-                        const Planner& planner, const PinSelector& pins, Machine& machine) {
+                        const dynamic_offload_config& config, const plan_patterns& patterns,
+                        const std::vector<char>& rule_kept, const Planner& planner,
+                        const PinSelector& pins, Machine& machine) {
   const std::uint64_t free = r.machine.device.free_bytes;
   const std::uint64_t reserves = r.machine.engine_reserve_bytes + runtime_device_reserve_bytes;
   if (free <= reserves) return;  // an unknown card (0: no ring is too large), or a full one
   const std::uint64_t card = free - reserves;
   const auto bytes = streamable_group_bytes(make_plan_context(
-      table, config, r.machine.capacity, std::span<const execution_group>(groups)));
+      table, config, r.machine.capacity, std::span<const execution_group>(groups), &patterns));
   const std::size_t k = r.runtime.slot_count;
   std::vector<std::pair<std::uint64_t, bool>> levels;  // (level, trimmed)
   for (std::uint64_t b : bytes)
@@ -433,8 +446,8 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
     if (above > card - ring) continue;  // the groups above it cannot stay resident
     // Nor where the whole weights the planner keeps above a trimmed slot do not fit beside it.
     if (trimmed && weights.need(level) > room) continue;
-    auto smaller = plan_smaller_ring(r, table, groups, config, rule_kept, bytes, level, trimmed,
-                                     planner, pins, machine);
+    auto smaller = plan_smaller_ring(r, table, groups, config, patterns, rule_kept, bytes, level,
+                                     trimmed, planner, pins, machine);
     take_if_more_resident(r, smaller);
   }
 }
@@ -498,13 +511,14 @@ void fit_ring_to_plan(offload_setup& r, const weight_table& table, Replan replan
 template <class Planner, class PinSelector, class Machine, class ReserveFor>
 void plan_ring_and_residency(offload_setup& r, const weight_table& table,
                              const std::vector<execution_group>& groups,
-                             const dynamic_offload_config& config,
+                             const dynamic_offload_config& config, const plan_patterns& patterns,
                              const std::vector<char>& rule_kept, const Planner& planner,
                              const PinSelector& pins, Machine& machine, ReserveFor reserve_for) {
-  auto first = plan_outsized_first(r, table, groups, config, rule_kept, planner, pins, machine);
+  auto first =
+      plan_outsized_first(r, table, groups, config, patterns, rule_kept, planner, pins, machine);
   std::exception_ptr refused;
   try {
-    r.plan = make_plan(table, groups, config, r.machine.capacity, planner, pins);
+    r.plan = make_plan_compiled(table, groups, config, r.machine.capacity, patterns, planner, pins);
   } catch (const out_of_memory&) {
     refused = std::current_exception();
     r.plan = {};
@@ -513,12 +527,12 @@ void plan_ring_and_residency(offload_setup& r, const weight_table& table,
       r, table,
       [&](const offload_plan& plan) {
         auto m = reserve_for(plan);
-        auto next = make_plan(table, groups, config, m.capacity, planner, pins);
+        auto next = make_plan_compiled(table, groups, config, m.capacity, patterns, planner, pins);
         return std::pair{std::move(m), std::move(next)};
       },
       refused);
   take_if_more_resident(r, first);
-  plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
+  plan_smaller_rings(r, table, groups, config, patterns, rule_kept, planner, pins, machine);
   if (r.plan.decisions.empty()) std::rethrow_exception(refused);
 }
 
@@ -556,10 +570,10 @@ inline bool cached_plan_fits(const offload_plan& hit, const setup_machine& machi
 template <class Planner, class PinSelector, class Machine>
 void plan_streaming(offload_setup& r, const weight_table& table,
                     const std::vector<execution_group>& groups,
-                    const dynamic_offload_config& config, const plan_cache* plans,
-                    const Planner& planner, const PinSelector& pins, Machine& machine,
-                    std::string& key) {
-  const std::vector<char> rule_kept = rule_kept_weights(table, groups, config);
+                    const dynamic_offload_config& config, const plan_patterns& patterns,
+                    const plan_cache* plans, const Planner& planner, const PinSelector& pins,
+                    Machine& machine, std::string& key) {
+  const std::vector<char> rule_kept = rule_kept_weights(table, groups, config, patterns);
   std::vector<char> kept = rule_kept;
   r.machine = machine(kept);
   if (plans != nullptr) {
@@ -600,18 +614,18 @@ void plan_streaming(offload_setup& r, const weight_table& table,
     offload_plan everything;  // no ring: what is resident when nothing has to stream
     everything.decisions.assign(table.size(), weight_decision{});
     auto m = reserve_for(everything);
-    auto plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    auto plan = make_plan_compiled(table, groups, config, m.capacity, patterns, planner, pins);
     m = reserve_for(plan);  // the ring of what that plan streams
-    plan = make_plan(table, groups, config, m.capacity, planner, pins);
+    plan = make_plan_compiled(table, groups, config, m.capacity, patterns, planner, pins);
     if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes) {
       r.machine = std::move(m);
       r.plan = std::move(plan);
-      plan_smaller_rings(r, table, groups, config, rule_kept, planner, pins, machine);
+      plan_smaller_rings(r, table, groups, config, patterns, rule_kept, planner, pins, machine);
       return;
     }
     kept = rule_kept;
   }
-  plan_ring_and_residency(r, table, groups, config, rule_kept, planner, pins, machine,
+  plan_ring_and_residency(r, table, groups, config, patterns, rule_kept, planner, pins, machine,
                           reserve_for);
 }
 
@@ -630,12 +644,18 @@ void plan_dynamic_offload(offload_setup& r, Transport& transport, const weight_t
   r.runtime.route = executed_route::dynamic_offload;
   if (!config.cache_plan) plans = nullptr;
   std::string key;
+  // The patterns compiled and every weight's module name searched once for the whole setup:
+  // it plans many times (the rings fitted, the smaller rings), and each plan's residency rules,
+  // and each machine's window sizing, read the matches.
+  plan_patterns patterns = compile_plan_patterns(config);
+  match_rule_patterns(patterns, make_plan_context(table, config, machine_capacity{}, groups));
+  in.patterns = &patterns;
   auto machine = [&](std::span<const char> kept, ring_floor floor = {}) {
     return machine_for(transport, table, groups, config, in, r.runtime, true, kept, floor);
   };
   for (int round = 0;; ++round) {
     r.plan_from_cache = false;
-    plan_streaming(r, table, groups, config, plans, planner, pins, machine, key);
+    plan_streaming(r, table, groups, config, patterns, plans, planner, pins, machine, key);
     if (r.machine.ram.store_credit_bytes == 0) break;
     const std::uint64_t taken = pinning_detail::shared_bytes_held(table, r.runtime, &r.plan);
     if (taken >= r.machine.ram.store_credit_bytes) break;

@@ -37,16 +37,19 @@ namespace detail {
 /// a refusal names: a per-group limit (the file route's slot: a size the user set is honoured, a
 /// grown one says for which group) and the resident weights' share of
 /// vmm_resident_weight_budget_gb.
-/// @p from says which of the settings a source the user controls set (machine_inputs).
+/// @p from says which of the settings a source the user controls set (machine_inputs);
+/// @p patterns, the config's with the table's matches (machine_inputs::patterns), or nullptr.
 template <class Transport>
 void size_window(Transport& transport, machine_capacity& c, const weight_table& table,
                  std::span<const execution_group> groups, const dynamic_offload_config& config,
                  const window_provenance& from, bool ring, std::span<const char> kept,
-                 std::uint64_t slot_bytes, std::size_t ring_slots) {
+                 std::uint64_t slot_bytes, std::size_t ring_slots,
+                 const plan_patterns* patterns = nullptr) {
   auto streams = [&](std::size_t w) { return kept.empty() || !kept[w]; };
   auto largest = streamed_per_group(table, groups, 1, streams);
   if (ring) {
-    const rule_residency rules = residency_rules(make_plan_context(table, config, c, groups));
+    const rule_residency rules =
+        residency_rules(make_plan_context(table, config, c, groups, patterns));
     auto may_stream = streamed_per_group(table, groups, 1, [&](std::size_t w) {
       return rules.rule[w] == residency_rule::managed ||
              rules.rule[w] == residency_rule::builtin_pattern;
