@@ -5,7 +5,8 @@
   check_layers.py layers INCLUDE_DIR   every header includes only its own layer and layers below
                                        (docs/design.md, "Layers"), except the pairs FORBIDDEN
                                        names (config/ -> model/), and another area's detail/
-                                       only for core/detail;
+                                       only for core/detail; the standard headers STD_THROUGH
+                                       names (<chrono>) only through ddo's lighter header;
   check_layers.py thirdparty INCLUDE_DIR  toml++ and Boost reach no header (directly or through
                                        the headers it includes) except the TOML source, the
                                        settings TOML writer and cli/;
@@ -39,6 +40,10 @@ FORBIDDEN = {("config", "model"): "config/ takes its vocabulary from core/ (core
 THIRD_PARTY_ALLOWED = ("ddo/config/toml_source.hpp", "ddo/config/settings_toml.hpp", "ddo/cli/")
 THIRD_PARTY = re.compile(r'^\s*#\s*include\s*[<"](toml\+\+/|boost/)')
 DDO_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](ddo/[^>"]+)[>"]')
+# Standard headers ddo's headers take through a lighter header of ddo's own: each is included
+# directly only by that header (docs/development.md, "What including ddo costs").
+STD_THROUGH = {"chrono": "ddo/core/chrono.hpp"}
+STD_INCLUDE = re.compile(r'^\s*#\s*include\s*<([a-z_]+)>')
 
 
 def headers(root):
@@ -67,8 +72,21 @@ def area(header):
     return parts[1] if len(parts) > 2 else None  # None: the umbrella ddo/ddo.hpp
 
 
-def check_layers(root):
+def check_std_through(root):
     errors = []
+    for h in headers(root):
+        with open(os.path.join(root, h), encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                m = STD_INCLUDE.match(line)
+                if m and m.group(1) in STD_THROUGH and STD_THROUGH[m.group(1)] != h:
+                    errors.append(f"{h}:{n}: includes <{m.group(1)}>; include "
+                                  f"{STD_THROUGH[m.group(1)]} instead (what ddo uses of it, "
+                                  f"for less of every TU's compile cost)")
+    return errors
+
+
+def check_layers(root):
+    errors = check_std_through(root)
     for h in headers(root):
         mine = area(h)
         if mine is None:
@@ -231,6 +249,10 @@ def self_test():
         if not any("config/detail/m.hpp" in e and "vocabulary" in e for e in check_layers(root)):
             failures.append("config including model was not reported")
         os.remove(os.path.join(root, "ddo/config/detail/m.hpp"))
+        write("ddo/model/t.hpp", '#pragma once\n#include <chrono>\n')
+        if not any("model/t.hpp:2" in e and "ddo/core/chrono.hpp" in e for e in check_layers(root)):
+            failures.append("a direct <chrono> include was not reported")
+        os.remove(os.path.join(root, "ddo/model/t.hpp"))
         write("ddo/plan/d.hpp", '#pragma once\n#include "ddo/model/detail/x.hpp"\n')
         if not any("detail header" in e for e in check_layers(root)):
             failures.append("a foreign detail include was not reported")

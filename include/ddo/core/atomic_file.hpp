@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +27,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 
 namespace ddo {

@@ -84,7 +84,9 @@ class pinned_block {
 
 /// @brief In-process cache of pinned blocks, shared by the offloaders given a pointer to it.
 /// Thread-safe. The key is built by the runtime from the namespace and the group's layout
-/// (weight names, sizes and sources), so two models never share a block by accident.
+/// (weight names, sizes and sources), so two models never share a block by accident. The members
+/// whose bodies use the map are function templates of a defaulted parameter callers do not see
+/// (shared_weight_store says why).
 class pinned_weight_cache {
  public:
   pinned_weight_cache() = default;
@@ -92,12 +94,14 @@ class pinned_weight_cache {
   pinned_weight_cache& operator=(const pinned_weight_cache&) = delete;
 
   /// @brief The block stored under @p key, or null.
+  template <class = void>
   [[nodiscard]] std::shared_ptr<pinned_block> find(const std::string& key) const {
     std::lock_guard lock(mutex_);
     auto it = blocks_.find(key);
     return it == blocks_.end() ? nullptr : it->second;
   }
   /// @brief Stores @p block under @p key (replacing any previous one).
+  template <class = void>
   void insert(std::string key, std::shared_ptr<pinned_block> block) {
     std::lock_guard lock(mutex_);
     blocks_[std::move(key)] = std::move(block);
@@ -108,6 +112,7 @@ class pinned_weight_cache {
     return blocks_.size();
   }
   /// @brief Host bytes mapped by the cached blocks (a block that ranges share counted once).
+  template <class = void>
   [[nodiscard]] std::uint64_t bytes() const {
     std::lock_guard lock(mutex_);
     // A sorted vector, not std::set: this header is in the umbrella, whose include cost CI caps.
@@ -121,6 +126,7 @@ class pinned_weight_cache {
     return total;
   }
   /// @brief Drops every block (each is freed once no offloader holds it).
+  template <class = void>
   void clear() {
     std::map<std::string, std::shared_ptr<pinned_block>> dropped;
     {

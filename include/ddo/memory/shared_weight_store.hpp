@@ -61,7 +61,8 @@ struct numa_placement {
 namespace detail {
 
 /// NUMA nodes online: the count in a range list such as "0-1,3"; 1 when the file is missing.
-inline int numa_nodes_online(const char* path = "/sys/devices/system/node/online") {
+template <class = void>
+int numa_nodes_online(const char* path = "/sys/devices/system/node/online") {
   // POSIX reads, not <fstream>: this header is in the umbrella, whose include cost CI caps.
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 1;
@@ -92,7 +93,10 @@ inline int numa_nodes_online(const char* path = "/sys/devices/system/node/online
 }  // namespace detail
 
 /// @brief One host copy of the streamed weights, shared by several offloaders (file comment).
-/// Thread-safe.
+/// Thread-safe. The members whose bodies use the maps are function templates of a defaulted
+/// parameter callers do not see: GCC compiles a plain inline body's map and vector code in
+/// every TU including the umbrella, used or not (docs/development.md, "What including ddo
+/// costs").
 class shared_weight_store {
  public:
   /// @brief Where one weight's bytes are: inside @p block at @p offset.
@@ -111,12 +115,14 @@ class shared_weight_store {
   [[nodiscard]] std::unique_lock<std::mutex> setup_lock() { return std::unique_lock(setup_); }
 
   /// @brief The weight stored under @p key, or an entry with a null block.
+  template <class = void>
   [[nodiscard]] entry find(const std::string& key) const {
     std::lock_guard lock(mutex_);
     auto it = entries_.find(key);
     return it == entries_.end() ? entry{} : it->second;
   }
   /// @brief Stores @p e under @p key; the store keeps its block while it lives.
+  template <class = void>
   void insert(std::string key, entry e) {
     std::lock_guard lock(mutex_);
     blocks_.emplace(e.block.get(), e.block);
@@ -134,6 +140,7 @@ class shared_weight_store {
     return blocks_.size();
   }
   /// @brief Host bytes the store maps (whole pages), each block once.
+  template <class = void>
   [[nodiscard]] std::uint64_t bytes() const {
     std::lock_guard lock(mutex_);
     std::uint64_t total = 0;
@@ -141,6 +148,7 @@ class shared_weight_store {
     return total;
   }
   /// @brief Of bytes(), those page-locked (the rest were refused and are staged by the users).
+  template <class = void>
   [[nodiscard]] std::uint64_t registered_bytes() const {
     std::lock_guard lock(mutex_);
     std::uint64_t total = 0;
@@ -151,9 +159,10 @@ class shared_weight_store {
 
   /// @brief Where the store's pages live: up to @p max_samples pages, spread over its blocks,
   /// asked of the kernel (move_pages without moving). One node on a single-node host.
+  template <class = void>
   [[nodiscard]] numa_placement placement(std::size_t max_samples = 4096) const {
     numa_placement p;
-    p.nodes_online = detail::numa_nodes_online();
+    p.nodes_online = detail::numa_nodes_online<>();
     std::vector<void*> pages;
     {
       std::lock_guard lock(mutex_);

@@ -38,7 +38,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/transport/allocation_ledger.hpp"

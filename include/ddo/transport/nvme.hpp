@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <array>
 #include <exception>
-#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -41,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"

@@ -6,7 +6,6 @@
 /// ddo/instantiate.hpp does, and instantiates the registry's one instantiation there.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -15,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/format_bytes.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/memory/host_buffer.hpp"

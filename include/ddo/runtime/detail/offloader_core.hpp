@@ -27,7 +27,6 @@
 /// Member functions are defined out of the class (offloader_core_impl.hpp), so an engine can
 /// instantiate the core once (end of basic_offloader.hpp) and every other TU pays the include only.
 
-#include <chrono>
 #include <memory>
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +36,10 @@
 #include <vector>
 
 #include "ddo/adapter/lora_delta.hpp"
+#include "ddo/core/chrono.hpp"
 #include "ddo/model/weight_table.hpp"
 #include "ddo/plan/plan.hpp"
+#include "ddo/runtime/budget_move.hpp"
 #include "ddo/runtime/detail/adapter_deltas.hpp"
 #include "ddo/runtime/detail/graph_ring.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
@@ -49,7 +50,6 @@
 #include "ddo/runtime/detail/slot_ring.hpp"
 #include "ddo/runtime/detail/staging_worker.hpp"
 #include "ddo/runtime/detail/step_timing.hpp"
-#include "ddo/runtime/budget_move.hpp"
 #include "ddo/runtime/lease.hpp"
 #include "ddo/runtime/metrics.hpp"
 #include "ddo/runtime/runtime_options.hpp"

@@ -6,12 +6,12 @@
 /// on every replay: docs/transports.md, "CUDA graphs".
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <thread>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/runtime/poison_byte.hpp"
 // Part of ddo/runtime/detail/offloader_core.hpp (through offloader_core_impl.hpp).

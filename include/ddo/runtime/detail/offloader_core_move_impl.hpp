@@ -21,7 +21,6 @@
 ///    new ring. A failure there frees what was allocated and puts the old pieces and ring back.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -30,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/runtime/detail/budget_check.hpp"
 #include "ddo/runtime/detail/staging_size.hpp"

@@ -26,11 +26,16 @@ struct binding {
   void* original = nullptr;               // the engine's value at bind time
 };
 
-class pointer_bindings {
+/// A class template of one instantiation (pointer_bindings): only the runtime core, itself a
+/// template, uses it, and GCC compiles a plain class's inline bodies (their vector code) in
+/// every TU including the umbrella (docs/development.md, "What including ddo costs").
+template <class = void>
+class basic_pointer_bindings {
  public:
   /// Sizes the table: @p group_of maps each weight to its group (or no_group), @p groups holds
   /// each group's weights in plan order.
-  void reset(std::vector<std::size_t> group_of, const std::vector<std::vector<std::size_t>>& groups);
+  void reset(std::vector<std::size_t> group_of,
+             const std::vector<std::vector<std::size_t>>& groups);
 
   /// Binds weight @p w. Rebinding replaces the previous binding (without restoring it).
   /// @throws usage_error for an out-of-range weight or one in no group.
@@ -58,20 +63,25 @@ class pointer_bindings {
   };
   void rebuild(std::size_t g);
 
-  std::vector<binding> bindings_;   // per weight
+  std::vector<binding> bindings_;  // per weight
   std::vector<std::size_t> group_of_;
   std::vector<group_bindings> groups_;
 };
 
-inline void pointer_bindings::reset(std::vector<std::size_t> group_of,
-                                    const std::vector<std::vector<std::size_t>>& groups) {
+using pointer_bindings = basic_pointer_bindings<>;
+
+template <class Tag>
+void basic_pointer_bindings<Tag>::reset(std::vector<std::size_t> group_of,
+                                        const std::vector<std::vector<std::size_t>>& groups) {
   bindings_.assign(group_of.size(), binding{});
   group_of_ = std::move(group_of);
   groups_.assign(groups.size(), group_bindings{});
   for (std::size_t g = 0; g < groups.size(); ++g) groups_[g].weights = groups[g];
 }
 
-inline void pointer_bindings::bind(std::size_t w, const binding& b, const std::string& weight_name) {
+template <class Tag>
+void basic_pointer_bindings<Tag>::bind(std::size_t w, const binding& b,
+                                       const std::string& weight_name) {
   DDO_EXPECTS(w < bindings_.size(), "bind: weight index out of range");
   const std::size_t g = group_of_[w];
   DDO_EXPECTS(g < groups_.size(), "bind: weight '" + weight_name + "' is in no group");
@@ -79,7 +89,8 @@ inline void pointer_bindings::bind(std::size_t w, const binding& b, const std::s
   rebuild(g);
 }
 
-inline void pointer_bindings::unbind(std::size_t w) {
+template <class Tag>
+void basic_pointer_bindings<Tag>::unbind(std::size_t w) {
   DDO_EXPECTS(w < bindings_.size(), "unbind: weight index out of range");
   if (bindings_[w].target == nullptr) return;
   bindings_[w].write(bindings_[w].target, bindings_[w].original);
@@ -87,7 +98,8 @@ inline void pointer_bindings::unbind(std::size_t w) {
   if (group_of_[w] < groups_.size()) rebuild(group_of_[w]);
 }
 
-inline void pointer_bindings::write(std::size_t g, std::byte* const* ptrs) noexcept {
+template <class Tag>
+void basic_pointer_bindings<Tag>::write(std::size_t g, std::byte* const* ptrs) noexcept {
   auto& gb = groups_[g];
   for (std::uint32_t i : gb.positions) {
     const auto& b = bindings_[gb.weights[i]];
@@ -96,7 +108,8 @@ inline void pointer_bindings::write(std::size_t g, std::byte* const* ptrs) noexc
   gb.written = true;
 }
 
-inline void pointer_bindings::restore(std::size_t g) noexcept {
+template <class Tag>
+void basic_pointer_bindings<Tag>::restore(std::size_t g) noexcept {
   auto& gb = groups_[g];
   if (!gb.written) return;
   for (std::uint32_t i : gb.positions) {
@@ -106,17 +119,20 @@ inline void pointer_bindings::restore(std::size_t g) noexcept {
   gb.written = false;
 }
 
-inline void pointer_bindings::restore_all() noexcept {
+template <class Tag>
+void basic_pointer_bindings<Tag>::restore_all() noexcept {
   for (auto& b : bindings_)
     if (b.target != nullptr) b.write(b.target, b.original);
   for (auto& gb : groups_) gb.written = false;
 }
 
-inline void pointer_bindings::rebuild(std::size_t g) {
+template <class Tag>
+void basic_pointer_bindings<Tag>::rebuild(std::size_t g) {
   auto& gb = groups_[g];
   gb.positions.clear();
   for (std::size_t i = 0; i < gb.weights.size(); ++i)
-    if (bindings_[gb.weights[i]].target != nullptr) gb.positions.push_back(static_cast<std::uint32_t>(i));
+    if (bindings_[gb.weights[i]].target != nullptr)
+      gb.positions.push_back(static_cast<std::uint32_t>(i));
 }
 
 }  // namespace detail

@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/model/parallel_reader.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"

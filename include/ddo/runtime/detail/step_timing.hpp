@@ -10,13 +10,13 @@
 /// references handed to the staging worker stay valid when the pool grows (not a std::deque:
 /// <deque> is 14k tokens in every TU including the runtime; docs/development.md).
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/runtime/detail/group_layout.hpp"
 #include "ddo/runtime/detail/staging_worker.hpp"
 #include "ddo/runtime/metrics.hpp"

@@ -30,7 +30,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddo/core/chrono.hpp"
 #include "ddo/core/error.hpp"
 #include "ddo/core/units.hpp"
 #include "ddo/platform/cuda_driver.hpp"
