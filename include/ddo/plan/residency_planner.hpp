@@ -77,6 +77,7 @@
 #include "ddo/plan/plan_context.hpp"
 #include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/selectors.hpp"
+#include "ddo/plan/smallest_cover.hpp"
 
 namespace ddo {
 inline namespace v0 {
@@ -501,36 +502,24 @@ inline void keep_group(const plan_context& c, residency_result& r, std::size_t g
     }
 }
 
-/// The managed weights of group @p g to keep so that what it streams fits @p slot, few bytes
-/// kept: the smallest weight that covers what is left above the slot, else the largest and on.
-/// Largest first alone kept a 3.77 GiB weight for 0.77 GiB above the slot, which the budget did
-/// not hold, so the group streamed whole and passed its ring (the oracle's property test, seed
-/// 9136: refused where 1.28 GiB of two smaller weights fitted).
+/// The managed weights of group @p g to keep so that what it streams fits @p slot, fewest bytes
+/// kept (smallest_cover: the least set of whole weights that covers what streams above the
+/// slot). Largest first alone kept a 3.77 GiB weight for 0.77 GiB above the slot, which the
+/// budget did not hold (the oracle's property test, seed 9136: refused where 1.28 GiB of two
+/// smaller weights fitted); the smallest single weight that covers the excess kept one large
+/// weight where smaller ones did with fewer bytes (seed 2027: the oracle's 1.96 GiB slot skipped).
 inline std::vector<std::size_t> weights_above_slot(const plan_context& c, const residency_result& r,
                                                    std::size_t g, std::uint64_t slot) {
   std::vector<std::size_t> order;
-  std::uint64_t streams = 0;
   for (std::size_t i : c.groups[g].weights)
-    if (r.managed[i] && !r.resident[i]) {
-      order.push_back(i);
-      streams += c.table[i].bytes;
-    }
+    if (r.managed[i] && !r.resident[i]) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return c.table[a].bytes > c.table[b].bytes;
   });
+  std::vector<std::uint64_t> sizes;
+  for (std::size_t i : order) sizes.push_back(c.table[i].bytes);
   std::vector<std::size_t> keep;
-  for (std::size_t next = 0; next < order.size() && streams > slot;) {
-    const std::uint64_t excess = streams - slot;
-    std::size_t covers = order.size();  // the smallest weight left that covers the excess
-    for (std::size_t k = next; k < order.size() && c.table[order[k]].bytes >= excess; ++k)
-      covers = k;
-    if (covers != order.size()) {
-      keep.push_back(order[covers]);
-      break;
-    }
-    keep.push_back(order[next]);
-    streams -= c.table[order[next++]].bytes;
-  }
+  for (std::size_t k : smallest_cover(sizes, slot).kept) keep.push_back(order[k]);
   return keep;
 }
 

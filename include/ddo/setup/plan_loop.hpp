@@ -34,6 +34,7 @@
 #include "ddo/plan/plan_patterns.hpp"
 #include "ddo/plan/planner.hpp"
 #include "ddo/plan/residency_planner.hpp"
+#include "ddo/plan/smallest_cover.hpp"
 #include "ddo/runtime/basic_offloader.hpp"
 #include "ddo/runtime/device_footprint.hpp"
 #include "ddo/runtime/runtime_options.hpp"
@@ -208,12 +209,12 @@ inline std::vector<std::uint64_t> trimmed_levels(std::span<const std::uint64_t> 
   return levels;
 }
 
-/// The groups' streamable weights as whole weights (issue 38): a weight does not split, so a
-/// group trimmed to a slot keeps whole weights resident, as the planner picks them
-/// (weights_above_slot: the smallest weight that covers what streams above the slot, else the
-/// largest and on), and a byte-wise level may fit none of a group's weights' sums (seed 6975 of
-/// the oracle's property test: f32 blocks of 2.95 GiB, each with a 1.97 GiB weight, where the
-/// byte-wise levels were 150-300 MB: every plan there demoted a whole 1.97 GiB weight past the
+/// The groups' streamable weights as whole weights (issue 38): a weight does not split, so a group
+/// trimmed to a slot keeps whole weights resident, as the planner picks them (weights_above_slot:
+/// the least set of whole weights that covers what streams above the slot,
+/// plan/smallest_cover.hpp), and a byte-wise level may fit none of a group's weights' sums (seed
+/// 6975 of the oracle's property test: f32 blocks of 2.95 GiB, each with a 1.97 GiB weight, where
+/// the byte-wise levels were 150-300 MB: every plan there demoted a whole 1.97 GiB weight past the
 /// slot and was dropped, and 1.97 GiB slots kept 10.34 GiB resident where the oracle keeps each
 /// block's largest weight and streams the rest through 1008 MiB slots, 14.28 GiB).
 struct whole_weights {
@@ -246,18 +247,7 @@ struct whole_weights {
     const std::uint64_t slot = aligned - std::min(aligned / 2, pad);
     std::uint64_t resident = 0;
     for (const auto& sizes : shapes) {
-      std::uint64_t streams = 0;
-      for (std::uint64_t b : sizes) streams += b;
-      for (std::size_t next = 0; next < sizes.size() && streams > slot;) {
-        std::size_t covers = sizes.size();
-        for (std::size_t k = next; k < sizes.size() && sizes[k] >= streams - slot; ++k) covers = k;
-        if (covers != sizes.size()) {
-          resident += sizes[covers];
-          break;
-        }
-        resident += sizes[next];
-        streams -= sizes[next++];
-      }
+      resident += smallest_cover(sizes, slot).kept_bytes;
     }
     return resident + ring_bytes_for(level, slots);
   }
@@ -313,8 +303,8 @@ std::optional<std::pair<setup_machine, offload_plan>> plan_smaller_ring(
 }
 
 /// The slot a trimmed @p level streams at (issue 38): each group above it streams what is left
-/// once the weights the planner keeps for it are out (weights_above_slot's choice: the smallest
-/// weight that covers the excess, else the largest and on), each group within it streams whole;
+/// once the weights the planner keeps for it are out (weights_above_slot's choice: the least set
+/// of whole weights that covers the excess), each group within it streams whole;
 /// the largest of those, plus the alignment its weights may add (plan_smaller_ring plans with the
 /// level less that). Where weights are coarse the plan streams less than the level, and a ring
 /// of the level spends the difference three times over: blocks of 3.92, 1.31 and 0.65 GiB
@@ -341,16 +331,7 @@ inline std::uint64_t snapped_level(const weight_table& table,
         streams += table[w].bytes;
       }
     std::sort(sizes.begin(), sizes.end(), std::greater<>());
-    for (std::size_t next = 0; next < sizes.size() && streams > at;) {
-      const std::uint64_t excess = streams - at;
-      std::size_t covers = sizes.size();
-      for (std::size_t k = next; k < sizes.size() && sizes[k] >= excess; ++k) covers = k;
-      if (covers != sizes.size()) {
-        streams -= sizes[covers];
-        break;
-      }
-      streams -= sizes[next++];
-    }
+    streams -= smallest_cover(sizes, at).kept_bytes;
     slot = std::max(slot, streams);
   }
   return slot == 0 ? 0 : slot + pad;
