@@ -183,10 +183,10 @@ struct case_outcome {
 ///   fewest bytes (the largest weight alone passed the budget, the group streamed whole and the
 ///   plan passed its ring), an outsized group trimmed where it cannot stay whole: ~1,090 -> ~600
 ///   (seed 7176: 5.00x -> 2.06x). Then (tiers38g) each trimmed level lowered to the slot its
-///   groups stream at it (snapped_level: coarse weights stream less than the level, whose ring
-///   took the budget the groups' excess needed) and the built-in patterns' weights demoted for
-///   that excess (demote_for_slot): one_shot_fast and low_ram_safe ~350 -> ~200 at base 1000
-///   (seed 5183: 2.69x -> 1.00x); and (tiers38h) the trimmed levels whole weights make
+///   groups stream at it (whole_weights::snapped: coarse weights stream less than the level,
+///   whose ring took the budget the groups' excess needed) and the built-in patterns' weights
+///   demoted for that excess (demote_for_slot): one_shot_fast and low_ram_safe ~350 -> ~200 at
+///   base 1000 (seed 5183: 2.69x -> 1.00x); and (tiers38h) the trimmed levels whole weights make
 ///   (plan_loop.hpp, whole_weights: a block whose largest weight is most of it fits no byte-wise
 ///   level; seed 6975: 5.21x -> 1.00x). one_shot_fast's resident cap (seed 5047) follows the card
 ///   (residency_planner.hpp, size_budget): 1.00x. Left, not analysed one by one: trimmed levels
@@ -420,8 +420,8 @@ TEST_SUITE("plan") {
     // flat 21.14 GiB model of three 5.88 GiB blocks (3.92, 1.31, 0.65 GiB weights) on 22.5 GiB
     // at 2.69x, each trimmed level's ring sized by the level where its blocks stream less, and
     // two 1.74 GiB groups the built-in patterns kept crowding out the blocks' excess: 1.00x
-    // with the levels lowered to what streams (snapped_level) and those demoted for the excess
-    // (demote_for_slot). 6975: f32 blocks of 2.95 GiB with a 1.97 GiB weight each
+    // with the levels lowered to what streams (whole_weights::snapped) and those demoted for the
+    // excess (demote_for_slot). 6975: f32 blocks of 2.95 GiB with a 1.97 GiB weight each
     // (nvme_baseline, 19.5 GiB card, 10 GiB of RAM) at 5.21x, the byte-wise trimmed levels
     // fitting no whole weight; 1.00x with the levels whole weights make (plan_loop.hpp,
     // whole_weights: each block's largest weight resident, 1008 MiB slots). 6376: a nested f32

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -209,6 +210,13 @@ inline std::vector<std::uint64_t> trimmed_levels(std::span<const std::uint64_t> 
   return levels;
 }
 
+/// The slot the planner is given at a trimmed ring slot of @p slot bytes (plan_smaller_ring): less
+/// @p pad, the alignment a group's weights may add to what it streams, at most half the slot.
+[[nodiscard]] inline std::uint64_t trimmed_planner_slot(std::uint64_t slot,
+                                                        std::uint64_t pad) noexcept {
+  return slot - std::min(slot / 2, pad);
+}
+
 /// The groups' streamable weights as whole weights (issue 38): a weight does not split, so a group
 /// trimmed to a slot keeps whole weights resident, as the planner picks them (weights_above_slot:
 /// the least set of whole weights that covers what streams above the slot,
@@ -219,6 +227,7 @@ inline std::vector<std::uint64_t> trimmed_levels(std::span<const std::uint64_t> 
 /// block's largest weight and streams the rest through 1008 MiB slots, 14.28 GiB).
 struct whole_weights {
   std::vector<std::vector<std::uint64_t>> shapes;  ///< per streaming group, largest first
+  std::vector<std::uint64_t> totals;               ///< per shape, its bytes
   std::uint64_t pad = 0;  ///< what plan_smaller_ring takes off a level for the alignment
   std::size_t slots = 0;  ///< the ring's slots where every group streams
   std::uint64_t alignment = 0;
@@ -234,6 +243,7 @@ struct whole_weights {
       most_weights = std::max(most_weights, g.weights.size());
       if (sizes.empty()) continue;
       std::sort(sizes.begin(), sizes.end(), std::greater<>());
+      totals.push_back(std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0}));
       shapes.push_back(std::move(sizes));
     }
     pad = alignment * most_weights;
@@ -243,22 +253,36 @@ struct whole_weights {
 
   /// What the groups keep resident, and the ring, at a trimmed slot of @p level.
   [[nodiscard]] std::uint64_t need(std::uint64_t level) const {
-    const std::uint64_t aligned = round_up(level, alignment);  // the machine's slot
-    const std::uint64_t slot = aligned - std::min(aligned / 2, pad);
+    // At the machine's slot, the level aligned.
+    const std::uint64_t slot = trimmed_planner_slot(round_up(level, alignment), pad);
     std::uint64_t resident = 0;
-    for (const auto& sizes : shapes) {
-      resident += smallest_cover(sizes, slot).kept_bytes;
-    }
+    for (const auto& sizes : shapes) resident += smallest_cover(sizes, slot).kept_bytes;
     return resident + ring_bytes_for(level, slots);
+  }
+
+  /// The slot a trimmed @p level streams at: each group streams what is left once the weights
+  /// the planner keeps for it are out (weights_above_slot's choice), the largest of those, plus
+  /// the alignment its weights may add (plan_smaller_ring plans with the level less that). Where
+  /// weights are coarse the plan streams less than the level, and a ring of the level spends
+  /// the difference three times over: blocks of 3.92, 1.31 and 0.65 GiB weights trimmed to a
+  /// 2.21 GiB level stream 1.96 GiB each, and the ring of the level left the budget 44 MiB short
+  /// of the blocks' excess, so they streamed whole (the oracle's property test, seed 5183: 2.69x
+  /// the oracle's plan at 1.96 GiB slots). 0: nothing streams.
+  [[nodiscard]] std::uint64_t snapped(std::uint64_t level) const {
+    const std::uint64_t at = trimmed_planner_slot(level, pad);
+    std::uint64_t slot = 0;
+    for (std::size_t g = 0; g < shapes.size(); ++g)
+      slot = std::max(slot, totals[g] - smallest_cover(shapes[g], at).kept_bytes);
+    return slot == 0 ? 0 : slot + pad;
   }
 
   /// The levels at which a group streams all but its one to three largest weights, the two
   /// least whose need fits @p room.
   [[nodiscard]] std::vector<std::uint64_t> levels(std::uint64_t room) const {
     std::vector<std::uint64_t> all;
-    for (const auto& sizes : shapes) {
-      std::uint64_t rest = 0;
-      for (std::uint64_t b : sizes) rest += b;
+    for (std::size_t g = 0; g < shapes.size(); ++g) {
+      const auto& sizes = shapes[g];
+      std::uint64_t rest = totals[g];
       for (std::size_t j = 0; j < std::min<std::size_t>(3, sizes.size() - 1); ++j)
         all.push_back((rest -= sizes[j]) + pad);
     }
@@ -292,49 +316,13 @@ std::optional<std::pair<setup_machine, offload_plan>> plan_smaller_ring(
   try {
     auto m = machine(kept, trimmed ? ring_floor{level, streaming} : ring_floor{});
     const std::uint64_t pad = r.runtime.alignment * most_weights;
-    m.capacity.ring_slot_bytes =
-        trimmed ? m.slot_bytes - std::min(m.slot_bytes / 2, pad) : m.slot_bytes;
+    m.capacity.ring_slot_bytes = trimmed ? trimmed_planner_slot(m.slot_bytes, pad) : m.slot_bytes;
     auto plan = make_plan_compiled(table, groups, config, m.capacity, patterns, planner, pins);
     if (streamed_ring_bytes(plan, table, r.runtime) <= m.ring_bytes)
       return std::pair{std::move(m), std::move(plan)};
   } catch (const out_of_memory&) {  // that ring leaves no room for what it keeps out
   }
   return std::nullopt;
-}
-
-/// The slot a trimmed @p level streams at (issue 38): each group above it streams what is left
-/// once the weights the planner keeps for it are out (weights_above_slot's choice: the least set
-/// of whole weights that covers the excess), each group within it streams whole;
-/// the largest of those, plus the alignment its weights may add (plan_smaller_ring plans with the
-/// level less that). Where weights are coarse the plan streams less than the level, and a ring
-/// of the level spends the difference three times over: blocks of 3.92, 1.31 and 0.65 GiB
-/// weights trimmed to a 2.21 GiB level stream 1.96 GiB each, and the ring of the level left the
-/// budget 44 MiB short of the blocks' excess, so they streamed whole (the oracle's property
-/// test, seed 5183: 2.69x the oracle's plan at 1.96 GiB slots). 0: nothing streams.
-inline std::uint64_t snapped_level(const weight_table& table,
-                                   const std::vector<execution_group>& groups,
-                                   const std::vector<char>& rule_kept, std::uint64_t level,
-                                   const runtime_options& runtime) {
-  std::uint64_t slot = 0, most_weights = 0;
-  for (const auto& g : groups)
-    most_weights = std::max<std::uint64_t>(most_weights, g.weights.size());
-  // The slot plan_smaller_ring gives the planner at this level.
-  const std::uint64_t pad = runtime.alignment * most_weights;
-  const std::uint64_t at = level - std::min(level / 2, pad);
-  std::vector<std::uint64_t> sizes;
-  for (const auto& g : groups) {
-    sizes.clear();
-    std::uint64_t streams = 0;
-    for (std::size_t w : g.weights)
-      if (!rule_kept[w]) {
-        sizes.push_back(table[w].bytes);
-        streams += table[w].bytes;
-      }
-    std::sort(sizes.begin(), sizes.end(), std::greater<>());
-    streams -= smallest_cover(sizes, at).kept_bytes;
-    slot = std::max(slot, streams);
-  }
-  return slot == 0 ? 0 : slot + pad;
 }
 
 /// Smaller rings than the largest streamed group needs (issue 38): blocks of unequal sizes (a
@@ -380,9 +368,7 @@ void plan_smaller_rings(offload_setup& r, const weight_table& table,
   const whole_weights weights(table, groups, rule_kept, r.runtime.alignment, k);
   if (trim)
     for (std::uint64_t level : trimmed_levels(bytes, k, room))
-      if (const std::uint64_t at = snapped_level(table, groups, rule_kept, level, r.runtime);
-          at != 0)
-        levels.emplace_back(at, true);
+      if (const std::uint64_t at = weights.snapped(level); at != 0) levels.emplace_back(at, true);
   // The largest weight of the groups that may stream (a built-in pattern's too: it may be
   // demoted): no slot below it streams it, so a level there is where every group's other weights
   // are trimmed to it (seed 9136: a 3.77 GiB weight in groups of 4.96 and 4.16 GiB beside
